@@ -1,0 +1,40 @@
+// gRPC transport shared by csd, cs-agent and csctl: credentials from
+// TlsConfig with the "plaintext only on loopback unless --insecure" rule, and
+// status conversion between absl and gRPC (the code sets are the same).
+#ifndef COSCHED_COMMON_TRANSPORT_H_
+#define COSCHED_COMMON_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cosched/v1/config.pb.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/status.h"
+
+namespace cosched {
+
+// True for 127.0.0.0/8, [::1] and localhost, with or without a port.
+bool IsLoopbackAddress(absl::string_view host_port);
+
+// TLS when tls.cert_file is set (client certificates required when
+// tls.ca_file is set too); plaintext on loopback, or anywhere with
+// `insecure`. FAILED_PRECONDITION for plaintext on another address.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    absl::string_view listen, const v1::TlsConfig& tls, bool insecure);
+
+// TLS when tls.ca_file is set (with a client certificate when cert_file is
+// set); else plaintext under the same rule as above.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,
+                       bool insecure);
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace cosched
+
+#endif  // COSCHED_COMMON_TRANSPORT_H_

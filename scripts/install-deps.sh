@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package cosched needs to build, test and run its lab.
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake pkg-config git
+  # RPC and serialisation
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  # support libraries
+  libabsl-dev libgoogle-glog-dev libgflags-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  prometheus-cpp-dev libvirt-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # lab and integration tests: a core-scheduling kernel under emulation, real libvirt
+  qemu-system-x86 busybox-static libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
+  cpio gzip openssl procps iproute2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

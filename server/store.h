@@ -1,0 +1,133 @@
+// The durable store of csd's desired state, behind an interface that a
+// distributed store (etcd) will implement too.
+#ifndef COSCHED_SERVER_STORE_H_
+#define COSCHED_SERVER_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cosched/v1/agent.pb.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::server {
+
+// Filters and paging of Transaction::ListVms. Empty filters match all.
+struct VmFilter {
+  std::string tenant_id;
+  std::string host_id;
+  std::string trust_group;
+};
+
+// One page of a listing: keys strictly greater than `after`, at most `limit`.
+struct Page {
+  std::string after;
+  int limit = 100;
+};
+
+// Where a VM key (a VM id or a UUID) was last reported, and its enforcement.
+struct Observation {
+  std::string host_id;
+  v1::VMEnforcement enforcement;
+};
+
+// The VMs whose assignments changed for one host after some revision.
+struct HostChanges {
+  // False when changes after the asked revision were compacted away (or the
+  // revision is newer than the store's): the caller must send a snapshot.
+  bool complete = false;
+  std::vector<std::string> vm_ids;  // distinct, in no particular order
+};
+
+// Reads and writes of one transaction. Reads see the transaction's own
+// writes. Records are proto messages; which fields are stored is said per
+// method. Every method may fail with the store's I/O error.
+class Transaction {
+ public:
+  virtual ~Transaction() = default;
+
+  // The revision this transaction writes at: allocated on first call,
+  // greater than every committed revision, the same for later calls within
+  // one write function. Errors in read-only transactions.
+  virtual absl::StatusOr<int64_t> WriteRevision() = 0;
+
+  // VMs: stored whole (host_id included, enforcement ignored).
+  virtual absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) = 0;
+  virtual absl::Status PutVm(const v1::VM& vm) = 0;
+  // NOT_FOUND when absent.
+  virtual absl::Status DeleteVm(absl::string_view vm_id) = 0;
+  // Ordered by vm_id.
+  virtual absl::StatusOr<std::vector<v1::VM>> ListVms(const VmFilter& filter,
+                                                      const Page& page) = 0;
+
+  // Tenant policies, ordered by tenant_id.
+  virtual absl::StatusOr<std::optional<v1::TenantPolicy>> GetTenantPolicy(
+      absl::string_view tenant_id) = 0;
+  virtual absl::Status PutTenantPolicy(const v1::TenantPolicy& policy) = 0;
+  virtual absl::StatusOr<std::vector<v1::TenantPolicy>> ListTenantPolicies(
+      const Page& page) = 0;
+
+  // Hosts (stored whole; `connected` is not meaningful in the store).
+  virtual absl::StatusOr<std::optional<v1::Host>> GetHost(
+      absl::string_view host_id) = 0;
+  virtual absl::Status PutHost(const v1::Host& host) = 0;
+  virtual absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) = 0;
+
+  // Observations: what agents report. Replaces everything host `host_id`
+  // reported before with `vms`; each VM is findable by its vm_id and, when
+  // set, its uuid.
+  virtual absl::Status ReplaceObservations(
+      absl::string_view host_id, const std::vector<v1::VMObservation>& vms) = 0;
+  // The most recent observation of `key` (vm id or uuid) on any host.
+  virtual absl::StatusOr<std::optional<Observation>> FindObservation(
+      absl::string_view key) = 0;
+
+  // Change log that lets agents resume: records that the assignment of
+  // `vm_id` changed for `host_id` at WriteRevision().
+  virtual absl::Status RecordChange(absl::string_view host_id,
+                                    absl::string_view vm_id) = 0;
+  virtual absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
+                                                   int64_t revision) = 0;
+};
+
+// Thread-safe. Write functions run one at a time on the store's writer, in
+// submission order; concurrent writes are committed together (group commit)
+// but each is atomic on its own.
+class Store {
+ public:
+  using TxnFn = std::function<absl::Status(Transaction&)>;
+  using DoneFn = std::function<void(absl::Status)>;
+  // Hosts whose assignments changed in a commit, and its last revision.
+  using CommitObserver =
+      std::function<void(const std::vector<std::string>& hosts, int64_t revision)>;
+
+  virtual ~Store() = default;
+
+  // Runs `fn` in a transaction. When `fn` fails, its writes are undone and
+  // `done` gets its status. Otherwise `done` gets OK only once the writes are
+  // durable, or UNAVAILABLE / RESOURCE_EXHAUSTED when the commit failed
+  // (nothing written). `done` runs on the writer thread: keep it short.
+  virtual void Write(TxnFn fn, DoneFn done) = 0;
+
+  // Blocking form of Write.
+  absl::Status WriteSync(TxnFn fn);
+
+  // Runs `fn` on a consistent read-only view, on the calling thread.
+  virtual absl::Status Read(const TxnFn& fn) = 0;
+
+  // The highest committed revision.
+  virtual int64_t CurrentRevision() const = 0;
+
+  // Set once, before the first Write: called on the writer thread after each
+  // durable commit that recorded changes.
+  virtual void SetCommitObserver(CommitObserver observer) = 0;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_STORE_H_
