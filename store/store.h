@@ -1,7 +1,7 @@
 // The durable store of csd's desired state, behind an interface that a
 // distributed store (etcd) will implement too.
-#ifndef COSCHED_SERVER_STORE_H_
-#define COSCHED_SERVER_STORE_H_
+#ifndef COSCHED_STORE_STORE_H_
+#define COSCHED_STORE_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/types.pb.h"
 
-namespace cosched::server {
+namespace cosched::store {
 
 // Filters and paging of Transaction::ListVms. Empty filters match all.
 struct VmFilter {
@@ -128,6 +128,6 @@ class Store {
   virtual void SetCommitObserver(CommitObserver observer) = 0;
 };
 
-}  // namespace cosched::server
+}  // namespace cosched::store
 
-#endif  // COSCHED_SERVER_STORE_H_
+#endif  // COSCHED_STORE_STORE_H_
