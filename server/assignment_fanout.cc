@@ -1,0 +1,223 @@
+#include "server/assignment_fanout.h"
+
+#include <algorithm>
+
+#include "common/transport.h"
+#include "glog/logging.h"
+
+namespace cosched::server {
+
+class AssignmentFanout::Watcher
+    : public grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>,
+      public std::enable_shared_from_this<Watcher> {
+ public:
+  Watcher(AssignmentFanout* fanout, std::string host_id, int64_t resume)
+      : fanout_(fanout), host_id_(std::move(host_id)), last_sent_(resume) {}
+
+  const std::string& host_id() const { return host_id_; }
+
+  // Keeps the reactor alive until gRPC is done with it.
+  void Adopt(std::shared_ptr<Watcher> self) { self_ = std::move(self); }
+
+  // Something changed for the host: send it once no write is in flight.
+  void MarkDirty() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    dirty_ = true;
+    ScheduleLocked();
+  }
+
+  // On the fan-out worker: reads what changed and starts writing it.
+  void Pump() {
+    bool first;
+    int64_t since;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      scheduled_ = false;
+      if (finished_ || write_in_flight_ || !dirty_) return;
+      dirty_ = false;
+      first = !sent_first_;
+      since = last_sent_;
+    }
+    absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>> next;
+    if (first) {
+      auto message = fanout_->state_->FirstWatchMessage(host_id_, since);
+      if (message.ok()) {
+        next = std::optional<v1::WatchAssignmentsResponse>(std::move(*message));
+      } else {
+        next = message.status();
+      }
+    } else {
+      next = fanout_->state_->WatchUpdate(host_id_, since);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (!next.ok()) {
+      LOG(WARNING) << "watch of host " << host_id_
+                   << " ends: " << next.status();
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                std::string(next.status().message())));
+      return;
+    }
+    if (!next->has_value()) return;
+    message_ = std::move(**next);
+    last_sent_ = std::max(last_sent_, message_.revision());
+    sent_first_ = true;
+    write_in_flight_ = true;
+    StartWrite(&message_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_in_flight_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "the stream broke while writing"));
+      return;
+    }
+    if (finish_pending_) {
+      Finish(pending_status_);
+      return;
+    }
+    if (dirty_) ScheduleLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    fanout_->Remove(this);
+    self_.reset();  // may delete this
+  }
+
+ private:
+  void ScheduleLocked() {
+    if (write_in_flight_ || scheduled_) return;
+    scheduled_ = true;
+    fanout_->Enqueue(shared_from_this());
+  }
+
+  // Finish may not overlap a write: defer it to OnWriteDone then.
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    if (write_in_flight_) {
+      finish_pending_ = true;
+      pending_status_ = status;
+    } else {
+      Finish(status);
+    }
+  }
+
+  AssignmentFanout* const fanout_;
+  const std::string host_id_;
+  std::shared_ptr<Watcher> self_;
+
+  std::mutex mu_;
+  bool dirty_ = true;  // the first message is owed
+  bool scheduled_ = false;
+  bool sent_first_ = false;
+  bool write_in_flight_ = false;
+  bool finished_ = false;
+  bool finish_pending_ = false;
+  grpc::Status pending_status_;
+  int64_t last_sent_;
+  v1::WatchAssignmentsResponse message_;  // lives until OnWriteDone
+};
+
+AssignmentFanout::AssignmentFanout(DesiredState* state)
+    : state_(state), worker_([this] { WorkerLoop(); }) {}
+
+AssignmentFanout::~AssignmentFanout() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>*
+AssignmentFanout::StartWatch(const v1::WatchAssignmentsRequest& request) {
+  auto watcher = std::make_shared<Watcher>(this, request.host_id(),
+                                           request.resume_revision());
+  watcher->Adopt(watcher);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchers_[request.host_id()].push_back(watcher);
+  }
+  LOG(INFO) << "agent of host " << request.host_id()
+            << " watches from revision " << request.resume_revision();
+  watcher->MarkDirty();
+  return watcher.get();
+}
+
+void AssignmentFanout::OnCommit(const std::vector<std::string>& hosts) {
+  std::vector<std::shared_ptr<Watcher>> touched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& host : hosts) {
+      auto it = watchers_.find(host);
+      if (it == watchers_.end()) continue;
+      for (auto& weak : it->second) {
+        if (auto w = weak.lock()) touched.push_back(std::move(w));
+      }
+    }
+  }
+  for (auto& w : touched) w->MarkDirty();
+}
+
+bool AssignmentFanout::IsConnected(absl::string_view host_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = watchers_.find(std::string(host_id));
+  return it != watchers_.end() && !it->second.empty();
+}
+
+size_t AssignmentFanout::WatcherCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [host, list] : watchers_) n += list.size();
+  return n;
+}
+
+void AssignmentFanout::Enqueue(std::shared_ptr<Watcher> watcher) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    queue_.push_back(std::move(watcher));
+  }
+  wake_.notify_one();
+}
+
+void AssignmentFanout::Remove(const Watcher* watcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = watchers_.find(watcher->host_id());
+  if (it == watchers_.end()) return;
+  auto& list = it->second;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [watcher](const std::weak_ptr<Watcher>& w) {
+                              auto p = w.lock();
+                              return !p || p.get() == watcher;
+                            }),
+             list.end());
+  if (list.empty()) watchers_.erase(it);
+}
+
+void AssignmentFanout::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<Watcher> next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next->Pump();
+  }
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,98 @@
+#include "server/csd_server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "store/sqlite_store.h"
+
+namespace cosched::server {
+
+CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
+  CsdOptions options;
+  if (!config.listen().empty()) options.listen = config.listen();
+  if (!config.data_dir().empty()) options.data_dir = config.data_dir();
+  options.tls = config.tls();
+  options.insecure = config.insecure();
+  if (config.changelog_retention() > 0) {
+    options.changelog_retention = config.changelog_retention();
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
+    const CsdOptions& options) {
+  auto credentials =
+      MakeServerCredentials(options.listen, options.tls, options.insecure);
+  if (!credentials.ok()) return credentials.status();
+
+  store::SqliteStoreOptions store_options;
+  store_options.data_dir = options.data_dir;
+  store_options.changelog_retention = options.changelog_retention;
+  auto store = store::SqliteStore::Open(store_options);
+  if (!store.ok()) return store.status();
+
+  std::unique_ptr<CsdServer> csd(new CsdServer());
+  csd->store_ = std::move(*store);
+  csd->state_ = std::make_unique<DesiredState>(csd->store_.get());
+  csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
+  AssignmentFanout* fanout = csd->fanout_.get();
+  csd->store_->SetCommitObserver(
+      [fanout](const std::vector<std::string>& hosts, int64_t) {
+        fanout->OnCommit(hosts);
+      });
+  csd->control_plane_ = std::make_unique<ControlPlaneService>(
+      csd->state_.get(), csd->fanout_.get());
+  csd->agent_service_ =
+      std::make_unique<AgentServiceImpl>(csd->state_.get(), csd->fanout_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, *credentials, &csd->port_);
+  builder.RegisterService(csd->control_plane_.get());
+  builder.RegisterService(csd->agent_service_.get());
+  // Agents hold streams for days: find dead peers, let idle agents ping.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  csd->server_ = builder.BuildAndStart();
+  if (csd->server_ == nullptr || csd->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     " (address in use, or not an address of this host?)"));
+  }
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  csd->address_ = absl::StrCat(host, ":", csd->port_);
+  LOG(INFO) << "csd serving on " << csd->address_ << ", data in "
+            << options.data_dir << ", revision "
+            << csd->store_->CurrentRevision();
+  return csd;
+}
+
+void CsdServer::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    // Streams never end on their own: give calls a moment, then cancel.
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+    server_->Wait();
+    fanout_.reset();
+    store_.reset();  // drains pending writes
+    LOG(INFO) << "csd stopped";
+  });
+}
+
+void CsdServer::Wait() { server_->Wait(); }
+
+CsdServer::~CsdServer() {
+  if (server_) Shutdown();
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,71 @@
+// csd assembled: the durable store, the services, health checking and
+// reflection, on one listening address. Used by csd's main and, on an
+// ephemeral port, by tests.
+#ifndef COSCHED_SERVER_CSD_SERVER_H_
+#define COSCHED_SERVER_CSD_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cosched/v1/config.pb.h"
+#include "grpcpp/server.h"
+#include "server/assignment_fanout.h"
+#include "server/desired_state.h"
+#include "server/services.h"
+#include "store/store.h"
+
+namespace cosched::server {
+
+inline constexpr char kDefaultListen[] = "127.0.0.1:7443";
+inline constexpr char kDefaultDataDir[] = "/var/lib/cosched";
+
+struct CsdOptions {
+  // host:port; port 0 picks a free port (see CsdServer::port()).
+  std::string listen = kDefaultListen;
+  std::string data_dir = kDefaultDataDir;
+  v1::TlsConfig tls;
+  // Allow plaintext on a non-loopback address.
+  bool insecure = false;
+  int64_t changelog_retention = 100000;
+};
+
+// Fills options from a config file's message; unset fields keep defaults.
+CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
+
+// Thread-safe. Shutdown() (or the destructor) stops serving, ends every
+// stream and closes the store.
+class CsdServer {
+ public:
+  // FAILED_PRECONDITION for plaintext off loopback or unreadable TLS files;
+  // the store's error when it cannot open; UNAVAILABLE when the address
+  // cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CsdServer>> Start(
+      const CsdOptions& options);
+  ~CsdServer();
+
+  int port() const { return port_; }
+  // "127.0.0.1:<port>" style address that clients can dial.
+  std::string address() const { return address_; }
+
+  void Shutdown();
+  // Blocks until Shutdown() from another thread.
+  void Wait();
+
+ private:
+  CsdServer() = default;
+
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<AssignmentFanout> fanout_;
+  std::unique_ptr<ControlPlaneService> control_plane_;
+  std::unique_ptr<AgentServiceImpl> agent_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_CSD_SERVER_H_

@@ -1,0 +1,664 @@
+#include "server/desired_state.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "common/validation.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+#include "policy/trust_group.h"
+
+namespace cosched::server {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+constexpr int kMaxReportedVms = 10000;
+constexpr int kMaxCores = 4096;
+constexpr int kMaxSiblings = 8;
+constexpr int kMaxCpuId = 65535;
+constexpr size_t kMaxVersionLength = 64;
+constexpr size_t kMaxDetailLength = 1024;
+constexpr size_t kMaxErrorLength = 1024;
+constexpr char kPageTokenPrefix[] = "v1:";
+
+// Runs `done` with the outcome of a write whose result `fn` fills in.
+template <typename T>
+void WriteAndAnswer(store::Store* store,
+                    std::function<absl::Status(store::Transaction&, T&)> fn,
+                    DesiredState::Done<T> done) {
+  auto result = std::make_shared<T>();
+  store->Write(
+      [fn = std::move(fn), result](store::Transaction& txn) {
+        return fn(txn, *result);
+      },
+      [done = std::move(done), result](absl::Status status) {
+        if (status.ok()) {
+          done(std::move(*result));
+        } else {
+          done(status);
+        }
+      });
+}
+
+absl::StatusOr<store::Page> PageFrom(int32_t page_size,
+                                     const std::string& page_token) {
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size must be between 0 and ", kMaxPageSize, " (0 means ",
+        kDefaultPageSize, ")"));
+  }
+  store::Page page;
+  page.limit = page_size == 0 ? kDefaultPageSize : page_size;
+  if (!page_token.empty()) {
+    std::string decoded;
+    if (!absl::WebSafeBase64Unescape(page_token, &decoded) ||
+        !absl::StartsWith(decoded, kPageTokenPrefix)) {
+      return absl::InvalidArgumentError(
+          "page_token is not a token from a previous response");
+    }
+    page.after = decoded.substr(sizeof(kPageTokenPrefix) - 1);
+  }
+  return page;
+}
+
+std::string TokenAfter(const std::string& last_key) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, last_key));
+}
+
+// Reads one more than the page holds to know whether another page follows.
+template <typename T, typename KeyFn>
+std::string NextToken(std::vector<T>& items, int limit, KeyFn key) {
+  if (static_cast<int>(items.size()) <= limit) return "";
+  items.resize(limit);
+  return TokenAfter(key(items.back()));
+}
+
+absl::Status ValidateOptionalId(absl::string_view field,
+                                absl::string_view value) {
+  return value.empty() ? absl::OkStatus() : ValidateId(field, value);
+}
+
+absl::Status ValidateIsolationEnum(absl::string_view field, int value) {
+  if (!v1::IsolationLevel_IsValid(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be one of vm, tenant, none, dedicated (or unset)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTopology(const v1::Topology& topology) {
+  if (topology.cores_size() > kMaxCores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology.cores has ", topology.cores_size(),
+                     " entries; at most ", kMaxCores, " are allowed"));
+  }
+  std::set<int> seen;
+  for (int i = 0; i < topology.cores_size(); ++i) {
+    const v1::Core& core = topology.cores(i);
+    if (core.cpus_size() < 1 || core.cpus_size() > kMaxSiblings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("topology.cores[", i, "].cpus must list 1 to ",
+                       kMaxSiblings, " CPU ids"));
+    }
+    for (int cpu : core.cpus()) {
+      if (cpu < 0 || cpu > kMaxCpuId) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "topology.cores[", i, "].cpus has ", cpu,
+            "; CPU ids must be between 0 and ", kMaxCpuId));
+      }
+      if (!seen.insert(cpu).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "topology.cores[", i, "].cpus has CPU ", cpu,
+            " which another core lists too"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateEnforcement(absl::string_view field,
+                                 const v1::VMEnforcement& e) {
+  if (!v1::EnforcementState_IsValid(e.state())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".state is not a known enforcement state"));
+  }
+  if (e.threads_found() < 0 || e.threads_tagged() < 0 ||
+      e.threads_wrong() < 0 || e.threads_untaggable() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " thread counts must not be negative"));
+  }
+  if (e.last_error().size() > kMaxErrorLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".last_error must be at most ", kMaxErrorLength, " bytes"));
+  }
+  if (e.applied_trust_group().size() > kMaxErrorLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".applied_trust_group must be at most ", kMaxErrorLength,
+        " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TenantPolicy> PolicyOf(store::Transaction& txn,
+                                          const std::string& tenant_id) {
+  ASSIGN_OR_RETURN(auto stored, txn.GetTenantPolicy(tenant_id));
+  return stored.has_value() ? *stored : policy::DefaultTenantPolicy(tenant_id);
+}
+
+std::vector<std::string> ClassesOf(const v1::VM& vm) {
+  return {vm.interference_classes().begin(), vm.interference_classes().end()};
+}
+
+// Fills vm.assignment from the VM's request fields and the decision.
+void SetAssignment(v1::VM& vm, const policy::TrustDecision& decision) {
+  v1::Assignment* a = vm.mutable_assignment();
+  a->set_vm_id(vm.vm_id());
+  a->set_tenant_id(vm.tenant_id());
+  a->set_isolation(decision.isolation);
+  a->set_trust_group(decision.trust_group);
+  a->set_dedicated_cores(decision.dedicated_cores);
+  a->set_thread_scope(vm.thread_scope());
+  *a->mutable_interference_classes() = vm.interference_classes();
+}
+
+// All VMs matching `filter`, page by page inside one transaction.
+absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
+                                           const store::VmFilter& filter) {
+  std::vector<v1::VM> all;
+  store::Page page;
+  page.limit = kMaxPageSize;
+  while (true) {
+    ASSIGN_OR_RETURN(auto batch, txn.ListVms(filter, page));
+    if (batch.empty()) break;
+    page.after = batch.back().vm_id();
+    for (auto& vm : batch) all.push_back(std::move(vm));
+    if (static_cast<int>(batch.size()) < page.limit) break;
+  }
+  return all;
+}
+
+// Moves `vm` to `new_host`, recording the change for both hosts.
+absl::Status MoveVm(store::Transaction& txn, v1::VM vm,
+                    const std::string& new_host) {
+  if (vm.host_id() == new_host) return absl::OkStatus();
+  if (!vm.host_id().empty()) RETURN_IF_ERROR(txn.RecordChange(vm.host_id(), vm.vm_id()));
+  if (!new_host.empty()) RETURN_IF_ERROR(txn.RecordChange(new_host, vm.vm_id()));
+  vm.set_host_id(new_host);
+  return txn.PutVm(vm);
+}
+
+}  // namespace
+
+void DesiredState::TagVm(const v1::TagVMRequest& request,
+                         Done<v1::TagVMResponse> done) {
+  std::vector<std::string> classes;
+  absl::Status valid = ValidateId("vm_id", request.vm_id());
+  if (valid.ok()) valid = ValidateOptionalId("tenant_id", request.tenant_id());
+  if (valid.ok()) valid = ValidateIsolationEnum("isolation", request.isolation());
+  if (valid.ok() && !v1::ThreadScope_IsValid(request.thread_scope())) {
+    valid = absl::InvalidArgumentError(
+        "thread_scope must be one of vcpus, emulator, full (or unset)");
+  }
+  if (valid.ok()) {
+    valid = ValidateClasses("interference_classes",
+                            request.interference_classes(), &classes);
+  }
+  if (!valid.ok()) return done(valid);
+
+  v1::VM wanted;
+  wanted.set_vm_id(request.vm_id());
+  wanted.set_tenant_id(request.tenant_id().empty() ? policy::kDefaultTenant
+                                                   : request.tenant_id());
+  wanted.set_requested_isolation(request.isolation());
+  for (auto& c : classes) wanted.add_interference_classes(c);
+  wanted.set_thread_scope(request.thread_scope() == v1::THREAD_SCOPE_UNSPECIFIED
+                              ? v1::THREAD_SCOPE_EMULATOR
+                              : request.thread_scope());
+
+  WriteAndAnswer<v1::TagVMResponse>(
+      store_,
+      [wanted = std::move(wanted), classes](store::Transaction& txn,
+                                            v1::TagVMResponse& out) -> absl::Status {
+        ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
+        if (existing && existing->tenant_id() != wanted.tenant_id()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "vm '", wanted.vm_id(), "' is tagged for tenant '",
+              existing->tenant_id(), "'; untag it before tagging it for tenant '",
+              wanted.tenant_id(), "'"));
+        }
+        ASSIGN_OR_RETURN(auto policy, PolicyOf(txn, wanted.tenant_id()));
+        ASSIGN_OR_RETURN(auto decision,
+                         policy::DecideTrustGroup(wanted.vm_id(),
+                                                  wanted.requested_isolation(),
+                                                  classes, policy));
+        v1::VM vm = wanted;
+        SetAssignment(vm, decision);
+        if (existing) {
+          vm.set_host_id(existing->host_id());
+          *vm.mutable_create_time() = existing->create_time();
+          // Idempotent: the same request changes nothing, not even the revision.
+          v1::VM same = *existing;
+          same.mutable_assignment()->set_revision(0);
+          same.clear_update_time();
+          if (google::protobuf::util::MessageDifferencer::Equals(same, vm)) {
+            *out.mutable_vm() = *existing;
+            out.set_changed(false);
+            return absl::OkStatus();
+          }
+        } else {
+          ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
+          if (seen) vm.set_host_id(seen->host_id);
+        }
+        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+        auto now = TimeUtil::GetCurrentTime();
+        if (!existing) *vm.mutable_create_time() = now;
+        *vm.mutable_update_time() = now;
+        vm.mutable_assignment()->set_revision(revision);
+        RETURN_IF_ERROR(txn.PutVm(vm));
+        if (!vm.host_id().empty()) {
+          RETURN_IF_ERROR(txn.RecordChange(vm.host_id(), vm.vm_id()));
+        }
+        *out.mutable_vm() = std::move(vm);
+        out.set_changed(true);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void DesiredState::UntagVm(const v1::UntagVMRequest& request,
+                           Done<v1::UntagVMResponse> done) {
+  absl::Status valid = ValidateId("vm_id", request.vm_id());
+  if (!valid.ok()) return done(valid);
+  WriteAndAnswer<v1::UntagVMResponse>(
+      store_,
+      [vm_id = request.vm_id()](store::Transaction& txn,
+                                v1::UntagVMResponse& out) -> absl::Status {
+        ASSIGN_OR_RETURN(auto existing, txn.GetVm(vm_id));
+        if (!existing) {
+          return absl::NotFoundError(absl::StrCat("vm '", vm_id, "' is not tagged"));
+        }
+        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+        RETURN_IF_ERROR(txn.DeleteVm(vm_id));
+        if (!existing->host_id().empty()) {
+          RETURN_IF_ERROR(txn.RecordChange(existing->host_id(), vm_id));
+        }
+        out.set_revision(revision);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
+                                   Done<v1::TenantPolicy> done) {
+  absl::Status valid = policy::ValidateTenantPolicy(request.policy());
+  if (!valid.ok()) return done(valid);
+  v1::TenantPolicy wanted = request.policy();
+  wanted.set_explicitly_set(true);
+  wanted.clear_revision();
+  wanted.clear_update_time();
+  WriteAndAnswer<v1::TenantPolicy>(
+      store_,
+      [wanted = std::move(wanted)](store::Transaction& txn,
+                                   v1::TenantPolicy& out) -> absl::Status {
+        store::VmFilter filter;
+        filter.tenant_id = wanted.tenant_id();
+        ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
+        std::vector<std::string> violators;
+        for (const v1::VM& vm : vms) {
+          if (vm.requested_isolation() != v1::ISOLATION_LEVEL_UNSPECIFIED &&
+              !policy::IsAllowed(wanted, vm.requested_isolation())) {
+            violators.push_back(absl::StrCat(
+                vm.vm_id(), " (", IsolationName(vm.requested_isolation()), ")"));
+          }
+        }
+        if (!violators.empty()) {
+          size_t shown = std::min<size_t>(violators.size(), 10);
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the new policy of tenant '", wanted.tenant_id(),
+              "' forbids levels its VMs use: ",
+              absl::StrJoin(violators.begin(), violators.begin() + shown, ", "),
+              violators.size() > shown
+                  ? absl::StrCat(" and ", violators.size() - shown, " more")
+                  : "",
+              "; retag or untag them first"));
+        }
+        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+        auto now = TimeUtil::GetCurrentTime();
+        for (v1::VM vm : vms) {
+          ASSIGN_OR_RETURN(auto decision,
+                           policy::DecideTrustGroup(vm.vm_id(),
+                                                    vm.requested_isolation(),
+                                                    ClassesOf(vm), wanted));
+          v1::VM updated = vm;
+          SetAssignment(updated, decision);
+          updated.mutable_assignment()->set_revision(vm.assignment().revision());
+          if (google::protobuf::util::MessageDifferencer::Equals(updated, vm)) {
+            continue;
+          }
+          updated.mutable_assignment()->set_revision(revision);
+          *updated.mutable_update_time() = now;
+          RETURN_IF_ERROR(txn.PutVm(updated));
+          if (!updated.host_id().empty()) {
+            RETURN_IF_ERROR(txn.RecordChange(updated.host_id(), updated.vm_id()));
+          }
+        }
+        v1::TenantPolicy stored = wanted;
+        stored.set_revision(revision);
+        *stored.mutable_update_time() = now;
+        RETURN_IF_ERROR(txn.PutTenantPolicy(stored));
+        out = std::move(stored);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void DesiredState::RegisterHost(const v1::RegisterRequest& request,
+                                Done<v1::RegisterResponse> done) {
+  absl::Status valid = ValidateId("host_id", request.host_id());
+  if (valid.ok()) valid = ValidateTopology(request.topology());
+  if (valid.ok() &&
+      !v1::CoreSchedSupport_IsValid(request.capabilities().core_sched())) {
+    valid = absl::InvalidArgumentError(
+        "capabilities.core_sched is not a known support level");
+  }
+  if (valid.ok() &&
+      request.capabilities().core_sched_detail().size() > kMaxDetailLength) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "capabilities.core_sched_detail must be at most ", kMaxDetailLength,
+        " bytes"));
+  }
+  if (valid.ok() && request.agent_version().size() > kMaxVersionLength) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "agent_version must be at most ", kMaxVersionLength, " bytes"));
+  }
+  if (!valid.ok()) return done(valid);
+  WriteAndAnswer<v1::RegisterResponse>(
+      store_,
+      [request](store::Transaction& txn, v1::RegisterResponse&) -> absl::Status {
+        ASSIGN_OR_RETURN(auto existing, txn.GetHost(request.host_id()));
+        v1::Host host = existing.value_or(v1::Host());
+        auto now = TimeUtil::GetCurrentTime();
+        host.set_host_id(request.host_id());
+        *host.mutable_topology() = request.topology();
+        *host.mutable_capabilities() = request.capabilities();
+        host.set_agent_version(request.agent_version());
+        if (!existing) *host.mutable_registered_time() = now;
+        *host.mutable_last_seen_time() = now;
+        host.clear_connected();
+        return txn.PutHost(host);
+      },
+      [this, done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
+        if (r.ok()) r->set_revision(store_->CurrentRevision());
+        done(std::move(r));
+      });
+}
+
+void DesiredState::ApplyReport(const v1::ReportRequest& request,
+                               Done<v1::ReportResponse> done) {
+  absl::Status valid = ValidateId("host_id", request.host_id());
+  if (valid.ok() && request.applied_revision() < 0) {
+    valid = absl::InvalidArgumentError("applied_revision must not be negative");
+  }
+  if (valid.ok() && request.vms_size() > kMaxReportedVms) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("vms has ", request.vms_size(), " entries; at most ",
+                     kMaxReportedVms, " are allowed"));
+  }
+  std::set<std::string> ids;
+  for (int i = 0; valid.ok() && i < request.vms_size(); ++i) {
+    const auto& o = request.vms(i);
+    std::string field = absl::StrCat("vms[", i, "]");
+    valid = ValidateId(absl::StrCat(field, ".vm_id"), o.vm_id());
+    if (valid.ok()) valid = ValidateOptionalId(absl::StrCat(field, ".uuid"), o.uuid());
+    if (valid.ok()) valid = ValidateEnforcement(absl::StrCat(field, ".enforcement"), o.enforcement());
+    if (valid.ok() && !ids.insert(o.vm_id()).second) {
+      valid = absl::InvalidArgumentError(
+          absl::StrCat(field, ".vm_id '", o.vm_id(), "' is reported twice"));
+    }
+  }
+  if (!valid.ok()) return done(valid);
+
+  WriteAndAnswer<v1::ReportResponse>(
+      store_,
+      [request](store::Transaction& txn, v1::ReportResponse&) -> absl::Status {
+        const std::string& host_id = request.host_id();
+        ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+        if (!host) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "host '", host_id, "' is not registered; call Register first"));
+        }
+        store::VmFilter on_host;
+        on_host.host_id = host_id;
+        ASSIGN_OR_RETURN(auto before, AllVms(txn, on_host));
+
+        std::vector<v1::VMObservation> observations(request.vms().begin(),
+                                                    request.vms().end());
+        auto now = TimeUtil::GetCurrentTime();
+        for (auto& o : observations) *o.mutable_enforcement()->mutable_report_time() = now;
+        RETURN_IF_ERROR(txn.ReplaceObservations(host_id, observations));
+
+        std::set<std::string> present;
+        for (const auto& o : observations) {
+          // A VM is tagged under its name or its UUID.
+          std::optional<v1::VM> vm;
+          for (const std::string* key : {&o.vm_id(), &o.uuid()}) {
+            if (key->empty() || vm) continue;
+            ASSIGN_OR_RETURN(vm, txn.GetVm(*key));
+          }
+          if (!vm) continue;
+          present.insert(vm->vm_id());
+          RETURN_IF_ERROR(MoveVm(txn, *vm, host_id));
+        }
+        for (const v1::VM& vm : before) {
+          if (present.count(vm.vm_id())) continue;
+          // Gone from this host: still running where another agent saw it?
+          ASSIGN_OR_RETURN(auto elsewhere, txn.FindObservation(vm.vm_id()));
+          RETURN_IF_ERROR(MoveVm(txn, vm, elsewhere ? elsewhere->host_id : ""));
+        }
+        *host->mutable_last_seen_time() = now;
+        host->set_applied_revision(request.applied_revision());
+        host->set_vm_count(request.vms_size());
+        return txn.PutHost(*host);
+      },
+      [this, done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
+        if (r.ok()) r->set_revision(store_->CurrentRevision());
+        done(std::move(r));
+      });
+}
+
+absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
+  RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
+  v1::VM result;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto vm, txn.GetVm(request.vm_id()));
+    if (!vm) {
+      return absl::NotFoundError(
+          absl::StrCat("vm '", request.vm_id(), "' not found"));
+    }
+    result = std::move(*vm);
+    if (!result.host_id().empty()) {
+      ASSIGN_OR_RETURN(auto seen, txn.FindObservation(result.vm_id()));
+      if (seen && seen->host_id == result.host_id()) {
+        *result.mutable_enforcement() = seen->enforcement;
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
+    const v1::ListVMsRequest& request) {
+  RETURN_IF_ERROR(ValidateOptionalId("tenant_id", request.tenant_id()));
+  RETURN_IF_ERROR(ValidateOptionalId("host_id", request.host_id()));
+  if (request.trust_group().size() > 512) {
+    return absl::InvalidArgumentError("trust_group must be at most 512 bytes");
+  }
+  ASSIGN_OR_RETURN(store::Page page,
+                   PageFrom(request.page_size(), request.page_token()));
+  store::VmFilter filter{request.tenant_id(), request.host_id(),
+                         request.trust_group()};
+  v1::ListVMsResponse response;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    int limit = page.limit;
+    page.limit = limit + 1;
+    ASSIGN_OR_RETURN(auto vms, txn.ListVms(filter, page));
+    response.set_next_page_token(
+        NextToken(vms, limit, [](const v1::VM& vm) { return vm.vm_id(); }));
+    for (auto& vm : vms) *response.add_vms() = std::move(vm);
+    return absl::OkStatus();
+  }));
+  return response;
+}
+
+absl::StatusOr<v1::TenantPolicy> DesiredState::GetTenantPolicy(
+    const v1::GetTenantPolicyRequest& request) {
+  RETURN_IF_ERROR(ValidateId("tenant_id", request.tenant_id()));
+  v1::TenantPolicy result;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(result, PolicyOf(txn, request.tenant_id()));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<v1::ListTenantPoliciesResponse> DesiredState::ListTenantPolicies(
+    const v1::ListTenantPoliciesRequest& request) {
+  ASSIGN_OR_RETURN(store::Page page,
+                   PageFrom(request.page_size(), request.page_token()));
+  v1::ListTenantPoliciesResponse response;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    int limit = page.limit;
+    page.limit = limit + 1;
+    ASSIGN_OR_RETURN(auto policies, txn.ListTenantPolicies(page));
+    response.set_next_page_token(NextToken(
+        policies, limit, [](const v1::TenantPolicy& p) { return p.tenant_id(); }));
+    for (auto& p : policies) *response.add_policies() = std::move(p);
+    return absl::OkStatus();
+  }));
+  return response;
+}
+
+absl::StatusOr<v1::Host> DesiredState::GetHost(const v1::GetHostRequest& request) {
+  RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
+  v1::Host result;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto host, txn.GetHost(request.host_id()));
+    if (!host) {
+      return absl::NotFoundError(
+          absl::StrCat("host '", request.host_id(), "' not found"));
+    }
+    result = std::move(*host);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
+    const v1::ListHostsRequest& request) {
+  ASSIGN_OR_RETURN(store::Page page,
+                   PageFrom(request.page_size(), request.page_token()));
+  v1::ListHostsResponse response;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    int limit = page.limit;
+    page.limit = limit + 1;
+    ASSIGN_OR_RETURN(auto hosts, txn.ListHosts(page));
+    response.set_next_page_token(
+        NextToken(hosts, limit, [](const v1::Host& h) { return h.host_id(); }));
+    for (auto& h : hosts) *response.add_hosts() = std::move(h);
+    return absl::OkStatus();
+  }));
+  return response;
+}
+
+absl::Status DesiredState::ValidateWatch(
+    const v1::WatchAssignmentsRequest& request) {
+  RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
+  if (request.resume_revision() < 0) {
+    return absl::InvalidArgumentError("resume_revision must not be negative");
+  }
+  return store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto host, txn.GetHost(request.host_id()));
+    if (!host) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host '", request.host_id(), "' is not registered; call Register first"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
+    absl::string_view host_id, int64_t revision) {
+  v1::WatchAssignmentsResponse message;
+  message.set_kind(v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  message.set_revision(revision);
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    store::VmFilter filter;
+    filter.host_id = std::string(host_id);
+    ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
+    for (auto& vm : vms) *message.add_assignments() = vm.assignment();
+    return absl::OkStatus();
+  }));
+  return message;
+}
+
+absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::FirstWatchMessage(
+    absl::string_view host_id, int64_t resume_revision) {
+  if (resume_revision > 0) {
+    ASSIGN_OR_RETURN(auto update, WatchUpdate(host_id, resume_revision));
+    if (update) return *update;
+    // Nothing changed since: an empty delta tells the agent it is current.
+    v1::WatchAssignmentsResponse message;
+    message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
+    message.set_revision(std::max(resume_revision, store_->CurrentRevision()));
+    return message;
+  }
+  return Snapshot(host_id, store_->CurrentRevision());
+}
+
+absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>>
+DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
+  // Every change up to `current` is committed, so the read below sees it;
+  // it may see later ones too, which are then sent again (upserts are
+  // idempotent).
+  int64_t current = store_->CurrentRevision();
+  v1::WatchAssignmentsResponse message;
+  bool complete = true;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto changes, txn.ChangesSince(host_id, revision));
+    complete = changes.complete;
+    if (!complete) return absl::OkStatus();
+    for (const std::string& vm_id : changes.vm_ids) {
+      ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
+      if (vm && vm->host_id() == host_id) {
+        *message.add_assignments() = vm->assignment();
+      } else {
+        message.add_removed_vm_ids(vm_id);
+      }
+    }
+    return absl::OkStatus();
+  }));
+  if (!complete) {
+    ASSIGN_OR_RETURN(auto snapshot, Snapshot(host_id, current));
+    return snapshot;
+  }
+  if (message.assignments().empty() && message.removed_vm_ids().empty()) {
+    return std::nullopt;
+  }
+  message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
+  message.set_revision(std::max(current, revision));
+  return message;
+}
+
+}  // namespace cosched::server

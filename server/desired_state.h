@@ -1,0 +1,85 @@
+// csd's domain logic over the Store: validates requests, applies the policy
+// rules, and keeps assignments, hosts and the change log consistent. Knows
+// nothing of gRPC, so tests and fuzzers drive it directly.
+#ifndef COSCHED_SERVER_DESIRED_STATE_H_
+#define COSCHED_SERVER_DESIRED_STATE_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/agent.pb.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "store/store.h"
+
+namespace cosched::server {
+
+// Thread-safe (the Store serialises writes). Every method validates its
+// input first: INVALID_ARGUMENT names the field and the rule, and nothing is
+// written. Writes are asynchronous: `done` runs once the change is durable
+// (on the store's writer thread) or has failed, with nothing half-written.
+class DesiredState {
+ public:
+  template <typename T>
+  using Done = std::function<void(absl::StatusOr<T>)>;
+
+  explicit DesiredState(store::Store* store) : store_(store) {}
+
+  // Idempotent upsert. FAILED_PRECONDITION when the tenant's policy forbids
+  // the level or the VM is tagged for another tenant.
+  void TagVm(const v1::TagVMRequest& request, Done<v1::TagVMResponse> done);
+  // NOT_FOUND when the VM is not tagged.
+  void UntagVm(const v1::UntagVMRequest& request,
+               Done<v1::UntagVMResponse> done);
+  // Re-assigns the tenant's VMs that use its default level.
+  // FAILED_PRECONDITION (listing them) when tagged VMs use a level the new
+  // policy forbids.
+  void SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
+                       Done<v1::TenantPolicy> done);
+  void RegisterHost(const v1::RegisterRequest& request,
+                    Done<v1::RegisterResponse> done);
+  // Places the reported VMs on the host (their assignments are then
+  // streamed there) and records their enforcement. FAILED_PRECONDITION for
+  // an unregistered host.
+  void ApplyReport(const v1::ReportRequest& request,
+                   Done<v1::ReportResponse> done);
+
+  // NOT_FOUND when the VM is not tagged. The VM carries its enforcement as
+  // last reported.
+  absl::StatusOr<v1::VM> GetVm(const v1::GetVMRequest& request);
+  absl::StatusOr<v1::ListVMsResponse> ListVms(const v1::ListVMsRequest& request);
+  // The built-in default (explicitly_set=false) when none was set.
+  absl::StatusOr<v1::TenantPolicy> GetTenantPolicy(
+      const v1::GetTenantPolicyRequest& request);
+  absl::StatusOr<v1::ListTenantPoliciesResponse> ListTenantPolicies(
+      const v1::ListTenantPoliciesRequest& request);
+  absl::StatusOr<v1::Host> GetHost(const v1::GetHostRequest& request);
+  absl::StatusOr<v1::ListHostsResponse> ListHosts(
+      const v1::ListHostsRequest& request);
+
+  // INVALID_ARGUMENT for a bad host id or negative revision;
+  // FAILED_PRECONDITION for an unregistered host.
+  absl::Status ValidateWatch(const v1::WatchAssignmentsRequest& request);
+  // The first message of a watch: a delta since `resume_revision` when the
+  // change log still covers it, else a snapshot of the host's assignments.
+  absl::StatusOr<v1::WatchAssignmentsResponse> FirstWatchMessage(
+      absl::string_view host_id, int64_t resume_revision);
+  // The changes of `host_id` after `revision`, as a delta (or a snapshot
+  // when the log no longer covers it); nullopt when nothing changed.
+  absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>> WatchUpdate(
+      absl::string_view host_id, int64_t revision);
+
+  int64_t CurrentRevision() const { return store_->CurrentRevision(); }
+
+ private:
+  absl::StatusOr<v1::WatchAssignmentsResponse> Snapshot(
+      absl::string_view host_id, int64_t revision);
+
+  store::Store* store_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_DESIRED_STATE_H_

@@ -1,0 +1,59 @@
+// csd: decides which VMs may share SMT siblings, stores it durably and
+// streams it to cs-agents.
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "common/config_loader.h"
+#include "glog/logging.h"
+#include "server/csd_server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"csd: the cosched server"};
+  std::string config_file, listen, data_dir;
+  bool insecure = false;
+  app.add_option("--config", config_file, "YAML config file (cosched.v1.CsdConfig)");
+  app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7443)");
+  app.add_option("--data-dir", data_dir, "where the store lives (default /var/lib/cosched)");
+  app.add_flag("--insecure", insecure, "allow plaintext on a non-loopback address");
+  CLI11_PARSE(app, argc, argv);
+
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  cosched::v1::CsdConfig config;
+  if (!config_file.empty()) {
+    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config);
+    if (!loaded.ok()) {
+      std::cerr << "csd: " << loaded.message() << "\n";
+      return 2;
+    }
+  }
+  auto options = cosched::server::CsdOptionsFromConfig(config);
+  if (!listen.empty()) options.listen = listen;
+  if (!data_dir.empty()) options.data_dir = data_dir;
+  if (insecure) options.insecure = true;
+
+  // Signals are taken by one thread with sigwait, never by a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = cosched::server::CsdServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "csd: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  stopper.join();
+  return 0;
+}

@@ -1,0 +1,133 @@
+#include "server/services.h"
+
+#include "common/transport.h"
+#include "glog/logging.h"
+
+namespace cosched::server {
+namespace {
+
+// Answers a unary call with a result that is already known.
+template <typename T>
+grpc::ServerUnaryReactor* AnswerNow(grpc::CallbackServerContext* context,
+                                    absl::StatusOr<T> result, T* response) {
+  auto* reactor = context->DefaultReactor();
+  if (result.ok()) *response = std::move(*result);
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+// The completion of an asynchronous write, answering the call.
+template <typename T>
+DesiredState::Done<T> AnswerLater(grpc::ServerUnaryReactor* reactor,
+                                  T* response) {
+  return [reactor, response](absl::StatusOr<T> result) {
+    if (result.ok()) *response = std::move(*result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  };
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ControlPlaneService::TagVM(
+    grpc::CallbackServerContext* context, const v1::TagVMRequest* request,
+    v1::TagVMResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  state_->TagVm(*request, AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::UntagVM(
+    grpc::CallbackServerContext* context, const v1::UntagVMRequest* request,
+    v1::UntagVMResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  state_->UntagVm(*request, AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::GetVM(
+    grpc::CallbackServerContext* context, const v1::GetVMRequest* request,
+    v1::VM* response) {
+  return AnswerNow(context, state_->GetVm(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ListVMs(
+    grpc::CallbackServerContext* context, const v1::ListVMsRequest* request,
+    v1::ListVMsResponse* response) {
+  return AnswerNow(context, state_->ListVms(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::SetTenantPolicy(
+    grpc::CallbackServerContext* context,
+    const v1::SetTenantPolicyRequest* request, v1::TenantPolicy* response) {
+  auto* reactor = context->DefaultReactor();
+  state_->SetTenantPolicy(*request, AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::GetTenantPolicy(
+    grpc::CallbackServerContext* context,
+    const v1::GetTenantPolicyRequest* request, v1::TenantPolicy* response) {
+  return AnswerNow(context, state_->GetTenantPolicy(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ListTenantPolicies(
+    grpc::CallbackServerContext* context,
+    const v1::ListTenantPoliciesRequest* request,
+    v1::ListTenantPoliciesResponse* response) {
+  return AnswerNow(context, state_->ListTenantPolicies(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ListHosts(
+    grpc::CallbackServerContext* context, const v1::ListHostsRequest* request,
+    v1::ListHostsResponse* response) {
+  auto hosts = state_->ListHosts(*request);
+  if (hosts.ok()) {
+    for (auto& host : *hosts->mutable_hosts()) {
+      host.set_connected(fanout_->IsConnected(host.host_id()));
+    }
+  }
+  return AnswerNow(context, std::move(hosts), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
+    grpc::CallbackServerContext* context, const v1::GetHostRequest* request,
+    v1::Host* response) {
+  auto host = state_->GetHost(*request);
+  if (host.ok()) host->set_connected(fanout_->IsConnected(host->host_id()));
+  return AnswerNow(context, std::move(host), response);
+}
+
+grpc::ServerUnaryReactor* AgentServiceImpl::Register(
+    grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  state_->RegisterHost(*request, AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>*
+AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
+                                   const v1::WatchAssignmentsRequest* request) {
+  absl::Status valid = state_->ValidateWatch(*request);
+  if (!valid.ok()) {
+    // A reactor that only says why.
+    class Refusal : public grpc::ServerWriteReactor<v1::WatchAssignmentsResponse> {
+     public:
+      explicit Refusal(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+      void OnDone() override { delete this; }
+    };
+    (void)context;
+    return new Refusal(valid);
+  }
+  return fanout_->StartWatch(*request);
+}
+
+grpc::ServerUnaryReactor* AgentServiceImpl::Report(
+    grpc::CallbackServerContext* context, const v1::ReportRequest* request,
+    v1::ReportResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  state_->ApplyReport(*request, AnswerLater(reactor, response));
+  return reactor;
+}
+
+}  // namespace cosched::server

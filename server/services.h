@@ -1,0 +1,77 @@
+// The gRPC faces of csd: thin adapters from the generated callback services
+// to DesiredState and AssignmentFanout. Unary calls never hold a thread
+// while a write waits for its commit.
+#ifndef COSCHED_SERVER_SERVICES_H_
+#define COSCHED_SERVER_SERVICES_H_
+
+#include "cosched/v1/agent.grpc.pb.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "server/assignment_fanout.h"
+#include "server/desired_state.h"
+
+namespace cosched::server {
+
+class ControlPlaneService final : public v1::ControlPlane::CallbackService {
+ public:
+  ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout)
+      : state_(state), fanout_(fanout) {}
+
+  grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
+                                  const v1::TagVMRequest* request,
+                                  v1::TagVMResponse* response) override;
+  grpc::ServerUnaryReactor* UntagVM(grpc::CallbackServerContext* context,
+                                    const v1::UntagVMRequest* request,
+                                    v1::UntagVMResponse* response) override;
+  grpc::ServerUnaryReactor* GetVM(grpc::CallbackServerContext* context,
+                                  const v1::GetVMRequest* request,
+                                  v1::VM* response) override;
+  grpc::ServerUnaryReactor* ListVMs(grpc::CallbackServerContext* context,
+                                    const v1::ListVMsRequest* request,
+                                    v1::ListVMsResponse* response) override;
+  grpc::ServerUnaryReactor* SetTenantPolicy(
+      grpc::CallbackServerContext* context,
+      const v1::SetTenantPolicyRequest* request,
+      v1::TenantPolicy* response) override;
+  grpc::ServerUnaryReactor* GetTenantPolicy(
+      grpc::CallbackServerContext* context,
+      const v1::GetTenantPolicyRequest* request,
+      v1::TenantPolicy* response) override;
+  grpc::ServerUnaryReactor* ListTenantPolicies(
+      grpc::CallbackServerContext* context,
+      const v1::ListTenantPoliciesRequest* request,
+      v1::ListTenantPoliciesResponse* response) override;
+  grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* context,
+                                      const v1::ListHostsRequest* request,
+                                      v1::ListHostsResponse* response) override;
+  grpc::ServerUnaryReactor* GetHost(grpc::CallbackServerContext* context,
+                                    const v1::GetHostRequest* request,
+                                    v1::Host* response) override;
+
+ private:
+  DesiredState* const state_;
+  const AssignmentFanout* const fanout_;
+};
+
+class AgentServiceImpl final : public v1::AgentService::CallbackService {
+ public:
+  AgentServiceImpl(DesiredState* state, AssignmentFanout* fanout)
+      : state_(state), fanout_(fanout) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>* WatchAssignments(
+      grpc::CallbackServerContext* context,
+      const v1::WatchAssignmentsRequest* request) override;
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* context,
+                                   const v1::ReportRequest* request,
+                                   v1::ReportResponse* response) override;
+
+ private:
+  DesiredState* const state_;
+  AssignmentFanout* const fanout_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_SERVICES_H_

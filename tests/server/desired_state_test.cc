@@ -1,0 +1,276 @@
+#include "server/desired_state.h"
+
+#include <future>
+
+#include "gtest/gtest.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+template <typename T>
+absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
+  std::promise<absl::StatusOr<T>> promise;
+  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
+  return promise.get_future().get();
+}
+
+class DesiredStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::SqliteStoreOptions options;
+    options.data_dir = dir_.Sub("data");
+    auto store = store::SqliteStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    state_ = std::make_unique<DesiredState>(store_.get());
+  }
+
+  absl::StatusOr<v1::TagVMResponse> Tag(const std::string& vm,
+                                        const std::string& tenant = "",
+                                        v1::IsolationLevel level =
+                                            v1::ISOLATION_LEVEL_UNSPECIFIED,
+                                        std::vector<std::string> classes = {}) {
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    request.set_isolation(level);
+    for (auto& c : classes) request.add_interference_classes(c);
+    return Wait<v1::TagVMResponse>(
+        [&](auto done) { state_->TagVm(request, std::move(done)); });
+  }
+
+  absl::Status Register(const std::string& host) {
+    v1::RegisterRequest request;
+    request.set_host_id(host);
+    auto* core = request.mutable_topology()->add_cores();
+    core->add_cpus(0);
+    core->add_cpus(1);
+    return Wait<v1::RegisterResponse>([&](auto done) {
+             state_->RegisterHost(request, std::move(done));
+           }).status();
+  }
+
+  absl::Status Report(const std::string& host,
+                      std::vector<std::pair<std::string, std::string>> vms) {
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    for (auto& [id, uuid] : vms) {
+      auto* o = request.add_vms();
+      o->set_vm_id(id);
+      o->set_uuid(uuid);
+    }
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  cosched::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<DesiredState> state_;
+};
+
+TEST_F(DesiredStateTest, TagWithNothingButAnIdUsesDefaultTenantAndVmLevel) {
+  auto r = Tag("vm-123");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->changed());
+  EXPECT_EQ(r->vm().tenant_id(), "default");
+  EXPECT_EQ(r->vm().assignment().isolation(), v1::ISOLATION_LEVEL_VM);
+  EXPECT_EQ(r->vm().assignment().trust_group(), "default/vm/vm-123");
+  EXPECT_EQ(r->vm().thread_scope(), v1::THREAD_SCOPE_EMULATOR);
+  EXPECT_GT(r->vm().assignment().revision(), 0);
+}
+
+TEST_F(DesiredStateTest, TagIsIdempotent) {
+  auto first = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT, {"avx512"});
+  auto second = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT, {"avx512", "avx512"});
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_FALSE(second->changed());
+  EXPECT_EQ(first->vm().assignment().revision(), second->vm().assignment().revision());
+  EXPECT_EQ(store_->CurrentRevision(), first->vm().assignment().revision());
+  auto third = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM);
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->changed());
+  EXPECT_GT(third->vm().assignment().revision(), first->vm().assignment().revision());
+}
+
+TEST_F(DesiredStateTest, TagForAnotherTenantIsRefused) {
+  ASSERT_TRUE(Tag("vm-1", "acme").ok());
+  auto r = Tag("vm-1", "globex");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("tenant 'acme'"), std::string::npos);
+}
+
+TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
+  v1::SetTenantPolicyRequest set;
+  set.mutable_policy()->set_tenant_id("bank");
+  set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+  set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+  set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+  auto policy = Wait<v1::TenantPolicy>(
+      [&](auto done) { state_->SetTenantPolicy(set, std::move(done)); });
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_TRUE(policy->explicitly_set());
+
+  auto none = Tag("vm-1", "bank", v1::ISOLATION_LEVEL_NONE);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto by_default = Tag("vm-2", "bank");
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_EQ(by_default->vm().assignment().trust_group(), "bank/vm/vm-2");
+
+  // New default: the VM that follows the default moves to the tenant group.
+  set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_TRUE(Wait<v1::TenantPolicy>([&](auto done) {
+                state_->SetTenantPolicy(set, std::move(done));
+              }).ok());
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-2");
+  auto vm = state_->GetVm(get);
+  ASSERT_TRUE(vm.ok());
+  EXPECT_EQ(vm->assignment().trust_group(), "bank/tenant");
+  EXPECT_GT(vm->assignment().revision(), by_default->vm().assignment().revision());
+
+  // A policy that forbids a level in use is refused, naming the VM.
+  ASSERT_TRUE(Tag("vm-3", "bank", v1::ISOLATION_LEVEL_VM).ok());
+  set.mutable_policy()->clear_allowed_isolation();
+  set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+  auto refused = Wait<v1::TenantPolicy>(
+      [&](auto done) { state_->SetTenantPolicy(set, std::move(done)); });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("vm-3 (vm)"), std::string::npos);
+}
+
+TEST_F(DesiredStateTest, UntagUnknownIsNotFound) {
+  v1::UntagVMRequest request;
+  request.set_vm_id("vm-nope");
+  auto r = Wait<v1::UntagVMResponse>(
+      [&](auto done) { state_->UntagVm(request, std::move(done)); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-nope");
+  EXPECT_EQ(state_->GetVm(get).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DesiredStateTest, ReportPlacesTaggedVmsAndTagWaitsForAReport) {
+  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_TRUE(Tag("vm-1").ok());  // tagged before any agent reports it
+  auto first = state_->FirstWatchMessage("host-a", 0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  EXPECT_EQ(first->assignments_size(), 0);
+  int64_t seen = first->revision();
+
+  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  auto update = state_->WatchUpdate("host-a", seen);
+  ASSERT_TRUE(update.ok());
+  ASSERT_TRUE(update->has_value());
+  ASSERT_EQ((*update)->assignments_size(), 1);
+  EXPECT_EQ((*update)->assignments(0).vm_id(), "vm-1");
+  seen = (*update)->revision();
+
+  // A VM reported before it is tagged is sent as soon as it is tagged.
+  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}, {"vm-2", ""}}).ok());
+  ASSERT_TRUE(Tag("vm-2").ok());
+  update = state_->WatchUpdate("host-a", seen);
+  ASSERT_TRUE(update.ok() && update->has_value());
+  ASSERT_EQ((*update)->assignments_size(), 1);
+  EXPECT_EQ((*update)->assignments(0).vm_id(), "vm-2");
+}
+
+TEST_F(DesiredStateTest, VmTaggedByUuidIsMatched) {
+  ASSERT_TRUE(Register("host-a").ok());
+  const std::string uuid = "550e8400-e29b-41d4-a716-446655440000";
+  ASSERT_TRUE(Tag(uuid).ok());
+  ASSERT_TRUE(Report("host-a", {{"instance-7", uuid}}).ok());
+  auto snapshot = state_->FirstWatchMessage("host-a", 0);
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->assignments_size(), 1);
+  EXPECT_EQ(snapshot->assignments(0).vm_id(), uuid);
+}
+
+TEST_F(DesiredStateTest, MigrationMovesTheAssignment) {
+  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_TRUE(Register("host-b").ok());
+  ASSERT_TRUE(Tag("vm-1").ok());
+  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  int64_t before = store_->CurrentRevision();
+  // Live migration: both hosts run it for a while, then the source stops.
+  ASSERT_TRUE(Report("host-b", {{"vm-1", ""}}).ok());
+  ASSERT_TRUE(Report("host-a", {}).ok());
+  auto a = state_->WatchUpdate("host-a", before);
+  auto b = state_->WatchUpdate("host-b", before);
+  ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
+  EXPECT_EQ((*a)->removed_vm_ids_size(), 1);
+  EXPECT_EQ((*b)->assignments_size(), 1);
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-1");
+  EXPECT_EQ(state_->GetVm(get)->host_id(), "host-b");
+}
+
+TEST_F(DesiredStateTest, UntagSendsARemoval) {
+  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_TRUE(Tag("vm-1").ok());
+  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  int64_t before = store_->CurrentRevision();
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("vm-1");
+  auto r = Wait<v1::UntagVMResponse>(
+      [&](auto done) { state_->UntagVm(untag, std::move(done)); });
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->revision(), before);
+  auto update = state_->WatchUpdate("host-a", before);
+  ASSERT_TRUE(update.ok() && update->has_value());
+  ASSERT_EQ((*update)->removed_vm_ids_size(), 1);
+  EXPECT_EQ((*update)->removed_vm_ids(0), "vm-1");
+}
+
+TEST_F(DesiredStateTest, ResumeFromCurrentRevisionIsAnEmptyDelta) {
+  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_TRUE(Tag("vm-1").ok());
+  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  int64_t now = store_->CurrentRevision();
+  auto first = state_->FirstWatchMessage("host-a", now);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
+  EXPECT_EQ(first->assignments_size(), 0);
+  // A revision from the future (another store?) gets a snapshot.
+  auto future = state_->FirstWatchMessage("host-a", now + 1000);
+  ASSERT_TRUE(future.ok());
+  EXPECT_EQ(future->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  EXPECT_EQ(future->assignments_size(), 1);
+}
+
+TEST_F(DesiredStateTest, ReportFromUnregisteredHostIsRefused) {
+  auto s = Report("host-x", {{"vm-1", ""}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("Register"), std::string::npos);
+}
+
+TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(Tag("vm-" + std::to_string(100 + i), i % 2 ? "odd" : "even").ok());
+  }
+  v1::ListVMsRequest request;
+  request.set_page_size(10);
+  std::vector<std::string> ids;
+  do {
+    auto page = state_->ListVms(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& vm : page->vms()) ids.push_back(vm.vm_id());
+    request.set_page_token(page->next_page_token());
+  } while (!request.page_token().empty());
+  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+
+  v1::ListVMsRequest odd;
+  odd.set_tenant_id("odd");
+  auto page = state_->ListVms(odd);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->vms_size(), 12);
+  EXPECT_TRUE(page->next_page_token().empty());
+}
+
+}  // namespace
+}  // namespace cosched::server

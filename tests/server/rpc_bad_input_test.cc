@@ -1,0 +1,221 @@
+// Every RPC of csd refuses bad input with the right code and a message that
+// names the field, and writes nothing.
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "tests/server/csd_fixture.h"
+
+namespace cosched::server {
+namespace {
+
+struct Refusal {
+  grpc::StatusCode code;
+  std::string message_part;
+};
+
+void ExpectRefused(const grpc::Status& status, const Refusal& want) {
+  EXPECT_EQ(status.error_code(), want.code) << status.error_message();
+  EXPECT_NE(status.error_message().find(want.message_part), std::string::npos)
+      << "message: " << status.error_message() << "\nwanted: " << want.message_part;
+}
+
+class BadInputTest : public CsdFixture {
+ protected:
+  template <typename Req, typename Resp, typename Call>
+  void Expect(Call call, const Req& request, const Refusal& want) {
+    grpc::ClientContext context;
+    Resp response;
+    ExpectRefused(call(&context, request, &response), want);
+  }
+
+  void RegisterHost(const std::string& host) {
+    grpc::ClientContext context;
+    v1::RegisterRequest request;
+    request.set_host_id(host);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+  }
+
+};
+
+constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+
+TEST_F(BadInputTest, TagVM) {
+  auto tag = [&](grpc::ClientContext* c, const v1::TagVMRequest& r,
+                 v1::TagVMResponse* out) { return control_->TagVM(c, r, out); };
+  v1::TagVMRequest r;
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "vm_id is required"});
+  r.set_vm_id("bad id!");
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(
+      tag, r, {kInvalid, "vm_id 'bad id!' must be 1-128 characters"});
+  r.set_vm_id(std::string(129, 'a'));
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "vm_id"});
+  r.set_vm_id("vm-1");
+  r.set_tenant_id("ten ant");
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "tenant_id"});
+  r.set_tenant_id("acme");
+  r.set_isolation(static_cast<v1::IsolationLevel>(99));
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "isolation must be one of"});
+  r.set_isolation(v1::ISOLATION_LEVEL_VM);
+  r.set_thread_scope(static_cast<v1::ThreadScope>(-3));
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "thread_scope"});
+  r.set_thread_scope(v1::THREAD_SCOPE_VCPUS);
+  r.add_interference_classes("ok");
+  r.add_interference_classes("");
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "interference_classes[1]"});
+  r.clear_interference_classes();
+  for (int i = 0; i < 17; ++i) r.add_interference_classes("c" + std::to_string(i));
+  Expect<v1::TagVMRequest, v1::TagVMResponse>(tag, r, {kInvalid, "at most 16"});
+
+  // Nothing was written by any of them.
+  grpc::ClientContext context;
+  v1::ListVMsResponse list;
+  ASSERT_TRUE(control_->ListVMs(&context, v1::ListVMsRequest(), &list).ok());
+  EXPECT_EQ(list.vms_size(), 0);
+}
+
+TEST_F(BadInputTest, UntagAndGetVM) {
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("-x");
+  Expect<v1::UntagVMRequest, v1::UntagVMResponse>(
+      [&](auto* c, auto& r, auto* o) { return control_->UntagVM(c, r, o); }, untag,
+      {kInvalid, "vm_id '-x'"});
+  untag.set_vm_id("vm-nope");
+  Expect<v1::UntagVMRequest, v1::UntagVMResponse>(
+      [&](auto* c, auto& r, auto* o) { return control_->UntagVM(c, r, o); }, untag,
+      {grpc::StatusCode::NOT_FOUND, "vm 'vm-nope' is not tagged"});
+  v1::GetVMRequest get;
+  Expect<v1::GetVMRequest, v1::VM>(
+      [&](auto* c, auto& r, auto* o) { return control_->GetVM(c, r, o); }, get,
+      {kInvalid, "vm_id is required"});
+  get.set_vm_id("vm-nope");
+  Expect<v1::GetVMRequest, v1::VM>(
+      [&](auto* c, auto& r, auto* o) { return control_->GetVM(c, r, o); }, get,
+      {grpc::StatusCode::NOT_FOUND, "vm 'vm-nope' not found"});
+}
+
+TEST_F(BadInputTest, ListCalls) {
+  auto list_vms = [&](auto* c, auto& r, auto* o) { return control_->ListVMs(c, r, o); };
+  v1::ListVMsRequest vms;
+  vms.set_page_size(-1);
+  Expect<v1::ListVMsRequest, v1::ListVMsResponse>(list_vms, vms, {kInvalid, "page_size"});
+  vms.set_page_size(1001);
+  Expect<v1::ListVMsRequest, v1::ListVMsResponse>(list_vms, vms, {kInvalid, "page_size"});
+  vms.set_page_size(10);
+  vms.set_page_token("garbage!");
+  Expect<v1::ListVMsRequest, v1::ListVMsResponse>(list_vms, vms, {kInvalid, "page_token"});
+  vms.clear_page_token();
+  vms.set_host_id("bad host");
+  Expect<v1::ListVMsRequest, v1::ListVMsResponse>(list_vms, vms, {kInvalid, "host_id"});
+
+  v1::ListTenantPoliciesRequest policies;
+  policies.set_page_size(5000);
+  Expect<v1::ListTenantPoliciesRequest, v1::ListTenantPoliciesResponse>(
+      [&](auto* c, auto& r, auto* o) { return control_->ListTenantPolicies(c, r, o); },
+      policies, {kInvalid, "page_size"});
+  v1::ListHostsRequest hosts;
+  hosts.set_page_token("@@@");
+  Expect<v1::ListHostsRequest, v1::ListHostsResponse>(
+      [&](auto* c, auto& r, auto* o) { return control_->ListHosts(c, r, o); }, hosts,
+      {kInvalid, "page_token"});
+}
+
+TEST_F(BadInputTest, TenantPolicies) {
+  auto set = [&](auto* c, auto& r, auto* o) { return control_->SetTenantPolicy(c, r, o); };
+  v1::SetTenantPolicyRequest r;
+  Expect<v1::SetTenantPolicyRequest, v1::TenantPolicy>(set, r, {kInvalid, "policy.tenant_id"});
+  r.mutable_policy()->set_tenant_id("acme");
+  Expect<v1::SetTenantPolicyRequest, v1::TenantPolicy>(
+      set, r, {kInvalid, "policy.default_isolation"});
+  r.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_NONE);
+  r.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+  Expect<v1::SetTenantPolicyRequest, v1::TenantPolicy>(
+      set, r, {kInvalid, "must be one of policy.allowed_isolation"});
+  v1::GetTenantPolicyRequest get;
+  get.set_tenant_id("a b");
+  Expect<v1::GetTenantPolicyRequest, v1::TenantPolicy>(
+      [&](auto* c, auto& r, auto* o) { return control_->GetTenantPolicy(c, r, o); }, get,
+      {kInvalid, "tenant_id"});
+}
+
+TEST_F(BadInputTest, GetHost) {
+  auto get = [&](auto* c, auto& r, auto* o) { return control_->GetHost(c, r, o); };
+  v1::GetHostRequest r;
+  Expect<v1::GetHostRequest, v1::Host>(get, r, {kInvalid, "host_id is required"});
+  r.set_host_id("nowhere");
+  Expect<v1::GetHostRequest, v1::Host>(get, r,
+                                       {grpc::StatusCode::NOT_FOUND, "host 'nowhere'"});
+}
+
+TEST_F(BadInputTest, Register) {
+  auto reg = [&](auto* c, auto& r, auto* o) { return agent_->Register(c, r, o); };
+  v1::RegisterRequest r;
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(reg, r, {kInvalid, "host_id"});
+  r.set_host_id("host-a");
+  auto* core = r.mutable_topology()->add_cores();
+  core->add_cpus(0);
+  auto* dup = r.mutable_topology()->add_cores();
+  dup->add_cpus(0);
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(
+      reg, r, {kInvalid, "topology.cores[1].cpus has CPU 0"});
+  r.clear_topology();
+  r.mutable_topology()->add_cores();
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(reg, r,
+                                                    {kInvalid, "topology.cores[0].cpus"});
+  r.clear_topology();
+  r.mutable_capabilities()->set_core_sched(static_cast<v1::CoreSchedSupport>(77));
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(reg, r,
+                                                    {kInvalid, "capabilities.core_sched"});
+  r.mutable_capabilities()->set_core_sched(v1::CORE_SCHED_SUPPORT_SUPPORTED);
+  r.set_agent_version(std::string(65, 'v'));
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(reg, r, {kInvalid, "agent_version"});
+}
+
+TEST_F(BadInputTest, WatchAssignments) {
+  auto watch = [&](const v1::WatchAssignmentsRequest& r) {
+    grpc::ClientContext context;
+    auto reader = agent_->WatchAssignments(&context, r);
+    v1::WatchAssignmentsResponse message;
+    EXPECT_FALSE(reader->Read(&message));
+    return reader->Finish();
+  };
+  v1::WatchAssignmentsRequest r;
+  r.set_host_id("bad host");
+  ExpectRefused(watch(r), {kInvalid, "host_id"});
+  r.set_host_id("host-a");
+  r.set_resume_revision(-1);
+  ExpectRefused(watch(r), {kInvalid, "resume_revision"});
+  r.set_resume_revision(0);
+  ExpectRefused(watch(r), {grpc::StatusCode::FAILED_PRECONDITION, "not registered"});
+}
+
+TEST_F(BadInputTest, Report) {
+  auto report = [&](auto* c, auto& r, auto* o) { return agent_->Report(c, r, o); };
+  v1::ReportRequest r;
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "host_id"});
+  r.set_host_id("host-a");
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {grpc::StatusCode::FAILED_PRECONDITION, "not registered"});
+  RegisterHost("host-a");
+  r.set_applied_revision(-5);
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "applied_revision"});
+  r.set_applied_revision(0);
+  r.add_vms()->set_vm_id("vm-1");
+  r.add_vms()->set_vm_id("vm-1");
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r,
+                                                {kInvalid, "vms[1].vm_id 'vm-1' is reported twice"});
+  r.clear_vms();
+  auto* o = r.add_vms();
+  o->set_vm_id("vm-1");
+  o->set_uuid("not a uuid!");
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "vms[0].uuid"});
+  o->clear_uuid();
+  o->mutable_enforcement()->set_threads_found(-1);
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "vms[0].enforcement"});
+  r.clear_vms();
+  for (int i = 0; i < 10001; ++i) r.add_vms()->set_vm_id("vm-" + std::to_string(i));
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 10000"});
+}
+
+}  // namespace
+}  // namespace cosched::server
