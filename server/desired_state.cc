@@ -76,12 +76,17 @@ std::string TokenAfter(const std::string& last_key) {
   return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, last_key));
 }
 
-// Reads one more than the page holds to know whether another page follows.
-template <typename T, typename KeyFn>
-std::string NextToken(std::vector<T>& items, int limit, KeyFn key) {
-  if (static_cast<int>(items.size()) <= limit) return "";
-  items.resize(limit);
-  return TokenAfter(key(items.back()));
+// A full page has a next page when one more item follows its last key.
+template <typename T, typename KeyFn, typename ListFn>
+absl::StatusOr<std::string> NextToken(const std::vector<T>& items,
+                                      const store::Page& page, KeyFn key,
+                                      ListFn list) {
+  if (items.empty() || static_cast<int>(items.size()) < page.limit) return "";
+  store::Page probe;
+  probe.after = key(items.back());
+  probe.limit = 1;
+  ASSIGN_OR_RETURN(auto more, list(probe));
+  return more.empty() ? "" : TokenAfter(probe.after);
 }
 
 absl::Status ValidateOptionalId(absl::string_view field,
@@ -511,11 +516,12 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
                          request.trust_group()};
   v1::ListVMsResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    int limit = page.limit;
-    page.limit = limit + 1;
     ASSIGN_OR_RETURN(auto vms, txn.ListVms(filter, page));
-    response.set_next_page_token(
-        NextToken(vms, limit, [](const v1::VM& vm) { return vm.vm_id(); }));
+    ASSIGN_OR_RETURN(
+        auto token,
+        NextToken(vms, page, [](const v1::VM& vm) { return vm.vm_id(); },
+                  [&](const store::Page& p) { return txn.ListVms(filter, p); }));
+    response.set_next_page_token(token);
     for (auto& vm : vms) *response.add_vms() = std::move(vm);
     return absl::OkStatus();
   }));
@@ -539,11 +545,13 @@ absl::StatusOr<v1::ListTenantPoliciesResponse> DesiredState::ListTenantPolicies(
                    PageFrom(request.page_size(), request.page_token()));
   v1::ListTenantPoliciesResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    int limit = page.limit;
-    page.limit = limit + 1;
     ASSIGN_OR_RETURN(auto policies, txn.ListTenantPolicies(page));
-    response.set_next_page_token(NextToken(
-        policies, limit, [](const v1::TenantPolicy& p) { return p.tenant_id(); }));
+    ASSIGN_OR_RETURN(
+        auto token,
+        NextToken(policies, page,
+                  [](const v1::TenantPolicy& p) { return p.tenant_id(); },
+                  [&](const store::Page& p) { return txn.ListTenantPolicies(p); }));
+    response.set_next_page_token(token);
     for (auto& p : policies) *response.add_policies() = std::move(p);
     return absl::OkStatus();
   }));
@@ -571,11 +579,12 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
                    PageFrom(request.page_size(), request.page_token()));
   v1::ListHostsResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    int limit = page.limit;
-    page.limit = limit + 1;
     ASSIGN_OR_RETURN(auto hosts, txn.ListHosts(page));
-    response.set_next_page_token(
-        NextToken(hosts, limit, [](const v1::Host& h) { return h.host_id(); }));
+    ASSIGN_OR_RETURN(
+        auto token,
+        NextToken(hosts, page, [](const v1::Host& h) { return h.host_id(); },
+                  [&](const store::Page& p) { return txn.ListHosts(p); }));
+    response.set_next_page_token(token);
     for (auto& h : hosts) *response.add_hosts() = std::move(h);
     return absl::OkStatus();
   }));

@@ -272,5 +272,26 @@ TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
   EXPECT_TRUE(page->next_page_token().empty());
 }
 
+TEST_F(DesiredStateTest, FullLastPageHasNoNextToken) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Tag("vm-" + std::to_string(100 + i)).ok());
+  v1::ListVMsRequest request;
+  request.set_page_size(10);
+  auto first = state_->ListVms(request);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->vms_size(), 10);
+  ASSERT_FALSE(first->next_page_token().empty());
+  request.set_page_token(first->next_page_token());
+  auto second = state_->ListVms(request);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->vms_size(), 10);
+  EXPECT_TRUE(second->next_page_token().empty());
+  // The largest page the API allows is served whole.
+  v1::ListVMsRequest big;
+  big.set_page_size(1000);
+  auto all = state_->ListVms(big);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->vms_size(), 20);
+}
+
 }  // namespace
 }  // namespace cosched::server
