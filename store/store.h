@@ -46,7 +46,9 @@ struct HostChanges {
 
 // Reads and writes of one transaction. Reads see the transaction's own
 // writes. Records are proto messages; which fields are stored is said per
-// method. Every method may fail with the store's I/O error.
+// method. Every method may fail with the store's I/O error; writes fail with
+// FAILED_PRECONDITION in a read-only transaction (Store::Read) and with
+// INVALID_ARGUMENT when the record's key is empty.
 class Transaction {
  public:
   virtual ~Transaction() = default;
@@ -88,7 +90,8 @@ class Transaction {
       absl::string_view key) = 0;
 
   // Change log that lets agents resume: records that the assignment of
-  // `vm_id` changed for `host_id` at WriteRevision().
+  // `vm_id` changed for `host_id` at WriteRevision(). With an empty
+  // `host_id` (a VM no agent reported yet) it only takes the revision.
   virtual absl::Status RecordChange(absl::string_view host_id,
                                     absl::string_view vm_id) = 0;
   virtual absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,

@@ -1,0 +1,111 @@
+// The embedded durable store: one SQLite database file in WAL mode.
+#ifndef COSCHED_STORE_SQLITE_STORE_H_
+#define COSCHED_STORE_SQLITE_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "store/store.h"
+
+namespace cosched::store {
+
+class SqliteDb;
+
+struct SqliteStoreOptions {
+  // Directory of the database file (cosched.db); created with mode 0700.
+  std::string data_dir;
+  // Change-log rows kept for agents that resume; older ones are compacted
+  // away and those agents get a snapshot instead.
+  int64_t changelog_retention = 100000;
+  // Write functions committed together at most.
+  int max_batch = 256;
+};
+
+// Store on SQLite. Writes go through one writer thread with its own
+// connection, which commits whatever is queued as one transaction (one fsync
+// for the batch) with a savepoint per write function. Reads run on the
+// caller's thread, on a pooled read-only connection, in a snapshot.
+//
+// Thread-safe. Do not call WriteSync from a write function, a done callback
+// or the commit observer: they run on the writer thread, which would wait
+// for itself.
+class SqliteStore final : public Store {
+ public:
+  // Opens or creates the store in options.data_dir and brings its schema up
+  // to date. Errors: FAILED_PRECONDITION when the schema is newer than this
+  // code or the options are invalid; DATA_LOSS when the file is not a sound
+  // SQLite database; UNAVAILABLE / PERMISSION_DENIED when the directory or
+  // file cannot be created, opened or written.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const SqliteStoreOptions& options);
+
+  // Commits every write already submitted, then stops the writer. Writes
+  // submitted meanwhile from other threads fail with UNAVAILABLE.
+  ~SqliteStore() override;
+
+  void Write(TxnFn fn, DoneFn done) override;
+  absl::Status Read(const TxnFn& fn) override;
+  int64_t CurrentRevision() const override;
+  void SetCommitObserver(CommitObserver observer) override;
+
+  // The schema version this code writes.
+  static int LatestSchemaVersion();
+  const std::string& db_path() const { return db_path_; }
+
+ private:
+  struct PendingWrite {
+    TxnFn fn;
+    DoneFn done;
+  };
+
+  SqliteStore(SqliteStoreOptions options, std::string db_path,
+              std::unique_ptr<SqliteDb> writer);
+
+  void WriterLoop();
+  // Runs and commits one batch, then calls its done functions. True when it
+  // committed; `changed_hosts` gets the hosts of its RecordChange calls.
+  bool RunBatch(std::vector<PendingWrite>& batch,
+                std::set<std::string>& changed_hosts);
+  // Deletes the oldest change-log revisions inside the open batch
+  // transaction once the log is well over its retention. A failure only
+  // matters when SQLite dropped the whole transaction with it.
+  absl::Status MaybeCompact();
+
+  absl::StatusOr<std::unique_ptr<SqliteDb>> AcquireReader();
+  void ReleaseReader(std::unique_ptr<SqliteDb> db);
+
+  const SqliteStoreOptions options_;
+  const std::string db_path_;
+
+  std::atomic<int64_t> committed_revision_{0};
+
+  // Owned by the writer thread once it runs.
+  std::unique_ptr<SqliteDb> writer_db_;
+  int64_t allocated_revision_ = 0;  // highest revision handed out
+  int64_t change_rows_ = 0;         // rows in the change log
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<PendingWrite> queue_;  // guarded by queue_mu_
+  bool stopping_ = false;           // guarded by queue_mu_
+  CommitObserver observer_;         // guarded by queue_mu_
+
+  std::mutex readers_mu_;
+  std::vector<std::unique_ptr<SqliteDb>> idle_readers_;  // guarded
+
+  std::thread writer_;
+};
+
+}  // namespace cosched::store
+
+#endif  // COSCHED_STORE_SQLITE_STORE_H_

@@ -1,0 +1,888 @@
+#include "store/sqlite_store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/sqlite_db.h"
+
+namespace cosched::store {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
+
+v1::VM MakeVm(const std::string& id, const std::string& tenant = "t1",
+              const std::string& host = "", const std::string& group = "") {
+  v1::VM vm;
+  vm.set_vm_id(id);
+  vm.set_tenant_id(tenant);
+  vm.set_host_id(host);
+  vm.mutable_assignment()->set_vm_id(id);
+  vm.mutable_assignment()->set_tenant_id(tenant);
+  vm.mutable_assignment()->set_trust_group(group);
+  return vm;
+}
+
+v1::VMObservation MakeObservation(const std::string& id,
+                                  const std::string& uuid,
+                                  const std::string& applied_group) {
+  v1::VMObservation vm;
+  vm.set_vm_id(id);
+  vm.set_uuid(uuid);
+  vm.mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  vm.mutable_enforcement()->set_applied_trust_group(applied_group);
+  return vm;
+}
+
+VmFilter Filter(const std::string& tenant, const std::string& host,
+                const std::string& group) {
+  VmFilter filter;
+  filter.tenant_id = tenant;
+  filter.host_id = host;
+  filter.trust_group = group;
+  return filter;
+}
+
+std::vector<std::string> VmIds(const std::vector<v1::VM>& vms) {
+  std::vector<std::string> ids;
+  for (const v1::VM& vm : vms) ids.push_back(vm.vm_id());
+  return ids;
+}
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/cosched-store-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    data_dir_ = root_ + "/data";
+  }
+
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::unique_ptr<SqliteStore> OpenStore(int64_t retention = 100000) {
+    SqliteStoreOptions options;
+    options.data_dir = data_dir_;
+    options.changelog_retention = retention;
+    absl::StatusOr<std::unique_ptr<SqliteStore>> store =
+        SqliteStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  absl::Status OpenError() {
+    SqliteStoreOptions options;
+    options.data_dir = data_dir_;
+    return SqliteStore::Open(options).status();
+  }
+
+  std::string DbPath() const { return data_dir_ + "/cosched.db"; }
+
+  std::string root_;
+  std::string data_dir_;
+};
+
+std::optional<v1::VM> GetVm(Store& store, const std::string& id) {
+  std::optional<v1::VM> vm;
+  absl::Status status = store.Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(vm, txn.GetVm(id));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return vm;
+}
+
+std::vector<v1::VM> ListVms(Store& store, const VmFilter& filter,
+                            const Page& page) {
+  std::vector<v1::VM> vms;
+  absl::Status status = store.Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(vms, txn.ListVms(filter, page));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return vms;
+}
+
+HostChanges ChangesSince(Store& store, const std::string& host,
+                         int64_t revision) {
+  HostChanges changes;
+  absl::Status status = store.Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(changes, txn.ChangesSince(host, revision));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return changes;
+}
+
+std::optional<Observation> FindObservation(Store& store,
+                                           const std::string& key) {
+  std::optional<Observation> observation;
+  absl::Status status = store.Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(observation, txn.FindObservation(key));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return observation;
+}
+
+// Writes `vm` and records its change; returns the write's revision.
+int64_t PutAndRecord(Store& store, const v1::VM& vm) {
+  int64_t revision = 0;
+  absl::Status status = store.WriteSync([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(revision, txn.WriteRevision());
+    RETURN_IF_ERROR(txn.PutVm(vm));
+    return txn.RecordChange(vm.host_id(), vm.vm_id());
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return revision;
+}
+
+TEST_F(SqliteStoreTest, PutGetDeleteRoundtrip) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(std::filesystem::exists(DbPath()));
+  EXPECT_EQ(std::filesystem::status(data_dir_).permissions() &
+                std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+
+  v1::VM vm = MakeVm("vm-1", "t1", "h1", "g1");
+  vm.mutable_enforcement()->set_last_error("not stored");
+  ASSERT_TRUE(
+      store->WriteSync([&](Transaction& txn) { return txn.PutVm(vm); }).ok());
+
+  std::optional<v1::VM> got = GetVm(*store, "vm-1");
+  ASSERT_TRUE(got.has_value());
+  v1::VM expected = vm;
+  expected.clear_enforcement();
+  EXPECT_EQ(got->DebugString(), expected.DebugString());
+  EXPECT_FALSE(GetVm(*store, "vm-2").has_value());
+
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction& txn) { return txn.DeleteVm("vm-1"); })
+          .ok());
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+  absl::Status again =
+      store->WriteSync([](Transaction& txn) { return txn.DeleteVm("vm-1"); });
+  EXPECT_TRUE(absl::IsNotFound(again)) << again;
+
+  v1::TenantPolicy policy;
+  policy.set_tenant_id("t1");
+  policy.set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
+  v1::Host host;
+  host.set_host_id("h1");
+  host.set_agent_version("1.2");
+  host.set_connected(true);
+  ASSERT_TRUE(store
+                  ->WriteSync([&](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.PutTenantPolicy(policy));
+                    return txn.PutHost(host);
+                  })
+                  .ok());
+  ASSERT_TRUE(
+      store
+          ->Read([&](Transaction& txn) -> absl::Status {
+            ASSIGN_OR_RETURN(auto got_policy, txn.GetTenantPolicy("t1"));
+            EXPECT_TRUE(got_policy.has_value());
+            if (got_policy) {
+              EXPECT_EQ(got_policy->DebugString(), policy.DebugString());
+            }
+            ASSIGN_OR_RETURN(auto got_host, txn.GetHost("h1"));
+            EXPECT_TRUE(got_host.has_value());
+            if (got_host) {
+              EXPECT_EQ(got_host->agent_version(), "1.2");
+              EXPECT_FALSE(got_host->connected());
+            }
+            ASSIGN_OR_RETURN(auto no_host, txn.GetHost("h2"));
+            EXPECT_FALSE(no_host.has_value());
+            return absl::OkStatus();
+          })
+          .ok());
+}
+
+TEST_F(SqliteStoreTest, TransactionReadsItsOwnWrites) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::Status status = store->WriteSync([](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-1")));
+    ASSIGN_OR_RETURN(auto vm, txn.GetVm("vm-1"));
+    if (!vm) return absl::InternalError("own write not visible");
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST_F(SqliteStoreTest, FailingWriteInABatchIsUndoneAlone) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::vector<std::string>> observed;
+  store->SetCommitObserver([&](const std::vector<std::string>& hosts, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    observed.push_back(hosts);
+  });
+
+  // Holding the writer inside a first write makes the next three one batch.
+  std::latch blocker_started(1);
+  std::latch release_blocker(1);
+  store->Write(
+      [&](Transaction&) {
+        blocker_started.count_down();
+        release_blocker.wait();
+        return absl::OkStatus();
+      },
+      nullptr);
+  blocker_started.wait();
+
+  std::latch done(3);
+  absl::Status a, b, c;
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-a", "t1", "ha")));
+        return txn.RecordChange("ha", "vm-a");
+      },
+      [&](absl::Status s) {
+        a = s;
+        done.count_down();
+      });
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-b", "t1", "hb")));
+        RETURN_IF_ERROR(txn.RecordChange("hb", "vm-b"));
+        return absl::AbortedError("b gives up");
+      },
+      [&](absl::Status s) {
+        b = s;
+        done.count_down();
+      });
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-c", "t1", "hc")));
+        return txn.RecordChange("hc", "vm-c");
+      },
+      [&](absl::Status s) {
+        c = s;
+        done.count_down();
+      });
+  release_blocker.count_down();
+  done.wait();
+
+  EXPECT_TRUE(a.ok()) << a;
+  EXPECT_TRUE(absl::IsAborted(b)) << b;
+  EXPECT_EQ(b.message(), "b gives up");
+  EXPECT_TRUE(c.ok()) << c;
+  EXPECT_TRUE(GetVm(*store, "vm-a").has_value());
+  EXPECT_FALSE(GetVm(*store, "vm-b").has_value());
+  EXPECT_TRUE(GetVm(*store, "vm-c").has_value());
+  EXPECT_TRUE(ChangesSince(*store, "hb", 0).vm_ids.empty());
+
+  // A write after the batch runs after its observer call.
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction&) { return absl::OkStatus(); }).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(observed.size(), 1u);
+  EXPECT_THAT(observed[0], UnorderedElementsAre("ha", "hc"));
+}
+
+TEST_F(SqliteStoreTest, ConcurrentBatchesWithFailuresKeepOnlySuccesses) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 4;
+  constexpr int kWrites = 100;
+  std::latch done(kThreads * kWrites);
+  std::atomic<int> wrong_status{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kWrites; ++i) {
+        const bool fail = i % 3 == 1;
+        std::string id = absl::StrCat("vm-", t, "-", i);
+        store->Write(
+            [id, fail](Transaction& txn) -> absl::Status {
+              RETURN_IF_ERROR(txn.PutVm(MakeVm(id, "t1", "h1")));
+              RETURN_IF_ERROR(txn.RecordChange("h1", id));
+              if (fail) return absl::FailedPreconditionError("planned failure");
+              return absl::OkStatus();
+            },
+            [&, fail](absl::Status s) {
+              if (fail ? !absl::IsFailedPrecondition(s) : !s.ok())
+                ++wrong_status;
+              done.count_down();
+            });
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  done.wait();
+  EXPECT_EQ(wrong_status.load(), 0);
+
+  std::set<std::string> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kWrites; ++i) {
+      if (i % 3 != 1) expected.insert(absl::StrCat("vm-", t, "-", i));
+    }
+  }
+  std::vector<std::string> present =
+      VmIds(ListVms(*store, {}, {.after = "", .limit = 1000}));
+  EXPECT_THAT(present, UnorderedElementsAreArray(expected));
+  EXPECT_THAT(ChangesSince(*store, "h1", 0).vm_ids,
+              UnorderedElementsAreArray(expected));
+}
+
+TEST_F(SqliteStoreTest, RevisionsIncreaseAndPersist) {
+  int64_t last = 0;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->CurrentRevision(), 0);
+    for (int i = 0; i < 10; ++i) {
+      int64_t first = 0, second = 0;
+      ASSERT_TRUE(store
+                      ->WriteSync([&](Transaction& txn) -> absl::Status {
+                        ASSIGN_OR_RETURN(first, txn.WriteRevision());
+                        ASSIGN_OR_RETURN(second, txn.WriteRevision());
+                        return absl::OkStatus();
+                      })
+                      .ok());
+      EXPECT_EQ(first, second);
+      EXPECT_GT(first, last);
+      EXPECT_EQ(store->CurrentRevision(), first);
+      last = first;
+    }
+    // A failed write does not move the committed revision.
+    absl::Status failed =
+        store->WriteSync([](Transaction& txn) -> absl::Status {
+          RETURN_IF_ERROR(txn.WriteRevision().status());
+          return absl::AbortedError("no");
+        });
+    EXPECT_TRUE(absl::IsAborted(failed));
+    EXPECT_EQ(store->CurrentRevision(), last);
+    // Writes that never ask for a revision do not use one.
+    ASSERT_TRUE(store
+                    ->WriteSync([](Transaction& txn) {
+                      return txn.PutVm(MakeVm("vm-1"));
+                    })
+                    .ok());
+    EXPECT_EQ(store->CurrentRevision(), last);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->CurrentRevision(), last);
+  int64_t next = PutAndRecord(*store, MakeVm("vm-2", "t1", "h1"));
+  EXPECT_GT(next, last);
+}
+
+TEST_F(SqliteStoreTest, DataSurvivesReopen) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 20; ++i) {
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+    }
+    std::vector<v1::VMObservation> vms = {MakeObservation("vm-1", "u-1", "g1")};
+    ASSERT_TRUE(store
+                    ->WriteSync([&](Transaction& txn) {
+                      return txn.ReplaceObservations("h1", vms);
+                    })
+                    .ok());
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 100}).size(), 20u);
+  EXPECT_EQ(ChangesSince(*store, "h1", 0).vm_ids.size(), 20u);
+  std::optional<Observation> observation = FindObservation(*store, "u-1");
+  ASSERT_TRUE(observation.has_value());
+  EXPECT_EQ(observation->host_id, "h1");
+}
+
+TEST_F(SqliteStoreTest, ChangesSinceIsCompleteWithinTheLog) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  int64_t r1 = PutAndRecord(*store, MakeVm("vm-1", "t1", "h1"));
+  int64_t r2 = PutAndRecord(*store, MakeVm("vm-2", "t1", "h1"));
+  PutAndRecord(*store, MakeVm("vm-3", "t1", "h2"));
+  PutAndRecord(*store, MakeVm("vm-1", "t1", "h1"));  // vm-1 again
+
+  HostChanges all = ChangesSince(*store, "h1", 0);
+  EXPECT_TRUE(all.complete);
+  EXPECT_THAT(all.vm_ids, UnorderedElementsAre("vm-1", "vm-2"));
+  HostChanges after_r1 = ChangesSince(*store, "h1", r1);
+  EXPECT_TRUE(after_r1.complete);
+  EXPECT_THAT(after_r1.vm_ids, UnorderedElementsAre("vm-1", "vm-2"));
+  HostChanges after_r2 = ChangesSince(*store, "h1", r2);
+  EXPECT_THAT(after_r2.vm_ids, UnorderedElementsAre("vm-1"));
+  HostChanges none = ChangesSince(*store, "h1", store->CurrentRevision());
+  EXPECT_TRUE(none.complete);
+  EXPECT_TRUE(none.vm_ids.empty());
+  EXPECT_TRUE(ChangesSince(*store, "h-unknown", 0).complete);
+
+  // A revision the store never reached means the agent saw another store.
+  EXPECT_FALSE(
+      ChangesSince(*store, "h1", store->CurrentRevision() + 1).complete);
+}
+
+TEST_F(SqliteStoreTest, ChangesSinceIsIncompleteAfterCompaction) {
+  constexpr int64_t kRetention = 4;
+  std::vector<int64_t> revisions;
+  {
+    auto store = OpenStore(kRetention);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 20; ++i) {
+      revisions.push_back(
+          PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1")));
+    }
+    EXPECT_FALSE(ChangesSince(*store, "h1", 0).complete);
+    EXPECT_FALSE(ChangesSince(*store, "h1", revisions[10]).complete);
+    HostChanges recent = ChangesSince(*store, "h1", revisions[17]);
+    EXPECT_TRUE(recent.complete);
+    EXPECT_THAT(recent.vm_ids, UnorderedElementsAre("vm-18", "vm-19"));
+  }
+  // The horizon is durable.
+  auto store = OpenStore(kRetention);
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(ChangesSince(*store, "h1", 0).complete);
+  EXPECT_TRUE(ChangesSince(*store, "h1", revisions[17]).complete);
+}
+
+TEST_F(SqliteStoreTest, ObservationsFoundByIdAndUuidLatestHostWins) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto report = [&](const std::string& host,
+                    std::vector<v1::VMObservation> vms) {
+    absl::Status status = store->WriteSync(
+        [&](Transaction& txn) { return txn.ReplaceObservations(host, vms); });
+    ASSERT_TRUE(status.ok()) << status;
+  };
+
+  report("h1", {MakeObservation("vm-a", "uuid-a", "g-h1"),
+                MakeObservation("vm-b", "", "g-b")});
+  for (const char* key : {"vm-a", "uuid-a"}) {
+    std::optional<Observation> found = FindObservation(*store, key);
+    ASSERT_TRUE(found.has_value()) << key;
+    EXPECT_EQ(found->host_id, "h1");
+    EXPECT_EQ(found->enforcement.applied_trust_group(), "g-h1");
+    EXPECT_EQ(found->enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  }
+  EXPECT_TRUE(FindObservation(*store, "vm-b").has_value());
+  EXPECT_FALSE(FindObservation(*store, "").has_value());
+
+  // vm-a migrated to h2.
+  report("h2", {MakeObservation("vm-a", "uuid-a", "g-h2")});
+  EXPECT_EQ(FindObservation(*store, "uuid-a")->host_id, "h2");
+  EXPECT_EQ(FindObservation(*store, "vm-a")->enforcement.applied_trust_group(),
+            "g-h2");
+
+  // h1's next report replaces its earlier one.
+  report("h1", {MakeObservation("vm-c", "", "g-c")});
+  EXPECT_FALSE(FindObservation(*store, "vm-b").has_value());
+  EXPECT_TRUE(FindObservation(*store, "vm-c").has_value());
+  EXPECT_EQ(FindObservation(*store, "vm-a")->host_id, "h2");
+
+  report("h2", {});
+  EXPECT_FALSE(FindObservation(*store, "vm-a").has_value());
+  EXPECT_FALSE(FindObservation(*store, "uuid-a").has_value());
+}
+
+TEST_F(SqliteStoreTest, ListsPageAndFilter) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    for (int i = 0; i < 25; ++i) {
+                      std::string id =
+                          absl::StrCat("vm-", i < 10 ? "0" : "", i);
+                      RETURN_IF_ERROR(txn.PutVm(MakeVm(
+                          id, i % 2 ? "odd" : "even", absl::StrCat("h", i % 3),
+                          absl::StrCat("g", i % 5))));
+                    }
+                    for (const char* id : {"t-b", "t-a", "t-c"}) {
+                      v1::TenantPolicy policy;
+                      policy.set_tenant_id(id);
+                      RETURN_IF_ERROR(txn.PutTenantPolicy(policy));
+                      v1::Host host;
+                      host.set_host_id(absl::StrCat("host-", id));
+                      RETURN_IF_ERROR(txn.PutHost(host));
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+
+  std::vector<std::string> all;
+  Page page{.after = "", .limit = 10};
+  std::vector<size_t> sizes;
+  while (true) {
+    std::vector<v1::VM> vms = ListVms(*store, {}, page);
+    if (vms.empty()) break;
+    sizes.push_back(vms.size());
+    for (const v1::VM& vm : vms) all.push_back(vm.vm_id());
+    page.after = vms.back().vm_id();
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(10u, 10u, 5u));
+  ASSERT_EQ(all.size(), 25u);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end()));
+  EXPECT_EQ(all.front(), "vm-00");
+
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 0}).size(), 1u);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = -5}).size(), 1u);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 1000000}).size(), 25u);
+
+  EXPECT_EQ(ListVms(*store, Filter("odd", "", ""), {.after = "", .limit = 100})
+                .size(),
+            12u);
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("odd", "h0", ""),
+                            {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-03", "vm-09", "vm-15", "vm-21"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "g4"),
+                            {.after = "vm-04", .limit = 100})),
+              ::testing::ElementsAre("vm-09", "vm-14", "vm-19", "vm-24"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("even", "h2", "g0"),
+                            {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-20"));
+  EXPECT_TRUE(
+      ListVms(*store, Filter("nobody", "", ""), {.after = "", .limit = 100})
+          .empty());
+
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(
+                        auto policies,
+                        txn.ListTenantPolicies({.after = "t-a", .limit = 1}));
+                    EXPECT_EQ(policies.size(), 1u);
+                    if (!policies.empty()) {
+                      EXPECT_EQ(policies[0].tenant_id(), "t-b");
+                    }
+                    ASSIGN_OR_RETURN(auto hosts,
+                                     txn.ListHosts({.after = "", .limit = 10}));
+                    EXPECT_EQ(hosts.size(), 3u);
+                    if (hosts.size() == 3) {
+                      EXPECT_EQ(hosts[2].host_id(), "host-t-c");
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+TEST_F(SqliteStoreTest, NewerSchemaIsRefused) {
+  { ASSERT_NE(OpenStore(), nullptr); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
+  std::string sql = absl::StrCat(
+      "UPDATE meta SET value = ", SqliteStore::LatestSchemaVersion() + 1,
+      " WHERE key = 'schema_version'");
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  absl::Status status = OpenError();
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("schema version"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr(DbPath()));
+}
+
+TEST_F(SqliteStoreTest, GarbageFileIsRefusedAsCorrupt) {
+  std::filesystem::create_directories(data_dir_);
+  {
+    std::ofstream out(DbPath(), std::ios::binary);
+    for (int i = 0; i < 512; ++i) out << "this is not a database ";
+  }
+  absl::Status status = OpenError();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("corrupt"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr(DbPath()));
+  // Nothing was started over on top of it.
+  EXPECT_EQ(std::filesystem::file_size(DbPath()), 512u * 23u);
+}
+
+TEST_F(SqliteStoreTest, DamagedPagesAreRefusedAsCorrupt) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 200; ++i) {
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+    }
+  }
+  auto size = std::filesystem::file_size(DbPath());
+  ASSERT_GT(size, 3 * 4096u);
+  {
+    std::fstream file(DbPath(),
+                      std::ios::binary | std::ios::in | std::ios::out);
+    file.seekp(4096);
+    std::string junk(size - 4096, '\x5a');
+    file.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  absl::Status status = OpenError();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("corrupt"));
+}
+
+TEST_F(SqliteStoreTest, UncreatableDataDirGivesAClearError) {
+  std::string file = root_ + "/a-file";
+  { std::ofstream out(file); }
+  data_dir_ = file + "/data";
+  absl::Status status = OpenError();
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("cannot create store data dir"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr(data_dir_));
+}
+
+TEST_F(SqliteStoreTest, UnwritableDataDirGivesAClearError) {
+  if (geteuid() == 0) GTEST_SKIP() << "root writes to any directory";
+  std::filesystem::create_directories(data_dir_);
+  std::filesystem::permissions(
+      data_dir_,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  absl::Status status = OpenError();
+  std::filesystem::permissions(data_dir_, std::filesystem::perms::owner_all);
+  EXPECT_TRUE(absl::IsPermissionDenied(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not writable"));
+}
+
+TEST_F(SqliteStoreTest, InvalidOptionsAreRefused) {
+  SqliteStoreOptions options;
+  EXPECT_TRUE(absl::IsInvalidArgument(SqliteStore::Open(options).status()));
+  options.data_dir = data_dir_;
+  options.max_batch = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(SqliteStore::Open(options).status()));
+}
+
+TEST_F(SqliteStoreTest, ReadOnlyTransactionRefusesWrites) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<absl::Status> results;
+  ASSERT_TRUE(store
+                  ->Read([&](Transaction& txn) {
+                    results.push_back(txn.WriteRevision().status());
+                    results.push_back(txn.PutVm(MakeVm("vm-1")));
+                    results.push_back(txn.DeleteVm("vm-1"));
+                    results.push_back(txn.PutTenantPolicy(v1::TenantPolicy()));
+                    results.push_back(txn.PutHost(v1::Host()));
+                    results.push_back(txn.ReplaceObservations("h1", {}));
+                    results.push_back(txn.RecordChange("h1", "vm-1"));
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  for (const absl::Status& status : results) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  }
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+}
+
+TEST_F(SqliteStoreTest, CommitObserverGetsHostsAndRevision) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::pair<std::vector<std::string>, int64_t>> calls;
+  store->SetCommitObserver(
+      [&](const std::vector<std::string>& hosts, int64_t revision) {
+        std::lock_guard<std::mutex> lock(mu);
+        calls.emplace_back(hosts, revision);
+      });
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.RecordChange("h1", "vm-1"));
+                    RETURN_IF_ERROR(txn.RecordChange("h2", "vm-2"));
+                    return txn.RecordChange("h1", "vm-3");
+                  })
+                  .ok());
+  const int64_t revision = store->CurrentRevision();
+  // Neither a write without changes nor a failed one is observed; each
+  // WriteSync also waits for the observer call of the batch before it.
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) {
+                    return txn.PutVm(MakeVm("vm-9"));
+                  })
+                  .ok());
+  EXPECT_FALSE(store
+                   ->WriteSync([](Transaction& txn) -> absl::Status {
+                     RETURN_IF_ERROR(txn.RecordChange("h3", "vm-4"));
+                     return absl::AbortedError("no");
+                   })
+                   .ok());
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction&) { return absl::OkStatus(); }).ok());
+
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_THAT(calls[0].first, UnorderedElementsAre("h1", "h2"));
+  EXPECT_EQ(calls[0].second, revision);
+  EXPECT_GT(revision, 0);
+}
+
+TEST_F(SqliteStoreTest, ManyConcurrentWritersAreAllAcknowledgedAndPresent) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kWrites = 500;
+  std::atomic<int> failures{0};
+  std::latch done(kThreads * kWrites);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kWrites; ++i) {
+        std::string id = absl::StrCat("vm-", t, "-", i);
+        std::string host = absl::StrCat("h", t);
+        auto fn = [id, host](Transaction& txn) -> absl::Status {
+          RETURN_IF_ERROR(txn.PutVm(MakeVm(id, "t1", host)));
+          return txn.RecordChange(host, id);
+        };
+        // Half wait for each write, half pipeline them.
+        if (t % 2 == 0) {
+          if (!store->WriteSync(fn).ok()) ++failures;
+          done.count_down();
+        } else {
+          store->Write(fn, [&](absl::Status s) {
+            if (!s.ok()) ++failures;
+            done.count_down();
+          });
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  done.wait();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(store->CurrentRevision(), kThreads * kWrites);
+
+  size_t count = 0;
+  Page page{.after = "", .limit = 1000};
+  while (true) {
+    std::vector<v1::VM> vms = ListVms(*store, {}, page);
+    if (vms.empty()) break;
+    count += vms.size();
+    page.after = vms.back().vm_id();
+  }
+  EXPECT_EQ(count, static_cast<size_t>(kThreads * kWrites));
+  EXPECT_EQ(ChangesSince(*store, "h3", 0).vm_ids.size(),
+            static_cast<size_t>(kWrites));
+}
+
+TEST_F(SqliteStoreTest, ReadersSeeWholeWritesOnly) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        absl::Status status =
+            store->Read([&](Transaction& txn) -> absl::Status {
+              ASSIGN_OR_RETURN(auto vms,
+                               txn.ListVms({}, {.after = "", .limit = 1000}));
+              if (vms.size() % 2 != 0) ++torn;
+              return absl::OkStatus();
+            });
+        if (!status.ok()) ++torn;
+      }
+    });
+  }
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(store
+                    ->WriteSync([i](Transaction& txn) -> absl::Status {
+                      RETURN_IF_ERROR(txn.PutVm(MakeVm(absl::StrCat("a-", i))));
+                      return txn.PutVm(MakeVm(absl::StrCat("b-", i)));
+                    })
+                    .ok());
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+}
+
+TEST_F(SqliteStoreTest, DestructorCommitsPendingWrites) {
+  std::atomic<int> acknowledged{0};
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 50; ++i) {
+      store->Write(
+          [i](Transaction& txn) {
+            return txn.PutVm(MakeVm(absl::StrCat("vm-", i)));
+          },
+          [&](absl::Status s) {
+            if (s.ok()) ++acknowledged;
+          });
+    }
+  }
+  EXPECT_EQ(acknowledged.load(), 50);
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 100}).size(), 50u);
+}
+
+// Needs a small, writable file system, which takes root to mount, e.g.:
+//   unshare -m sh -c 'mount -t tmpfs -o size=400k tmpfs /mnt/small &&
+//     COSCHED_TEST_SMALL_FS=/mnt/small store_test --gtest_filter=*DiskFull*'
+TEST_F(SqliteStoreTest, DiskFullFailsTheCommitAndKeepsAcknowledgedWrites) {
+  const char* small_fs = getenv("COSCHED_TEST_SMALL_FS");
+  if (small_fs == nullptr) GTEST_SKIP() << "COSCHED_TEST_SMALL_FS is not set";
+  data_dir_ = absl::StrCat(small_fs, "/store-", getpid());
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::Status status;
+  int acknowledged = 0;
+  int64_t last_revision = 0;
+  for (int i = 0; i < 100000 && status.ok(); ++i) {
+    v1::VM vm = MakeVm(absl::StrCat("vm-", i), "t1", "h1");
+    vm.add_interference_classes(std::string(8192, 'x'));
+    int64_t revision = 0;
+    status = store->WriteSync([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(revision, txn.WriteRevision());
+      RETURN_IF_ERROR(txn.PutVm(vm));
+      return txn.RecordChange("h1", vm.vm_id());
+    });
+    if (status.ok()) {
+      ++acknowledged;
+      last_revision = revision;
+    }
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("store disk full"));
+  EXPECT_EQ(store->CurrentRevision(), last_revision);
+  for (int i = 0; i < acknowledged; ++i) {
+    EXPECT_TRUE(GetVm(*store, absl::StrCat("vm-", i)).has_value()) << i;
+  }
+  EXPECT_FALSE(GetVm(*store, absl::StrCat("vm-", acknowledged)).has_value());
+  store.reset();
+  std::filesystem::remove_all(data_dir_);
+}
+
+TEST(SqliteStatusTest, MapsResultCodes) {
+  absl::Status full = SqliteStatus(SQLITE_FULL, "database or disk is full",
+                                   "commit", "/d/x.db");
+  EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_THAT(std::string(full.message()), HasSubstr("store disk full"));
+  absl::Status corrupt =
+      SqliteStatus(SQLITE_NOTADB, "file is not a database", "open", "/d/x.db");
+  EXPECT_TRUE(absl::IsDataLoss(corrupt));
+  EXPECT_THAT(std::string(corrupt.message()),
+              HasSubstr("store at /d/x.db is corrupt"));
+  absl::Status io =
+      SqliteStatus(SQLITE_IOERR_FSYNC, "disk I/O error", "commit", "/d/x.db");
+  EXPECT_TRUE(absl::IsUnavailable(io)) << io;
+  EXPECT_THAT(std::string(io.message()),
+              HasSubstr("commit failed on store /d/x.db"));
+  EXPECT_TRUE(
+      absl::IsUnavailable(SqliteStatus(SQLITE_READONLY, "ro", "commit", "/d")));
+  EXPECT_TRUE(SqliteStatus(SQLITE_OK, "", "x", "/d").ok());
+}
+
+}  // namespace
+}  // namespace cosched::store
