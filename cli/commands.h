@@ -1,0 +1,103 @@
+// The csctl commands. Each validates what it can locally (ids, enum names),
+// calls csd through the given stub with a deadline, prints the result to
+// `out` (a table or "key: value" block, or JSON with OutputFormat::kJson)
+// and returns the process exit code. On failure it prints exactly one line,
+// starting with "csctl: ", to `err`:
+//   kExitUsage (2): a local check failed; nothing was sent.
+//   kExitRpcError (1): csd answered with an error (its message is printed
+//     as is), could not be reached, or did not answer within the timeout.
+// Thread-compatible: the functions keep no state of their own.
+#ifndef COSCHED_CLI_COMMANDS_H_
+#define COSCHED_CLI_COMMANDS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cosched/v1/control_plane.grpc.pb.h"
+
+namespace cosched::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRpcError = 1;
+inline constexpr int kExitUsage = 2;
+
+enum class OutputFormat { kTable, kJson };
+
+// How every command talks and prints.
+struct CommandOptions {
+  // Only used in messages ("cannot reach csd at ...").
+  std::string server = "127.0.0.1:7443";
+  OutputFormat format = OutputFormat::kTable;
+  // Deadline of each RPC.
+  std::chrono::milliseconds timeout{10000};
+};
+
+struct TagArgs {
+  std::string vm_id{};
+  // Empty is sent as "default".
+  std::string tenant_id = "default";
+  // vm|tenant|none|dedicated; empty: the tenant's default level.
+  std::string isolation{};
+  std::vector<std::string> interference_classes{};
+  // vcpus|emulator|full; empty: the server's default (emulator).
+  std::string thread_scope{};
+};
+
+struct ListArgs {
+  // Filters; empty matches all.
+  std::string tenant_id{};
+  std::string host_id{};
+  std::string trust_group{};
+  // Stop after this many VMs; 0: all of them.
+  int64_t limit = 0;
+};
+
+struct PolicySetArgs {
+  std::string tenant_id{};
+  // vm|tenant|none|dedicated; required.
+  std::string default_isolation{};
+  // Empty: every level is allowed.
+  std::vector<std::string> allowed_isolation{};
+};
+
+using Stub = v1::ControlPlane::StubInterface;
+
+// TagVM; prints the VM with its assignment (JSON: the VM object plus
+// "changed").
+int RunTag(Stub& stub, const TagArgs& args, const CommandOptions& options,
+           std::ostream& out, std::ostream& err);
+// UntagVM; prints the revision of the removal (JSON: vm_id, revision).
+int RunUntag(Stub& stub, const std::string& vm_id,
+             const CommandOptions& options, std::ostream& out,
+             std::ostream& err);
+// GetVM.
+int RunGet(Stub& stub, const std::string& vm_id, const CommandOptions& options,
+           std::ostream& out, std::ostream& err);
+// ListVMs, following next_page_token until the last page or args.limit.
+// JSON: an array of VM objects.
+int RunList(Stub& stub, const ListArgs& args, const CommandOptions& options,
+            std::ostream& out, std::ostream& err);
+
+int RunPolicyGet(Stub& stub, const std::string& tenant_id,
+                 const CommandOptions& options, std::ostream& out,
+                 std::ostream& err);
+int RunPolicySet(Stub& stub, const PolicySetArgs& args,
+                 const CommandOptions& options, std::ostream& out,
+                 std::ostream& err);
+// Every page of ListTenantPolicies. JSON: an array.
+int RunPolicyList(Stub& stub, const CommandOptions& options, std::ostream& out,
+                  std::ostream& err);
+
+// Every page of ListHosts. JSON: an array.
+int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
+                std::ostream& err);
+int RunHostGet(Stub& stub, const std::string& host_id,
+               const CommandOptions& options, std::ostream& out,
+               std::ostream& err);
+
+}  // namespace cosched::cli
+
+#endif  // COSCHED_CLI_COMMANDS_H_

@@ -1,0 +1,177 @@
+#include "cli/csctl.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "CLI/CLI.hpp"
+#include "common/config_loader.h"
+#include "common/transport.h"
+#include "grpcpp/create_channel.h"
+
+namespace cosched::cli {
+namespace {
+
+int PrintUsageError(absl::string_view message, std::ostream& err) {
+  err << "csctl: " << message << "\n";
+  return kExitUsage;
+}
+
+// Each occurrence of a list option takes one argument ("a,b" or "a"), so a
+// list never swallows the positional argument after it.
+CLI::Option* AddListOption(CLI::App* app, const std::string& name,
+                           std::vector<std::string>* values,
+                           const std::string& description) {
+  return app->add_option(name, *values, description)
+      ->delimiter(',')
+      ->allow_extra_args(false);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Stub>> MakeControlPlaneStub(
+    const ConnectionSettings& settings) {
+  auto credentials = MakeChannelCredentials(settings.server, settings.tls,
+                                            settings.insecure);
+  if (!credentials.ok()) return credentials.status();
+  return std::unique_ptr<Stub>(v1::ControlPlane::NewStub(
+      grpc::CreateChannel(settings.server, *credentials)));
+}
+
+CsctlEnvironment ProcessEnvironment() {
+  CsctlEnvironment env;
+  env.get_env = [](const std::string& name) {
+    const char* value = std::getenv(name.c_str());
+    return std::string(value == nullptr ? "" : value);
+  };
+  env.file_exists = [](const std::string& path) {
+    std::error_code ignored;
+    return std::filesystem::exists(path, ignored);
+  };
+  env.make_stub = MakeControlPlaneStub;
+  return env;
+}
+
+int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
+             std::ostream& out, std::ostream& err) {
+  CLI::App app("csctl: tag VMs for core scheduling and inspect csd", "csctl");
+  app.fallthrough();  // global options may follow the command
+  app.require_subcommand(1);
+
+  ConnectionFlags flags;
+  std::string config_flag;
+  std::string output = "table";
+  double timeout_s = 10;
+  app.add_option("--server", flags.server,
+                 "csd address HOST:PORT (else $CSCTL_SERVER, else the config "
+                 "file, else 127.0.0.1:7443)");
+  app.add_option("--config", config_flag,
+                 "YAML config file (else $CSCTL_CONFIG, else "
+                 "/etc/cosched/csctl.yaml if it exists)");
+  app.add_flag("--insecure", flags.insecure,
+               "allow plaintext to a non-loopback address");
+  app.add_option("--ca", flags.ca_file, "CA certificate (PEM): use TLS");
+  app.add_option("--cert", flags.cert_file, "client certificate (PEM)");
+  app.add_option("--key", flags.key_file, "client private key (PEM)");
+  app.add_option("-o,--output", output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout", timeout_s, "seconds to wait for each RPC")
+      ->check(CLI::PositiveNumber);
+
+  TagArgs tag_args;
+  CLI::App* tag = app.add_subcommand("tag", "tag a VM (create or update)");
+  tag->add_option("VM", tag_args.vm_id, "VM id")->required();
+  tag->add_option("--tenant", tag_args.tenant_id, "tenant id")
+      ->capture_default_str();
+  tag->add_option("--isolation", tag_args.isolation,
+                  "vm|tenant|none|dedicated (default: the tenant's default)");
+  AddListOption(tag, "--class", &tag_args.interference_classes,
+                "interference classes, comma-separated");
+  tag->add_option("--scope", tag_args.thread_scope,
+                  "vcpus|emulator|full (default: emulator)");
+
+  std::string untag_vm;
+  CLI::App* untag = app.add_subcommand("untag", "remove a VM's tagging");
+  untag->add_option("VM", untag_vm, "VM id")->required();
+
+  std::string get_vm;
+  CLI::App* get = app.add_subcommand("get", "show a VM and its assignment");
+  get->add_option("VM", get_vm, "VM id")->required();
+
+  ListArgs list_args;
+  CLI::App* ls = app.add_subcommand("ls", "list VMs");
+  ls->add_option("--tenant", list_args.tenant_id, "only this tenant's VMs");
+  ls->add_option("--host", list_args.host_id, "only VMs on this host");
+  ls->add_option("--trust-group", list_args.trust_group,
+                 "only VMs in this trust group");
+  ls->add_option("--limit", list_args.limit, "at most N VMs (0: all)");
+
+  CLI::App* policy = app.add_subcommand("policy", "tenant isolation policies");
+  policy->require_subcommand(1);
+  std::string policy_get_tenant;
+  CLI::App* policy_get = policy->add_subcommand("get", "show a tenant's policy");
+  policy_get->add_option("TENANT", policy_get_tenant, "tenant id")->required();
+  PolicySetArgs policy_set_args;
+  CLI::App* policy_set = policy->add_subcommand("set", "set a tenant's policy");
+  policy_set->add_option("TENANT", policy_set_args.tenant_id, "tenant id")
+      ->required();
+  policy_set->add_option("--default", policy_set_args.default_isolation,
+                         "default level: vm|tenant|none|dedicated")
+      ->required();
+  AddListOption(policy_set, "--allow", &policy_set_args.allowed_isolation,
+                "allowed levels, comma-separated (default: all)");
+  CLI::App* policy_ls = policy->add_subcommand("ls", "list tenant policies");
+
+  CLI::App* hosts = app.add_subcommand("hosts", "hosts with a cs-agent");
+  hosts->require_subcommand(1);
+  CLI::App* hosts_ls = hosts->add_subcommand("ls", "list hosts");
+  std::string host_id;
+  CLI::App* hosts_get = hosts->add_subcommand("get", "show a host");
+  hosts_get->add_option("HOST", host_id, "host id")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
+    return PrintUsageError(std::string(e.what()) + " (see csctl --help)", err);
+  }
+
+  std::optional<std::string> config_path =
+      ResolveConfigPath(config_flag, env.get_env(kConfigEnv),
+                        env.file_exists(kDefaultConfigPath));
+  v1::CsctlConfig config;
+  if (config_path.has_value()) {
+    absl::Status loaded = LoadYamlConfigFile(*config_path, &config);
+    if (!loaded.ok()) return PrintUsageError(loaded.message(), err);
+  }
+  ConnectionSettings settings =
+      ResolveConnectionSettings(flags, env.get_env(kServerEnv), config);
+  auto stub = env.make_stub(settings);
+  if (!stub.ok()) return PrintUsageError(stub.status().message(), err);
+
+  CommandOptions options;
+  options.server = settings.server;
+  options.format = output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+  options.timeout = std::max(
+      std::chrono::milliseconds(1),
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+
+  Stub& s = **stub;
+  if (tag->parsed()) return RunTag(s, tag_args, options, out, err);
+  if (untag->parsed()) return RunUntag(s, untag_vm, options, out, err);
+  if (get->parsed()) return RunGet(s, get_vm, options, out, err);
+  if (ls->parsed()) return RunList(s, list_args, options, out, err);
+  if (policy_get->parsed()) {
+    return RunPolicyGet(s, policy_get_tenant, options, out, err);
+  }
+  if (policy_set->parsed()) {
+    return RunPolicySet(s, policy_set_args, options, out, err);
+  }
+  if (policy_ls->parsed()) return RunPolicyList(s, options, out, err);
+  if (hosts_ls->parsed()) return RunHostList(s, options, out, err);
+  if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
+  return PrintUsageError("no command given (see csctl --help)", err);
+}
+
+}  // namespace cosched::cli

@@ -1,0 +1,301 @@
+#include "cli/output.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace cosched::cli {
+namespace {
+
+using nlohmann::json;
+
+// Assignments carry the effective scope; older or partial answers may only
+// have the requested one.
+v1::ThreadScope EffectiveScope(const v1::VM& vm) {
+  v1::ThreadScope scope = vm.assignment().thread_scope();
+  return scope == v1::THREAD_SCOPE_UNSPECIFIED ? vm.thread_scope() : scope;
+}
+
+json TimeJson(bool present, const google::protobuf::Timestamp& ts) {
+  if (!present) return nullptr;
+  return google::protobuf::util::TimeUtil::ToString(ts);
+}
+
+std::string TimeText(bool present, const google::protobuf::Timestamp& ts) {
+  if (!present) return "-";
+  return google::protobuf::util::TimeUtil::ToString(ts);
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+std::string Classes(const v1::VM& vm) {
+  return OrDash(absl::StrJoin(vm.interference_classes(), ","));
+}
+
+std::string AllowedText(const v1::TenantPolicy& policy) {
+  if (policy.allowed_isolation().empty()) return "all";
+  std::vector<std::string> names;
+  for (int level : policy.allowed_isolation()) {
+    names.push_back(IsolationName(static_cast<v1::IsolationLevel>(level)));
+  }
+  return absl::StrJoin(names, ",");
+}
+
+int CpuCount(const v1::Topology& topology) {
+  int cpus = 0;
+  for (const v1::Core& core : topology.cores()) cpus += core.cpus_size();
+  return cpus;
+}
+
+std::string EnforcementText(const v1::VM& vm) {
+  if (!vm.has_enforcement()) return "-";
+  const v1::VMEnforcement& e = vm.enforcement();
+  return absl::StrCat(EnforcementStateName(e.state()), " (",
+                      e.threads_tagged(), "/", e.threads_found(),
+                      " threads tagged)");
+}
+
+std::string Printable(std::string s) {
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return s;
+}
+
+}  // namespace
+
+json VmToJson(const v1::VM& vm) {
+  const v1::Assignment& a = vm.assignment();
+  json enforcement = nullptr;
+  if (vm.has_enforcement()) {
+    const v1::VMEnforcement& e = vm.enforcement();
+    enforcement = {
+        {"state", EnforcementStateName(e.state())},
+        {"applied_trust_group", e.applied_trust_group()},
+        {"threads_found", e.threads_found()},
+        {"threads_tagged", e.threads_tagged()},
+        {"threads_wrong", e.threads_wrong()},
+        {"threads_untaggable", e.threads_untaggable()},
+        {"last_error", e.last_error()},
+        {"report_time", TimeJson(e.has_report_time(), e.report_time())},
+    };
+  }
+  return {
+      {"vm_id", vm.vm_id()},
+      {"tenant_id", vm.tenant_id()},
+      {"isolation", IsolationName(a.isolation())},
+      {"requested_isolation", IsolationName(vm.requested_isolation())},
+      {"trust_group", a.trust_group()},
+      {"revision", a.revision()},
+      {"dedicated_cores", a.dedicated_cores()},
+      {"interference_classes",
+       json(std::vector<std::string>(vm.interference_classes().begin(),
+                                     vm.interference_classes().end()))},
+      {"thread_scope", ThreadScopeName(EffectiveScope(vm))},
+      {"host_id", vm.host_id()},
+      {"enforcement", enforcement},
+      {"create_time", TimeJson(vm.has_create_time(), vm.create_time())},
+      {"update_time", TimeJson(vm.has_update_time(), vm.update_time())},
+  };
+}
+
+json TenantPolicyToJson(const v1::TenantPolicy& policy) {
+  json allowed = json::array();
+  for (int level : policy.allowed_isolation()) {
+    allowed.push_back(IsolationName(static_cast<v1::IsolationLevel>(level)));
+  }
+  return {
+      {"tenant_id", policy.tenant_id()},
+      {"default_isolation", IsolationName(policy.default_isolation())},
+      {"allowed_isolation", allowed},
+      {"explicitly_set", policy.explicitly_set()},
+      {"revision", policy.revision()},
+      {"update_time",
+       TimeJson(policy.has_update_time(), policy.update_time())},
+  };
+}
+
+json HostToJson(const v1::Host& host) {
+  json cores = json::array();
+  for (const v1::Core& core : host.topology().cores()) {
+    cores.push_back({{"package_id", core.package_id()},
+                     {"core_id", core.core_id()},
+                     {"cpus", json(std::vector<int>(core.cpus().begin(),
+                                                    core.cpus().end()))}});
+  }
+  const v1::HostCapabilities& caps = host.capabilities();
+  return {
+      {"host_id", host.host_id()},
+      {"agent_version", host.agent_version()},
+      {"connected", host.connected()},
+      {"vm_count", host.vm_count()},
+      {"applied_revision", host.applied_revision()},
+      {"registered_time",
+       TimeJson(host.has_registered_time(), host.registered_time())},
+      {"last_seen_time",
+       TimeJson(host.has_last_seen_time(), host.last_seen_time())},
+      {"capabilities",
+       {{"smt_active", caps.smt_active()},
+        {"core_sched", CoreSchedSupportName(caps.core_sched())},
+        {"core_sched_detail", caps.core_sched_detail()},
+        {"schedstats_enabled", caps.schedstats_enabled()}}},
+      {"topology", {{"cores", cores}}},
+  };
+}
+
+void PrintJson(const json& value, std::ostream& out) {
+  out << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+TextTable::TextTable(std::vector<std::string> header) {
+  rows_.push_back(std::move(header));
+}
+
+void TextTable::AddRow(std::vector<std::string> row) {
+  row.resize(rows_[0].size());
+  for (std::string& cell : row) cell = Printable(std::move(cell));
+  rows_.push_back(std::move(row));
+}
+
+void TextTable::Print(std::ostream& out) const {
+  std::vector<size_t> widths(rows_[0].size(), 0);
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
+  }
+}
+
+void PrintFields(const Fields& fields, std::ostream& out) {
+  size_t width = 0;
+  for (const auto& [key, value] : fields) width = std::max(width, key.size());
+  for (const auto& [key, value] : fields) {
+    out << key << ":" << std::string(width - key.size() + 1, ' ')
+        << Printable(value) << "\n";
+  }
+}
+
+void PrintVm(const v1::VM& vm, std::ostream& out) {
+  const v1::Assignment& a = vm.assignment();
+  Fields fields = {
+      {"vm", vm.vm_id()},
+      {"tenant", vm.tenant_id()},
+      {"isolation", absl::StrCat(IsolationName(a.isolation()), " (requested: ",
+                                 IsolationName(vm.requested_isolation()),
+                                 ")")},
+      {"trust group", OrDash(a.trust_group())},
+      {"dedicated cores", YesNo(a.dedicated_cores())},
+      {"interference classes", Classes(vm)},
+      {"thread scope", ThreadScopeName(EffectiveScope(vm))},
+      {"revision", absl::StrCat(a.revision())},
+      {"host", vm.host_id().empty() ? "- (no agent has reported it yet)"
+                                    : vm.host_id()},
+      {"enforcement", EnforcementText(vm)},
+  };
+  if (vm.has_enforcement() && !vm.enforcement().last_error().empty()) {
+    fields.push_back({"last error", vm.enforcement().last_error()});
+  }
+  fields.push_back({"created", TimeText(vm.has_create_time(), vm.create_time())});
+  fields.push_back({"updated", TimeText(vm.has_update_time(), vm.update_time())});
+  PrintFields(fields, out);
+}
+
+void PrintVmTable(const std::vector<v1::VM>& vms, std::ostream& out) {
+  TextTable table({"VM", "TENANT", "ISOLATION", "TRUST GROUP", "REVISION",
+                   "HOST", "ENFORCEMENT"});
+  for (const v1::VM& vm : vms) {
+    table.AddRow({vm.vm_id(), vm.tenant_id(),
+                  IsolationName(vm.assignment().isolation()),
+                  OrDash(vm.assignment().trust_group()),
+                  absl::StrCat(vm.assignment().revision()),
+                  OrDash(vm.host_id()),
+                  vm.has_enforcement()
+                      ? EnforcementStateName(vm.enforcement().state())
+                      : "-"});
+  }
+  table.Print(out);
+}
+
+void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
+  PrintFields(
+      {
+          {"tenant", policy.tenant_id()},
+          {"default isolation", IsolationName(policy.default_isolation())},
+          {"allowed isolation", AllowedText(policy)},
+          {"explicit",
+           policy.explicitly_set() ? "yes" : "no (built-in default policy)"},
+          {"revision", absl::StrCat(policy.revision())},
+          {"updated",
+           TimeText(policy.has_update_time(), policy.update_time())},
+      },
+      out);
+}
+
+void PrintTenantPolicyTable(const std::vector<v1::TenantPolicy>& policies,
+                            std::ostream& out) {
+  TextTable table({"TENANT", "DEFAULT", "ALLOWED", "EXPLICIT", "REVISION"});
+  for (const v1::TenantPolicy& p : policies) {
+    table.AddRow({p.tenant_id(), IsolationName(p.default_isolation()),
+                  AllowedText(p), YesNo(p.explicitly_set()),
+                  absl::StrCat(p.revision())});
+  }
+  table.Print(out);
+}
+
+void PrintHost(const v1::Host& host, std::ostream& out) {
+  const v1::HostCapabilities& caps = host.capabilities();
+  std::string core_sched = CoreSchedSupportName(caps.core_sched());
+  if (!caps.core_sched_detail().empty()) {
+    absl::StrAppend(&core_sched, " (", caps.core_sched_detail(), ")");
+  }
+  PrintFields(
+      {
+          {"host", host.host_id()},
+          {"connected", YesNo(host.connected())},
+          {"agent version", OrDash(host.agent_version())},
+          {"core scheduling", core_sched},
+          {"smt active", YesNo(caps.smt_active())},
+          {"schedstats", YesNo(caps.schedstats_enabled())},
+          {"cores", absl::StrCat(host.topology().cores_size())},
+          {"cpus", absl::StrCat(CpuCount(host.topology()))},
+          {"vms", absl::StrCat(host.vm_count())},
+          {"applied revision", absl::StrCat(host.applied_revision())},
+          {"registered",
+           TimeText(host.has_registered_time(), host.registered_time())},
+          {"last seen",
+           TimeText(host.has_last_seen_time(), host.last_seen_time())},
+      },
+      out);
+}
+
+void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
+  TextTable table({"HOST", "CONNECTED", "CORE SCHED", "SMT", "CORES", "CPUS",
+                   "VMS", "APPLIED REV", "LAST SEEN"});
+  for (const v1::Host& h : hosts) {
+    table.AddRow({h.host_id(), YesNo(h.connected()),
+                  CoreSchedSupportName(h.capabilities().core_sched()),
+                  h.capabilities().smt_active() ? "on" : "off",
+                  absl::StrCat(h.topology().cores_size()),
+                  absl::StrCat(CpuCount(h.topology())),
+                  absl::StrCat(h.vm_count()),
+                  absl::StrCat(h.applied_revision()),
+                  TimeText(h.has_last_seen_time(), h.last_seen_time())});
+  }
+  table.Print(out);
+}
+
+}  // namespace cosched::cli

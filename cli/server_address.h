@@ -1,0 +1,57 @@
+// Where and how csctl connects to csd. Every input (flags, environment,
+// config file) is passed in, so the precedence rules are pure functions.
+#ifndef COSCHED_CLI_SERVER_ADDRESS_H_
+#define COSCHED_CLI_SERVER_ADDRESS_H_
+
+#include <optional>
+#include <string>
+
+#include "cosched/v1/config.pb.h"
+
+namespace cosched::cli {
+
+inline constexpr char kDefaultServer[] = "127.0.0.1:7443";
+inline constexpr char kDefaultConfigPath[] = "/etc/cosched/csctl.yaml";
+inline constexpr char kServerEnv[] = "CSCTL_SERVER";
+inline constexpr char kConfigEnv[] = "CSCTL_CONFIG";
+
+// The config file to load: `flag` (--config), else `env` ($CSCTL_CONFIG),
+// else kDefaultConfigPath when `default_exists`, else none. Empty strings
+// count as unset.
+std::optional<std::string> ResolveConfigPath(const std::string& flag,
+                                             const std::string& env,
+                                             bool default_exists);
+
+// The csd address: `flag` (--server), else `env` ($CSCTL_SERVER), else
+// `config` (server: in the config file), else kDefaultServer. Empty strings
+// count as unset.
+std::string ResolveServerAddress(const std::string& flag,
+                                 const std::string& env,
+                                 const std::string& config);
+
+// Connection flags as given on the command line; empty/false means unset.
+struct ConnectionFlags {
+  std::string server{};
+  bool insecure = false;
+  std::string ca_file{};
+  std::string cert_file{};
+  std::string key_file{};
+};
+
+// What the channel is built from.
+struct ConnectionSettings {
+  std::string server{};
+  v1::TlsConfig tls{};
+  bool insecure = false;
+};
+
+// Merges flags over the environment's server over the config file: the
+// address as ResolveServerAddress, each TLS file from its flag else the
+// config, insecure when either the flag or the config sets it.
+ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
+                                             const std::string& env_server,
+                                             const v1::CsctlConfig& config);
+
+}  // namespace cosched::cli
+
+#endif  // COSCHED_CLI_SERVER_ADDRESS_H_

@@ -1,0 +1,237 @@
+#include "cli/csctl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/validation.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/fake_control_plane.h"
+
+namespace cosched::cli {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class CsctlTest : public ::testing::Test {
+ protected:
+  CsctlTest() {
+    env_.get_env = [this](const std::string& name) {
+      auto it = env_vars_.find(name);
+      return it == env_vars_.end() ? std::string() : it->second;
+    };
+    env_.file_exists = [](const std::string&) { return false; };
+    // Whatever address was resolved, talk to the fake, and remember it.
+    env_.make_stub = [this](const ConnectionSettings& settings)
+        -> absl::StatusOr<std::unique_ptr<Stub>> {
+      settings_ = settings;
+      return server_.NewStub();
+    };
+  }
+
+  int Run(const std::vector<std::string>& args) {
+    std::vector<const char*> argv = {"csctl"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    out_.str("");
+    err_.str("");
+    return RunCsctl(static_cast<int>(argv.size()), argv.data(), env_, out_,
+                    err_);
+  }
+
+  ~CsctlTest() override {
+    for (const std::string& path : config_files_) std::remove(path.c_str());
+  }
+
+  std::string WriteConfig(const std::string& yaml) {
+    std::string path = ::testing::TempDir() + "csctl_test_" +
+                       std::to_string(getpid()) + "_" +
+                       std::to_string(config_files_.size()) + ".yaml";
+    std::ofstream(path) << yaml;
+    config_files_.push_back(path);
+    return path;
+  }
+
+  bool OneErrorLine() const {
+    const std::string s = err_.str();
+    return std::count(s.begin(), s.end(), '\n') == 1 && s.back() == '\n' &&
+           s.rfind("csctl: ", 0) == 0;
+  }
+
+  testing::FakeServer server_;
+  std::map<std::string, std::string> env_vars_;
+  CsctlEnvironment env_;
+  ConnectionSettings settings_;
+  std::vector<std::string> config_files_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(CsctlTest, TagAndGetOverARealChannel) {
+  env_.make_stub = MakeControlPlaneStub;
+  ASSERT_EQ(Run({"--server", server_.address(), "tag", "vm-123"}), kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), StartsWith("tagged vm-123\n"));
+  EXPECT_EQ(server_.service().tag_requests().at(0).tenant_id(), "default");
+
+  ASSERT_EQ(Run({"get", "vm-123", "-o", "json", "--server", server_.address()}),
+            kExitOk)
+      << err_.str();
+  json vm = json::parse(out_.str());
+  EXPECT_EQ(vm["vm_id"], "vm-123");
+  EXPECT_EQ(vm["tenant_id"], "default");
+  EXPECT_EQ(vm["isolation"], "vm");
+  EXPECT_EQ(vm["revision"], 1);
+}
+
+TEST_F(CsctlTest, BadIdNamesTheRuleWithoutCallingTheServer) {
+  EXPECT_EQ(Run({"tag", "bad id!"}), kExitUsage);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr(kIdRule));
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
+TEST_F(CsctlTest, GetMissingVmSaysNotFound) {
+  EXPECT_EQ(Run({"get", "vm-nope"}), kExitRpcError);
+  EXPECT_EQ(err_.str(), "csctl: vm 'vm-nope' not found\n");
+}
+
+TEST_F(CsctlTest, TagFlagsAfterAndBeforeThePositional) {
+  ASSERT_EQ(Run({"tag", "--class", "b,a", "--class", "c", "vm-1",
+                 "--isolation", "tenant", "--tenant", "acme", "--scope",
+                 "vcpus", "-o", "json"}),
+            kExitOk)
+      << err_.str();
+  const v1::TagVMRequest sent = server_.service().tag_requests().at(0);
+  EXPECT_EQ(sent.vm_id(), "vm-1");
+  EXPECT_EQ(sent.tenant_id(), "acme");
+  EXPECT_EQ(sent.isolation(), v1::ISOLATION_LEVEL_TENANT);
+  EXPECT_EQ(sent.thread_scope(), v1::THREAD_SCOPE_VCPUS);
+  EXPECT_THAT(sent.interference_classes(), ElementsAre("b", "a", "c"));
+  EXPECT_EQ(json::parse(out_.str())["interference_classes"],
+            json({"a", "b", "c"}));
+}
+
+TEST_F(CsctlTest, ServerAddressPrecedence) {
+  ASSERT_EQ(Run({"hosts", "ls"}), kExitOk) << err_.str();
+  EXPECT_EQ(settings_.server, "127.0.0.1:7443");
+
+  const std::string config = WriteConfig("server: 127.0.0.3:7443\n");
+  env_vars_["CSCTL_CONFIG"] = config;
+  ASSERT_EQ(Run({"hosts", "ls"}), kExitOk) << err_.str();
+  EXPECT_EQ(settings_.server, "127.0.0.3:7443");
+
+  const std::string other = WriteConfig("server: 127.0.0.4:7443\n");
+  ASSERT_EQ(Run({"--config", other, "hosts", "ls"}), kExitOk) << err_.str();
+  EXPECT_EQ(settings_.server, "127.0.0.4:7443");
+
+  env_vars_["CSCTL_SERVER"] = "127.0.0.2:7443";
+  ASSERT_EQ(Run({"--config", other, "hosts", "ls"}), kExitOk) << err_.str();
+  EXPECT_EQ(settings_.server, "127.0.0.2:7443");
+
+  ASSERT_EQ(Run({"--server", "127.0.0.1:9", "hosts", "ls"}), kExitOk);
+  EXPECT_EQ(settings_.server, "127.0.0.1:9");
+}
+
+TEST_F(CsctlTest, TlsAndInsecureFromFlagsAndConfig) {
+  const std::string config = WriteConfig(
+      "tls:\n  ca_file: /c/ca.pem\n  cert_file: /c/cert.pem\n"
+      "  key_file: /c/key.pem\n");
+  ASSERT_EQ(Run({"--config", config, "--cert", "/f/cert.pem", "--insecure",
+                 "hosts", "ls"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(settings_.tls.ca_file(), "/c/ca.pem");
+  EXPECT_EQ(settings_.tls.cert_file(), "/f/cert.pem");
+  EXPECT_TRUE(settings_.insecure);
+}
+
+TEST_F(CsctlTest, BadConfigFileIsOneLineNamingTheKey) {
+  const std::string config = WriteConfig("servr: 127.0.0.1:1\n");
+  EXPECT_EQ(Run({"--config", config, "ls"}), kExitUsage);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("servr"));
+
+  EXPECT_EQ(Run({"--config", "/nonexistent/csctl.yaml", "ls"}), kExitUsage);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+}
+
+TEST_F(CsctlTest, UsageErrorsAreOneLineAndExitTwo) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {},
+           {"frobnicate"},
+           {"tag"},
+           {"ls", "--limit", "-1"},
+           {"-o", "yaml", "ls"},
+           {"--timeout", "0", "ls"},
+           {"policy"},
+           {"policy", "set", "acme"},
+           {"policy", "set", "acme", "--default", "paranoid"},
+           {"hosts", "get"}}) {
+    EXPECT_EQ(Run(args), kExitUsage) << ::testing::PrintToString(args);
+    EXPECT_TRUE(OneErrorLine()) << err_.str();
+  }
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
+TEST_F(CsctlTest, HelpGoesToStdoutAndSucceeds) {
+  EXPECT_EQ(Run({"--help"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("Usage: csctl"));
+  EXPECT_EQ(Run({"tag", "--help"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("--isolation"));
+}
+
+TEST_F(CsctlTest, PolicySetAndGet) {
+  ASSERT_EQ(Run({"policy", "set", "acme", "--default", "tenant", "--allow",
+                 "tenant,vm"}),
+            kExitOk)
+      << err_.str();
+  ASSERT_EQ(Run({"-o", "json", "policy", "get", "acme"}), kExitOk);
+  json policy = json::parse(out_.str());
+  EXPECT_EQ(policy["default_isolation"], "tenant");
+  EXPECT_EQ(policy["allowed_isolation"], json({"tenant", "vm"}));
+  ASSERT_EQ(Run({"policy", "ls"}), kExitOk);
+  EXPECT_THAT(out_.str(), StartsWith("TENANT"));
+  EXPECT_THAT(out_.str(), HasSubstr("acme"));
+}
+
+TEST_F(CsctlTest, LsWithLimitOverArguments) {
+  for (const char* id : {"vm-1", "vm-2", "vm-3"}) {
+    ASSERT_EQ(Run({"tag", id}), kExitOk);
+  }
+  ASSERT_EQ(Run({"ls", "--limit", "2", "-o", "json"}), kExitOk);
+  EXPECT_EQ(json::parse(out_.str()).size(), 2u);
+  ASSERT_EQ(Run({"ls", "-o", "json"}), kExitOk);
+  EXPECT_EQ(json::parse(out_.str()).size(), 3u);
+}
+
+TEST_F(CsctlTest, PlaintextToARemoteAddressIsRefused) {
+  env_.make_stub = MakeControlPlaneStub;
+  EXPECT_EQ(Run({"--server", "192.0.2.1:7443", "get", "vm-1"}), kExitUsage);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("--insecure"));
+}
+
+TEST_F(CsctlTest, UnreachableServer) {
+  env_.make_stub = MakeControlPlaneStub;
+  const std::string address = testing::UnusedLoopbackAddress();
+  EXPECT_EQ(Run({"--server", address, "get", "vm-1"}), kExitRpcError);
+  EXPECT_THAT(err_.str(), StartsWith("csctl: cannot reach csd at " + address));
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+}
+
+TEST_F(CsctlTest, TimeoutFlagSetsTheDeadline) {
+  EXPECT_EQ(Run({"--timeout", "0.05", "hosts", "get", "slow"}), kExitRpcError);
+  EXPECT_THAT(err_.str(), HasSubstr("did not answer within 0.05s"));
+}
+
+}  // namespace
+}  // namespace cosched::cli

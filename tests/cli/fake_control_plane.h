@@ -1,0 +1,87 @@
+// An in-memory ControlPlane for csctl tests, served on an ephemeral
+// loopback port. Its rules are simple stand-ins for csd's: enough to check
+// what csctl sends and how it shows answers and errors. Thread-safe.
+#ifndef COSCHED_TESTS_CLI_FAKE_CONTROL_PLANE_H_
+#define COSCHED_TESTS_CLI_FAKE_CONTROL_PLANE_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "grpcpp/server.h"
+
+namespace cosched::cli::testing {
+
+class FakeControlPlane final : public v1::ControlPlane::Service {
+ public:
+  // ListVMs pages hold this many VMs when the request says 0.
+  static constexpr int kDefaultPageSize = 2;
+
+  grpc::Status TagVM(grpc::ServerContext*, const v1::TagVMRequest* request,
+                     v1::TagVMResponse* response) override;
+  grpc::Status UntagVM(grpc::ServerContext*, const v1::UntagVMRequest* request,
+                       v1::UntagVMResponse* response) override;
+  grpc::Status GetVM(grpc::ServerContext*, const v1::GetVMRequest* request,
+                     v1::VM* response) override;
+  grpc::Status ListVMs(grpc::ServerContext*, const v1::ListVMsRequest* request,
+                       v1::ListVMsResponse* response) override;
+  grpc::Status SetTenantPolicy(grpc::ServerContext*,
+                               const v1::SetTenantPolicyRequest* request,
+                               v1::TenantPolicy* response) override;
+  grpc::Status GetTenantPolicy(grpc::ServerContext*,
+                               const v1::GetTenantPolicyRequest* request,
+                               v1::TenantPolicy* response) override;
+  grpc::Status ListTenantPolicies(
+      grpc::ServerContext*, const v1::ListTenantPoliciesRequest* request,
+      v1::ListTenantPoliciesResponse* response) override;
+  grpc::Status ListHosts(grpc::ServerContext*,
+                         const v1::ListHostsRequest* request,
+                         v1::ListHostsResponse* response) override;
+  // Host "slow" answers after 500 ms, to exercise deadlines.
+  grpc::Status GetHost(grpc::ServerContext*, const v1::GetHostRequest* request,
+                       v1::Host* response) override;
+
+  // Stores `vm` as is (e.g. with a host and enforcement report).
+  void PutVm(const v1::VM& vm);
+  void PutHost(const v1::Host& host);
+
+  int calls() const;
+  std::vector<v1::TagVMRequest> tag_requests() const;
+  std::vector<v1::ListVMsRequest> list_requests() const;
+
+ private:
+  mutable std::mutex mu_;
+  int calls_ = 0;
+  int64_t revision_ = 0;
+  std::map<std::string, v1::VM> vms_;
+  std::map<std::string, v1::TenantPolicy> policies_;
+  std::map<std::string, v1::Host> hosts_;
+  std::vector<v1::TagVMRequest> tag_requests_;
+  std::vector<v1::ListVMsRequest> list_requests_;
+};
+
+// A FakeControlPlane served on 127.0.0.1:<ephemeral port>.
+class FakeServer {
+ public:
+  FakeServer();
+  ~FakeServer();
+
+  FakeControlPlane& service() { return service_; }
+  const std::string& address() const { return address_; }
+  std::unique_ptr<v1::ControlPlane::StubInterface> NewStub() const;
+
+ private:
+  FakeControlPlane service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// A loopback address where nothing listens (a port just released).
+std::string UnusedLoopbackAddress();
+
+}  // namespace cosched::cli::testing
+
+#endif  // COSCHED_TESTS_CLI_FAKE_CONTROL_PLANE_H_
