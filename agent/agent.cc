@@ -1,0 +1,195 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/core_sched_prctl.h"
+#include "agent/topology.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "common/validation.h"
+#include "glog/logging.h"
+
+namespace cosched::agent {
+namespace {
+
+constexpr int kDefaultReportIntervalS = 10;
+
+absl::Status InStep(absl::string_view step, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("cs-agent start-up step \"",
+                                                  step, "\" failed: ",
+                                                  status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DefaultHostId() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return absl::InternalError("cannot read the hostname for the host id");
+  }
+  return std::string(name);
+}
+
+absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
+    const v1::AgentConfig& config) {
+  AgentOptions options;
+  if (!config.server().empty()) options.server_address = config.server();
+  if (config.host_id().empty()) {
+    ASSIGN_OR_RETURN(options.host_id, DefaultHostId());
+  } else {
+    options.host_id = config.host_id();
+  }
+  if (!config.state_dir().empty()) options.state_dir = config.state_dir();
+  options.tls = config.tls();
+  options.insecure = config.insecure();
+  if (config.report_interval_s() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report_interval_s must be positive, got ",
+                     config.report_interval_s()));
+  }
+  options.report_interval = std::chrono::seconds(
+      config.report_interval_s() == 0 ? kDefaultReportIntervalS
+                                      : config.report_interval_s());
+  options.fail_open = config.fail_open();
+  if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
+  return options;
+}
+
+Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+
+Agent::~Agent() { Stop(); }
+
+absl::Status Agent::CheckOptions() {
+  RETURN_IF_ERROR(ValidateId("host_id", options_.host_id));
+  if (options_.server_address.empty()) {
+    return absl::InvalidArgumentError("server address must be set (host:port)");
+  }
+  if (options_.report_interval.count() <= 0) {
+    return absl::InvalidArgumentError("report interval must be positive");
+  }
+  if (!options_.host_fs) options_.host_fs = std::make_shared<LocalHostFs>();
+  if (!options_.core_sched) {
+    options_.core_sched = std::make_shared<PrctlCoreSched>();
+  }
+  if (!options_.vm_discovery) {
+    LOG(WARNING) << "no VM discovery configured: reporting no VMs";
+    options_.vm_discovery = std::make_shared<StaticVmDiscovery>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::PrepareStateDir() {
+  if (options_.state_dir.empty()) {
+    cache_ = std::make_unique<AssignmentCache>("");
+    return absl::OkStatus();
+  }
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::create_directories(options_.state_dir, error)) {
+    fs::permissions(options_.state_dir, fs::perms::owner_all,
+                    fs::perm_options::replace, error);
+  }
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create state dir ", options_.state_dir, ": ",
+                     error.message()));
+  }
+  if (!fs::is_directory(options_.state_dir, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state dir ", options_.state_dir, " is not a directory"));
+  }
+  cache_ = std::make_unique<AssignmentCache>(absl::StrCat(
+      options_.state_dir, "/", AssignmentCache::kStateFileName));
+  return absl::OkStatus();
+}
+
+absl::Status Agent::DescribeHost() {
+  const HostFs& fs = *options_.host_fs;
+  ASSIGN_OR_RETURN(v1::Topology topology,
+                   ReadTopology(fs, options_.sysfs_root));
+  ASSIGN_OR_RETURN(bool smt_active,
+                   ReadSmtActive(fs, options_.sysfs_root, topology));
+  ASSIGN_OR_RETURN(bool schedstats,
+                   ReadSchedstatsEnabled(fs, options_.procfs_root));
+  probe_ = options_.core_sched->Probe();
+
+  registration_.set_host_id(options_.host_id);
+  *registration_.mutable_topology() = std::move(topology);
+  v1::HostCapabilities* capabilities = registration_.mutable_capabilities();
+  capabilities->set_smt_active(smt_active);
+  capabilities->set_core_sched(probe_.support);
+  capabilities->set_core_sched_detail(probe_.detail);
+  capabilities->set_schedstats_enabled(schedstats);
+  registration_.set_agent_version(kAgentVersion);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Start() {
+  if (session_) return absl::FailedPreconditionError("agent already started");
+  RETURN_IF_ERROR(InStep("check options", CheckOptions()));
+  RETURN_IF_ERROR(InStep("prepare state dir", PrepareStateDir()));
+  RETURN_IF_ERROR(InStep("load assignments", cache_->Load()));
+  RETURN_IF_ERROR(InStep("describe host", DescribeHost()));
+  LOG(INFO) << "cs-agent " << kAgentVersion << " host " << options_.host_id
+            << ": " << registration_.topology().cores_size() << " cores, SMT "
+            << (capabilities().smt_active() ? "active" : "inactive")
+            << ", core scheduling: " << probe_.detail << "; "
+            << cache_->assignments().size()
+            << " assignments kept at revision " << cache_->revision();
+
+  ServerSessionOptions session_options;
+  session_options.server_address = options_.server_address;
+  session_options.tls = options_.tls;
+  session_options.insecure = options_.insecure;
+  session_options.report_interval = options_.report_interval;
+  session_options.rpc_timeout = options_.rpc_timeout;
+  session_options.backoff_initial = options_.backoff_initial;
+  session_options.backoff_max = options_.backoff_max;
+  session_ = std::make_unique<ServerSession>(
+      std::move(session_options), registration_, cache_.get(),
+      options_.vm_discovery.get(),
+      [this](int64_t revision) { OnAssignmentsChanged(revision); });
+  return InStep("connect to csd", session_->Start());
+}
+
+void Agent::Stop() {
+  if (session_) session_->Stop();
+}
+
+void Agent::OnAssignmentsChanged(int64_t revision) {
+  // The revision lives in the cache, not under mu_: taking mu_ here makes
+  // sure a waiter is either before its check or already waiting.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+  }
+  revision_changed_.notify_all();
+  if (options_.on_assignments_changed) options_.on_assignments_changed(revision);
+}
+
+AssignmentMap Agent::assignments() const {
+  return cache_ ? cache_->assignments() : AssignmentMap();
+}
+
+std::optional<v1::Assignment> Agent::FindAssignment(
+    absl::string_view vm_id) const {
+  return cache_ ? cache_->Find(vm_id) : std::nullopt;
+}
+
+int64_t Agent::applied_revision() const {
+  return cache_ ? cache_->revision() : 0;
+}
+
+bool Agent::WaitForRevision(int64_t revision,
+                            std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return revision_changed_.wait_for(
+      lock, timeout, [&] { return applied_revision() >= revision; });
+}
+
+}  // namespace cosched::agent

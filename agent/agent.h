@@ -1,0 +1,129 @@
+// cs-agent as a library: wires host access, the kernel interface, VM
+// discovery, the assignment cache and the session with csd. The cs-agent
+// binary and in-process tests both drive it through AgentOptions.
+#ifndef COSCHED_AGENT_AGENT_H_
+#define COSCHED_AGENT_AGENT_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "agent/assignment_cache.h"
+#include "agent/core_sched.h"
+#include "agent/host_fs.h"
+#include "agent/server_session.h"
+#include "agent/vm_discovery.h"
+#include "cosched/v1/config.pb.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::agent {
+
+inline constexpr char kAgentVersion[] = "0.1.0";
+inline constexpr char kDefaultServerAddress[] = "127.0.0.1:7443";
+inline constexpr char kDefaultStateDir[] = "/var/lib/cs-agent";
+
+struct AgentOptions {
+  // csd's host:port.
+  std::string server_address = kDefaultServerAddress;
+  // Must follow the id rule (common/validation.h).
+  std::string host_id;
+  // Holds assignments.pb; created (mode 0700) when missing. Empty keeps the
+  // assignments in memory only (tests).
+  std::string state_dir = kDefaultStateDir;
+  v1::TlsConfig tls;
+  // Allow plaintext to a non-loopback csd.
+  bool insecure = false;
+  std::chrono::milliseconds report_interval{std::chrono::seconds(10)};
+  std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
+  // Leave VMs without a known assignment untagged instead of giving each a
+  // cookie of its own (used by tagging, next).
+  bool fail_open = false;
+  std::string sysfs_root = "/sys";
+  std::string procfs_root = "/proc";
+
+  // What the agent runs against; null picks the real one (LocalHostFs,
+  // PrctlCoreSched) or, for discovery, a StaticVmDiscovery with no VMs
+  // until the libvirt and procfs sources exist.
+  std::shared_ptr<HostFs> host_fs;
+  std::shared_ptr<CoreSched> core_sched;
+  std::shared_ptr<VmDiscovery> vm_discovery;
+
+  // Called on the session's thread after each assignment message applied,
+  // with the new revision. Must not call Agent::Stop.
+  std::function<void(int64_t revision)> on_assignments_changed;
+};
+
+// The machine's hostname, the default host id. INTERNAL if it cannot be
+// read.
+absl::StatusOr<std::string> DefaultHostId();
+
+// Options from a config file's message, with the defaults above for unset
+// fields (host id: DefaultHostId()). INVALID_ARGUMENT naming the field for a
+// bad value.
+absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
+    const v1::AgentConfig& config);
+
+// One cs-agent. Start and Stop are called from one thread; the accessors
+// are thread-safe.
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Start-up, in order: check options, create the state dir, load the
+  // assignments kept there, read the topology and capabilities, probe core
+  // scheduling, start the session with csd (which connects in the
+  // background, so an absent csd is not an error). The error names the step
+  // that failed; DATA_LOSS for a corrupt state file. Call once.
+  absl::Status Start();
+  // Stops the session promptly. Idempotent.
+  void Stop();
+
+  // What the agent holds from csd.
+  AssignmentMap assignments() const;
+  std::optional<v1::Assignment> FindAssignment(absl::string_view vm_id) const;
+  // The revision of the last assignment message applied (loaded from the
+  // state dir at start).
+  int64_t applied_revision() const;
+  // Waits until applied_revision() >= `revision`; false on timeout.
+  bool WaitForRevision(int64_t revision, std::chrono::milliseconds timeout);
+
+  // Valid after a successful Start.
+  const CoreSchedProbe& probe() const { return probe_; }
+  const v1::Topology& topology() const { return registration_.topology(); }
+  const v1::HostCapabilities& capabilities() const {
+    return registration_.capabilities();
+  }
+  // Null before Start.
+  const ServerSession* session() const { return session_.get(); }
+
+ private:
+  absl::Status CheckOptions();
+  absl::Status PrepareStateDir();
+  absl::Status DescribeHost();
+  void OnAssignmentsChanged(int64_t revision);
+
+  AgentOptions options_;
+  std::unique_ptr<AssignmentCache> cache_;
+  CoreSchedProbe probe_;
+  v1::RegisterRequest registration_;
+  std::unique_ptr<ServerSession> session_;
+
+  mutable std::mutex mu_;
+  std::condition_variable revision_changed_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_AGENT_H_

@@ -1,0 +1,69 @@
+// The assignments csd streamed to this host, kept across agent restarts so
+// that the agent enforces the last known state while csd is away and
+// resumes the stream where it left off.
+#ifndef COSCHED_AGENT_ASSIGNMENT_CACHE_H_
+#define COSCHED_AGENT_ASSIGNMENT_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/agent.pb.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::agent {
+
+// VM id -> its assignment.
+using AssignmentMap = std::map<std::string, v1::Assignment>;
+
+// Thread-safe. Every accepted change is durable in the state file before
+// readers see it.
+class AssignmentCache {
+ public:
+  // The state file's name inside the agent's state dir.
+  static constexpr char kStateFileName[] = "assignments.pb";
+
+  // `state_file`: where the assignments are kept; empty keeps them in
+  // memory only.
+  explicit AssignmentCache(std::string state_file);
+
+  // Reads the state file, replacing what the cache holds. OK (and empty)
+  // when the file does not exist; DATA_LOSS naming the file when it is
+  // corrupt (the agent must not silently forget assignments); the I/O error
+  // otherwise.
+  absl::Status Load();
+
+  // Applies one message of the WatchAssignments stream: a SNAPSHOT replaces
+  // everything, a DELTA upserts and removes. INVALID_ARGUMENT for a message
+  // of unknown kind or with an invalid VM id; FAILED_PRECONDITION when its
+  // revision is older than the cache's (revisions never go back); the I/O
+  // error when the result cannot be persisted. On error nothing changes.
+  absl::Status Apply(const v1::WatchAssignmentsResponse& update);
+
+  // The revision of the last applied message; 0 before any.
+  int64_t revision() const;
+  AssignmentMap assignments() const;
+  std::optional<v1::Assignment> Find(absl::string_view vm_id) const;
+
+  // Serialization of the state file (exposed for tests): a header line with
+  // a format version, the payload's length and checksum, then a
+  // WatchAssignmentsResponse of kind SNAPSHOT.
+  static std::string Encode(int64_t revision, const AssignmentMap& assignments);
+  // DATA_LOSS naming `source` when `content` is not a valid state file.
+  static absl::Status Decode(absl::string_view content, absl::string_view source,
+                             int64_t* revision, AssignmentMap* assignments);
+
+ private:
+  const std::string state_file_;
+  mutable std::mutex mu_;
+  int64_t revision_ = 0;
+  AssignmentMap assignments_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_ASSIGNMENT_CACHE_H_

@@ -1,0 +1,63 @@
+// cs-agent: keeps this hypervisor's VMs in their core-scheduling groups as
+// csd assigns them. Flags override the config file.
+#include <csignal>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "agent/agent.h"
+#include "common/config_loader.h"
+#include "cosched/v1/config.pb.h"
+#include "glog/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
+  std::string config_file, server, host_id, state_dir;
+  bool insecure = false;
+  app.add_option("--config", config_file, "YAML file (cosched.v1.AgentConfig)");
+  app.add_option("--server", server, "csd address, HOST:PORT (default 127.0.0.1:7443)");
+  app.add_option("--host-id", host_id, "this host's id (default: the hostname)");
+  app.add_option("--state-dir", state_dir, "where assignments are kept (default /var/lib/cs-agent)");
+  app.add_flag("--insecure", insecure, "allow plaintext to a non-loopback csd");
+  CLI11_PARSE(app, argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  cosched::v1::AgentConfig config;
+  if (!config_file.empty()) {
+    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config);
+    if (!loaded.ok()) {
+      std::cerr << "cs-agent: " << loaded.message() << "\n";
+      return 2;
+    }
+  }
+  if (!server.empty()) config.set_server(server);
+  if (!host_id.empty()) config.set_host_id(host_id);
+  if (!state_dir.empty()) config.set_state_dir(state_dir);
+  if (insecure) config.set_insecure(true);
+  absl::StatusOr<cosched::agent::AgentOptions> options =
+      cosched::agent::AgentOptionsFromConfig(config);
+  if (!options.ok()) {
+    std::cerr << "cs-agent: " << options.status().message() << "\n";
+    return 2;
+  }
+
+  // Blocked before any thread starts, so only sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  cosched::agent::Agent agent(std::move(*options));
+  absl::Status started = agent.Start();
+  if (!started.ok()) {
+    LOG(ERROR) << started;
+    return 1;
+  }
+  int received = 0;
+  sigwait(&signals, &received);
+  LOG(INFO) << "cs-agent stopping on signal " << received;
+  agent.Stop();
+  return 0;
+}

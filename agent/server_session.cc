@@ -1,0 +1,299 @@
+#include "agent/server_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/backoff.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/time_util.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace cosched::agent {
+namespace {
+
+// csd rejects larger reports (agent.proto).
+constexpr int kMaxReportedVms = 10000;
+
+absl::Status Annotate(const absl::Status& status, absl::string_view what) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+}  // namespace
+
+class ServerSession::TrackedCall {
+ public:
+  explicit TrackedCall(ServerSession* session) : session_(session) {
+    std::lock_guard<std::mutex> lock(session_->mu_);
+    cancelled_ = session_->stopping_;
+    if (!cancelled_) session_->active_calls_.insert(&context_);
+  }
+  ~TrackedCall() {
+    std::lock_guard<std::mutex> lock(session_->mu_);
+    session_->active_calls_.erase(&context_);
+  }
+  TrackedCall(const TrackedCall&) = delete;
+  TrackedCall& operator=(const TrackedCall&) = delete;
+
+  grpc::ClientContext* context() { return &context_; }
+  // True when Stop came first: do not start the call.
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  ServerSession* const session_;
+  grpc::ClientContext context_;
+  bool cancelled_ = false;
+};
+
+v1::ReportRequest MakeReportRequest(absl::string_view host_id,
+                                    const AssignmentCache& cache,
+                                    const std::vector<DiscoveredVm>& vms) {
+  v1::ReportRequest request;
+  request.set_host_id(std::string(host_id));
+  request.set_applied_revision(cache.revision());
+  const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
+  for (const DiscoveredVm& vm : vms) {
+    if (request.vms_size() == kMaxReportedVms) {
+      LOG_EVERY_T(WARNING, 300) << "host has " << vms.size()
+                                << " VMs; reporting only the first "
+                                << kMaxReportedVms;
+      break;
+    }
+    v1::VMObservation* observation = request.add_vms();
+    observation->set_vm_id(vm.vm_id);
+    observation->set_uuid(vm.uuid);
+    bool known = cache.Find(vm.vm_id).has_value() ||
+                 (!vm.uuid.empty() && cache.Find(vm.uuid).has_value());
+    v1::VMEnforcement* enforcement = observation->mutable_enforcement();
+    // Tagging is not there yet: a known assignment is only pending.
+    enforcement->set_state(known ? v1::ENFORCEMENT_STATE_PENDING
+                                 : v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+    enforcement->set_threads_found(static_cast<int32_t>(vm.threads.size()));
+    *enforcement->mutable_report_time() = now;
+  }
+  return request;
+}
+
+ServerSession::ServerSession(ServerSessionOptions options,
+                             v1::RegisterRequest registration,
+                             AssignmentCache* cache, VmDiscovery* discovery,
+                             AssignmentsListener listener)
+    : options_(std::move(options)),
+      registration_(std::move(registration)),
+      cache_(cache),
+      discovery_(discovery),
+      listener_(std::move(listener)) {}
+
+ServerSession::~ServerSession() { Stop(); }
+
+absl::Status ServerSession::Start() {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options_.server_address, options_.tls,
+                             options_.insecure);
+  if (!credentials.ok()) return credentials.status();
+  grpc::ChannelArguments args;
+  // gRPC's own reconnect backoff (default up to 120 s) would otherwise make
+  // calls fail fast long after csd is back.
+  const int initial_ms = static_cast<int>(options_.backoff_initial.count());
+  const int max_ms = static_cast<int>(options_.backoff_max.count());
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  stub_ = v1::AgentService::NewStub(
+      grpc::CreateCustomChannel(options_.server_address, *credentials, args));
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  report_thread_ = std::thread([this] { ReportLoop(); });
+  return absl::OkStatus();
+}
+
+void ServerSession::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (grpc::ClientContext* context : active_calls_) context->TryCancel();
+  }
+  wake_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (report_thread_.joinable()) report_thread_.join();
+}
+
+bool ServerSession::registered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registered_;
+}
+
+bool ServerSession::watching() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watching_;
+}
+
+int ServerSession::register_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return register_count_;
+}
+
+int ServerSession::watch_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watch_count_;
+}
+
+int ServerSession::report_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return report_count_;
+}
+
+void ServerSession::RequestReport() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_requested_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool ServerSession::SleepUntil(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait_until(lock, deadline, [this] { return stopping_; });
+  return !stopping_;
+}
+
+void ServerSession::WatchLoop() {
+  JitteredBackoff backoff(options_.backoff_initial, options_.backoff_max);
+  bool was_watching = false;
+  while (true) {
+    bool progressed = false;
+    absl::Status status = ConnectOnce(&progressed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    if (progressed) backoff.Reset();
+    const std::chrono::milliseconds delay = backoff.NextDelay();
+    if (was_watching || progressed) {
+      LOG(WARNING) << "lost csd at " << options_.server_address << ": "
+                   << status << "; reconnecting in " << delay.count() << " ms";
+    } else {
+      LOG_EVERY_T(WARNING, 60)
+          << "cannot reach csd at " << options_.server_address << ": "
+          << status << " (attempt " << backoff.failures()
+          << "); retrying with backoff up to " << options_.backoff_max.count()
+          << " ms";
+    }
+    was_watching = progressed;
+    if (!SleepUntil(std::chrono::steady_clock::now() + delay)) return;
+  }
+}
+
+absl::Status ServerSession::ConnectOnce(bool* progressed) {
+  {
+    TrackedCall call(this);
+    if (call.cancelled()) return absl::CancelledError("agent is stopping");
+    call.context()->set_deadline(std::chrono::system_clock::now() +
+                                 options_.rpc_timeout);
+    v1::RegisterResponse response;
+    grpc::Status status =
+        stub_->Register(call.context(), registration_, &response);
+    if (!status.ok()) return Annotate(FromGrpcStatus(status), "Register");
+    LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
+                          << " with csd at " << options_.server_address
+                          << " (csd revision " << response.revision() << ")";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    registered_ = true;
+    ++register_count_;
+    report_requested_ = true;
+  }
+  wake_.notify_all();
+
+  v1::WatchAssignmentsRequest request;
+  request.set_host_id(registration_.host_id());
+  request.set_resume_revision(cache_->revision());
+  const auto opened = std::chrono::steady_clock::now();
+  TrackedCall call(this);
+  if (call.cancelled()) return absl::CancelledError("agent is stopping");
+  std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
+      stub_->WatchAssignments(call.context(), request);
+  v1::WatchAssignmentsResponse message;
+  absl::Status apply_error;
+  while (reader->Read(&message)) {
+    apply_error = cache_->Apply(message);
+    if (!apply_error.ok()) {
+      call.context()->TryCancel();
+      while (reader->Read(&message)) {
+      }
+      break;
+    }
+    if (!*progressed) {
+      *progressed = true;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        watching_ = true;
+        ++watch_count_;
+      }
+      LOG(INFO) << "watching assignments from csd at "
+                << options_.server_address << " (resumed from revision "
+                << request.resume_revision() << ", now at "
+                << message.revision() << ")";
+    }
+    RequestReport();
+    if (listener_) listener_(cache_->revision());
+  }
+  grpc::Status finished = reader->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watching_ = false;
+  }
+  // A stream that stayed up a long while was a success even if quiet.
+  if (std::chrono::steady_clock::now() - opened >= options_.backoff_max) {
+    *progressed = true;
+  }
+  if (!apply_error.ok()) {
+    return Annotate(apply_error, "applying WatchAssignments message");
+  }
+  if (finished.ok()) {
+    return absl::UnavailableError("csd ended the WatchAssignments stream");
+  }
+  return Annotate(FromGrpcStatus(finished), "WatchAssignments");
+}
+
+void ServerSession::ReportLoop() {
+  auto next = std::chrono::steady_clock::now() + options_.report_interval;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait_until(lock, next, [this] {
+      return stopping_ || (report_requested_ && registered_);
+    });
+    if (stopping_) return;
+    next = std::chrono::steady_clock::now() + options_.report_interval;
+    // Reports wait for the first Register: csd learns the host from it.
+    if (!registered_) continue;
+    report_requested_ = false;
+    lock.unlock();
+    absl::Status status = SendReport();
+    if (!status.ok()) {
+      LOG_EVERY_T(WARNING, 60) << "report to csd at " << options_.server_address
+                               << " failed: " << status;
+    }
+    lock.lock();
+    if (status.ok()) ++report_count_;
+  }
+}
+
+absl::Status ServerSession::SendReport() {
+  absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
+  // Reporting nothing would tell csd the VMs are gone: skip instead.
+  if (!vms.ok()) return Annotate(vms.status(), "VM discovery");
+  v1::ReportRequest request =
+      MakeReportRequest(registration_.host_id(), *cache_, *vms);
+  TrackedCall call(this);
+  if (call.cancelled()) return absl::CancelledError("agent is stopping");
+  call.context()->set_deadline(std::chrono::system_clock::now() +
+                               options_.rpc_timeout);
+  v1::ReportResponse response;
+  grpc::Status status = stub_->Report(call.context(), request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status), "Report");
+  return absl::OkStatus();
+}
+
+}  // namespace cosched::agent

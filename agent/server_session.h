@@ -1,0 +1,127 @@
+// The agent's connection to csd: registers the host, holds the
+// WatchAssignments stream (feeding the AssignmentCache) and reports the VMs
+// found on the host, reconnecting with jittered backoff whenever anything
+// fails.
+#ifndef COSCHED_AGENT_SERVER_SESSION_H_
+#define COSCHED_AGENT_SERVER_SESSION_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/assignment_cache.h"
+#include "agent/vm_discovery.h"
+#include "cosched/v1/agent.grpc.pb.h"
+#include "cosched/v1/config.pb.h"
+#include "grpcpp/client_context.h"
+
+namespace cosched::agent {
+
+struct ServerSessionOptions {
+  // csd's host:port.
+  std::string server_address;
+  v1::TlsConfig tls;
+  // Allow plaintext to a non-loopback address.
+  bool insecure = false;
+  // Time between reports (a report is also sent right after each Register
+  // and after assignments change).
+  std::chrono::milliseconds report_interval{std::chrono::seconds(10)};
+  // Deadline of Register and Report.
+  std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+  // Reconnect delays (see JitteredBackoff).
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
+};
+
+// The ReportRequest for the VMs in `vms`: a VM whose id or UUID has an
+// assignment in `cache` is PENDING, any other FAIL_CLOSED.
+v1::ReportRequest MakeReportRequest(absl::string_view host_id,
+                                    const AssignmentCache& cache,
+                                    const std::vector<DiscoveredVm>& vms);
+
+// Runs two threads: one holds Register + WatchAssignments, one reports.
+// Start and Stop are not thread-safe with each other; the accessors are.
+class ServerSession {
+ public:
+  // Called on the session's thread after each applied stream message, with
+  // the cache's new revision. It must not call Stop.
+  using AssignmentsListener = std::function<void(int64_t revision)>;
+
+  // `registration` is sent on every (re)connect. `cache` and `discovery`
+  // must outlive the session.
+  ServerSession(ServerSessionOptions options, v1::RegisterRequest registration,
+                AssignmentCache* cache, VmDiscovery* discovery,
+                AssignmentsListener listener);
+  ~ServerSession();
+
+  ServerSession(const ServerSession&) = delete;
+  ServerSession& operator=(const ServerSession&) = delete;
+
+  // Builds the channel and starts the threads; the connection is made in
+  // the background. FAILED_PRECONDITION when plaintext is not allowed to
+  // the address, or TLS files cannot be read.
+  absl::Status Start();
+
+  // Cancels every call in flight, wakes the threads and joins them. Prompt:
+  // it does not wait for a backoff or a report interval. Idempotent.
+  void Stop();
+
+  // True once a Register call succeeded (since Start).
+  bool registered() const;
+  // True while a WatchAssignments stream is open and has delivered its
+  // first message.
+  bool watching() const;
+  // Since Start: Register calls that succeeded, WatchAssignments streams
+  // that delivered a first message, Report calls that csd acknowledged.
+  int register_count() const;
+  int watch_count() const;
+  int report_count() const;
+
+  // Asks for a report as soon as possible.
+  void RequestReport();
+
+ private:
+  // A call's ClientContext, cancellable by Stop while the call runs.
+  class TrackedCall;
+
+  void WatchLoop();
+  // One connection: Register, then the stream until it fails. Sets
+  // `progressed` when the stream delivered at least one message.
+  absl::Status ConnectOnce(bool* progressed);
+  void ReportLoop();
+  absl::Status SendReport();
+  // Waits until `deadline` or Stop; returns false on Stop.
+  bool SleepUntil(std::chrono::steady_clock::time_point deadline);
+
+  const ServerSessionOptions options_;
+  const v1::RegisterRequest registration_;
+  AssignmentCache* const cache_;
+  VmDiscovery* const discovery_;
+  const AssignmentsListener listener_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool registered_ = false;
+  bool watching_ = false;
+  bool report_requested_ = false;
+  int register_count_ = 0;
+  int watch_count_ = 0;
+  int report_count_ = 0;
+  std::set<grpc::ClientContext*> active_calls_;
+  std::thread watch_thread_;
+  std::thread report_thread_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_SERVER_SESSION_H_

@@ -1,0 +1,85 @@
+// What runs on the host: the VMs and every thread that belongs to them.
+// Discovery from libvirt and from procfs implements this interface.
+#ifndef COSCHED_AGENT_VM_DISCOVERY_H_
+#define COSCHED_AGENT_VM_DISCOVERY_H_
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cosched::agent {
+
+// One thread that belongs to a VM.
+struct DiscoveredThread {
+  enum class Kind {
+    kVcpu,         // "CPU <n>/KVM" or "CPU <n>/TCG"
+    kEmulator,     // any other thread of the QEMU process
+    kIothread,     // "IO <iothread id>"
+    kVhostWorker,  // "vhost-<qemu pid>", inside or outside QEMU's group
+    kHelper,       // a thread of a helper process (virtiofsd, ...)
+  };
+
+  int tid = 0;
+  // The thread group (process) the thread is in: the QEMU pid for QEMU's
+  // own threads; something else for old-style vhost kernel threads and
+  // helpers.
+  int pid = 0;
+  std::string name;
+  Kind kind = Kind::kEmulator;
+
+  bool operator==(const DiscoveredThread&) const = default;
+};
+
+// One VM on the host.
+struct DiscoveredVm {
+  // The name it runs under (libvirt domain name, QEMU -name guest=...).
+  std::string vm_id;
+  // Empty when unknown.
+  std::string uuid;
+  int qemu_pid = 0;
+  std::vector<DiscoveredThread> threads;
+
+  bool operator==(const DiscoveredVm&) const = default;
+};
+
+// Implementations are thread-safe.
+class VmDiscovery {
+ public:
+  virtual ~VmDiscovery() = default;
+
+  // Every VM running on the host now, with its threads. An error means the
+  // source could not be read at all (callers must not take it as "no VMs").
+  virtual absl::StatusOr<std::vector<DiscoveredVm>> Discover() = 0;
+};
+
+// Serves a list set by its owner: for tests, and for hosts where no real
+// source is configured. Thread-safe.
+class StaticVmDiscovery : public VmDiscovery {
+ public:
+  void SetVms(std::vector<DiscoveredVm> vms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    vms_ = std::move(vms);
+  }
+  // Discover fails with `status` until it is set back to OK.
+  void SetError(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(status);
+  }
+  absl::StatusOr<std::vector<DiscoveredVm>> Discover() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    return vms_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<DiscoveredVm> vms_;
+  absl::Status error_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_VM_DISCOVERY_H_

@@ -1,0 +1,194 @@
+#include "agent/agent.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "agent/core_sched_fake.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/agent/fake_csd.h"
+#include "tests/agent/temp_dir.h"
+
+namespace cosched::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Key;
+using testing::FakeCsd;
+using testing::MakeAssignment;
+using testing::MakeDelta;
+using testing::MakeSnapshot;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+std::shared_ptr<FakeHostFs> TwoByTwoHost() {
+  auto fs = std::make_shared<FakeHostFs>();
+  const std::string cpu = "/sys/devices/system/cpu";
+  fs->SetFile(cpu + "/online", "0-3\n");
+  for (int i = 0; i < 4; ++i) {
+    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
+    fs->SetFile(dir + "/thread_siblings_list", i % 2 == 0 ? "0,2\n" : "1,3\n");
+    fs->SetFile(dir + "/core_id", std::to_string(i % 2) + "\n");
+    fs->SetFile(dir + "/physical_package_id", "0\n");
+  }
+  fs->SetFile(cpu + "/smt/active", "1\n");
+  fs->SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
+  return fs;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentOptions Options(const std::string& server) {
+    AgentOptions options;
+    options.server_address = server;
+    options.host_id = "host-a";
+    options.state_dir = dir_.path() + "/state";
+    options.report_interval = 100ms;
+    options.backoff_initial = 10ms;
+    options.backoff_max = 200ms;
+    options.host_fs = host_fs_;
+    options.core_sched = kernel_;
+    options.vm_discovery = discovery_;
+    return options;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<FakeHostFs> host_fs_ = TwoByTwoHost();
+  std::shared_ptr<FakeCoreSched> kernel_ = std::make_shared<FakeCoreSched>();
+  std::shared_ptr<StaticVmDiscovery> discovery_ =
+      std::make_shared<StaticVmDiscovery>();
+};
+
+TEST_F(AgentTest, RegistersHostAndKeepsAssignmentsAcrossRestart) {
+  kernel_->SetMode(FakeCoreSched::Mode::kNoSmt);
+  DiscoveredVm vm;
+  vm.vm_id = "vm-1";
+  discovery_->SetVms({vm});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(4, {MakeAssignment("vm-1", "g1", 4)}));
+
+  std::atomic<int64_t> notified{0};
+  {
+    AgentOptions options = Options(csd.address());
+    options.on_assignments_changed = [&](int64_t revision) { notified = revision; };
+    Agent agent(std::move(options));
+    ASSERT_TRUE(agent.Start().ok());
+    EXPECT_EQ(agent.probe().support, v1::CORE_SCHED_SUPPORT_NO_SMT);
+    EXPECT_EQ(agent.topology().cores_size(), 2);
+    EXPECT_TRUE(agent.capabilities().smt_active());
+    EXPECT_TRUE(agent.capabilities().schedstats_enabled());
+    ASSERT_TRUE(agent.WaitForRevision(4, 10s));
+    // The listener runs right after the cache is updated.
+    for (int i = 0; i < 1000 && notified < 4; ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(notified, 4);
+    EXPECT_THAT(agent.assignments(), ElementsAre(Key("vm-1")));
+
+    v1::RegisterRequest registered = csd.service().registers().at(0);
+    EXPECT_EQ(registered.host_id(), "host-a");
+    EXPECT_EQ(registered.agent_version(), kAgentVersion);
+    EXPECT_EQ(registered.capabilities().core_sched(),
+              v1::CORE_SCHED_SUPPORT_NO_SMT);
+    EXPECT_THAT(registered.capabilities().core_sched_detail(),
+                HasSubstr("no SMT on this host"));
+    ASSERT_EQ(registered.topology().cores_size(), 2);
+    EXPECT_THAT(registered.topology().cores(1).cpus(), ElementsAre(1, 3));
+
+    csd.service().Push(MakeDelta(6, {MakeAssignment("vm-2", "g2", 6)}, {}));
+    ASSERT_TRUE(agent.WaitForRevision(6, 10s));
+    ASSERT_TRUE(csd.service().WaitFor([&] {
+      const auto& reports = csd.service().reports_locked();
+      return !reports.empty() && reports.back().applied_revision() == 6;
+    }));
+    agent.Stop();
+    // The agent makes no kernel writes yet.
+    EXPECT_EQ(kernel_->write_calls(), 0);
+  }
+
+  // A new agent on the same state dir starts from what it kept and resumes.
+  Agent agent(Options(csd.address()));
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_EQ(agent.applied_revision(), 6);
+  EXPECT_TRUE(agent.FindAssignment("vm-2").has_value());
+  const size_t watches = csd.service().watches().size();
+  ASSERT_TRUE(csd.service().WaitFor(
+      [&] { return csd.service().watches_locked().size() > watches; }));
+  EXPECT_EQ(csd.service().watches().back().resume_revision(), 6);
+}
+
+TEST_F(AgentTest, StartsWithoutCsdAndConnectsLater) {
+  FakeCsd probe_port;  // find a free port, then free it
+  ASSERT_TRUE(probe_port.ok());
+  const int port = probe_port.port();
+  probe_port.Shutdown();
+
+  Agent agent(Options("127.0.0.1:" + std::to_string(port)));
+  ASSERT_TRUE(agent.Start().ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(agent.session()->registered());
+
+  FakeCsd csd(port);
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(2, {MakeAssignment("vm-1", "g1", 2)}));
+  EXPECT_TRUE(agent.WaitForRevision(2, 10s));
+}
+
+TEST_F(AgentTest, CorruptStateFileStopsStart) {
+  std::filesystem::create_directories(dir_.path() + "/state");
+  { std::ofstream(dir_.path() + "/state/assignments.pb") << "not a state file"; }
+  Agent agent(Options("127.0.0.1:1"));
+  absl::Status status = agent.Start();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("load assignments"));
+  EXPECT_THAT(status.message(), HasSubstr("assignments.pb"));
+}
+
+TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
+  AgentOptions options = Options("127.0.0.1:1");
+  options.host_id = "bad id!";
+  EXPECT_EQ(Agent(options).Start().code(), absl::StatusCode::kInvalidArgument);
+
+  host_fs_->RemoveFile("/sys/devices/system/cpu/online");
+  absl::Status status = Agent(Options("127.0.0.1:1")).Start();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("describe host"));
+  EXPECT_THAT(status.message(), HasSubstr("/sys/devices/system/cpu/online"));
+}
+
+TEST(AgentOptionsTest, FromConfig) {
+  v1::AgentConfig config;
+  absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->server_address, "127.0.0.1:7443");
+  EXPECT_EQ(defaults->state_dir, "/var/lib/cs-agent");
+  EXPECT_FALSE(defaults->host_id.empty());
+  EXPECT_EQ(defaults->report_interval, 10s);
+
+  config.set_server("csd.example:7443");
+  config.set_host_id("hv-7");
+  config.set_state_dir("/tmp/x");
+  config.set_report_interval_s(3);
+  config.set_insecure(true);
+  config.set_sysfs_root("/fake/sys");
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->server_address, "csd.example:7443");
+  EXPECT_EQ(options->host_id, "hv-7");
+  EXPECT_EQ(options->state_dir, "/tmp/x");
+  EXPECT_EQ(options->report_interval, 3s);
+  EXPECT_TRUE(options->insecure);
+  EXPECT_EQ(options->sysfs_root, "/fake/sys");
+
+  config.set_report_interval_s(-1);
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("report_interval_s"));
+}
+
+}  // namespace
+}  // namespace cosched::agent

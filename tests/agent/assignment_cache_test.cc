@@ -1,0 +1,152 @@
+#include "agent/assignment_cache.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/atomic_file.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/agent/fake_csd.h"
+#include "tests/agent/temp_dir.h"
+
+namespace cosched::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Key;
+using testing::MakeAssignment;
+using testing::MakeDelta;
+using testing::MakeSnapshot;
+using testing::TempDir;
+
+class AssignmentCacheTest : public ::testing::Test {
+ protected:
+  std::string StateFile() const { return dir_.path() + "/assignments.pb"; }
+  TempDir dir_;
+};
+
+TEST_F(AssignmentCacheTest, SnapshotReplacesDeltaMerges) {
+  AssignmentCache cache("");
+  ASSERT_TRUE(cache
+                  .Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 3),
+                                          MakeAssignment("vm-2", "g2", 5)}))
+                  .ok());
+  EXPECT_EQ(cache.revision(), 5);
+  EXPECT_THAT(cache.assignments(), ElementsAre(Key("vm-1"), Key("vm-2")));
+
+  ASSERT_TRUE(cache
+                  .Apply(MakeDelta(7, {MakeAssignment("vm-3", "g3", 7),
+                                       MakeAssignment("vm-1", "g9", 7)},
+                                   {"vm-2"}))
+                  .ok());
+  EXPECT_EQ(cache.revision(), 7);
+  EXPECT_THAT(cache.assignments(), ElementsAre(Key("vm-1"), Key("vm-3")));
+  EXPECT_EQ(cache.Find("vm-1")->trust_group(), "g9");
+  EXPECT_FALSE(cache.Find("vm-2").has_value());
+
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(9, {MakeAssignment("vm-4", "g4", 9)})).ok());
+  EXPECT_THAT(cache.assignments(), ElementsAre(Key("vm-4")));
+}
+
+TEST_F(AssignmentCacheTest, RevisionNeverGoesBack) {
+  AssignmentCache cache("");
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
+  absl::Status back = cache.Apply(MakeDelta(4, {}, {"vm-1"}));
+  EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(back.message(), HasSubstr("from 5 to 4"));
+  EXPECT_EQ(cache.Apply(MakeSnapshot(3, {})).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cache.revision(), 5);
+  EXPECT_TRUE(cache.Find("vm-1").has_value());
+  // The same revision again is harmless (a resumed stream may repeat it).
+  EXPECT_TRUE(cache.Apply(MakeDelta(5, {}, {})).ok());
+}
+
+TEST_F(AssignmentCacheTest, RejectsBadMessages) {
+  AssignmentCache cache("");
+  v1::WatchAssignmentsResponse unknown;
+  unknown.set_revision(1);
+  EXPECT_EQ(cache.Apply(unknown).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.Apply(MakeSnapshot(2, {MakeAssignment("bad id!", "g", 2)})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.revision(), 0);
+}
+
+TEST_F(AssignmentCacheTest, PersistsAndLoads) {
+  {
+    AssignmentCache cache(StateFile());
+    ASSERT_TRUE(cache.Load().ok());  // no file yet: empty
+    EXPECT_EQ(cache.revision(), 0);
+    ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
+    ASSERT_TRUE(cache.Apply(MakeDelta(6, {MakeAssignment("vm-2", "g2", 6)}, {})).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(StateFile() + ".tmp"));
+  struct stat st;
+  ASSERT_EQ(stat(StateFile().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  AssignmentCache loaded(StateFile());
+  ASSERT_TRUE(loaded.Load().ok());
+  EXPECT_EQ(loaded.revision(), 6);
+  EXPECT_THAT(loaded.assignments(), ElementsAre(Key("vm-1"), Key("vm-2")));
+  EXPECT_EQ(loaded.Find("vm-2")->trust_group(), "g2");
+}
+
+TEST_F(AssignmentCacheTest, FailedWriteChangesNothing) {
+  AssignmentCache cache(dir_.path() + "/missing-dir/assignments.pb");
+  absl::Status status =
+      cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("missing-dir"));
+  EXPECT_EQ(cache.revision(), 0);
+  EXPECT_TRUE(cache.assignments().empty());
+}
+
+TEST_F(AssignmentCacheTest, AtomicWriteReplacesWholeFile) {
+  const std::string path = dir_.path() + "/f";
+  ASSERT_TRUE(WriteFileAtomically(path, "a long first content").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "short").ok());
+  EXPECT_EQ(*ReadWholeFile(path), "short");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // A leftover temporary file from a crash does not matter.
+  { std::ofstream(path + ".tmp") << "half"; }
+  ASSERT_TRUE(WriteFileAtomically(path, "next").ok());
+  EXPECT_EQ(*ReadWholeFile(path), "next");
+  EXPECT_EQ(ReadWholeFile(dir_.path() + "/none").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+void ExpectCorrupt(const std::string& path, absl::string_view content) {
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << content; }
+  AssignmentCache cache(path);
+  absl::Status status = cache.Load();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr(path));
+  EXPECT_THAT(status.message(), HasSubstr("corrupt"));
+}
+
+TEST_F(AssignmentCacheTest, CorruptFileIsAnError) {
+  const std::string good = AssignmentCache::Encode(
+      5, {{"vm-1", MakeAssignment("vm-1", "g1", 5)}});
+  ExpectCorrupt(StateFile(), "garbage");
+  ExpectCorrupt(StateFile(), "");
+  ExpectCorrupt(StateFile(), good.substr(0, good.size() - 3));  // truncated
+  std::string flipped = good;
+  flipped[flipped.size() - 2] ^= 0x01;
+  ExpectCorrupt(StateFile(), flipped);
+  std::string other_version = good;
+  other_version.replace(other_version.find(" 1 "), 3, " 9 ");
+  ExpectCorrupt(StateFile(), other_version);
+
+  // And the good one loads.
+  { std::ofstream(StateFile(), std::ios::binary | std::ios::trunc) << good; }
+  AssignmentCache cache(StateFile());
+  ASSERT_TRUE(cache.Load().ok());
+  EXPECT_EQ(cache.revision(), 5);
+}
+
+}  // namespace
+}  // namespace cosched::agent

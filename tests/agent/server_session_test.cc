@@ -1,0 +1,249 @@
+#include "agent/server_session.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "agent/backoff.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/agent/fake_csd.h"
+#include "tests/agent/temp_dir.h"
+
+namespace cosched::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Key;
+using testing::FakeAgentService;
+using testing::FakeCsd;
+using testing::MakeAssignment;
+using testing::MakeDelta;
+using testing::MakeSnapshot;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+DiscoveredVm Vm(const std::string& id, const std::string& uuid, int pid) {
+  DiscoveredVm vm;
+  vm.vm_id = id;
+  vm.uuid = uuid;
+  vm.qemu_pid = pid;
+  vm.threads.push_back({pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator});
+  vm.threads.push_back({pid + 1, pid, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu});
+  return vm;
+}
+
+class ServerSessionTest : public ::testing::Test {
+ protected:
+  ServerSessionTest() : cache_(dir_.path() + "/assignments.pb") {}
+
+  std::unique_ptr<ServerSession> MakeSession(const std::string& address) {
+    ServerSessionOptions options;
+    options.server_address = address;
+    options.report_interval = 100ms;
+    options.rpc_timeout = 2s;
+    options.backoff_initial = 10ms;
+    options.backoff_max = 200ms;
+    v1::RegisterRequest registration;
+    registration.set_host_id("host-a");
+    registration.set_agent_version("0.1.0");
+    registration.mutable_capabilities()->set_smt_active(true);
+    return std::make_unique<ServerSession>(
+        options, registration, &cache_, &discovery_,
+        [this](int64_t revision) { last_notified_ = revision; });
+  }
+
+  bool WaitForRevision(int64_t revision) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         std::chrono::steady_clock::now() < deadline;) {
+      if (cache_.revision() >= revision && last_notified_ >= revision) {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  AssignmentCache cache_;
+  StaticVmDiscovery discovery_;
+  std::atomic<int64_t> last_notified_{0};
+};
+
+TEST_F(ServerSessionTest, RegistersWatchesAndReports) {
+  discovery_.SetVms({Vm("vm-1", "", 100), Vm("vm-2", "uuid-2", 200)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  FakeAgentService& service = csd.service();
+  service.Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
+
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(WaitForRevision(5));
+  EXPECT_THAT(cache_.assignments(), ElementsAre(Key("vm-1")));
+
+  std::vector<v1::RegisterRequest> registers = service.registers();
+  ASSERT_FALSE(registers.empty());
+  EXPECT_EQ(registers[0].host_id(), "host-a");
+  EXPECT_EQ(registers[0].agent_version(), "0.1.0");
+  EXPECT_TRUE(registers[0].capabilities().smt_active());
+  ASSERT_FALSE(service.watches().empty());
+  EXPECT_EQ(service.watches()[0].host_id(), "host-a");
+  EXPECT_EQ(service.watches()[0].resume_revision(), 0);
+  EXPECT_TRUE(session->watching());
+
+  // A delta: vm-2 is now known (by its UUID), vm-1 removed.
+  service.Push(MakeDelta(8, {MakeAssignment("uuid-2", "g2", 8)}, {"vm-1"}));
+  ASSERT_TRUE(WaitForRevision(8));
+  EXPECT_THAT(cache_.assignments(), ElementsAre(Key("uuid-2")));
+
+  // A report that reflects revision 8 arrives.
+  ASSERT_TRUE(service.WaitFor([&] {
+    const auto& reports = service.reports_locked();
+    return !reports.empty() && reports.back().applied_revision() == 8;
+  }));
+  v1::ReportRequest report = service.reports().back();
+  EXPECT_EQ(report.host_id(), "host-a");
+  ASSERT_EQ(report.vms_size(), 2);
+  EXPECT_EQ(report.vms(0).vm_id(), "vm-1");
+  EXPECT_EQ(report.vms(0).enforcement().state(),
+            v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  EXPECT_EQ(report.vms(0).enforcement().threads_found(), 2);
+  EXPECT_EQ(report.vms(1).vm_id(), "vm-2");
+  EXPECT_EQ(report.vms(1).uuid(), "uuid-2");
+  EXPECT_EQ(report.vms(1).enforcement().state(), v1::ENFORCEMENT_STATE_PENDING);
+
+  // Reports keep coming on the interval.
+  const size_t count = service.reports().size();
+  ASSERT_TRUE(service.WaitFor(
+      [&] { return service.reports_locked().size() >= count + 2; }));
+  session->Stop();
+}
+
+TEST_F(ServerSessionTest, ResumesAfterStreamDropAndServerRestart) {
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  const int port = csd.port();
+  csd.service().Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(WaitForRevision(5));
+
+  // csd ends the stream: the agent comes back asking from revision 5.
+  csd.service().DropStreams();
+  ASSERT_TRUE(csd.service().WaitFor([&] {
+    return csd.service().watches_locked().size() >= 2 &&
+           csd.service().open_streams_locked() == 1;
+  }));
+  EXPECT_EQ(csd.service().watches()[1].resume_revision(), 5);
+  EXPECT_GE(csd.service().registers().size(), 2u);
+  csd.service().Push(MakeDelta(6, {MakeAssignment("vm-2", "g2", 6)}, {}));
+  ASSERT_TRUE(WaitForRevision(6));
+
+  // csd goes away and comes back on the same port.
+  csd.Shutdown();
+  FakeCsd restarted(port);
+  ASSERT_TRUE(restarted.ok());
+  restarted.service().Push(MakeDelta(7, {}, {"vm-1"}));
+  ASSERT_TRUE(WaitForRevision(7));
+  ASSERT_FALSE(restarted.service().watches().empty());
+  EXPECT_EQ(restarted.service().watches()[0].resume_revision(), 6);
+  EXPECT_THAT(cache_.assignments(), ElementsAre(Key("vm-2")));
+  EXPECT_GE(session->watch_count(), 3);
+  session->Stop();
+
+  // What was received survives the agent.
+  AssignmentCache reloaded(dir_.path() + "/assignments.pb");
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(reloaded.revision(), 7);
+}
+
+TEST_F(ServerSessionTest, StaleMessageMakesItReconnect) {
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
+  csd.service().Push(MakeDelta(3, {}, {"vm-1"}));  // goes back: refused
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(csd.service().WaitFor(
+      [&] { return csd.service().watches_locked().size() >= 2; }));
+  EXPECT_EQ(csd.service().watches()[1].resume_revision(), 5);
+  EXPECT_EQ(cache_.revision(), 5);
+  EXPECT_TRUE(cache_.Find("vm-1").has_value());
+  session->Stop();
+}
+
+TEST_F(ServerSessionTest, DiscoveryFailureSkipsTheReport) {
+  discovery_.SetError(absl::UnavailableError("libvirt is down"));
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(WaitForRevision(1));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(csd.service().reports().empty());
+  discovery_.SetError(absl::OkStatus());
+  ASSERT_TRUE(csd.service().WaitFor(
+      [&] { return !csd.service().reports_locked().empty(); }));
+  session->Stop();
+}
+
+TEST_F(ServerSessionTest, StopIsPromptWhileStreaming) {
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(WaitForRevision(1));
+  auto start = std::chrono::steady_clock::now();
+  session->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_FALSE(session->watching());
+}
+
+TEST_F(ServerSessionTest, StopIsPromptWhileBackingOff) {
+  ServerSessionOptions options;
+  options.server_address = "127.0.0.1:1";  // nothing listens there
+  options.backoff_initial = 10s;
+  options.backoff_max = 60s;
+  ServerSession session(options, v1::RegisterRequest(), &cache_, &discovery_,
+                        nullptr);
+  ASSERT_TRUE(session.Start().ok());
+  std::this_thread::sleep_for(200ms);
+  auto start = std::chrono::steady_clock::now();
+  session.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_FALSE(session.registered());
+}
+
+TEST_F(ServerSessionTest, PlaintextToRemoteNeedsInsecure) {
+  ServerSessionOptions options;
+  options.server_address = "192.0.2.1:7443";
+  ServerSession session(options, v1::RegisterRequest(), &cache_, &discovery_,
+                        nullptr);
+  EXPECT_EQ(session.Start().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(JitteredBackoffTest, GrowsToTheCapWithJitter) {
+  JitteredBackoff backoff(200ms, 10s, /*seed=*/1);
+  std::chrono::milliseconds largest{0};
+  for (int i = 0; i < 5; ++i) {
+    const std::chrono::milliseconds ceiling =
+        std::min<std::chrono::milliseconds>(200ms * (1 << i), 10s);
+    const std::chrono::milliseconds delay = backoff.NextDelay();
+    EXPECT_LE(delay, ceiling);
+    EXPECT_GE(delay, 0ms);
+  }
+  for (int i = 0; i < 200; ++i) {
+    const std::chrono::milliseconds delay = backoff.NextDelay();
+    EXPECT_LE(delay, 10s);
+    largest = std::max(largest, delay);
+  }
+  EXPECT_GT(largest, 5s);  // it does reach up toward the cap
+  backoff.Reset();
+  EXPECT_LE(backoff.NextDelay(), 200ms);
+}
+
+}  // namespace
+}  // namespace cosched::agent
