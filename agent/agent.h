@@ -107,6 +107,8 @@ class Agent {
   }
   // Null before Start.
   const ServerSession* session() const { return session_.get(); }
+  // The assignments as received (valid after Start()).
+  const AssignmentCache& cache() const { return *cache_; }
 
  private:
   absl::Status CheckOptions();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/atomic_file.h"
 #include "common/validation.h"
+#include "glog/logging.h"
 
 namespace cosched::agent {
 namespace {
@@ -112,10 +113,20 @@ absl::Status AssignmentCache::Load() {
 
 absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) {
   std::lock_guard<std::mutex> lock(mu_);
+  const bool snapshot =
+      update.kind() == v1::WatchAssignmentsResponse::KIND_SNAPSHOT;
   if (update.revision() < revision_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "assignment revision went back from ", revision_, " to ",
-        update.revision(), "; ignoring the message"));
+    if (!snapshot) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "assignment revision went back from ", revision_, " to ",
+          update.revision(), "; ignoring the message"));
+    }
+    // csd is the source of truth: a snapshot from behind means its store
+    // was restored or replaced. Follow it rather than enforce stale groups
+    // forever, and say so loudly.
+    LOG(WARNING) << "csd sent a snapshot at revision " << update.revision()
+                 << ", behind this agent's " << revision_
+                 << ": csd's store was restored or replaced; following it";
   }
   AssignmentMap next;
   switch (update.kind()) {
@@ -142,7 +153,18 @@ absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) 
   }
   revision_ = update.revision();
   assignments_ = std::move(next);
+  ++(snapshot ? snapshots_applied_ : deltas_applied_);
   return absl::OkStatus();
+}
+
+int AssignmentCache::snapshots_applied() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshots_applied_;
+}
+
+int AssignmentCache::deltas_applied() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deltas_applied_;
 }
 
 int64_t AssignmentCache::revision() const {

@@ -39,13 +39,17 @@ class AssignmentCache {
 
   // Applies one message of the WatchAssignments stream: a SNAPSHOT replaces
   // everything, a DELTA upserts and removes. INVALID_ARGUMENT for a message
-  // of unknown kind or with an invalid VM id; FAILED_PRECONDITION when its
-  // revision is older than the cache's (revisions never go back); the I/O
-  // error when the result cannot be persisted. On error nothing changes.
+  // of unknown kind or with an invalid VM id; FAILED_PRECONDITION for a
+  // delta older than the cache (a snapshot from behind is followed: csd's
+  // store was restored); the I/O error when the result cannot be
+  // persisted. On error nothing changes.
   absl::Status Apply(const v1::WatchAssignmentsResponse& update);
 
   // The revision of the last applied message; 0 before any.
   int64_t revision() const;
+  // Messages applied since construction, by kind.
+  int snapshots_applied() const;
+  int deltas_applied() const;
   AssignmentMap assignments() const;
   std::optional<v1::Assignment> Find(absl::string_view vm_id) const;
 
@@ -61,6 +65,8 @@ class AssignmentCache {
   const std::string state_file_;
   mutable std::mutex mu_;
   int64_t revision_ = 0;
+  int snapshots_applied_ = 0;
+  int deltas_applied_ = 0;
   AssignmentMap assignments_;
 };
 

@@ -100,6 +100,11 @@ absl::Status ServerSession::Start() {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  // The watch stream can be silent for days: pings find a csd that vanished
+  // without closing the connection (csd permits pings every 10 s).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   stub_ = v1::AgentService::NewStub(
       grpc::CreateCustomChannel(options_.server_address, *credentials, args));
   watch_thread_ = std::thread([this] { WatchLoop(); });

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::agent {
 namespace {
@@ -23,7 +23,7 @@ using testing::FakeCsd;
 using testing::MakeAssignment;
 using testing::MakeDelta;
 using testing::MakeSnapshot;
-using testing::TempDir;
+using cosched::testing::TempDir;
 using namespace std::chrono_literals;
 
 std::shared_ptr<FakeHostFs> TwoByTwoHost() {

@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::agent {
 namespace {
@@ -20,7 +20,7 @@ using ::testing::Key;
 using testing::MakeAssignment;
 using testing::MakeDelta;
 using testing::MakeSnapshot;
-using testing::TempDir;
+using cosched::testing::TempDir;
 
 class AssignmentCacheTest : public ::testing::Test {
  protected:
@@ -57,12 +57,22 @@ TEST_F(AssignmentCacheTest, RevisionNeverGoesBack) {
   absl::Status back = cache.Apply(MakeDelta(4, {}, {"vm-1"}));
   EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(back.message(), HasSubstr("from 5 to 4"));
-  EXPECT_EQ(cache.Apply(MakeSnapshot(3, {})).code(),
-            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(cache.revision(), 5);
   EXPECT_TRUE(cache.Find("vm-1").has_value());
   // The same revision again is harmless (a resumed stream may repeat it).
   EXPECT_TRUE(cache.Apply(MakeDelta(5, {}, {})).ok());
+  EXPECT_EQ(cache.deltas_applied(), 1);
+}
+
+TEST_F(AssignmentCacheTest, SnapshotFromBehindIsFollowed) {
+  // csd's store was restored from a backup: its snapshot is the truth.
+  AssignmentCache cache("");
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(3, {MakeAssignment("vm-2", "g2", 2)})).ok());
+  EXPECT_EQ(cache.revision(), 3);
+  EXPECT_FALSE(cache.Find("vm-1").has_value());
+  EXPECT_TRUE(cache.Find("vm-2").has_value());
+  EXPECT_EQ(cache.snapshots_applied(), 2);
 }
 
 TEST_F(AssignmentCacheTest, RejectsBadMessages) {

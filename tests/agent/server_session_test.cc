@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::agent {
 namespace {
@@ -20,7 +20,7 @@ using testing::FakeCsd;
 using testing::MakeAssignment;
 using testing::MakeDelta;
 using testing::MakeSnapshot;
-using testing::TempDir;
+using cosched::testing::TempDir;
 using namespace std::chrono_literals;
 
 DiscoveredVm Vm(const std::string& id, const std::string& uuid, int pid) {
