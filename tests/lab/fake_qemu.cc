@@ -1,0 +1,291 @@
+// A stand-in for a QEMU/KVM process, for the lab. Built as
+// `qemu-system-x86_64`, so that its comm is `qemu-system-x86` and its command
+// line looks like QEMU's to a procfs scanner.
+//
+//   qemu-system-x86_64 -name guest=vm-1[,...] | -name vm-1   [-uuid UUID]
+//       -smp N[,...]            N vCPU threads "CPU n/KVM" (default 1)
+//       [--duty PCT]            vCPUs busy PCT% of every 10 ms (default 100: spin)
+//       [--cpus LIST]           affinity of the whole process (e.g. 0-3)
+//       [--vcpu-cpus LIST]      vCPU n pinned to the n-th CPU of LIST (like vcpupin)
+//       [--vhost-process]       also a separate process "vhost-<pid>"
+//       [-pidfile FILE]         written once every thread exists and is named
+//       [-m X -machine X -accel X -cpu X -display X -nodefaults -S ...] ignored
+//
+// Threads: the main thread (comm qemu-system-x86), the vCPUs, "IO iothread0"
+// (wakes every 20 ms) and "vhost-<pid>" (wakes every 5 ms: the in-process
+// vhost worker of Linux >= 6.4). All are created by the main thread.
+//
+// --vhost-process adds a child process named "vhost-<pid>" that wakes every
+// 5 ms: the stand-in for the kernel-thread vhost model (a separate task outside
+// the thread group). Its command line is just "vhost-<pid>", not QEMU's, so a
+// scanner does not take it for a VM. It is forked before anything else, so it
+// starts with the cookie QEMU had at start (normally none), and it dies with
+// its parent.
+//
+// SIGUSR1 adds one vCPU thread "CPU k/KVM" (hotplug stand-in). The main thread
+// creates it, so it inherits the main thread's cookie: when the whole thread
+// group was tagged it starts tagged (gap 0); when only vCPU threads were
+// tagged (scope vcpus) it starts with the main thread's cookie, normally none.
+// SIGTERM, SIGINT, SIGHUP: clean exit (threads joined, child reaped, status 0).
+// Prints nothing except on error.
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sibling_share.h"  // ParseCpuList
+
+namespace {
+
+struct Options {
+  std::string name;
+  std::string uuid;
+  int vcpus = 1;
+  int duty_pct = 100;
+  std::vector<int> cpus;
+  std::vector<int> vcpu_cpus;
+  bool vhost_process = false;
+  std::string pidfile;
+};
+
+std::atomic<bool> g_stop{false};
+
+[[noreturn]] void Die(const std::string& msg) {
+  fprintf(stderr, "qemu-system-x86_64 (fake): %s\n", msg.c_str());
+  exit(1);
+}
+
+void SleepNs(long ns) {
+  timespec ts{ns / 1'000'000'000L, ns % 1'000'000'000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+void SetName(const std::string& name) { prctl(PR_SET_NAME, name.c_str(), 0, 0, 0); }
+
+bool SetAffinity(pid_t tid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return sched_setaffinity(tid, sizeof set, &set) == 0;
+}
+
+Options Parse(int argc, char** argv) {
+  static const std::set<std::string> kIgnoredWithValue = {
+      "-m", "-machine", "-M", "-accel", "-cpu", "-display", "-monitor", "-qmp",
+      "-chardev", "-device", "-object", "-mon", "-serial", "-vga", "-boot"};
+  static const std::set<std::string> kIgnoredFlags = {"-nodefaults", "-enable-kvm", "-S",
+                                                      "-no-user-config", "-nographic"};
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Die("option " + a + " needs a value");
+      return argv[++i];
+    };
+    auto cpu_list = [&](const std::string& text) {
+      auto list = cosched::lab::ParseCpuList(text);
+      if (!list || list->empty()) Die("bad CPU list '" + text + "'");
+      return *list;
+    };
+    if (a == "-name") {
+      std::string v = value();
+      // "guest=NAME,debug-threads=on" or "NAME[,...]".
+      std::string first = v.substr(0, v.find(','));
+      o.name = first.starts_with("guest=") ? first.substr(6) : first;
+      if (o.name.empty()) Die("empty -name");
+    } else if (a == "-uuid") {
+      o.uuid = value();
+    } else if (a == "-smp") {
+      std::string v = value();
+      std::string first = v.substr(0, v.find(','));
+      if (first.starts_with("cpus=")) first = first.substr(5);
+      o.vcpus = atoi(first.c_str());
+      if (o.vcpus < 1 || o.vcpus > 256) Die("bad -smp '" + v + "'");
+    } else if (a == "--duty") {
+      o.duty_pct = atoi(value().c_str());
+      if (o.duty_pct < 1 || o.duty_pct > 100) Die("--duty takes 1..100");
+    } else if (a == "--cpus") {
+      o.cpus = cpu_list(value());
+    } else if (a == "--vcpu-cpus") {
+      o.vcpu_cpus = cpu_list(value());
+    } else if (a == "--vhost-process") {
+      o.vhost_process = true;
+    } else if (a == "-pidfile") {
+      o.pidfile = value();
+    } else if (kIgnoredWithValue.count(a)) {
+      value();
+    } else if (!kIgnoredFlags.count(a)) {
+      Die("unknown option '" + a + "'");
+    }
+  }
+  if (o.name.empty() && o.uuid.empty()) Die("needs -name or -uuid");
+  return o;
+}
+
+// Wakes every `period_ns` and does a little work, like an I/O or vhost worker.
+void WorkerLoop(long period_ns) {
+  volatile uint64_t sink = 0;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 2000; ++i) sink = sink + i;
+    SleepNs(period_ns);
+  }
+}
+
+void VcpuLoop(int duty_pct) {
+  constexpr int64_t kPeriodNs = 10'000'000;
+  volatile uint64_t sink = 0;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    int64_t busy_until = NowNs() + kPeriodNs * duty_pct / 100;
+    while (NowNs() < busy_until && !g_stop.load(std::memory_order_relaxed))
+      for (int i = 0; i < 1000; ++i) sink = sink + i;
+    if (duty_pct < 100) SleepNs(kPeriodNs * (100 - duty_pct) / 100);
+  }
+}
+
+// The body of the --vhost-process child after its exec: argv[0] is
+// "vhost-<parent pid>".
+int VhostProcessMain(const char* argv0) {
+  sigset_t all;
+  sigemptyset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);  // the mask survives exec
+  pid_t parent = static_cast<pid_t>(atol(argv0 + 6));
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != parent) return 0;
+  SetName(argv0);
+  signal(SIGTERM, [](int) { _exit(0); });
+  WorkerLoop(5'000'000);
+  return 0;
+}
+
+class FakeQemu {
+ public:
+  explicit FakeQemu(Options o) : o_(std::move(o)) {}
+
+  int Run() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGCHLD}) sigaddset(&set, s);
+    // Blocked before any thread exists, so only sigwaitinfo below sees them.
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    if (!o_.cpus.empty() && !SetAffinity(0, o_.cpus)) Die(std::string("--cpus: ") + strerror(errno));
+    if (o_.vhost_process) StartVhostProcess();
+
+    std::string vhost_name = "vhost-" + std::to_string(getpid());
+    for (int i = 0; i < o_.vcpus; ++i) AddVcpu();
+    Start("IO iothread0", {}, [] { WorkerLoop(20'000'000); });
+    Start(vhost_name, {}, [] { WorkerLoop(5'000'000); });
+    WaitNamed();
+    if (!o_.pidfile.empty()) {
+      std::ofstream f(o_.pidfile);
+      f << getpid() << "\n";
+      if (!f) Die("cannot write -pidfile " + o_.pidfile);
+    }
+
+    for (;;) {
+      siginfo_t info;
+      int sig = sigwaitinfo(&set, &info);
+      if (sig < 0) continue;
+      if (sig == SIGUSR1) {
+        AddVcpu();
+        WaitNamed();
+      } else if (sig == SIGCHLD) {
+        ReapChild(WNOHANG);
+      } else {
+        break;
+      }
+    }
+    g_stop = true;
+    for (auto& t : threads_) t.join();
+    if (child_ > 0) {
+      kill(child_, SIGTERM);
+      ReapChild(0);
+    }
+    if (!o_.pidfile.empty()) unlink(o_.pidfile.c_str());
+    return 0;
+  }
+
+ private:
+  void AddVcpu() {
+    int k = next_vcpu_++;
+    std::vector<int> pin;
+    if (!o_.vcpu_cpus.empty()) pin.push_back(o_.vcpu_cpus[k % o_.vcpu_cpus.size()]);
+    int duty = o_.duty_pct;
+    Start("CPU " + std::to_string(k) + "/KVM", pin, [duty] { VcpuLoop(duty); });
+  }
+
+  // Starts a thread that names (and pins) itself, then runs `body`.
+  template <typename F>
+  void Start(std::string name, std::vector<int> pin, F body) {
+    ++expected_named_;
+    threads_.emplace_back([this, name = std::move(name), pin = std::move(pin), body] {
+      SetName(name);
+      if (!pin.empty() && !SetAffinity(0, pin)) Die("cannot pin " + name + ": " + strerror(errno));
+      named_.fetch_add(1);
+      named_.notify_all();
+      body();
+    });
+  }
+
+  void WaitNamed() {
+    for (int n = named_.load(); n < expected_named_; n = named_.load()) named_.wait(n);
+  }
+
+  void StartVhostProcess() {
+    std::string argv0 = "vhost-" + std::to_string(getpid());
+    child_ = fork();
+    if (child_ < 0) Die(std::string("fork: ") + strerror(errno));
+    if (child_ == 0) {
+      char* args[] = {argv0.data(), nullptr};
+      execv("/proc/self/exe", args);
+      fprintf(stderr, "qemu-system-x86_64 (fake): exec of vhost process: %s\n", strerror(errno));
+      _exit(127);
+    }
+  }
+
+  void ReapChild(int flags) {
+    if (child_ <= 0) return;
+    int status = 0;
+    if (waitpid(child_, &status, flags) == child_) {
+      if (!g_stop) fprintf(stderr, "qemu-system-x86_64 (fake): vhost process %d exited early\n", child_);
+      child_ = 0;
+    }
+  }
+
+  Options o_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> named_{0};
+  int expected_named_ = 0;
+  int next_vcpu_ = 0;
+  pid_t child_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* base = strrchr(argv[0], '/');
+  base = base ? base + 1 : argv[0];
+  if (strncmp(base, "vhost-", 6) == 0 && argc == 1) return VhostProcessMain(base);
+  return FakeQemu(Parse(argc, argv)).Run();
+}
