@@ -47,6 +47,14 @@ class CoreSched {
   // Whether the host can do core scheduling, from a GET on the calling
   // thread (see CoreSchedProbeFromErrno). Never fails.
   virtual CoreSchedProbe Probe() = 0;
+
+  // Called first on each short-lived "courier" thread that carries a cookie
+  // from one task to others (SHARE_FROM, then SHARE_TO), and last before it
+  // ends. The real kernel needs nothing: a new thread starts with its
+  // creator's cookie (the agent's: none) and the cookie it picked up dies
+  // with it. A fake kernel models the courier as a task of its own.
+  virtual void OnCourierStart() {}
+  virtual void OnCourierEnd() {}
 };
 
 // The status for errno `err` of prctl(PR_SCHED_CORE) command `command`

@@ -26,6 +26,22 @@ void FakeCoreSched::SetCallerTid(int tid) {
   tasks_.try_emplace(tid, Task{tid, tid, 0});
 }
 
+void FakeCoreSched::OnCourierStart() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Task& creator = tasks_.at(default_caller_tid_);
+  const int tid = next_courier_tid_++;
+  tasks_[tid] = Task{creator.tgid, creator.pgid, creator.cookie};
+  caller_tids_[std::this_thread::get_id()] = tid;
+}
+
+void FakeCoreSched::OnCourierEnd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = caller_tids_.find(std::this_thread::get_id());
+  if (it == caller_tids_.end()) return;
+  tasks_.erase(it->second);
+  caller_tids_.erase(it);
+}
+
 void FakeCoreSched::SetMode(Mode mode) {
   std::lock_guard<std::mutex> lock(mu_);
   mode_ = mode;

@@ -56,6 +56,10 @@ class FakeCoreSched : public CoreSched {
   absl::Status ShareTo(int pid, CoreSchedScope scope) override;
   absl::Status ShareFrom(int tid) override;
   CoreSchedProbe Probe() override;
+  // A courier is a fresh task in the default caller's thread group with the
+  // default caller's cookie, gone at its end.
+  void OnCourierStart() override;
+  void OnCourierEnd() override;
 
  private:
   struct Task {
@@ -76,6 +80,7 @@ class FakeCoreSched : public CoreSched {
   std::map<int, int> task_errno_;
   std::map<std::thread::id, int> caller_tids_;
   uint64_t next_cookie_ = 1;
+  int next_courier_tid_ = 1 << 30;
   int write_calls_ = 0;
   int get_calls_ = 0;
 };

@@ -1,0 +1,374 @@
+#include "agent/cookie_reconciler.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace cosched::agent {
+
+struct CookieReconciler::ThreadState {
+  int tid = 0;
+  bool alive = true;
+  bool changed = false;
+  uint64_t actual = 0;
+  absl::Status error;  // a failure other than "the thread is gone"
+};
+
+struct CookieReconciler::VmPlan {
+  const DiscoveredVm* vm = nullptr;
+  VmOutcome outcome;
+  // False for a fail-open VM without assignment: left as it is.
+  bool managed = true;
+  std::vector<ThreadState> threads;
+};
+
+namespace {
+
+constexpr char kFailClosedPrefix[] = "~fail-closed/";
+
+// Runs `fn` on a new thread that ends right after: the courier whose copy
+// of a VM's cookie must not outlive its errand.
+template <typename Fn>
+void OnCourierThread(CoreSched* kernel, Fn fn) {
+  std::thread courier([&] {
+    kernel->OnCourierStart();
+    fn();
+    kernel->OnCourierEnd();
+  });
+  courier.join();
+}
+
+void NoteError(v1::VMEnforcement& e, const absl::Status& status) {
+  e.set_last_error(std::string(status.message()));
+}
+
+}  // namespace
+
+std::string FailClosedGroup(const std::string& vm_id) {
+  return absl::StrCat(kFailClosedPrefix, vm_id);
+}
+
+bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope) {
+  switch (scope) {
+    case v1::THREAD_SCOPE_VCPUS:
+      return thread.kind == DiscoveredThread::Kind::kVcpu;
+    case v1::THREAD_SCOPE_FULL:
+      return true;
+    case v1::THREAD_SCOPE_EMULATOR:
+    default:
+      return thread.kind != DiscoveredThread::Kind::kHelper;
+  }
+}
+
+CookieReconciler::CookieReconciler(CoreSched* kernel, ReconcilerOptions options)
+    : kernel_(kernel), options_(std::move(options)) {}
+
+std::string CookieReconciler::HostUnsupportedMessage() const {
+  if (!options_.smt_active) {
+    return absl::StrCat("no SMT on this host: core scheduling has nothing to "
+                        "isolate (", options_.probe.detail, ")");
+  }
+  return options_.probe.detail.empty() ? "core scheduling is not available"
+                                       : options_.probe.detail;
+}
+
+ReconcileResult CookieReconciler::Reconcile(
+    const std::vector<DiscoveredVm>& vms, const AssignmentLookup& lookup) {
+  const auto started = std::chrono::steady_clock::now();
+  ReconcileResult result;
+  std::vector<VmPlan> plans;
+  plans.reserve(vms.size());
+  for (const DiscoveredVm& vm : vms) {
+    VmPlan plan;
+    plan.vm = &vm;
+    VmOutcome& out = plan.outcome;
+    out.vm_id = vm.vm_id;
+    out.uuid = vm.uuid;
+    std::optional<v1::Assignment> assignment = lookup(vm);
+    v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
+    out.assigned = assignment.has_value();
+    if (!assignment) {
+      if (options_.fail_open) {
+        plan.managed = false;
+        out.enforcement.set_state(v1::ENFORCEMENT_STATE_PENDING);
+        out.enforcement.set_last_error(
+            "no assignment from csd yet; fail_open leaves the VM as it is");
+      } else {
+        out.group = FailClosedGroup(vm.vm_id);
+      }
+    } else {
+      scope = assignment->thread_scope();
+      if (assignment->isolation() != v1::ISOLATION_LEVEL_NONE) {
+        out.group = assignment->trust_group();
+        if (out.group.empty()) out.group = FailClosedGroup(vm.vm_id);
+      }
+    }
+    for (const DiscoveredThread& t : vm.threads) {
+      if (!InScope(t, scope)) continue;
+      ThreadState state;
+      state.tid = t.tid;
+      plan.threads.push_back(state);
+    }
+    std::sort(plan.threads.begin(), plan.threads.end(),
+              [](const ThreadState& a, const ThreadState& b) { return a.tid < b.tid; });
+    plans.push_back(std::move(plan));
+  }
+
+  const bool supported =
+      options_.smt_active &&
+      options_.probe.support == v1::CORE_SCHED_SUPPORT_SUPPORTED;
+  if (!supported) {
+    const std::string why = HostUnsupportedMessage();
+    for (VmPlan& plan : plans) {
+      v1::VMEnforcement& e = plan.outcome.enforcement;
+      e.set_threads_found(static_cast<int>(plan.threads.size()));
+      e.set_threads_untaggable(static_cast<int>(plan.threads.size()));
+      e.set_state(v1::ENFORCEMENT_STATE_FAILED);
+      e.set_last_error(why);
+      for (const ThreadState& t : plan.threads) plan.outcome.tids.push_back(t.tid);
+      result.stats.threads += static_cast<int>(plan.threads.size());
+    }
+  } else {
+    ReadCookies(plans, result.stats);
+    ChooseCookies(plans, result.stats);
+    MoveThreads(plans, result.stats);
+    Verify(plans, result.stats);
+  }
+  result.stats.vms = static_cast<int>(plans.size());
+  for (VmPlan& plan : plans) result.vms.push_back(std::move(plan.outcome));
+  result.stats.duration = std::chrono::steady_clock::now() - started;
+  return result;
+}
+
+void CookieReconciler::ReadCookies(std::vector<VmPlan>& plans,
+                                   ReconcileStats& stats) {
+  for (VmPlan& plan : plans) {
+    if (!plan.managed) continue;
+    for (ThreadState& t : plan.threads) {
+      ++stats.cookie_reads;
+      auto cookie = kernel_->Get(t.tid);
+      if (cookie.ok()) {
+        t.actual = *cookie;
+      } else if (absl::IsNotFound(cookie.status())) {
+        t.alive = false;  // exited since discovery: normal
+      } else {
+        t.error = cookie.status();
+      }
+    }
+    stats.threads += static_cast<int>(plan.threads.size());
+  }
+}
+
+void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
+                                     ReconcileStats& stats) {
+  // Threads of each group that can be read, and how many hold each cookie.
+  std::map<std::string, std::vector<ThreadState*>> members;
+  std::map<std::string, const DiscoveredVm*> first_vm;
+  for (VmPlan& plan : plans) {
+    if (!plan.managed || plan.outcome.group.empty()) continue;
+    first_vm.try_emplace(plan.outcome.group, plan.vm);
+    for (ThreadState& t : plan.threads) {
+      if (t.alive && t.error.ok()) members[plan.outcome.group].push_back(&t);
+    }
+  }
+
+  // Keep remembered cookies whose anchor (or another member) still holds
+  // them; forget groups no longer on the host.
+  std::map<std::string, GroupCookie> kept;
+  std::set<uint64_t> claimed;
+  for (auto& [group, cookie] : cookies_) {
+    auto it = members.find(group);
+    if (it == members.end()) continue;
+    bool valid = false;
+    for (ThreadState* t : it->second) {
+      if (t->actual == cookie.hash) {
+        cookie.anchor_tid = t->tid;
+        valid = true;
+        break;
+      }
+    }
+    if (!valid) {
+      ++stats.cookie_reads;
+      auto anchor = kernel_->Get(cookie.anchor_tid);
+      valid = anchor.ok() && *anchor == cookie.hash;
+    }
+    if (valid && claimed.insert(cookie.hash).second) kept[group] = cookie;
+  }
+  cookies_ = std::move(kept);
+
+  // Adopt cookies already in the kernel (after an agent restart, or set by
+  // libvirt's own sched_core): a cookie goes to the group with the most
+  // threads holding it, and each group takes its most common free cookie.
+  std::vector<std::tuple<int, std::string, uint64_t>> candidates;
+  for (auto& [group, threads] : members) {
+    if (cookies_.count(group)) continue;
+    std::map<uint64_t, int> counts;
+    for (ThreadState* t : threads) {
+      if (t->actual != 0) ++counts[t->actual];
+    }
+    for (auto& [hash, count] : counts) candidates.emplace_back(-count, group, hash);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  for (auto& [negative_count, group, hash] : candidates) {
+    if (cookies_.count(group) || claimed.count(hash)) continue;
+    for (ThreadState* t : members[group]) {
+      if (t->actual == hash) {
+        cookies_[group] = GroupCookie{hash, t->tid};
+        break;
+      }
+    }
+    claimed.insert(hash);
+  }
+
+  // Groups with no usable cookie get a new one, created on QEMU's main
+  // thread when it is in the group, so threads it creates later inherit it.
+  for (auto& [group, threads] : members) {
+    if (cookies_.count(group) || threads.empty()) continue;
+    const int qemu_pid = first_vm[group]->qemu_pid;
+    ThreadState* seed = threads.front();
+    for (ThreadState* t : threads) {
+      if (t->tid == qemu_pid) seed = t;
+    }
+    ++stats.cookie_writes;
+    absl::Status created = kernel_->Create(seed->tid, CoreSchedScope::kThread);
+    if (!created.ok()) {
+      if (absl::IsNotFound(created)) {
+        seed->alive = false;
+      } else {
+        seed->error = created;
+      }
+      LOG_EVERY_N(WARNING, 100) << "cannot create a cookie for group " << group
+                                << ": " << created;
+      continue;
+    }
+    ++stats.cookie_reads;
+    auto hash = kernel_->Get(seed->tid);
+    if (!hash.ok()) {
+      seed->error = hash.status();
+      continue;
+    }
+    seed->actual = *hash;
+    seed->changed = true;
+    cookies_[group] = GroupCookie{*hash, seed->tid};
+  }
+}
+
+void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
+                                   ReconcileStats& stats) {
+  // Targets per destination cookie group ("" = no cookie).
+  std::map<std::string, std::vector<ThreadState*>> moves;
+  for (VmPlan& plan : plans) {
+    if (!plan.managed) continue;
+    const std::string& group = plan.outcome.group;
+    uint64_t want = 0;
+    if (!group.empty()) {
+      auto it = cookies_.find(group);
+      if (it == cookies_.end()) continue;  // creation failed: reported below
+      want = it->second.hash;
+    }
+    for (ThreadState& t : plan.threads) {
+      if (t.alive && t.error.ok() && t.actual != want) moves[group].push_back(&t);
+    }
+  }
+  for (auto& [group, targets] : moves) {
+    OnCourierThread(kernel_, [&] {
+      if (!group.empty()) {
+        ++stats.cookie_writes;
+        absl::Status took = kernel_->ShareFrom(cookies_[group].anchor_tid);
+        if (!took.ok()) {
+          // The anchor vanished: the next pass picks or makes another.
+          for (ThreadState* t : targets) t->error = took;
+          cookies_.erase(group);
+          return;
+        }
+      } else {
+        ++stats.cookie_reads;
+        auto own = kernel_->Get(0);
+        if (!own.ok() || *own != 0) {
+          absl::Status why = own.ok() ? absl::FailedPreconditionError(
+                                            "the agent's own threads carry a "
+                                            "cookie, so it cannot clear one")
+                                      : own.status();
+          for (ThreadState* t : targets) t->error = why;
+          return;
+        }
+      }
+      for (ThreadState* t : targets) {
+        ++stats.cookie_writes;
+        absl::Status gave = kernel_->ShareTo(t->tid, CoreSchedScope::kThread);
+        if (gave.ok()) {
+          t->changed = true;
+          ++stats.threads_changed;
+        } else if (absl::IsNotFound(gave)) {
+          t->alive = false;
+        } else {
+          t->error = gave;
+        }
+      }
+    });
+  }
+}
+
+void CookieReconciler::Verify(std::vector<VmPlan>& plans,
+                              ReconcileStats& stats) {
+  for (VmPlan& plan : plans) {
+    VmOutcome& out = plan.outcome;
+    v1::VMEnforcement& e = out.enforcement;
+    uint64_t want = 0;
+    bool have_cookie = true;
+    if (!out.group.empty()) {
+      auto it = cookies_.find(out.group);
+      have_cookie = it != cookies_.end();
+      if (have_cookie) want = it->second.hash;
+    }
+    out.cookie = want;
+    int found = 0, tagged = 0, untaggable = 0;
+    for (ThreadState& t : plan.threads) {
+      if (t.alive && t.changed && t.error.ok()) {
+        ++stats.cookie_reads;
+        auto now = kernel_->Get(t.tid);
+        if (now.ok()) {
+          t.actual = *now;
+        } else if (absl::IsNotFound(now.status())) {
+          t.alive = false;
+        } else {
+          t.error = now.status();
+        }
+      }
+      if (!t.alive) continue;
+      ++found;
+      out.tids.push_back(t.tid);
+      if (!t.error.ok()) {
+        ++untaggable;
+        NoteError(e, t.error);
+      } else if (plan.managed && have_cookie && t.actual == want) {
+        ++tagged;
+      }
+    }
+    e.set_threads_found(found);
+    if (!plan.managed) continue;
+    e.set_threads_tagged(tagged);
+    e.set_threads_untaggable(untaggable);
+    e.set_threads_wrong(found - tagged - untaggable);
+    e.set_applied_trust_group(out.assigned ? out.group : "");
+    if (!have_cookie && e.last_error().empty()) {
+      e.set_last_error("no cookie could be made for the group yet");
+    }
+    if (found > 0 && tagged == found) {
+      e.set_state(out.assigned ? v1::ENFORCEMENT_STATE_ENFORCED
+                               : v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+    } else if (found == 0) {
+      e.set_state(v1::ENFORCEMENT_STATE_PENDING);
+      if (e.last_error().empty()) e.set_last_error("no threads found");
+    } else {
+      e.set_state(tagged > 0 ? v1::ENFORCEMENT_STATE_PARTIAL
+                             : v1::ENFORCEMENT_STATE_FAILED);
+    }
+  }
+}
+
+}  // namespace cosched::agent

@@ -1,0 +1,110 @@
+// Makes the kernel's core-scheduling cookies match the assignments: one
+// cookie per trust group present on the host, every in-scope thread of the
+// group's VMs in it, no thread of any other group. It reads every cookie
+// back (PR_SCHED_CORE_GET) and writes only what differs, so a pass over a
+// host where nothing changed makes no prctl writes.
+//
+// Cookies cannot be set to a chosen value: a group's cookie lives in its
+// threads. The reconciler remembers one "anchor" thread per group and, to
+// put threads in the group, has a short-lived courier thread take the
+// anchor's cookie (SHARE_FROM) and give it (SHARE_TO); the courier's copy
+// dies with it, so no agent thread keeps a VM's cookie. A restarted agent
+// adopts the cookies it finds in the kernel rather than creating new ones,
+// so no VM thread is untagged or regrouped by the restart.
+#ifndef COSCHED_AGENT_COOKIE_RECONCILER_H_
+#define COSCHED_AGENT_COOKIE_RECONCILER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/core_sched.h"
+#include "agent/vm_discovery.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::agent {
+
+// The assignment of a discovered VM (matched by name or UUID), if any.
+using AssignmentLookup =
+    std::function<std::optional<v1::Assignment>(const DiscoveredVm&)>;
+
+struct ReconcilerOptions {
+  // VMs without an assignment keep whatever cookie they have instead of
+  // getting one of their own.
+  bool fail_open = false;
+  // Host facts: without SMT or without kernel support nothing is tagged and
+  // every VM reports why.
+  bool smt_active = true;
+  CoreSchedProbe probe;
+};
+
+// The outcome of one pass for one VM.
+struct VmOutcome {
+  std::string vm_id;
+  std::string uuid;
+  // The cookie group: a trust group id, a fail-closed group of the VM's
+  // own, or empty for "no cookie" (level none, or fail-open).
+  std::string group;
+  bool assigned = false;
+  // The group's cookie hash after the pass (0 for none).
+  uint64_t cookie = 0;
+  // Threads in scope that are alive, in tid order.
+  std::vector<int> tids;
+  v1::VMEnforcement enforcement;
+};
+
+struct ReconcileStats {
+  int vms = 0;
+  int threads = 0;
+  int cookie_reads = 0;
+  int cookie_writes = 0;
+  int threads_changed = 0;
+  std::chrono::nanoseconds duration{0};
+};
+
+struct ReconcileResult {
+  std::vector<VmOutcome> vms;
+  ReconcileStats stats;
+};
+
+// The name of the group a VM without assignment gets when failing closed.
+std::string FailClosedGroup(const std::string& vm_id);
+
+// Whether `thread` carries its VM's cookie under `scope`.
+bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope);
+
+// Thread-compatible: one Reconcile at a time. Keeps the anchors of the
+// groups it saw in the last pass, nothing more.
+class CookieReconciler {
+ public:
+  CookieReconciler(CoreSched* kernel, ReconcilerOptions options);
+
+  ReconcileResult Reconcile(const std::vector<DiscoveredVm>& vms,
+                            const AssignmentLookup& lookup);
+
+ private:
+  struct GroupCookie {
+    uint64_t hash = 0;
+    int anchor_tid = 0;
+  };
+  struct ThreadState;
+  struct VmPlan;
+
+  void ReadCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  void ChooseCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  void MoveThreads(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  void Verify(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  std::string HostUnsupportedMessage() const;
+
+  CoreSched* const kernel_;
+  const ReconcilerOptions options_;
+  std::map<std::string, GroupCookie> cookies_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_COOKIE_RECONCILER_H_

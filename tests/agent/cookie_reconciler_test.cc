@@ -1,0 +1,291 @@
+#include "agent/cookie_reconciler.h"
+
+#include <map>
+
+#include "agent/core_sched_fake.h"
+#include "gtest/gtest.h"
+
+namespace cosched::agent {
+namespace {
+
+using Kind = DiscoveredThread::Kind;
+
+constexpr int kAgentTid = 1;
+
+// A fake QEMU: main thread, `vcpus` vCPU threads, an IO thread and a vhost
+// worker, with tids pid, pid+1, ...
+DiscoveredVm FakeVm(FakeCoreSched& kernel, const std::string& id, int pid,
+                    int vcpus = 2, uint64_t cookie = 0) {
+  DiscoveredVm vm;
+  vm.vm_id = id;
+  vm.qemu_pid = pid;
+  auto add = [&](int tid, const std::string& name, Kind kind) {
+    vm.threads.push_back(DiscoveredThread{tid, pid, name, kind});
+    kernel.AddTask(tid, pid, pid, cookie);
+  };
+  add(pid, "qemu-system-x86", Kind::kEmulator);
+  for (int i = 0; i < vcpus; ++i) {
+    add(pid + 1 + i, "CPU " + std::to_string(i) + "/KVM", Kind::kVcpu);
+  }
+  add(pid + 1 + vcpus, "IO iothread0", Kind::kIothread);
+  add(pid + 2 + vcpus, "vhost-" + std::to_string(pid), Kind::kVhostWorker);
+  return vm;
+}
+
+v1::Assignment Assign(const std::string& vm, const std::string& group,
+                      v1::IsolationLevel level = v1::ISOLATION_LEVEL_VM,
+                      v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR) {
+  v1::Assignment a;
+  a.set_vm_id(vm);
+  a.set_trust_group(group);
+  a.set_isolation(level);
+  a.set_thread_scope(scope);
+  return a;
+}
+
+class CookieReconcilerTest : public ::testing::Test {
+ protected:
+  ReconcilerOptions Options() {
+    ReconcilerOptions o;
+    o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+    return o;
+  }
+
+  AssignmentLookup Lookup() {
+    return [this](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+      auto it = assignments_.find(vm.vm_id);
+      if (it == assignments_.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+
+  std::set<uint64_t> CookiesOf(const DiscoveredVm& vm) {
+    std::set<uint64_t> cookies;
+    for (const auto& t : vm.threads) cookies.insert(kernel_.CookieOf(t.tid));
+    return cookies;
+  }
+
+  uint64_t OnlyCookie(const DiscoveredVm& vm) {
+    auto cookies = CookiesOf(vm);
+    EXPECT_EQ(cookies.size(), 1u) << vm.vm_id;
+    return cookies.empty() ? 0 : *cookies.begin();
+  }
+
+  FakeCoreSched kernel_{kAgentTid};
+  std::map<std::string, v1::Assignment> assignments_;
+};
+
+TEST_F(CookieReconcilerTest, OneCookiePerGroupAndNothingLeftOnTheAgent) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+
+  uint64_t c1 = OnlyCookie(vms[0]), c2 = OnlyCookie(vms[1]);
+  EXPECT_NE(c1, 0u);
+  EXPECT_NE(c2, 0u);
+  EXPECT_NE(c1, c2);
+  EXPECT_EQ(kernel_.CookieOf(kAgentTid), 0u);
+  ASSERT_EQ(r.vms.size(), 2u);
+  for (const auto& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+    EXPECT_EQ(vm.enforcement.threads_found(), 5);
+    EXPECT_EQ(vm.enforcement.threads_tagged(), 5);
+    EXPECT_EQ(vm.enforcement.threads_wrong(), 0);
+  }
+  EXPECT_EQ(r.vms[0].enforcement.applied_trust_group(), "a/vm/vm-1");
+  EXPECT_EQ(r.vms[0].cookie, c1);
+}
+
+TEST_F(CookieReconcilerTest, NothingChangedMeansNoWrites) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  kernel_.ResetCallCounts();
+  ReconcileResult again = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(again.stats.cookie_writes, 0);
+  EXPECT_EQ(again.stats.threads_changed, 0);
+}
+
+TEST_F(CookieReconcilerTest, TenantGroupSharesOneCookie) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200),
+                                   FakeVm(kernel_, "vm-3", 300)};
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-3"] = Assign("vm-3", "b/vm/vm-3");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[2]));
+}
+
+TEST_F(CookieReconcilerTest, LevelNoneClearsCookies) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, /*cookie=*/77)};
+  assignments_["vm-1"] = Assign("vm-1", "", v1::ISOLATION_LEVEL_NONE);
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(OnlyCookie(vms[0]), 0u);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+}
+
+TEST_F(CookieReconcilerTest, UnassignedVmFailsClosedOrIsLeftWhenFailOpen) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  CookieReconciler closed(&kernel_, Options());
+  ReconcileResult r = closed.Reconcile(vms, Lookup());
+  EXPECT_NE(OnlyCookie(vms[0]), 0u);
+  EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  EXPECT_EQ(r.vms[0].enforcement.applied_trust_group(), "");
+
+  FakeCoreSched other;
+  std::vector<DiscoveredVm> open_vms = {FakeVm(other, "vm-3", 300)};
+  ReconcilerOptions o = Options();
+  o.fail_open = true;
+  CookieReconciler open(&other, o);
+  r = open.Reconcile(open_vms, Lookup());
+  EXPECT_EQ(other.write_calls(), 0);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_PENDING);
+}
+
+TEST_F(CookieReconcilerTest, RestartedAgentAdoptsCookiesInTheKernel) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200),
+                                   FakeVm(kernel_, "vm-3", 300)};
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-3"] = Assign("vm-3", "b/vm/vm-3");
+  {
+    CookieReconciler first(&kernel_, Options());
+    first.Reconcile(vms, Lookup());
+  }
+  uint64_t a = OnlyCookie(vms[0]), b = OnlyCookie(vms[2]);
+  kernel_.ResetCallCounts();
+  CookieReconciler restarted(&kernel_, Options());
+  ReconcileResult r = restarted.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[0]), a);
+  EXPECT_EQ(OnlyCookie(vms[1]), a);
+  EXPECT_EQ(OnlyCookie(vms[2]), b);
+  for (const auto& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  }
+}
+
+TEST_F(CookieReconcilerTest, MergesPerProcessCookiesWithoutFlapping) {
+  // libvirt's sched_core="emulator" gives each QEMU process its own cookie.
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, 501),
+                                   FakeVm(kernel_, "vm-2", 200, 2, 502),
+                                   FakeVm(kernel_, "vm-3", 300, 2, 503)};
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-3"] = Assign("vm-3", "b/vm/vm-3");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  EXPECT_EQ(OnlyCookie(vms[2]), 503u);  // adopted, not recreated
+  for (int pass = 0; pass < 5; ++pass) {
+    kernel_.ResetCallCounts();
+    reconciler.Reconcile(vms, Lookup());
+    EXPECT_EQ(kernel_.write_calls(), 0) << "pass " << pass;
+  }
+}
+
+TEST_F(CookieReconcilerTest, SplitsAGroupThatNoLongerShares) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  ASSERT_EQ(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  assignments_["vm-2"] = Assign("vm-2", "a/vm/vm-2");
+  reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  EXPECT_NE(OnlyCookie(vms[1]), 0u);
+}
+
+TEST_F(CookieReconcilerTest, NewThreadIsTaggedAndOnlyItIsWritten) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  kernel_.AddTask(150, 100);  // a hot-added vCPU without the cookie
+  vms[0].threads.push_back(DiscoveredThread{150, 100, "CPU 2/KVM", Kind::kVcpu});
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(OnlyCookie(vms[0]), r.vms[0].cookie);
+  EXPECT_EQ(kernel_.write_calls(), 2);  // SHARE_FROM the anchor, SHARE_TO it
+  EXPECT_EQ(r.stats.threads_changed, 1);
+}
+
+TEST_F(CookieReconcilerTest, AnchorExitingKeepsTheGroupCookie) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  uint64_t cookie = OnlyCookie(vms[0]);
+  kernel_.RemoveTask(100);  // the anchor (QEMU's main thread) is gone
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(r.vms[0].cookie, cookie);
+  EXPECT_EQ(r.vms[0].enforcement.threads_found(), 4);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+}
+
+TEST_F(CookieReconcilerTest, VcpuScopeTagsOnlyVcpus) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1", v1::ISOLATION_LEVEL_VM,
+                                v1::THREAD_SCOPE_VCPUS);
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(kernel_.CookieOf(101), 0u);
+  EXPECT_EQ(kernel_.CookieOf(101), kernel_.CookieOf(102));
+  EXPECT_EQ(kernel_.CookieOf(100), 0u);
+  EXPECT_EQ(kernel_.CookieOf(103), 0u);
+  EXPECT_EQ(r.vms[0].enforcement.threads_found(), 2);
+}
+
+TEST_F(CookieReconcilerTest, ErrorsAreReportedPerVm) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  kernel_.SetTaskErrno(102, EPERM);
+  kernel_.RemoveTask(103);  // exited between discovery and tagging: fine
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  const v1::VMEnforcement& e = r.vms[0].enforcement;
+  EXPECT_EQ(e.threads_found(), 4);
+  EXPECT_EQ(e.threads_untaggable(), 1);
+  EXPECT_EQ(e.threads_tagged(), 3);
+  EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_PARTIAL);
+  EXPECT_NE(e.last_error().find("ptrace"), std::string::npos) << e.last_error();
+}
+
+TEST_F(CookieReconcilerTest, HostWithoutSmtSaysSoForEachVm) {
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  ReconcilerOptions o;
+  o.smt_active = false;
+  o.probe.support = v1::CORE_SCHED_SUPPORT_NO_KERNEL_SUPPORT;
+  o.probe.detail = "kernel lacks core scheduling (CONFIG_SCHED_CORE)";
+  CookieReconciler reconciler(&kernel_, o);
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls() + kernel_.get_calls(), 0);
+  for (const auto& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_FAILED);
+    EXPECT_EQ(vm.enforcement.threads_untaggable(), 5);
+    EXPECT_NE(vm.enforcement.last_error().find("no SMT on this host"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace cosched::agent
