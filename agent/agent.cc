@@ -57,6 +57,14 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
       config.report_interval_s() == 0 ? kDefaultReportIntervalS
                                       : config.report_interval_s());
   options.fail_open = config.fail_open();
+  if (config.rescan_interval_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rescan_interval_ms must be positive, got ",
+                     config.rescan_interval_ms()));
+  }
+  if (config.rescan_interval_ms() > 0) {
+    options.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
+  }
   if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
   return options;
 }
@@ -143,6 +151,27 @@ absl::Status Agent::Start() {
             << cache_->assignments().size()
             << " assignments kept at revision " << cache_->revision();
 
+  ReconcilerOptions reconciler_options;
+  reconciler_options.fail_open = options_.fail_open;
+  reconciler_options.smt_active = capabilities().smt_active();
+  reconciler_options.probe = probe_;
+  reconciler_ = std::make_unique<CookieReconciler>(options_.core_sched.get(),
+                                                   reconciler_options);
+  ReconcileLoopOptions loop_options;
+  loop_options.rescan_interval = options_.rescan_interval;
+  AssignmentCache* cache = cache_.get();
+  loop_ = std::make_unique<ReconcileLoop>(
+      loop_options, options_.vm_discovery.get(), reconciler_.get(),
+      [cache](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+        // A VM is tagged under its name or its UUID.
+        if (auto a = cache->Find(vm.vm_id)) return a;
+        if (!vm.uuid.empty()) return cache->Find(vm.uuid);
+        return std::nullopt;
+      },
+      [this] {
+        if (session_) session_->RequestReport();
+      });
+
   ServerSessionOptions session_options;
   session_options.server_address = options_.server_address;
   session_options.tls = options_.tls;
@@ -153,13 +182,30 @@ absl::Status Agent::Start() {
   session_options.backoff_max = options_.backoff_max;
   session_ = std::make_unique<ServerSession>(
       std::move(session_options), registration_, cache_.get(),
-      options_.vm_discovery.get(),
+      [this] { return loop_->Observations(); },
       [this](int64_t revision) { OnAssignmentsChanged(revision); });
+  // Enforce what is known before csd answers (restart, csd away).
+  loop_->Start();
+  if (options_.process_events) {
+    ReconcileLoop* loop = loop_.get();
+    absl::Status events = options_.process_events->Start(
+        [loop](const ProcessEvent& event) { loop->NoteProcessEvent(event); });
+    if (!events.ok()) {
+      LOG(WARNING) << events << "; new threads are found by the rescan every "
+                   << options_.rescan_interval.count() << " ms";
+    }
+  }
   return InStep("connect to csd", session_->Start());
 }
 
+void Agent::TriggerReconcile() {
+  if (loop_) loop_->Trigger();
+}
+
 void Agent::Stop() {
+  if (options_.process_events) options_.process_events->Stop();
   if (session_) session_->Stop();
+  if (loop_) loop_->Stop();
 }
 
 void Agent::OnAssignmentsChanged(int64_t revision) {
@@ -169,6 +215,7 @@ void Agent::OnAssignmentsChanged(int64_t revision) {
     std::lock_guard<std::mutex> lock(mu_);
   }
   revision_changed_.notify_all();
+  if (loop_) loop_->Trigger();
   if (options_.on_assignments_changed) options_.on_assignments_changed(revision);
 }
 

@@ -15,8 +15,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/assignment_cache.h"
+#include "agent/cookie_reconciler.h"
 #include "agent/core_sched.h"
 #include "agent/host_fs.h"
+#include "agent/process_events.h"
+#include "agent/reconcile_loop.h"
 #include "agent/server_session.h"
 #include "agent/vm_discovery.h"
 #include "cosched/v1/config.pb.h"
@@ -55,6 +58,10 @@ struct AgentOptions {
   std::shared_ptr<HostFs> host_fs;
   std::shared_ptr<CoreSched> core_sched;
   std::shared_ptr<VmDiscovery> vm_discovery;
+  // Null: no event source; the periodic rescan alone finds new threads.
+  std::shared_ptr<ProcessEventSource> process_events;
+  // Full reconcile pass at least this often.
+  std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
 
   // Called on the session's thread after each assignment message applied,
   // with the new revision. Must not call Agent::Stop.
@@ -107,6 +114,9 @@ class Agent {
   }
   // Null before Start.
   const ServerSession* session() const { return session_.get(); }
+  const ReconcileLoop* reconcile_loop() const { return loop_.get(); }
+  // Asks for a reconcile pass now (e.g. on a libvirt lifecycle event).
+  void TriggerReconcile();
   // The assignments as received (valid after Start()).
   const AssignmentCache& cache() const { return *cache_; }
 
@@ -120,6 +130,8 @@ class Agent {
   std::unique_ptr<AssignmentCache> cache_;
   CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
+  std::unique_ptr<CookieReconciler> reconciler_;
+  std::unique_ptr<ReconcileLoop> loop_;
   std::unique_ptr<ServerSession> session_;
 
   mutable std::mutex mu_;

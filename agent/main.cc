@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  options->process_events = std::make_shared<cosched::agent::ProcConnectorEvents>();
   cosched::agent::Agent agent(std::move(*options));
   absl::Status started = agent.Start();
   if (!started.ok()) {

@@ -46,43 +46,31 @@ class ServerSession::TrackedCall {
   bool cancelled_ = false;
 };
 
-v1::ReportRequest MakeReportRequest(absl::string_view host_id,
-                                    const AssignmentCache& cache,
-                                    const std::vector<DiscoveredVm>& vms) {
+v1::ReportRequest MakeReportRequest(
+    absl::string_view host_id, int64_t applied_revision,
+    std::vector<v1::VMObservation> observations) {
   v1::ReportRequest request;
   request.set_host_id(std::string(host_id));
-  request.set_applied_revision(cache.revision());
-  const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
-  for (const DiscoveredVm& vm : vms) {
-    if (request.vms_size() == kMaxReportedVms) {
-      LOG_EVERY_T(WARNING, 300) << "host has " << vms.size()
-                                << " VMs; reporting only the first "
-                                << kMaxReportedVms;
-      break;
-    }
-    v1::VMObservation* observation = request.add_vms();
-    observation->set_vm_id(vm.vm_id);
-    observation->set_uuid(vm.uuid);
-    bool known = cache.Find(vm.vm_id).has_value() ||
-                 (!vm.uuid.empty() && cache.Find(vm.uuid).has_value());
-    v1::VMEnforcement* enforcement = observation->mutable_enforcement();
-    // Tagging is not there yet: a known assignment is only pending.
-    enforcement->set_state(known ? v1::ENFORCEMENT_STATE_PENDING
-                                 : v1::ENFORCEMENT_STATE_FAIL_CLOSED);
-    enforcement->set_threads_found(static_cast<int32_t>(vm.threads.size()));
-    *enforcement->mutable_report_time() = now;
+  request.set_applied_revision(applied_revision);
+  if (observations.size() > static_cast<size_t>(kMaxReportedVms)) {
+    LOG_EVERY_T(WARNING, 300) << "host has " << observations.size()
+                              << " VMs; reporting only the first "
+                              << kMaxReportedVms;
+    observations.resize(kMaxReportedVms);
   }
+  for (auto& o : observations) *request.add_vms() = std::move(o);
   return request;
 }
 
 ServerSession::ServerSession(ServerSessionOptions options,
                              v1::RegisterRequest registration,
-                             AssignmentCache* cache, VmDiscovery* discovery,
+                             AssignmentCache* cache,
+                             ObservationSource observations,
                              AssignmentsListener listener)
     : options_(std::move(options)),
       registration_(std::move(registration)),
       cache_(cache),
-      discovery_(discovery),
+      observations_(std::move(observations)),
       listener_(std::move(listener)) {}
 
 ServerSession::~ServerSession() { Stop(); }
@@ -286,11 +274,11 @@ void ServerSession::ReportLoop() {
 }
 
 absl::Status ServerSession::SendReport() {
-  absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
+  absl::StatusOr<std::vector<v1::VMObservation>> observations = observations_();
   // Reporting nothing would tell csd the VMs are gone: skip instead.
-  if (!vms.ok()) return Annotate(vms.status(), "VM discovery");
-  v1::ReportRequest request =
-      MakeReportRequest(registration_.host_id(), *cache_, *vms);
+  if (!observations.ok()) return observations.status();
+  v1::ReportRequest request = MakeReportRequest(
+      registration_.host_id(), cache_->revision(), std::move(*observations));
   TrackedCall call(this);
   if (call.cancelled()) return absl::CancelledError("agent is stopping");
   call.context()->set_deadline(std::chrono::system_clock::now() +

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "agent/assignment_cache.h"
-#include "agent/vm_discovery.h"
+#include "absl/status/statusor.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/client_context.h"
@@ -41,11 +41,16 @@ struct ServerSessionOptions {
   std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
 };
 
-// The ReportRequest for the VMs in `vms`: a VM whose id or UUID has an
-// assignment in `cache` is PENDING, any other FAIL_CLOSED.
-v1::ReportRequest MakeReportRequest(absl::string_view host_id,
-                                    const AssignmentCache& cache,
-                                    const std::vector<DiscoveredVm>& vms);
+// What the agent reports: one observation per VM found on the host. An
+// error skips the report (reporting nothing would tell csd the VMs left).
+using ObservationSource =
+    std::function<absl::StatusOr<std::vector<v1::VMObservation>>()>;
+
+// The ReportRequest for `observations` at the cache's revision, cut to the
+// most csd accepts.
+v1::ReportRequest MakeReportRequest(
+    absl::string_view host_id, int64_t applied_revision,
+    std::vector<v1::VMObservation> observations);
 
 // Runs two threads: one holds Register + WatchAssignments, one reports.
 // Start and Stop are not thread-safe with each other; the accessors are.
@@ -55,10 +60,10 @@ class ServerSession {
   // the cache's new revision. It must not call Stop.
   using AssignmentsListener = std::function<void(int64_t revision)>;
 
-  // `registration` is sent on every (re)connect. `cache` and `discovery`
-  // must outlive the session.
+  // `registration` is sent on every (re)connect. `cache` must outlive the
+  // session.
   ServerSession(ServerSessionOptions options, v1::RegisterRequest registration,
-                AssignmentCache* cache, VmDiscovery* discovery,
+                AssignmentCache* cache, ObservationSource observations,
                 AssignmentsListener listener);
   ~ServerSession();
 
@@ -104,7 +109,7 @@ class ServerSession {
   const ServerSessionOptions options_;
   const v1::RegisterRequest registration_;
   AssignmentCache* const cache_;
-  VmDiscovery* const discovery_;
+  const ObservationSource observations_;
   const AssignmentsListener listener_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
 

@@ -1,4 +1,5 @@
 #include "agent/server_session.h"
+#include "agent/vm_discovery.h"
 
 #include <atomic>
 #include <chrono>
@@ -49,8 +50,27 @@ class ServerSessionTest : public ::testing::Test {
     registration.set_agent_version("0.1.0");
     registration.mutable_capabilities()->set_smt_active(true);
     return std::make_unique<ServerSession>(
-        options, registration, &cache_, &discovery_,
+        options, registration, &cache_, [this] { return Observe(); },
         [this](int64_t revision) { last_notified_ = revision; });
+  }
+
+  // What a reconcile pass would report, told from the cache alone: a VM
+  // with an assignment is PENDING, any other FAIL_CLOSED.
+  absl::StatusOr<std::vector<v1::VMObservation>> Observe() {
+    auto vms = discovery_.Discover();
+    if (!vms.ok()) return vms.status();
+    std::vector<v1::VMObservation> observations;
+    for (const DiscoveredVm& vm : *vms) {
+      v1::VMObservation o;
+      o.set_vm_id(vm.vm_id);
+      o.set_uuid(vm.uuid);
+      bool known = cache_.Find(vm.vm_id) || (!vm.uuid.empty() && cache_.Find(vm.uuid));
+      o.mutable_enforcement()->set_state(known ? v1::ENFORCEMENT_STATE_PENDING
+                                               : v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+      o.mutable_enforcement()->set_threads_found(static_cast<int>(vm.threads.size()));
+      observations.push_back(std::move(o));
+    }
+    return observations;
   }
 
   bool WaitForRevision(int64_t revision) {
@@ -207,7 +227,8 @@ TEST_F(ServerSessionTest, StopIsPromptWhileBackingOff) {
   options.server_address = "127.0.0.1:1";  // nothing listens there
   options.backoff_initial = 10s;
   options.backoff_max = 60s;
-  ServerSession session(options, v1::RegisterRequest(), &cache_, &discovery_,
+  ServerSession session(options, v1::RegisterRequest(), &cache_,
+                        [this] { return Observe(); },
                         nullptr);
   ASSERT_TRUE(session.Start().ok());
   std::this_thread::sleep_for(200ms);
@@ -220,7 +241,8 @@ TEST_F(ServerSessionTest, StopIsPromptWhileBackingOff) {
 TEST_F(ServerSessionTest, PlaintextToRemoteNeedsInsecure) {
   ServerSessionOptions options;
   options.server_address = "192.0.2.1:7443";
-  ServerSession session(options, v1::RegisterRequest(), &cache_, &discovery_,
+  ServerSession session(options, v1::RegisterRequest(), &cache_,
+                        [this] { return Observe(); },
                         nullptr);
   EXPECT_EQ(session.Start().code(), absl::StatusCode::kFailedPrecondition);
 }

@@ -34,9 +34,17 @@ std::shared_ptr<agent::FakeHostFs> TwoCoresTwoSiblings() {
   return fs;
 }
 
-agent::DiscoveredVm Vm(const std::string& id) {
+// A VM of three threads (QEMU's main thread and two vCPUs) in `kernel`.
+agent::DiscoveredVm Vm(agent::FakeCoreSched& kernel, const std::string& id,
+                       int pid) {
   agent::DiscoveredVm vm;
   vm.vm_id = id;
+  vm.qemu_pid = pid;
+  using Kind = agent::DiscoveredThread::Kind;
+  vm.threads = {{pid, pid, "qemu-system-x86", Kind::kEmulator},
+                {pid + 1, pid, "CPU 0/KVM", Kind::kVcpu},
+                {pid + 2, pid, "CPU 1/KVM", Kind::kVcpu}};
+  for (const auto& t : vm.threads) kernel.AddTask(t.tid, pid);
   return vm;
 }
 
@@ -55,7 +63,7 @@ class EndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
     StartCsd("127.0.0.1:0");
-    discovery_->SetVms({Vm("vm-123"), Vm("vm-456")});
+    discovery_->SetVms({Vm(*kernel_, "vm-123", 100), Vm(*kernel_, "vm-456", 200)});
     agent::AgentOptions options;
     options.server_address = csd_->address();
     options.host_id = "hv-1";
@@ -64,7 +72,8 @@ class EndToEndTest : public ::testing::Test {
     options.backoff_initial = 20ms;
     options.backoff_max = 200ms;
     options.host_fs = TwoCoresTwoSiblings();
-    options.core_sched = std::make_shared<agent::FakeCoreSched>();
+    options.core_sched = kernel_;
+    options.rescan_interval = 100ms;
     options.vm_discovery = discovery_;
     agent_ = std::make_unique<agent::Agent>(options);
     ASSERT_TRUE(agent_->Start().ok());
@@ -104,6 +113,8 @@ class EndToEndTest : public ::testing::Test {
   std::unique_ptr<server::CsdServer> csd_;
   std::unique_ptr<v1::ControlPlane::Stub> stub_;
   cli::CommandOptions cli_options_;
+  std::shared_ptr<agent::FakeCoreSched> kernel_ =
+      std::make_shared<agent::FakeCoreSched>();
   std::shared_ptr<agent::StaticVmDiscovery> discovery_ =
       std::make_shared<agent::StaticVmDiscovery>();
   std::unique_ptr<agent::Agent> agent_;
@@ -133,11 +144,26 @@ TEST_F(EndToEndTest, TagReachesTheAgentAndUntagRemovesIt) {
   EXPECT_EQ(assignment->trust_group(), "default/vm/vm-123");
   EXPECT_EQ(assignment->isolation(), v1::ISOLATION_LEVEL_VM);
 
-  // csctl get shows where it runs once the agent reported it.
-  auto got = Csctl([](auto& s, auto& o, auto& out, auto& err) {
-    return cli::RunGet(s, "vm-123", o, out, err);
-  });
+  // csctl get shows where it runs and that the agent enforces it.
+  nlohmann::json got;
+  ASSERT_TRUE(Eventually([&] {
+    got = Csctl([](auto& s, auto& o, auto& out, auto& err) {
+      return cli::RunGet(s, "vm-123", o, out, err);
+    });
+    return got["enforcement"].is_object() &&
+           got["enforcement"]["state"] == "enforced";
+  })) << got.dump();
   EXPECT_EQ(got["host_id"], "hv-1");
+  EXPECT_EQ(got["enforcement"]["threads_tagged"], 3);
+  EXPECT_EQ(got["enforcement"]["applied_trust_group"], "default/vm/vm-123");
+  // In the (fake) kernel: one cookie for vm-123's threads, another for
+  // vm-456 (not tagged yet, so failed closed to a cookie of its own).
+  const uint64_t cookie = kernel_->CookieOf(100);
+  EXPECT_NE(cookie, 0u);
+  EXPECT_EQ(kernel_->CookieOf(101), cookie);
+  EXPECT_EQ(kernel_->CookieOf(102), cookie);
+  EXPECT_NE(kernel_->CookieOf(200), 0u);
+  EXPECT_NE(kernel_->CookieOf(200), cookie);
 
   ASSERT_EQ(Csctl([](auto& s, auto& o, auto& out, auto& err) {
               return cli::RunUntag(s, "vm-123", o, out, err);
@@ -156,7 +182,8 @@ TEST_F(EndToEndTest, TagBeforeAnyReportWaitsThenArrives) {
   EXPECT_EQ(tagged["host_id"], "");
   std::this_thread::sleep_for(300ms);
   EXPECT_FALSE(agent_->FindAssignment("vm-later").has_value());
-  discovery_->SetVms({Vm("vm-123"), Vm("vm-456"), Vm("vm-later")});
+  discovery_->SetVms({Vm(*kernel_, "vm-123", 100), Vm(*kernel_, "vm-456", 200),
+                      Vm(*kernel_, "vm-later", 300)});
   ASSERT_TRUE(Eventually([&] { return agent_->FindAssignment("vm-later").has_value(); }));
 }
 

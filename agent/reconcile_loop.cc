@@ -1,0 +1,177 @@
+#include "agent/reconcile_loop.h"
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace cosched::agent {
+namespace {
+
+bool SameEnforcement(const ReconcileResult& a, const ReconcileResult& b) {
+  if (a.vms.size() != b.vms.size()) return false;
+  for (size_t i = 0; i < a.vms.size(); ++i) {
+    if (a.vms[i].vm_id != b.vms[i].vm_id ||
+        !google::protobuf::util::MessageDifferencer::Equals(
+            a.vms[i].enforcement, b.vms[i].enforcement)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+ReconcileLoop::ReconcileLoop(ReconcileLoopOptions options,
+                             VmDiscovery* discovery,
+                             CookieReconciler* reconciler,
+                             AssignmentLookup lookup, ChangeListener on_change)
+    : options_(options),
+      discovery_(discovery),
+      reconciler_(reconciler),
+      lookup_(std::move(lookup)),
+      on_change_(std::move(on_change)) {}
+
+ReconcileLoop::~ReconcileLoop() { Stop(); }
+
+void ReconcileLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void ReconcileLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReconcileLoop::Trigger() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    triggered_ = true;
+  }
+  wake_.notify_all();
+}
+
+void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
+  bool relevant = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    switch (event.kind) {
+      case ProcessEventKind::kFork:
+        // A new thread of a VM, or a helper process it starts.
+        relevant = vm_pids_.count(event.tgid) > 0 ||
+                   vm_pids_.count(event.parent_tgid) > 0;
+        break;
+      case ProcessEventKind::kExec:
+      case ProcessEventKind::kLost:
+        relevant = true;  // may be a new QEMU
+        break;
+      case ProcessEventKind::kExit:
+        // A VM's process ending (its threads come and go all the time).
+        relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
+        break;
+    }
+    if (relevant) triggered_ = true;
+  }
+  if (relevant) wake_.notify_all();
+}
+
+void ReconcileLoop::Run() {
+  auto last_pass = std::chrono::steady_clock::time_point();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    wake_.wait_until(lock, last_pass + options_.rescan_interval,
+                     [this] { return stopping_ || triggered_; });
+    if (stopping_) break;
+    // Let a burst of events (a VM starting its threads) settle a moment.
+    auto earliest = last_pass + options_.min_gap;
+    if (std::chrono::steady_clock::now() < earliest) {
+      wake_.wait_until(lock, earliest, [this] { return stopping_; });
+      if (stopping_) break;
+    }
+    triggered_ = false;
+    lock.unlock();
+    last_pass = std::chrono::steady_clock::now();
+    Pass();
+    lock.lock();
+  }
+}
+
+void ReconcileLoop::Pass() {
+  absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
+  if (!vms.ok()) {
+    LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
+                                "are: " << vms.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    discovery_status_ = vms.status();
+    ++passes_;
+    wake_.notify_all();
+    return;
+  }
+  ReconcileResult result = reconciler_->Reconcile(*vms, lookup_);
+  for (const VmOutcome& vm : result.vms) {
+    if (vm.enforcement.state() != v1::ENFORCEMENT_STATE_ENFORCED &&
+        vm.enforcement.state() != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
+      LOG_EVERY_T(WARNING, 60) << "vm " << vm.vm_id << ": "
+                               << vm.enforcement.ShortDebugString();
+    }
+  }
+  VLOG(1) << "reconciled " << result.stats.vms << " VMs, "
+          << result.stats.threads << " threads, " << result.stats.cookie_writes
+          << " writes in " << result.stats.duration.count() / 1000 << " us";
+  std::set<int> pids;
+  for (const DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
+  bool changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    changed = !last_ || !discovery_status_.ok() || !SameEnforcement(*last_, result);
+    last_ = std::move(result);
+    discovery_status_ = absl::OkStatus();
+    vm_pids_ = std::move(pids);
+  }
+  if (changed && on_change_) on_change_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++passes_;
+  }
+  wake_.notify_all();
+}
+
+absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
+    const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!discovery_status_.ok()) {
+    return absl::Status(discovery_status_.code(),
+                        absl::StrCat("VM discovery: ", discovery_status_.message()));
+  }
+  std::vector<v1::VMObservation> observations;
+  const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
+  for (const VmOutcome& vm : last_->vms) {
+    v1::VMObservation o;
+    o.set_vm_id(vm.vm_id);
+    o.set_uuid(vm.uuid);
+    *o.mutable_enforcement() = vm.enforcement;
+    *o.mutable_enforcement()->mutable_report_time() = now;
+    observations.push_back(std::move(o));
+  }
+  return observations;
+}
+
+int ReconcileLoop::passes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return passes_;
+}
+
+bool ReconcileLoop::WaitForPasses(int passes,
+                                  std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return wake_.wait_for(lock, timeout, [&] { return passes_ >= passes; });
+}
+
+std::optional<ReconcileResult> ReconcileLoop::last_result() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_;
+}
+
+}  // namespace cosched::agent

@@ -1,0 +1,86 @@
+// Keeps the host's cookies right: runs a discover-then-reconcile pass
+// whenever something may have changed (assignments from csd, a process or
+// thread appearing, a libvirt lifecycle event) and on a timer as the safety
+// net, and holds the outcome of the last pass for reports.
+#ifndef COSCHED_AGENT_RECONCILE_LOOP_H_
+#define COSCHED_AGENT_RECONCILE_LOOP_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/cookie_reconciler.h"
+#include "agent/process_events.h"
+#include "agent/vm_discovery.h"
+#include "cosched/v1/agent.pb.h"
+
+namespace cosched::agent {
+
+struct ReconcileLoopOptions {
+  // Full pass even when nothing said something changed.
+  std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
+  // Passes never start closer together than this (bursts of events).
+  std::chrono::milliseconds min_gap{2};
+};
+
+// Thread-safe.
+class ReconcileLoop {
+ public:
+  // Called after a pass whose per-VM enforcement differs from the last.
+  using ChangeListener = std::function<void()>;
+
+  ReconcileLoop(ReconcileLoopOptions options, VmDiscovery* discovery,
+                CookieReconciler* reconciler, AssignmentLookup lookup,
+                ChangeListener on_change);
+  ~ReconcileLoop();
+
+  void Start();
+  void Stop();
+
+  // Asks for a pass as soon as possible.
+  void Trigger();
+  // A process event from the kernel: a pass is triggered when it concerns a
+  // VM (a thread or child of a known QEMU process, or one exiting), may
+  // start one (an exec), or events were lost.
+  void NoteProcessEvent(const ProcessEvent& event);
+
+  // What to report: one observation per VM of the last pass. UNAVAILABLE
+  // before the first pass, and while discovery fails (reporting nothing
+  // would tell csd the VMs are gone).
+  absl::StatusOr<std::vector<v1::VMObservation>> Observations() const;
+
+  // For tests and metrics.
+  int passes() const;
+  bool WaitForPasses(int passes, std::chrono::milliseconds timeout) const;
+  std::optional<ReconcileResult> last_result() const;
+
+ private:
+  void Run();
+  void Pass();
+
+  const ReconcileLoopOptions options_;
+  VmDiscovery* const discovery_;
+  CookieReconciler* const reconciler_;
+  const AssignmentLookup lookup_;
+  const ChangeListener on_change_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable wake_;
+  bool stopping_ = false;
+  bool triggered_ = true;  // the first pass runs at once
+  int passes_ = 0;
+  absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
+  std::optional<ReconcileResult> last_;
+  std::set<int> vm_pids_;
+  std::thread thread_;
+};
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_RECONCILE_LOOP_H_

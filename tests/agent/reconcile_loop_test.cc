@@ -1,0 +1,157 @@
+#include "agent/reconcile_loop.h"
+
+#include <linux/cn_proc.h>
+#include <linux/connector.h>
+#include <linux/netlink.h>
+
+#include <cstring>
+
+#include "agent/core_sched_fake.h"
+#include "gtest/gtest.h"
+
+namespace cosched::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One netlink datagram carrying one proc connector event.
+std::vector<char> Datagram(proc_event ev) {
+  std::vector<char> buffer(NLMSG_SPACE(sizeof(cn_msg) + sizeof(proc_event)));
+  auto* nl = reinterpret_cast<nlmsghdr*>(buffer.data());
+  nl->nlmsg_len = NLMSG_LENGTH(sizeof(cn_msg) + sizeof(proc_event));
+  nl->nlmsg_type = NLMSG_DONE;
+  auto* cn = reinterpret_cast<cn_msg*>(NLMSG_DATA(nl));
+  cn->id.idx = CN_IDX_PROC;
+  cn->id.val = CN_VAL_PROC;
+  cn->len = sizeof(proc_event);
+  std::memcpy(cn->data, &ev, sizeof(ev));
+  return buffer;
+}
+
+TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
+  std::vector<ProcessEvent> seen;
+  auto listener = [&](const ProcessEvent& e) { seen.push_back(e); };
+
+  proc_event fork{};
+  fork.what = proc_event::PROC_EVENT_FORK;
+  fork.event_data.fork.parent_pid = 100;
+  fork.event_data.fork.parent_tgid = 100;
+  fork.event_data.fork.child_pid = 150;
+  fork.event_data.fork.child_tgid = 100;
+  auto d = Datagram(fork);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+
+  proc_event exec{};
+  exec.what = proc_event::PROC_EVENT_EXEC;
+  exec.event_data.exec.process_pid = 300;
+  exec.event_data.exec.process_tgid = 300;
+  d = Datagram(exec);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+
+  proc_event exit{};
+  exit.what = proc_event::PROC_EVENT_EXIT;
+  exit.event_data.exit.process_pid = 151;
+  exit.event_data.exit.process_tgid = 100;
+  d = Datagram(exit);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+
+  proc_event uid{};
+  uid.what = proc_event::PROC_EVENT_UID;
+  d = Datagram(uid);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  // A truncated datagram is ignored, not read past its end.
+  ParseProcConnectorDatagram(d.data(), 10, listener);
+
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(seen[0].tgid, 100);
+  EXPECT_EQ(seen[0].tid, 150);
+  EXPECT_EQ(seen[0].parent_tgid, 100);
+  EXPECT_EQ(seen[1].kind, ProcessEventKind::kExec);
+  EXPECT_EQ(seen[1].tgid, 300);
+  EXPECT_EQ(seen[2].kind, ProcessEventKind::kExit);
+  EXPECT_EQ(seen[2].tid, 151);
+}
+
+class ReconcileLoopTest : public ::testing::Test {
+ protected:
+  ReconcileLoopTest() {
+    ReconcilerOptions o;
+    o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+    reconciler_ = std::make_unique<CookieReconciler>(&kernel_, o);
+    DiscoveredVm vm;
+    vm.vm_id = "vm-1";
+    vm.qemu_pid = 100;
+    vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(100, 100);
+    discovery_.SetVms({vm});
+  }
+
+  std::unique_ptr<ReconcileLoop> MakeLoop(std::chrono::milliseconds rescan) {
+    ReconcileLoopOptions options;
+    options.rescan_interval = rescan;
+    return std::make_unique<ReconcileLoop>(
+        options, &discovery_, reconciler_.get(),
+        [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+        [this] { ++changes_; });
+  }
+
+  FakeCoreSched kernel_;
+  StaticVmDiscovery discovery_;
+  std::unique_ptr<CookieReconciler> reconciler_;
+  std::atomic<int> changes_{0};
+};
+
+TEST_F(ReconcileLoopTest, FirstPassRunsAtOnceAndFeedsReports) {
+  auto loop = MakeLoop(1h);
+  EXPECT_EQ(loop->Observations().status().code(), absl::StatusCode::kUnavailable);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  auto observations = loop->Observations();
+  ASSERT_TRUE(observations.ok());
+  ASSERT_EQ(observations->size(), 1u);
+  EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
+  EXPECT_EQ((*observations)[0].enforcement().state(),
+            v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  EXPECT_NE(kernel_.CookieOf(100), 0u);
+  EXPECT_EQ(changes_, 1);
+}
+
+TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  // A thread of an unrelated process: no pass.
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 999, 1000, 999});
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExit, 100, 101, 0});
+  EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
+  // A new thread of the VM: a pass.
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  EXPECT_TRUE(loop->WaitForPasses(2, 5s));
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, 300, 300, 0});
+  EXPECT_TRUE(loop->WaitForPasses(3, 5s));
+}
+
+TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  discovery_.SetError(absl::UnavailableError("libvirt is down"));
+  loop->Trigger();
+  ASSERT_TRUE(loop->WaitForPasses(2, 5s));
+  auto observations = loop->Observations();
+  EXPECT_EQ(observations.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(observations.status().message().find("libvirt is down"), std::string::npos);
+  // The cookies stay as they were.
+  EXPECT_NE(kernel_.CookieOf(100), 0u);
+}
+
+TEST_F(ReconcileLoopTest, RescansOnItsOwn) {
+  auto loop = MakeLoop(20ms);
+  loop->Start();
+  EXPECT_TRUE(loop->WaitForPasses(3, 5s));
+  EXPECT_EQ(changes_, 1);  // the outcome did not change after the first
+}
+
+}  // namespace
+}  // namespace cosched::agent
