@@ -1,0 +1,475 @@
+#include "discovery/libvirt_discovery.h"
+
+#include <glog/logging.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "discovery/libvirt_status_xml.h"
+#include "discovery/proc_parsers.h"
+
+namespace cosched::discovery {
+namespace {
+
+using agent::DiscoveredThread;
+using agent::DiscoveredVm;
+
+std::string LastLibvirtError() {
+  const char* message = virGetLastErrorMessage();
+  return message != nullptr ? message : "unknown libvirt error";
+}
+
+// Once per process: libvirt's default event loop (it must be registered
+// before the first connection is opened, or events are never delivered),
+// and no printing of errors to stderr by libvirt itself.
+void InitLibvirtOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (virInitialize() < 0) LOG(ERROR) << "libvirt: virInitialize failed";
+    virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});
+    if (virEventRegisterDefaultImpl() < 0) {
+      LOG(ERROR) << "libvirt: cannot register the event loop: " << LastLibvirtError();
+    }
+  });
+}
+
+// The one thread that runs libvirt's process-wide default event loop,
+// while at least one LibvirtDiscovery exists.
+class EventLoop {
+ public:
+  static EventLoop& Get() {
+    static EventLoop* loop = new EventLoop;  // never destroyed: outlives static users
+    return *loop;
+  }
+
+  void Acquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (users_++ > 0) return;
+    stop_ = false;
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  // Joins the loop thread when the last user leaves. Must not be called on
+  // the loop thread.
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--users_ > 0) return;
+    stop_ = true;
+    // A timeout due now wakes the loop from its poll.
+    int wake = virEventAddTimeout(0, [](int, void*) {}, nullptr, nullptr);
+    thread_.join();
+    if (wake >= 0) virEventRemoveTimeout(wake);
+  }
+
+ private:
+  void Run() {
+    while (!stop_.load()) {
+      if (virEventRunDefaultImpl() < 0) {
+        LOG_EVERY_N(ERROR, 100) << "libvirt: event loop: " << LastLibvirtError();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  }
+
+  std::mutex mu_;
+  int users_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+DomainEvent::Kind EventKind(int event) {
+  switch (event) {
+    case VIR_DOMAIN_EVENT_DEFINED:
+      return DomainEvent::Kind::kDefined;
+    case VIR_DOMAIN_EVENT_UNDEFINED:
+      return DomainEvent::Kind::kUndefined;
+    case VIR_DOMAIN_EVENT_STARTED:
+      return DomainEvent::Kind::kStarted;
+    case VIR_DOMAIN_EVENT_SUSPENDED:
+      return DomainEvent::Kind::kSuspended;
+    case VIR_DOMAIN_EVENT_RESUMED:
+      return DomainEvent::Kind::kResumed;
+    case VIR_DOMAIN_EVENT_STOPPED:
+      return DomainEvent::Kind::kStopped;
+    case VIR_DOMAIN_EVENT_SHUTDOWN:
+      return DomainEvent::Kind::kShutdown;
+    case VIR_DOMAIN_EVENT_PMSUSPENDED:
+      return DomainEvent::Kind::kPmSuspended;
+    case VIR_DOMAIN_EVENT_CRASHED:
+      return DomainEvent::Kind::kCrashed;
+    default:
+      return DomainEvent::Kind::kOther;
+  }
+}
+
+std::string DomainUuid(virDomainPtr dom) {
+  char uuid[VIR_UUID_STRING_BUFLEN] = {};
+  if (virDomainGetUUIDString(dom, uuid) < 0) return "";
+  return absl::AsciiStrToLower(uuid);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    int err = errno;
+    return ErrnoToStatus(err, "cannot open", path);
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+struct Domain {
+  std::string name;
+  std::string uuid;
+};
+
+}  // namespace
+
+const char* DomainEventKindName(DomainEvent::Kind kind) {
+  switch (kind) {
+    case DomainEvent::Kind::kDefined:
+      return "defined";
+    case DomainEvent::Kind::kUndefined:
+      return "undefined";
+    case DomainEvent::Kind::kStarted:
+      return "started";
+    case DomainEvent::Kind::kSuspended:
+      return "suspended";
+    case DomainEvent::Kind::kResumed:
+      return "resumed";
+    case DomainEvent::Kind::kStopped:
+      return "stopped";
+    case DomainEvent::Kind::kShutdown:
+      return "shutdown";
+    case DomainEvent::Kind::kPmSuspended:
+      return "pmsuspended";
+    case DomainEvent::Kind::kCrashed:
+      return "crashed";
+    case DomainEvent::Kind::kOther:
+      return "other";
+    case DomainEvent::Kind::kReconnected:
+      return "reconnected";
+  }
+  return "other";
+}
+
+// What libvirt's callbacks reach. They hold it through a weak_ptr (freed by
+// libvirt when it drops the callback), so a late callback after the
+// discovery is gone does nothing.
+struct LibvirtDiscovery::State {
+  explicit State(Options o) : options(std::move(o)) {}
+
+  // Opens the connection when it is not open (or libvirtd closed it) and
+  // subscribes to events. UNAVAILABLE with libvirt's message on failure.
+  absl::Status EnsureConnectedLocked();
+  void DisconnectLocked();
+  absl::StatusOr<std::vector<Domain>> ListActiveDomainsLocked();
+
+  static void OnClose(virConnectPtr closed_conn, int reason, void* opaque) {
+    std::shared_ptr<State> state = FromOpaque(opaque);
+    // Only the connection in use counts, not one already replaced.
+    if (state == nullptr || closed_conn != state->live.load()) return;
+    LOG(WARNING) << "libvirt: connection to " << state->options.uri << " closed (reason "
+                 << reason << ")";
+    state->closed = true;
+  }
+  static void FreeOpaque(void* opaque) { delete static_cast<std::weak_ptr<State>*>(opaque); }
+  void* NewOpaque() { return new std::weak_ptr<State>(self); }
+  static std::shared_ptr<State> FromOpaque(void* opaque) {
+    return static_cast<std::weak_ptr<State>*>(opaque)->lock();
+  }
+
+  const Options options;
+  std::weak_ptr<State> self;
+
+  std::mutex mu;
+  virConnectPtr conn = nullptr;  // guarded by mu
+  int lifecycle_callback = -1;   // guarded by mu
+  int reconnect_timer = -1;      // guarded by mu
+  bool ever_connected = false;   // guarded by mu
+  // The open connection, for the close callback (which runs without mu).
+  std::atomic<virConnectPtr> live{nullptr};
+  std::atomic<bool> closed{false};
+  // Set on a reconnection; the kReconnected event is sent without mu held.
+  std::atomic<bool> resync_pending{false};
+
+  void SendPendingResync() {
+    if (options.listener && resync_pending.exchange(false)) {
+      DomainEvent e;
+      e.kind = DomainEvent::Kind::kReconnected;
+      options.listener(e);
+    }
+  }
+};
+
+absl::Status LibvirtDiscovery::State::EnsureConnectedLocked() {
+  if (conn != nullptr && (closed.load() || virConnectIsAlive(conn) != 1)) {
+    LOG(WARNING) << "libvirt: connection to " << options.uri << " lost; reconnecting";
+    DisconnectLocked();
+  }
+  if (conn != nullptr) return absl::OkStatus();
+
+  conn = virConnectOpenReadOnly(options.uri.c_str());
+  if (conn == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to libvirt at ", options.uri, ": ", LastLibvirtError()));
+  }
+  closed = false;
+  virConnSetErrorFunc(conn, nullptr, [](void*, virErrorPtr) {});
+  live = conn;
+  if (virConnectRegisterCloseCallback(conn, OnClose, NewOpaque(), FreeOpaque) < 0) {
+    LOG(WARNING) << "libvirt: no close callback: " << LastLibvirtError();
+  }
+  if (options.listener) {
+    auto on_lifecycle = [](virConnectPtr, virDomainPtr dom, int event, int detail,
+                           void* opaque) -> int {
+      std::shared_ptr<State> state = FromOpaque(opaque);
+      if (state == nullptr) return 0;
+      DomainEvent e;
+      const char* name = virDomainGetName(dom);
+      e.name = name != nullptr ? name : "";
+      e.uuid = DomainUuid(dom);
+      e.kind = EventKind(event);
+      e.detail = detail;
+      VLOG(1) << "libvirt: domain " << e.name << " " << DomainEventKindName(e.kind);
+      state->options.listener(e);
+      return 0;
+    };
+    lifecycle_callback = virConnectDomainEventRegisterAny(
+        conn, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(+on_lifecycle),
+        NewOpaque(), FreeOpaque);
+    if (lifecycle_callback < 0) {
+      absl::Status status = absl::UnavailableError(absl::StrCat(
+          "cannot subscribe to libvirt domain events at ", options.uri, ": ", LastLibvirtError()));
+      DisconnectLocked();
+      return status;
+    }
+  }
+  LOG(INFO) << "libvirt: connected to " << options.uri;
+  if (ever_connected) resync_pending = true;
+  ever_connected = true;
+  return absl::OkStatus();
+}
+
+void LibvirtDiscovery::State::DisconnectLocked() {
+  if (conn == nullptr) return;
+  if (lifecycle_callback >= 0) virConnectDomainEventDeregisterAny(conn, lifecycle_callback);
+  lifecycle_callback = -1;
+  live = nullptr;
+  virConnectUnregisterCloseCallback(conn, OnClose);
+  virConnectClose(conn);
+  conn = nullptr;
+}
+
+absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLocked() {
+  virDomainPtr* list = nullptr;
+  int n = virConnectListAllDomains(conn, &list, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+  if (n < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot list libvirt domains at ", options.uri, ": ", LastLibvirtError()));
+  }
+  std::vector<Domain> domains;
+  for (int i = 0; i < n; ++i) {
+    const char* name = virDomainGetName(list[i]);
+    domains.push_back({name != nullptr ? name : "", DomainUuid(list[i])});
+    virDomainFree(list[i]);
+  }
+  free(list);
+  return domains;
+}
+
+LibvirtDiscovery::LibvirtDiscovery(Options options, std::shared_ptr<const ProcFs> proc_fs)
+    : state_(std::make_shared<State>(std::move(options))),
+      procfs_(proc_fs, state_->options.procfs),
+      proc_fs_(std::move(proc_fs)) {
+  state_->self = state_;
+  InitLibvirtOnce();
+  EventLoop::Get().Acquire();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (absl::Status status = state_->EnsureConnectedLocked(); !status.ok()) {
+    LOG(WARNING) << status.message() << " (will retry)";
+  }
+  if (state_->options.listener) {
+    // Keeps the event subscription alive across libvirtd restarts even when
+    // nobody calls Discover().
+    auto on_timer = [](int, void* opaque) {
+      std::shared_ptr<State> state = State::FromOpaque(opaque);
+      if (state == nullptr) return;
+      {
+        std::unique_lock<std::mutex> lock(state->mu, std::try_to_lock);
+        if (!lock.owns_lock()) return;  // a Discover() is connecting anyway
+        absl::Status status = state->EnsureConnectedLocked();
+        if (!status.ok()) {
+          LOG_EVERY_N(WARNING, 30) << status.message();
+        }
+      }
+      state->SendPendingResync();
+    };
+    state_->reconnect_timer = virEventAddTimeout(state_->options.reconnect_interval_ms, on_timer,
+                                                 state_->NewOpaque(), State::FreeOpaque);
+    if (state_->reconnect_timer < 0) {
+      LOG(WARNING) << "libvirt: no reconnect timer: " << LastLibvirtError();
+    }
+  }
+}
+
+LibvirtDiscovery::~LibvirtDiscovery() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->reconnect_timer >= 0) virEventRemoveTimeout(state_->reconnect_timer);
+    state_->reconnect_timer = -1;
+    state_->DisconnectLocked();
+  }
+  EventLoop::Get().Release();
+}
+
+bool LibvirtDiscovery::connected() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->conn != nullptr && !state_->closed.load() && virConnectIsAlive(state_->conn) == 1;
+}
+
+absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover() { return Discover(false); }
+
+absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::DiscoverWithUnmanaged() {
+  return Discover(true);
+}
+
+absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool include_unmanaged) {
+  State& state = *state_;
+  std::vector<Domain> domains;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    absl::Status status = state.EnsureConnectedLocked();
+    absl::StatusOr<std::vector<Domain>> listed =
+        status.ok() ? state.ListActiveDomainsLocked() : absl::StatusOr<std::vector<Domain>>(status);
+    if (!listed.ok() && state.conn != nullptr && virConnectIsAlive(state.conn) != 1) {
+      // libvirtd restarted since the last call: one fresh attempt.
+      state.DisconnectLocked();
+      status = state.EnsureConnectedLocked();
+      listed = status.ok() ? state.ListActiveDomainsLocked()
+                           : absl::StatusOr<std::vector<Domain>>(status);
+    }
+    if (!listed.ok()) return listed.status();
+    domains = std::move(*listed);
+  }
+  state.SendPendingResync();
+
+  // The status XML gives the QEMU pid and vCPU thread ids.
+  std::vector<std::optional<LibvirtDomainStatus>> statuses;
+  std::vector<int> known_pids;
+  for (const Domain& d : domains) {
+    std::string path = absl::StrCat(state.options.status_dir, "/", d.name, ".xml");
+    absl::StatusOr<std::string> xml = ReadWholeFile(path);
+    absl::StatusOr<LibvirtDomainStatus> status =
+        xml.ok() ? ParseLibvirtStatusXml(*xml) : absl::StatusOr<LibvirtDomainStatus>(xml.status());
+    if (!status.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "libvirt: domain " << d.name << ": " << status.status()
+                                << "; matching its QEMU process by -uuid/-name";
+      statuses.emplace_back();
+      continue;
+    }
+    if (!status->uuid.empty() && !d.uuid.empty() && status->uuid != d.uuid) {
+      LOG_EVERY_N(WARNING, 100) << "libvirt: " << path << " is for UUID " << status->uuid
+                                << ", not " << d.uuid << "; ignored";
+      statuses.emplace_back();
+      continue;
+    }
+    known_pids.push_back(status->pid);
+    statuses.emplace_back(std::move(*status));
+  }
+
+  absl::StatusOr<std::vector<DiscoveredVm>> scanned = procfs_.Discover(known_pids);
+  if (!scanned.ok()) return scanned.status();
+
+  std::set<int> claimed;
+  auto find_unclaimed = [&](auto&& matches) -> DiscoveredVm* {
+    for (DiscoveredVm& vm : *scanned) {
+      if (!claimed.count(vm.qemu_pid) && matches(vm)) return &vm;
+    }
+    return nullptr;
+  };
+
+  std::vector<DiscoveredVm> vms;
+  for (size_t i = 0; i < domains.size(); ++i) {
+    const Domain& d = domains[i];
+    const std::optional<LibvirtDomainStatus>& status = statuses[i];
+    DiscoveredVm* found = nullptr;
+    if (status) {
+      found = find_unclaimed([&](const DiscoveredVm& vm) { return vm.qemu_pid == status->pid; });
+    } else {
+      found = find_unclaimed([&](const DiscoveredVm& vm) { return !d.uuid.empty() && vm.uuid == d.uuid; });
+      if (found == nullptr) {
+        found = find_unclaimed([&](const DiscoveredVm& vm) { return vm.vm_id == d.name; });
+      }
+    }
+    if (found == nullptr) {
+      LOG_EVERY_N(WARNING, 100) << "libvirt: active domain " << d.name
+                                << " has no QEMU process in /proc (starting or stopping?)";
+      continue;
+    }
+    claimed.insert(found->qemu_pid);
+    DiscoveredVm vm = *found;
+    vm.vm_id = d.name;
+    vm.uuid = d.uuid;
+    if (status) {
+      // libvirt knows its vCPU threads whatever their names.
+      for (const LibvirtDomainStatus::Vcpu& vcpu : status->vcpus) {
+        auto it = std::find_if(vm.threads.begin(), vm.threads.end(), [&](const DiscoveredThread& t) {
+          return t.pid == vm.qemu_pid && t.tid == vcpu.tid;
+        });
+        if (it != vm.threads.end()) {
+          it->kind = DiscoveredThread::Kind::kVcpu;
+          continue;
+        }
+        // Created after the scan listed QEMU's threads (vCPU hotplug).
+        absl::StatusOr<std::string> comm =
+            proc_fs_->ReadFile(absl::StrCat(vm.qemu_pid, "/task/", vcpu.tid, "/comm"));
+        if (!comm.ok()) continue;  // gone again
+        vm.threads.push_back({vcpu.tid, vm.qemu_pid, std::string(absl::StripSuffix(*comm, "\n")),
+                              DiscoveredThread::Kind::kVcpu});
+        std::sort(vm.threads.begin(), vm.threads.end(),
+                  [](const DiscoveredThread& a, const DiscoveredThread& b) {
+                    return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid);
+                  });
+      }
+    }
+    vms.push_back(std::move(vm));
+  }
+  std::sort(vms.begin(), vms.end(),
+            [](const DiscoveredVm& a, const DiscoveredVm& b) { return a.qemu_pid < b.qemu_pid; });
+  if (include_unmanaged) {
+    for (DiscoveredVm& vm : *scanned) {
+      if (!claimed.count(vm.qemu_pid)) vms.push_back(std::move(vm));
+    }
+  }
+  return vms;
+}
+
+CombinedDiscovery::CombinedDiscovery(std::unique_ptr<LibvirtDiscovery> libvirt,
+                                     std::unique_ptr<ProcfsDiscovery> procfs)
+    : libvirt_(std::move(libvirt)), procfs_(std::move(procfs)) {}
+
+absl::StatusOr<std::vector<DiscoveredVm>> CombinedDiscovery::Discover() {
+  absl::StatusOr<std::vector<DiscoveredVm>> vms = libvirt_->DiscoverWithUnmanaged();
+  if (vms.ok()) return vms;
+  LOG_EVERY_N(WARNING, 30) << "discovery: libvirt unavailable, using procfs alone: "
+                           << vms.status().message();
+  return procfs_->Discover();
+}
+
+}  // namespace cosched::discovery

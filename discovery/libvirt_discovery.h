@@ -1,0 +1,119 @@
+// Discovery of libvirt's QEMU domains, with lifecycle events.
+#ifndef COSCHED_DISCOVERY_LIBVIRT_DISCOVERY_H_
+#define COSCHED_DISCOVERY_LIBVIRT_DISCOVERY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/vm_discovery.h"
+#include "discovery/procfs_discovery.h"
+
+namespace cosched::discovery {
+
+// A domain lifecycle event (libvirt's VIR_DOMAIN_EVENT_*).
+struct DomainEvent {
+  enum class Kind {
+    kDefined,
+    kUndefined,
+    kStarted,
+    kSuspended,
+    kResumed,
+    kStopped,
+    kShutdown,
+    kPmSuspended,
+    kCrashed,
+    kOther,
+    // Not a domain's: the connection to libvirtd was re-opened (it
+    // restarted). Events in between were lost; rescan everything.
+    kReconnected,
+  };
+  // Empty for kReconnected.
+  std::string name;
+  std::string uuid;
+  Kind kind = Kind::kOther;
+  // libvirt's detail code (VIR_DOMAIN_EVENT_STARTED_BOOTED, ...).
+  int detail = 0;
+};
+
+// "defined", "started", "stopped", ...
+const char* DomainEventKindName(DomainEvent::Kind kind);
+
+// Called on libvirt's event thread; must return quickly (e.g. wake the
+// reconciler) and must not destroy the LibvirtDiscovery.
+using DomainEventListener = std::function<void(const DomainEvent&)>;
+
+// The active domains of a libvirt QEMU driver. Name and UUID come from the
+// libvirt API; the QEMU pid and the vCPU thread ids from libvirt's status
+// XML (<status_dir>/<name>.xml, readable by root only); when that cannot be
+// read, the domain is matched to a QEMU process by its -uuid, then its
+// -name. All other threads (iothreads, emulator threads, vhost workers,
+// helpers) come from the procfs scan, as for ProcfsDiscovery.
+//
+// The connection is read-only. When libvirtd goes away (restart), the
+// connection is re-opened by the next Discover() and, when a listener is
+// set, within `reconnect_interval_ms` by the event thread, and the event
+// subscription renewed. A missing libvirtd is not an error at construction.
+// libvirt's own error printing to stderr is turned off; errors are
+// logged with glog and returned as statuses.
+// Thread-safe.
+class LibvirtDiscovery : public agent::VmDiscovery {
+ public:
+  struct Options {
+    std::string uri = "qemu:///system";
+    std::string status_dir = "/run/libvirt/qemu";
+    // Optional; enables the event thread.
+    DomainEventListener listener;
+    int reconnect_interval_ms = 1000;
+    ProcfsDiscovery::Options procfs;
+  };
+
+  // `proc_fs` is where QEMU's threads are read (RealProcFs normally).
+  LibvirtDiscovery(Options options, std::shared_ptr<const ProcFs> proc_fs);
+  ~LibvirtDiscovery() override;
+  LibvirtDiscovery(const LibvirtDiscovery&) = delete;
+  LibvirtDiscovery& operator=(const LibvirtDiscovery&) = delete;
+
+  // The libvirt-managed VMs: vm_id is the domain name, uuid libvirt's.
+  // Errors: UNAVAILABLE when libvirtd cannot be reached (with libvirt's
+  // message), the procfs scan's error when /proc cannot be read.
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover() override;
+
+  // As Discover(), plus, from the same procfs scan, the QEMU processes that
+  // libvirt does not manage (after libvirt's domains, by QEMU pid).
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> DiscoverWithUnmanaged();
+
+  // True while the connection to libvirtd is open.
+  bool connected() const;
+
+ private:
+  struct State;
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover(bool include_unmanaged);
+
+  std::shared_ptr<State> state_;
+  ProcfsDiscovery procfs_;
+  std::shared_ptr<const ProcFs> proc_fs_;
+};
+
+// libvirt's domains, and the QEMU processes it does not manage, in one
+// scan; when libvirtd cannot be reached, every QEMU process from procfs
+// alone (their -name is the domain name for libvirt's), so that an agent
+// keeps protecting its VMs while libvirtd restarts. Thread-safe.
+class CombinedDiscovery : public agent::VmDiscovery {
+ public:
+  CombinedDiscovery(std::unique_ptr<LibvirtDiscovery> libvirt,
+                    std::unique_ptr<ProcfsDiscovery> procfs);
+
+  // Errors: only the procfs scan's (the host's /proc cannot be read).
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover() override;
+
+ private:
+  std::unique_ptr<LibvirtDiscovery> libvirt_;
+  std::unique_ptr<ProcfsDiscovery> procfs_;
+};
+
+}  // namespace cosched::discovery
+
+#endif  // COSCHED_DISCOVERY_LIBVIRT_DISCOVERY_H_

@@ -1,0 +1,269 @@
+#include "discovery/procfs_discovery.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "discovery/proc_parsers.h"
+
+namespace cosched::discovery {
+namespace {
+
+using agent::DiscoveredThread;
+using agent::DiscoveredVm;
+using Kind = DiscoveredThread::Kind;
+
+constexpr int kKthreadd = 2;
+
+struct Process {
+  ProcStat stat;
+  std::string cmdline;
+};
+
+struct Thread {
+  int tid = 0;
+  std::string comm;
+};
+
+// Logs an unexpected failure to read one process or thread (NOT_FOUND, the
+// task having exited, is expected and only traced).
+void NoteSkipped(const absl::Status& status) {
+  if (absl::IsNotFound(status)) {
+    VLOG(2) << "discovery: skipped a task that exited: " << status.message();
+  } else {
+    LOG_EVERY_N(WARNING, 100) << "discovery: skipped a task: " << status;
+  }
+}
+
+// The threads of process `pid` with their names; empty when it has exited.
+std::vector<Thread> ListThreads(const ProcFs& fs, int pid) {
+  std::vector<Thread> threads;
+  absl::StatusOr<std::vector<std::string>> tids = fs.ListDir(absl::StrCat(pid, "/task"));
+  if (!tids.ok()) {
+    NoteSkipped(tids.status());
+    return threads;
+  }
+  for (const std::string& name : *tids) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(name, &tid)) continue;
+    absl::StatusOr<std::string> comm = fs.ReadFile(absl::StrCat(pid, "/task/", tid, "/comm"));
+    if (!comm.ok()) {
+      NoteSkipped(comm.status());
+      continue;
+    }
+    threads.push_back({tid, std::string(absl::StripSuffix(*comm, "\n"))});
+  }
+  return threads;
+}
+
+// The VM cgroup of process `pid`, if it is placed in one.
+std::optional<std::string> ReadVmCgroup(const ProcFs& fs, int pid,
+                                        const std::vector<std::string>& vm_parents) {
+  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(pid, "/cgroup"));
+  if (!text.ok()) {
+    NoteSkipped(text.status());
+    return std::nullopt;
+  }
+  absl::StatusOr<std::vector<CgroupEntry>> entries = ParseCgroupFile(*text);
+  if (!entries.ok()) {
+    LOG_EVERY_N(WARNING, 100) << "discovery: pid " << pid << ": " << entries.status();
+    return std::nullopt;
+  }
+  return VmCgroup(PlacementCgroup(*entries), vm_parents);
+}
+
+}  // namespace
+
+ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs)
+    : ProcfsDiscovery(std::move(proc_fs), Options()) {}
+
+ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs, Options options)
+    : proc_fs_(std::move(proc_fs)), options_(std::move(options)) {}
+
+absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover() {
+  return Discover(std::span<const int>());
+}
+
+absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
+    std::span<const int> known_qemu_pids) {
+  const ProcFs& fs = *proc_fs_;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDir("");
+  if (!names.ok()) {
+    return absl::Status(names.status().code(),
+                        absl::StrCat("cannot scan procfs: ", names.status().message()));
+  }
+
+  // One pass over every process: what it is and who its parent is.
+  std::map<int, Process> processes;
+  for (const std::string& name : *names) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(name, &pid) || pid <= 0) continue;
+    absl::StatusOr<std::string> stat_text = fs.ReadFile(absl::StrCat(pid, "/stat"));
+    if (!stat_text.ok()) {
+      NoteSkipped(stat_text.status());
+      continue;
+    }
+    absl::StatusOr<ProcStat> stat = ParseProcStat(*stat_text);
+    if (!stat.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "discovery: pid " << pid << ": " << stat.status();
+      continue;
+    }
+    if (stat->state == 'Z' || stat->state == 'X') continue;  // no threads left to tag
+    Process process{std::move(*stat), ""};
+    // Kernel threads have no command line.
+    if (process.stat.ppid != kKthreadd && pid != kKthreadd) {
+      absl::StatusOr<std::string> cmdline = fs.ReadFile(absl::StrCat(pid, "/cmdline"));
+      if (!cmdline.ok()) {
+        NoteSkipped(cmdline.status());
+        continue;
+      }
+      process.cmdline = std::move(*cmdline);
+    }
+    processes.emplace(pid, std::move(process));
+  }
+
+  std::set<int> known(known_qemu_pids.begin(), known_qemu_pids.end());
+  std::map<int, QemuCommandLine> qemus;
+  std::map<int, std::vector<int>> children;
+  std::map<std::string, std::vector<int>> by_comm;
+  for (const auto& [pid, process] : processes) {
+    if (std::optional<QemuCommandLine> qemu = ParseQemuCommandLine(process.cmdline)) {
+      qemus.emplace(pid, std::move(*qemu));
+    } else if (known.count(pid)) {
+      qemus.emplace(pid, ParseQemuArguments(process.cmdline));
+    }
+    children[process.stat.ppid].push_back(pid);
+    if (absl::StartsWith(process.stat.comm, "vhost-")) by_comm[process.stat.comm].push_back(pid);
+  }
+  // A child that QEMU forked without exec shows QEMU's command line: it is
+  // a helper of that VM, not a VM of its own.
+  for (auto it = qemus.begin(); it != qemus.end();) {
+    const Process& process = processes.at(it->first);
+    auto parent = processes.find(process.stat.ppid);
+    if (!known.count(it->first) && qemus.count(process.stat.ppid) &&
+        parent != processes.end() && parent->second.cmdline == process.cmdline) {
+      it = qemus.erase(it);
+    } else {
+      ++it;
+    }
+  }
+
+  // Helpers by cgroup: only read every process's cgroup when some VM has a
+  // cgroup of its own.
+  std::map<int, std::string> qemu_cgroups;
+  std::map<std::string, std::vector<int>> cgroup_members;
+  if (options_.include_helpers) {
+    for (const auto& [pid, qemu] : qemus) {
+      if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
+        qemu_cgroups.emplace(pid, *cgroup);
+      }
+    }
+    if (!qemu_cgroups.empty()) {
+      for (const auto& [pid, process] : processes) {
+        if (qemus.count(pid) || process.stat.ppid == kKthreadd || pid == kKthreadd) continue;
+        if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
+          cgroup_members[*cgroup].push_back(pid);
+        }
+      }
+    }
+  }
+
+  std::vector<DiscoveredVm> vms;
+  for (const auto& [qemu_pid, qemu] : qemus) {
+    std::vector<Thread> own = ListThreads(fs, qemu_pid);
+    if (own.empty()) continue;  // exited during the scan
+    DiscoveredVm vm;
+    vm.vm_id = qemu.VmId();
+    vm.uuid = qemu.uuid;
+    vm.qemu_pid = qemu_pid;
+    for (Thread& t : own) {
+      Kind kind = ClassifyQemuThread(t.comm, qemu_pid);
+      vm.threads.push_back({t.tid, qemu_pid, std::move(t.comm), kind});
+    }
+
+    // vhost workers outside QEMU's thread group (kernel threads).
+    std::set<int> taken = {qemu_pid};
+    auto vhost = by_comm.find(VhostWorkerName(qemu_pid));
+    if (vhost != by_comm.end()) {
+      for (int pid : vhost->second) {
+        if (!taken.insert(pid).second) continue;
+        for (Thread& t : ListThreads(fs, pid)) {
+          Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;
+          vm.threads.push_back({t.tid, pid, std::move(t.comm), kind});
+        }
+      }
+    }
+
+    if (options_.include_helpers) {
+      std::set<int> helpers;
+      for (int pid : children[qemu_pid]) helpers.insert(pid);
+      auto cgroup = qemu_cgroups.find(qemu_pid);
+      if (cgroup != qemu_cgroups.end()) {
+        for (int pid : cgroup_members[cgroup->second]) helpers.insert(pid);
+      }
+      for (int pid : helpers) {
+        if (qemus.count(pid) || !taken.insert(pid).second) continue;
+        for (Thread& t : ListThreads(fs, pid)) {
+          vm.threads.push_back({t.tid, pid, std::move(t.comm), Kind::kHelper});
+        }
+      }
+    }
+
+    std::sort(vm.threads.begin(), vm.threads.end(),
+              [](const DiscoveredThread& a, const DiscoveredThread& b) {
+                return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid);
+              });
+    if (vm.vm_id.empty()) {
+      LOG_EVERY_N(WARNING, 100) << "discovery: QEMU pid " << qemu_pid
+                                << " has neither -name nor -uuid";
+    }
+    vms.push_back(std::move(vm));
+  }
+  return vms;
+}
+
+std::vector<DiscoveredThread> ThreadsInScope(const DiscoveredVm& vm, v1::ThreadScope scope) {
+  std::vector<DiscoveredThread> threads;
+  for (const DiscoveredThread& t : vm.threads) {
+    bool in = false;
+    switch (scope) {
+      case v1::THREAD_SCOPE_VCPUS:
+        in = t.kind == Kind::kVcpu;
+        break;
+      case v1::THREAD_SCOPE_FULL:
+        in = true;
+        break;
+      default:  // EMULATOR, and UNSPECIFIED which means it
+        in = t.kind != Kind::kHelper;
+        break;
+    }
+    if (in) threads.push_back(t);
+  }
+  return threads;
+}
+
+const char* ThreadKindName(Kind kind) {
+  switch (kind) {
+    case Kind::kVcpu:
+      return "vcpu";
+    case Kind::kEmulator:
+      return "emulator";
+    case Kind::kIothread:
+      return "iothread";
+    case Kind::kVhostWorker:
+      return "vhost";
+    case Kind::kHelper:
+      return "helper";
+  }
+  return "unknown";
+}
+
+}  // namespace cosched::discovery

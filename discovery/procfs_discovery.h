@@ -1,0 +1,64 @@
+// Finds QEMU VMs and every thread that belongs to them by scanning /proc.
+#ifndef COSCHED_DISCOVERY_PROCFS_DISCOVERY_H_
+#define COSCHED_DISCOVERY_PROCFS_DISCOVERY_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/vm_discovery.h"
+#include "cosched/v1/types.pb.h"
+#include "discovery/proc_fs.h"
+
+namespace cosched::discovery {
+
+// A VM is a process whose argv[0] runs qemu-system-* or qemu-kvm. Its
+// threads are:
+//  - every thread of the QEMU process, classified by name (vCPU, iothread,
+//    in-group vhost worker, emulator);
+//  - vhost workers outside QEMU's thread group: any task named
+//    "vhost-<qemu pid>" (kernel threads before Linux 6.4), with their own pid;
+//  - with `include_helpers`, every thread of its helper processes, as
+//    kHelper: QEMU's child processes, and processes placed in the VM's own
+//    cgroup (one below a `vm_cgroup_parents` entry, see VmCgroup).
+// Tasks that exit during a scan are skipped. Threads are sorted by
+// (pid, tid), VMs by QEMU pid. Thread-safe when the ProcFs is.
+class ProcfsDiscovery : public agent::VmDiscovery {
+ public:
+  struct Options {
+    bool include_helpers = true;
+    std::vector<std::string> vm_cgroup_parents = {"/machine.slice", "/machine"};
+  };
+
+  explicit ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs);
+  ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs, Options options);
+
+  // Errors: the status of listing the procfs root when that fails (the scan
+  // as a whole is impossible). Never fails for one process or thread.
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover() override;
+
+  // As Discover(), and also takes `known_qemu_pids` for QEMU processes even
+  // when their command line does not look like QEMU's (e.g. a wrapper
+  // binary configured as libvirt's emulator). A known pid that does not
+  // exist is left out.
+  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover(std::span<const int> known_qemu_pids);
+
+ private:
+  std::shared_ptr<const ProcFs> proc_fs_;
+  Options options_;
+};
+
+// The threads of `vm` that carry its cookie at `scope`: vCPUs only for
+// THREAD_SCOPE_VCPUS; all but helpers for EMULATOR (and UNSPECIFIED, its
+// default); all for FULL.
+std::vector<agent::DiscoveredThread> ThreadsInScope(const agent::DiscoveredVm& vm,
+                                                    v1::ThreadScope scope);
+
+// "vcpu", "emulator", "iothread", "vhost", "helper": for logs and reports.
+const char* ThreadKindName(agent::DiscoveredThread::Kind kind);
+
+}  // namespace cosched::discovery
+
+#endif  // COSCHED_DISCOVERY_PROCFS_DISCOVERY_H_

@@ -1,0 +1,543 @@
+// LibvirtDiscovery against a real libvirtd and a real QEMU domain (TCG, no
+// disk, no network), on the build machine. Needs root. When no libvirtd
+// answers on qemu:///system it starts its own (see LibvirtdProcess for the
+// settings that makes it run on a bare Debian 12 host), and stops it at the
+// end. Never skips: when it cannot run, it fails and says why.
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "discovery/libvirt_discovery.h"
+#include "discovery/libvirt_status_xml.h"
+#include "discovery/proc_fs.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::discovery {
+namespace {
+
+using agent::DiscoveredThread;
+using agent::DiscoveredVm;
+using Clock = std::chrono::steady_clock;
+using Kind = DiscoveredThread::Kind;
+
+constexpr char kUri[] = "qemu:///system";
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string LastError() {
+  const char* message = virGetLastErrorMessage();
+  return message ? message : "?";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+bool WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  return static_cast<bool>(out);
+}
+
+std::string RunCommand(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  char buffer[512];
+  while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
+  pclose(pipe);
+  return output;
+}
+
+bool LibvirtdAnswers() {
+  virConnectPtr conn = virConnectOpenReadOnly(kUri);
+  if (conn == nullptr) return false;
+  virConnectClose(conn);
+  return true;
+}
+
+// A libvirtd started by the test. What a bare Debian 12 host (packages
+// libvirt-daemon, libvirt-daemon-driver-qemu, no libvirt-daemon-system)
+// lacks, and how it is supplied without changing the host for good:
+//  - /etc/libvirt/qemu.conf is missing, and libvirt 9.0 resolves its
+//    compiled-in user and group "libvirt-qemu" before it reads qemu.conf,
+//    failing when they do not exist. libvirtd runs in a private mount
+//    namespace (unshare -m) where /etc/libvirt is a temp copy with our
+//    qemu.conf, and /etc/passwd and /etc/group are copies with a
+//    libvirt-qemu entry added (only when the host has none).
+//  - qemu.conf: QEMU runs as root, with no security driver, no mount
+//    namespace of its own, and writes its log itself (stdio_handler =
+//    "file"), so virtlogd is not needed.
+//  - /var/{log,lib,cache}/libvirt/qemu and /run/libvirt are created.
+// Sockets and status files stay in the host's /run/libvirt, so every
+// process sees them.
+class LibvirtdProcess {
+ public:
+  // Empty on success, else why not.
+  std::string Start() {
+    if (dir_.path().empty()) return "cannot create a temp dir";
+    std::error_code ec;
+    for (const char* d : {"/var/log/libvirt/qemu", "/var/lib/libvirt/qemu",
+                          "/var/cache/libvirt/qemu", "/run/libvirt"}) {
+      std::filesystem::create_directories(d, ec);
+    }
+    std::string etc = dir_.Sub("etc-libvirt");
+    std::filesystem::create_directories(etc);
+    for (const auto& entry : std::filesystem::directory_iterator("/etc/libvirt", ec)) {
+      if (entry.is_regular_file()) {
+        std::filesystem::copy_file(entry.path(), etc + "/" + entry.path().filename().string(),
+                                   std::filesystem::copy_options::overwrite_existing, ec);
+      }
+    }
+    WriteFile(etc + "/qemu.conf",
+              "user = \"root\"\n"
+              "group = \"root\"\n"
+              "dynamic_ownership = 0\n"
+              "remember_owner = 0\n"
+              "namespaces = [ ]\n"
+              "security_driver = \"none\"\n"
+              "stdio_handler = \"file\"\n");
+    WriteFile(etc + "/libvirtd.conf",
+              absl::StrCat("log_filters = \"1:qemu.qemu_process 3:*\"\nlog_outputs = \"1:file:", log_path(), "\"\n"));
+    std::string script = absl::StrCat("set -e\nmount --bind ", etc, " /etc/libvirt\n");
+    if (getpwnam("libvirt-qemu") == nullptr) {
+      WriteFile(dir_.Sub("passwd"),
+                ReadFile("/etc/passwd") +
+                    "libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n");
+      absl::StrAppend(&script, "mount --bind ", dir_.Sub("passwd"), " /etc/passwd\n");
+    }
+    if (getgrnam("libvirt-qemu") == nullptr) {
+      WriteFile(dir_.Sub("group"), ReadFile("/etc/group") + "libvirt-qemu:x:64055:\n");
+      absl::StrAppend(&script, "mount --bind ", dir_.Sub("group"), " /etc/group\n");
+    }
+    absl::StrAppend(&script, "exec libvirtd -d -p ", pid_path(), "\n");
+    WriteFile(dir_.Sub("start.sh"), script);
+    std::string output =
+        RunCommand(absl::StrCat("unshare --mount --propagation private sh ", dir_.Sub("start.sh")));
+    auto start = Clock::now();
+    while (MsSince(start) < 30000) {
+      if (LibvirtdAnswers()) {
+        pid_ = std::atoi(ReadFile(pid_path()).c_str());
+        std::cout << "started libvirtd (pid " << pid_ << ") in " << MsSince(start) << " ms\n";
+        return "";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return absl::StrCat("libvirtd did not answer within 30 s. unshare/libvirtd said: ", output,
+                        "\nlibvirtd log:\n", ReadFile(log_path()));
+  }
+
+  // SIGTERM, and waits until it has exited.
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    auto start = Clock::now();
+    while (kill(pid_, 0) == 0 && MsSince(start) < 15000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (kill(pid_, 0) == 0) kill(pid_, SIGKILL);
+    pid_ = 0;
+  }
+
+  ~LibvirtdProcess() { Stop(); }
+
+  bool running() const { return pid_ > 0; }
+  std::string log_path() const { return dir_.Sub("libvirtd.log"); }
+  std::string pid_path() const { return dir_.Sub("libvirtd.pid"); }
+
+ private:
+  testing::TempDir dir_;
+  int pid_ = 0;
+};
+
+// A newc cpio archive (what the kernel unpacks as initramfs).
+class Cpio {
+ public:
+  void Dir(const std::string& name) { Add(name, 040755, ""); }
+  void File(const std::string& name, const std::string& content, int mode = 0100755) {
+    Add(name, mode, content);
+  }
+  void Symlink(const std::string& name, const std::string& target) { Add(name, 0120777, target); }
+  std::string Finish() {
+    Add("TRAILER!!!", 0, "");
+    return std::move(out_);
+  }
+
+ private:
+  void Add(const std::string& name, int mode, const std::string& data) {
+    char header[111];
+    snprintf(header, sizeof header,
+             "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ++ino_, mode, 0, 0,
+             1, 0, static_cast<unsigned>(data.size()), 0, 0, 0, 0,
+             static_cast<unsigned>(name.size() + 1), 0);
+    out_.append(header, 110);
+    out_.append(name);
+    out_.push_back('\0');
+    Pad();
+    out_.append(data);
+    Pad();
+  }
+  void Pad() {
+    while (out_.size() % 4) out_.push_back('\0');
+  }
+  std::string out_;
+  unsigned ino_ = 0;
+};
+
+// An initramfs whose /init (busybox sh) says it is up and sleeps.
+bool WriteInitramfs(const std::string& path) {
+  std::string busybox = ReadFile("/bin/busybox");
+  if (busybox.empty()) return false;
+  Cpio cpio;
+  cpio.Dir("bin");
+  cpio.Dir("dev");
+  cpio.File("bin/busybox", busybox);
+  cpio.Symlink("bin/sh", "busybox");
+  cpio.File("init",
+            "#!/bin/sh\n"
+            "/bin/busybox mount -t devtmpfs dev /dev\n"
+            "echo COSCHED-GUEST-UP > /dev/ttyS0\n"
+            "exec /bin/busybox sleep 1000000\n");
+  return WriteFile(path, cpio.Finish());
+}
+
+// Events seen by the listener.
+class EventLog {
+ public:
+  void Add(const DomainEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back({e, Clock::now()});
+    cv_.notify_all();
+  }
+  // When `name` had an event of `kind`, or nullopt after `timeout_ms`.
+  std::optional<Clock::time_point> Wait(const std::string& name, DomainEvent::Kind kind,
+                                        int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<Clock::time_point> at;
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+      for (const auto& [e, t] : events_) {
+        if (e.name == name && e.kind == kind) at = t;
+      }
+      return at.has_value();
+    });
+    return at;
+  }
+  std::string Summary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> parts;
+    for (const auto& [e, t] : events_) {
+      parts.push_back(absl::StrCat(e.name, ":", DomainEventKindName(e.kind), "/", e.detail));
+    }
+    return absl::StrJoin(parts, " ");
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<DomainEvent, Clock::time_point>> events_;
+};
+
+const DiscoveredVm* FindByName(const std::vector<DiscoveredVm>& vms, const std::string& name) {
+  for (const DiscoveredVm& vm : vms) {
+    if (vm.vm_id == name) return &vm;
+  }
+  return nullptr;
+}
+
+// Polls `discover` until it lists `name` with `vcpus` vCPU threads.
+template <typename F>
+std::optional<DiscoveredVm> WaitForVm(F discover, const std::string& name, size_t vcpus,
+                                      int timeout_ms) {
+  auto start = Clock::now();
+  do {
+    absl::StatusOr<std::vector<DiscoveredVm>> vms = discover();
+    if (vms.ok()) {
+      if (const DiscoveredVm* vm = FindByName(*vms, name)) {
+        size_t n = 0;
+        for (const DiscoveredThread& t : vm->threads) n += t.kind == Kind::kVcpu;
+        if (n == vcpus) return *vm;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (MsSince(start) < timeout_ms);
+  return std::nullopt;
+}
+
+// Destroys and undefines the domain at the end, whatever happened.
+class DomainGuard {
+ public:
+  explicit DomainGuard(std::string name) : name_(std::move(name)) {}
+  ~DomainGuard() {
+    virConnectPtr conn = virConnectOpen(kUri);
+    if (conn == nullptr) {
+      std::cerr << "cleanup: cannot connect to remove domain " << name_ << ": " << LastError()
+                << "\n";
+      return;
+    }
+    if (virDomainPtr dom = virDomainLookupByName(conn, name_.c_str())) {
+      if (virDomainIsActive(dom) == 1) virDomainDestroy(dom);
+      virDomainUndefine(dom);
+      virDomainFree(dom);
+    }
+    virConnectClose(conn);
+  }
+
+ private:
+  std::string name_;
+};
+
+TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
+  ASSERT_EQ(geteuid(), 0u) << "this test needs root: it starts libvirtd and a QEMU domain";
+  virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});
+
+  LibvirtdProcess own_libvirtd;
+  if (LibvirtdAnswers()) {
+    std::cout << "using the libvirtd that is already running\n";
+  } else {
+    std::string error = own_libvirtd.Start();
+    ASSERT_EQ(error, "") << "cannot start libvirtd";
+  }
+
+  testing::TempDir dir;
+  std::mt19937_64 random(std::random_device{}());
+  std::string name = absl::StrCat("cosched-test-", random() % 1000000000);
+  std::string kernel = COSCHED_LAB_KERNEL;
+  bool boot = std::filesystem::exists(kernel);
+  std::string os = "<type arch='x86_64'>hvm</type>";
+  if (boot) {
+    ASSERT_TRUE(WriteInitramfs(dir.Sub("initramfs.cpio"))) << "cannot build the initramfs";
+    absl::StrAppend(&os, "<kernel>", kernel, "</kernel><initrd>", dir.Sub("initramfs.cpio"),
+                    "</initrd><cmdline>console=ttyS0 panic=-1 quiet</cmdline>");
+  }
+  std::string xml = absl::StrCat(
+      "<domain type='qemu'><name>", name, "</name>",
+      "<memory unit='MiB'>128</memory><vcpu>2</vcpu><iothreads>1</iothreads>",
+      "<os>", os, "</os><on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>",
+      "<devices><emulator>/usr/bin/qemu-system-x86_64</emulator>",
+      "<serial type='file'><source path='", dir.Sub("console.log"), "'/></serial>",
+      "<controller type='usb' model='none'/><memballoon model='none'/>",
+      "</devices></domain>");
+
+  EventLog events;
+  LibvirtDiscovery::Options options;
+  options.listener = [&events](const DomainEvent& e) { events.Add(e); };
+  auto proc_fs = std::make_shared<RealProcFs>();
+  LibvirtDiscovery discovery(options, proc_fs);
+  ASSERT_TRUE(discovery.connected()) << "LibvirtDiscovery did not connect";
+
+  virConnectPtr conn = virConnectOpen(kUri);
+  ASSERT_NE(conn, nullptr) << LastError();
+  DomainGuard guard(name);
+  virDomainPtr dom = virDomainDefineXML(conn, xml.c_str());
+  ASSERT_NE(dom, nullptr) << "cannot define the domain: " << LastError() << "\n" << xml;
+  char uuid_buffer[VIR_UUID_STRING_BUFLEN] = {};
+  ASSERT_EQ(virDomainGetUUIDString(dom, uuid_buffer), 0);
+  std::string uuid = uuid_buffer;
+
+  auto started = Clock::now();
+  ASSERT_EQ(virDomainCreateWithFlags(dom, boot ? 0 : VIR_DOMAIN_START_PAUSED), 0)
+      << "cannot start the domain: " << LastError() << "\nlibvirtd log:\n"
+      << ReadFile(own_libvirtd.log_path()) << "\nQEMU log:\n"
+      << ReadFile(absl::StrCat("/var/log/libvirt/qemu/", name, ".log"));
+  double start_call_ms = MsSince(started);
+  virDomainFree(dom);
+
+  std::optional<DiscoveredVm> found =
+      WaitForVm([&] { return discovery.Discover(); }, name, 2, 20000);
+  double discovered_ms = MsSince(started);
+  ASSERT_TRUE(found.has_value()) << "LibvirtDiscovery did not find " << name
+                                 << " with 2 vCPU threads within 20 s";
+  std::optional<Clock::time_point> started_event =
+      events.Wait(name, DomainEvent::Kind::kStarted, 10000);
+  EXPECT_TRUE(started_event.has_value()) << "no 'started' event; events: " << events.Summary();
+  auto discover_once = Clock::now();
+  auto again = discovery.Discover();
+  double one_discover_ms = MsSince(discover_once);
+  ASSERT_TRUE(again.ok()) << again.status();
+
+  const DiscoveredVm& vm = *found;
+  std::cout << "domain " << name << " uuid " << uuid << (boot ? " (booting " : " (paused, no ")
+            << "kernel)\n"
+            << "  virDomainCreate returned after " << start_call_ms << " ms\n"
+            << "  'started' event after "
+            << (started_event ? std::chrono::duration<double, std::milli>(*started_event - started)
+                                    .count()
+                              : -1)
+            << " ms\n"
+            << "  discovered with every vCPU after " << discovered_ms << " ms\n"
+            << "  one Discover() takes " << one_discover_ms << " ms\n"
+            << "found: vm_id=" << vm.vm_id << " uuid=" << vm.uuid << " qemu_pid=" << vm.qemu_pid
+            << "\n";
+  for (const DiscoveredThread& t : vm.threads) {
+    std::cout << "  tid " << t.tid << " pid " << t.pid << " " << ThreadKindName(t.kind) << " '"
+              << t.name << "'\n";
+  }
+
+  EXPECT_EQ(vm.vm_id, name);
+  EXPECT_EQ(vm.uuid, uuid);
+  // The QEMU pid: libvirt's pid file, and QEMU's own command line.
+  EXPECT_EQ(vm.qemu_pid, std::atoi(ReadFile(absl::StrCat("/run/libvirt/qemu/", name, ".pid")).c_str()));
+  std::string cmdline = ReadFile(absl::StrCat("/proc/", vm.qemu_pid, "/cmdline"));
+  EXPECT_EQ(cmdline.substr(0, cmdline.find('\0')), "/usr/bin/qemu-system-x86_64");
+  EXPECT_NE(cmdline.find(absl::StrCat("guest=", name)), std::string::npos);
+  EXPECT_NE(cmdline.find(uuid), std::string::npos);
+
+  // vCPU threads: as QEMU's monitor reports them, named "CPU n/TCG".
+  std::string cpus = RunCommand(absl::StrCat("virsh -c ", kUri, " qemu-monitor-command ", name,
+                                      " --hmp 'info cpus'"));
+  std::cout << "virsh qemu-monitor-command --hmp 'info cpus':\n" << cpus;
+  std::map<int, int> monitor_vcpus;  // cpu index -> thread id
+  std::regex cpu_line(R"(CPU #(\d+): thread_id=(\d+))");
+  for (std::sregex_iterator it(cpus.begin(), cpus.end(), cpu_line), end; it != end; ++it) {
+    monitor_vcpus[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+  }
+  ASSERT_EQ(monitor_vcpus.size(), 2u) << cpus;
+  std::map<int, int> found_vcpus;  // tid -> cpu index from the name
+  for (const DiscoveredThread& t : vm.threads) {
+    if (t.kind != Kind::kVcpu) continue;
+    EXPECT_EQ(t.pid, vm.qemu_pid);
+    int index = -1;
+    ASSERT_EQ(sscanf(t.name.c_str(), "CPU %d/TCG", &index), 1) << t.name;
+    found_vcpus[t.tid] = index;
+  }
+  for (const auto& [index, tid] : monitor_vcpus) {
+    ASSERT_TRUE(found_vcpus.count(tid)) << "vCPU " << index << " thread " << tid << " not found";
+    EXPECT_EQ(found_vcpus[tid], index);
+  }
+  // ... and as libvirt's status XML has them.
+  auto status = ParseLibvirtStatusXml(ReadFile(absl::StrCat("/run/libvirt/qemu/", name, ".xml")));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->pid, vm.qemu_pid);
+  for (const LibvirtDomainStatus::Vcpu& v : status->vcpus) {
+    EXPECT_EQ(monitor_vcpus[v.id], v.tid);
+  }
+
+  // Every thread of the QEMU process, each classified.
+  std::set<int> tasks;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", vm.qemu_pid, "/task"))) {
+    tasks.insert(std::stoi(entry.path().filename().string()));
+  }
+  std::set<int> found_qemu_threads;
+  bool main_thread = false, iothread = false;
+  for (const DiscoveredThread& t : vm.threads) {
+    if (t.pid != vm.qemu_pid) continue;
+    found_qemu_threads.insert(t.tid);
+    main_thread |= t.tid == vm.qemu_pid && t.kind == Kind::kEmulator;
+    iothread |= t.name == "IO iothread1" && t.kind == Kind::kIothread;
+  }
+  EXPECT_EQ(found_qemu_threads, tasks);
+  EXPECT_TRUE(main_thread);
+  EXPECT_TRUE(iothread) << "the domain's <iothreads>1</iothreads> thread 'IO iothread1'";
+
+  if (boot) {
+    // Not needed for discovery (the threads exist from the start), but shows
+    // that the domain really runs the lab kernel.
+    auto waiting = Clock::now();
+    bool up = false;
+    while (!(up = ReadFile(dir.Sub("console.log")).find("COSCHED-GUEST-UP") != std::string::npos) &&
+           MsSince(waiting) < 30000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::cout << (up ? "guest /init ran, " : "guest /init not seen on the console within 30 s, ")
+              << MsSince(started) << " ms after the start\n";
+  }
+
+  // libvirtd restarts: procfs keeps the VM visible meanwhile, and the
+  // discovery reconnects and gets events again.
+  if (own_libvirtd.running()) {
+    CombinedDiscovery combined(
+        std::make_unique<LibvirtDiscovery>(LibvirtDiscovery::Options(), proc_fs),
+        std::make_unique<ProcfsDiscovery>(proc_fs));
+    own_libvirtd.Stop();
+    auto down = discovery.Discover();
+    EXPECT_EQ(down.status().code(), absl::StatusCode::kUnavailable) << down.status();
+    std::cout << "libvirtd stopped; Discover(): " << down.status() << "\n";
+    auto fallback = combined.Discover();
+    ASSERT_TRUE(fallback.ok()) << fallback.status();
+    const DiscoveredVm* from_procfs = FindByName(*fallback, name);
+    ASSERT_NE(from_procfs, nullptr) << "CombinedDiscovery lost the VM while libvirtd was down";
+    EXPECT_EQ(from_procfs->uuid, uuid);
+    EXPECT_EQ(from_procfs->threads.size(), vm.threads.size());
+
+    ASSERT_EQ(own_libvirtd.Start(), "") << "cannot restart libvirtd";
+    auto restarted = Clock::now();
+    std::optional<DiscoveredVm> after =
+        WaitForVm([&] { return discovery.Discover(); }, name, 2, 20000);
+    ASSERT_TRUE(after.has_value()) << "not found again after libvirtd restarted";
+    std::cout << "libvirtd restarted; found again after " << MsSince(restarted) << " ms\n";
+    EXPECT_EQ(after->qemu_pid, vm.qemu_pid);
+    EXPECT_EQ(after->threads, vm.threads);
+    // libvirtd lists the domain before it has finished reconnecting to its
+    // QEMU; a destroy during that window races with the reconnection. A
+    // monitor command waits for it (and checks the vCPU threads again).
+    std::string cpus_again = RunCommand(absl::StrCat("virsh -c ", kUri, " qemu-monitor-command ",
+                                                     name, " --hmp 'info cpus'"));
+    EXPECT_EQ(cpus_again, cpus);
+    EXPECT_TRUE(events.Wait("", DomainEvent::Kind::kReconnected, 5000).has_value())
+        << "no 'reconnected' event; events: " << events.Summary();
+    auto both = combined.Discover();
+    ASSERT_TRUE(both.ok());
+    EXPECT_NE(FindByName(*both, name), nullptr);
+    virConnectClose(conn);
+    conn = virConnectOpen(kUri);
+    ASSERT_NE(conn, nullptr) << LastError();
+  } else {
+    std::cout << "libvirtd restart not tested: this test did not start libvirtd\n";
+  }
+
+  // The event subscription works (again): stopping the domain is seen.
+  dom = virDomainLookupByName(conn, name.c_str());
+  ASSERT_NE(dom, nullptr) << LastError();
+  auto destroyed = Clock::now();
+  EXPECT_EQ(virDomainDestroy(dom), 0) << LastError();
+  double destroy_ms = MsSince(destroyed);
+  virDomainFree(dom);
+  std::optional<Clock::time_point> stopped = events.Wait(name, DomainEvent::Kind::kStopped, 15000);
+  EXPECT_TRUE(stopped.has_value()) << "no 'stopped' event; events: " << events.Summary();
+  if (stopped) {
+    std::cout << "'stopped' event "
+              << std::chrono::duration<double, std::milli>(*stopped - destroyed).count()
+              << " ms after the call to virDomainDestroy (which took " << destroy_ms << " ms)\n";
+  }
+  auto after_stop = discovery.Discover();
+  ASSERT_TRUE(after_stop.ok()) << after_stop.status();
+  EXPECT_EQ(FindByName(*after_stop, name), nullptr);
+  std::cout << "events: " << events.Summary() << "\n";
+  if (HasFailure() && own_libvirtd.running()) {
+    std::cout << "libvirtd log:\n" << ReadFile(own_libvirtd.log_path());
+  }
+  virConnectClose(conn);
+}
+
+}  // namespace
+}  // namespace cosched::discovery

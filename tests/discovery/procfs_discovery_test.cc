@@ -1,0 +1,286 @@
+#include "discovery/procfs_discovery.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "discovery/proc_fs.h"
+
+namespace cosched::discovery {
+namespace {
+
+using agent::DiscoveredThread;
+using agent::DiscoveredVm;
+using Kind = DiscoveredThread::Kind;
+
+std::string Cmdline(std::initializer_list<std::string> args) {
+  std::string text;
+  for (const std::string& a : args) text += a + '\0';
+  return text;
+}
+
+struct FakeThread {
+  int tid;
+  std::string comm;
+};
+
+// Adds a process the way procfs shows it.
+void AddProcess(FakeProcFs& fs, int pid, int ppid, const std::string& comm,
+                const std::string& cmdline, const std::string& cgroup,
+                std::vector<FakeThread> threads = {}) {
+  fs.SetFile(absl::StrCat(pid, "/stat"),
+             absl::StrCat(pid, " (", comm, ") S ", ppid, " ", pid, " ", pid, " 0 -1 4194560 0\n"));
+  fs.SetFile(absl::StrCat(pid, "/cmdline"), cmdline);
+  fs.SetFile(absl::StrCat(pid, "/cgroup"), cgroup);
+  if (threads.empty()) threads.push_back({pid, comm});
+  for (const FakeThread& t : threads) {
+    fs.SetFile(absl::StrCat(pid, "/task/", t.tid, "/comm"), t.comm + "\n");
+  }
+}
+
+// A host with one libvirt-style QEMU VM and everything around it.
+std::shared_ptr<FakeProcFs> FakeHost() {
+  auto fs = std::make_shared<FakeProcFs>();
+  const std::string vm_cgroup = "0::/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope/libvirt/emulator\n";
+  AddProcess(*fs, 1, 0, "init", Cmdline({"/sbin/init"}), "0::/init.scope\n");
+  AddProcess(*fs, 2, 0, "kthreadd", "", "0::/\n");
+  AddProcess(*fs, 1000, 1, "qemu-system-x86",
+             Cmdline({"/usr/bin/qemu-system-x86_64", "-name", "guest=vm-1,debug-threads=on",
+                      "-uuid", "11111111-2222-3333-4444-555555555555", "-smp", "2"}),
+             vm_cgroup,
+             {{1000, "qemu-system-x86"},
+              {1001, "call_rcu"},
+              {1002, "CPU 0/KVM"},
+              {1003, "CPU 1/KVM"},
+              {1004, "IO iothread0"},
+              {1005, "vhost-1000"}});
+  // A thread that exits between the listing of task/ and the read of comm.
+  fs->SetReadError("1000/task/1006/comm", absl::NotFoundError("ESRCH"));
+  // Old-style vhost worker: a kernel thread of its own.
+  AddProcess(*fs, 1100, 2, "vhost-1000", "", "0::/\n");
+  // A vhost worker of another (gone) QEMU.
+  AddProcess(*fs, 1101, 2, "vhost-999", "", "0::/\n");
+  // A child process of QEMU (e.g. a helper it started).
+  AddProcess(*fs, 1200, 1000, "virtiofsd", Cmdline({"/usr/libexec/virtiofsd", "--fd=3"}),
+             "0::/user.slice\n", {{1200, "virtiofsd"}, {1201, "virtiofsd"}});
+  // A child that QEMU forked without exec (same command line).
+  AddProcess(*fs, 1250, 1000, "qemu-system-x86",
+             Cmdline({"/usr/bin/qemu-system-x86_64", "-name", "guest=vm-1,debug-threads=on",
+                      "-uuid", "11111111-2222-3333-4444-555555555555", "-smp", "2"}),
+             vm_cgroup);
+  // A helper that libvirt started in the VM's cgroup (not QEMU's child).
+  AddProcess(*fs, 1300, 1, "swtpm", Cmdline({"/usr/bin/swtpm", "socket"}),
+             "0::/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope\n");
+  // Unrelated processes, one in a shared cgroup with an unmanaged QEMU.
+  AddProcess(*fs, 1400, 1, "bash", Cmdline({"/bin/bash"}), "0::/user.slice/session-1.scope\n");
+  // An unmanaged QEMU with a UUID only, in a shared session cgroup.
+  AddProcess(*fs, 2000, 1400, "qemu-kvm",
+             Cmdline({"/usr/libexec/qemu-kvm", "-uuid", "99999999-8888-7777-6666-555555555555"}),
+             "0::/user.slice/session-1.scope\n", {{2000, "qemu-kvm"}, {2001, "CPU 0/TCG"}});
+  AddProcess(*fs, 2100, 1, "sshd", Cmdline({"sshd"}), "0::/user.slice/session-1.scope\n");
+  // A process that is gone by the time its files are read.
+  fs->SetReadError("3000/stat", absl::NotFoundError("ENOENT"));
+  // A QEMU whose threads are gone (exited after its stat was read).
+  AddProcess(*fs, 3100, 1, "qemu-system-x86", Cmdline({"qemu-system-x86_64", "-name", "gone"}),
+             "0::/\n");
+  fs->Remove("3100/task");
+  // A zombie QEMU.
+  fs->SetFile("3200/stat", "3200 (qemu-system-x86) Z 1 3200 3200 0 -1 0\n");
+  fs->SetFile("3200/cmdline", "");
+  return fs;
+}
+
+const DiscoveredVm* FindVm(const std::vector<DiscoveredVm>& vms, int qemu_pid) {
+  for (const DiscoveredVm& vm : vms) {
+    if (vm.qemu_pid == qemu_pid) return &vm;
+  }
+  return nullptr;
+}
+
+TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
+  ProcfsDiscovery discovery(FakeHost());
+  auto vms = discovery.Discover();
+  ASSERT_TRUE(vms.ok()) << vms.status();
+  ASSERT_EQ(vms->size(), 2u);
+
+  const DiscoveredVm& vm = (*vms)[0];
+  EXPECT_EQ(vm.vm_id, "vm-1");
+  EXPECT_EQ(vm.uuid, "11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(vm.qemu_pid, 1000);
+  std::vector<DiscoveredThread> expected = {
+      {1000, 1000, "qemu-system-x86", Kind::kEmulator},
+      {1001, 1000, "call_rcu", Kind::kEmulator},
+      {1002, 1000, "CPU 0/KVM", Kind::kVcpu},
+      {1003, 1000, "CPU 1/KVM", Kind::kVcpu},
+      {1004, 1000, "IO iothread0", Kind::kIothread},
+      {1005, 1000, "vhost-1000", Kind::kVhostWorker},
+      {1100, 1100, "vhost-1000", Kind::kVhostWorker},
+      {1200, 1200, "virtiofsd", Kind::kHelper},
+      {1201, 1200, "virtiofsd", Kind::kHelper},
+      {1250, 1250, "qemu-system-x86", Kind::kHelper},
+      {1300, 1300, "swtpm", Kind::kHelper},
+  };
+  EXPECT_EQ(vm.threads, expected);
+
+  const DiscoveredVm& unmanaged = (*vms)[1];
+  EXPECT_EQ(unmanaged.vm_id, "99999999-8888-7777-6666-555555555555");
+  EXPECT_EQ(unmanaged.qemu_pid, 2000);
+  // Its session cgroup is shared, so sshd and bash are not its helpers.
+  EXPECT_EQ(unmanaged.threads, (std::vector<DiscoveredThread>{
+                                   {2000, 2000, "qemu-kvm", Kind::kEmulator},
+                                   {2001, 2000, "CPU 0/TCG", Kind::kVcpu}}));
+}
+
+TEST(ProcfsDiscovery, WithoutHelpers) {
+  ProcfsDiscovery discovery(FakeHost(), {.include_helpers = false});
+  auto vms = discovery.Discover();
+  ASSERT_TRUE(vms.ok()) << vms.status();
+  for (const DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
+  EXPECT_EQ((*vms)[0].threads.size(), 7u);
+}
+
+TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
+  auto fs = FakeHost();
+  AddProcess(*fs, 4000, 1, "kvm-wrapper",
+             Cmdline({"/usr/local/bin/kvm-wrapper", "-name", "guest=wrapped"}), "0::/\n",
+             {{4000, "kvm-wrapper"}, {4001, "CPU 0/KVM"}});
+  ProcfsDiscovery discovery(fs);
+  auto plain = discovery.Discover();
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(FindVm(*plain, 4000), nullptr);
+  const int known[] = {4000, 4242};  // 4242 does not exist
+  auto with_known = discovery.Discover(known);
+  ASSERT_TRUE(with_known.ok());
+  const DiscoveredVm* vm = FindVm(*with_known, 4000);
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(vm->vm_id, "wrapped");
+  EXPECT_EQ(vm->threads.size(), 2u);
+  EXPECT_EQ(FindVm(*with_known, 4242), nullptr);
+}
+
+TEST(ProcfsDiscovery, UnreadableProcIsAnError) {
+  ProcfsDiscovery missing(std::make_shared<RealProcFs>("/nonexistent/proc"));
+  auto vms = missing.Discover();
+  ASSERT_FALSE(vms.ok());
+  EXPECT_EQ(vms.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(vms.status().message().find("cannot scan procfs"), std::string::npos);
+
+  auto fs = std::make_shared<FakeProcFs>();  // nothing at all
+  EXPECT_FALSE(ProcfsDiscovery(fs).Discover().ok());
+}
+
+TEST(ProcfsDiscovery, ThreadsInScope) {
+  ProcfsDiscovery discovery(FakeHost());
+  auto vms = discovery.Discover();
+  ASSERT_TRUE(vms.ok());
+  const DiscoveredVm& vm = (*vms)[0];
+  EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_VCPUS).size(), 2u);
+  EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_EMULATOR).size(), 7u);
+  EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_UNSPECIFIED).size(), 7u);
+  EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_FULL).size(), 11u);
+  EXPECT_STREQ(ThreadKindName(Kind::kVhostWorker), "vhost");
+}
+
+TEST(FakeProcFs, ListsImpliedDirectories) {
+  FakeProcFs fs;
+  fs.SetFile("10/task/11/comm", "a\n");
+  fs.SetFile("10/task/12/comm", "b\n");
+  fs.SetFile("9/stat", "x");
+  EXPECT_EQ(*fs.ListDir(""), (std::vector<std::string>{"10", "9"}));
+  EXPECT_EQ(*fs.ListDir("10/task"), (std::vector<std::string>{"11", "12"}));
+  EXPECT_EQ(fs.ListDir("10/task/13").status().code(), absl::StatusCode::kNotFound);
+  fs.Remove("10/task/11");
+  EXPECT_EQ(*fs.ListDir("10/task"), (std::vector<std::string>{"12"}));
+}
+
+TEST(RealProcFs, ReadsAndMapsVanishedTasksToNotFound) {
+  RealProcFs fs;
+  auto self = fs.ReadFile(absl::StrCat(getpid(), "/stat"));
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_EQ(self->substr(0, std::to_string(getpid()).size()), std::to_string(getpid()));
+  EXPECT_EQ(fs.ReadFile("999999999/comm").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(fs.ListDir("999999999/task").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Runs the fake QEMU (fake_vm_process.cc, built as qemu-system-x86_64) and
+// finds it, with every thread, in the machine's real /proc.
+class FakeVmProcess {
+ public:
+  FakeVmProcess(const std::string& name, const std::string& uuid) {
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      std::string guest = "guest=" + name + ",debug-threads=on";
+      execl(COSCHED_FAKE_VM_PROCESS, COSCHED_FAKE_VM_PROCESS, "-name", guest.c_str(), "-uuid",
+            uuid.c_str(), nullptr);
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    stdin_ = to_child[1];
+    FILE* out = fdopen(from_child[0], "r");
+    char line[32] = {};
+    ready_ = out != nullptr && fgets(line, sizeof line, out) != nullptr &&
+             std::string(line) == "ready\n";
+    if (out != nullptr) fclose(out);
+  }
+  ~FakeVmProcess() {
+    if (stdin_ >= 0) close(stdin_);  // it exits when its stdin closes
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  int pid() const { return pid_; }
+  bool ready() const { return ready_; }
+
+ private:
+  int pid_ = -1;
+  int stdin_ = -1;
+  bool ready_ = false;
+};
+
+TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
+  FakeVmProcess fake("vm-real", "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f50");
+  ASSERT_TRUE(fake.ready()) << "the fake VM process did not start";
+  ProcfsDiscovery discovery(std::make_shared<RealProcFs>());
+  auto vms = discovery.Discover();
+  ASSERT_TRUE(vms.ok()) << vms.status();
+  const DiscoveredVm* vm = FindVm(*vms, fake.pid());
+  ASSERT_NE(vm, nullptr) << "pid " << fake.pid() << " not found among " << vms->size() << " VMs";
+  EXPECT_EQ(vm->vm_id, "vm-real");
+  EXPECT_EQ(vm->uuid, "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f50");
+
+  int pid = fake.pid();
+  std::vector<std::pair<std::string, Kind>> seen;
+  int helper_pid = 0;
+  for (const DiscoveredThread& t : vm->threads) {
+    if (t.kind == Kind::kHelper) {
+      helper_pid = t.pid;
+      EXPECT_EQ(t.name, "fake-helper");
+      continue;
+    }
+    EXPECT_EQ(t.pid, pid) << t.name;
+    seen.emplace_back(t.name, t.kind);
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, Kind>>{
+                      {"qemu-system-x86", Kind::kEmulator},
+                      {"CPU 0/KVM", Kind::kVcpu},
+                      {"CPU 1/KVM", Kind::kVcpu},
+                      {"IO iothread0", Kind::kIothread},
+                      {"vhost-" + std::to_string(pid), Kind::kVhostWorker}}));
+  EXPECT_GT(helper_pid, 0) << "the child process was not found as a helper";
+  EXPECT_EQ(vm->threads.front().tid, pid);
+}
+
+}  // namespace
+}  // namespace cosched::discovery
