@@ -117,9 +117,12 @@ void ReconcileLoop::Pass() {
                                << vm.enforcement.ShortDebugString();
     }
   }
-  VLOG(1) << "reconciled " << result.stats.vms << " VMs, "
-          << result.stats.threads << " threads, " << result.stats.cookie_writes
-          << " writes in " << result.stats.duration.count() / 1000 << " us";
+  // Passes that change something are worth a line; quiet ones are not.
+  LOG_IF(INFO, result.stats.cookie_writes > 0 || passes() == 0)
+      << "reconcile pass: " << result.stats.vms << " VMs, "
+      << result.stats.threads << " threads, " << result.stats.threads_changed
+      << " threads moved, " << result.stats.cookie_writes << " prctl writes, "
+      << result.stats.duration.count() / 1000 << " us";
   std::set<int> pids;
   for (const DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
   bool changed;

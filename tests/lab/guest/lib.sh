@@ -105,3 +105,50 @@ lab_share_field() { awk -v g="$2" -v f="$3" '$1 == g {print $f}' "$1"; }
 # lab_float_cmp A OP B: awk float comparison, OP one of < <= > >=.
 lab_float_cmp() { awk -v a="$1" -v b="$3" -v op="$2" 'BEGIN{
   r = (op == "<") ? a < b : (op == "<=") ? a <= b : (op == ">") ? a > b : a >= b; exit !r }'; }
+
+# --- the cosched stack in the guest -------------------------------------
+
+export CSCTL_SERVER=127.0.0.1:7443
+
+# lab_start_csd: csd on loopback, store in /tmp/csd (kept across restarts).
+lab_start_csd() {
+  csd --listen "$CSCTL_SERVER" --data-dir /tmp/csd >>/tmp/csd.log 2>&1 &
+  CSD_PID=$!
+  lab_wait_for 30 csctl hosts ls >/dev/null || { cat /tmp/csd.log; lab_fail "csd did not start"; }
+}
+
+# lab_start_agent [ARGS...]: cs-agent for host "lab" finding VMs in procfs,
+# state in /tmp/agent (kept across restarts). Waits until csd knows the host.
+lab_start_agent() {
+  cs-agent --server "$CSCTL_SERVER" --host-id lab --state-dir /tmp/agent \
+    --discovery procfs "$@" >>/tmp/agent.log 2>&1 &
+  AGENT_PID=$!
+}
+
+# lab_wait_host: csd has the agent's registration.
+lab_wait_host() {
+  lab_wait_for 30 sh -c 'csctl hosts get lab -o json | grep -q "\"connected\": true"' ||
+    { tail -20 /tmp/agent.log; lab_fail "the agent did not connect to csd"; }
+}
+
+# lab_wait_enforced VM [SECONDS]: csd shows VM enforced by the agent.
+lab_wait_enforced() {
+  lab_wait_for "${2:-30}" sh -c "csctl get $1 -o json | grep -q '\"state\": \"enforced\"'" ||
+    { csctl get "$1"; tail -20 /tmp/agent.log; lab_fail "$1 is not enforced"; }
+}
+
+# lab_one_cookie PID: prints the single cookie all of PID's threads share;
+# fails when they differ, have none or cannot be read.
+lab_one_cookie() {
+  local cookies
+  cookies=$(lab_cookies_of "$1")
+  [ "$(echo "$cookies" | wc -l)" = 1 ] && [ "$cookies" != 0 ] && [ "${cookies#error}" = "$cookies" ] ||
+    lab_fail "threads of $1 do not share one cookie: $(lab_cookies "$1" | tr '\n' ';')"
+  echo "$cookies"
+}
+
+# lab_last_reconcile: the agent's last logged pass that changed something.
+lab_last_reconcile() { grep 'reconcile pass:' /tmp/agent.log | tail -1 | sed 's/.*reconcile pass: //'; }
+
+# lab_keep_logs: copies csd's and the agent's logs to the results folder.
+lab_keep_logs() { cp /tmp/csd.log /tmp/agent.log "$LAB_OUT/" 2>/dev/null || true; }
