@@ -12,6 +12,8 @@ namespace cosched::agent {
 
 struct CookieReconciler::ThreadState {
   int tid = 0;
+  // Out of the VM's thread scope: must hold no cookie.
+  bool in_scope = true;
   bool alive = true;
   bool changed = false;
   uint64_t actual = 0;
@@ -108,9 +110,9 @@ ReconcileResult CookieReconciler::Reconcile(
       }
     }
     for (const DiscoveredThread& t : vm.threads) {
-      if (!InScope(t, scope)) continue;
       ThreadState state;
       state.tid = t.tid;
+      state.in_scope = InScope(t, scope);
       plan.threads.push_back(state);
     }
     std::sort(plan.threads.begin(), plan.threads.end(),
@@ -124,13 +126,16 @@ ReconcileResult CookieReconciler::Reconcile(
   if (!supported) {
     const std::string why = HostUnsupportedMessage();
     for (VmPlan& plan : plans) {
+      for (const ThreadState& t : plan.threads) {
+        if (t.in_scope) plan.outcome.tids.push_back(t.tid);
+      }
+      const int found = static_cast<int>(plan.outcome.tids.size());
       v1::VMEnforcement& e = plan.outcome.enforcement;
-      e.set_threads_found(static_cast<int>(plan.threads.size()));
-      e.set_threads_untaggable(static_cast<int>(plan.threads.size()));
+      e.set_threads_found(found);
+      e.set_threads_untaggable(found);
       e.set_state(v1::ENFORCEMENT_STATE_FAILED);
       e.set_last_error(why);
-      for (const ThreadState& t : plan.threads) plan.outcome.tids.push_back(t.tid);
-      result.stats.threads += static_cast<int>(plan.threads.size());
+      result.stats.threads += found;
     }
   } else {
     ReadCookies(plans, result.stats);
@@ -172,7 +177,9 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
     if (!plan.managed || plan.outcome.group.empty()) continue;
     first_vm.try_emplace(plan.outcome.group, plan.vm);
     for (ThreadState& t : plan.threads) {
-      if (t.alive && t.error.ok()) members[plan.outcome.group].push_back(&t);
+      if (t.in_scope && t.alive && t.error.ok()) {
+        members[plan.outcome.group].push_back(&t);
+      }
     }
   }
 
@@ -264,14 +271,15 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
   for (VmPlan& plan : plans) {
     if (!plan.managed) continue;
     const std::string& group = plan.outcome.group;
-    uint64_t want = 0;
-    if (!group.empty()) {
-      auto it = cookies_.find(group);
-      if (it == cookies_.end()) continue;  // creation failed: reported below
-      want = it->second.hash;
-    }
+    auto cookie = group.empty() ? cookies_.end() : cookies_.find(group);
     for (ThreadState& t : plan.threads) {
-      if (t.alive && t.error.ok() && t.actual != want) moves[group].push_back(&t);
+      if (!t.alive || !t.error.ok()) continue;
+      if (!t.in_scope || group.empty()) {
+        if (t.actual != 0) moves[""].push_back(&t);
+      } else if (cookie != cookies_.end() && t.actual != cookie->second.hash) {
+        // (No cookie: its creation failed, which Verify reports.)
+        moves[group].push_back(&t);
+      }
     }
   }
   for (auto& [group, targets] : moves) {
@@ -340,6 +348,10 @@ void CookieReconciler::Verify(std::vector<VmPlan>& plans,
         }
       }
       if (!t.alive) continue;
+      if (!t.in_scope) {
+        if (plan.managed && !t.error.ok()) NoteError(e, t.error);
+        continue;
+      }
       ++found;
       out.tids.push_back(t.tid);
       if (!t.error.ok()) {

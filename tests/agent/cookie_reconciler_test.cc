@@ -254,6 +254,23 @@ TEST_F(CookieReconcilerTest, VcpuScopeTagsOnlyVcpus) {
   EXPECT_EQ(r.vms[0].enforcement.threads_found(), 2);
 }
 
+TEST_F(CookieReconcilerTest, NarrowingTheScopeClearsThreadsLeftOutside) {
+  // Failed closed first (every thread tagged), then assigned at scope vcpus.
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  ASSERT_NE(kernel_.CookieOf(100), 0u);
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1", v1::ISOLATION_LEVEL_VM,
+                                v1::THREAD_SCOPE_VCPUS);
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.CookieOf(100), 0u);  // QEMU's main thread
+  EXPECT_EQ(kernel_.CookieOf(103), 0u);  // IO thread
+  EXPECT_NE(kernel_.CookieOf(101), 0u);
+  EXPECT_EQ(kernel_.CookieOf(101), kernel_.CookieOf(102));
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(r.vms[0].enforcement.threads_found(), 2);
+}
+
 TEST_F(CookieReconcilerTest, ErrorsAreReportedPerVm) {
   std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
