@@ -31,6 +31,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/cookie_reconciler.h"
+#include "agent/core_sched_prctl.h"
+#include "agent/host_fs.h"
+#include "agent/topology.h"
 #include "discovery/libvirt_discovery.h"
 #include "discovery/libvirt_status_xml.h"
 #include "discovery/proc_fs.h"
@@ -458,6 +462,43 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   EXPECT_EQ(found_qemu_threads, tasks);
   EXPECT_TRUE(main_thread);
   EXPECT_TRUE(iothread) << "the domain's <iothreads>1</iothreads> thread 'IO iothread1'";
+
+  // Tagging on this machine: the agent's reconciler with the real kernel
+  // and the host's real facts. The build machines have no SMT (and no
+  // CONFIG_SCHED_CORE): every VM must say so, not be skipped silently.
+  {
+    agent::LocalHostFs host_fs;
+    auto topology = agent::ReadTopology(host_fs, "/sys");
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    auto smt = agent::ReadSmtActive(host_fs, "/sys", *topology);
+    ASSERT_TRUE(smt.ok()) << smt.status();
+    agent::PrctlCoreSched kernel;
+    agent::ReconcilerOptions reconciler_options;
+    reconciler_options.smt_active = *smt;
+    reconciler_options.probe = kernel.Probe();
+    agent::CookieReconciler reconciler(&kernel, reconciler_options);
+    v1::Assignment assignment;
+    assignment.set_vm_id(name);
+    assignment.set_trust_group("default/vm/" + name);
+    assignment.set_isolation(v1::ISOLATION_LEVEL_VM);
+    assignment.set_thread_scope(v1::THREAD_SCOPE_EMULATOR);
+    agent::ReconcileResult tagged = reconciler.Reconcile(
+        {vm}, [&](const DiscoveredVm&) { return std::optional<v1::Assignment>(assignment); });
+    ASSERT_EQ(tagged.vms.size(), 1u);
+    const v1::VMEnforcement& e = tagged.vms[0].enforcement;
+    std::cout << "tagging " << name << " here: " << e.ShortDebugString() << "\n";
+    if (*smt && reconciler_options.probe.support == v1::CORE_SCHED_SUPPORT_SUPPORTED) {
+      EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+    } else {
+      EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_FAILED);
+      EXPECT_GT(e.threads_found(), 0);
+      EXPECT_EQ(e.threads_untaggable(), e.threads_found());
+      if (!*smt) {
+        EXPECT_NE(e.last_error().find("no SMT on this host"), std::string::npos)
+            << e.last_error();
+      }
+    }
+  }
 
   if (boot) {
     // Not needed for discovery (the threads exist from the start), but shows
