@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "agent/agent.h"
 #include "agent/discovery_setup.h"
+#include "agent/host_probe.h"
 #include "common/config_loader.h"
 #include "cosched/v1/config.pb.h"
 #include "glog/logging.h"
@@ -22,9 +23,14 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "where assignments are kept (default /var/lib/cs-agent)");
   app.add_flag("--insecure", insecure, "allow plaintext to a non-loopback csd");
   app.add_option("--discovery", discovery_mode, "where VMs are found: auto, libvirt, procfs (default auto)");
+  bool probe = false;
+  app.add_flag("--probe", probe,
+               "print what this host can do (topology, SMT, core scheduling) and exit: "
+               "0 when it can do core scheduling, 3 when it cannot");
   CLI11_PARSE(app, argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  if (probe) return cosched::agent::PrintHostProbe(std::cout);
 
   cosched::v1::AgentConfig config;
   if (!config_file.empty()) {

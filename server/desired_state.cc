@@ -203,6 +203,16 @@ absl::Status MoveVm(store::Transaction& txn, v1::VM vm,
   return txn.PutVm(vm);
 }
 
+// What the agent of the VM's host last reported for it.
+absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm) {
+  if (vm.host_id().empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
+  if (seen && seen->host_id == vm.host_id()) {
+    *vm.mutable_enforcement() = seen->enforcement;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DesiredState::TagVm(const v1::TagVMRequest& request,
@@ -492,13 +502,7 @@ absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
           absl::StrCat("vm '", request.vm_id(), "' not found"));
     }
     result = std::move(*vm);
-    if (!result.host_id().empty()) {
-      ASSIGN_OR_RETURN(auto seen, txn.FindObservation(result.vm_id()));
-      if (seen && seen->host_id == result.host_id()) {
-        *result.mutable_enforcement() = seen->enforcement;
-      }
-    }
-    return absl::OkStatus();
+    return AddEnforcement(txn, result);
   }));
   return result;
 }
@@ -522,7 +526,10 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
         NextToken(vms, page, [](const v1::VM& vm) { return vm.vm_id(); },
                   [&](const store::Page& p) { return txn.ListVms(filter, p); }));
     response.set_next_page_token(token);
-    for (auto& vm : vms) *response.add_vms() = std::move(vm);
+    for (auto& vm : vms) {
+      RETURN_IF_ERROR(AddEnforcement(txn, vm));
+      *response.add_vms() = std::move(vm);
+    }
     return absl::OkStatus();
   }));
   return response;

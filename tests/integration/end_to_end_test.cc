@@ -156,6 +156,11 @@ TEST_F(EndToEndTest, TagReachesTheAgentAndUntagRemovesIt) {
   EXPECT_EQ(got["host_id"], "hv-1");
   EXPECT_EQ(got["enforcement"]["threads_tagged"], 3);
   EXPECT_EQ(got["enforcement"]["applied_trust_group"], "default/vm/vm-123");
+  auto listed = Csctl([](auto& s, auto& o, auto& out, auto& err) {
+    return cli::RunList(s, cli::ListArgs{.host_id = "hv-1"}, o, out, err);
+  });
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["enforcement"]["state"], "enforced");
   // In the (fake) kernel: one cookie for vm-123's threads, another for
   // vm-456 (not tagged yet, so failed closed to a cookie of its own).
   const uint64_t cookie = kernel_->CookieOf(100);

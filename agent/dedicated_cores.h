@@ -1,0 +1,177 @@
+// The `dedicated` isolation level: a VM's vCPU threads get whole cores that
+// no other VM uses ("nosmt for one VM").
+//
+// It is enforced with per-thread CPU affinity: the dedicated VM's vCPU
+// threads are confined to its cores, and every other VM thread (other VMs,
+// and the dedicated VM's own emulator, I/O and vhost threads) is kept off
+// them. Host tasks are not confined; the dedicated VM's own cookie (the
+// level gives it a trust group of its own) already stops them from running
+// on a sibling at the same time as one of its vCPUs.
+//
+// Why affinity and not cpusets: affinity works on any thread the agent
+// discovers, whether libvirt manages the VM or not, with cgroup v1 or v2,
+// and needs only CAP_SYS_NICE. cpusets would also move host tasks off the
+// cores, but libvirt owns the VMs' cgroups (its <vcpupin>/<emulatorpin>
+// write cpuset.cpus there) and would fight a second writer; the kernel
+// narrows an affinity to the thread's cpuset instead of failing, so the two
+// coexist. Partitioning the host with cpusets is for when host tasks must
+// leave the cores too.
+#ifndef COSCHED_AGENT_DEDICATED_CORES_H_
+#define COSCHED_AGENT_DEDICATED_CORES_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/cpu_affinity.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::agent {
+
+// A core is named by its index in v1::Topology::cores (ordered by first
+// CPU): core_id is only unique within a package.
+
+// One VM of a pass, as the planner sees it.
+struct DedicatedCoreRequest {
+  std::string vm_id;
+  bool dedicated = false;
+  // vCPU threads found.
+  int vcpus = 0;
+  // The cores it got in the last pass: a running VM keeps them.
+  std::vector<int> held_cores;
+};
+
+// Where a dedicated VM's vCPUs go.
+struct DedicatedPlacement {
+  std::string vm_id;
+  int vcpus = 0;
+  // Sorted core indices; empty when none could be given.
+  std::vector<int> cores;
+  // The CPUs of `cores`.
+  CpuSet cpus;
+  // RESOURCE_EXHAUSTED when there are not enough free whole cores (a VM
+  // that already held some keeps them and reports the shortfall).
+  absl::Status status;
+};
+
+struct DedicatedCorePlan {
+  // Every CPU of the topology.
+  CpuSet host_cpus;
+  // What every thread but a placed dedicated VM's vCPUs is confined to: the
+  // host's CPUs minus the dedicated cores. Never empty on a known topology.
+  CpuSet shared;
+  // One per dedicated VM, by VM id.
+  std::vector<DedicatedPlacement> dedicated;
+
+  const DedicatedPlacement* Find(const std::string& vm_id) const;
+  // Whether some VM holds cores, i.e. whether anything is to be confined.
+  bool any_placed() const;
+};
+
+// Pure. Gives each dedicated VM (by VM id, so the result is deterministic)
+// enough whole cores for its vCPUs: ceil(vcpus / siblings per core) on a
+// uniform host, whole cores always. Placements held from the last pass are
+// kept first; new cores come from the highest index down, so core 0, where
+// the host's housekeeping usually runs, is the last taken. At least one
+// core always stays shared for the host and the other VMs. A VM that cannot
+// get all its cores gets no new ones and a RESOURCE_EXHAUSTED status such as
+// "dedicated: vm-7 needs 2 whole cores, 1 free of 4 (cores 0,2 held by
+// vm-3; one core stays for the host and other VMs)".
+DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
+                                     std::vector<DedicatedCoreRequest> vms);
+
+// "dedicated cores 1,3 (CPUs 2-3,6-7)".
+std::string DescribePlacement(const DedicatedPlacement& placement);
+
+// One VM's threads for the enforcer.
+struct DedicatedVmThreads {
+  std::string vm_id;
+  bool dedicated = false;
+  std::vector<int> vcpu_tids;
+  // Every other thread of the VM (emulator, I/O, vhost, helpers).
+  std::vector<int> other_tids;
+};
+
+// What the enforcer did for one VM, for its report.
+struct DedicatedVmOutcome {
+  std::string vm_id;
+  bool dedicated = false;
+  // For a dedicated VM: its cores and their CPUs.
+  std::vector<int> cores;
+  CpuSet cpus;
+  // "dedicated cores 1,3 (CPUs 2-3,6-7)", or why it has none; empty for
+  // other VMs.
+  std::string note;
+  // Alive vCPU threads, and those confined to the VM's dedicated CPUs
+  // (dedicated VMs only).
+  int vcpus = 0;
+  int vcpus_confined = 0;
+  // Threads that should be kept off dedicated cores but may still run
+  // there: for a dedicated VM, any other VM thread on its cores; for other
+  // VMs, their own threads that could not be moved.
+  int threads_unconfined = 0;
+  // Not OK when the VM did not get what the level asks for.
+  absl::Status status;
+};
+
+struct DedicatedCoreStats {
+  int affinity_reads = 0;
+  int affinity_writes = 0;
+  // Threads given back CPUs they had lost to a dedicated VM.
+  int threads_restored = 0;
+};
+
+struct DedicatedCoreResult {
+  DedicatedCorePlan plan;
+  // One per VM given, by VM id.
+  std::vector<DedicatedVmOutcome> vms;
+  DedicatedCoreStats stats;
+};
+
+// Keeps the plan true in the kernel. Thread-compatible: one Enforce at a
+// time. Remembers each VM's cores (so it keeps them) and, for every thread
+// whose affinity it changed, the affinity the thread had before, so CPUs
+// taken away are given back when no longer dedicated to anyone.
+//
+// It reads affinities first and writes only what differs, so a pass where
+// nothing changed makes no writes. When no VM holds dedicated cores and no
+// thread carries a change of its own, it makes no calls at all: hosts that
+// do not use the level keep whatever pinning other tools set. Other VMs'
+// threads keep their own pinning where it avoids the dedicated cores, and
+// otherwise are confined to the shared CPUs.
+class DedicatedCoreEnforcer {
+ public:
+  DedicatedCoreEnforcer(CpuAffinity* affinity, v1::Topology topology);
+
+  // Plans with the VMs of this pass and applies the plan.
+  DedicatedCoreResult Enforce(const std::vector<DedicatedVmThreads>& vms);
+
+ private:
+  // What the enforcer did to one thread.
+  struct Change {
+    CpuSet before;  // the affinity it had before its first change
+    CpuSet target;  // what was last asked for
+    CpuSet applied;  // what the kernel then held (target, or a subset)
+  };
+
+  void Apply(const DedicatedCorePlan& plan,
+             const std::vector<DedicatedVmThreads>& vms,
+             DedicatedCoreResult& result);
+
+  CpuAffinity* const affinity_;
+  const v1::Topology topology_;
+  std::map<std::string, std::vector<int>> held_;
+  std::map<int, Change> changes_;
+};
+
+// Folds a VM's dedicated-core outcome into its enforcement report: a
+// failure is appended to last_error and lowers the state (a dedicated VM
+// whose vCPUs are not all confined is PARTIAL, FAILED when none is); a
+// success changes nothing.
+void MergeDedicatedOutcome(const DedicatedVmOutcome& outcome,
+                           v1::VMEnforcement& enforcement);
+
+}  // namespace cosched::agent
+
+#endif  // COSCHED_AGENT_DEDICATED_CORES_H_

@@ -1,0 +1,32 @@
+#include "agent/host_probe.h"
+
+#include "absl/strings/str_join.h"
+#include "agent/core_sched_prctl.h"
+#include "agent/host_fs.h"
+#include "agent/topology.h"
+#include "common/names.h"
+
+namespace cosched::agent {
+
+int PrintHostProbe(std::ostream& out) {
+  LocalHostFs fs;
+  auto topology = ReadTopology(fs, "/sys");
+  if (!topology.ok()) {
+    out << "cannot read the topology: " << topology.status().message() << "\n";
+    return 1;
+  }
+  auto smt = ReadSmtActive(fs, "/sys", *topology);
+  PrctlCoreSched kernel;
+  CoreSchedProbe probe = kernel.Probe();
+  out << "cores:           " << topology->cores_size() << "\n";
+  for (const v1::Core& core : topology->cores()) {
+    out << "  core " << core.package_id() << "/" << core.core_id() << ": cpus "
+        << absl::StrJoin(core.cpus(), ",") << "\n";
+  }
+  out << "smt active:      " << (smt.ok() && *smt ? "yes" : "no") << "\n"
+      << "core scheduling: " << CoreSchedSupportName(probe.support) << " ("
+      << probe.detail << ")\n";
+  return smt.ok() && *smt && probe.support == v1::CORE_SCHED_SUPPORT_SUPPORTED ? 0 : 3;
+}
+
+}  // namespace cosched::agent
