@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "agent/atomic_file.h"
+#include "common/file_io.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 
@@ -97,7 +97,7 @@ absl::Status AssignmentCache::Decode(absl::string_view content,
 
 absl::Status AssignmentCache::Load() {
   if (state_file_.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> content = ReadWholeFile(state_file_);
+  absl::StatusOr<std::string> content = ReadFileToString(state_file_);
   if (absl::IsNotFound(content.status())) return absl::OkStatus();
   if (!content.ok()) return content.status();
   int64_t revision = 0;

@@ -9,47 +9,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "agent/host_fs.h"
+#include "common/file_io.h"
 
 namespace cosched::agent {
 namespace {
 
-absl::Status ErrnoStatus(int err, absl::string_view what,
-                         absl::string_view path) {
-  std::string message = absl::StrCat(what, " ", path, ": ", strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
 
 }  // namespace
 
 absl::StatusOr<std::string> LocalHostFs::ReadFile(absl::string_view path) const {
-  std::string p(path);
-  int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
-  // sysfs and procfs files report a size of 4096 or 0: read until EOF.
-  std::string content;
-  char buf[4096];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return ErrnoStatus(err, "cannot read", path);
-    }
-    if (n == 0) break;
-    content.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return content;
+  return ReadFileToString(std::string(path));
 }
 
 absl::StatusOr<std::vector<std::string>> LocalHostFs::ListDirectory(

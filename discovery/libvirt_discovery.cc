@@ -19,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 #include "discovery/libvirt_status_xml.h"
 #include "discovery/proc_parsers.h"
 
@@ -120,17 +121,6 @@ std::string DomainUuid(virDomainPtr dom) {
   char uuid[VIR_UUID_STRING_BUFLEN] = {};
   if (virDomainGetUUIDString(dom, uuid) < 0) return "";
   return absl::AsciiStrToLower(uuid);
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    int err = errno;
-    return ErrnoToStatus(err, "cannot open", path);
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
 }
 
 struct Domain {
@@ -374,7 +364,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
   std::vector<int> known_pids;
   for (const Domain& d : domains) {
     std::string path = absl::StrCat(state.options.status_dir, "/", d.name, ".xml");
-    absl::StatusOr<std::string> xml = ReadWholeFile(path);
+    absl::StatusOr<std::string> xml = ReadFileToString(path);
     absl::StatusOr<LibvirtDomainStatus> status =
         xml.ok() ? ParseLibvirtStatusXml(*xml) : absl::StatusOr<LibvirtDomainStatus>(xml.status());
     if (!status.ok()) {

@@ -12,22 +12,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace cosched::discovery {
-
-absl::Status ErrnoToStatus(int err, absl::string_view what, absl::string_view path) {
-  std::string message = absl::StrCat(what, " ", path, ": ", strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ESRCH:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
 
 RealProcFs::RealProcFs(std::string root) : root_(std::move(root)) {}
 
@@ -39,7 +26,7 @@ std::string RealProcFs::Full(absl::string_view path) const {
 absl::StatusOr<std::vector<std::string>> RealProcFs::ListDir(absl::string_view path) const {
   std::string full = Full(path);
   DIR* dir = opendir(full.c_str());
-  if (dir == nullptr) return ErrnoToStatus(errno, "cannot list", full);
+  if (dir == nullptr) return ErrnoStatus(errno, "cannot list", full);
   std::vector<std::string> names;
   errno = 0;
   while (dirent* entry = readdir(dir)) {
@@ -48,31 +35,13 @@ absl::StatusOr<std::vector<std::string>> RealProcFs::ListDir(absl::string_view p
   }
   int err = errno;
   closedir(dir);
-  if (err != 0) return ErrnoToStatus(err, "cannot list", full);
+  if (err != 0) return ErrnoStatus(err, "cannot list", full);
   std::sort(names.begin(), names.end());
   return names;
 }
 
 absl::StatusOr<std::string> RealProcFs::ReadFile(absl::string_view path) const {
-  std::string full = Full(path);
-  int fd = open(full.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open", full);
-  // procfs files report size 0: read until end of file.
-  std::string content;
-  char buffer[4096];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return ErrnoToStatus(err, "cannot read", full);
-    }
-    if (n == 0) break;
-    content.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return content;
+  return ReadFileToString(Full(path));
 }
 
 void FakeProcFs::SetFile(absl::string_view path, absl::string_view content) {

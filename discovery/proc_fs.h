@@ -66,10 +66,6 @@ class FakeProcFs : public ProcFs {
   std::map<std::string, Entry, std::less<>> files_;
 };
 
-// The error of a failed OS call on `path`, with ENOENT and ESRCH as
-// NOT_FOUND and EACCES and EPERM as PERMISSION_DENIED.
-absl::Status ErrnoToStatus(int err, absl::string_view what, absl::string_view path);
-
 }  // namespace cosched::discovery
 
 #endif  // COSCHED_DISCOVERY_PROC_FS_H_

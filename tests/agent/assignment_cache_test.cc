@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/atomic_file.h"
+#include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
@@ -119,13 +119,13 @@ TEST_F(AssignmentCacheTest, AtomicWriteReplacesWholeFile) {
   const std::string path = dir_.path() + "/f";
   ASSERT_TRUE(WriteFileAtomically(path, "a long first content").ok());
   ASSERT_TRUE(WriteFileAtomically(path, "short").ok());
-  EXPECT_EQ(*ReadWholeFile(path), "short");
+  EXPECT_EQ(*ReadFileToString(path), "short");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   // A leftover temporary file from a crash does not matter.
   { std::ofstream(path + ".tmp") << "half"; }
   ASSERT_TRUE(WriteFileAtomically(path, "next").ok());
-  EXPECT_EQ(*ReadWholeFile(path), "next");
-  EXPECT_EQ(ReadWholeFile(dir_.path() + "/none").status().code(),
+  EXPECT_EQ(*ReadFileToString(path), "next");
+  EXPECT_EQ(ReadFileToString(dir_.path() + "/none").status().code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -1,4 +1,4 @@
-#include "agent/atomic_file.h"
+#include "common/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,16 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace cosched::agent {
+namespace cosched {
 namespace {
-
-absl::Status ErrnoError(int err, absl::string_view step,
-                        absl::string_view path) {
-  std::string message = absl::StrCat(step, " ", path, ": ", strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(message);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
-  return absl::UnavailableError(message);
-}
 
 std::string DirectoryOf(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -28,11 +20,27 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
+absl::Status ErrnoStatus(int err, absl::string_view step,
+                         absl::string_view path) {
+  std::string message = absl::StrCat(step, " ", path, ": ", strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+    case ESRCH:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::UnavailableError(message);
+  }
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view content) {
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError(errno, "cannot create", tmp);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", tmp);
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n = write(fd, content.data() + done, content.size() - done);
@@ -41,7 +49,7 @@ absl::Status WriteFileAtomically(const std::string& path,
       int err = errno;
       close(fd);
       unlink(tmp.c_str());
-      return ErrnoError(err, "cannot write", tmp);
+      return ErrnoStatus(err, "cannot write", tmp);
     }
     done += static_cast<size_t>(n);
   }
@@ -49,32 +57,32 @@ absl::Status WriteFileAtomically(const std::string& path,
     int err = errno;
     close(fd);
     unlink(tmp.c_str());
-    return ErrnoError(err, "cannot fsync", tmp);
+    return ErrnoStatus(err, "cannot fsync", tmp);
   }
   if (close(fd) != 0) {
     int err = errno;
     unlink(tmp.c_str());
-    return ErrnoError(err, "cannot close", tmp);
+    return ErrnoStatus(err, "cannot close", tmp);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     unlink(tmp.c_str());
-    return ErrnoError(err, absl::StrCat("cannot rename ", tmp, " to"), path);
+    return ErrnoStatus(err, absl::StrCat("cannot rename ", tmp, " to"), path);
   }
   // The rename is durable only once the directory entry is.
   const std::string dir = DirectoryOf(path);
   int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError(errno, "cannot open directory", dir);
+  if (dir_fd < 0) return ErrnoStatus(errno, "cannot open directory", dir);
   int rc = fsync(dir_fd);
   int err = errno;
   close(dir_fd);
-  if (rc != 0) return ErrnoError(err, "cannot fsync directory", dir);
+  if (rc != 0) return ErrnoStatus(err, "cannot fsync directory", dir);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
   std::string content;
   char buf[65536];
   while (true) {
@@ -83,7 +91,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
       if (errno == EINTR) continue;
       int err = errno;
       close(fd);
-      return ErrnoError(err, "cannot read", path);
+      return ErrnoStatus(err, "cannot read", path);
     }
     if (n == 0) break;
     content.append(buf, static_cast<size_t>(n));
@@ -92,4 +100,4 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return content;
 }
 
-}  // namespace cosched::agent
+}  // namespace cosched
