@@ -85,6 +85,9 @@ absl::Status Agent::CheckOptions() {
   if (!options_.core_sched) {
     options_.core_sched = std::make_shared<PrctlCoreSched>();
   }
+  if (!options_.cpu_affinity) {
+    options_.cpu_affinity = std::make_shared<LinuxCpuAffinity>();
+  }
   if (!options_.vm_discovery) {
     LOG(WARNING) << "no VM discovery configured: reporting no VMs";
     options_.vm_discovery = std::make_shared<StaticVmDiscovery>();
@@ -157,6 +160,8 @@ absl::Status Agent::Start() {
   reconciler_options.probe = probe_;
   reconciler_ = std::make_unique<CookieReconciler>(options_.core_sched.get(),
                                                    reconciler_options);
+  dedicated_ = std::make_unique<DedicatedCoreEnforcer>(
+      options_.cpu_affinity.get(), registration_.topology());
   ReconcileLoopOptions loop_options;
   loop_options.rescan_interval = options_.rescan_interval;
   AssignmentCache* cache = cache_.get();
@@ -170,7 +175,8 @@ absl::Status Agent::Start() {
       },
       [this] {
         if (session_) session_->RequestReport();
-      });
+      },
+      dedicated_.get());
 
   ServerSessionOptions session_options;
   session_options.server_address = options_.server_address;

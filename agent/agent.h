@@ -17,6 +17,8 @@
 #include "agent/assignment_cache.h"
 #include "agent/cookie_reconciler.h"
 #include "agent/core_sched.h"
+#include "agent/cpu_affinity.h"
+#include "agent/dedicated_cores.h"
 #include "agent/host_fs.h"
 #include "agent/process_events.h"
 #include "agent/reconcile_loop.h"
@@ -57,6 +59,9 @@ struct AgentOptions {
   // until the libvirt and procfs sources exist.
   std::shared_ptr<HostFs> host_fs;
   std::shared_ptr<CoreSched> core_sched;
+  // For the `dedicated` level's whole cores; null: LinuxCpuAffinity. It is
+  // only used once some VM's assignment asks for dedicated cores.
+  std::shared_ptr<CpuAffinity> cpu_affinity;
   std::shared_ptr<VmDiscovery> vm_discovery;
   // Null: no event source; the periodic rescan alone finds new threads.
   std::shared_ptr<ProcessEventSource> process_events;
@@ -131,6 +136,7 @@ class Agent {
   CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
   std::unique_ptr<CookieReconciler> reconciler_;
+  std::unique_ptr<DedicatedCoreEnforcer> dedicated_;
   std::unique_ptr<ReconcileLoop> loop_;
   std::unique_ptr<ServerSession> session_;
 

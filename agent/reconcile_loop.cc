@@ -1,5 +1,8 @@
 #include "agent/reconcile_loop.h"
 
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -25,10 +28,12 @@ bool SameEnforcement(const ReconcileResult& a, const ReconcileResult& b) {
 ReconcileLoop::ReconcileLoop(ReconcileLoopOptions options,
                              VmDiscovery* discovery,
                              CookieReconciler* reconciler,
-                             AssignmentLookup lookup, ChangeListener on_change)
+                             AssignmentLookup lookup, ChangeListener on_change,
+                             DedicatedCoreEnforcer* dedicated)
     : options_(options),
       discovery_(discovery),
       reconciler_(reconciler),
+      dedicated_(dedicated),
       lookup_(std::move(lookup)),
       on_change_(std::move(on_change)) {}
 
@@ -110,6 +115,8 @@ void ReconcileLoop::Pass() {
     return;
   }
   ReconcileResult result = reconciler_->Reconcile(*vms, lookup_);
+  std::vector<DedicatedVmOutcome> dedicated;
+  if (dedicated_ != nullptr) dedicated = EnforceDedicatedCores(*vms, result);
   for (const VmOutcome& vm : result.vms) {
     if (vm.enforcement.state() != v1::ENFORCEMENT_STATE_ENFORCED &&
         vm.enforcement.state() != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
@@ -130,6 +137,7 @@ void ReconcileLoop::Pass() {
     std::lock_guard<std::mutex> lock(mu_);
     changed = !last_ || !discovery_status_.ok() || !SameEnforcement(*last_, result);
     last_ = std::move(result);
+    last_dedicated_ = std::move(dedicated);
     discovery_status_ = absl::OkStatus();
     vm_pids_ = std::move(pids);
   }
@@ -175,6 +183,43 @@ bool ReconcileLoop::WaitForPasses(int passes,
 std::optional<ReconcileResult> ReconcileLoop::last_result() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_;
+}
+
+std::vector<DedicatedVmOutcome> ReconcileLoop::last_dedicated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_dedicated_;
+}
+
+std::vector<DedicatedVmOutcome> ReconcileLoop::EnforceDedicatedCores(
+    const std::vector<DiscoveredVm>& vms, ReconcileResult& result) {
+  std::vector<DedicatedVmThreads> threads;
+  for (const DiscoveredVm& vm : vms) {
+    DedicatedVmThreads t;
+    t.vm_id = vm.vm_id;
+    std::optional<v1::Assignment> assignment = lookup_(vm);
+    t.dedicated = assignment.has_value() &&
+                  (assignment->dedicated_cores() ||
+                   assignment->isolation() == v1::ISOLATION_LEVEL_DEDICATED);
+    for (const DiscoveredThread& thread : vm.threads) {
+      (thread.kind == DiscoveredThread::Kind::kVcpu ? t.vcpu_tids
+                                                    : t.other_tids)
+          .push_back(thread.tid);
+    }
+    threads.push_back(std::move(t));
+  }
+  DedicatedCoreResult applied = dedicated_->Enforce(threads);
+  LOG_IF(INFO, applied.stats.affinity_writes > 0)
+      << "dedicated cores: " << applied.stats.affinity_writes
+      << " affinity writes, " << applied.stats.threads_restored
+      << " threads given their CPUs back; shared CPUs "
+      << applied.plan.shared.ToString();
+  std::map<std::string, const DedicatedVmOutcome*> by_vm;
+  for (const DedicatedVmOutcome& o : applied.vms) by_vm[o.vm_id] = &o;
+  for (VmOutcome& vm : result.vms) {
+    auto it = by_vm.find(vm.vm_id);
+    if (it != by_vm.end()) MergeDedicatedOutcome(*it->second, vm.enforcement);
+  }
+  return std::move(applied.vms);
 }
 
 }  // namespace cosched::agent

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/cookie_reconciler.h"
+#include "agent/dedicated_cores.h"
 #include "agent/process_events.h"
 #include "agent/vm_discovery.h"
 #include "cosched/v1/agent.pb.h"
@@ -35,9 +36,13 @@ class ReconcileLoop {
   // Called after a pass whose per-VM enforcement differs from the last.
   using ChangeListener = std::function<void()>;
 
+  // `dedicated`, when not null, runs after each cookie pass and keeps the
+  // whole cores of VMs whose assignment has dedicated_cores; its outcome is
+  // folded into their enforcement. Null: the level is not enforced.
   ReconcileLoop(ReconcileLoopOptions options, VmDiscovery* discovery,
                 CookieReconciler* reconciler, AssignmentLookup lookup,
-                ChangeListener on_change);
+                ChangeListener on_change,
+                DedicatedCoreEnforcer* dedicated = nullptr);
   ~ReconcileLoop();
 
   void Start();
@@ -59,14 +64,22 @@ class ReconcileLoop {
   int passes() const;
   bool WaitForPasses(int passes, std::chrono::milliseconds timeout) const;
   std::optional<ReconcileResult> last_result() const;
+  // Per VM of the last pass: the dedicated cores it got ("dedicated cores
+  // 1,3 (CPUs 2-3,6-7)" in `note`) or why not. Empty without an enforcer.
+  std::vector<DedicatedVmOutcome> last_dedicated() const;
 
  private:
   void Run();
   void Pass();
+  // Runs the dedicated-core enforcer over the pass's VMs and folds its
+  // per-VM outcome into `result`.
+  std::vector<DedicatedVmOutcome> EnforceDedicatedCores(
+      const std::vector<DiscoveredVm>& vms, ReconcileResult& result);
 
   const ReconcileLoopOptions options_;
   VmDiscovery* const discovery_;
   CookieReconciler* const reconciler_;
+  DedicatedCoreEnforcer* const dedicated_;
   const AssignmentLookup lookup_;
   const ChangeListener on_change_;
 
@@ -77,6 +90,7 @@ class ReconcileLoop {
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;
+  std::vector<DedicatedVmOutcome> last_dedicated_;
   std::set<int> vm_pids_;
   std::thread thread_;
 };

@@ -1,0 +1,432 @@
+#include "agent/dedicated_cores.h"
+
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "agent/core_sched_fake.h"
+#include "agent/cpu_affinity_fake.h"
+#include "agent/reconcile_loop.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// A topology whose core i has the CPUs cores[i].
+v1::Topology Topo(const std::vector<std::vector<int>>& cores) {
+  v1::Topology t;
+  int id = 0;
+  for (const std::vector<int>& cpus : cores) {
+    v1::Core* core = t.add_cores();
+    core->set_core_id(id++);
+    for (int cpu : cpus) core->add_cpus(cpu);
+  }
+  return t;
+}
+
+// 2 cores x 2 siblings, numbered like the lab guest.
+v1::Topology TwoByTwo() { return Topo({{0, 1}, {2, 3}}); }
+// 4 cores x 2 siblings, numbered like most x86 servers.
+v1::Topology FourByTwo() { return Topo({{0, 4}, {1, 5}, {2, 6}, {3, 7}}); }
+
+DedicatedCoreRequest Dedicated(std::string id, int vcpus,
+                               std::vector<int> held = {}) {
+  return DedicatedCoreRequest{std::move(id), true, vcpus, std::move(held)};
+}
+DedicatedCoreRequest Shared(std::string id, int vcpus) {
+  return DedicatedCoreRequest{std::move(id), false, vcpus, {}};
+}
+
+TEST(PlanDedicatedCoresTest, TwoVcpusGetOneWholeCore) {
+  DedicatedCorePlan plan = PlanDedicatedCores(
+      TwoByTwo(), {Dedicated("vm-1", 2), Shared("vm-2", 4)});
+  ASSERT_EQ(plan.dedicated.size(), 1u);
+  const DedicatedPlacement& p = plan.dedicated[0];
+  EXPECT_TRUE(p.status.ok()) << p.status;
+  EXPECT_EQ(p.vm_id, "vm-1");
+  // Core 0 stays shared: the host's housekeeping usually runs there.
+  EXPECT_THAT(p.cores, ElementsAre(1));
+  EXPECT_EQ(p.cpus, CpuSet({2, 3}));
+  EXPECT_EQ(plan.shared, CpuSet({0, 1}));
+  EXPECT_EQ(plan.host_cpus, CpuSet({0, 1, 2, 3}));
+  EXPECT_TRUE(plan.any_placed());
+  EXPECT_EQ(DescribePlacement(p), "dedicated core 1 (CPUs 2-3)");
+}
+
+TEST(PlanDedicatedCoresTest, OneCoreAlwaysStaysForEveryoneElse) {
+  DedicatedCorePlan plan =
+      PlanDedicatedCores(TwoByTwo(), {Dedicated("vm-1", 4)});
+  ASSERT_EQ(plan.dedicated.size(), 1u);
+  const DedicatedPlacement& p = plan.dedicated[0];
+  EXPECT_TRUE(absl::IsResourceExhausted(p.status)) << p.status;
+  EXPECT_EQ(p.status.message(),
+            "dedicated: vm-1 needs 2 whole cores, 1 free of 2 (one core stays "
+            "for the host and other VMs)");
+  EXPECT_THAT(p.cores, IsEmpty());
+  EXPECT_EQ(plan.shared, plan.host_cpus);
+  EXPECT_FALSE(plan.any_placed());
+}
+
+TEST(PlanDedicatedCoresTest, ShortageNamesWhoHoldsTheCores) {
+  DedicatedCorePlan plan = PlanDedicatedCores(
+      FourByTwo(), {Dedicated("vm-7", 4), Dedicated("vm-3", 4, {0, 2})});
+  ASSERT_EQ(plan.dedicated.size(), 2u);
+  EXPECT_EQ(plan.dedicated[0].vm_id, "vm-3");
+  EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(0, 2));
+  EXPECT_EQ(plan.dedicated[1].status.message(),
+            "dedicated: vm-7 needs 2 whole cores, 1 free of 4 (cores 0,2 held "
+            "by vm-3; one core stays for the host and other VMs)");
+  EXPECT_THAT(plan.dedicated[1].cores, IsEmpty());
+  EXPECT_EQ(plan.shared, CpuSet({1, 3, 5, 7}));
+}
+
+TEST(PlanDedicatedCoresTest, TwoDedicatedVms) {
+  DedicatedCorePlan plan = PlanDedicatedCores(
+      FourByTwo(),
+      {Dedicated("vm-b", 4), Shared("vm-c", 8), Dedicated("vm-a", 2)});
+  ASSERT_EQ(plan.dedicated.size(), 2u);
+  EXPECT_EQ(plan.dedicated[0].vm_id, "vm-a");
+  EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(3));
+  EXPECT_EQ(plan.dedicated[0].cpus, CpuSet({3, 7}));
+  EXPECT_EQ(plan.dedicated[1].vm_id, "vm-b");
+  EXPECT_THAT(plan.dedicated[1].cores, ElementsAre(1, 2));
+  EXPECT_EQ(plan.dedicated[1].cpus, CpuSet({1, 2, 5, 6}));
+  EXPECT_EQ(plan.shared, CpuSet({0, 4}));
+  EXPECT_EQ(DescribePlacement(plan.dedicated[1]),
+            "dedicated cores 1-2 (CPUs 1-2,5-6)");
+}
+
+TEST(PlanDedicatedCoresTest, ExistingPlacementIsKeptWhenAnotherVmAppears) {
+  // vm-b was placed first (alone it got core 3); vm-a sorts before it but
+  // does not take its core.
+  DedicatedCorePlan plan = PlanDedicatedCores(
+      FourByTwo(), {Dedicated("vm-a", 2), Dedicated("vm-b", 2, {3})});
+  ASSERT_EQ(plan.dedicated.size(), 2u);
+  EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(2));
+  EXPECT_THAT(plan.dedicated[1].cores, ElementsAre(3));
+
+  // The same input in another order gives the same plan.
+  DedicatedCorePlan again = PlanDedicatedCores(
+      FourByTwo(), {Dedicated("vm-b", 2, {3}), Dedicated("vm-a", 2)});
+  EXPECT_THAT(again.dedicated[0].cores, ElementsAre(2));
+  EXPECT_THAT(again.dedicated[1].cores, ElementsAre(3));
+}
+
+TEST(PlanDedicatedCoresTest, OddVcpuCountRoundsUpToWholeCores) {
+  DedicatedCorePlan plan =
+      PlanDedicatedCores(FourByTwo(), {Dedicated("vm-1", 3)});
+  ASSERT_EQ(plan.dedicated.size(), 1u);
+  EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(2, 3));
+  EXPECT_EQ(plan.dedicated[0].cpus, CpuSet({2, 3, 6, 7}));
+}
+
+TEST(PlanDedicatedCoresTest, HeldCoresBeyondNeedAreGivenBack) {
+  DedicatedCorePlan plan =
+      PlanDedicatedCores(FourByTwo(), {Dedicated("vm-1", 2, {1, 2})});
+  EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(1));
+  EXPECT_EQ(plan.shared, CpuSet({0, 2, 3, 4, 6, 7}));
+}
+
+TEST(PlanDedicatedCoresTest, NoDedicatedVmPlacesNothing) {
+  DedicatedCorePlan plan =
+      PlanDedicatedCores(TwoByTwo(), {Shared("vm-1", 2), Shared("vm-2", 2)});
+  EXPECT_THAT(plan.dedicated, IsEmpty());
+  EXPECT_FALSE(plan.any_placed());
+  EXPECT_EQ(plan.shared, CpuSet({0, 1, 2, 3}));
+}
+
+TEST(PlanDedicatedCoresTest, SingleCoreHostHasNothingToDedicate) {
+  DedicatedCorePlan plan =
+      PlanDedicatedCores(Topo({{0, 1}}), {Dedicated("vm-1", 1)});
+  EXPECT_TRUE(absl::IsResourceExhausted(plan.dedicated[0].status));
+  EXPECT_THAT(plan.dedicated[0].status.message(),
+              HasSubstr("needs 1 whole core, 0 free of 1"));
+}
+
+// Enforcement against the fake kernel: vm-d (dedicated) has vCPUs 101, 102
+// and emulator thread 100; vm-o has vCPU 201 and emulator thread 200.
+class DedicatedCoreEnforcerTest : public ::testing::Test {
+ protected:
+  DedicatedCoreEnforcerTest()
+      : kernel_(CpuSet{0, 1, 2, 3}), enforcer_(&kernel_, TwoByTwo()) {
+    for (int tid : {100, 101, 102, 200, 201}) kernel_.AddThread(tid);
+  }
+
+  std::vector<DedicatedVmThreads> Vms(bool dedicated) {
+    return {DedicatedVmThreads{"vm-d", dedicated, {101, 102}, {100}},
+            DedicatedVmThreads{"vm-o", false, {201}, {200}}};
+  }
+
+  static const DedicatedVmOutcome& Of(const DedicatedCoreResult& r,
+                                      const std::string& vm_id) {
+    for (const DedicatedVmOutcome& o : r.vms) {
+      if (o.vm_id == vm_id) return o;
+    }
+    ADD_FAILURE() << "no outcome for " << vm_id;
+    return r.vms.front();
+  }
+
+  FakeCpuAffinity kernel_;
+  DedicatedCoreEnforcer enforcer_;
+};
+
+TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.CpusOf(101), CpuSet({2, 3}));
+  EXPECT_EQ(kernel_.CpusOf(102), CpuSet({2, 3}));
+  for (int tid : {100, 200, 201}) EXPECT_EQ(kernel_.CpusOf(tid), CpuSet({0, 1}));
+  EXPECT_EQ(r.stats.affinity_writes, 5);
+  const DedicatedVmOutcome& d = Of(r, "vm-d");
+  EXPECT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(d.note, "dedicated core 1 (CPUs 2-3)");
+  EXPECT_THAT(d.cores, ElementsAre(1));
+  EXPECT_EQ(d.vcpus, 2);
+  EXPECT_EQ(d.vcpus_confined, 2);
+  EXPECT_EQ(d.threads_unconfined, 0);
+  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+  EXPECT_TRUE(Of(r, "vm-o").note.empty());
+
+  kernel_.ResetCallCounts();
+  r = enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(r.stats.affinity_writes, 0);
+  EXPECT_EQ(kernel_.read_calls(), 5);
+  EXPECT_TRUE(Of(r, "vm-d").status.ok());
+}
+
+TEST_F(DedicatedCoreEnforcerTest, TouchesNothingWhenNoVmIsDedicated) {
+  kernel_.AddThread(200, CpuSet{3});  // pinned by another tool
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
+  EXPECT_EQ(kernel_.read_calls(), 0);
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({3}));
+  ASSERT_EQ(r.vms.size(), 2u);
+  for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
+}
+
+TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
+  kernel_.AddThread(200, CpuSet{0, 2});  // pinned by another tool
+  enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({0}));  // its pinning, minus core 1
+
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
+  EXPECT_EQ(r.stats.threads_restored, 5);
+  for (int tid : {100, 101, 102, 201}) {
+    EXPECT_EQ(kernel_.CpusOf(tid), CpuSet({0, 1, 2, 3})) << tid;
+  }
+  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({0, 2}));
+  for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
+
+  // Everything given back: later passes make no calls at all.
+  kernel_.ResetCallCounts();
+  enforcer_.Enforce(Vms(false));
+  EXPECT_EQ(kernel_.read_calls(), 0);
+  EXPECT_EQ(kernel_.write_calls(), 0);
+}
+
+TEST_F(DedicatedCoreEnforcerTest, DoesNotFightALaterPinningByAnotherTool) {
+  enforcer_.Enforce(Vms(true));
+  ASSERT_TRUE(kernel_.Set(200, CpuSet{1}).ok());  // someone re-pins it
+  kernel_.ResetCallCounts();
+  enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  enforcer_.Enforce(Vms(false));
+  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({1}));  // theirs, not restored
+  EXPECT_EQ(kernel_.CpusOf(201), CpuSet({0, 1, 2, 3}));
+}
+
+TEST_F(DedicatedCoreEnforcerTest, ACpusetThatNarrowsTheSetDoesNotCauseRewrites) {
+  kernel_.SetAllowed(101, CpuSet{2});
+  enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.CpusOf(101), CpuSet({2}));
+  kernel_.ResetCallCounts();
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(Of(r, "vm-d").vcpus_confined, 2);
+}
+
+TEST_F(DedicatedCoreEnforcerTest, PermissionErrorIsReportedPerVm) {
+  kernel_.SetThreadErrno(101, EPERM);
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
+  const DedicatedVmOutcome& d = Of(r, "vm-d");
+  EXPECT_TRUE(absl::IsPermissionDenied(d.status)) << d.status;
+  EXPECT_THAT(d.status.message(), HasSubstr("1 of 2 vCPU threads confined"));
+  EXPECT_THAT(d.status.message(), HasSubstr("CAP_SYS_NICE"));
+  EXPECT_EQ(d.vcpus_confined, 1);
+  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+
+  v1::VMEnforcement e;
+  e.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  MergeDedicatedOutcome(d, e);
+  EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_PARTIAL);
+  EXPECT_THAT(e.last_error(), HasSubstr("CAP_SYS_NICE"));
+}
+
+TEST_F(DedicatedCoreEnforcerTest, AnotherVmsThreadLeftOnTheCoresIsReported) {
+  kernel_.SetThreadErrno(200, EPERM);
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
+  const DedicatedVmOutcome& d = Of(r, "vm-d");
+  EXPECT_EQ(d.vcpus_confined, 2);
+  EXPECT_EQ(d.threads_unconfined, 1);
+  EXPECT_THAT(d.status.message(),
+              HasSubstr("1 other thread may still run on CPUs 2-3"));
+  const DedicatedVmOutcome& o = Of(r, "vm-o");
+  EXPECT_EQ(o.threads_unconfined, 1);
+  EXPECT_THAT(o.status.message(),
+              HasSubstr("1 thread could not be kept off CPUs 2-3"));
+
+  // Only the dedicated VM's state is lowered: the other's cookie holds.
+  v1::VMEnforcement de, oe;
+  de.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  oe.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  oe.set_last_error("earlier");
+  MergeDedicatedOutcome(d, de);
+  MergeDedicatedOutcome(o, oe);
+  EXPECT_EQ(de.state(), v1::ENFORCEMENT_STATE_PARTIAL);
+  EXPECT_EQ(oe.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_THAT(oe.last_error(), HasSubstr("earlier; dedicated cores: "));
+}
+
+TEST_F(DedicatedCoreEnforcerTest, NoFreeCoreFailsTheDedicatedVm) {
+  std::vector<DedicatedVmThreads> vms = {
+      DedicatedVmThreads{"vm-d", true, {101, 102, 103, 104}, {100}}};
+  for (int tid : {103, 104}) kernel_.AddThread(tid);
+  DedicatedCoreResult r = enforcer_.Enforce(vms);
+  const DedicatedVmOutcome& d = Of(r, "vm-d");
+  EXPECT_TRUE(absl::IsResourceExhausted(d.status)) << d.status;
+  EXPECT_THAT(d.note, HasSubstr("needs 2 whole cores, 1 free of 2"));
+  EXPECT_EQ(kernel_.write_calls(), 0);
+
+  v1::VMEnforcement e;
+  e.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  MergeDedicatedOutcome(d, e);
+  EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_FAILED);
+  EXPECT_THAT(e.last_error(), HasSubstr("needs 2 whole cores"));
+}
+
+TEST(DedicatedCoreEnforcerStabilityTest, KeepsItsCoresWhenAnotherVmArrives) {
+  FakeCpuAffinity kernel(CpuSet{0, 1, 2, 3, 4, 5, 6, 7});
+  for (int tid : {100, 101, 102, 301, 302}) kernel.AddThread(tid);
+  DedicatedCoreEnforcer enforcer(&kernel, FourByTwo());
+  DedicatedCoreResult r =
+      enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}}});
+  ASSERT_EQ(r.vms.size(), 1u);
+  EXPECT_THAT(r.vms[0].cores, ElementsAre(3));
+  r = enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}},
+                        DedicatedVmThreads{"vm-a", true, {301, 302}, {}}});
+  ASSERT_EQ(r.vms.size(), 2u);
+  EXPECT_EQ(r.vms[0].vm_id, "vm-a");
+  EXPECT_THAT(r.vms[0].cores, ElementsAre(2));
+  EXPECT_EQ(r.vms[0].note, "dedicated core 2 (CPUs 2,6)");
+  EXPECT_THAT(r.vms[1].cores, ElementsAre(3));
+  EXPECT_EQ(kernel.CpusOf(301), CpuSet({2, 6}));
+  EXPECT_EQ(kernel.CpusOf(101), CpuSet({3, 7}));
+  EXPECT_EQ(kernel.CpusOf(100), CpuSet({0, 1, 4, 5}));
+}
+
+TEST_F(DedicatedCoreEnforcerTest, ThreadsThatExitAreNotErrors) {
+  enforcer_.Enforce(Vms(true));
+  kernel_.RemoveThread(102);
+  kernel_.RemoveThread(200);
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
+  EXPECT_TRUE(Of(r, "vm-d").status.ok()) << Of(r, "vm-d").status;
+  EXPECT_EQ(Of(r, "vm-d").vcpus, 1);
+  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+}
+
+// The reconcile loop runs the enforcer after each cookie pass and folds its
+// outcome into the VMs' reports.
+TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
+  using namespace std::chrono_literals;
+  FakeCoreSched cookies;
+  FakeCpuAffinity affinity(CpuSet{0, 1, 2, 3});
+  ReconcilerOptions o;
+  o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+  CookieReconciler reconciler(&cookies, o);
+  DedicatedCoreEnforcer enforcer(&affinity, TwoByTwo());
+
+  auto vm = [&](const std::string& id, int pid, int vcpus) {
+    DiscoveredVm v;
+    v.vm_id = id;
+    v.qemu_pid = pid;
+    v.threads.push_back({pid, pid, "qemu-system-x86",
+                         DiscoveredThread::Kind::kEmulator});
+    cookies.AddTask(pid, pid);
+    affinity.AddThread(pid);
+    for (int i = 1; i <= vcpus; ++i) {
+      v.threads.push_back({pid + i, pid, absl::StrCat("CPU ", i - 1, "/KVM"),
+                           DiscoveredThread::Kind::kVcpu});
+      cookies.AddTask(pid + i, pid);
+      affinity.AddThread(pid + i);
+    }
+    return v;
+  };
+  StaticVmDiscovery discovery;
+  // vm-a asks for 4 vCPUs' worth of cores: more than a 2-core host can give.
+  discovery.SetVms({vm("vm-a", 300, 4), vm("vm-d", 100, 2), vm("vm-o", 200, 1)});
+  auto lookup = [](const DiscoveredVm& v) -> std::optional<v1::Assignment> {
+    v1::Assignment a;
+    a.set_vm_id(v.vm_id);
+    a.set_trust_group(absl::StrCat("t/", v.vm_id));
+    const bool dedicated = v.vm_id != "vm-o";
+    a.set_isolation(dedicated ? v1::ISOLATION_LEVEL_DEDICATED
+                              : v1::ISOLATION_LEVEL_VM);
+    a.set_dedicated_cores(dedicated);
+    return a;
+  };
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  ReconcileLoop loop(options, &discovery, &reconciler, lookup, nullptr,
+                     &enforcer);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  // The first pass places VMs by id: vm-a, first, finds 1 core it could
+  // have; from the second on, vm-d holds it.
+  std::optional<ReconcileResult> first = loop.last_result();
+  ASSERT_TRUE(first.has_value());
+  for (const VmOutcome& out : first->vms) {
+    if (out.vm_id != "vm-a") continue;
+    EXPECT_EQ(out.enforcement.last_error(),
+              "dedicated: vm-a needs 2 whole cores, 1 free of 2 (one core "
+              "stays for the host and other VMs)");
+  }
+  affinity.ResetCallCounts();
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(2, 5s));
+  loop.Stop();
+  EXPECT_EQ(affinity.write_calls(), 0);
+
+  EXPECT_EQ(affinity.CpusOf(101), CpuSet({2, 3}));
+  EXPECT_EQ(affinity.CpusOf(201), CpuSet({0, 1}));
+  EXPECT_EQ(affinity.CpusOf(301), CpuSet({0, 1}));
+  absl::StatusOr<std::vector<v1::VMObservation>> observations =
+      loop.Observations();
+  ASSERT_TRUE(observations.ok()) << observations.status();
+  std::map<std::string, v1::VMEnforcement> by_vm;
+  for (const v1::VMObservation& obs : *observations) {
+    by_vm[obs.vm_id()] = obs.enforcement();
+  }
+  EXPECT_EQ(by_vm["vm-d"].state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(by_vm["vm-d"].last_error(), "");
+  EXPECT_EQ(by_vm["vm-o"].state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(by_vm["vm-a"].state(), v1::ENFORCEMENT_STATE_FAILED);
+  EXPECT_EQ(by_vm["vm-a"].last_error(),
+            "dedicated: vm-a needs 2 whole cores, 0 free of 2 (core 1 held by "
+            "vm-d; one core stays for the host and other VMs)");
+  std::vector<DedicatedVmOutcome> dedicated = loop.last_dedicated();
+  ASSERT_EQ(dedicated.size(), 3u);
+  EXPECT_EQ(dedicated[1].vm_id, "vm-d");
+  EXPECT_EQ(dedicated[1].note, "dedicated core 1 (CPUs 2-3)");
+}
+
+}  // namespace
+}  // namespace cosched::agent
