@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "CLI/CLI.hpp"
+#include "cli/analyze.h"
+#include "cli/simulate.h"
 #include "common/config_loader.h"
 #include "common/transport.h"
 #include "grpcpp/create_channel.h"
@@ -130,12 +132,43 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   CLI::App* hosts_get = hosts->add_subcommand("get", "show a host");
   hosts_get->add_option("HOST", host_id, "host id")->required();
 
+  AnalyzeArgs analyze_args;
+  CLI::App* analyze = app.add_subcommand(
+      "analyze", "sibling sharing per VM from a tracefs sched_switch trace (offline)");
+  analyze->add_option("TRACE", analyze_args.trace_path, "tracefs trace or trace_pipe text")
+      ->required();
+  analyze->add_option("--topology", analyze_args.topology_path,
+                      "one line per CPU, in CPU order: its thread_siblings_list")
+      ->required();
+  analyze->add_option("--threads", analyze_args.threads_path,
+                      "lines 'TID VM_ID' (default: group by tgid, else by thread)");
+
+  SimulateArgs simulate_args;
+  CLI::App* simulate = app.add_subcommand(
+      "simulate", "run a scenario file in the SMT simulator, modes side by side (offline)");
+  simulate->add_option("FILE", simulate_args.file, "scenario YAML (docs/scenarios.md)")
+      ->required();
+  AddListOption(simulate, "--modes", &simulate_args.modes,
+                "smt,nosmt,vm,tenant,policy (default: all)");
+  ExplainArgs explain_args;
+  CLI::App* explain = app.add_subcommand(
+      "explain", "the policy engine's decisions for a scenario's VMs (offline)");
+  explain->add_option("VM", explain_args.vm, "VM instance name (default: all)");
+  explain->add_option("--scenario", explain_args.file, "scenario YAML")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
     return PrintUsageError(std::string(e.what()) + " (see csctl --help)", err);
   }
+
+  // Offline: needs neither csd nor the connection settings.
+  const OutputFormat offline_format =
+      output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+  if (simulate->parsed()) return RunSimulate(simulate_args, offline_format, out, err);
+  if (explain->parsed()) return RunExplain(explain_args, offline_format, out, err);
+  if (analyze->parsed()) return RunAnalyze(analyze_args, offline_format, out, err);
 
   std::optional<std::string> config_path =
       ResolveConfigPath(config_flag, env.get_env(kConfigEnv),

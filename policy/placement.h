@@ -1,0 +1,128 @@
+// Core-scheduling-aware placement: ranks hosts for a new VM by the
+// throughput it is predicted to lose (and to make others lose) under its
+// isolation constraints, and says which cores to pin it to. The fleet state
+// is kept in memory; a decision scans every host once with O(1) work per
+// host. The cost model is analytic (docs/scenarios.md, "Placement"), uses
+// the simulator's parameters, and is meant to rank hosts, not to predict
+// absolute figures. Thread-compatible: callers serialise access.
+#ifndef COSCHED_POLICY_PLACEMENT_H_
+#define COSCHED_POLICY_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/types.pb.h"
+#include "policy/simulator.h"
+
+namespace cosched::policy {
+
+struct PlacementOptions {
+  // Most vCPUs per hardware thread on a host.
+  double max_vcpus_per_thread = 4.0;
+  // Pairs of interference classes that must never share a core.
+  std::vector<std::pair<std::string, std::string>> conflicts;
+  SimParams params;
+};
+
+struct PlacementRequest {
+  std::string vm_id;
+  std::string tenant;
+  int vcpus = 1;
+  // `vm`, `tenant` or `dedicated` (`none` is treated as `vm`: placement
+  // never relies on sharing cookie 0 with strangers).
+  v1::IsolationLevel isolation = v1::ISOLATION_LEVEL_VM;
+  std::vector<std::string> classes;
+  // Declared load per vCPU, 0-1.
+  double load = 1.0;
+  // Whether the VM will be pinned (then it needs whole free cores).
+  bool pinning = true;
+};
+
+struct HostCandidate {
+  std::string host_id;
+  // Predicted loss: share of the new VM's throughput it loses, plus the
+  // share of one core-equivalent per vCPU it makes the others lose.
+  double predicted_cost = 0;
+  std::string reason;
+};
+
+struct PlacementDecision {
+  std::string host_id;
+  // Cores to pin to (empty when not pinned); CPU ids are core and
+  // core + cores on hosts numbered like Linux on x86.
+  std::vector<int> cores;
+  double predicted_cost = 0;
+  std::string reason;
+  // The best few hosts, best first (the chosen one included).
+  std::vector<HostCandidate> ranked;
+};
+
+// The placement view of a fleet. Hosts have `cores` cores of 2 threads.
+class PlacementIndex {
+ public:
+  explicit PlacementIndex(PlacementOptions options);
+
+  // ALREADY_EXISTS for a known host; INVALID_ARGUMENT for cores < 1.
+  absl::Status AddHost(absl::string_view host_id, int cores);
+  // Records a VM already on a host, pinned to `cores` (empty: unpinned).
+  // NOT_FOUND for an unknown host, FAILED_PRECONDITION when a core is taken.
+  absl::Status AddVm(absl::string_view host_id, const PlacementRequest& vm,
+                     const std::vector<int>& cores);
+  // NOT_FOUND when the VM is not on the host.
+  absl::Status RemoveVm(absl::string_view host_id, absl::string_view vm_id);
+
+  // The best host for `request` and the cores to pin to. INVALID_ARGUMENT
+  // for a bad request; RESOURCE_EXHAUSTED when no host can take it (each
+  // constraint that ruled hosts out is named with a count).
+  absl::StatusOr<PlacementDecision> Place(const PlacementRequest& request) const;
+
+  size_t host_count() const { return hosts_.size(); }
+  size_t vm_count() const { return vm_count_; }
+
+ private:
+  struct Vm {
+    std::string vm_id;
+    int group = 0;
+    int vcpus = 0;
+    double load = 0;
+    uint64_t classes = 0;
+    std::vector<int> cores;
+  };
+  struct Host {
+    std::string host_id;
+    int cores = 0;
+    int free_cores = 0;
+    std::vector<int32_t> core_owner;  // group pinned there, -1: free
+    int vcpus = 0;
+    double unpinned_load = 0;      // vCPUs x load of unpinned VMs
+    uint64_t unpinned_classes = 0;
+    std::vector<Vm> vms;
+  };
+
+  int GroupId(const PlacementRequest& request) const;
+  uint64_t ClassMask(const std::vector<std::string>& classes) const;
+  uint64_t ConflictMask(uint64_t classes) const;
+  void Recount(Host& host);
+
+  PlacementOptions options_;
+  std::vector<Host> hosts_;
+  std::unordered_map<std::string, size_t> host_index_;
+  // Interned class names (at most 64) and trust groups.
+  mutable std::unordered_map<std::string, int> class_bits_;
+  mutable std::unordered_map<std::string, int> group_ids_;
+  std::vector<std::pair<uint64_t, uint64_t>> conflict_masks_;
+  // Group id -> host index -> unpinned load of that group there, for
+  // tenant-level requests that may share a cookie with their tenant.
+  std::unordered_map<int, std::unordered_map<size_t, double>> group_load_;
+  size_t vm_count_ = 0;
+};
+
+}  // namespace cosched::policy
+
+#endif  // COSCHED_POLICY_PLACEMENT_H_

@@ -1,0 +1,131 @@
+// A discrete-time simulator of one SMT host under Linux's fair scheduler,
+// with and without core scheduling: what a grouping, a pinning or turning
+// SMT off would cost. The model and its few global parameters are described
+// in docs/scenarios.md. Pure and deterministic: the same scenario, config,
+// parameters and seed always give the same result. Thread-compatible; runs
+// on the caller's thread.
+#ifndef COSCHED_POLICY_SIMULATOR_H_
+#define COSCHED_POLICY_SIMULATOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "policy/scenario.h"
+
+namespace cosched::policy {
+
+// The model's parameters. They are global: the calibration against the
+// published figures (docs/scenarios.md) uses these defaults for every
+// scenario, and none may be changed per scenario.
+struct SimParams {
+  // Time step. Sleeps and runs shorter than a tick last one tick.
+  double tick_ms = 0.25;
+  // Speed of a thread while its sibling runs another thread, as a share of
+  // its speed alone on the core (two compute-bound threads together give
+  // 2 x 0.645 = 1.29x one thread alone, from A3: nosmt -22.5%; latency-bound code stalls more and
+  // overlaps better: 1.3x; two AVX-512 threads share the vector units: 1.0x).
+  double smt_share_cpu = 0.645;
+  double smt_share_interactive = 0.65;
+  double smt_share_avx = 0.5;
+  // Core clock while AVX-512 code runs on either sibling, and for this long
+  // after it stopped, as a share of the normal clock; applies to non-AVX
+  // threads on that core (AVX threads are measured at their own clock).
+  double avx_clock = 0.7;
+  double avx_hysteresis_ms = 2.0;
+  // CFS defaults for 8 or more CPUs (sysctl_sched_*, scaled by 4).
+  double sched_latency_ms = 24.0;
+  double min_granularity_ms = 3.0;
+  double wakeup_granularity_ms = 4.0;
+  // How many CPUs a wake-up scans for an idle one (the kernel limits its
+  // scan of the last-level cache domain when it is busy).
+  int wake_scan_cpus = 8;
+  // Whether wake-up placement skips idle CPUs whose sibling runs another
+  // cookie (Linux >= 5.14). The published figures are from 2019 patch sets
+  // without it.
+  bool cookie_aware_wakeup = false;
+  // How often busy CPUs balance load and idle cores pull from busy ones.
+  double balance_interval_ms = 4.0;
+  // Statistics start after this share of the run (at most 1 s).
+  double warmup_share = 0.1;
+};
+
+enum class SmtMode {
+  // SMT on, nothing tagged: any two threads may share a core.
+  kSmt,
+  // SMT on, core scheduling: two threads share a core only when their
+  // cookies match.
+  kCoreSched,
+  // SMT off: one hardware thread per core.
+  kNoSmt,
+};
+
+// How the host runs the scenario's VM instances (ExpandInstances order).
+struct SimConfig {
+  SmtMode mode = SmtMode::kSmt;
+  // Per instance: its cookie under kCoreSched (0 = untagged; equal values
+  // share). Also its trust group for the same/foreign statistics in every
+  // mode; empty means one group per VM.
+  std::vector<int> cookie;
+  // Per instance: the CPUs its vCPUs may use (empty: any). Empty vector:
+  // each instance's own `pin_cpus`.
+  std::vector<std::vector<int>> pin_cpus;
+};
+
+struct VmSimResult {
+  std::string name;
+  std::string tenant;
+  // Work done, in "core-seconds at full single-thread speed" per second.
+  double throughput = 0;
+  // Interactive: requests served per second; periodic: bursts finished.
+  double requests_per_s = 0;
+  // Share of the VM's on-CPU time its sibling ran: a thread of the same
+  // trust group, nothing, anything else; and a thread of another tenant.
+  double same_pct = 0;
+  double idle_pct = 0;
+  double foreign_pct = 0;
+  double cross_tenant_pct = 0;
+  double p99_wakeup_latency_ms = 0;
+  bool measure = true;
+};
+
+struct SimResult {
+  std::vector<VmSimResult> vms;
+  double total_throughput = 0;
+  // Sum over VMs with measure = true (the benchmark's figure).
+  double measured_throughput = 0;
+  // Over all VMs' on-CPU time.
+  double same_pct = 0;
+  double idle_pct = 0;
+  double foreign_pct = 0;
+  double cross_tenant_pct = 0;
+  // Share of all online CPU time a CPU sat idle although a task was queued
+  // on it, because its sibling ran another cookie.
+  double forced_idle_pct = 0;
+  double p50_wakeup_latency_ms = 0;
+  double p99_wakeup_latency_ms = 0;
+  // Measured time (after warm-up).
+  double simulated_s = 0;
+  int64_t context_switches = 0;
+};
+
+// What to run beyond the scenario's own seed and duration.
+struct SimRun {
+  // Default: scenario.seed.
+  std::optional<uint64_t> seed;
+  // Default: scenario.duration_s.
+  std::optional<double> duration_s;
+};
+
+// Runs `scenario` under `config`. INVALID_ARGUMENT when the config's vectors
+// do not match the scenario's instances.
+absl::StatusOr<SimResult> Simulate(const Scenario& scenario,
+                                   const SimConfig& config,
+                                   const SimParams& params = SimParams(),
+                                   const SimRun& run = SimRun());
+
+}  // namespace cosched::policy
+
+#endif  // COSCHED_POLICY_SIMULATOR_H_

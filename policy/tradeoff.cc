@@ -1,0 +1,426 @@
+#include "policy/tradeoff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "policy/trust_group.h"
+
+namespace cosched::policy {
+namespace {
+
+// A VM is "busy" when it has this many vCPUs and declares at least this
+// load per vCPU: worth whole cores of its own.
+constexpr int kBusyMinVcpus = 2;
+constexpr double kBusyMinLoad = 0.5;
+
+std::map<std::string, v1::TenantPolicy> TenantPolicies(const Scenario& s) {
+  std::map<std::string, v1::TenantPolicy> out;
+  for (const TenantSpec& t : s.tenants) out[t.policy.tenant_id()] = t.policy;
+  return out;
+}
+
+// Dense cookie numbers for trust-group names; "" (untagged) is 0.
+std::vector<int> CookiesOf(const std::vector<std::string>& groups) {
+  std::map<std::string, int> ids;
+  std::vector<int> out;
+  for (const std::string& g : groups) {
+    if (g.empty()) {
+      out.push_back(0);
+    } else {
+      out.push_back(ids.emplace(g, ids.size() + 1).first->second);
+    }
+  }
+  return out;
+}
+
+std::vector<int> CoreCpus(int first_core, int count, int cores) {
+  std::vector<int> cpus;
+  for (int c = first_core; c < first_core + count; ++c) cpus.push_back(c);
+  for (int c = first_core; c < first_core + count; ++c) cpus.push_back(c + cores);
+  return cpus;
+}
+
+std::string CpuListString(const std::vector<int>& cpus) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(cpus[i])
+                           : absl::StrCat(cpus[i], "-", cpus[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+std::vector<int> Intersect(const std::vector<int>& a, const std::vector<int>& b) {
+  std::vector<int> out;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(),
+                        std::back_inserter(out));
+  return out;
+}
+
+struct Candidate {
+  std::string name;
+  std::vector<std::vector<int>> pins;
+  std::string why;  // host-level sentence when chosen
+};
+
+}  // namespace
+
+const char* ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kSmt: return "smt";
+    case Mode::kNoSmt: return "nosmt";
+    case Mode::kVm: return "vm";
+    case Mode::kTenant: return "tenant";
+    case Mode::kPolicy: return "policy";
+  }
+  return "smt";
+}
+
+absl::StatusOr<Mode> ParseMode(absl::string_view field, absl::string_view name) {
+  for (Mode m : {Mode::kSmt, Mode::kNoSmt, Mode::kVm, Mode::kTenant, Mode::kPolicy}) {
+    if (name == ModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " '", name.substr(0, 32),
+                   "' must be one of smt, nosmt, vm, tenant, policy"));
+}
+
+SimConfig ModeConfig(const Scenario& scenario, Mode mode) {
+  SimConfig config;
+  switch (mode) {
+    case Mode::kSmt:
+      config.mode = SmtMode::kSmt;
+      break;
+    case Mode::kNoSmt:
+      config.mode = SmtMode::kNoSmt;
+      break;
+    case Mode::kVm:
+    case Mode::kPolicy:
+      config.mode = SmtMode::kCoreSched;
+      break;
+    case Mode::kTenant: {
+      config.mode = SmtMode::kCoreSched;
+      std::vector<std::string> groups;
+      for (const VmInstance& vm : ExpandInstances(scenario)) {
+        groups.push_back(absl::StrCat(vm.tenant, "/tenant/",
+                                      absl::StrJoin(vm.classes, "+")));
+      }
+      config.cookie = CookiesOf(groups);
+      break;
+    }
+  }
+  return config;
+}
+
+absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
+                                  const SimParams& params,
+                                  const PlanOptions& options) {
+  const std::vector<VmInstance> vms = ExpandInstances(scenario);
+  const auto policies = TenantPolicies(scenario);
+  const int cores = scenario.cores;
+  HostPlan plan;
+
+  // 1. Trust groups: the most relaxed level each tenant allows, never
+  //    `none` unless it is all the tenant allows.
+  std::map<std::string, int> group_sizes;
+  for (const VmInstance& vm : vms) {
+    auto it = policies.find(vm.tenant);
+    v1::TenantPolicy policy =
+        it != policies.end() ? it->second : DefaultTenantPolicy(vm.tenant);
+    VmDecision d;
+    d.vm = vm.name;
+    d.tenant = vm.tenant;
+    v1::IsolationLevel level;
+    if (policy.default_isolation() == v1::ISOLATION_LEVEL_DEDICATED) {
+      level = v1::ISOLATION_LEVEL_DEDICATED;
+      d.reasons.push_back(absl::StrCat("tenant '", vm.tenant,
+                                       "' asks for dedicated cores"));
+    } else if (IsAllowed(policy, v1::ISOLATION_LEVEL_TENANT)) {
+      level = v1::ISOLATION_LEVEL_TENANT;
+    } else if (IsAllowed(policy, v1::ISOLATION_LEVEL_VM)) {
+      level = v1::ISOLATION_LEVEL_VM;
+      d.reasons.push_back(absl::StrCat("tenant '", vm.tenant,
+                                       "' does not allow `tenant`: a cookie "
+                                       "of its own"));
+    } else {
+      level = v1::ISOLATION_LEVEL_NONE;
+      d.reasons.push_back(absl::StrCat(
+          "tenant '", vm.tenant,
+          "' allows only `none`: untagged (cookie 0), shares cores with "
+          "every untagged task"));
+    }
+    auto decision = DecideTrustGroup(vm.name, level, vm.classes, policy);
+    if (!decision.ok()) return decision.status();
+    d.isolation = decision->isolation;
+    d.trust_group = decision->trust_group;
+    ++group_sizes[d.trust_group];
+    plan.vms.push_back(std::move(d));
+  }
+  std::set<std::string> conflicting;
+  for (const auto& [a, b] : scenario.conflicts) {
+    conflicting.insert(a);
+    conflicting.insert(b);
+  }
+  for (size_t v = 0; v < vms.size(); ++v) {
+    VmDecision& d = plan.vms[v];
+    if (d.isolation == v1::ISOLATION_LEVEL_TENANT) {
+      int others = group_sizes[d.trust_group] - 1;
+      d.reasons.insert(
+          d.reasons.begin(),
+          absl::StrCat("tenant '", d.tenant, "' allows `tenant`: group '",
+                       d.trust_group, "' with ", others, " other VM",
+                       others == 1 ? "" : "s",
+                       " of the same tenant and class set; never with "
+                       "another tenant"));
+    }
+    for (const std::string& c : vms[v].classes) {
+      if (conflicting.count(c) != 0) {
+        d.reasons.push_back(absl::StrCat(
+            "class '", c,
+            "' must never share a core with its conflicting class: its group "
+            "holds only VMs with exactly the classes {",
+            absl::StrJoin(vms[v].classes, ", "), "}"));
+        break;
+      }
+    }
+  }
+  std::vector<std::string> groups;
+  for (const VmDecision& d : plan.vms) groups.push_back(d.trust_group);
+  plan.config.mode = SmtMode::kCoreSched;
+  plan.config.cookie = CookiesOf(groups);
+
+  // 2. Dedicated VMs get whole cores from the top, nobody else uses them.
+  std::vector<int> all_cpus;
+  for (int c = 0; c < 2 * cores; ++c) all_cpus.push_back(c);
+  std::vector<std::vector<int>> base_pins(vms.size());
+  int top = cores;  // cores [top, cores) are dedicated
+  for (size_t v = 0; v < vms.size(); ++v) {
+    if (plan.vms[v].isolation != v1::ISOLATION_LEVEL_DEDICATED) continue;
+    int need = (vms[v].vcpus + 1) / 2;
+    if (top - need < 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "VM '", vms[v].name, "' needs ", need,
+          " whole free cores for `dedicated`; the host has ", top - 1,
+          " left"));
+    }
+    top -= need;
+    base_pins[v] = CoreCpus(top, need, cores);
+    plan.vms[v].reasons.push_back(absl::StrCat(
+        "dedicated: whole cores ", top, "-", top + need - 1, " (CPUs ",
+        CpuListString(base_pins[v]), "), used by no other VM"));
+  }
+  const std::vector<int> shared_cpus = [&] {
+    std::vector<int> cpus;
+    for (int c = 0; c < 2 * cores; ++c) {
+      if (c % cores < top) cpus.push_back(c);
+    }
+    return cpus;
+  }();
+  for (size_t v = 0; v < vms.size(); ++v) {
+    if (plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
+    if (top == cores) {
+      base_pins[v] = vms[v].pin_cpus;
+      continue;
+    }
+    base_pins[v] = Intersect(vms[v].pin_cpus.empty() ? all_cpus : vms[v].pin_cpus,
+                             shared_cpus);
+    if (base_pins[v].empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "VM '", vms[v].name, "' is pinned only to cores given to dedicated VMs"));
+    }
+  }
+
+  // 3. Candidate layouts.
+  std::vector<Candidate> candidates;
+  candidates.push_back({"groups", base_pins,
+                        "groups only: no pinning beyond what was asked"});
+  std::vector<size_t> busy;
+  for (size_t v = 0; v < vms.size(); ++v) {
+    if (!vms[v].pin_cpus.empty() ||
+        plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) {
+      continue;
+    }
+    if (vms[v].vcpus >= kBusyMinVcpus &&
+        vms[v].workload.DeclaredLoad() >= kBusyMinLoad) {
+      busy.push_back(v);
+    }
+  }
+  std::stable_sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
+    return vms[a].vcpus > vms[b].vcpus;
+  });
+  const bool others_share = busy.size() < vms.size();
+  if (scenario.policy_may_pin && !busy.empty() && others_share) {
+    for (double scale : {1.0, 1.25, 1.5}) {
+      Candidate cand{absl::StrFormat("busy-whole-cores-x%.2f", scale), base_pins, ""};
+      int next = 0;
+      bool fits = true;
+      std::vector<std::string> placed;
+      for (size_t v : busy) {
+        int need = static_cast<int>(std::ceil(scale * vms[v].vcpus / 2.0));
+        if (next + need >= top) {
+          fits = false;
+          break;
+        }
+        cand.pins[v] = CoreCpus(next, need, cores);
+        placed.push_back(absl::StrCat(vms[v].name, " on cores ", next, "-",
+                                      next + need - 1));
+        next += need;
+      }
+      if (!fits) continue;
+      std::vector<int> rest;
+      for (int c : shared_cpus) {
+        if (c % cores >= next) rest.push_back(c);
+      }
+      for (size_t v = 0; v < vms.size(); ++v) {
+        if (std::find(busy.begin(), busy.end(), v) != busy.end()) continue;
+        if (plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
+        if (!vms[v].pin_cpus.empty()) continue;  // asked for: kept
+        cand.pins[v] = rest;
+      }
+      cand.why = absl::StrCat("busy VMs pinned to whole cores of their own (",
+                              absl::StrJoin(placed, ", "),
+                              "), the others to the remaining cores");
+      candidates.push_back(std::move(cand));
+    }
+  }
+  {
+    Candidate cand{"one-thread-per-core", base_pins,
+                   "every VM on the first thread of each core (the cost of "
+                   "nosmt, without a reboot)"};
+    for (size_t v = 0; v < vms.size(); ++v) {
+      std::vector<int> first;
+      for (int c : cand.pins[v].empty() ? all_cpus : cand.pins[v]) {
+        first.push_back(c % cores);
+      }
+      std::sort(first.begin(), first.end());
+      first.erase(std::unique(first.begin(), first.end()), first.end());
+      cand.pins[v] = first;
+    }
+    candidates.push_back(std::move(cand));
+  }
+
+  // 4. Predict each and choose.
+  std::optional<double> budget = scenario.forced_idle_budget_pct;
+  std::set<std::string> tenants_here;
+  for (const VmInstance& vm : vms) tenants_here.insert(vm.tenant);
+  for (const TenantSpec& t : scenario.tenants) {
+    if (t.forced_idle_budget_pct.has_value() &&
+        tenants_here.count(t.policy.tenant_id()) != 0) {
+      budget = std::min(budget.value_or(100.0), *t.forced_idle_budget_pct);
+    }
+  }
+  plan.forced_idle_budget_pct = budget;
+  SimRun run;
+  run.seed = scenario.seed + 1;
+  run.duration_s = std::min(scenario.duration_s, options.predict_s);
+  std::vector<SimResult> predicted;
+  for (const Candidate& cand : candidates) {
+    SimConfig config = plan.config;
+    config.pin_cpus = cand.pins;
+    auto result = Simulate(scenario, config, params, run);
+    if (!result.ok()) return result.status();
+    CandidateScore score;
+    score.name = cand.name;
+    score.predicted_throughput = result->total_throughput;
+    score.predicted_forced_idle_pct = result->forced_idle_pct;
+    score.predicted_cross_tenant_pct = result->cross_tenant_pct;
+    score.within_budget =
+        !budget.has_value() || result->forced_idle_pct <= *budget;
+    plan.candidates.push_back(score);
+    predicted.push_back(*std::move(result));
+  }
+  size_t chosen = 0;
+  bool any_within = false;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    any_within = any_within || plan.candidates[i].within_budget;
+  }
+  for (size_t i = 1; i < plan.candidates.size(); ++i) {
+    const CandidateScore& c = plan.candidates[i];
+    const CandidateScore& best = plan.candidates[chosen];
+    if (any_within) {
+      if (!c.within_budget) continue;
+      if (!best.within_budget ||
+          c.predicted_throughput >
+              best.predicted_throughput * (1 + options.min_gain)) {
+        chosen = i;
+      }
+    } else if (c.predicted_forced_idle_pct < best.predicted_forced_idle_pct) {
+      chosen = i;
+    }
+  }
+  plan.chosen = candidates[chosen].name;
+  plan.config.pin_cpus = candidates[chosen].pins;
+  const CandidateScore& won = plan.candidates[chosen];
+  const CandidateScore& simplest = plan.candidates[0];
+  plan.reasons.push_back(absl::StrFormat(
+      "chose '%s' (%s): predicted throughput %.2f core-equivalents, forced "
+      "idle %.1f%% (simplest layout: %.2f, %.1f%%)",
+      won.name, candidates[chosen].why, won.predicted_throughput,
+      won.predicted_forced_idle_pct, simplest.predicted_throughput,
+      simplest.predicted_forced_idle_pct));
+  if (budget.has_value()) {
+    plan.reasons.push_back(
+        any_within
+            ? absl::StrFormat("forced-idle budget %.1f%% of host CPU time: met",
+                              *budget)
+            : absl::StrFormat("forced-idle budget %.1f%%: no layout meets it; "
+                              "chose the one with the least forced idle",
+                              *budget));
+  }
+  for (size_t v = 0; v < vms.size(); ++v) {
+    VmDecision& d = plan.vms[v];
+    d.pin_cpus = plan.config.pin_cpus[v];
+    if (d.isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
+    const VmSimResult& r = predicted[chosen].vms[v];
+    if (!vms[v].pin_cpus.empty()) {
+      d.reasons.push_back(absl::StrCat("pinned to CPUs ",
+                                       CpuListString(d.pin_cpus),
+                                       " as the scenario asks"));
+    } else if (!d.pin_cpus.empty() && d.pin_cpus != base_pins[v]) {
+      bool is_busy = std::find(busy.begin(), busy.end(), v) != busy.end();
+      d.reasons.push_back(absl::StrFormat(
+          "%s: pinned to CPUs %s (layout '%s'); predicted %.2f "
+          "core-equivalents (%.2f in the simplest layout)",
+          is_busy ? absl::StrFormat("busy (%d vCPUs, load %.2f per vCPU)",
+                                    vms[v].vcpus,
+                                    vms[v].workload.DeclaredLoad())
+                  : std::string("kept off the busy VMs' cores"),
+          CpuListString(d.pin_cpus), plan.chosen, r.throughput,
+          predicted[0].vms[v].throughput));
+    } else {
+      d.reasons.push_back(absl::StrFormat(
+          "not pinned; predicted %.2f core-equivalents, sibling %.0f%% same "
+          "/ %.0f%% idle / %.0f%% foreign",
+          r.throughput, r.same_pct, r.idle_pct, r.foreign_pct));
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<ModeResult> RunMode(const Scenario& scenario, Mode mode,
+                                   const SimParams& params) {
+  ModeResult out;
+  out.mode = mode;
+  SimConfig config = ModeConfig(scenario, mode);
+  if (mode == Mode::kPolicy) {
+    auto plan = PlanHost(scenario, params);
+    if (!plan.ok()) return plan.status();
+    config = plan->config;
+    out.plan = *std::move(plan);
+  }
+  auto result = Simulate(scenario, config, params);
+  if (!result.ok()) return result.status();
+  out.result = *std::move(result);
+  return out;
+}
+
+}  // namespace cosched::policy

@@ -1,0 +1,104 @@
+// The trade-off between isolation and throughput on one host: which trust
+// groups and which pinning lose least while every tenant gets at least the
+// isolation its policy demands. The engine never puts VMs of different
+// tenants in one group, keeps conflicting interference classes in different
+// groups, respects a forced-idle budget, and explains every decision. It
+// predicts with the simulator (simulator.h). Pure and deterministic;
+// thread-compatible.
+#ifndef COSCHED_POLICY_TRADEOFF_H_
+#define COSCHED_POLICY_TRADEOFF_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/types.pb.h"
+#include "policy/scenario.h"
+#include "policy/simulator.h"
+
+namespace cosched::policy {
+
+// The ways `csctl simulate` runs a scenario.
+enum class Mode {
+  kSmt,     // SMT on, nothing tagged
+  kNoSmt,   // SMT off
+  kVm,      // core scheduling, one cookie per VM
+  kTenant,  // core scheduling, one cookie per tenant and class set
+  kPolicy,  // what the engine would do (PlanHost)
+};
+
+// "smt", "nosmt", "vm", "tenant", "policy".
+const char* ModeName(Mode mode);
+// INVALID_ARGUMENT naming `field` for anything else.
+absl::StatusOr<Mode> ParseMode(absl::string_view field, absl::string_view name);
+
+// The engine's decision for one VM.
+struct VmDecision {
+  std::string vm;
+  std::string tenant;
+  v1::IsolationLevel isolation = v1::ISOLATION_LEVEL_VM;
+  // Empty for `none` (cookie 0).
+  std::string trust_group;
+  // CPUs its vCPUs are pinned to; empty: not pinned.
+  std::vector<int> pin_cpus;
+  // Why, one sentence each, for `csctl explain`.
+  std::vector<std::string> reasons;
+};
+
+// One layout the engine predicted.
+struct CandidateScore {
+  std::string name;
+  double predicted_throughput = 0;
+  double predicted_forced_idle_pct = 0;
+  double predicted_cross_tenant_pct = 0;
+  bool within_budget = true;
+};
+
+struct HostPlan {
+  std::vector<VmDecision> vms;  // ExpandInstances order
+  // The chosen candidate and all that were predicted.
+  std::string chosen;
+  std::vector<CandidateScore> candidates;
+  // Host-level reasons (budget, chosen layout).
+  std::vector<std::string> reasons;
+  // Percent of host CPU time; the least of the host's and its tenants'.
+  std::optional<double> forced_idle_budget_pct;
+  // What the simulator runs for mode `policy`.
+  SimConfig config;
+};
+
+struct PlanOptions {
+  // Predictions run this long (capped by the scenario's duration) with the
+  // scenario's seed + 1, so that the plan is not fitted to the run that
+  // measures it.
+  double predict_s = 5;
+  // Another layout replaces the simplest only when it is predicted to give
+  // this much more total throughput (fraction).
+  double min_gain = 0.01;
+};
+
+// Chooses groupings and pinning for the scenario's VMs. FAILED_PRECONDITION
+// when a tenant's policy cannot be met (a `dedicated` VM without enough
+// free whole cores).
+absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
+                                  const SimParams& params = SimParams(),
+                                  const PlanOptions& options = PlanOptions());
+
+// The simulator configuration of a fixed mode (not kPolicy).
+SimConfig ModeConfig(const Scenario& scenario, Mode mode);
+
+struct ModeResult {
+  Mode mode = Mode::kSmt;
+  SimResult result;
+  std::optional<HostPlan> plan;  // kPolicy only
+};
+
+// Runs the scenario in `mode` with its own seed and duration.
+absl::StatusOr<ModeResult> RunMode(const Scenario& scenario, Mode mode,
+                                   const SimParams& params = SimParams());
+
+}  // namespace cosched::policy
+
+#endif  // COSCHED_POLICY_TRADEOFF_H_

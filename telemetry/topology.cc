@@ -1,0 +1,140 @@
+#include "telemetry/topology.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+
+namespace cosched::telemetry {
+namespace {
+
+absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string_view TrimSpace(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool ParseCpu(std::string_view s, int* out) {
+  s = TrimSpace(s);
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return !s.empty() && ec == std::errc() && ptr == s.data() + s.size() && *out >= 0 && *out <= 65535;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
+  text = TrimSpace(text);
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("bad CPU list '", Absl(text), "'"));
+  };
+  std::vector<int> cpus;
+  if (text.empty()) return bad();
+  size_t pos = 0;
+  while (true) {
+    size_t comma = text.find(',', pos);
+    std::string_view item = text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
+    size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    if (!ParseCpu(item.substr(0, dash), &lo)) return bad();
+    hi = lo;
+    if (dash != std::string_view::npos && !ParseCpu(item.substr(dash + 1), &hi)) return bad();
+    if (hi < lo) return bad();
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+absl::StatusOr<CpuTopology> CpuTopology::FromSiblingLists(const std::vector<std::vector<int>>& lists) {
+  const int n = static_cast<int>(lists.size());
+  CpuTopology t;
+  t.core_of_.assign(n, -1);
+  t.core_begin_.push_back(0);
+  for (int cpu = 0; cpu < n; ++cpu) {
+    std::vector<int> list = lists[cpu];
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    if (!std::binary_search(list.begin(), list.end(), cpu))
+      return absl::InvalidArgumentError(absl::StrCat("cpu ", cpu, ": its siblings list leaves it out"));
+    if (list.back() >= n)
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu ", cpu, ": sibling ", list.back(), " is not among the ", n, " CPUs"));
+    if (t.core_of_[cpu] >= 0) {
+      std::span<const int> core = t.core_cpus(t.core_of_[cpu]);
+      if (!std::equal(core.begin(), core.end(), list.begin(), list.end()))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu ", cpu, ": its siblings list disagrees with that of cpu ", core.front()));
+      continue;
+    }
+    if (list.front() != cpu)  // a lower sibling would have claimed it already
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cpu ", cpu, ": its siblings list disagrees with that of cpu ", list.front()));
+    const int core = t.num_cores();
+    for (int sib : list) {
+      if (t.core_of_[sib] >= 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu ", cpu, ": sibling ", sib, " already belongs to the core of cpu ",
+            t.core_cpus(t.core_of_[sib]).front()));
+      t.core_of_[sib] = core;
+      t.core_cpu_list_.push_back(sib);
+    }
+    t.core_begin_.push_back(static_cast<int>(t.core_cpu_list_.size()));
+  }
+  return t;
+}
+
+absl::StatusOr<CpuTopology> CpuTopology::Parse(std::string_view text, std::string_view source) {
+  std::vector<std::vector<int>> lists;
+  std::vector<int> line_of_cpu;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    ++line_no;
+    if (TrimSpace(line).empty()) {
+      // Blank lines would shift every later CPU; only trailing ones are fine.
+      if (TrimSpace(text.substr(pos)).empty()) break;
+      return absl::InvalidArgumentError(absl::StrCat(
+          Absl(source), ":", line_no, ": empty line (one line per CPU, in CPU order)"));
+    }
+    auto list = ParseCpuList(line);
+    if (!list.ok())
+      return absl::InvalidArgumentError(absl::StrCat(Absl(source), ":", line_no, ": cpu ",
+                                                     lists.size(), ": ", list.status().message()));
+    lists.push_back(std::move(*list));
+    line_of_cpu.push_back(line_no);
+  }
+  if (lists.empty())
+    return absl::InvalidArgumentError(absl::StrCat(Absl(source), ": no CPUs"));
+  auto topology = FromSiblingLists(lists);
+  if (!topology.ok()) {
+    // Name the line of the CPU the message starts with.
+    std::string_view msg(topology.status().message().data(), topology.status().message().size());
+    int cpu = -1;
+    if (msg.starts_with("cpu ")) {
+      std::string_view num = msg.substr(4, msg.find(':') - 4);
+      std::from_chars(num.data(), num.data() + num.size(), cpu);
+    }
+    int line = cpu >= 0 && cpu < static_cast<int>(line_of_cpu.size()) ? line_of_cpu[cpu] : 0;
+    return absl::InvalidArgumentError(
+        line > 0 ? absl::StrCat(Absl(source), ":", line, ": ", Absl(msg))
+                 : absl::StrCat(Absl(source), ": ", Absl(msg)));
+  }
+  return topology;
+}
+
+CpuTopology CpuTopology::NoSmt(int num_cpus) {
+  std::vector<std::vector<int>> lists(num_cpus);
+  for (int c = 0; c < num_cpus; ++c) lists[c] = {c};
+  return *FromSiblingLists(lists);
+}
+
+}  // namespace cosched::telemetry

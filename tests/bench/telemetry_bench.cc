@@ -1,0 +1,257 @@
+// Throughput of the sibling-share telemetry (issue 4), on one core, over a
+// generated trace of 10 M sched_switch events (64 CPUs, 16 VMs, host tasks):
+// text parsing (csctl analyze), binary ring-buffer parsing (the live path),
+// the calculator, and the whole live pipeline (parse + merge + compute).
+// Then a replay of a full KVM node at 155 k context switches/s: the CPU time
+// the collector spends per second of events, i.e. the share of one core.
+//
+//   build/tests/bench/telemetry_bench
+//
+// The figures are printed (events_per_s, core_pct), not asserted.
+#include <time.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "benchmark/benchmark.h"
+#include "telemetry/event_merge.h"
+#include "telemetry/ring_buffer.h"
+#include "telemetry/sibling_share_calculator.h"
+#include "telemetry/trace_text.h"
+#include "tests/telemetry/trace_fixtures.h"
+
+namespace cosched::telemetry {
+namespace {
+
+constexpr int64_t kEvents = 10'000'000;
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// The agent's view: thread -> group in a hash map.
+class Classifier {
+ public:
+  explicit Classifier(const testing::GeneratedTrace& trace) {
+    absl::flat_hash_map<std::string, GroupId> vm_ids;
+    for (const auto& [tid, vm] : trace.tid_vm) {
+      auto [it, inserted] = vm_ids.try_emplace(vm, static_cast<GroupId>(vm_ids.size() + 1));
+      groups_->emplace(tid, it->second);
+    }
+  }
+  ThreadClassifier Get() const {
+    return [groups = groups_](int32_t tid) {
+      auto it = groups->find(tid);
+      return it == groups->end() ? kHostGroup : it->second;
+    };
+  }
+
+ private:
+  std::shared_ptr<absl::flat_hash_map<int32_t, GroupId>> groups_ =
+      std::make_shared<absl::flat_hash_map<int32_t, GroupId>>();
+};
+
+struct Trace {
+  testing::GeneratedTrace trace;
+  CpuTopology topology;
+  SchedSwitchLayout layout;
+  PageHeaderLayout header;
+  std::string text;
+  std::vector<std::vector<std::vector<uint8_t>>> pages;  // per CPU
+  int64_t page_count = 0;
+  int64_t page_bytes = 0;
+};
+
+const Trace& BigTrace() {
+  static const Trace* t = [] {
+    auto* t = new Trace;
+    testing::GenerateOptions o;
+    o.cores = 32;
+    o.vms = 16;
+    o.threads_per_vm = 5;
+    o.host_tasks = 32;
+    o.events = kEvents;
+    std::fprintf(stderr, "generating %lld events...\n", static_cast<long long>(kEvents));
+    t->trace = testing::GenerateTrace(o);
+    t->topology = *CpuTopology::FromSiblingLists(t->trace.sibling_lists);
+    t->layout = *SchedSwitchLayout::FromFormat(testing::kSchedSwitchFormat);
+    t->header = *PageHeaderLayout::FromHeaderPage(testing::kHeaderPage);
+    t->text = t->trace.Text();
+    std::vector<std::vector<SchedSwitch>> per_cpu(t->trace.num_cpus);
+    for (const SchedSwitch& ev : t->trace.events) per_cpu[ev.cpu].push_back(ev);
+    for (const auto& events : per_cpu) {
+      t->pages.push_back(testing::BuildPages(t->layout, events));
+      t->page_count += static_cast<int64_t>(t->pages.back().size());
+    }
+    t->page_bytes = t->page_count * static_cast<int64_t>(testing::kPageSize);
+    std::fprintf(stderr, "text %.0f MB, %lld ring-buffer pages (%.0f MB)\n", t->text.size() / 1e6,
+                 static_cast<long long>(t->page_count), t->page_bytes / 1e6);
+    return t;
+  }();
+  return *t;
+}
+
+void Report(benchmark::State& state, int64_t events, double cpu_s) {
+  state.counters["events"] = static_cast<double>(events);
+  state.counters["events_per_s"] = static_cast<double>(events) / cpu_s;
+}
+
+void BM_TextParse(benchmark::State& state) {
+  const Trace& t = BigTrace();
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    TraceTextReader reader;
+    int64_t sum = 0;
+    auto on_line = [&](const TraceLine& l) { sum += l.event.next_tid; };
+    constexpr size_t kChunk = 1 << 20;  // as csctl analyze reads
+    for (size_t i = 0; i < t.text.size(); i += kChunk)
+      reader.Feed(std::string_view(t.text).substr(i, kChunk), on_line);
+    reader.Finish(on_line);
+    benchmark::DoNotOptimize(sum);
+    Report(state, reader.counts().events, ThreadCpuSeconds() - start);
+    state.counters["MB_per_s"] = t.text.size() / 1e6 / (ThreadCpuSeconds() - start);
+  }
+}
+BENCHMARK(BM_TextParse)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+void BM_BinaryParse(benchmark::State& state) {
+  const Trace& t = BigTrace();
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    RingBufferPageReader reader(t.header, t.layout);
+    int64_t sum = 0;
+    for (size_t cpu = 0; cpu < t.pages.size(); ++cpu)
+      for (const auto& page : t.pages[cpu]) {
+        absl::Status s = reader.ReadPage(page, static_cast<int32_t>(cpu),
+                                         [&](const SchedSwitch& ev, const SchedSwitchComms&) {
+                                           sum += ev.next_tid;
+                                         });
+        if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+      }
+    benchmark::DoNotOptimize(sum);
+    Report(state, reader.counts().sched_switch, ThreadCpuSeconds() - start);
+  }
+}
+BENCHMARK(BM_BinaryParse)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+void BM_Calculator(benchmark::State& state) {
+  const Trace& t = BigTrace();
+  Classifier classifier(t.trace);
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    SiblingShareCalculator calc(t.topology, classifier.Get());
+    for (const SchedSwitch& ev : t.trace.events) calc.Add(ev);
+    SiblingShareWindow w = calc.TakeWindow();
+    benchmark::DoNotOptimize(w);
+    Report(state, w.events, ThreadCpuSeconds() - start);
+  }
+}
+BENCHMARK(BM_Calculator)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The live path end to end: read every CPU's pages, merge each core's CPUs
+// by time, compute.
+void BM_BinaryParseMergeCompute(benchmark::State& state) {
+  const Trace& t = BigTrace();
+  Classifier classifier(t.trace);
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    RingBufferPageReader reader(t.header, t.layout);
+    SiblingShareCalculator calc(t.topology, classifier.Get());
+    std::vector<std::vector<SchedSwitch>> per_cpu(t.pages.size());
+    for (size_t cpu = 0; cpu < t.pages.size(); ++cpu)
+      for (const auto& page : t.pages[cpu])
+        (void)reader.ReadPage(page, static_cast<int32_t>(cpu),
+                              [&](const SchedSwitch& ev, const SchedSwitchComms&) {
+                                per_cpu[cpu].push_back(ev);
+                              });
+    // The calculator needs time order per core only: merge each core's CPUs.
+    for (int core = 0; core < t.topology.num_cores(); ++core) {
+      std::vector<std::span<const SchedSwitch>> runs;
+      for (int cpu : t.topology.core_cpus(core)) runs.emplace_back(per_cpu[cpu]);
+      MergeSortedRuns(runs, [&](const SchedSwitch& ev) { calc.Add(ev); });
+    }
+    SiblingShareWindow w = calc.TakeWindow();
+    benchmark::DoNotOptimize(w);
+    Report(state, w.events, ThreadCpuSeconds() - start);
+  }
+}
+BENCHMARK(BM_BinaryParseMergeCompute)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// A full KVM node: 96 CPUs (48 cores x 2), 20 VMs of 6 threads, 40 host
+// tasks, 155 k switches/s over 10 s. The agent's loop every 100 ms: read
+// each CPU's pages of that tick, append them to the merger, emit up to the
+// tick, feed the calculator; take a window every 10 s. CPU time over trace
+// time is the share of one core the collector uses.
+void BM_Replay155kPerSecond(benchmark::State& state) {
+  constexpr double kRate = 155'000;
+  constexpr int64_t kSeconds = 10;
+  constexpr int64_t kTickNs = 100'000'000;
+  testing::GenerateOptions o;
+  o.cores = 48;
+  o.vms = 20;
+  o.threads_per_vm = 6;
+  o.host_tasks = 40;
+  o.idle_share = 0.2;
+  // Mean run of 96 / 155 k s = 619 us.
+  o.min_run_ns = 10'000;
+  o.max_run_ns = 1'229'000;
+  o.events = static_cast<int64_t>(kRate * kSeconds);
+  testing::GeneratedTrace trace = testing::GenerateTrace(o);
+  const int64_t t0 = trace.events.front().ts_ns;
+  const double span_s = (trace.events.back().ts_ns - t0) / 1e9;
+  auto topology = *CpuTopology::FromSiblingLists(trace.sibling_lists);
+  auto layout = *SchedSwitchLayout::FromFormat(testing::kSchedSwitchFormat);
+  auto header = *PageHeaderLayout::FromHeaderPage(testing::kHeaderPage);
+  // pages[tick][cpu]: what a read of that CPU's buffer returns at that tick.
+  const int64_t ticks = (trace.events.back().ts_ns - t0) / kTickNs + 1;
+  std::vector<std::vector<std::vector<SchedSwitch>>> by_tick(
+      ticks, std::vector<std::vector<SchedSwitch>>(trace.num_cpus));
+  for (const SchedSwitch& ev : trace.events) by_tick[(ev.ts_ns - t0) / kTickNs][ev.cpu].push_back(ev);
+  std::vector<std::vector<std::vector<std::vector<uint8_t>>>> pages(ticks);
+  for (int64_t k = 0; k < ticks; ++k)
+    for (const auto& events : by_tick[k]) pages[k].push_back(testing::BuildPages(layout, events));
+  Classifier classifier(trace);
+
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    RingBufferPageReader reader(header, layout);
+    SchedSwitchMerger merger(topology);
+    SiblingShareCalculator calc(topology, classifier.Get());
+    std::vector<SchedSwitch> batch;
+    int64_t windows = 0;
+    for (int64_t k = 0; k < ticks; ++k) {
+      for (int cpu = 0; cpu < trace.num_cpus; ++cpu) {
+        batch.clear();
+        for (const auto& page : pages[k][cpu])
+          (void)reader.ReadPage(page, cpu, [&](const SchedSwitch& ev, const SchedSwitchComms&) {
+            batch.push_back(ev);
+          });
+        merger.Append(cpu, batch);
+      }
+      merger.EmitUntil(t0 + (k + 1) * kTickNs, [&](const SchedSwitch& ev) { calc.Add(ev); });
+      if ((k + 1) % 100 == 0) {
+        benchmark::DoNotOptimize(calc.TakeWindow(t0 + (k + 1) * kTickNs));
+        ++windows;
+      }
+    }
+    merger.EmitAll([&](const SchedSwitch& ev) { calc.Add(ev); });
+    SiblingShareWindow w = calc.TakeWindow();
+    benchmark::DoNotOptimize(w);
+    const double cpu_s = ThreadCpuSeconds() - start;
+    state.counters["events"] = static_cast<double>(reader.counts().sched_switch);
+    state.counters["switches_per_s"] = reader.counts().sched_switch / span_s;
+    state.counters["cpu_ms_per_s"] = cpu_s * 1000 / span_s;
+    state.counters["core_pct"] = 100.0 * cpu_s / span_s;
+  }
+}
+BENCHMARK(BM_Replay155kPerSecond)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+}  // namespace
+}  // namespace cosched::telemetry
+
+BENCHMARK_MAIN();

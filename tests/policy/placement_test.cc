@@ -1,0 +1,118 @@
+#include "policy/placement.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::policy {
+namespace {
+
+using ::testing::HasSubstr;
+
+PlacementRequest Request(const std::string& id, int vcpus, bool pinning = true) {
+  PlacementRequest r;
+  r.vm_id = id;
+  r.tenant = "acme";
+  r.vcpus = vcpus;
+  r.pinning = pinning;
+  return r;
+}
+
+PlacementOptions Options() {
+  PlacementOptions o;
+  o.conflicts = {{"avx512", "latency-critical"}};
+  return o;
+}
+
+TEST(Place, DedicatedNeedsWholeFreeCores) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("small", 4).ok());
+  ASSERT_TRUE(index.AddHost("big", 16).ok());
+  ASSERT_TRUE(index.AddVm("big", Request("x", 24), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}).ok());
+  PlacementRequest r = Request("gold", 10);
+  r.isolation = v1::ISOLATION_LEVEL_DEDICATED;
+  // small has 4 free cores, big 4: neither has the 5 a 10-vCPU VM needs.
+  auto d = index.Place(r);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(d.status().message(), HasSubstr("2 without 5 whole free cores"));
+  r.vcpus = 8;
+  d = index.Place(r);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->cores.size(), 4u);
+}
+
+TEST(Place, EvenVcpuCountsGetAlignedWholeCores) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("h", 8).ok());
+  ASSERT_TRUE(index.AddVm("h", Request("a", 2), {1}).ok());
+  auto d = index.Place(Request("b", 4));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->host_id, "h");
+  EXPECT_EQ(d->cores, (std::vector<int>{2, 3}));  // contiguous, whole cores
+  EXPECT_THAT(d->reason, HasSubstr("aligned to whole cores"));
+  ASSERT_TRUE(index.AddVm("h", Request("b", 4), d->cores).ok());
+  EXPECT_FALSE(index.AddVm("h", Request("c", 2), {2}).ok());  // taken
+}
+
+TEST(Place, ConflictingClassesDoNotShareUnpinnedCores) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("avx-host", 8).ok());
+  ASSERT_TRUE(index.AddHost("quiet-host", 8).ok());
+  PlacementRequest avx = Request("gemm", 2, false);
+  avx.classes = {"avx512"};
+  ASSERT_TRUE(index.AddVm("avx-host", avx, {}).ok());
+  // quiet-host carries more load, but avx-host has the conflicting class.
+  ASSERT_TRUE(index.AddVm("quiet-host", Request("busy", 8, false), {}).ok());
+  PlacementRequest lat = Request("db", 2, false);
+  lat.classes = {"latency-critical"};
+  auto d = index.Place(lat);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->host_id, "quiet-host");
+  EXPECT_TRUE(d->cores.empty());
+}
+
+TEST(Place, PrefersTheHostWhereItLosesLeast) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("loaded", 8).ok());
+  ASSERT_TRUE(index.AddHost("empty", 8).ok());
+  ASSERT_TRUE(index.AddVm("loaded", Request("x", 12, false), {}).ok());
+  auto d = index.Place(Request("new", 4, false));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->host_id, "empty");
+  ASSERT_EQ(d->ranked.size(), 2u);
+  EXPECT_LT(d->ranked[0].predicted_cost, d->ranked[1].predicted_cost);
+}
+
+TEST(Place, TenantLevelSharesItsGroupsHost) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("mine", 8).ok());
+  ASSERT_TRUE(index.AddHost("theirs", 8).ok());
+  PlacementRequest mine = Request("m1", 8, false);
+  mine.isolation = v1::ISOLATION_LEVEL_TENANT;
+  ASSERT_TRUE(index.AddVm("mine", mine, {}).ok());
+  PlacementRequest other = Request("o1", 4, false);
+  other.tenant = "beta";
+  ASSERT_TRUE(index.AddVm("theirs", other, {}).ok());
+  PlacementRequest r = Request("m2", 2, false);
+  r.isolation = v1::ISOLATION_LEVEL_TENANT;
+  auto d = index.Place(r);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->host_id, "mine");
+}
+
+TEST(Place, RemoveFreesCoresAndRejectsBadInput) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("h", 2).ok());
+  EXPECT_EQ(index.AddHost("h", 2).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(index.AddVm("h", Request("a", 4), {0, 1}).ok());
+  EXPECT_FALSE(index.Place(Request("b", 2)).ok());
+  ASSERT_TRUE(index.RemoveVm("h", "a").ok());
+  EXPECT_TRUE(index.Place(Request("b", 2)).ok());
+  EXPECT_EQ(index.RemoveVm("h", "a").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(index.Place(Request("", 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(index.Place(Request("c", 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cosched::policy

@@ -1,0 +1,148 @@
+#include "policy/simulator.h"
+
+#include "gtest/gtest.h"
+
+namespace cosched::policy {
+namespace {
+
+Scenario Host(int cores, double duration_s = 2) {
+  Scenario s;
+  s.name = "t";
+  s.seed = 3;
+  s.duration_s = duration_s;
+  s.cores = cores;
+  return s;
+}
+
+VmSpec Vm(const std::string& name, int vcpus, Workload w, int count = 1) {
+  VmSpec vm;
+  vm.name = name;
+  vm.count = count;
+  vm.vcpus = vcpus;
+  vm.tenant = kPerVmTenant;
+  vm.workload = w;
+  return vm;
+}
+
+Workload Cpu(double util = 1.0) {
+  Workload w;
+  w.kind = WorkloadKind::kCpu;
+  w.util = util;
+  w.burst_ms = 2;
+  return w;
+}
+
+SimResult RunIn(const Scenario& s, SmtMode mode, const SimConfig* base = nullptr) {
+  SimConfig config = base != nullptr ? *base : SimConfig();
+  config.mode = mode;
+  auto r = Simulate(s, config);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : SimResult();
+}
+
+TEST(Simulate, IsDeterministicForASeed) {
+  Scenario s = Host(4);
+  s.vms = {Vm("a", 3, Cpu(0.7)), Vm("b", 3, Cpu(0.6))};
+  SimResult x = RunIn(s, SmtMode::kCoreSched);
+  SimResult y = RunIn(s, SmtMode::kCoreSched);
+  EXPECT_EQ(x.total_throughput, y.total_throughput);
+  EXPECT_EQ(x.context_switches, y.context_switches);
+  SimRun other;
+  other.seed = 99;
+  auto z = Simulate(s, SimConfig{SmtMode::kCoreSched, {}, {}}, SimParams(), other);
+  ASSERT_TRUE(z.ok());
+  EXPECT_NE(z->context_switches, x.context_switches);
+}
+
+TEST(Simulate, OneThreadAloneRunsAtFullSpeed) {
+  Scenario s = Host(2);
+  s.vms = {Vm("solo", 1, Cpu())};
+  for (SmtMode mode : {SmtMode::kSmt, SmtMode::kCoreSched, SmtMode::kNoSmt}) {
+    SimResult r = RunIn(s, mode);
+    EXPECT_NEAR(r.total_throughput, 1.0, 1e-6);
+    EXPECT_NEAR(r.idle_pct, 100, 1e-6);
+  }
+}
+
+TEST(Simulate, TwoBusySiblingsGiveThePairFactor) {
+  Scenario s = Host(1);
+  s.vms = {Vm("a", 1, Cpu()), Vm("b", 1, Cpu())};
+  const SimParams params;
+  EXPECT_NEAR(RunIn(s, SmtMode::kSmt).total_throughput, 2 * params.smt_share_cpu, 1e-3);
+  // nosmt and one cookie each: one thread at a time at full speed.
+  EXPECT_NEAR(RunIn(s, SmtMode::kNoSmt).total_throughput, 1.0, 1e-3);
+  SimResult cs = RunIn(s, SmtMode::kCoreSched);
+  EXPECT_NEAR(cs.total_throughput, 1.0, 1e-3);
+  EXPECT_NEAR(cs.forced_idle_pct, 50, 1);
+  // Fair across cookies: neither starves.
+  EXPECT_NEAR(cs.vms[0].throughput, cs.vms[1].throughput, 0.05);
+}
+
+TEST(Simulate, CoreSchedulingNeverRunsTwoCookiesOnACore) {
+  Scenario s = Host(4);
+  s.vms = {Vm("small", 1, Cpu(0.3), 10), Vm("big", 4, Cpu(0.9))};
+  SimResult smt = RunIn(s, SmtMode::kSmt);
+  SimResult cs = RunIn(s, SmtMode::kCoreSched);
+  EXPECT_GT(smt.foreign_pct, 5);
+  EXPECT_EQ(cs.foreign_pct, 0);
+  EXPECT_EQ(cs.cross_tenant_pct, 0);
+  EXPECT_GT(cs.forced_idle_pct, 0);
+  EXPECT_NEAR(cs.same_pct + cs.idle_pct, 100, 1e-6);
+}
+
+TEST(Simulate, AvxLowersTheSiblingsClock) {
+  Scenario s = Host(1);
+  Workload avx = Cpu();
+  avx.kind = WorkloadKind::kAvx;
+  s.vms = {Vm("plain", 1, Cpu()), Vm("avx", 1, avx)};
+  const SimParams params;
+  SimResult r = RunIn(s, SmtMode::kSmt);
+  EXPECT_NEAR(r.vms[0].throughput, params.smt_share_cpu * params.avx_clock, 1e-3);
+  EXPECT_NEAR(r.vms[1].throughput, params.smt_share_avx, 1e-3);
+}
+
+TEST(Simulate, PinningIsRespected) {
+  Scenario s = Host(4);
+  s.vms = {Vm("a", 4, Cpu()), Vm("b", 4, Cpu())};
+  SimConfig config;
+  config.pin_cpus = {{0, 4}, {1, 2, 3, 5, 6, 7}};  // a: one core for 4 vCPUs
+  SimResult r = RunIn(s, SmtMode::kSmt, &config);
+  const SimParams params;
+  EXPECT_NEAR(r.vms[0].throughput, 2 * params.smt_share_cpu, 0.01);
+  // 4 vCPUs on 3 cores: two alone, two paired.
+  EXPECT_NEAR(r.vms[1].throughput, 2 + 2 * params.smt_share_cpu, 0.01);
+  EXPECT_NEAR(r.vms[0].same_pct, 100, 1e-6);
+}
+
+TEST(Simulate, InteractiveAndPeriodicCountRequests) {
+  Scenario s = Host(2);
+  Workload inter;
+  inter.kind = WorkloadKind::kInteractive;
+  inter.think_ms = 1;
+  inter.work_ms = 1;
+  Workload tick;
+  tick.kind = WorkloadKind::kPeriodic;
+  tick.period_ms = 10;
+  tick.burst_ms = 1;
+  tick.jitter = 0;
+  s.vms = {Vm("db", 1, inter), Vm("timer", 1, tick)};
+  SimResult r = RunIn(s, SmtMode::kSmt);
+  EXPECT_NEAR(r.vms[1].requests_per_s, 100, 2);
+  EXPECT_NEAR(r.vms[1].throughput, 0.1, 0.005);
+  EXPECT_GT(r.vms[0].requests_per_s, 300);  // ~1 / (1 ms + 1 ms)
+  EXPECT_LT(r.vms[0].requests_per_s, 600);
+}
+
+TEST(Simulate, RejectsConfigsThatDoNotMatch) {
+  Scenario s = Host(1);
+  s.vms = {Vm("a", 1, Cpu())};
+  SimConfig config;
+  config.cookie = {1, 2};
+  EXPECT_EQ(Simulate(s, config).status().code(), absl::StatusCode::kInvalidArgument);
+  config.cookie = {};
+  config.pin_cpus = {{7}};
+  EXPECT_EQ(Simulate(s, config).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cosched::policy

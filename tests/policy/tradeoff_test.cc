@@ -1,0 +1,128 @@
+#include "policy/tradeoff.h"
+
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::policy {
+namespace {
+
+using ::testing::HasSubstr;
+
+Scenario Parse(const std::string& yaml) {
+  auto s = ParseScenarioYaml(yaml);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : Scenario();
+}
+
+constexpr char kTwoTenants[] = R"(
+name: tenants
+seed: 1
+duration_s: 1
+host: {cores: 8}
+tenants:
+  - {name: acme, isolation: vm, allow: [vm, tenant]}
+  - {name: beta, isolation: vm, allow: [vm, tenant]}
+  - {name: strict, isolation: vm, allow: [vm]}
+conflicts: [[avx512, latency-critical]]
+vms:
+  - {name: a, count: 2, vcpus: 2, tenant: acme, workload: {kind: cpu, util: 0.3}}
+  - {name: a-avx, vcpus: 2, tenant: acme, classes: [avx512], workload: {kind: avx, util: 0.3}}
+  - {name: a-lat, vcpus: 2, tenant: acme, classes: [latency-critical], workload: {kind: cpu, util: 0.3}}
+  - {name: b, count: 2, vcpus: 2, tenant: beta, workload: {kind: cpu, util: 0.3}}
+  - {name: s, count: 2, vcpus: 1, tenant: strict, workload: {kind: cpu, util: 0.3}}
+)";
+
+TEST(PlanHost, GroupsWithinTenantsNeverAcross) {
+  Scenario s = Parse(kTwoTenants);
+  auto plan = PlanHost(s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<std::string, std::string> group;
+  for (const auto& d : plan->vms) group[d.vm] = d.trust_group;
+  EXPECT_EQ(group["a-0"], group["a-1"]);
+  EXPECT_EQ(group["b-0"], group["b-1"]);
+  EXPECT_NE(group["a-0"], group["b-0"]);
+  // Conflicting classes: separate groups, even within one tenant.
+  EXPECT_NE(group["a-avx"], group["a-lat"]);
+  EXPECT_NE(group["a-avx"], group["a-0"]);
+  // A tenant that allows only `vm`: one group per VM.
+  EXPECT_NE(group["s-0"], group["s-1"]);
+  // Groups never hold two tenants.
+  std::map<std::string, std::set<std::string>> tenants_of;
+  for (const auto& d : plan->vms) tenants_of[d.trust_group].insert(d.tenant);
+  for (const auto& [g, t] : tenants_of) EXPECT_EQ(t.size(), 1u) << g;
+}
+
+TEST(PlanHost, ExplainsEveryDecision) {
+  auto plan = PlanHost(Parse(kTwoTenants));
+  ASSERT_TRUE(plan.ok());
+  for (const auto& d : plan->vms) EXPECT_FALSE(d.reasons.empty()) << d.vm;
+  EXPECT_THAT(plan->vms[0].reasons[0], HasSubstr("tenant 'acme' allows `tenant`"));
+  EXPECT_THAT(plan->vms[3].reasons, ::testing::Contains(HasSubstr("class 'latency-critical'")));
+  EXPECT_THAT(plan->vms[6].reasons[0], HasSubstr("does not allow `tenant`"));
+  ASSERT_FALSE(plan->reasons.empty());
+  EXPECT_THAT(plan->reasons[0], HasSubstr("chose '"));
+  EXPECT_GE(plan->candidates.size(), 2u);
+}
+
+TEST(PlanHost, DedicatedGetsWholeCoresNobodyElseUses) {
+  Scenario s = Parse(std::string(kTwoTenants) +
+                     "  - {name: d, vcpus: 3, tenant: gold, workload: {kind: cpu}}\n");
+  v1::TenantPolicy gold;
+  gold.set_tenant_id("gold");
+  gold.set_default_isolation(v1::ISOLATION_LEVEL_DEDICATED);
+  s.tenants.push_back({gold, std::nullopt});
+  auto plan = PlanHost(s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const VmDecision& d = plan->vms.back();
+  EXPECT_EQ(d.isolation, v1::ISOLATION_LEVEL_DEDICATED);
+  EXPECT_EQ(d.pin_cpus, (std::vector<int>{6, 7, 14, 15}));  // cores 6-7
+  for (size_t v = 0; v + 1 < plan->vms.size(); ++v) {
+    ASSERT_FALSE(plan->vms[v].pin_cpus.empty()) << plan->vms[v].vm;
+    for (int cpu : plan->vms[v].pin_cpus) EXPECT_LT(cpu % 8, 6) << plan->vms[v].vm;
+  }
+}
+
+TEST(PlanHost, DedicatedThatDoesNotFitIsAnError) {
+  Scenario s = Parse(std::string(kTwoTenants) +
+                     "  - {name: d, vcpus: 16, tenant: gold, workload: {kind: cpu}}\n");
+  v1::TenantPolicy gold;
+  gold.set_tenant_id("gold");
+  gold.set_default_isolation(v1::ISOLATION_LEVEL_DEDICATED);
+  s.tenants.push_back({gold, std::nullopt});
+  auto plan = PlanHost(s);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(plan.status().message(), HasSubstr("needs 8 whole free cores"));
+}
+
+TEST(PlanHost, ForcedIdleBudgetIsReported) {
+  Scenario s = Parse(kTwoTenants);
+  s.forced_idle_budget_pct = 0;
+  auto plan = PlanHost(s);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_TRUE(plan->forced_idle_budget_pct.has_value());
+  EXPECT_THAT(plan->reasons.back(), HasSubstr("forced-idle budget 0.0%"));
+  // The nosmt-like layout has no forced idle at all, so it is within.
+  bool any_within = false;
+  for (const auto& c : plan->candidates) any_within |= c.within_budget;
+  EXPECT_TRUE(any_within);
+  for (const auto& c : plan->candidates) {
+    if (c.name == plan->chosen) {
+      EXPECT_TRUE(c.within_budget);
+    }
+  }
+}
+
+TEST(ParseMode, KnowsTheFiveModes) {
+  for (const char* name : {"smt", "nosmt", "vm", "tenant", "policy"}) {
+    auto m = ParseMode("--modes", name);
+    ASSERT_TRUE(m.ok());
+    EXPECT_STREQ(ModeName(*m), name);
+  }
+  EXPECT_THAT(ParseMode("--modes", "fast").status().message(),
+              HasSubstr("--modes 'fast' must be one of"));
+}
+
+}  // namespace
+}  // namespace cosched::policy

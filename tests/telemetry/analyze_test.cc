@@ -1,0 +1,152 @@
+#include "cli/analyze.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cli/csctl.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::cli {
+namespace {
+
+// The issue's example shapes: one core (CPUs 0, 1); vm-a has tids 10, 11,
+// vm-b tid 20, tid 21 is a host task.
+constexpr std::string_view kTrace = R"(# tracer: nop
+#
+          <idle>-0       [000] d..2.   100.000000: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=CPU 0/KVM next_pid=10 next_prio=120
+          <idle>-0       [001] d..2.   100.000100: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=CPU 0/KVM next_pid=20 next_prio=120
+       CPU 0/KVM-20      [001] d..2.   100.001100: sched_switch: prev_comm=CPU 0/KVM prev_pid=20 prev_prio=120 prev_state=S ==> next_comm=CPU 1/KVM next_pid=11 next_prio=120
+          <idle>-0       [001] d..2.   100.001100: sched_wakeup: comm=x pid=5 prio=120 target_cpu=001
+       CPU 1/KVM-11      [001] d..2.   100.002100: sched_switch: prev_comm=CPU 1/KVM prev_pid=11 prev_prio=120 prev_state=S ==> next_comm=kworker/1:1 next_pid=21 next_prio=120
+       CPU 0/KVM-10      [000] d..2.   100.003100: sched_switch: prev_comm=CPU 0/KVM prev_pid=10 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120
+     kworker/1:1-21      [001] d..2.   100.004100: sched_switch: prev_comm=kworker/1:1 prev_pid=21 prev_prio=120 prev_state=I ==> next_comm=swapper/1 next_pid=0 next_prio=120
+)";
+
+class AnalyzeTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, std::string_view text) {
+    std::ofstream(dir_.Sub(name)) << text;
+    return dir_.Sub(name);
+  }
+  AnalyzeArgs Args() {
+    return {Write("trace", kTrace), Write("topology", "0-1\n0-1\n"), Write("threads", "10 vm-a\n11 vm-a\n20 vm-b\n")};
+  }
+  cosched::testing::TempDir dir_;
+};
+
+TEST_F(AnalyzeTest, JsonHasOneObjectPerVmWithTheIssueKeys) {
+  std::ostringstream out, err;
+  ASSERT_EQ(RunAnalyze(Args(), OutputFormat::kJson, out, err), kExitOk) << err.str();
+  EXPECT_EQ(err.str(), "");
+  nlohmann::json list = nlohmann::json::parse(out.str());
+  ASSERT_TRUE(list.is_array());
+  ASSERT_EQ(list.size(), 3u);  // vm-a, vm-b, host
+  for (const auto& o : list) {
+    ASSERT_TRUE(o.is_object());
+    EXPECT_EQ(o.size(), 8u) << o.dump();
+    EXPECT_TRUE(o["vm"].is_string());
+    for (const char* key : {"runtime_ns", "foreign_intervals", "longest_foreign_ns"})
+      EXPECT_TRUE(o[key].is_number_integer()) << key;
+    for (const char* key : {"same_pct", "idle_pct", "foreign_pct", "unknown_pct"})
+      EXPECT_TRUE(o[key].is_number()) << key;
+  }
+  // vm-a: tid 10 on cpu 0 for 3.1 ms: 0.1 ms unknown, 1 ms beside vm-b,
+  // 1 ms beside its own tid 11, 1 ms beside the host task.
+  const auto& a = list[0];
+  EXPECT_EQ(a["vm"], "vm-a");
+  // tid 11 ran 1 ms beside tid 10: same.
+  EXPECT_EQ(a["runtime_ns"], 4'100'000);
+  EXPECT_NEAR(a["same_pct"].get<double>(), 100.0 * 2'000'000 / 4'100'000, 1e-3);
+  EXPECT_NEAR(a["unknown_pct"].get<double>(), 100.0 * 100'000 / 4'100'000, 1e-3);
+  EXPECT_NEAR(a["foreign_pct"].get<double>(), 100.0 * 2'000'000 / 4'100'000, 1e-3);
+  EXPECT_EQ(a["foreign_intervals"], 2);
+  EXPECT_EQ(a["longest_foreign_ns"], 1'000'000);
+  EXPECT_EQ(list[1]["vm"], "vm-b");
+  EXPECT_EQ(list[1]["runtime_ns"], 1'000'000);
+  EXPECT_EQ(list[1]["foreign_pct"], 100.0);
+  EXPECT_EQ(list[2]["vm"], "host");
+}
+
+TEST_F(AnalyzeTest, TableForPeople) {
+  std::ostringstream out, err;
+  ASSERT_EQ(RunAnalyze(Args(), OutputFormat::kTable, out, err), kExitOk) << err.str();
+  EXPECT_NE(out.str().find("6 sched_switch events"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("FOREIGN%"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("vm-a"), std::string::npos) << out.str();
+}
+
+TEST_F(AnalyzeTest, WithoutThreadsFileEachThreadIsAGroup) {
+  AnalyzeArgs args = Args();
+  args.threads_path.clear();
+  auto result = AnalyzeTrace(args);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->grouping, "thread");
+  ASSERT_EQ(result->groups.size(), 4u);  // 10, 11, 20, 21 by run time
+  EXPECT_EQ(result->groups[0].vm, "10");
+}
+
+TEST_F(AnalyzeTest, BadInputsNameFileAndLine) {
+  struct Case {
+    std::string topology, threads, message;
+  } cases[] = {
+      {"0-1\nzz\n", "", "topology:2: cpu 1: bad CPU list 'zz'"},
+      {"0-1\n0-1\n", "10 vm-a\nten vm-b\n", "threads:2: TID must be a positive thread id"},
+      {"0-1\n0-1\n", "10 vm-a\n10 vm-b\n", "threads:2: thread 10 is already mapped to VM 'vm-a'"},
+      {"0-1\n0-1\n", "10\n", "threads:1: expected 'TID VM_ID'"},
+  };
+  for (const Case& c : cases) {
+    AnalyzeArgs args = Args();
+    args.topology_path = Write("topology", c.topology);
+    args.threads_path = c.threads.empty() ? "" : Write("threads", c.threads);
+    std::ostringstream out, err;
+    EXPECT_EQ(RunAnalyze(args, OutputFormat::kJson, out, err), kExitUsage);
+    EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
+    EXPECT_EQ(err.str().rfind("csctl: ", 0), 0u);
+  }
+  AnalyzeArgs missing = Args();
+  missing.trace_path = dir_.Sub("nope");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunAnalyze(missing, OutputFormat::kJson, out, err), kExitUsage);
+  EXPECT_NE(err.str().find("cannot read trace " + dir_.Sub("nope")), std::string::npos) << err.str();
+}
+
+TEST_F(AnalyzeTest, WarnsAboutMalformedLinesAndLostEvents) {
+  AnalyzeArgs args = Args();
+  std::string trace(kTrace);
+  trace += "  x-1 [000] d..2. 100.005: sched_switch: prev_comm=x prev_pid=oops\nCPU:1 [LOST 3 EVENTS]\n";
+  args.trace_path = Write("trace", trace);
+  std::ostringstream out, err;
+  ASSERT_EQ(RunAnalyze(args, OutputFormat::kJson, out, err), kExitOk);
+  EXPECT_NE(err.str().find("1 unreadable sched_switch line(s), first at line 10"), std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("lost 3 event(s)"), std::string::npos) << err.str();
+}
+
+TEST_F(AnalyzeTest, CsctlRunsAnalyzeWithoutCsd) {
+  AnalyzeArgs args = Args();
+  CsctlEnvironment env;
+  env.get_env = [](const std::string&) { return std::string(); };
+  env.file_exists = [](const std::string&) { return false; };
+  env.make_stub = [](const ConnectionSettings&) -> absl::StatusOr<std::unique_ptr<Stub>> {
+    ADD_FAILURE() << "analyze must not connect";
+    return absl::UnavailableError("no");
+  };
+  const char* argv[] = {"csctl",      "analyze",          args.trace_path.c_str(),
+                        "--topology", args.topology_path.c_str(), "--threads",
+                        args.threads_path.c_str(), "-o", "json"};
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCsctl(9, argv, env, out, err), kExitOk) << err.str();
+  EXPECT_EQ(nlohmann::json::parse(out.str()).size(), 3u);
+
+  const char* no_topology[] = {"csctl", "analyze", args.trace_path.c_str()};
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunCsctl(3, no_topology, env, out2, err2), kExitUsage);
+  EXPECT_NE(err2.str().find("--topology"), std::string::npos) << err2.str();
+}
+
+}  // namespace
+}  // namespace cosched::cli

@@ -1,0 +1,55 @@
+#include "telemetry/topology.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace cosched::telemetry {
+namespace {
+
+TEST(ParseCpuList, ReadsKernelForms) {
+  EXPECT_EQ(*ParseCpuList("0-1"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(*ParseCpuList("0,2\n"), (std::vector<int>{0, 2}));
+  EXPECT_EQ(*ParseCpuList("0-2,8-9"), (std::vector<int>{0, 1, 2, 8, 9}));
+  EXPECT_EQ(*ParseCpuList("3"), (std::vector<int>{3}));
+  for (std::string_view bad : {"", "a", "1-0", "1,", "-1", "0-70000", "1 2"})
+    EXPECT_FALSE(ParseCpuList(bad).ok()) << bad;
+}
+
+TEST(CpuTopology, GroupsSiblingsIntoCores) {
+  // x86 numbering: CPU c and c + 2 share a core.
+  auto t = CpuTopology::Parse("0,2\n1,3\n0,2\n1,3\n", "topo");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->num_cpus(), 4);
+  EXPECT_EQ(t->num_cores(), 2);
+  EXPECT_EQ(t->core_of(2), 0);
+  EXPECT_EQ(t->core_of(3), 1);
+  std::span<const int> core1 = t->core_cpus(1);
+  EXPECT_EQ(std::vector<int>(core1.begin(), core1.end()), (std::vector<int>{1, 3}));
+  CpuTopology no_smt = CpuTopology::NoSmt(3);
+  EXPECT_EQ(no_smt.num_cores(), 3);
+}
+
+TEST(CpuTopology, ErrorsNameFileAndLine) {
+  struct Case {
+    std::string text;
+    std::string message;
+  } cases[] = {
+      {"0-1\n0-1\nx\n", "topo.txt:3: cpu 2: bad CPU list 'x'"},
+      {"0-1\n1\n", "topo.txt:2: cpu 1: its siblings list disagrees with that of cpu 0"},
+      {"0-1\n0-1\n3\n", "topo.txt:3: cpu 2: its siblings list leaves it out"},
+      {"0-2\n0-2\n", "topo.txt:1: cpu 0: sibling 2 is not among the 2 CPUs"},
+      {"0-1\n\n0-1\n", "topo.txt:2: empty line"},
+      {"", "topo.txt: no CPUs"},
+  };
+  for (const Case& c : cases) {
+    auto t = CpuTopology::Parse(c.text, "topo.txt");
+    ASSERT_FALSE(t.ok()) << c.text;
+    EXPECT_NE(std::string(t.status().message()).find(c.message), std::string::npos)
+        << t.status() << " wanted " << c.message;
+  }
+}
+
+}  // namespace
+}  // namespace cosched::telemetry
