@@ -8,8 +8,12 @@ lab_start_vm vm-a1 -smp 2 --duty 50
 a1=$LAB_PID
 lab_start_vm vm-a2 -smp 2 --duty 50
 a2=$LAB_PID
-lab_start_vm vm-b1 -smp 2 --duty 50
+# vm-b1 also has a vhost worker of the old model: a separate task named
+# vhost-<pid>, outside QEMU's thread group.
+lab_start_vm vm-b1 -smp 2 --duty 50 --vhost-process
 b1=$LAB_PID
+lab_wait_for 5 sh -c "lab_cookies -n vhost-$b1 >/dev/null" || lab_fail "no vhost-$b1 process"
+vhost=$(lab_cookies -n "vhost-$b1" | awk '{print $1}' | sort -u)
 lab_start_csd
 lab_start_agent
 lab_wait_host
@@ -23,6 +27,8 @@ cb1=$(lab_one_cookie "$b1") || exit 1
 [ "$ca1" = "$ca2" ] || lab_fail "acme's VMs at level tenant have different cookies $ca1 $ca2"
 [ "$ca1" != "$cb1" ] || lab_fail "globex's VM shares acme's cookie $ca1"
 lab_result "tenant level" "vm-a1 $ca1, vm-a2 $ca2 (one cookie), vm-b1 $cb1"
+[ "$(lab_one_cookie "$vhost")" = "$cb1" ] || lab_fail "vm-b1's vhost process $vhost does not hold vm-b1's cookie"
+lab_result "old-model vhost worker" "process $vhost (outside vm-b1's thread group) holds vm-b1's cookie $cb1"
 
 csctl tag vm-a2 --tenant acme --isolation vm || lab_fail "retag vm-a2"
 lab_wait_for 10 sh -c "[ \"\$(lab_cookies_of $a2)\" != '$ca1' ]" || lab_fail "vm-a2 kept acme's tenant cookie"

