@@ -1,0 +1,320 @@
+// The simulated scheduler: CFS run queues per CPU, the core-wide pick of
+// core scheduling, wake-up placement, and load balancing (idle pulls,
+// spreading over idle cores, evening out queue lengths).
+#include "policy/simulator_engine.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace cosched::policy::sim {
+
+void Engine::Migrate(int task, int to) {
+  Task& t = tasks_[task];
+  t.vruntime += cpus_[to].min_vruntime - cpus_[t.cpu].min_vruntime;
+  t.cpu = to;
+}
+
+void Engine::Enqueue(int task, int c) {
+  tasks_[task].state = TaskState::kQueued;
+  cpus_[c].queue.push_back(task);
+  ++queued_;
+  ++queued_per_cookie_[tasks_[task].cookie];
+}
+
+void Engine::RemoveFromQueue(int c, size_t index) {
+  auto& q = cpus_[c].queue;
+  --queued_per_cookie_[tasks_[q[index]].cookie];
+  q[index] = q.back();
+  q.pop_back();
+  --queued_;
+}
+
+// Starts `task` on `c` (it must be in c's queue at `index`).
+void Engine::StartOnCpu(int c, size_t index) {
+  Cpu& cpu = cpus_[c];
+  int task = cpu.queue[index];
+  RemoveFromQueue(c, index);
+  Task& t = tasks_[task];
+  t.state = TaskState::kRunning;
+  cpu.curr = task;
+  cpu.resched = false;
+  cpu.forced_idle = false;
+  int64_t slice = std::llround(params_.sched_latency_ms / tick_ / (NrRunning(c)));
+  cpu.slice_end = now_ + std::max(slice_min_ticks_, slice);
+  if (t.woke_tick != kNone) {
+    if (measuring_) stats_[t.vm].latency.Add(now_ - t.woke_tick);
+    t.woke_tick = kNone;
+  }
+  ++switches_;
+}
+
+// Puts the running task of `c` back in its queue.
+void Engine::Preempt(int c) {
+  Cpu& cpu = cpus_[c];
+  if (cpu.curr == kNone) return;
+  Enqueue(cpu.curr, c);
+  cpu.curr = kNone;
+  cpu.idle_since = now_;
+}
+
+bool Engine::NeedsPick(int c) const {
+  const Cpu& cpu = cpus_[c];
+  if (cpu.curr == kNone) {
+    // A forced-idle CPU picks again when its sibling reschedules (which
+    // makes the core pick) or at the scheduler tick.
+    if (cpu.forced_idle) return !cpu.queue.empty() && now_ % balance_ticks_ == 0;
+    return !cpu.queue.empty();
+  }
+  return cpu.resched || now_ >= cpu.slice_end;
+}
+
+// Index in c's queue of the task with the least vruntime (and `cookie`,
+// unless it is kNone); kNone when there is none.
+int Engine::BestInQueue(int c, int cookie) const {
+  const auto& q = cpus_[c].queue;
+  int best = kNone;
+  for (size_t i = 0; i < q.size(); ++i) {
+    const Task& t = tasks_[q[i]];
+    if (cookie != kNone && t.cookie != cookie) continue;
+    if (best == kNone || t.vruntime < tasks_[q[best]].vruntime) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+void Engine::UpdateMinVruntime(int c) {
+  Cpu& cpu = cpus_[c];
+  double low = kForever;
+  if (cpu.curr != kNone) low = tasks_[cpu.curr].vruntime;
+  for (int task : cpu.queue) low = std::min(low, tasks_[task].vruntime);
+  if (low != kForever) cpu.min_vruntime = std::max(cpu.min_vruntime, low);
+}
+
+void Engine::PickCpu(int c) {
+  Preempt(c);
+  UpdateMinVruntime(c);
+  int best = BestInQueue(c, kNone);
+  if (best != kNone) StartOnCpu(c, best);
+}
+
+// Core-wide pick under core scheduling: the task that is most behind its
+// fair share decides the core's cookie; a running task keeps the core
+// against a challenger of another cookie unless the challenger is more
+// than a wake-up granularity behind it (CFS's rule for preemption).
+void Engine::PickCore(int core) {
+  const int a = core;
+  const int b = core + cores_;
+  const bool need_a = NeedsPick(a);
+  const bool need_b = NeedsPick(b);
+  if (!need_a && !need_b) return;
+  if (need_a) Preempt(a);
+  if (need_b) Preempt(b);
+  UpdateMinVruntime(a);
+  UpdateMinVruntime(b);
+  struct Candidate {
+    int task = kNone;
+    double lag = 0;  // vruntime relative to its CPU's min_vruntime
+    bool incumbent = false;
+  };
+  auto candidate = [&](int c, bool need) {
+    Candidate cand;
+    if (!need) {
+      cand.task = cpus_[c].curr;
+      cand.incumbent = cand.task != kNone;
+    } else {
+      int best = BestInQueue(c, kNone);
+      if (best != kNone) cand.task = cpus_[c].queue[best];
+    }
+    if (cand.task != kNone) {
+      // Across siblings, vruntimes compare against the snapshot taken
+      // when the core started forcing idle, so that a task kept waiting
+      // by the other cookie gains priority (Linux's fair forced idle).
+      const double base = core_forced_[core] ? cpus_[c].min_vruntime_fi
+                                             : cpus_[c].min_vruntime;
+      cand.lag = tasks_[cand.task].vruntime - base;
+    }
+    return cand;
+  };
+  Candidate ca = candidate(a, need_a);
+  Candidate cb = candidate(b, need_b);
+  int cookie;
+  if (ca.task == kNone && cb.task == kNone) return;
+  if (ca.task == kNone) {
+    cookie = tasks_[cb.task].cookie;
+  } else if (cb.task == kNone) {
+    cookie = tasks_[ca.task].cookie;
+  } else if (tasks_[ca.task].cookie == tasks_[cb.task].cookie) {
+    cookie = tasks_[ca.task].cookie;
+  } else {
+    const double gran = params_.wakeup_granularity_ms;
+    bool a_wins;
+    if (ca.incumbent) {
+      a_wins = !(cb.lag + gran < ca.lag);
+    } else if (cb.incumbent) {
+      a_wins = ca.lag + gran < cb.lag;
+    } else {
+      a_wins = ca.lag <= cb.lag;
+    }
+    cookie = tasks_[a_wins ? ca.task : cb.task].cookie;
+  }
+  bool forcing = false;
+  for (int c : {a, b}) {
+    Cpu& cpu = cpus_[c];
+    if (cpu.curr != kNone) {
+      if (tasks_[cpu.curr].cookie == cookie) continue;
+      Preempt(c);
+    }
+    int best = BestInQueue(c, cookie);
+    if (best != kNone) {
+      StartOnCpu(c, best);
+    } else {
+      cpu.forced_idle = !cpu.queue.empty();
+      forcing = forcing || cpu.forced_idle;
+    }
+  }
+  if (forcing && !core_forced_[core]) {
+    cpus_[a].min_vruntime_fi = cpus_[a].min_vruntime;
+    cpus_[b].min_vruntime_fi = cpus_[b].min_vruntime;
+  }
+  core_forced_[core] = forcing;
+}
+
+// Wake-up placement, like select_idle_sibling(): the previous CPU if its
+// core is idle, else the first whole idle core, else an idle CPU whose
+// sibling runs a matching cookie, scanning at most wake_scan_cpus CPUs
+// from the previous one; else stay on the previous CPU.
+int Engine::SelectCpu(const Task& t) {
+  const std::vector<int>& allowed = masks_[t.mask];
+  int prev = Allowed(t, t.cpu) ? t.cpu : allowed[0];
+  if (CoreIdle(prev)) return prev;
+  size_t start = std::lower_bound(allowed.begin(), allowed.end(), prev) - allowed.begin();
+  const size_t n = allowed.size();
+  const size_t limit = std::min(n, scan_limit_);
+  int idle_fit = kNone;
+  for (size_t i = 0; i < limit; ++i) {
+    int c = allowed[(start + i) % n];
+    if (!CpuIdle(c)) continue;
+    if (CoreIdle(c)) return c;
+    if (idle_fit == kNone && (!cookie_aware_ || CookieFits(t, c))) idle_fit = c;
+  }
+  if (CpuIdle(prev) && (!cookie_aware_ || CookieFits(t, prev))) return prev;
+  if (idle_fit != kNone) return idle_fit;
+  return prev;
+}
+
+// Idle CPUs take a waiting task from the busiest CPU that has one they
+// may run; under core scheduling only one whose cookie matches what the
+// sibling runs (the kernel's cookie steal for forced-idle siblings).
+void Engine::PullToIdle() {
+  const bool periodic = now_ % balance_ticks_ == 0;
+  // A CPU with one waiting task and nothing running picks it itself,
+  // unless it is forced idle: only the others give tasks away.
+  sources_.clear();
+  for (int s = 0; s < 2 * cores_; ++s) {
+    if (!cpus_[s].queue.empty() && (NrRunning(s) >= 2 || cpus_[s].forced_idle)) {
+      sources_.push_back(s);
+    }
+  }
+  if (sources_.empty()) return;
+  for (int c = 0; c < 2 * cores_ && queued_ > 0; ++c) {
+    Cpu& cpu = cpus_[c];
+    if (!cpu.online || cpu.curr != kNone) continue;
+    // A CPU pulls when it has just gone idle (newidle balance) or while
+    // it is forced idle (the kernel's cookie steal), else only at the
+    // balance tick (nohz idle balance).
+    if (!periodic && !cpu.forced_idle && cpu.idle_since != now_) continue;
+    if (!cpu.queue.empty() && !cpu.forced_idle) continue;
+    int want = kNone;
+    if (mode_ == SmtMode::kCoreSched && (cookie_aware_ || cpu.forced_idle)) {
+      int other = cpus_[Sibling(c)].curr;
+      if (other != kNone) want = tasks_[other].cookie;
+    }
+    if (want != kNone && queued_per_cookie_[want] == 0) continue;
+    int best_cpu = kNone;
+    int best_index = kNone;
+    int best_load = 0;
+    for (int s : sources_) {
+      if (s == c || cpus_[s].queue.empty()) continue;
+      int load = NrRunning(s);
+      if (load <= best_load) continue;
+      const auto& q = cpus_[s].queue;
+      for (size_t i = 0; i < q.size(); ++i) {
+        const Task& t = tasks_[q[i]];
+        if (!Allowed(t, c) || (want != kNone && t.cookie != want)) continue;
+        best_cpu = s;
+        best_index = static_cast<int>(i);
+        best_load = load;
+        break;
+      }
+    }
+    if (best_cpu == kNone) continue;
+    int task = cpus_[best_cpu].queue[best_index];
+    RemoveFromQueue(best_cpu, best_index);
+    Migrate(task, c);
+    Enqueue(task, c);
+    // Under core scheduling a task of another cookie waits for the next
+    // core-wide pick.
+    if (CookieFits(tasks_[task], c)) StartOnCpu(c, cpu.queue.size() - 1);
+  }
+}
+
+// Load balancing between cores: a whole idle core takes a running task
+// from a core where both siblings are busy, so that busy threads spread
+// over cores before they pair up (what the kernel's SMT domain does).
+void Engine::SpreadToIdleCores() {
+  int start = static_cast<int>((now_ / balance_ticks_) % cores_);
+  int donor = 0;
+  for (int i = 0; i < cores_; ++i) {
+    int idle_core = (start + i) % cores_;
+    if (!CoreIdle(idle_core)) continue;
+    for (; donor < cores_; ++donor) {
+      int a = donor;
+      int b = donor + cores_;
+      if (cpus_[a].curr == kNone || cpus_[b].curr == kNone) continue;
+      int moved = kNone;
+      for (int c : {b, a}) {
+        if (Allowed(tasks_[cpus_[c].curr], idle_core)) {
+          moved = c;
+          break;
+        }
+      }
+      if (moved == kNone) continue;
+      int task = cpus_[moved].curr;
+      Preempt(moved);
+      auto& q = cpus_[moved].queue;
+      RemoveFromQueue(moved, std::find(q.begin(), q.end(), task) - q.begin());
+      Migrate(task, idle_core);
+      Enqueue(task, idle_core);
+      StartOnCpu(idle_core, cpus_[idle_core].queue.size() - 1);
+      ++donor;
+      break;
+    }
+    if (donor >= cores_) break;
+  }
+}
+
+// Moves waiting tasks from the CPU with the most runnable tasks to the
+// one with the fewest while they differ by two or more.
+void Engine::BalanceQueues() {
+  for (int round = 0; round < 2 * cores_; ++round) {
+    int busiest = kNone;
+    int idlest = kNone;
+    for (int c = 0; c < 2 * cores_; ++c) {
+      if (!cpus_[c].online) continue;
+      if (busiest == kNone || NrRunning(c) > NrRunning(busiest)) busiest = c;
+      if (idlest == kNone || NrRunning(c) < NrRunning(idlest)) idlest = c;
+    }
+    if (busiest == kNone || NrRunning(busiest) - NrRunning(idlest) < 2) return;
+    auto& q = cpus_[busiest].queue;
+    size_t i = 0;
+    while (i < q.size() && !Allowed(tasks_[q[i]], idlest)) ++i;
+    if (i == q.size()) return;  // pinned elsewhere: leave it
+    int task = q[i];
+    RemoveFromQueue(busiest, i);
+    Migrate(task, idlest);
+    Enqueue(task, idlest);
+  }
+}
+
+}  // namespace cosched::policy::sim

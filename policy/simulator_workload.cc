@@ -1,0 +1,130 @@
+// The simulated workloads: bursts of work and the sleeps between them, and
+// the speed model of one tick of execution (SMT sibling share, AVX-512
+// clock) with its on-CPU accounting.
+#include "policy/simulator_engine.h"
+
+#include <algorithm>
+
+namespace cosched::policy::sim {
+
+void Engine::StartBurst(Task& t) {
+  const Workload& w = *t.workload;
+  switch (w.kind) {
+    case WorkloadKind::kCpu:
+    case WorkloadKind::kAvx:
+      t.remaining = w.util >= 1.0 ? kForever : Exponential(w.burst_ms);
+      break;
+    case WorkloadKind::kPeriodic:
+      t.remaining += w.burst_ms;
+      t.next_release_ms += w.period_ms;
+      break;
+    case WorkloadKind::kInteractive:
+      t.remaining = Exponential(w.work_ms);
+      break;
+  }
+}
+
+// The burst of `task` is done: count it and put the task to sleep, or
+// start the next burst at once.
+void Engine::FinishBurst(int task) {
+  Task& t = tasks_[task];
+  const Workload& w = *t.workload;
+  if (measuring_ && w.kind != WorkloadKind::kCpu && w.kind != WorkloadKind::kAvx) {
+    ++stats_[t.vm].requests;
+  }
+  double sleep_ms = 0;
+  switch (w.kind) {
+    case WorkloadKind::kCpu:
+    case WorkloadKind::kAvx:
+      sleep_ms = Exponential(w.burst_ms * (1 - w.util) / w.util);
+      break;
+    case WorkloadKind::kPeriodic: {
+      double now_ms = (now_ + 1) * tick_;
+      if (t.next_release_ms <= now_ms) {  // behind: the next one is due
+        t.remaining = 0;
+        StartBurst(t);
+        return;
+      }
+      sleep_ms = t.next_release_ms - now_ms + Uniform() * w.jitter * w.period_ms;
+      break;
+    }
+    case WorkloadKind::kInteractive:
+      sleep_ms = Exponential(w.think_ms);
+      break;
+  }
+  Cpu& cpu = cpus_[t.cpu];
+  cpu.curr = kNone;
+  cpu.idle_since = now_ + 1;
+  t.state = TaskState::kSleeping;
+  t.lag = t.vruntime - cpu.min_vruntime;
+  t.remaining = 0;
+  wakeups_.push({now_ + 1 + TicksFromMs(sleep_ms), task});
+}
+
+void Engine::ProcessWakeups() {
+  const double credit = -params_.sched_latency_ms / 2;
+  while (!wakeups_.empty() && wakeups_.top().first <= now_) {
+    int task = wakeups_.top().second;
+    wakeups_.pop();
+    Task& t = tasks_[task];
+    StartBurst(t);
+    int c = SelectCpu(t);
+    t.cpu = c;
+    Cpu& cpu = cpus_[c];
+    t.vruntime = cpu.min_vruntime + std::max(t.lag, credit);
+    t.woke_tick = now_;
+    Enqueue(task, c);
+    if (cpu.curr != kNone &&
+        tasks_[cpu.curr].vruntime - t.vruntime > params_.wakeup_granularity_ms) {
+      cpu.resched = true;
+    }
+  }
+}
+
+void Engine::Execute() {
+  // Speeds depend on what both siblings ran during this tick, also when
+  // one of them finishes its burst in it.
+  for (int c = 0; c < 2 * cores_; ++c) running_[c] = cpus_[c].curr;
+  for (int c = 0; c < 2 * cores_; ++c) {
+    Cpu& cpu = cpus_[c];
+    if (!cpu.online) continue;
+    if (cpu.curr == kNone) {
+      if (measuring_ && cpu.forced_idle && !cpu.queue.empty()) ++forced_idle_ticks_;
+      continue;
+    }
+    const int task = cpu.curr;
+    Task& t = tasks_[task];
+    const int sib = Sibling(c);
+    const int other = cpus_[sib].online ? running_[sib] : kNone;
+    const int core = CoreOf(c);
+    double speed = other == kNone ? 1.0 : t.share;
+    if (!t.avx && (core_avx_until_[core] >= now_ ||
+                   (other != kNone && tasks_[other].avx))) {
+      speed *= params_.avx_clock;
+    }
+    double work = std::min(t.remaining, tick_ * speed);
+    t.remaining -= work;
+    t.vruntime += tick_;
+    if (cpu.queue.empty()) cpu.min_vruntime = std::max(cpu.min_vruntime, t.vruntime);
+    if (t.avx) core_avx_until_[core] = now_ + hysteresis_ticks_;
+    if (measuring_) {
+      VmStats& s = stats_[t.vm];
+      s.work_ms += work;
+      ++s.on_cpu;
+      if (other == kNone) {
+        ++s.idle;
+      } else {
+        const Task& o = tasks_[other];
+        if (o.vm == t.vm || (t.group >= 0 && o.group == t.group)) {
+          ++s.same;
+        } else {
+          ++s.foreign;
+        }
+        if (o.tenant != t.tenant) ++s.cross_tenant;
+      }
+    }
+    if (t.remaining <= 1e-9) FinishBurst(task);
+  }
+}
+
+}  // namespace cosched::policy::sim

@@ -1,0 +1,372 @@
+// SqliteTransaction: the reads and writes of the store's tables (VMs,
+// tenant policies, hosts, observations, the change log) inside one
+// transaction on one SQLite connection.
+#include "store/sqlite_transaction.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "store/sqlite_schema.h"
+
+namespace cosched::store {
+namespace {
+
+constexpr int kMaxPageLimit = 1000;
+
+template <typename Message>
+absl::StatusOr<Message> ParseRecord(absl::string_view blob,
+                                    absl::string_view kind,
+                                    absl::string_view key, const SqliteDb& db) {
+  Message message;
+  if (!message.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
+    return absl::DataLossError(absl::StrCat("store at ", db.path(),
+                                            " is corrupt: ", kind, " record ",
+                                            key, " does not parse"));
+  }
+  return message;
+}
+
+template <typename Message>
+absl::StatusOr<std::string> Serialize(const Message& message,
+                                      absl::string_view kind) {
+  std::string out;
+  if (!message.SerializeToString(&out)) {
+    return absl::InternalError(
+        absl::StrCat("cannot serialize ", kind, " record"));
+  }
+  return out;
+}
+
+int ClampLimit(int limit) { return std::clamp(limit, 1, kMaxPageLimit); }
+
+}  // namespace
+
+absl::StatusOr<int64_t> SqliteTransaction::WriteRevision() {
+  RETURN_IF_ERROR(RequireWrite("WriteRevision"));
+  if (write_->revision == 0) {
+    int64_t revision = *write_->allocated_revision + 1;
+    // Kept in meta as the function goes, so that its own later reads
+    // (ChangesSince) and a rollback of it stay consistent.
+    ASSIGN_OR_RETURN(
+        SqliteQuery q,
+        db_.Query("UPDATE meta SET value = ?1 WHERE key = 'revision'",
+                  "write store revision"));
+    q.BindInt(1, revision);
+    RETURN_IF_ERROR(q.Run());
+    *write_->allocated_revision = revision;
+    write_->revision = revision;
+  }
+  return write_->revision;
+}
+
+absl::StatusOr<std::optional<v1::VM>> SqliteTransaction::GetVm(
+    absl::string_view vm_id) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT record FROM vms WHERE vm_id = ?1", "get VM"));
+  q.BindText(1, vm_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<v1::VM>();
+  ASSIGN_OR_RETURN(v1::VM vm,
+                   ParseRecord<v1::VM>(q.ColumnBlob(0), "VM", vm_id, db_));
+  return std::optional<v1::VM>(std::move(vm));
+}
+
+absl::Status SqliteTransaction::PutVm(const v1::VM& vm) {
+  RETURN_IF_ERROR(RequireWrite("PutVm"));
+  if (vm.vm_id().empty())
+    return absl::InvalidArgumentError("PutVm: vm_id is empty");
+  std::string record;
+  if (vm.has_enforcement()) {
+    v1::VM stored = vm;
+    stored.clear_enforcement();
+    ASSIGN_OR_RETURN(record, Serialize(stored, "VM"));
+  } else {
+    ASSIGN_OR_RETURN(record, Serialize(vm, "VM"));
+  }
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("INSERT OR REPLACE INTO vms "
+                "(vm_id, tenant_id, host_id, trust_group, record) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                "put VM"));
+  q.BindText(1, vm.vm_id());
+  q.BindText(2, vm.tenant_id());
+  q.BindText(3, vm.host_id());
+  q.BindText(4, vm.assignment().trust_group());
+  q.BindBlob(5, record);
+  return q.Run();
+}
+
+absl::Status SqliteTransaction::DeleteVm(absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteVm"));
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("DELETE FROM vms WHERE vm_id = ?1", "delete VM"));
+  q.BindText(1, vm_id);
+  RETURN_IF_ERROR(q.Run());
+  if (db_.Changes() == 0) {
+    return absl::NotFoundError(absl::StrCat("VM ", vm_id, " not found"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVms(
+    const VmFilter& filter, const Page& page) {
+  // At most eight distinct statements, each cached once.
+  std::string sql = "SELECT vm_id, record FROM vms WHERE vm_id > ?";
+  std::vector<absl::string_view> args = {page.after};
+  if (!filter.tenant_id.empty()) {
+    sql += " AND tenant_id = ?";
+    args.push_back(filter.tenant_id);
+  }
+  if (!filter.host_id.empty()) {
+    sql += " AND host_id = ?";
+    args.push_back(filter.host_id);
+  }
+  if (!filter.trust_group.empty()) {
+    sql += " AND trust_group = ?";
+    args.push_back(filter.trust_group);
+  }
+  sql += " ORDER BY vm_id LIMIT ?";
+  ASSIGN_OR_RETURN(SqliteQuery q, db_.Query(sql, "list VMs"));
+  int index = 1;
+  for (absl::string_view arg : args) q.BindText(index++, arg);
+  q.BindInt(index, ClampLimit(page.limit));
+  std::vector<v1::VM> vms;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(v1::VM vm, ParseRecord<v1::VM>(q.ColumnBlob(1), "VM",
+                                                    q.ColumnText(0), db_));
+    vms.push_back(std::move(vm));
+  }
+  return vms;
+}
+
+absl::StatusOr<std::optional<v1::TenantPolicy>>
+SqliteTransaction::GetTenantPolicy(absl::string_view tenant_id) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT record FROM tenant_policies WHERE tenant_id = ?1",
+                "get tenant policy"));
+  q.BindText(1, tenant_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<v1::TenantPolicy>();
+  ASSIGN_OR_RETURN(v1::TenantPolicy policy,
+                   ParseRecord<v1::TenantPolicy>(
+                       q.ColumnBlob(0), "tenant policy", tenant_id, db_));
+  return std::optional<v1::TenantPolicy>(std::move(policy));
+}
+
+absl::Status SqliteTransaction::PutTenantPolicy(
+    const v1::TenantPolicy& policy) {
+  RETURN_IF_ERROR(RequireWrite("PutTenantPolicy"));
+  if (policy.tenant_id().empty()) {
+    return absl::InvalidArgumentError("PutTenantPolicy: tenant_id is empty");
+  }
+  ASSIGN_OR_RETURN(std::string record, Serialize(policy, "tenant policy"));
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("INSERT OR REPLACE INTO tenant_policies "
+                             "(tenant_id, record) VALUES (?1, ?2)",
+                             "put tenant policy"));
+  q.BindText(1, policy.tenant_id());
+  q.BindBlob(2, record);
+  return q.Run();
+}
+
+absl::StatusOr<std::vector<v1::TenantPolicy>>
+SqliteTransaction::ListTenantPolicies(const Page& page) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT tenant_id, record FROM tenant_policies "
+                "WHERE tenant_id > ?1 ORDER BY tenant_id LIMIT ?2",
+                "list tenant policies"));
+  q.BindText(1, page.after);
+  q.BindInt(2, ClampLimit(page.limit));
+  std::vector<v1::TenantPolicy> policies;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(
+        v1::TenantPolicy policy,
+        ParseRecord<v1::TenantPolicy>(q.ColumnBlob(1), "tenant policy",
+                                      q.ColumnText(0), db_));
+    policies.push_back(std::move(policy));
+  }
+  return policies;
+}
+
+absl::StatusOr<std::optional<v1::Host>> SqliteTransaction::GetHost(
+    absl::string_view host_id) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT record FROM hosts WHERE host_id = ?1", "get host"));
+  q.BindText(1, host_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<v1::Host>();
+  ASSIGN_OR_RETURN(v1::Host host, ParseRecord<v1::Host>(
+                                      q.ColumnBlob(0), "host", host_id, db_));
+  return std::optional<v1::Host>(std::move(host));
+}
+
+absl::Status SqliteTransaction::PutHost(const v1::Host& host) {
+  RETURN_IF_ERROR(RequireWrite("PutHost"));
+  if (host.host_id().empty())
+    return absl::InvalidArgumentError("PutHost: host_id is empty");
+  std::string record;
+  // A stored `connected` would outlive the stream it describes.
+  if (host.connected()) {
+    v1::Host stored = host;
+    stored.clear_connected();
+    ASSIGN_OR_RETURN(record, Serialize(stored, "host"));
+  } else {
+    ASSIGN_OR_RETURN(record, Serialize(host, "host"));
+  }
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("INSERT OR REPLACE INTO hosts (host_id, record) "
+                             "VALUES (?1, ?2)",
+                             "put host"));
+  q.BindText(1, host.host_id());
+  q.BindBlob(2, record);
+  return q.Run();
+}
+
+absl::StatusOr<std::vector<v1::Host>> SqliteTransaction::ListHosts(
+    const Page& page) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT host_id, record FROM hosts WHERE host_id > ?1 "
+                "ORDER BY host_id LIMIT ?2",
+                "list hosts"));
+  q.BindText(1, page.after);
+  q.BindInt(2, ClampLimit(page.limit));
+  std::vector<v1::Host> hosts;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(
+        v1::Host host,
+        ParseRecord<v1::Host>(q.ColumnBlob(1), "host", q.ColumnText(0), db_));
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
+}
+
+absl::Status SqliteTransaction::ReplaceObservations(
+    absl::string_view host_id,
+    const std::vector<v1::VMObservation>& vms) {
+  RETURN_IF_ERROR(RequireWrite("ReplaceObservations"));
+  if (host_id.empty()) {
+    return absl::InvalidArgumentError(
+        "ReplaceObservations: host_id is empty");
+  }
+  int64_t seq = 0;
+  {
+    ASSIGN_OR_RETURN(
+        SqliteQuery q,
+        db_.Query("UPDATE meta SET value = value + 1 "
+                  "WHERE key = 'observation_seq' RETURNING value",
+                  "number observation report"));
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) seq = q.ColumnInt(0);
+    RETURN_IF_ERROR(q.Run());
+  }
+  {
+    ASSIGN_OR_RETURN(SqliteQuery q,
+                     db_.Query("DELETE FROM observations WHERE host_id = ?1",
+                               "delete observations"));
+    q.BindText(1, host_id);
+    RETURN_IF_ERROR(q.Run());
+  }
+  for (const v1::VMObservation& vm : vms) {
+    ASSIGN_OR_RETURN(std::string record,
+                     Serialize(vm.enforcement(), "enforcement"));
+    for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
+      if (key->empty()) continue;
+      ASSIGN_OR_RETURN(SqliteQuery q,
+                       db_.Query("INSERT OR REPLACE INTO observations "
+                                 "(key, host_id, seq, enforcement) "
+                                 "VALUES (?1, ?2, ?3, ?4)",
+                                 "put observation"));
+      q.BindText(1, *key);
+      q.BindText(2, host_id);
+      q.BindInt(3, seq);
+      q.BindBlob(4, record);
+      RETURN_IF_ERROR(q.Run());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<Observation>> SqliteTransaction::FindObservation(
+    absl::string_view key) {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT host_id, enforcement FROM observations "
+                             "WHERE key = ?1 ORDER BY seq DESC LIMIT 1",
+                             "find observation"));
+  q.BindText(1, key);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<Observation>();
+  Observation observation;
+  observation.host_id = std::string(q.ColumnText(0));
+  ASSIGN_OR_RETURN(observation.enforcement,
+                   ParseRecord<v1::VMEnforcement>(q.ColumnBlob(1),
+                                                  "observation", key, db_));
+  return std::optional<Observation>(std::move(observation));
+}
+
+absl::Status SqliteTransaction::RecordChange(absl::string_view host_id,
+                                             absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("RecordChange"));
+  ASSIGN_OR_RETURN(int64_t revision, WriteRevision());
+  // No agent can be told about a VM that is on no host.
+  if (host_id.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("INSERT OR IGNORE INTO changes (revision, host_id, vm_id) "
+                "VALUES (?1, ?2, ?3)",
+                "record change"));
+  q.BindInt(1, revision);
+  q.BindText(2, host_id);
+  q.BindText(3, vm_id);
+  RETURN_IF_ERROR(q.Run());
+  write_->change_rows += db_.Changes();
+  auto& hosts = write_->changed_hosts;
+  if (std::find(hosts.begin(), hosts.end(), host_id) == hosts.end()) {
+    hosts.emplace_back(host_id);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostChanges> SqliteTransaction::ChangesSince(
+    absl::string_view host_id, int64_t revision) {
+  HostChanges changes;
+  // Both read in this transaction's snapshot, with the log itself.
+  ASSIGN_OR_RETURN(int64_t current, ReadMeta(db_, "revision"));
+  ASSIGN_OR_RETURN(int64_t horizon, ReadMeta(db_, "compacted_revision"));
+  if (revision > current || revision < horizon) return changes;
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT DISTINCT vm_id FROM changes "
+                             "WHERE host_id = ?1 AND revision > ?2",
+                             "read changes"));
+  q.BindText(1, host_id);
+  q.BindInt(2, revision);
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    changes.vm_ids.emplace_back(q.ColumnText(0));
+  }
+  changes.complete = true;
+  return changes;
+}
+
+absl::Status SqliteTransaction::RequireWrite(absl::string_view op) const {
+  if (write_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(op, " is not allowed in a read-only transaction"));
+}
+
+}  // namespace cosched::store
