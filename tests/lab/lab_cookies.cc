@@ -9,16 +9,30 @@
 // spaces); the cookie is 0, 0x<hex>, or error:<ERRNO NAME> for that thread.
 // -j prints a JSON array instead. Exit: 0 all read, 1 some thread or process
 // failed or nothing matched, 2 usage.
+//
+//   lab_cookies --watch INTERVAL_MS SECONDS PID...
+//
+// Samples the cookies of every thread of the given processes every
+// INTERVAL_MS for SECONDS (in one process: a shell loop forking a reader per
+// sample could not keep up under emulation), prints every change of a
+// thread's cookie between two samples ("change +MS pid tid OLD -> NEW comm")
+// and a last line "samples N changes C threads_appeared A threads_gone G".
+// Threads that appear or go are counted, not changes. Exit: 0 no change,
+// 1 some change (or a process is gone), 2 usage.
 #include <dirent.h>
 #include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "sched_core_prctl.h"
@@ -101,13 +115,82 @@ std::string JsonString(const std::string& s) {
 }
 
 int Usage() {
-  fprintf(stderr, "usage: lab_cookies [-j] [-n COMM_PATTERN]... [PID|self]...\n");
+  fprintf(stderr,
+          "usage: lab_cookies [-j] [-n COMM_PATTERN]... [PID|self]...\n"
+          "       lab_cookies --watch INTERVAL_MS SECONDS PID...\n");
   return 2;
+}
+
+int Watch(int interval_ms, int seconds, const std::vector<long>& pids) {
+  using Clock = std::chrono::steady_clock;
+  auto sample = [&pids](bool* gone) {
+    std::map<std::pair<long, long>, ThreadCookie> m;
+    std::vector<ThreadCookie> rows;
+    for (long pid : pids) ReadProcess(pid, &rows);
+    for (ThreadCookie& t : rows) {
+      if (t.tid == 0) {
+        *gone = true;  // the whole process
+        continue;
+      }
+      if (t.err == ESRCH) continue;  // exited between listing and reading
+      m[{t.pid, t.tid}] = std::move(t);
+    }
+    return m;
+  };
+  bool gone = false;
+  auto last = sample(&gone);
+  if (gone) {
+    fprintf(stderr, "lab_cookies: a process is gone\n");
+    return 1;
+  }
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::seconds(seconds);
+  long samples = 1, changes = 0, appeared = 0, vanished = 0;
+  auto next = start;
+  while (true) {
+    next += std::chrono::milliseconds(interval_ms);
+    if (next > end) break;
+    std::this_thread::sleep_until(next);
+    auto now = sample(&gone);
+    ++samples;
+    const long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    for (const auto& [key, t] : now) {
+      auto it = last.find(key);
+      if (it == last.end()) {
+        ++appeared;
+        continue;
+      }
+      if (CookieText(it->second) != CookieText(t)) {
+        ++changes;
+        printf("change +%ld %ld %ld %s -> %s %s\n", ms, t.pid, t.tid,
+               CookieText(it->second).c_str(), CookieText(t).c_str(), t.comm.c_str());
+      }
+    }
+    for (const auto& [key, t] : last) vanished += now.count(key) ? 0 : 1;
+    last = std::move(now);
+  }
+  printf("samples %ld changes %ld threads_appeared %ld threads_gone %ld\n", samples, changes,
+         appeared, vanished);
+  if (gone) fprintf(stderr, "lab_cookies: a process is gone\n");
+  return changes == 0 && !gone ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 5 && std::string(argv[1]) == "--watch") {
+    int interval_ms = atoi(argv[2]), seconds = atoi(argv[3]);
+    std::vector<long> pids;
+    for (int i = 4; i < argc; ++i) {
+      char* end = nullptr;
+      long v = strtol(argv[i], &end, 10);
+      if (v <= 0 || *end != '\0') return Usage();
+      pids.push_back(v);
+    }
+    if (interval_ms <= 0 || seconds <= 0) return Usage();
+    return Watch(interval_ms, seconds, pids);
+  }
   bool json = false;
   std::vector<long> pids;
   std::vector<std::string> patterns;

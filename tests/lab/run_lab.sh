@@ -4,6 +4,7 @@
 # verdict into an exit status (0: PASS).
 #
 #   run_lab.sh SCENARIO [--out DIR] [--timeout SECONDS] [BINARY...]
+#   run_lab.sh --root9p SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]
 #
 # SCENARIO is tests/lab/scenarios/SCENARIO.sh (or a path to a script). Every BINARY (and every path
 # in $LAB_BINARIES, separated by spaces or colons) is copied to the guest's
@@ -16,6 +17,15 @@
 # rebuilt with ../shared/kernel/build.sh when missing), LAB_TIMEOUT (seconds
 # per boot, default 240), LAB_QEMU (default qemu-system-x86_64 from PATH),
 # LAB_BINARIES, LAB_KEEP=1 keeps the work folder.
+#
+# --root9p: no initramfs. The guest's root is this machine's own root,
+# read-only over 9p, so it has libvirtd, the real QEMU, every library and the
+# build tree at the same paths (ARCHITECTURE.md, "Real libvirt and real QEMU
+# inside the lab"). guest/init_root9p.sh mounts tmpfs where libvirt must
+# write, starts libvirtd and runs the scenario from the source tree with the
+# binaries of the build tree (--build DIR, else $LAB_BUILD, else <repo>/build)
+# on its PATH. The guest gets 2 GiB for the nested QEMU domains. A libvirtd
+# that does not start, like a guest oops, is reported and retried once.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,12 +34,18 @@ repo=$(cd "$here/../.." && pwd)
 die() { echo "run_lab: $*" >&2; exit 2; }
 
 [ $# -ge 1 ] || die "usage: run_lab.sh SCENARIO [--out DIR] [--timeout SECONDS] [BINARY...]"
+root9p=0
+if [ "$1" = --root9p ]; then root9p=1; shift; fi
+[ $# -ge 1 ] || die "usage: run_lab.sh --root9p SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]"
 scenario=$1; shift
 out=""
 timeout_s=${LAB_TIMEOUT:-240}
+build=${LAB_BUILD:-$repo/build}
 binaries=()
 while [ $# -gt 0 ]; do
   case $1 in
+    --root9p) root9p=1; shift ;;
+    --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     *) binaries+=("$1"); shift ;;
@@ -51,7 +67,7 @@ fi
 [ -f "$script" ] || die "no scenario $script"
 qemu=${LAB_QEMU:-qemu-system-x86_64}
 command -v "$qemu" >/dev/null || die "$qemu not found (scripts/install-deps.sh installs qemu-system-x86)"
-command -v cpio >/dev/null || die "cpio not found (scripts/install-deps.sh installs it)"
+[ $root9p = 1 ] || command -v cpio >/dev/null || die "cpio not found (scripts/install-deps.sh installs it)"
 
 # busybox-static, not a dynamic busybox: the guest has no libc of its own.
 busybox=""
@@ -79,10 +95,34 @@ if [ -z "$kernel" ]; then
 fi
 [ -f "$kernel" ] || die "lab kernel $kernel not found"
 
-# --- the initramfs ----------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/cosched-lab.XXXXXX")
 cleanup() { [ "${LAB_KEEP:-0}" = 1 ] || rm -rf "$work"; }
 trap cleanup EXIT
+
+# --- the 9p root ------------------------------------------------------------
+if [ $root9p = 1 ]; then
+  [ ${#binaries[@]} -eq 0 ] || die "--root9p takes no BINARY: the guest runs the build tree's ($build)"
+  build=$(cd "$build" 2>/dev/null && pwd) || die "no build tree $build (--build DIR)"
+  # The guest puts tmpfs on these (/tmp keeps a build tree visible).
+  for tree in "$build" "$repo"; do
+    case $tree/ in
+      /run/*|/root/*|/var/log/*|/var/lib/libvirt/*|/var/cache/libvirt/*|/etc/libvirt/*|/dev/*|/proc/*|/sys/*)
+        die "$tree is hidden in the guest by a tmpfs: use a tree elsewhere" ;;
+    esac
+  done
+  for tool in server/csd agent/cs-agent cli/csctl tests/lab/lab_cookies tests/lab/lab_tag_gap; do
+    [ -x "$build/$tool" ] || die "$build/$tool not built (cmake --build $build --target lab_libvirt_binaries)"
+  done
+  for tool in libvirtd virsh; do
+    command -v $tool >/dev/null || die "$tool not found (scripts/install-deps.sh installs libvirt-daemon, libvirt-daemon-driver-qemu and libvirt-clients)"
+  done
+  [ -x /usr/bin/qemu-system-x86_64 ] || die "no /usr/bin/qemu-system-x86_64 for the guest's libvirt (qemu-system-x86)"
+  [ -x /bin/busybox ] || die "no /bin/busybox (busybox-static): the guest powers off with it"
+  [ -f "$here/guest/init_root9p.sh" ] || die "no $here/guest/init_root9p.sh"
+fi
+
+# --- the initramfs ----------------------------------------------------------
+if [ $root9p = 0 ]; then
 root="$work/root"
 mkdir -p "$root"/{usr/bin,usr/sbin,usr/lib,usr/lib64,dev,proc,sys,mnt,tmp,run,etc,root,lab}
 # The same merged-/usr layout as the build machine, so that library paths
@@ -116,6 +156,7 @@ cp "$script" "$root/lab/scenario.sh"
 chmod 755 "$root/init" "$root/lab/scenario.sh"
 echo "$scenario" >"$root/lab/name"
 (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$work/initramfs.cpio.gz"
+fi
 
 # --- boot -------------------------------------------------------------------
 out_is_temporary=0
@@ -143,23 +184,45 @@ fi
 # A guest oops or panic; a WARNING alone is not one.
 oops_re='Oops:|Kernel panic|BUG:|general protection fault|int3'
 
-# run_once ATTEMPT_DIR: 0 PASS, 1 FAIL (verdict), 2 no verdict, 3 guest oops.
+# The guest: initramfs, or (--root9p) this machine's root read-only over 9p
+# with more memory for nested QEMU domains.
+if [ $root9p = 1 ]; then
+  guest_args=(-m 2048
+    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+    -kernel "$kernel"
+    -append "console=ttyS0 panic=-1 quiet root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro init=/bin/sh -- $here/guest/init_root9p.sh")
+else
+  guest_args=(-m 1024 -kernel "$kernel" -initrd "$work/initramfs.cpio.gz"
+    -append "console=ttyS0 panic=-1 quiet")
+fi
+
+# run_once ATTEMPT_DIR: 0 PASS, 1 FAIL (verdict), 2 no verdict, 3 guest oops,
+# 4 libvirtd did not start (--root9p).
 run_once() {
   local dir=$1 rc=0 start end
   rm -rf "$dir"; mkdir -p "$dir"
+  if [ $root9p = 1 ]; then
+    printf 'LAB_SCENARIO=%s\nLAB_SCRIPT=%s\nLAB_SRC=%s\nLAB_BUILD=%s\n' \
+      "$scenario" "$script" "$repo" "$build" >"$dir/lab.env"
+  fi
   start=$(date +%s.%N)
   timeout -k 10 "$timeout_s" $nice_cmd "$qemu" \
-    -accel tcg,thread=multi -cpu max -smp 4,sockets=1,cores=2,threads=2 -m 1024 \
+    -accel tcg,thread=multi -cpu max -smp 4,sockets=1,cores=2,threads=2 \
     -nographic -no-reboot -nic none \
     -virtfs "local,path=$dir,mount_tag=host0,security_model=none" \
-    -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
-    -append "console=ttyS0 panic=-1 quiet" </dev/null >"$dir/console.log" 2>&1 || rc=$?
+    "${guest_args[@]}" </dev/null >"$dir/console.log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   LAST_SECONDS=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}')
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "run_lab: the guest did not finish within ${timeout_s}s" >>"$dir/harness.log"
   fi
+  if [ $root9p = 1 ] && ls "$dir"/libvirt-caps/*.xml >/dev/null 2>&1; then
+    # libvirtd's QEMU capabilities, for the next boot (see init_root9p.sh).
+    mkdir -p "$build/tests/lab/root9p-cache/capabilities" &&
+      cp "$dir"/libvirt-caps/*.xml "$build/tests/lab/root9p-cache/capabilities/" 2>/dev/null || true
+  fi
   if grep -Eq "$oops_re" "$dir/console.log"; then return 3; fi
+  [ -f "$dir/libvirtd-failed" ] && return 4
   [ -f "$dir/verdict" ] || return 2
   grep -q '^PASS' "$dir/verdict" && return 0
   return 1
@@ -182,13 +245,20 @@ if [ $status -eq 3 ]; then
   status=0
   run_once "$out" || status=$?
   [ $status -ne 3 ] || echo "run_lab: guest kernel oops again on the retry: failing"
+elif [ $status -eq 4 ]; then
+  echo "run_lab: libvirtd did not start in the guest ($(cat "$out/libvirtd-failed")), retrying once"
+  tail -n 20 "$out/libvirt/libvirtd.log" 2>/dev/null | sed 's/^/  | /' || true
+  rm -rf "$out.libvirtd"; mv "$out" "$out.libvirtd"  # keep the first attempt for inspection
+  status=0
+  run_once "$out" || status=$?
+  [ $status -ne 4 ] || echo "run_lab: libvirtd failed again on the retry: failing"
 fi
 
 show_figures "$out"
 case $status in
   0)
     if [ $out_is_temporary = 1 ]; then
-      rm -rf "$out" "$out.oops"
+      rm -rf "$out" "$out.oops" "$out.libvirtd"
       echo "run_lab: lab.$scenario PASS in ${LAST_SECONDS}s"
     else
       echo "run_lab: lab.$scenario PASS in ${LAST_SECONDS}s (results: $out)"
@@ -207,5 +277,11 @@ case $status in
     echo "run_lab: lab.$scenario FAIL: guest kernel oops (results: $out)"
     echo "--- guest console ---"
     cat "$out/console.log" ;;
+  4)
+    echo "run_lab: lab.$scenario FAIL: libvirtd did not start in the guest: $(cat "$out/libvirtd-failed") (results: $out)"
+    echo "--- libvirtd log (last 40 lines) ---"
+    tail -n 40 "$out/libvirt/libvirtd.log" 2>/dev/null || true
+    echo "--- guest console (last 60 lines) ---"
+    tail -n 60 "$out/console.log" ;;
 esac
 exit 1

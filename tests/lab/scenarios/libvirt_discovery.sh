@@ -1,0 +1,108 @@
+# Discovery and tagging through libvirt (run_lab.sh --root9p): three real
+# QEMU domains (TCG, paused, no disk, no network) of two tenants, started by
+# libvirtd 9.0 in the guest. cs-agent finds them through libvirt's C API;
+# what it must find (name, UUID, QEMU pid, vCPU thread ids, the other QEMU
+# threads) is taken here from virsh, libvirt's status XML, QMP and /proc.
+# After `csctl tag` every thread of each domain holds its group's cookie,
+# read back by the lab's own reader (lab_cookies), not through the agent.
+. "$LAB_GUEST/lib.sh"
+. "$LAB_GUEST/libvirt.sh"
+set -u
+trap 'lab_keep_logs; lab_libvirtd_keep_logs' EXIT
+lab_check_topology
+
+# acme: lv-a1 and lv-a2 at level tenant (one trust group); globex: lv-g1 at
+# level vm, tagged by its UUID (csd matches a VM by name or UUID, so this
+# holds only if the agent reported the UUID it got from libvirt).
+domains="lv-a1 lv-a2 lv-g1"
+uuid_lv_a1=00000000-0000-4000-8000-00000000a001
+uuid_lv_a2=00000000-0000-4000-8000-00000000a002
+uuid_lv_g1=00000000-0000-4000-8000-00000000b001
+uuid_of() { eval "echo \$uuid_$(echo "$1" | tr - _)"; }
+for d in $domains; do
+  lab_domain_define "$d" "$(uuid_of "$d")" 2
+done
+for d in $domains; do
+  t0=$(lab_ms_now)
+  lab_domain_start "$d" --paused
+  lab_log "virsh start --paused $d: $(( $(lab_ms_now) - t0 )) ms"
+done
+virsh list --all
+
+# What libvirt and /proc say about each domain.
+for d in $domains; do
+  pid=$(lab_domain_pid "$d")
+  [ -n "$pid" ] && [ -d "/proc/$pid" ] || lab_fail "$d: no QEMU pid in libvirt's status XML"
+  [ "$(cat "/run/libvirt/qemu/$d.pid" 2>/dev/null)" = "$pid" ] || lab_fail "$d: pid file and status XML differ"
+  [ "$(lab_domain_uuid "$d")" = "$(uuid_of "$d")" ] || lab_fail "$d: virsh domuuid $(lab_domain_uuid "$d")"
+  vcpus=$(lab_domain_vcpu_tids "$d" | awk '{print $2}' | sort -n | tr '\n' ' ')
+  [ "$(echo $vcpus | wc -w)" = 2 ] || lab_fail "$d: status XML lists vCPU threads '$vcpus', expected 2"
+  # (not the "thread-id" of the CPU topology in "props")
+  qmp=$(virsh qemu-monitor-command "$d" '{"execute":"query-cpus-fast"}' | sed 's/"props": *{[^}]*}//g' |
+    grep -o '"thread-id": *[0-9]*' | grep -o '[0-9]*$' | sort -n | tr '\n' ' ')
+  [ "$qmp" = "$vcpus" ] || lab_fail "$d: vCPU threads: status XML '$vcpus', QMP query-cpus-fast '$qmp'"
+  for t in $vcpus; do
+    [ -d "/proc/$pid/task/$t" ] || lab_fail "$d: vCPU thread $t is not a thread of QEMU pid $pid"
+  done
+  others=$(for t in /proc/$pid/task/*; do
+    t=${t##*/}
+    case " $vcpus " in *" $t "*) ;; *) echo "$t:$(cat "/proc/$pid/task/$t/comm")" ;; esac
+  done | tr '\n' ' ')
+  eval "pid_$(echo "$d" | tr - _)=$pid"
+  lab_result "$d" "uuid $(uuid_of "$d"), QEMU pid $pid, vCPU tids ${vcpus% } (status XML = QMP), other threads ${others% }"
+done
+
+lab_start_csd
+lab_start_agent_libvirt
+lab_wait_host_secs 120
+grep -q 'finding VMs through libvirt at qemu:///system' /tmp/agent.log ||
+  lab_fail "the agent does not use libvirt discovery: $(head -5 /tmp/agent.log)"
+lab_wait_secs 30 grep -q 'libvirt: connected to qemu:///system' /tmp/agent.log ||
+  lab_fail "the agent did not connect to libvirt"
+
+lab_log "csctl tag"
+t0=$(lab_ms_now)
+csctl tag lv-a1 --tenant acme --isolation tenant || lab_fail "csctl tag lv-a1"
+csctl tag lv-a2 --tenant acme --isolation tenant || lab_fail "csctl tag lv-a2"
+csctl tag "$uuid_lv_g1" --tenant globex --isolation vm || lab_fail "csctl tag lv-g1 by UUID"
+lab_wait_enforced_secs lv-a1 120
+lab_wait_enforced_secs lv-a2 120
+lab_wait_enforced_secs "$uuid_lv_g1" 120
+lab_result "tag to enforced" "$(( $(lab_ms_now) - t0 )) ms for 3 domains (csctl tag .. csd shows all enforced)"
+lab_result "reconcile" "$(lab_last_reconcile)"
+
+# What the agent reported, against /proc.
+for vm in lv-a1 lv-a2 "$uuid_lv_g1"; do
+  json=$(csctl get "$vm" -o json)
+  d=$vm
+  [ "$vm" = "$uuid_lv_g1" ] && d=lv-g1
+  pid=$(eval "echo \$pid_$(echo "$d" | tr - _)")
+  threads=$(ls "/proc/$pid/task" | wc -l)
+  found=$(echo "$json" | grep -o '"threads_found": *[0-9]*' | grep -o '[0-9]*$')
+  tagged=$(echo "$json" | grep -o '"threads_tagged": *[0-9]*' | grep -o '[0-9]*$')
+  echo "$json" | grep -q '"host_id": "lab"' || lab_fail "$vm: csd does not place it on host lab: $json"
+  [ "$found" = "$threads" ] || lab_fail "$d: the agent found $found threads, /proc/$pid/task has $threads"
+  lab_result "$d agent report" "threads found $found, tagged $tagged (/proc: $threads)"
+done
+
+# The lab's own reader: every thread of each domain holds its group's cookie.
+for d in $domains; do
+  lab_domain_cookies "$d" | sed "s/^/  $d: /"
+done
+ca1=$(lab_domain_one_cookie lv-a1) || exit 1
+ca2=$(lab_domain_one_cookie lv-a2) || exit 1
+cg1=$(lab_domain_one_cookie lv-g1) || exit 1
+[ "$ca1" != 0 ] && [ "$cg1" != 0 ] || lab_fail "untagged domain: lv-a1 $ca1, lv-g1 $cg1"
+[ "$ca1" = "$ca2" ] || lab_fail "acme's domains at level tenant differ: lv-a1 $ca1, lv-a2 $ca2"
+[ "$ca1" != "$cg1" ] || lab_fail "acme and globex share cookie $ca1"
+for d in $domains; do
+  lab_result "$d cookies" "$(lab_domain_thread_summary "$d")"
+done
+agent_cookies=$(lab_cookies_of "$AGENT_PID" | tr '\n' ' ')
+[ "$agent_cookies" = "0 " ] || lab_fail "the agent's own threads hold cookies: $agent_cookies"
+libvirtd_cookies=$(lab_cookies_of "$(cat "$LAB_LIBVIRTD_PIDFILE")" | tr '\n' ' ')
+[ "$libvirtd_cookies" = "0 " ] || lab_fail "libvirtd's threads hold cookies: $libvirtd_cookies"
+lab_result "groups" "acme (lv-a1, lv-a2) $ca1, globex (lv-g1) $cg1; agent and libvirtd threads: none"
+
+for d in $domains; do lab_domain_destroy "$d"; done
+lab_stop_agent
