@@ -69,6 +69,16 @@ for phase in untagged pinned tagged; do
 done
 
 field() { lab_share_field "/tmp/share-$1.txt" "$2" "$3"; }
+# As in agent_two_tenants.sh: an emulated CPU stalled by a loaded host can
+# leave a core on two cookies for milliseconds; one more trace, reported.
+for vm in vm-1 vm-2; do
+  lab_float_cmp "$(field tagged $vm 5)" "<=" 2 && continue
+  lab_result "first tagged trace" "vm-1 $(field tagged vm-1 5)%, vm-2 $(field tagged vm-2 5)% foreign: measuring again"
+  lab_trace_record 2 /tmp/trace-tagged.txt
+  lab_sibling_share --trace /tmp/trace-tagged.txt --group vm-1=$vm1 --group vm-2=$vm2 --text \
+    >/tmp/share-tagged.txt || lab_fail "lab_sibling_share on the second tagged trace"
+  break
+done
 for vm in vm-1 vm-2; do
   before=$(field untagged $vm 5)
   pinned=$(field pinned $vm 5)
