@@ -27,7 +27,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -46,13 +45,6 @@ struct ThreadCookie {
   uint64_t cookie = 0;
   int err = 0;
 };
-
-std::string ReadComm(const std::string& path) {
-  std::ifstream f(path);
-  std::string comm;
-  std::getline(f, comm);
-  return comm;
-}
 
 std::vector<long> ListNumericDir(const std::string& path, int* err) {
   std::vector<long> ids;
@@ -82,7 +74,7 @@ void ReadProcess(long pid, std::vector<ThreadCookie>* out) {
     ThreadCookie t;
     t.pid = pid;
     t.tid = tid;
-    t.comm = ReadComm("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
+    t.comm = cosched::lab::ReadProcLine("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
     t.err = cosched::lab::SchedCoreCall(cosched::lab::kGet, static_cast<pid_t>(tid),
                                         cosched::lab::kScopeThread, &t.cookie);
     out->push_back(std::move(t));
@@ -215,7 +207,7 @@ int main(int argc, char** argv) {
     int err = 0;
     std::set<long> given(pids.begin(), pids.end());
     for (long pid : ListNumericDir("/proc", &err)) {
-      std::string comm = ReadComm("/proc/" + std::to_string(pid) + "/comm");
+      std::string comm = cosched::lab::ReadProcLine("/proc/" + std::to_string(pid) + "/comm");
       for (const auto& p : patterns) {
         if (!comm.empty() && fnmatch(p.c_str(), comm.c_str(), 0) == 0 && given.insert(pid).second) {
           pids.push_back(pid);

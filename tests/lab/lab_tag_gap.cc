@@ -34,7 +34,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -58,10 +57,8 @@ std::set<int> Threads(int pid) {
 }
 
 std::string Comm(int pid, int tid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
-  std::string comm;
-  std::getline(f, comm);
-  return comm;
+  return cosched::lab::ReadProcLine("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) +
+                                    "/comm");
 }
 
 int Usage() {
@@ -72,8 +69,7 @@ int Usage() {
 }
 
 std::string Cmdline(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string s = cosched::lab::ReadProcFile("/proc/" + std::to_string(pid) + "/cmdline");
   for (char& c : s) {
     if (c == '\0') c = ' ';
   }
