@@ -90,7 +90,7 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
     std::atomic<bool> stop{false};
     std::atomic<int> acks_this_round{0};
     std::vector<std::thread> writers;
-    for (int w = 0; w < 8; ++w) {
+    for (int w = 0; w < 16; ++w) {
       writers.emplace_back([&, w] {
         auto stub = v1::ControlPlane::NewStub(channel);
         for (int i = 0; !stop; ++i) {

@@ -631,6 +631,26 @@ TEST_F(SqliteStoreTest, DamagedPagesAreRefusedAsCorrupt) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("corrupt"));
 }
 
+TEST_F(SqliteStoreTest, TruncatedFileIsRefusedAsCorrupt) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 200; ++i) {
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+    }
+  }
+  const auto size = std::filesystem::file_size(DbPath());
+  ASSERT_GT(size, 4 * 4096u);
+  // A copy cut short, as a full disk or an interrupted copy leaves it: the
+  // header still says how many pages there should be.
+  std::filesystem::resize_file(DbPath(), size / 2);
+  absl::Status status = OpenError();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("corrupt"));
+  // Refused, not repaired or started over.
+  EXPECT_EQ(std::filesystem::file_size(DbPath()), size / 2);
+}
+
 TEST_F(SqliteStoreTest, UncreatableDataDirGivesAClearError) {
   std::string file = root_ + "/a-file";
   { std::ofstream out(file); }
