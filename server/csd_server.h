@@ -47,6 +47,8 @@ class CsdServer {
   int port() const { return port_; }
   // "127.0.0.1:<port>" style address that clients can dial.
   std::string address() const { return address_; }
+  // The store's latest revision.
+  int64_t revision() const { return store_->CurrentRevision(); }
 
   void Shutdown();
   // Blocks until Shutdown() from another thread.
