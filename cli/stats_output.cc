@@ -154,7 +154,7 @@ void PrintStats(const v1::GetStatsRequest& request,
       << " s asked)";
   if (response.lost_events() > 0) out << ", " << response.lost_events() << " lost events";
   if (response.dropped_windows() > 0) {
-    out << ", " << response.dropped_windows() << " windows dropped by agents";
+    out << ", agents dropped " << response.dropped_windows() << " window(s)";
   }
   out << "\n";
   if (request.has_host_id() && !response.cores().empty()) {
