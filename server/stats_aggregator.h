@@ -49,9 +49,9 @@ absl::Status ValidateStatsWindows(
 // one ring holding a window that ended in the span, and says in
 // start_unix_ns/end_unix_ns which windows that covered exactly.
 //
-// Memory bound: per (host, VM) 86 buckets of kVmBucketBytes (about 8 KiB);
-// per host 86 buckets of 48 bytes plus 32 bytes per core reported (about
-// 180 KiB for a 64-core host). Series with no window in the last 24 h are
+// Memory bound: per (host, VM) 86 buckets of kVmBucketBytes (96 bytes:
+// about 8 KiB); per host 86 buckets of 72 bytes plus 32 bytes per core
+// reported (about 180 KiB for a 64-core host). Series with no window in the last 24 h are
 // dropped by a sweep that runs at most every 10 minutes, so the total is
 // bounded by the (host, VM) pairs seen in a day.
 class StatsAggregator {
