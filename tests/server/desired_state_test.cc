@@ -3,7 +3,6 @@
 #include <future>
 
 #include "absl/time/clock.h"
-
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
@@ -294,12 +293,6 @@ TEST_F(DesiredStateTest, FullLastPageHasNoNextToken) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->vms_size(), 20);
 }
-
-}  // namespace
-}  // namespace cosched::server
-
-namespace cosched::server {
-namespace {
 
 // A one-second window ending a few seconds ago in which `vm_id` ran 100 ns.
 v1::StatsWindow RecentWindow(int64_t end_ago_s, const std::string& vm_id) {
