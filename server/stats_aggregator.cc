@@ -16,11 +16,15 @@ constexpr int64_t kNsPerSecond = 1000000000;
 constexpr int64_t kMinuteNs = 60 * kNsPerSecond;
 constexpr int64_t kHourNs = 60 * kMinuteNs;
 constexpr int64_t kKeepNs = kMaxStatsSpanSeconds * kNsPerSecond;
-// One more bucket than the span needs: the oldest is partly outside it.
-constexpr int kFineBuckets = 61;
-constexpr int kCoarseBuckets = 25;
-constexpr int64_t kFineSpanNs = (kFineBuckets - 1) * kMinuteNs;
-constexpr int64_t kMaxAheadNs = kHourNs;
+// Windows may end a little ahead of csd's clock (the agent's runs ahead);
+// further ahead they are ignored, else they would land in a bucket that
+// still holds windows of the span.
+constexpr int64_t kMaxAheadNs = kMinuteNs;
+// Each ring has two buckets more than its span: the oldest is partly
+// outside the span, the newest may hold windows ending ahead of csd's clock.
+constexpr int64_t kFineSpanNs = kHourNs;
+constexpr int kFineBuckets = kFineSpanNs / kMinuteNs + 2;
+constexpr int kCoarseBuckets = kKeepNs / kHourNs + 2;
 constexpr int64_t kSweepEveryNs = 10 * kMinuteNs;
 
 // Figures are summed over up to a day of many VMs: saturate, never wrap.
@@ -384,6 +388,8 @@ int64_t StatsAggregator::Add(
     }
     table.lock();
     host = FindHost(host_id);
+    // Swept already: only when csd's clock jumped a day between the lines.
+    if (host == nullptr) return stats.size();
   }
 
   int64_t ignored = 0;

@@ -43,15 +43,15 @@ absl::Status ValidateStatsWindows(
 // and, for VMs new on the host, a short lock of the VM index).
 //
 // Two rings of buckets per (host, VM) and per host, indexed by the end time
-// of a window: 61 one-minute buckets (spans up to an hour, answered to the
-// minute) and 25 one-hour buckets (spans up to 24 h, answered to the hour).
+// of a window: 62 one-minute buckets (spans up to an hour, answered to the
+// minute) and 26 one-hour buckets (spans up to 24 h, answered to the hour).
 // A window lands in one bucket of each ring; a query sums the buckets of
 // one ring holding a window that ended in the span, and says in
 // start_unix_ns/end_unix_ns which windows that covered exactly.
 //
-// Memory bound: per (host, VM) 86 buckets of kVmBucketBytes (96 bytes:
-// about 8 KiB); per host 86 buckets of 72 bytes plus 32 bytes per core
-// reported (about 180 KiB for a 64-core host). Series with no window in the last 24 h are
+// Memory bound: per (host, VM) 88 buckets of kVmBucketBytes (96 bytes:
+// about 8.3 KiB); per host 88 buckets of 72 bytes plus 32 bytes per core
+// reported (about 186 KiB for a 64-core host). Series with no window in the last 24 h are
 // dropped by a sweep that runs at most every 10 minutes, so the total is
 // bounded by the (host, VM) pairs seen in a day.
 class StatsAggregator {
@@ -69,7 +69,7 @@ class StatsAggregator {
   // maps a reported vm_id to the id the VM is tagged under, when they
   // differ (a VM tagged by UUID). Windows that start before the end of the
   // last window taken from this host (a Report sent again after a lost
-  // answer), end over 24 h ago or over an hour ahead of csd's clock are
+  // answer), end over 24 h ago or over a minute ahead of csd's clock are
   // ignored; returns how many were.
   int64_t Add(absl::string_view host_id,
               const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,

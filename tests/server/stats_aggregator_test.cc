@@ -197,10 +197,21 @@ TEST_F(StatsAggregatorTest, AReportSentAgainIsNotCountedTwice) {
 TEST_F(StatsAggregatorTest, WindowsTooOldOrAheadOfTheClockAreIgnored) {
   v1::StatsWindow old = Window(86400 + 60);
   AddVm(old, "vm-a", Share(1, 1, 0, 0));
-  v1::StatsWindow ahead = Window(-2 * 3600);
+  v1::StatsWindow ahead = Window(-90);
   AddVm(ahead, "vm-a", Share(1, 1, 0, 0));
   EXPECT_EQ(Add("h1", {old, ahead}), 2);
   EXPECT_EQ(stats_.QueryVms({"vm-a"}, 86400).windows(), 0);
+}
+
+TEST_F(StatsAggregatorTest, AWindowSlightlyAheadOfTheClockKeepsTheHourIntact) {
+  v1::StatsWindow hour_ago = Window(59 * 60 + 30);
+  AddVm(hour_ago, "vm-a", Share(100, 100, 0, 0));
+  v1::StatsWindow ahead = Window(-50, 5);
+  AddVm(ahead, "vm-a", Share(10, 10, 0, 0));
+  EXPECT_EQ(Add("h1", {hour_ago, ahead}), 0);
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 3600);
+  EXPECT_EQ(r.total().run_ns(), 110);
+  EXPECT_EQ(r.windows(), 2);
 }
 
 TEST_F(StatsAggregatorTest, TheSpanSelectsWindowsByTheirEnd) {
