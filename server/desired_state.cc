@@ -500,18 +500,20 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
       },
       [this, report, tagged_id,
        done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
-        if (r.ok()) {
-          const v1::ReportRequest& request = *report;
-          // Only a committed Report counts: a refused one changes nothing.
-          int64_t ignored = stats_.Add(request.host_id(), request.stats(),
-                                       request.dropped_windows(), *tagged_id);
-          LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
-              << "host " << request.host_id() << ": ignored " << ignored
-              << " stats window(s) already reported, over 24 h old or ahead "
-                 "of csd's clock (logged every 100th time)";
-          r->set_revision(store_->CurrentRevision());
-        }
-        done(std::move(r));
+        if (!r.ok()) return done(std::move(r));
+        r->set_revision(store_->CurrentRevision());
+        // Only a committed Report counts: a refused one changes nothing.
+        // Answered once its windows are in, so the agent's next Report and
+        // any GetStats after the answer see them.
+        stats_.AddInBackground(
+            report, tagged_id,
+            [host = report->host_id(), done, response = std::move(*r)](int64_t ignored) {
+              LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
+                  << "host " << host << ": ignored " << ignored
+                  << " stats window(s) already reported, over 24 h old or "
+                     "ahead of csd's clock (logged every 100th time)";
+              done(response);
+            });
       });
 }
 

@@ -48,8 +48,8 @@ class DesiredState {
   // Places the reported VMs on the host (their assignments are then
   // streamed there) and records their enforcement; once that is committed,
   // adds the stats windows to the in-memory aggregate (under the id a VM is
-  // tagged with, when it is tagged by UUID). FAILED_PRECONDITION for an
-  // unregistered host.
+  // tagged with, when it is tagged by UUID) and then runs `done`, on the
+  // aggregate's thread. FAILED_PRECONDITION for an unregistered host.
   void ApplyReport(const v1::ReportRequest& request,
                    Done<v1::ReportResponse> done);
 

@@ -356,9 +356,44 @@ StatsAggregator::StatsAggregator(Clock now)
         return std::chrono::duration_cast<std::chrono::nanoseconds>(
                    std::chrono::system_clock::now().time_since_epoch())
             .count();
-      }) {}
+      }),
+      worker_([this] { WorkerLoop(); }) {}
 
-StatsAggregator::~StatsAggregator() = default;
+StatsAggregator::~StatsAggregator() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_wake_.notify_one();
+  worker_.join();
+}
+
+void StatsAggregator::AddInBackground(
+    std::shared_ptr<const v1::ReportRequest> report,
+    std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id,
+    std::function<void(int64_t ignored)> then) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back([this, report = std::move(report), tagged_id = std::move(tagged_id),
+                      then = std::move(then)] {
+      then(Add(report->host_id(), report->stats(), report->dropped_windows(), *tagged_id));
+    });
+  }
+  queue_wake_.notify_one();
+}
+
+void StatsAggregator::WorkerLoop() {
+  std::unique_lock lock(queue_mu_);
+  while (true) {
+    queue_wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued ran
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
 
 std::shared_ptr<StatsAggregator::HostSeries> StatsAggregator::FindHost(
     absl::string_view host_id) const {

@@ -6,12 +6,15 @@
 #ifndef COSCHED_SERVER_STATS_AGGREGATOR_H_
 #define COSCHED_SERVER_STATS_AGGREGATOR_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,7 +41,7 @@ absl::Status ValidateStatsWindows(
     const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
     int64_t dropped_windows);
 
-// Thread-safe. Reports from many hosts are added concurrently: a host's
+// Thread-safe. Reports from many hosts can be added concurrently: a host's
 // windows take only that host's lock (plus a shared lock of the host table
 // and, for VMs new on the host, a short lock of the VM index).
 //
@@ -76,6 +79,15 @@ class StatsAggregator {
               int64_t dropped_windows,
               const absl::flat_hash_map<std::string, std::string>& tagged_id);
 
+  // Add() on the aggregator's own thread, then then(ignored) there: the
+  // store's writer thread, which commits Reports, is not held by the sums
+  // of a large one. In call order. The queue holds at most one Report per
+  // agent waiting for its answer, as `then` answers it.
+  void AddInBackground(std::shared_ptr<const v1::ReportRequest> report,
+                       std::shared_ptr<const absl::flat_hash_map<std::string, std::string>>
+                           tagged_id,
+                       std::function<void(int64_t ignored)> then);
+
   // The VMs among `vm_ids` that reported a window ending in the last
   // `span_seconds` (1 to 86400), each summed over every host it ran on, and
   // their total. windows/lost_events/dropped_windows are those of the
@@ -97,6 +109,7 @@ class StatsAggregator {
 
   std::shared_ptr<HostSeries> FindHost(absl::string_view host_id) const;
   void MaybeSweep(int64_t now_ns);
+  void WorkerLoop();
 
   const Clock now_;
   // Guards hosts_ (the table, not the series: each has its own lock).
@@ -108,6 +121,13 @@ class StatsAggregator {
   // (queries skip those). Taken after a host's lock, never before.
   mutable std::mutex index_mu_;
   absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> hosts_of_vm_;
+
+  // AddInBackground's queue; the destructor runs what is queued, then joins.
+  std::mutex queue_mu_;
+  std::condition_variable queue_wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once the rest is built
 };
 
 }  // namespace cosched::server

@@ -1,6 +1,8 @@
 #include "server/stats_aggregator.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -268,6 +270,30 @@ TEST_F(StatsAggregatorTest, SeriesSilentForADayAreDropped) {
   now_ += 12 * 3600 * kSec;
   Add("h2", {});
   EXPECT_EQ(stats_.VmSeriesCount(), 0u);
+}
+
+TEST_F(StatsAggregatorTest, InBackgroundAddsThenAnswersInCallOrder) {
+  auto first = std::make_shared<v1::ReportRequest>();
+  first->set_host_id("h1");
+  *first->add_stats() = Window(20);
+  AddVm(*first->mutable_stats(0), "vm-a", Share(100, 100, 0, 0));
+  auto again = std::make_shared<v1::ReportRequest>(*first);  // taken already
+  auto none = std::make_shared<const absl::flat_hash_map<std::string, std::string>>();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int64_t, int64_t>> answers;  // (ignored, run_ns seen)
+  for (const auto& report : {first, again}) {
+    stats_.AddInBackground(report, none, [&](int64_t ignored) {
+      int64_t run = stats_.QueryVms({"vm-a"}, 300).total().run_ns();
+      std::lock_guard lock(mu);
+      answers.emplace_back(ignored, run);
+      cv.notify_one();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return answers.size() == 2; });
+  EXPECT_EQ(answers[0], std::make_pair(int64_t{0}, int64_t{100}));
+  EXPECT_EQ(answers[1], std::make_pair(int64_t{1}, int64_t{100}));
 }
 
 TEST_F(StatsAggregatorTest, ConcurrentReportsAndQueriesAddUpExactly) {
