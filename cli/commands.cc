@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cli/output.h"
+#include "cli/stats_output.h"
 #include "common/names.h"
 #include "common/transport.h"
 #include "common/validation.h"
@@ -375,6 +376,51 @@ int RunHostGet(Stub& stub, const std::string& host_id,
     PrintJson(HostToJson(host), out);
   } else {
     PrintHost(host, out);
+  }
+  return kExitOk;
+}
+
+int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err) {
+  const int subjects = !args.vm_id.empty() + !args.host_id.empty() +
+                       !args.tenant.empty() + !args.trust_group.empty();
+  if (subjects != 1) {
+    return UsageError(absl::InvalidArgumentError(
+                          "stats takes exactly one of VM, --host, --tenant, --group"),
+                      err);
+  }
+  v1::GetStatsRequest request;
+  absl::Status valid;
+  std::string what;
+  if (!args.vm_id.empty()) {
+    valid = ValidateId("vm_id", args.vm_id);
+    request.set_vm_id(args.vm_id);
+    what = absl::StrCat("stats of vm '", args.vm_id, "'");
+  } else if (!args.host_id.empty()) {
+    valid = ValidateId("--host", args.host_id);
+    request.set_host_id(args.host_id);
+    what = absl::StrCat("stats of host '", args.host_id, "'");
+  } else if (!args.tenant.empty()) {
+    valid = ValidateId("--tenant", args.tenant);
+    request.set_tenant(args.tenant);
+    what = absl::StrCat("stats of tenant '", args.tenant, "'");
+  } else {
+    request.set_trust_group(args.trust_group);
+    what = absl::StrCat("stats of trust group '", args.trust_group, "'");
+  }
+  if (!valid.ok()) return UsageError(valid, err);
+  auto window = ParseStatsWindow("--window", args.window);
+  if (!window.ok()) return UsageError(window.status(), err);
+  request.set_window_seconds(*window);
+
+  v1::GetStatsResponse response;
+  grpc::Status status =
+      stub.GetStats(MakeContext(options).get(), request, &response);
+  if (!status.ok()) return RpcError(status, options, what, err);
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(StatsToJson(request, response), out);
+  } else {
+    PrintStats(request, response, out);
   }
   return kExitOk;
 }

@@ -63,6 +63,16 @@ struct PolicySetArgs {
   std::vector<std::string> allowed_isolation{};
 };
 
+// Exactly one subject: a VM, --host, --tenant or --group.
+struct StatsArgs {
+  std::string vm_id{};
+  std::string host_id{};
+  std::string tenant{};
+  std::string trust_group{};
+  // "300s", "5m", "1h", ... (ParseStatsWindow).
+  std::string window = "5m";
+};
+
 using Stub = v1::ControlPlane::StubInterface;
 
 // TagVM; prints the VM with its assignment (JSON: the VM object plus
@@ -97,6 +107,13 @@ int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
 int RunHostGet(Stub& stub, const std::string& host_id,
                const CommandOptions& options, std::ostream& out,
                std::ostream& err);
+
+// GetStats; prints the subject's VMs (a TOTAL row unless it is one VM)
+// with PrintStats, or StatsToJson (cli/stats_output.h). kExitUsage for no
+// subject or several, a bad id or window; NOT_FOUND from csd (nothing
+// reported in the span) is kExitRpcError with csd's message.
+int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err);
 
 }  // namespace cosched::cli
 

@@ -132,6 +132,17 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   CLI::App* hosts_get = hosts->add_subcommand("get", "show a host");
   hosts_get->add_option("HOST", host_id, "host id")->required();
 
+  StatsArgs stats_args;
+  CLI::App* stats = app.add_subcommand(
+      "stats", "sibling sharing measured by the agents: a VM, a host, a tenant or a trust group");
+  stats->add_option("VM", stats_args.vm_id, "VM id");
+  stats->add_option("--host", stats_args.host_id, "every VM of this host, and its cores");
+  stats->add_option("--tenant", stats_args.tenant, "every VM tagged for this tenant");
+  stats->add_option("--group", stats_args.trust_group, "every VM of this trust group");
+  stats->add_option("--window", stats_args.window,
+                    "the last 300s, 5m, 1h, ... up to 24h")
+      ->capture_default_str();
+
   AnalyzeArgs analyze_args;
   CLI::App* analyze = app.add_subcommand(
       "analyze", "sibling sharing per VM from a tracefs sched_switch trace (offline)");
@@ -204,6 +215,7 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   if (policy_ls->parsed()) return RunPolicyList(s, options, out, err);
   if (hosts_ls->parsed()) return RunHostList(s, options, out, err);
   if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
+  if (stats->parsed()) return RunStats(s, stats_args, options, out, err);
   return PrintUsageError("no command given (see csctl --help)", err);
 }
 

@@ -12,6 +12,7 @@
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
+#include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
@@ -31,6 +32,8 @@ constexpr size_t kMaxVersionLength = 64;
 constexpr size_t kMaxDetailLength = 1024;
 constexpr size_t kMaxErrorLength = 1024;
 constexpr char kPageTokenPrefix[] = "v1:";
+constexpr int64_t kDefaultStatsSeconds = 300;
+constexpr size_t kMaxTrustGroupLength = 512;
 
 // Runs `done` with the outcome of a write whose result `fn` fills in.
 template <typename T>
@@ -442,11 +445,19 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           absl::StrCat(field, ".vm_id '", o.vm_id(), "' is reported twice"));
     }
   }
+  if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
   if (!valid.ok()) return done(valid);
 
+  // Reported vm_id -> the id the VM is tagged under, where they differ;
+  // filled by the write, read once it committed.
+  auto tagged_id = std::make_shared<absl::flat_hash_map<std::string, std::string>>();
+  // Shared by the write and its completion: stats can be large to copy.
+  auto report = std::make_shared<const v1::ReportRequest>(request);
   WriteAndAnswer<v1::ReportResponse>(
       store_,
-      [request](store::Transaction& txn, v1::ReportResponse&) -> absl::Status {
+      [report, tagged_id](store::Transaction& txn,
+                          v1::ReportResponse&) -> absl::Status {
+        const v1::ReportRequest& request = *report;
         const std::string& host_id = request.host_id();
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
         if (!host) {
@@ -472,6 +483,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
             ASSIGN_OR_RETURN(vm, txn.GetVm(*key));
           }
           if (!vm) continue;
+          if (vm->vm_id() != o.vm_id()) (*tagged_id)[o.vm_id()] = vm->vm_id();
           present.insert(vm->vm_id());
           RETURN_IF_ERROR(MoveVm(txn, *vm, host_id));
         }
@@ -486,9 +498,22 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         host->set_vm_count(request.vms_size());
         return txn.PutHost(*host);
       },
-      [this, done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
-        if (r.ok()) r->set_revision(store_->CurrentRevision());
-        done(std::move(r));
+      [this, report, tagged_id,
+       done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
+        if (!r.ok()) return done(std::move(r));
+        r->set_revision(store_->CurrentRevision());
+        // Only a committed Report counts: a refused one changes nothing.
+        // Answered once its windows are in, so the agent's next Report and
+        // any GetStats after the answer see them.
+        stats_.AddInBackground(
+            report, tagged_id,
+            [host = report->host_id(), done, response = std::move(*r)](int64_t ignored) {
+              LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
+                  << "host " << host << ": ignored " << ignored
+                  << " stats window(s) already reported, over 24 h old or "
+                     "ahead of csd's clock (logged every 100th time)";
+              done(response);
+            });
       });
 }
 
@@ -511,8 +536,9 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
     const v1::ListVMsRequest& request) {
   RETURN_IF_ERROR(ValidateOptionalId("tenant_id", request.tenant_id()));
   RETURN_IF_ERROR(ValidateOptionalId("host_id", request.host_id()));
-  if (request.trust_group().size() > 512) {
-    return absl::InvalidArgumentError("trust_group must be at most 512 bytes");
+  if (request.trust_group().size() > kMaxTrustGroupLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trust_group must be at most ", kMaxTrustGroupLength, " bytes"));
   }
   ASSIGN_OR_RETURN(store::Page page,
                    PageFrom(request.page_size(), request.page_token()));
@@ -595,6 +621,65 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
     for (auto& h : hosts) *response.add_hosts() = std::move(h);
     return absl::OkStatus();
   }));
+  return response;
+}
+
+absl::StatusOr<v1::GetStatsResponse> DesiredState::GetStats(
+    const v1::GetStatsRequest& request) {
+  if (request.window_seconds() < 0 ||
+      request.window_seconds() > kMaxStatsSpanSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window_seconds must be between 1 and ", kMaxStatsSpanSeconds,
+        " (0 means ", kDefaultStatsSeconds, ")"));
+  }
+  const int64_t span = request.window_seconds() == 0 ? kDefaultStatsSeconds
+                                                     : request.window_seconds();
+  v1::GetStatsResponse response;
+  std::string subject;
+  switch (request.subject_case()) {
+    case v1::GetStatsRequest::kVmId:
+      RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
+      subject = absl::StrCat("vm '", request.vm_id(), "'");
+      response = stats_.QueryVms({request.vm_id()}, span);
+      break;
+    case v1::GetStatsRequest::kHostId:
+      RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
+      subject = absl::StrCat("host '", request.host_id(), "'");
+      response = stats_.QueryHost(request.host_id(), span);
+      break;
+    case v1::GetStatsRequest::kTenant:
+    case v1::GetStatsRequest::kTrustGroup: {
+      store::VmFilter filter;
+      if (request.has_tenant()) {
+        RETURN_IF_ERROR(ValidateId("tenant", request.tenant()));
+        filter.tenant_id = request.tenant();
+        subject = absl::StrCat("tenant '", request.tenant(), "'");
+      } else {
+        if (request.trust_group().empty() ||
+            request.trust_group().size() > kMaxTrustGroupLength) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "trust_group must be 1-", kMaxTrustGroupLength, " bytes"));
+        }
+        filter.trust_group = request.trust_group();
+        subject = absl::StrCat("trust group '", request.trust_group(), "'");
+      }
+      std::vector<std::string> vm_ids;
+      RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+        ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
+        for (const v1::VM& vm : vms) vm_ids.push_back(vm.vm_id());
+        return absl::OkStatus();
+      }));
+      response = stats_.QueryVms(vm_ids, span);
+      break;
+    }
+    case v1::GetStatsRequest::SUBJECT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "one of vm_id, host_id, tenant, trust_group is required");
+  }
+  if (response.windows() == 0) {
+    return absl::NotFoundError(absl::StrCat("no stats were reported for ", subject,
+                                            " in the last ", span, " s"));
+  }
   return response;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "server/stats_aggregator.h"
 #include "store/store.h"
 
 namespace cosched::server {
@@ -25,7 +26,11 @@ class DesiredState {
   template <typename T>
   using Done = std::function<void(absl::StatusOr<T>)>;
 
-  explicit DesiredState(store::Store* store) : store_(store) {}
+  // `stats_clock` is the clock of the stats kept in memory (tests set it;
+  // nullptr: the system clock).
+  explicit DesiredState(store::Store* store,
+                        StatsAggregator::Clock stats_clock = nullptr)
+      : store_(store), stats_(std::move(stats_clock)) {}
 
   // Idempotent upsert. FAILED_PRECONDITION when the tenant's policy forbids
   // the level or the VM is tagged for another tenant.
@@ -41,8 +46,10 @@ class DesiredState {
   void RegisterHost(const v1::RegisterRequest& request,
                     Done<v1::RegisterResponse> done);
   // Places the reported VMs on the host (their assignments are then
-  // streamed there) and records their enforcement. FAILED_PRECONDITION for
-  // an unregistered host.
+  // streamed there) and records their enforcement; once that is committed,
+  // adds the stats windows to the in-memory aggregate (under the id a VM is
+  // tagged with, when it is tagged by UUID) and then runs `done`, on the
+  // aggregate's thread. FAILED_PRECONDITION for an unregistered host.
   void ApplyReport(const v1::ReportRequest& request,
                    Done<v1::ReportResponse> done);
 
@@ -58,6 +65,14 @@ class DesiredState {
   absl::StatusOr<v1::Host> GetHost(const v1::GetHostRequest& request);
   absl::StatusOr<v1::ListHostsResponse> ListHosts(
       const v1::ListHostsRequest& request);
+  // Sibling-sharing stats of a VM, host, tenant or trust group over the
+  // last window_seconds. A tenant's or trust group's VMs are those tagged
+  // for it now: a VM's whole recent history counts for its current tenant
+  // and group. INVALID_ARGUMENT for no subject or a bad one, or
+  // window_seconds outside 1-86400 (0: 300); NOT_FOUND when no window of
+  // the subject ended in the span.
+  absl::StatusOr<v1::GetStatsResponse> GetStats(
+      const v1::GetStatsRequest& request);
 
   // INVALID_ARGUMENT for a bad host id or negative revision;
   // FAILED_PRECONDITION for an unregistered host.
@@ -78,6 +93,7 @@ class DesiredState {
       absl::string_view host_id, int64_t revision);
 
   store::Store* store_;
+  StatsAggregator stats_;
 };
 
 }  // namespace cosched::server

@@ -97,6 +97,12 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
   return AnswerNow(context, std::move(host), response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::GetStats(
+    grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+    v1::GetStatsResponse* response) {
+  return AnswerNow(context, state_->GetStats(*request), response);
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

@@ -46,6 +46,9 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* GetHost(grpc::CallbackServerContext* context,
                                     const v1::GetHostRequest* request,
                                     v1::Host* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const v1::GetStatsRequest* request,
+                                     v1::GetStatsResponse* response) override;
 
  private:
   DesiredState* const state_;

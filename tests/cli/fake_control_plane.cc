@@ -241,6 +241,38 @@ grpc::Status FakeControlPlane::GetHost(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status FakeControlPlane::GetStats(grpc::ServerContext*,
+                                        const v1::GetStatsRequest* request,
+                                        v1::GetStatsResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  stats_requests_.push_back(*request);
+  std::string subject;
+  if (request->has_vm_id()) subject = "vm:" + request->vm_id();
+  if (request->has_host_id()) subject = "host:" + request->host_id();
+  if (request->has_tenant()) subject = "tenant:" + request->tenant();
+  if (request->has_trust_group()) subject = "group:" + request->trust_group();
+  auto it = stats_.find(subject);
+  if (it == stats_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no stats were reported for ", subject,
+                                     " in the last ", request->window_seconds(), " s"));
+  }
+  *response = it->second;
+  return grpc::Status::OK;
+}
+
+void FakeControlPlane::PutStats(const std::string& subject,
+                                const v1::GetStatsResponse& stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_[subject] = stats;
+}
+
+std::vector<v1::GetStatsRequest> FakeControlPlane::stats_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_requests_;
+}
+
 void FakeControlPlane::PutVm(const v1::VM& vm) {
   std::lock_guard<std::mutex> lock(mu_);
   vms_[vm.vm_id()] = vm;

@@ -44,13 +44,20 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   grpc::Status GetHost(grpc::ServerContext*, const v1::GetHostRequest* request,
                        v1::Host* response) override;
 
+  // Answers what PutStats stored for the subject ("vm:ID", "host:ID",
+  // "tenant:ID", "group:ID"), else NOT_FOUND with csd's message.
+  grpc::Status GetStats(grpc::ServerContext*, const v1::GetStatsRequest* request,
+                        v1::GetStatsResponse* response) override;
+
   // Stores `vm` as is (e.g. with a host and enforcement report).
   void PutVm(const v1::VM& vm);
   void PutHost(const v1::Host& host);
+  void PutStats(const std::string& subject, const v1::GetStatsResponse& stats);
 
   int calls() const;
   std::vector<v1::TagVMRequest> tag_requests() const;
   std::vector<v1::ListVMsRequest> list_requests() const;
+  std::vector<v1::GetStatsRequest> stats_requests() const;
 
  private:
   mutable std::mutex mu_;
@@ -61,6 +68,8 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   std::map<std::string, v1::Host> hosts_;
   std::vector<v1::TagVMRequest> tag_requests_;
   std::vector<v1::ListVMsRequest> list_requests_;
+  std::map<std::string, v1::GetStatsResponse> stats_;
+  std::vector<v1::GetStatsRequest> stats_requests_;
 };
 
 // A FakeControlPlane served on 127.0.0.1:<ephemeral port>.

@@ -2,6 +2,7 @@
 
 #include <future>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
@@ -291,6 +292,62 @@ TEST_F(DesiredStateTest, FullLastPageHasNoNextToken) {
   auto all = state_->ListVms(big);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->vms_size(), 20);
+}
+
+// A one-second window ending a few seconds ago in which `vm_id` ran 100 ns.
+v1::StatsWindow RecentWindow(int64_t end_ago_s, const std::string& vm_id) {
+  const int64_t now = absl::ToUnixNanos(absl::Now());
+  v1::StatsWindow w;
+  w.set_end_unix_ns(now - end_ago_s * 1000000000LL);
+  w.set_start_unix_ns(w.end_unix_ns() - 1000000000LL);
+  auto* vm = w.add_vms();
+  vm->set_vm_id(vm_id);
+  vm->mutable_share()->set_run_ns(100);
+  vm->mutable_share()->set_idle_ns(100);
+  return w;
+}
+
+TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
+  const std::string uuid = "4a3c0f0e-3f6b-4d1e-9c1a-0d2a5b7c9e11";
+  ASSERT_TRUE(Tag(uuid, "acme").ok());
+  ASSERT_TRUE(Register("host-a").ok());
+  v1::ReportRequest report;
+  report.set_host_id("host-a");
+  auto* o = report.add_vms();
+  o->set_vm_id("instance-1");
+  o->set_uuid(uuid);
+  *report.add_stats() = RecentWindow(5, "instance-1");
+  ASSERT_TRUE(Wait<v1::ReportResponse>([&](auto done) {
+                state_->ApplyReport(report, std::move(done));
+              }).ok());
+
+  v1::GetStatsRequest by_vm;
+  by_vm.set_vm_id(uuid);
+  auto r = state_->GetStats(by_vm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->vms_size(), 1);
+  EXPECT_EQ(r->vms(0).vm_id(), uuid);
+  EXPECT_EQ(r->total().idle_ns(), 100);
+
+  v1::GetStatsRequest by_tenant;
+  by_tenant.set_tenant("acme");
+  by_tenant.set_window_seconds(60);
+  r = state_->GetStats(by_tenant);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->total().run_ns(), 100);
+
+  // Retagged for another tenant: its recent history goes with it.
+  ASSERT_TRUE(Wait<v1::UntagVMResponse>([&](auto done) {
+                v1::UntagVMRequest untag;
+                untag.set_vm_id(uuid);
+                state_->UntagVm(untag, std::move(done));
+              }).ok());
+  ASSERT_TRUE(Tag(uuid, "globex").ok());
+  EXPECT_EQ(state_->GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
+  by_tenant.set_tenant("globex");
+  r = state_->GetStats(by_tenant);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->total().run_ns(), 100);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // names the field, and writes nothing.
 #include <string>
 
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server/csd_fixture.h"
 
@@ -215,6 +216,90 @@ TEST_F(BadInputTest, Report) {
   r.clear_vms();
   for (int i = 0; i < 10001; ++i) r.add_vms()->set_vm_id("vm-" + std::to_string(i));
   Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 10000"});
+}
+
+// A stats window ending a few seconds ago, with one VM.
+v1::StatsWindow RecentWindow(int64_t end_ago_s, const std::string& vm_id) {
+  const int64_t now = absl::ToUnixNanos(absl::Now());
+  v1::StatsWindow w;
+  w.set_end_unix_ns(now - end_ago_s * 1000000000LL);
+  w.set_start_unix_ns(w.end_unix_ns() - 1000000000LL);
+  auto* vm = w.add_vms();
+  vm->set_vm_id(vm_id);
+  vm->mutable_share()->set_run_ns(100);
+  vm->mutable_share()->set_same_ns(100);
+  return w;
+}
+
+TEST_F(BadInputTest, ReportStatsRefusedWholeChangeNothing) {
+  auto report = [&](auto* c, auto& r, auto* o) { return agent_->Report(c, r, o); };
+  v1::ReportRequest r;
+  r.set_host_id("host-a");
+  r.add_vms()->set_vm_id("vm-1");
+  *r.add_stats() = RecentWindow(20, "vm-1");
+  // Not registered: refused, and its windows are not kept either.
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {grpc::StatusCode::FAILED_PRECONDITION, "not registered"});
+  RegisterHost("host-a");
+  *r.add_stats() = RecentWindow(10, "vm-1");
+  r.mutable_stats(1)->mutable_vms(0)->mutable_share()->set_idle_ns(-3);
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "stats[1].vms[0].share.idle_ns must not be negative"});
+  r.mutable_stats(1)->mutable_vms(0)->mutable_share()->set_idle_ns(1);
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "stats[1].vms[0].share same_ns + idle_ns"});
+  r.mutable_stats(1)->mutable_vms(0)->mutable_share()->set_idle_ns(0);
+  r.mutable_stats(1)->set_start_unix_ns(r.stats(0).start_unix_ns());
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "stats[1].start_unix_ns must not be before the end of stats[0]"});
+  r.clear_stats();
+  for (int i = 121; i > 0; --i) *r.add_stats() = RecentWindow(i * 2, "vm-1");
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 120"});
+  r.clear_stats();
+  r.set_dropped_windows(-1);
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "dropped_windows"});
+
+  // None of it was applied: no VM placed, no window kept.
+  grpc::ClientContext context;
+  v1::GetHostRequest get_host;
+  get_host.set_host_id("host-a");
+  v1::Host host;
+  ASSERT_TRUE(control_->GetHost(&context, get_host, &host).ok());
+  EXPECT_EQ(host.vm_count(), 0);
+  v1::GetStatsRequest stats;
+  stats.set_vm_id("vm-1");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(
+      [&](auto* c, auto& r, auto* o) { return control_->GetStats(c, r, o); }, stats,
+      {grpc::StatusCode::NOT_FOUND, "no stats were reported for vm 'vm-1' in the last 300 s"});
+}
+
+TEST_F(BadInputTest, GetStats) {
+  auto get = [&](auto* c, auto& r, auto* o) { return control_->GetStats(c, r, o); };
+  v1::GetStatsRequest r;
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(
+      get, r, {kInvalid, "one of vm_id, host_id, tenant, trust_group is required"});
+  r.set_vm_id("bad vm");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "vm_id 'bad vm'"});
+  r.set_host_id("");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "host_id is required"});
+  r.set_tenant("-acme");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "tenant '-acme'"});
+  r.set_trust_group("");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "trust_group must be 1-512"});
+  r.set_trust_group(std::string(513, 'g'));
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "trust_group must be 1-512"});
+  r.set_host_id("host-a");
+  r.set_window_seconds(-1);
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(
+      get, r, {kInvalid, "window_seconds must be between 1 and 86400"});
+  r.set_window_seconds(86401);
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(get, r, {kInvalid, "window_seconds"});
+  r.set_window_seconds(86400);
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(
+      get, r, {grpc::StatusCode::NOT_FOUND, "host 'host-a' in the last 86400 s"});
+  r.set_tenant("acme");
+  Expect<v1::GetStatsRequest, v1::GetStatsResponse>(
+      get, r, {grpc::StatusCode::NOT_FOUND, "tenant 'acme'"});
 }
 
 }  // namespace

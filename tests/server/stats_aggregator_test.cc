@@ -1,0 +1,396 @@
+#include "server/stats_aggregator.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kSec = 1000000000;
+// A fixed "now" well after the epoch, on no bucket boundary.
+constexpr int64_t kNow = 1800000000LL * kSec + 17 * kSec;
+
+v1::SiblingShare Share(int64_t run, int64_t same, int64_t idle, int64_t foreign,
+                       int64_t unknown = 0) {
+  v1::SiblingShare s;
+  s.set_run_ns(run);
+  s.set_same_ns(same);
+  s.set_idle_ns(idle);
+  s.set_foreign_ns(foreign);
+  s.set_unknown_ns(unknown);
+  return s;
+}
+
+// A window of `seconds` ending `ago` seconds before kNow.
+v1::StatsWindow Window(int64_t ago, int64_t seconds = 10) {
+  v1::StatsWindow w;
+  w.set_end_unix_ns(kNow - ago * kSec);
+  w.set_start_unix_ns(w.end_unix_ns() - seconds * kSec);
+  return w;
+}
+
+v1::VMStats* AddVm(v1::StatsWindow& w, const std::string& id, const v1::SiblingShare& s) {
+  v1::VMStats* v = w.add_vms();
+  v->set_vm_id(id);
+  *v->mutable_share() = s;
+  return v;
+}
+
+using Windows = google::protobuf::RepeatedPtrField<v1::StatsWindow>;
+
+Windows Of(std::vector<v1::StatsWindow> list) {
+  Windows out;
+  for (auto& w : list) *out.Add() = std::move(w);
+  return out;
+}
+
+class StatsAggregatorTest : public ::testing::Test {
+ protected:
+  int64_t Add(const std::string& host, std::vector<v1::StatsWindow> windows,
+              int64_t dropped = 0,
+              const absl::flat_hash_map<std::string, std::string>& aliases = {}) {
+    Windows w = Of(std::move(windows));
+    EXPECT_TRUE(ValidateStatsWindows(w, dropped).ok());
+    return stats_.Add(host, w, dropped, aliases);
+  }
+
+  std::atomic<int64_t> now_{kNow};
+  StatsAggregator stats_{[this] { return now_.load(); }};
+};
+
+TEST_F(StatsAggregatorTest, SumsAVmsWindowsLongestIsAMaxForcedIdleOnlyWhereKnown) {
+  v1::StatsWindow a = Window(30);
+  v1::SiblingShare s = Share(1000, 500, 300, 150, 50);
+  s.set_foreign_intervals(3);
+  s.set_longest_foreign_ns(90);
+  s.set_forced_idle_ns(40);
+  s.set_forced_idle_known(true);
+  AddVm(a, "vm-a", s);
+  a.set_lost_events(2);
+  v1::StatsWindow b = Window(20);
+  s = Share(2000, 1000, 1000, 0);
+  s.set_foreign_intervals(0);
+  s.set_longest_foreign_ns(0);
+  s.set_forced_idle_ns(999);  // not known: must not count
+  AddVm(b, "vm-a", s);
+  v1::StatsWindow c = Window(10);
+  s = Share(500, 0, 0, 500);
+  s.set_foreign_intervals(1);
+  s.set_longest_foreign_ns(70);
+  s.set_forced_idle_ns(5);
+  s.set_forced_idle_known(true);
+  AddVm(c, "vm-a", s);
+  EXPECT_EQ(Add("h1", {a, b, c}), 0);
+
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 300);
+  ASSERT_EQ(r.vms_size(), 1);
+  const v1::SiblingShare& t = r.vms(0).share();
+  EXPECT_EQ(r.vms(0).vm_id(), "vm-a");
+  EXPECT_EQ(t.run_ns(), 3500);
+  EXPECT_EQ(t.same_ns(), 1500);
+  EXPECT_EQ(t.idle_ns(), 1300);
+  EXPECT_EQ(t.foreign_ns(), 650);
+  EXPECT_EQ(t.unknown_ns(), 50);
+  EXPECT_EQ(t.foreign_intervals(), 4);
+  EXPECT_EQ(t.longest_foreign_ns(), 90);
+  EXPECT_EQ(t.forced_idle_ns(), 45);
+  EXPECT_TRUE(t.forced_idle_known());
+  EXPECT_EQ(r.total().run_ns(), 3500);
+  EXPECT_EQ(r.windows(), 3);
+  EXPECT_EQ(r.lost_events(), 2);
+  EXPECT_EQ(r.start_unix_ns(), a.start_unix_ns());
+  EXPECT_EQ(r.end_unix_ns(), c.end_unix_ns());
+  EXPECT_TRUE(r.cores().empty());
+}
+
+TEST_F(StatsAggregatorTest, ForcedIdleUnknownEverywhereStaysUnknown) {
+  v1::StatsWindow a = Window(10);
+  AddVm(a, "vm-a", Share(100, 100, 0, 0));
+  Add("h1", {a});
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 300);
+  EXPECT_FALSE(r.total().forced_idle_known());
+  EXPECT_EQ(r.total().forced_idle_ns(), 0);
+}
+
+TEST_F(StatsAggregatorTest, HostQuerySumsItsVmsAndCoresTotalOverVms) {
+  v1::StatsWindow a = Window(20);
+  AddVm(a, "vm-a", Share(100, 50, 50, 0));
+  AddVm(a, "vm-b", Share(200, 0, 100, 100));
+  v1::CoreShare* core = a.add_cores();
+  core->set_core(1);
+  core->set_both_busy_ns(7);
+  core->set_one_idle_ns(3);
+  v1::StatsWindow b = Window(10);
+  AddVm(b, "vm-b", Share(300, 300, 0, 0));
+  core = b.add_cores();
+  core->set_core(1);
+  core->set_both_busy_ns(1);
+  core->set_both_idle_ns(4);
+  core->set_unknown_ns(2);
+  Add("h1", {a, b}, /*dropped=*/5);
+  v1::StatsWindow other = Window(10);
+  AddVm(other, "vm-c", Share(999, 999, 0, 0));
+  Add("h2", {other});
+
+  v1::GetStatsResponse r = stats_.QueryHost("h1", 300);
+  ASSERT_EQ(r.vms_size(), 2);
+  EXPECT_EQ(r.vms(0).vm_id(), "vm-a");
+  EXPECT_EQ(r.vms(1).vm_id(), "vm-b");
+  EXPECT_EQ(r.vms(1).share().run_ns(), 500);
+  EXPECT_EQ(r.vms(1).share().foreign_ns(), 100);
+  EXPECT_EQ(r.total().run_ns(), 600);
+  EXPECT_EQ(r.total().same_ns(), 350);
+  EXPECT_EQ(r.windows(), 2);
+  EXPECT_EQ(r.dropped_windows(), 5);
+  ASSERT_EQ(r.cores_size(), 2);  // index 0 was never reported: zeros
+  EXPECT_EQ(r.cores(0).both_busy_ns(), 0);
+  EXPECT_EQ(r.cores(1).core(), 1);
+  EXPECT_EQ(r.cores(1).both_busy_ns(), 8);
+  EXPECT_EQ(r.cores(1).one_idle_ns(), 3);
+  EXPECT_EQ(r.cores(1).both_idle_ns(), 4);
+  EXPECT_EQ(r.cores(1).unknown_ns(), 2);
+
+  EXPECT_EQ(stats_.QueryHost("h3", 300).windows(), 0);
+}
+
+TEST_F(StatsAggregatorTest, VmSetSumsEveryHostAVmRanOnAndCountsEachHostOnce) {
+  v1::StatsWindow a = Window(40);
+  AddVm(a, "vm-a", Share(100, 100, 0, 0));
+  AddVm(a, "vm-b", Share(10, 0, 10, 0));
+  Add("h1", {a});
+  v1::StatsWindow b = Window(20);  // vm-a moved to h2
+  AddVm(b, "vm-a", Share(50, 0, 0, 50));
+  b.set_lost_events(1);
+  Add("h2", {b});
+  v1::StatsWindow c = Window(10);
+  AddVm(c, "vm-z", Share(7, 7, 0, 0));
+  Add("h3", {c});
+
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a", "vm-b", "vm-missing"}, 300);
+  ASSERT_EQ(r.vms_size(), 2);
+  EXPECT_EQ(r.vms(0).share().run_ns(), 150);
+  EXPECT_EQ(r.vms(0).share().foreign_ns(), 50);
+  EXPECT_EQ(r.total().run_ns(), 160);
+  EXPECT_EQ(r.windows(), 2);  // h1's and h2's, not h3's
+  EXPECT_EQ(r.lost_events(), 1);
+  EXPECT_EQ(stats_.QueryVms({"vm-missing"}, 300).windows(), 0);
+}
+
+TEST_F(StatsAggregatorTest, AReportSentAgainIsNotCountedTwice) {
+  v1::StatsWindow a = Window(20);
+  AddVm(a, "vm-a", Share(100, 100, 0, 0));
+  v1::StatsWindow b = Window(10);
+  AddVm(b, "vm-a", Share(100, 100, 0, 0));
+  EXPECT_EQ(Add("h1", {a}), 0);
+  EXPECT_EQ(Add("h1", {a, b}), 1);
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 300);
+  EXPECT_EQ(r.total().run_ns(), 200);
+  EXPECT_EQ(r.windows(), 2);
+}
+
+TEST_F(StatsAggregatorTest, WindowsTooOldOrAheadOfTheClockAreIgnored) {
+  v1::StatsWindow old = Window(86400 + 60);
+  AddVm(old, "vm-a", Share(1, 1, 0, 0));
+  v1::StatsWindow ahead = Window(-90);
+  AddVm(ahead, "vm-a", Share(1, 1, 0, 0));
+  EXPECT_EQ(Add("h1", {old, ahead}), 2);
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 86400).windows(), 0);
+}
+
+TEST_F(StatsAggregatorTest, AWindowSlightlyAheadOfTheClockKeepsTheHourIntact) {
+  v1::StatsWindow hour_ago = Window(59 * 60 + 30);
+  AddVm(hour_ago, "vm-a", Share(100, 100, 0, 0));
+  v1::StatsWindow ahead = Window(-50, 5);
+  AddVm(ahead, "vm-a", Share(10, 10, 0, 0));
+  EXPECT_EQ(Add("h1", {hour_ago, ahead}), 0);
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 3600);
+  EXPECT_EQ(r.total().run_ns(), 110);
+  EXPECT_EQ(r.windows(), 2);
+}
+
+TEST_F(StatsAggregatorTest, TheSpanSelectsWindowsByTheirEnd) {
+  v1::StatsWindow hours_ago = Window(5 * 3600);
+  AddVm(hours_ago, "vm-a", Share(1000, 0, 0, 1000));
+  v1::StatsWindow minutes_ago = Window(20 * 60);
+  AddVm(minutes_ago, "vm-a", Share(100, 0, 100, 0));
+  v1::StatsWindow recent = Window(30);
+  AddVm(recent, "vm-a", Share(10, 10, 0, 0));
+  Add("h1", {hours_ago, minutes_ago, recent});
+
+  v1::GetStatsResponse r = stats_.QueryVms({"vm-a"}, 300);
+  EXPECT_EQ(r.total().run_ns(), 10);
+  EXPECT_EQ(r.windows(), 1);
+  r = stats_.QueryVms({"vm-a"}, 3600);
+  EXPECT_EQ(r.total().run_ns(), 110);
+  EXPECT_EQ(r.start_unix_ns(), minutes_ago.start_unix_ns());
+  r = stats_.QueryVms({"vm-a"}, 86400);
+  EXPECT_EQ(r.total().run_ns(), 1110);
+  EXPECT_EQ(r.windows(), 3);
+  EXPECT_EQ(r.start_unix_ns(), hours_ago.start_unix_ns());
+  EXPECT_EQ(r.end_unix_ns(), recent.end_unix_ns());
+
+  // Two minutes on, the recent window is still in a 5-minute span; an
+  // hour on, only the day-long span has anything.
+  now_ += 120 * kSec;
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 300).total().run_ns(), 10);
+  now_ += 3 * 3600 * kSec;
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 300).windows(), 0);
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 86400).total().run_ns(), 1110);
+}
+
+TEST_F(StatsAggregatorTest, AVmReportedByNameCountsUnderTheIdItIsTaggedWith) {
+  v1::StatsWindow a = Window(10);
+  AddVm(a, "instance-0001", Share(100, 100, 0, 0));
+  Add("h1", {a}, 0, {{"instance-0001", "6c1f0e4a-uuid"}});
+  EXPECT_EQ(stats_.QueryVms({"6c1f0e4a-uuid"}, 300).total().run_ns(), 100);
+  EXPECT_EQ(stats_.QueryVms({"instance-0001"}, 300).windows(), 0);
+}
+
+TEST_F(StatsAggregatorTest, SeriesSilentForADayAreDropped) {
+  v1::StatsWindow a = Window(10);
+  AddVm(a, "vm-a", Share(100, 100, 0, 0));
+  AddVm(a, "vm-b", Share(100, 100, 0, 0));
+  Add("h1", {a});
+  EXPECT_EQ(stats_.VmSeriesCount(), 2u);
+  now_ += 12 * 3600 * kSec;
+  v1::StatsWindow b = Window(-12 * 3600 + 10);
+  AddVm(b, "vm-a", Share(1, 1, 0, 0));
+  Add("h1", {b});
+  now_ += 13 * 3600 * kSec;  // vm-b silent for 25 h, vm-a for 13 h
+  Add("h2", {});
+  EXPECT_EQ(stats_.VmSeriesCount(), 1u);
+  now_ += 12 * 3600 * kSec;
+  Add("h2", {});
+  EXPECT_EQ(stats_.VmSeriesCount(), 0u);
+}
+
+TEST_F(StatsAggregatorTest, InBackgroundAddsThenAnswersInCallOrder) {
+  auto first = std::make_shared<v1::ReportRequest>();
+  first->set_host_id("h1");
+  *first->add_stats() = Window(20);
+  AddVm(*first->mutable_stats(0), "vm-a", Share(100, 100, 0, 0));
+  auto again = std::make_shared<v1::ReportRequest>(*first);  // taken already
+  auto none = std::make_shared<const absl::flat_hash_map<std::string, std::string>>();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int64_t, int64_t>> answers;  // (ignored, run_ns seen)
+  for (const auto& report : {first, again}) {
+    stats_.AddInBackground(report, none, [&](int64_t ignored) {
+      int64_t run = stats_.QueryVms({"vm-a"}, 300).total().run_ns();
+      std::lock_guard lock(mu);
+      answers.emplace_back(ignored, run);
+      cv.notify_one();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return answers.size() == 2; });
+  EXPECT_EQ(answers[0], std::make_pair(int64_t{0}, int64_t{100}));
+  EXPECT_EQ(answers[1], std::make_pair(int64_t{1}, int64_t{100}));
+}
+
+TEST_F(StatsAggregatorTest, ConcurrentReportsAndQueriesAddUpExactly) {
+  constexpr int kHosts = 4;
+  constexpr int kReports = 200;
+  std::vector<std::thread> threads;
+  for (int h = 0; h < kHosts; ++h) {
+    threads.emplace_back([&, h] {
+      for (int i = 0; i < kReports; ++i) {
+        v1::StatsWindow w;
+        w.set_start_unix_ns(kNow - 250 * kSec + i * kSec);
+        w.set_end_unix_ns(w.start_unix_ns() + kSec);
+        AddVm(w, "shared-vm", Share(1, 1, 0, 0));
+        AddVm(w, "vm-" + std::to_string(h), Share(2, 0, 2, 0));
+        Windows ws = Of({w});
+        stats_.Add("h" + std::to_string(h), ws, 0, {});
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < 200; ++i) {
+      v1::GetStatsResponse r = stats_.QueryVms({"shared-vm"}, 300);
+      EXPECT_LE(r.total().run_ns(), kHosts * kReports);
+    }
+  });
+  for (auto& t : threads) t.join();
+  v1::GetStatsResponse r = stats_.QueryVms({"shared-vm", "vm-0", "vm-3"}, 300);
+  EXPECT_EQ(r.vms(0).share().run_ns(), kHosts * kReports);
+  EXPECT_EQ(r.total().run_ns(), kHosts * kReports + 2 * 2 * kReports);
+  EXPECT_EQ(r.windows(), kHosts * kReports);
+}
+
+// --- validation ---
+
+absl::Status Validate(std::vector<v1::StatsWindow> windows, int64_t dropped = 0) {
+  return ValidateStatsWindows(Of(std::move(windows)), dropped);
+}
+
+TEST(ValidateStatsWindowsTest, NamesTheFieldPathAndTheRule) {
+  v1::StatsWindow good = Window(10);
+  AddVm(good, "vm-a", Share(100, 50, 50, 0));
+  EXPECT_TRUE(Validate({good}).ok());
+
+  v1::StatsWindow w = good;
+  w.mutable_vms(0)->mutable_share()->set_same_ns(-1);
+  absl::Status s = Validate({Window(40), Window(30), Window(20), w});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()), "stats[3].vms[0].share.same_ns must not be negative");
+
+  w = good;
+  w.mutable_vms(0)->mutable_share()->set_foreign_ns(1);
+  EXPECT_THAT(Validate({w}).message(),
+              HasSubstr("stats[0].vms[0].share same_ns + idle_ns + foreign_ns + "
+                        "unknown_ns must not exceed run_ns"));
+  w = good;
+  w.mutable_vms(0)->mutable_share()->set_longest_foreign_ns(-5);
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].vms[0].share.longest_foreign_ns"));
+  w = good;
+  w.set_end_unix_ns(w.start_unix_ns());
+  EXPECT_THAT(Validate({w}).message(),
+              HasSubstr("stats[0].end_unix_ns must be after start_unix_ns"));
+  w = good;
+  w.mutable_vms(0)->set_vm_id("bad id");
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].vms[0].vm_id 'bad id' must be"));
+  w = good;
+  AddVm(w, "vm-a", Share(0, 0, 0, 0));
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].vms[1].vm_id 'vm-a' appears twice"));
+  w = good;
+  w.set_lost_events(-1);
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].lost_events must not be negative"));
+  w = good;
+  w.add_cores()->set_core(4096);
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].cores[0].core must be between 0 and 4095"));
+  w = good;
+  w.add_cores()->set_one_idle_ns(-1);
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].cores[0] figures must not be negative"));
+  EXPECT_THAT(Validate({Window(10), Window(15)}).message(),
+              HasSubstr("stats[1].start_unix_ns must not be before the end of stats[0]"));
+  EXPECT_THAT(Validate({good}, -1).message(), HasSubstr("dropped_windows must not be negative"));
+
+  std::vector<v1::StatsWindow> many;
+  for (int i = 121; i > 0; --i) many.push_back(Window(i * 10));
+  EXPECT_THAT(Validate(many).message(), HasSubstr("stats has 121 windows; at most 120"));
+  w = Window(10);
+  for (int i = 0; i <= 10000; ++i) AddVm(w, "vm-" + std::to_string(i), Share(0, 0, 0, 0));
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].vms has 10001 entries; at most 10000"));
+}
+
+TEST(ValidateStatsWindowsTest, HugeFiguresDoNotOverflowTheSumCheck) {
+  v1::StatsWindow w = Window(10);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  AddVm(w, "vm-a", Share(max, max, max, max, max));
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("must not exceed run_ns"));
+  v1::StatsWindow ok = Window(10);
+  AddVm(ok, "vm-b", Share(max, max, 0, 0));
+  EXPECT_TRUE(Validate({ok}).ok());
+}
+
+}  // namespace
+}  // namespace cosched::server
