@@ -33,6 +33,16 @@ struct CommandOptions {
   OutputFormat format = OutputFormat::kTable;
   // Deadline of each RPC.
   std::chrono::milliseconds timeout{10000};
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string bearer_token{};
+};
+
+struct AuditArgs {
+  // Filters; empty matches all. subject: a vm, tenant or host id.
+  std::string subject{};
+  std::string who{};
+  // At most this many records, newest first.
+  int64_t limit = 50;
 };
 
 struct TagArgs {
@@ -97,6 +107,11 @@ int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
 int RunHostGet(Stub& stub, const std::string& host_id,
                const CommandOptions& options, std::ostream& out,
                std::ostream& err);
+
+// ListAuditRecords, following next_page_token up to args.limit records.
+// JSON: an array of records, before/after as JSON objects.
+int RunAudit(Stub& stub, const AuditArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err);
 
 }  // namespace cosched::cli
 

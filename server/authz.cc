@@ -258,7 +258,19 @@ Peer PeerFromContext(const grpc::ServerContextBase& context) {
   Peer peer;
   peer.address = context.peer();
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+  // Not IsPeerAuthenticated(): it is false for a verified certificate that
+  // carries neither SAN nor CN, and such a caller must not pass for a
+  // trusted plaintext one. csd's TLS always requires a verified client
+  // certificate, so any transport but plaintext means one was verified (and
+  // a missing property fails closed, as a certificate without a role).
+  std::string security;
+  if (auth != nullptr) {
+    for (const grpc::string_ref& type :
+         auth->FindPropertyValues("transport_security_type")) {
+      security.assign(type.data(), type.size());
+    }
+  }
+  if (security != "insecure") {
     peer.verified_certificate = true;
     for (const grpc::string_ref& uri : auth->FindPropertyValues("peer_uri")) {
       peer.uri_sans.emplace_back(uri.data(), uri.size());

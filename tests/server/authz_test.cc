@@ -1,5 +1,6 @@
 #include "server/authz.h"
 
+#include "common/config_loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -195,6 +196,36 @@ TEST(Authorizer, BadOptionsNameTheKey) {
   plaintext.plaintext_role = "root";
   s = Authorizer::Create(plaintext).status();
   EXPECT_THAT(std::string(s.message()), HasSubstr("plaintext_role"));
+}
+
+TEST(Authorizer, ExampleConfigIsAccepted) {
+  v1::CsdConfig config;
+  absl::Status loaded = LoadYamlConfigFile(
+      std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml", &config);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto authz = Authorizer::Create(AuthzOptionsFromConfig(config));
+  ASSERT_TRUE(authz.ok()) << authz.status();
+  auto admin = authz->Identify(Certificate({}, "platform-admin"));
+  ASSERT_TRUE(admin.ok());
+  EXPECT_EQ(admin->role, Role::kAdmin);
+}
+
+TEST(Authorizer, TokensFromYamlConfig) {
+  v1::CsdConfig config;
+  absl::Status loaded = ParseYamlConfig(
+      "tokens:\n  - role: operator\n    name: ci\n    sha256: " +
+          Sha256Hex("s3cret") + "\n",
+      "test", &config);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto authz = Authorizer::Create(AuthzOptionsFromConfig(config));
+  ASSERT_TRUE(authz.ok()) << authz.status();
+  Peer peer;
+  peer.address = "ipv4:127.0.0.1:1";
+  peer.bearer_token = "s3cret";
+  auto caller = authz->Identify(peer);
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->who, "token:ci");
+  EXPECT_EQ(caller->role, Role::kOperator);
 }
 
 }  // namespace
