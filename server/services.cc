@@ -26,9 +26,12 @@ DesiredState::Done<T> AnswerLater(grpc::ServerUnaryReactor* reactor,
   };
 }
 
-// Answers a unary call that authorization refused.
+// Answers a unary call that authorization refused. Logged, rate-limited:
+// refusals are what an operator looks for after a misconfiguration or an
+// intrusion attempt, but a looping client must not flood the log.
 grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
+  LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << status;
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -152,6 +155,10 @@ grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>*
 AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
                                    const v1::WatchAssignmentsRequest* request) {
   auto caller = authz_->ForHost(*context, request->host_id());
+  if (!caller.ok()) {
+    LOG_EVERY_T(WARNING, 10)
+        << "refused " << context->peer() << ": " << caller.status();
+  }
   absl::Status valid =
       caller.ok() ? state_->ValidateWatch(*request) : caller.status();
   if (!valid.ok()) {

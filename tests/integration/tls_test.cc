@@ -25,7 +25,11 @@ class TlsTest : public ::testing::Test {
     ASSERT_TRUE(pki_.MakeCert("ca", "csd", "DNS:localhost,IP:127.0.0.1"));
     ASSERT_TRUE(pki_.MakeCert("ca", "operator", "URI:spiffe://test/operator"));
     ASSERT_TRUE(pki_.MakeCert("other-ca", "intruder", "URI:spiffe://test/intruder"));
-    ASSERT_TRUE(pki_.MakeExpiredCert("ca", "expired", "URI:spiffe://test/expired"));
+    ASSERT_TRUE(pki_.MakeExpiredCert("ca", "expired", "URI:spiffe://test/operator"));
+    // Made the same way as the expired one but valid now: the control that
+    // shows it is refused for its dates alone.
+    ASSERT_TRUE(pki_.MakeCertByCa("ca", "current", "URI:spiffe://test/operator",
+                                  "20200101000000Z", "20990101000000Z"));
     server::CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("data");
@@ -93,6 +97,7 @@ TEST_F(TlsTest, ClientFromAnotherCaIsRefused) {
 
 TEST_F(TlsTest, ExpiredClientCertificateIsRefused) {
   EXPECT_EQ(Call("expired").error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Call("current").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(TlsTest, ServerWithoutClientCaIsRefusedAtStart) {

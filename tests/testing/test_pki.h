@@ -35,6 +35,13 @@ class TestPki {
   // cannot backdate, `openssl ca` can.
   bool MakeExpiredCert(const std::string& ca, const std::string& name,
                        const std::string& san) const {
+    return MakeCertByCa(ca, name, san, "20200101000000Z", "20200102000000Z");
+  }
+
+  // Like MakeCert, through `openssl ca` with explicit validity dates
+  // (YYYYMMDDHHMMSSZ).
+  bool MakeCertByCa(const std::string& ca, const std::string& name, const std::string& san,
+                    const std::string& start, const std::string& end) const {
     return Request(name, san, "") &&
            Shell("printf '[ca]\\ndefault_ca=d\\n[d]\\ndatabase=index.txt\\n"
                  "new_certs_dir=.\\nserial=serial.txt\\ndefault_md=sha256\\npolicy=p\\n"
@@ -42,10 +49,8 @@ class TestPki {
                  " >ca.cnf && touch index.txt && (test -f serial.txt || echo 1000 >serial.txt)"
                  " && openssl ca -batch -config ca.cnf -cert " + ca + ".crt -keyfile " + ca +
                  ".key -in " + name + ".csr -extfile " + name + ".ext -out " + name +
-                 ".crt -startdate 20200101000000Z -enddate 20200102000000Z");
+                 ".crt -startdate " + start + " -enddate " + end);
   }
-
-  std::string Path(const std::string& file) const { return dir_ + "/" + file; }
 
  private:
   bool Request(const std::string& name, const std::string& san, const std::string& cn) const {
