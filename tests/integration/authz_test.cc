@@ -4,6 +4,11 @@
 // in the audit trail that `csctl audit` reads. Certificates are made here
 // with openssl.
 #include <sstream>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/core_sched_fake.h"
+#include "agent/host_fs.h"
 
 #include "cli/csctl.h"
 #include "common/transport.h"
@@ -255,6 +260,68 @@ TEST_F(AuthzTest, ChangesAreInTheAuditTrailThatCsctlShows) {
   // Reading the trail needs a role.
   EXPECT_EQ(Csctl("host-a", {"audit"}, &out), 1);
   EXPECT_THAT(out, HasSubstr("ListAuditRecords needs role viewer"));
+}
+
+TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
+  auto kernel = std::make_shared<agent::FakeCoreSched>();
+  auto discovery = std::make_shared<agent::StaticVmDiscovery>();
+  agent::DiscoveredVm vm;
+  vm.vm_id = "vm-1";
+  vm.qemu_pid = 100;
+  vm.threads = {{100, 100, "qemu-system-x86", agent::DiscoveredThread::Kind::kEmulator},
+                {101, 100, "CPU 0/KVM", agent::DiscoveredThread::Kind::kVcpu}};
+  for (const auto& t : vm.threads) kernel->AddTask(t.tid, 100);
+  discovery->SetVms({vm});
+  auto fs = std::make_shared<agent::FakeHostFs>();
+  const std::string cpu = "/sys/devices/system/cpu";
+  fs->SetFile(cpu + "/online", "0-1\n");
+  for (int i = 0; i < 2; ++i) {
+    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
+    fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
+    fs->SetFile(dir + "/core_id", "0\n");
+    fs->SetFile(dir + "/physical_package_id", "0\n");
+  }
+
+  agent::AgentOptions options;
+  options.server_address = csd_->address();
+  options.tls.set_ca_file(dir_.Sub("ca.crt"));
+  options.tls.set_cert_file(dir_.Sub("host-a.crt"));
+  options.tls.set_key_file(dir_.Sub("host-a.key"));
+  options.host_id = "host-a";
+  options.state_dir = dir_.Sub("agent-state");
+  options.report_interval = std::chrono::milliseconds(100);
+  options.backoff_initial = std::chrono::milliseconds(20);
+  options.backoff_max = std::chrono::milliseconds(200);
+  options.rescan_interval = std::chrono::milliseconds(100);
+  options.host_fs = fs;
+  options.core_sched = kernel;
+  options.vm_discovery = discovery;
+  agent::Agent agent(options);
+  ASSERT_TRUE(agent.Start().ok());
+
+  // Once the agent's report placed vm-1 on host-a, a tag reaches it.
+  auto admin = v1::ControlPlane::NewStub(Channel("admin"));
+  auto placed = [&] {
+    v1::TagVMRequest request;
+    request.set_vm_id("vm-1");
+    v1::TagVMResponse response;
+    grpc::Status status = admin->TagVM(Context().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.vm().host_id() == "host-a";
+  };
+  // Bounded poll for the agent's first report, not a timing assertion.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!placed() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-1");
+  v1::VM got;
+  ASSERT_TRUE(admin->GetVM(Context().get(), get, &got).ok());
+  ASSERT_EQ(got.host_id(), "host-a");
+  EXPECT_TRUE(agent.WaitForRevision(got.assignment().revision(), std::chrono::seconds(30)));
+  ASSERT_TRUE(agent.FindAssignment("vm-1").has_value());
+  agent.Stop();
 }
 
 }  // namespace
