@@ -25,6 +25,10 @@ std::unique_ptr<grpc::ClientContext> MakeContext(
     const CommandOptions& options) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() + options.timeout);
+  if (!options.bearer_token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options.bearer_token));
+  }
   return context;
 }
 
@@ -421,6 +425,41 @@ int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
     PrintJson(StatsToJson(request, response), out);
   } else {
     PrintStats(request, response, out);
+  }
+  return kExitOk;
+}
+
+int RunAudit(Stub& stub, const AuditArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err) {
+  if (!args.subject.empty()) {
+    absl::Status valid = ValidateId("--vm", args.subject);
+    if (!valid.ok()) return UsageError(valid, err);
+  }
+  if (args.limit < 1) {
+    return UsageError(absl::InvalidArgumentError("--limit must be at least 1"),
+                      err);
+  }
+  std::vector<v1::AuditRecord> records;
+  v1::ListAuditRecordsRequest request;
+  request.set_subject(args.subject);
+  request.set_who(args.who);
+  do {
+    request.set_page_size(static_cast<int32_t>(std::min<int64_t>(
+        kMaxPageSize, args.limit - static_cast<int64_t>(records.size()))));
+    v1::ListAuditRecordsResponse response;
+    grpc::Status status =
+        stub.ListAuditRecords(MakeContext(options).get(), request, &response);
+    if (!status.ok()) return RpcError(status, options, "audit records", err);
+    for (auto& r : *response.mutable_records()) records.push_back(std::move(r));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty() &&
+           static_cast<int64_t>(records.size()) < args.limit);
+  if (options.format == OutputFormat::kJson) {
+    json array = json::array();
+    for (const auto& r : records) array.push_back(AuditRecordToJson(r));
+    PrintJson(array, out);
+  } else {
+    PrintAuditTable(records, out);
   }
   return kExitOk;
 }

@@ -33,6 +33,16 @@ struct CommandOptions {
   OutputFormat format = OutputFormat::kTable;
   // Deadline of each RPC.
   std::chrono::milliseconds timeout{10000};
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string bearer_token{};
+};
+
+struct AuditArgs {
+  // Filters; empty matches all. subject: a vm, tenant or host id.
+  std::string subject{};
+  std::string who{};
+  // At most this many records, newest first.
+  int64_t limit = 50;
 };
 
 struct TagArgs {
@@ -113,6 +123,10 @@ int RunHostGet(Stub& stub, const std::string& host_id,
 // subject or several, a bad id or window; NOT_FOUND from csd (nothing
 // reported in the span) is kExitRpcError with csd's message.
 int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err);
+// ListAuditRecords, following next_page_token up to args.limit records.
+// JSON: an array of records, before/after as JSON objects.
+int RunAudit(Stub& stub, const AuditArgs& args, const CommandOptions& options,
              std::ostream& out, std::ostream& err);
 
 }  // namespace cosched::cli

@@ -76,6 +76,11 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   app.add_option("--ca", flags.ca_file, "CA certificate (PEM): use TLS");
   app.add_option("--cert", flags.cert_file, "client certificate (PEM)");
   app.add_option("--key", flags.key_file, "client private key (PEM)");
+  app.add_option("--token", flags.token,
+                 "bearer token for csd (else --token-file, else $CSCTL_TOKEN, "
+                 "else the config's token_file)");
+  app.add_option("--token-file", flags.token_file,
+                 "file whose first line is the bearer token");
   app.add_option("-o,--output", output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
   app.add_option("--timeout", timeout_s, "seconds to wait for each RPC")
@@ -124,6 +129,15 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   AddListOption(policy_set, "--allow", &policy_set_args.allowed_isolation,
                 "allowed levels, comma-separated (default: all)");
   CLI::App* policy_ls = policy->add_subcommand("ls", "list tenant policies");
+
+  AuditArgs audit_args;
+  CLI::App* audit = app.add_subcommand("audit", "the audit trail of changes, newest first");
+  audit->add_option("--vm,--subject", audit_args.subject,
+                    "only changes of this vm (or tenant or host) id");
+  audit->add_option("--who", audit_args.who,
+                    "only changes by this caller (as in the WHO column)");
+  audit->add_option("--limit", audit_args.limit, "at most N records")
+      ->capture_default_str();
 
   CLI::App* hosts = app.add_subcommand("hosts", "hosts with a cs-agent");
   hosts->require_subcommand(1);
@@ -191,6 +205,9 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   }
   ConnectionSettings settings =
       ResolveConnectionSettings(flags, env.get_env(kServerEnv), config);
+  auto token = ResolveBearerToken(flags.token, flags.token_file,
+                                  env.get_env(kTokenEnv), config, settings);
+  if (!token.ok()) return PrintUsageError(token.status().message(), err);
   auto stub = env.make_stub(settings);
   if (!stub.ok()) return PrintUsageError(stub.status().message(), err);
 
@@ -200,6 +217,7 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   options.timeout = std::max(
       std::chrono::milliseconds(1),
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  options.bearer_token = *token;
 
   Stub& s = **stub;
   if (tag->parsed()) return RunTag(s, tag_args, options, out, err);
@@ -216,6 +234,7 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   if (hosts_ls->parsed()) return RunHostList(s, options, out, err);
   if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
   if (stats->parsed()) return RunStats(s, stats_args, options, out, err);
+  if (audit->parsed()) return RunAudit(s, audit_args, options, out, err);
   return PrintUsageError("no command given (see csctl --help)", err);
 }
 

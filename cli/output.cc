@@ -298,4 +298,41 @@ void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
   table.Print(out);
 }
 
+namespace {
+
+json RecordJson(const std::string& text) {
+  if (text.empty()) return nullptr;
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? json(text) : parsed;
+}
+
+std::string UnixNanosText(int64_t ns) {
+  return google::protobuf::util::TimeUtil::ToString(
+      google::protobuf::util::TimeUtil::NanosecondsToTimestamp(ns));
+}
+
+}  // namespace
+
+json AuditRecordToJson(const v1::AuditRecord& record) {
+  return {{"sequence", record.sequence()},
+          {"time", UnixNanosText(record.time_unix_ns())},
+          {"who", record.who()},
+          {"role", record.role()},
+          {"method", record.method()},
+          {"subject", record.subject()},
+          {"revision", record.revision()},
+          {"before", RecordJson(record.before())},
+          {"after", RecordJson(record.after())}};
+}
+
+void PrintAuditTable(const std::vector<v1::AuditRecord>& records,
+                     std::ostream& out) {
+  TextTable table({"TIME", "WHO", "ROLE", "METHOD", "SUBJECT", "REVISION"});
+  for (const v1::AuditRecord& r : records) {
+    table.AddRow({UnixNanosText(r.time_unix_ns()), r.who(), r.role(),
+                  r.method(), r.subject(), absl::StrCat(r.revision())});
+  }
+  table.Print(out);
+}
+
 }  // namespace cosched::cli

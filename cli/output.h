@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "cosched/v1/control_plane.pb.h"
 #include "cosched/v1/types.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -53,6 +54,11 @@ void PrintTenantPolicyTable(const std::vector<v1::TenantPolicy>& policies,
                             std::ostream& out);
 void PrintHost(const v1::Host& host, std::ostream& out);
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out);
+
+// before/after become JSON values (null when empty).
+nlohmann::json AuditRecordToJson(const v1::AuditRecord& record);
+void PrintAuditTable(const std::vector<v1::AuditRecord>& records,
+                     std::ostream& out);
 
 }  // namespace cosched::cli
 

@@ -1,5 +1,10 @@
 #include "cli/server_address.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/transport.h"
+
 namespace cosched::cli {
 namespace {
 
@@ -37,8 +42,54 @@ ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
   settings.tls.set_cert_file(
       FirstSet(flags.cert_file, config.tls().cert_file()));
   settings.tls.set_key_file(FirstSet(flags.key_file, config.tls().key_file()));
+  settings.tls.set_refresh_interval_s(config.tls().refresh_interval_s());
   settings.insecure = flags.insecure || config.insecure();
   return settings;
+}
+
+namespace {
+
+absl::StatusOr<std::string> TokenFromFile(const std::string& path,
+                                          absl::string_view what) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot read ", what, " ", path, ": ", text.status().message()));
+  }
+  std::string token(absl::StripAsciiWhitespace(
+      absl::string_view(*text).substr(0, text->find('\n'))));
+  if (token.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " ", path, " is empty"));
+  }
+  return token;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveBearerToken(
+    const std::string& flag, const std::string& flag_file,
+    const std::string& env, const v1::CsctlConfig& config,
+    const ConnectionSettings& settings) {
+  std::string token = flag;
+  if (token.empty() && !flag_file.empty()) {
+    auto from_file = TokenFromFile(flag_file, "--token-file");
+    if (!from_file.ok()) return from_file.status();
+    token = *from_file;
+  }
+  if (token.empty()) token = env;
+  if (token.empty() && !config.token_file().empty()) {
+    auto from_file = TokenFromFile(config.token_file(), "token_file");
+    if (!from_file.ok()) return from_file.status();
+    token = *from_file;
+  }
+  if (!token.empty() && settings.tls.ca_file().empty() &&
+      !IsLoopbackAddress(settings.server)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to send a bearer token in plaintext to ", settings.server,
+        ": use TLS (--ca)"));
+  }
+  return token;
 }
 
 }  // namespace cosched::cli

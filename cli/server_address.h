@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 #include "cosched/v1/config.pb.h"
 
 namespace cosched::cli {
@@ -14,6 +16,7 @@ inline constexpr char kDefaultServer[] = "127.0.0.1:7443";
 inline constexpr char kDefaultConfigPath[] = "/etc/cosched/csctl.yaml";
 inline constexpr char kServerEnv[] = "CSCTL_SERVER";
 inline constexpr char kConfigEnv[] = "CSCTL_CONFIG";
+inline constexpr char kTokenEnv[] = "CSCTL_TOKEN";
 
 // The config file to load: `flag` (--config), else `env` ($CSCTL_CONFIG),
 // else kDefaultConfigPath when `default_exists`, else none. Empty strings
@@ -36,6 +39,8 @@ struct ConnectionFlags {
   std::string ca_file{};
   std::string cert_file{};
   std::string key_file{};
+  std::string token{};
+  std::string token_file{};
 };
 
 // What the channel is built from.
@@ -43,6 +48,8 @@ struct ConnectionSettings {
   std::string server{};
   v1::TlsConfig tls{};
   bool insecure = false;
+  // Sent as "authorization: Bearer <token>" on every call; empty for none.
+  std::string bearer_token{};
 };
 
 // Merges flags over the environment's server over the config file: the
@@ -51,6 +58,16 @@ struct ConnectionSettings {
 ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
                                              const std::string& env_server,
                                              const v1::CsctlConfig& config);
+
+// The bearer token: `flag` (--token), else the first line of `flag_file`
+// (--token-file), else `env` ($CSCTL_TOKEN), else the first line of the
+// config's token_file; empty for none. FAILED_PRECONDITION when a token file
+// cannot be read or is empty, or when the token would go in plaintext to a
+// non-loopback address (no CA in `settings`).
+absl::StatusOr<std::string> ResolveBearerToken(
+    const std::string& flag, const std::string& flag_file,
+    const std::string& env, const v1::CsctlConfig& config,
+    const ConnectionSettings& settings);
 
 }  // namespace cosched::cli
 

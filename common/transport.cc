@@ -6,6 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace cosched {
 namespace {
@@ -40,6 +42,15 @@ absl::Status PlaintextAllowed(absl::string_view address, bool insecure) {
       ": configure tls (cert_file, key_file, ca_file) or pass --insecure"));
 }
 
+absl::StatusOr<unsigned int> RefreshInterval(const v1::TlsConfig& tls) {
+  if (tls.refresh_interval_s() == 0) return kDefaultTlsRefreshSeconds;
+  if (tls.refresh_interval_s() < 1 || tls.refresh_interval_s() > 86400) {
+    return absl::InvalidArgumentError(
+        "tls.refresh_interval_s must be between 1 and 86400 (0 means 60)");
+  }
+  return static_cast<unsigned int>(tls.refresh_interval_s());
+}
+
 }  // namespace
 
 bool IsLoopbackAddress(absl::string_view host_port) {
@@ -55,21 +66,30 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     if (!s.ok()) return s;
     return grpc::InsecureServerCredentials();
   }
-  auto cert = ReadPem("tls.cert_file", tls.cert_file());
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPem("tls.key_file", tls.key_file());
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options(
-      tls.ca_file().empty()
-          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  if (!tls.ca_file().empty()) {
-    auto ca = ReadPem("tls.ca_file", tls.ca_file());
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+  // Read once here so that a bad path fails start-up with its name; the
+  // provider reads them again, and again on each refresh.
+  for (auto [what, path] : {std::pair{"tls.cert_file", &tls.cert_file()},
+                            std::pair{"tls.key_file", &tls.key_file()}}) {
+    auto pem = ReadPem(what, *path);
+    if (!pem.ok()) return pem.status();
   }
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  return grpc::SslServerCredentials(options);
+  if (tls.ca_file().empty()) {
+    return absl::FailedPreconditionError(
+        "tls.ca_file must be set with tls.cert_file: csd requires and "
+        "verifies client certificates");
+  }
+  auto ca = ReadPem("tls.ca_file", tls.ca_file());
+  if (!ca.ok()) return ca.status();
+  auto interval = RefreshInterval(tls);
+  if (!interval.ok()) return interval.status();
+  grpc::experimental::TlsServerCredentialsOptions options(
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          tls.key_file(), tls.cert_file(), tls.ca_file(), *interval));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
@@ -80,19 +100,30 @@ MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,
     if (!s.ok()) return s;
     return grpc::InsecureChannelCredentials();
   }
-  grpc::SslCredentialsOptions options;
   auto ca = ReadPem("tls.ca_file", tls.ca_file());
   if (!ca.ok()) return ca.status();
-  options.pem_root_certs = *ca;
-  if (!tls.cert_file().empty()) {
-    auto cert = ReadPem("tls.cert_file", tls.cert_file());
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem("tls.key_file", tls.key_file());
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
+  auto interval = RefreshInterval(tls);
+  if (!interval.ok()) return interval.status();
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
+  if (tls.cert_file().empty()) {
+    provider =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            tls.ca_file(), *interval);
+  } else {
+    for (auto [what, path] : {std::pair{"tls.cert_file", &tls.cert_file()},
+                              std::pair{"tls.key_file", &tls.key_file()}}) {
+      auto pem = ReadPem(what, *path);
+      if (!pem.ok()) return pem.status();
+    }
+    provider =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            tls.key_file(), tls.cert_file(), tls.ca_file(), *interval);
   }
-  return grpc::SslCredentials(options);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider);
+  options.watch_root_certs();
+  if (!tls.cert_file().empty()) options.watch_identity_key_cert_pairs();
+  return grpc::experimental::TlsCredentials(options);
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

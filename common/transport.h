@@ -20,14 +20,20 @@ namespace cosched {
 // True for 127.0.0.0/8, [::1] and localhost, with or without a port.
 bool IsLoopbackAddress(absl::string_view host_port);
 
-// TLS when tls.cert_file is set (client certificates required when
-// tls.ca_file is set too); plaintext on loopback, or anywhere with
-// `insecure`. FAILED_PRECONDITION for plaintext on another address.
+inline constexpr unsigned int kDefaultTlsRefreshSeconds = 60;
+
+// TLS when tls.cert_file is set: tls.ca_file is then required, and client
+// certificates are required and verified against it. The three files are
+// re-read every tls.refresh_interval_s, so renewed certificates are served
+// without a restart. Else plaintext on loopback, or anywhere with
+// `insecure`. FAILED_PRECONDITION for plaintext on another address, a
+// missing CA or an unreadable file; INVALID_ARGUMENT for a bad interval.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const v1::TlsConfig& tls, bool insecure);
 
 // TLS when tls.ca_file is set (with a client certificate when cert_file is
-// set); else plaintext under the same rule as above.
+// set, re-read like the server's); else plaintext under the same rule as
+// above.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,
                        bool insecure);

@@ -9,7 +9,7 @@ PACKAGES=(
   # RPC and serialisation
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # support libraries
-  libabsl-dev libgoogle-glog-dev libgflags-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libssl-dev libabsl-dev libgoogle-glog-dev libgflags-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   prometheus-cpp-dev libvirt-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

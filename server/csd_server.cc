@@ -21,6 +21,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.changelog_retention() > 0) {
     options.changelog_retention = config.changelog_retention();
   }
+  options.authz = AuthzOptionsFromConfig(config);
   return options;
 }
 
@@ -29,6 +30,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   auto credentials =
       MakeServerCredentials(options.listen, options.tls, options.insecure);
   if (!credentials.ok()) return credentials.status();
+  auto authz = Authorizer::Create(options.authz);
+  if (!authz.ok()) return authz.status();
 
   store::SqliteStoreOptions store_options;
   store_options.data_dir = options.data_dir;
@@ -38,6 +41,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
 
   std::unique_ptr<CsdServer> csd(new CsdServer());
   csd->store_ = std::move(*store);
+  csd->authz_ = std::make_unique<Authorizer>(std::move(*authz));
   csd->state_ = std::make_unique<DesiredState>(csd->store_.get());
   csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
   AssignmentFanout* fanout = csd->fanout_.get();
@@ -46,9 +50,9 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
         fanout->OnCommit(hosts);
       });
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
-      csd->state_.get(), csd->fanout_.get());
-  csd->agent_service_ =
-      std::make_unique<AgentServiceImpl>(csd->state_.get(), csd->fanout_.get());
+      csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
+  csd->agent_service_ = std::make_unique<AgentServiceImpl>(
+      csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

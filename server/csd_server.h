@@ -11,6 +11,7 @@
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/server.h"
 #include "server/assignment_fanout.h"
+#include "server/authz.h"
 #include "server/desired_state.h"
 #include "server/services.h"
 #include "store/store.h"
@@ -28,6 +29,8 @@ struct CsdOptions {
   // Allow plaintext on a non-loopback address.
   bool insecure = false;
   int64_t changelog_retention = 100000;
+  // Identities and roles (server/authz.h).
+  AuthzOptions authz;
 };
 
 // Fills options from a config file's message; unset fields keep defaults.
@@ -38,6 +41,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 class CsdServer {
  public:
   // FAILED_PRECONDITION for plaintext off loopback or unreadable TLS files;
+  // INVALID_ARGUMENT for bad authorization options;
   // the store's error when it cannot open; UNAVAILABLE when the address
   // cannot be bound.
   static absl::StatusOr<std::unique_ptr<CsdServer>> Start(
@@ -58,6 +62,7 @@ class CsdServer {
   CsdServer() = default;
 
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<DesiredState> state_;
   std::unique_ptr<AssignmentFanout> fanout_;
   std::unique_ptr<ControlPlaneService> control_plane_;

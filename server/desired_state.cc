@@ -6,13 +6,17 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
@@ -216,9 +220,61 @@ absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm) {
   return absl::OkStatus();
 }
 
+// A record as audit JSON; empty for none.
+std::string AuditJson(const google::protobuf::Message* record) {
+  if (record == nullptr) return "";
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(*record, &json, options).ok()) {
+    // A record that does not print is still a change that happened.
+    return record->ShortDebugString();
+  }
+  return json;
+}
+
+// Writes the audit record of a change inside the change's transaction, so
+// that neither commits without the other, and keeps it in `logged` for the
+// log line once it is durable.
+absl::Status Audit(store::Transaction& txn, const Actor& actor,
+                   absl::string_view method, absl::string_view subject,
+                   const google::protobuf::Message* before,
+                   const google::protobuf::Message* after, int64_t revision,
+                   v1::AuditRecord* logged) {
+  v1::AuditRecord record;
+  record.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
+  record.set_who(actor.who);
+  record.set_role(actor.role);
+  record.set_method(std::string(method));
+  record.set_subject(std::string(subject));
+  record.set_before(AuditJson(before));
+  record.set_after(AuditJson(after));
+  record.set_revision(revision);
+  RETURN_IF_ERROR(txn.AppendAudit(record));
+  *logged = std::move(record);
+  return absl::OkStatus();
+}
+
+// `done`, after logging the audit record once the change is durable.
+template <typename T>
+DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
+                               DesiredState::Done<T> done) {
+  return [record, done = std::move(done)](absl::StatusOr<T> result) {
+    if (result.ok() && !record->method().empty()) {
+      LOG(INFO) << "audit: " << record->who() << " (" << record->role() << ") "
+                << record->method() << " " << record->subject()
+                << " revision " << record->revision() << " before "
+                << (record->before().empty() ? "none" : record->before())
+                << " after "
+                << (record->after().empty() ? "none" : record->after());
+    }
+    done(std::move(result));
+  };
+}
+
 }  // namespace
 
-void DesiredState::TagVm(const v1::TagVMRequest& request,
+void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
                          Done<v1::TagVMResponse> done) {
   std::vector<std::string> classes;
   absl::Status valid = ValidateId("vm_id", request.vm_id());
@@ -244,10 +300,11 @@ void DesiredState::TagVm(const v1::TagVMRequest& request,
                               ? v1::THREAD_SCOPE_EMULATOR
                               : request.thread_scope());
 
+  auto audit = std::make_shared<v1::AuditRecord>();
   WriteAndAnswer<v1::TagVMResponse>(
       store_,
-      [wanted = std::move(wanted), classes](store::Transaction& txn,
-                                            v1::TagVMResponse& out) -> absl::Status {
+      [wanted = std::move(wanted), classes, actor, audit](
+          store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
         if (existing && existing->tenant_id() != wanted.tenant_id()) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -287,21 +344,25 @@ void DesiredState::TagVm(const v1::TagVMRequest& request,
         if (!vm.host_id().empty()) {
           RETURN_IF_ERROR(txn.RecordChange(vm.host_id(), vm.vm_id()));
         }
+        RETURN_IF_ERROR(Audit(txn, actor, "TagVM", vm.vm_id(),
+                              existing ? &*existing : nullptr, &vm, revision,
+                              audit.get()));
         *out.mutable_vm() = std::move(vm);
         out.set_changed(true);
         return absl::OkStatus();
       },
-      std::move(done));
+      LogAudit(audit, std::move(done)));
 }
 
 void DesiredState::UntagVm(const v1::UntagVMRequest& request,
-                           Done<v1::UntagVMResponse> done) {
+                           const Actor& actor, Done<v1::UntagVMResponse> done) {
   absl::Status valid = ValidateId("vm_id", request.vm_id());
   if (!valid.ok()) return done(valid);
+  auto audit = std::make_shared<v1::AuditRecord>();
   WriteAndAnswer<v1::UntagVMResponse>(
       store_,
-      [vm_id = request.vm_id()](store::Transaction& txn,
-                                v1::UntagVMResponse& out) -> absl::Status {
+      [vm_id = request.vm_id(), actor, audit](
+          store::Transaction& txn, v1::UntagVMResponse& out) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(vm_id));
         if (!existing) {
           return absl::NotFoundError(absl::StrCat("vm '", vm_id, "' is not tagged"));
@@ -311,13 +372,16 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         if (!existing->host_id().empty()) {
           RETURN_IF_ERROR(txn.RecordChange(existing->host_id(), vm_id));
         }
+        RETURN_IF_ERROR(Audit(txn, actor, "UntagVM", vm_id, &*existing, nullptr,
+                              revision, audit.get()));
         out.set_revision(revision);
         return absl::OkStatus();
       },
-      std::move(done));
+      LogAudit(audit, std::move(done)));
 }
 
 void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
+                                   const Actor& actor,
                                    Done<v1::TenantPolicy> done) {
   absl::Status valid = policy::ValidateTenantPolicy(request.policy());
   if (!valid.ok()) return done(valid);
@@ -325,10 +389,11 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
   wanted.set_explicitly_set(true);
   wanted.clear_revision();
   wanted.clear_update_time();
+  auto audit = std::make_shared<v1::AuditRecord>();
   WriteAndAnswer<v1::TenantPolicy>(
       store_,
-      [wanted = std::move(wanted)](store::Transaction& txn,
-                                   v1::TenantPolicy& out) -> absl::Status {
+      [wanted = std::move(wanted), actor, audit](
+          store::Transaction& txn, v1::TenantPolicy& out) -> absl::Status {
         store::VmFilter filter;
         filter.tenant_id = wanted.tenant_id();
         ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
@@ -374,14 +439,19 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
         v1::TenantPolicy stored = wanted;
         stored.set_revision(revision);
         *stored.mutable_update_time() = now;
+        ASSIGN_OR_RETURN(auto previous, txn.GetTenantPolicy(wanted.tenant_id()));
         RETURN_IF_ERROR(txn.PutTenantPolicy(stored));
+        RETURN_IF_ERROR(Audit(txn, actor, "SetTenantPolicy", stored.tenant_id(),
+                              previous ? &*previous : nullptr, &stored,
+                              revision, audit.get()));
         out = std::move(stored);
         return absl::OkStatus();
       },
-      std::move(done));
+      LogAudit(audit, std::move(done)));
 }
 
 void DesiredState::RegisterHost(const v1::RegisterRequest& request,
+                                const Actor& actor,
                                 Done<v1::RegisterResponse> done) {
   absl::Status valid = ValidateId("host_id", request.host_id());
   if (valid.ok()) valid = ValidateTopology(request.topology());
@@ -401,9 +471,11 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         "agent_version must be at most ", kMaxVersionLength, " bytes"));
   }
   if (!valid.ok()) return done(valid);
+  auto audit = std::make_shared<v1::AuditRecord>();
   WriteAndAnswer<v1::RegisterResponse>(
       store_,
-      [request](store::Transaction& txn, v1::RegisterResponse&) -> absl::Status {
+      [request, actor, audit](store::Transaction& txn,
+                              v1::RegisterResponse&) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetHost(request.host_id()));
         v1::Host host = existing.value_or(v1::Host());
         auto now = TimeUtil::GetCurrentTime();
@@ -414,12 +486,18 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         if (!existing) *host.mutable_registered_time() = now;
         *host.mutable_last_seen_time() = now;
         host.clear_connected();
-        return txn.PutHost(host);
+        RETURN_IF_ERROR(txn.PutHost(host));
+        // Re-registration of a known host is routine (every agent start).
+        if (existing) return absl::OkStatus();
+        return Audit(txn, actor, "Register", host.host_id(), nullptr, &host, 0,
+                     audit.get());
       },
-      [this, done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
-        if (r.ok()) r->set_revision(store_->CurrentRevision());
-        done(std::move(r));
-      });
+      LogAudit<v1::RegisterResponse>(
+          audit,
+          [this, done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
+            if (r.ok()) r->set_revision(store_->CurrentRevision());
+            done(std::move(r));
+          }));
 }
 
 void DesiredState::ApplyReport(const v1::ReportRequest& request,
@@ -680,6 +758,41 @@ absl::StatusOr<v1::GetStatsResponse> DesiredState::GetStats(
     return absl::NotFoundError(absl::StrCat("no stats were reported for ", subject,
                                             " in the last ", span, " s"));
   }
+  return response;
+}
+
+absl::StatusOr<v1::ListAuditRecordsResponse> DesiredState::ListAuditRecords(
+    const v1::ListAuditRecordsRequest& request) {
+  RETURN_IF_ERROR(ValidateOptionalId("subject", request.subject()));
+  if (request.who().size() > kMaxDetailLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("who must be at most ", kMaxDetailLength, " bytes"));
+  }
+  if (request.since_unix_ns() < 0) {
+    return absl::InvalidArgumentError("since_unix_ns must not be negative");
+  }
+  ASSIGN_OR_RETURN(store::Page page,
+                   PageFrom(request.page_size(), request.page_token()));
+  int64_t before = 0;
+  if (!page.after.empty() && (!absl::SimpleAtoi(page.after, &before) || before <= 0)) {
+    return absl::InvalidArgumentError(
+        "page_token is not a token from a previous response");
+  }
+  store::AuditFilter filter;
+  filter.subject = request.subject();
+  filter.who = request.who();
+  filter.since_unix_ns = request.since_unix_ns();
+  v1::ListAuditRecordsResponse response;
+  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto records, txn.ListAudit(filter, before, page.limit));
+    if (static_cast<int>(records.size()) == page.limit) {
+      int64_t last = records.back().sequence();
+      ASSIGN_OR_RETURN(auto more, txn.ListAudit(filter, last, 1));
+      if (!more.empty()) response.set_next_page_token(TokenAfter(absl::StrCat(last)));
+    }
+    for (auto& r : records) *response.add_records() = std::move(r);
+    return absl::OkStatus();
+  }));
   return response;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -17,10 +18,19 @@
 
 namespace cosched::server {
 
+// Who asks for a change: written to the audit trail with it.
+struct Actor {
+  std::string who;
+  // The role acted with ("host" for an agent).
+  std::string role;
+};
+
 // Thread-safe (the Store serialises writes). Every method validates its
 // input first: INVALID_ARGUMENT names the field and the rule, and nothing is
 // written. Writes are asynchronous: `done` runs once the change is durable
 // (on the store's writer thread) or has failed, with nothing half-written.
+// Every change is audited: an AuditRecord naming the actor, the record
+// before and after, is written in the change's own transaction and logged.
 class DesiredState {
  public:
   template <typename T>
@@ -34,16 +44,18 @@ class DesiredState {
 
   // Idempotent upsert. FAILED_PRECONDITION when the tenant's policy forbids
   // the level or the VM is tagged for another tenant.
-  void TagVm(const v1::TagVMRequest& request, Done<v1::TagVMResponse> done);
+  void TagVm(const v1::TagVMRequest& request, const Actor& actor,
+             Done<v1::TagVMResponse> done);
   // NOT_FOUND when the VM is not tagged.
-  void UntagVm(const v1::UntagVMRequest& request,
+  void UntagVm(const v1::UntagVMRequest& request, const Actor& actor,
                Done<v1::UntagVMResponse> done);
   // Re-assigns the tenant's VMs that use its default level.
   // FAILED_PRECONDITION (listing them) when tagged VMs use a level the new
   // policy forbids.
   void SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
-                       Done<v1::TenantPolicy> done);
-  void RegisterHost(const v1::RegisterRequest& request,
+                       const Actor& actor, Done<v1::TenantPolicy> done);
+  // Audited when the host is new.
+  void RegisterHost(const v1::RegisterRequest& request, const Actor& actor,
                     Done<v1::RegisterResponse> done);
   // Places the reported VMs on the host (their assignments are then
   // streamed there) and records their enforcement; once that is committed,
@@ -73,6 +85,9 @@ class DesiredState {
   // the subject ended in the span.
   absl::StatusOr<v1::GetStatsResponse> GetStats(
       const v1::GetStatsRequest& request);
+  // Newest first.
+  absl::StatusOr<v1::ListAuditRecordsResponse> ListAuditRecords(
+      const v1::ListAuditRecordsRequest& request);
 
   // INVALID_ARGUMENT for a bad host id or negative revision;
   // FAILED_PRECONDITION for an unregistered host.

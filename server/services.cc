@@ -26,47 +26,75 @@ DesiredState::Done<T> AnswerLater(grpc::ServerUnaryReactor* reactor,
   };
 }
 
+// Answers a unary call that authorization refused. Logged, rate-limited:
+// refusals are what an operator looks for after a misconfiguration or an
+// intrusion attempt, but a looping client must not flood the log.
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << status;
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+Actor ActorOf(const Caller& caller) {
+  return {caller.who, std::string(RoleName(caller.role))};
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ControlPlaneService::TagVM(
     grpc::CallbackServerContext* context, const v1::TagVMRequest* request,
     v1::TagVMResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "TagVM");
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
-  state_->TagVm(*request, AnswerLater(reactor, response));
+  state_->TagVm(*request, ActorOf(*caller), AnswerLater(reactor, response));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::UntagVM(
     grpc::CallbackServerContext* context, const v1::UntagVMRequest* request,
     v1::UntagVMResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "UntagVM");
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
-  state_->UntagVm(*request, AnswerLater(reactor, response));
+  state_->UntagVm(*request, ActorOf(*caller), AnswerLater(reactor, response));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::GetVM(
     grpc::CallbackServerContext* context, const v1::GetVMRequest* request,
     v1::VM* response) {
+  auto caller = authz_->ForControlPlane(*context, "GetVM");
+  if (!caller.ok()) return Refuse(context, caller.status());
   return AnswerNow(context, state_->GetVm(*request), response);
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::ListVMs(
     grpc::CallbackServerContext* context, const v1::ListVMsRequest* request,
     v1::ListVMsResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ListVMs");
+  if (!caller.ok()) return Refuse(context, caller.status());
   return AnswerNow(context, state_->ListVms(*request), response);
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::SetTenantPolicy(
     grpc::CallbackServerContext* context,
     const v1::SetTenantPolicyRequest* request, v1::TenantPolicy* response) {
+  auto caller = authz_->ForControlPlane(*context, "SetTenantPolicy");
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
-  state_->SetTenantPolicy(*request, AnswerLater(reactor, response));
+  state_->SetTenantPolicy(*request, ActorOf(*caller),
+                         AnswerLater(reactor, response));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::GetTenantPolicy(
     grpc::CallbackServerContext* context,
     const v1::GetTenantPolicyRequest* request, v1::TenantPolicy* response) {
+  auto caller = authz_->ForControlPlane(*context, "GetTenantPolicy");
+  if (!caller.ok()) return Refuse(context, caller.status());
   return AnswerNow(context, state_->GetTenantPolicy(*request), response);
 }
 
@@ -74,12 +102,16 @@ grpc::ServerUnaryReactor* ControlPlaneService::ListTenantPolicies(
     grpc::CallbackServerContext* context,
     const v1::ListTenantPoliciesRequest* request,
     v1::ListTenantPoliciesResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ListTenantPolicies");
+  if (!caller.ok()) return Refuse(context, caller.status());
   return AnswerNow(context, state_->ListTenantPolicies(*request), response);
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::ListHosts(
     grpc::CallbackServerContext* context, const v1::ListHostsRequest* request,
     v1::ListHostsResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ListHosts");
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto hosts = state_->ListHosts(*request);
   if (hosts.ok()) {
     for (auto& host : *hosts->mutable_hosts()) {
@@ -92,6 +124,8 @@ grpc::ServerUnaryReactor* ControlPlaneService::ListHosts(
 grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
     grpc::CallbackServerContext* context, const v1::GetHostRequest* request,
     v1::Host* response) {
+  auto caller = authz_->ForControlPlane(*context, "GetHost");
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto host = state_->GetHost(*request);
   if (host.ok()) host->set_connected(fanout_->IsConnected(host->host_id()));
   return AnswerNow(context, std::move(host), response);
@@ -100,21 +134,41 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
 grpc::ServerUnaryReactor* ControlPlaneService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GetStatsResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "GetStats");
+  if (!caller.ok()) return Refuse(context, caller.status());
   return AnswerNow(context, state_->GetStats(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ListAuditRecords(
+    grpc::CallbackServerContext* context,
+    const v1::ListAuditRecordsRequest* request,
+    v1::ListAuditRecordsResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ListAuditRecords");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  return AnswerNow(context, state_->ListAuditRecords(*request), response);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
+  auto caller = authz_->ForHost(*context, request->host_id());
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
-  state_->RegisterHost(*request, AnswerLater(reactor, response));
+  state_->RegisterHost(*request, Actor{caller->who, "host"},
+                       AnswerLater(reactor, response));
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>*
 AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
                                    const v1::WatchAssignmentsRequest* request) {
-  absl::Status valid = state_->ValidateWatch(*request);
+  auto caller = authz_->ForHost(*context, request->host_id());
+  if (!caller.ok()) {
+    LOG_EVERY_T(WARNING, 10)
+        << "refused " << context->peer() << ": " << caller.status();
+  }
+  absl::Status valid =
+      caller.ok() ? state_->ValidateWatch(*request) : caller.status();
   if (!valid.ok()) {
     // A reactor that only says why.
     class Refusal : public grpc::ServerWriteReactor<v1::WatchAssignmentsResponse> {
@@ -122,7 +176,6 @@ AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
       explicit Refusal(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
       void OnDone() override { delete this; }
     };
-    (void)context;
     return new Refusal(valid);
   }
   return fanout_->StartWatch(*request);
@@ -131,6 +184,9 @@ AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* AgentServiceImpl::Report(
     grpc::CallbackServerContext* context, const v1::ReportRequest* request,
     v1::ReportResponse* response) {
+  // The report is the host's own list of VMs: the caller must be that host.
+  auto caller = authz_->ForHost(*context, request->host_id());
+  if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
   state_->ApplyReport(*request, AnswerLater(reactor, response));
   return reactor;

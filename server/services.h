@@ -1,20 +1,23 @@
 // The gRPC faces of csd: thin adapters from the generated callback services
-// to DesiredState and AssignmentFanout. Unary calls never hold a thread
-// while a write waits for its commit.
+// to DesiredState and AssignmentFanout. Each call is first authorized
+// (server/authz.h): a refused call never reaches the domain logic. Unary
+// calls never hold a thread while a write waits for its commit.
 #ifndef COSCHED_SERVER_SERVICES_H_
 #define COSCHED_SERVER_SERVICES_H_
 
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "server/assignment_fanout.h"
+#include "server/authz.h"
 #include "server/desired_state.h"
 
 namespace cosched::server {
 
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
  public:
-  ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout)
-      : state_(state), fanout_(fanout) {}
+  ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
+                      const Authorizer* authz)
+      : state_(state), fanout_(fanout), authz_(authz) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
                                   const v1::TagVMRequest* request,
@@ -49,16 +52,22 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::GetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* ListAuditRecords(
+      grpc::CallbackServerContext* context,
+      const v1::ListAuditRecordsRequest* request,
+      v1::ListAuditRecordsResponse* response) override;
 
  private:
   DesiredState* const state_;
   const AssignmentFanout* const fanout_;
+  const Authorizer* const authz_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  AgentServiceImpl(DesiredState* state, AssignmentFanout* fanout)
-      : state_(state), fanout_(fanout) {}
+  AgentServiceImpl(DesiredState* state, AssignmentFanout* fanout,
+                   const Authorizer* authz)
+      : state_(state), fanout_(fanout), authz_(authz) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -73,6 +82,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  private:
   DesiredState* const state_;
   AssignmentFanout* const fanout_;
+  const Authorizer* const authz_;
 };
 
 }  // namespace cosched::server

@@ -68,6 +68,19 @@ CREATE INDEX changes_by_host ON changes (host_id, revision);
 INSERT OR IGNORE INTO meta (key, value) VALUES
   ('revision', 0), ('compacted_revision', 0), ('observation_seq', 0);
 )sql",
+    // Version 2: the audit trail. sequence is the rowid: increasing, never
+    // reused since rows are never deleted.
+    R"sql(
+CREATE TABLE audit (
+  sequence INTEGER PRIMARY KEY,
+  time_unix_ns INTEGER NOT NULL,
+  who TEXT NOT NULL,
+  subject TEXT NOT NULL,
+  record BLOB NOT NULL
+);
+CREATE INDEX audit_by_subject ON audit (subject, sequence);
+CREATE INDEX audit_by_who ON audit (who, sequence);
+)sql",
 };
 
 // Not cosched::ErrnoStatus (common/file_io.h): that one maps ENOENT/ENOTDIR

@@ -1,5 +1,6 @@
 // SqliteTransaction: the reads and writes of the store's tables (VMs,
-// tenant policies, hosts, observations, the change log) inside one
+// tenant policies, hosts, observations, the change log, the audit trail)
+// inside one
 // transaction on one SQLite connection.
 #include "store/sqlite_transaction.h"
 
@@ -367,6 +368,53 @@ absl::Status SqliteTransaction::RequireWrite(absl::string_view op) const {
   if (write_ != nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat(op, " is not allowed in a read-only transaction"));
+}
+
+absl::Status SqliteTransaction::AppendAudit(const v1::AuditRecord& record) {
+  RETURN_IF_ERROR(RequireWrite("AppendAudit"));
+  if (record.who().empty() || record.method().empty()) {
+    return absl::InvalidArgumentError("AppendAudit: who or method is empty");
+  }
+  v1::AuditRecord stored = record;
+  stored.clear_sequence();  // the rowid is the sequence
+  ASSIGN_OR_RETURN(std::string blob, Serialize(stored, "audit"));
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("INSERT INTO audit (time_unix_ns, who, subject, "
+                             "record) VALUES (?1, ?2, ?3, ?4)",
+                             "append audit record"));
+  q.BindInt(1, record.time_unix_ns());
+  q.BindText(2, record.who());
+  q.BindText(3, record.subject());
+  q.BindBlob(4, blob);
+  return q.Run();
+}
+
+absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAudit(
+    const AuditFilter& filter, int64_t before_sequence, int limit) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT sequence, record FROM audit "
+                "WHERE (?1 = 0 OR sequence < ?1) AND (?2 = '' OR subject = ?2) "
+                "AND (?3 = '' OR who = ?3) AND time_unix_ns >= ?4 "
+                "ORDER BY sequence DESC LIMIT ?5",
+                "list audit records"));
+  q.BindInt(1, before_sequence);
+  q.BindText(2, filter.subject);
+  q.BindText(3, filter.who);
+  q.BindInt(4, filter.since_unix_ns);
+  q.BindInt(5, ClampLimit(limit));
+  std::vector<v1::AuditRecord> records;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    int64_t sequence = q.ColumnInt(0);
+    ASSIGN_OR_RETURN(v1::AuditRecord record,
+                     ParseRecord<v1::AuditRecord>(q.ColumnBlob(1), "audit",
+                                                  absl::StrCat(sequence), db_));
+    record.set_sequence(sequence);
+    records.push_back(std::move(record));
+  }
+  return records;
 }
 
 }  // namespace cosched::store

@@ -58,6 +58,9 @@ class SqliteTransaction final : public Transaction {
                             absl::string_view vm_id) override;
   absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                            int64_t revision) override;
+  absl::Status AppendAudit(const v1::AuditRecord& record) override;
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(
+      const AuditFilter& filter, int64_t before_sequence, int limit) override;
 
  private:
   absl::Status RequireWrite(absl::string_view op) const;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cosched/v1/agent.pb.h"
+#include "cosched/v1/control_plane.pb.h"
 #include "cosched/v1/types.pb.h"
 
 namespace cosched::store {
@@ -42,6 +43,13 @@ struct HostChanges {
   // revision is newer than the store's): the caller must send a snapshot.
   bool complete = false;
   std::vector<std::string> vm_ids;  // distinct, in no particular order
+};
+
+// Filters of Transaction::ListAudit. Empty strings and 0 match all.
+struct AuditFilter {
+  std::string subject;
+  std::string who;
+  int64_t since_unix_ns = 0;
 };
 
 // Reads and writes of one transaction. Reads see the transaction's own
@@ -96,6 +104,15 @@ class Transaction {
                                     absl::string_view vm_id) = 0;
   virtual absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                                    int64_t revision) = 0;
+
+  // Audit trail: appends `record` (stored whole; its sequence is assigned,
+  // greater than every earlier one). INVALID_ARGUMENT when who or method is
+  // empty.
+  virtual absl::Status AppendAudit(const v1::AuditRecord& record) = 0;
+  // Newest first: records matching `filter` with a sequence below
+  // `before_sequence` (0: from the newest), at most `limit` (1-1000).
+  virtual absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(
+      const AuditFilter& filter, int64_t before_sequence, int limit) = 0;
 };
 
 // Thread-safe. Write functions run one at a time on the store's writer, in

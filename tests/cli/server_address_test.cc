@@ -1,6 +1,9 @@
 #include "cli/server_address.h"
 
+#include <fstream>
+
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::cli {
 namespace {
@@ -43,6 +46,54 @@ TEST(ResolveConnectionSettingsTest, FlagsOverrideConfigFieldByField) {
   EXPECT_TRUE(
       ResolveConnectionSettings({.insecure = true}, "", v1::CsctlConfig())
           .insecure);
+}
+
+class ResolveBearerTokenTest : public ::testing::Test {
+ protected:
+  std::string File(const std::string& name, const std::string& text) {
+    std::ofstream(dir_.Sub(name)) << text;
+    return dir_.Sub(name);
+  }
+  ConnectionSettings Loopback() {
+    ConnectionSettings s;
+    s.server = "127.0.0.1:7443";
+    return s;
+  }
+
+  cosched::testing::TempDir dir_;
+  v1::CsctlConfig config_;
+};
+
+TEST_F(ResolveBearerTokenTest, FlagThenFlagFileThenEnvThenConfigFile) {
+  config_.set_token_file(File("config-token", "from-config\n"));
+  std::string flag_file = File("flag-token", "from-file\nsecond line\n");
+  EXPECT_EQ(*ResolveBearerToken("from-flag", flag_file, "from-env", config_, Loopback()),
+            "from-flag");
+  EXPECT_EQ(*ResolveBearerToken("", flag_file, "from-env", config_, Loopback()),
+            "from-file");
+  EXPECT_EQ(*ResolveBearerToken("", "", "from-env", config_, Loopback()), "from-env");
+  EXPECT_EQ(*ResolveBearerToken("", "", "", config_, Loopback()), "from-config");
+  EXPECT_EQ(*ResolveBearerToken("", "", "", v1::CsctlConfig(), Loopback()), "");
+}
+
+TEST_F(ResolveBearerTokenTest, UnreadableOrEmptyFileIsNamed) {
+  auto missing = ResolveBearerToken("", dir_.Sub("nope"), "", config_, Loopback());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.status().message().find("--token-file"), std::string::npos);
+  config_.set_token_file(File("empty", "\n"));
+  auto empty = ResolveBearerToken("", "", "", config_, Loopback());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(empty.status().message().find("is empty"), std::string::npos);
+}
+
+TEST_F(ResolveBearerTokenTest, NeverInPlaintextOffLoopback) {
+  ConnectionSettings remote;
+  remote.server = "csd.example.com:7443";
+  remote.insecure = true;
+  auto refused = ResolveBearerToken("t", "", "", config_, remote);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  remote.tls.set_ca_file("/etc/cosched/ca.crt");
+  EXPECT_EQ(*ResolveBearerToken("t", "", "", config_, remote), "t");
 }
 
 }  // namespace

@@ -14,6 +14,12 @@ TEST(ExampleConfigs, CsdLoads) {
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/csd.yaml", &config);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(config.listen(), "127.0.0.1:7443");
+  EXPECT_EQ(config.trust_domain(), "cosched");
+  EXPECT_EQ(config.plaintext_role(), "admin");
+  ASSERT_EQ(config.roles_size(), 3);
+  EXPECT_EQ(config.roles(0).role(), "admin");
+  EXPECT_EQ(config.roles(0).common_names(0), "platform-admin");
+  EXPECT_EQ(config.roles(1).spiffe_ids(0), "spiffe://cosched/user/scheduler");
 }
 
 TEST(ExampleConfigs, AgentLoads) {

@@ -10,6 +10,8 @@
 namespace cosched::server {
 namespace {
 
+const Actor kTester{"spiffe://test/tester", "admin"};
+
 template <typename T>
 absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
   std::promise<absl::StatusOr<T>> promise;
@@ -39,7 +41,7 @@ class DesiredStateTest : public ::testing::Test {
     request.set_isolation(level);
     for (auto& c : classes) request.add_interference_classes(c);
     return Wait<v1::TagVMResponse>(
-        [&](auto done) { state_->TagVm(request, std::move(done)); });
+        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
   }
 
   absl::Status Register(const std::string& host) {
@@ -49,7 +51,7 @@ class DesiredStateTest : public ::testing::Test {
     core->add_cpus(0);
     core->add_cpus(1);
     return Wait<v1::RegisterResponse>([&](auto done) {
-             state_->RegisterHost(request, std::move(done));
+             state_->RegisterHost(request, kTester, std::move(done));
            }).status();
   }
 
@@ -110,7 +112,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto policy = Wait<v1::TenantPolicy>(
-      [&](auto done) { state_->SetTenantPolicy(set, std::move(done)); });
+      [&](auto done) { state_->SetTenantPolicy(set, kTester, std::move(done)); });
   ASSERT_TRUE(policy.ok()) << policy.status();
   EXPECT_TRUE(policy->explicitly_set());
 
@@ -124,7 +126,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   // New default: the VM that follows the default moves to the tenant group.
   set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
   ASSERT_TRUE(Wait<v1::TenantPolicy>([&](auto done) {
-                state_->SetTenantPolicy(set, std::move(done));
+                state_->SetTenantPolicy(set, kTester, std::move(done));
               }).ok());
   v1::GetVMRequest get;
   get.set_vm_id("vm-2");
@@ -138,7 +140,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   set.mutable_policy()->clear_allowed_isolation();
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto refused = Wait<v1::TenantPolicy>(
-      [&](auto done) { state_->SetTenantPolicy(set, std::move(done)); });
+      [&](auto done) { state_->SetTenantPolicy(set, kTester, std::move(done)); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("vm-3 (vm)"), std::string::npos);
 }
@@ -147,7 +149,7 @@ TEST_F(DesiredStateTest, UntagUnknownIsNotFound) {
   v1::UntagVMRequest request;
   request.set_vm_id("vm-nope");
   auto r = Wait<v1::UntagVMResponse>(
-      [&](auto done) { state_->UntagVm(request, std::move(done)); });
+      [&](auto done) { state_->UntagVm(request, kTester, std::move(done)); });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   v1::GetVMRequest get;
   get.set_vm_id("vm-nope");
@@ -218,7 +220,7 @@ TEST_F(DesiredStateTest, UntagSendsARemoval) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("vm-1");
   auto r = Wait<v1::UntagVMResponse>(
-      [&](auto done) { state_->UntagVm(untag, std::move(done)); });
+      [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
   ASSERT_TRUE(r.ok());
   EXPECT_GT(r->revision(), before);
   auto update = state_->WatchUpdate("host-a", before);
@@ -340,7 +342,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   ASSERT_TRUE(Wait<v1::UntagVMResponse>([&](auto done) {
                 v1::UntagVMRequest untag;
                 untag.set_vm_id(uuid);
-                state_->UntagVm(untag, std::move(done));
+                state_->UntagVm(untag, kTester, std::move(done));
               }).ok());
   ASSERT_TRUE(Tag(uuid, "globex").ok());
   EXPECT_EQ(state_->GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
@@ -348,6 +350,115 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   r = state_->GetStats(by_tenant);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->total().run_ns(), 100);
+}
+
+std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
+                                     const std::string& subject = "") {
+  v1::ListAuditRecordsRequest request;
+  request.set_subject(subject);
+  request.set_page_size(1000);
+  auto page = state.ListAuditRecords(request);
+  EXPECT_TRUE(page.ok()) << page.status();
+  return {page->records().begin(), page->records().end()};
+}
+
+TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
+  ASSERT_TRUE(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM).ok());
+  ASSERT_TRUE(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM).ok());  // no change
+  auto retag = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_TRUE(retag.ok());
+  auto records = AuditOf(*state_, "vm-1");
+  ASSERT_EQ(records.size(), 2u);  // newest first; the no-op left none
+  EXPECT_EQ(records[0].method(), "TagVM");
+  EXPECT_EQ(records[0].who(), kTester.who);
+  EXPECT_EQ(records[0].role(), "admin");
+  EXPECT_EQ(records[0].revision(), retag->vm().assignment().revision());
+  EXPECT_NE(records[0].before().find("ISOLATION_LEVEL_VM"), std::string::npos);
+  EXPECT_NE(records[0].after().find("ISOLATION_LEVEL_TENANT"), std::string::npos);
+  EXPECT_EQ(records[1].before(), "");
+  EXPECT_GT(records[0].sequence(), records[1].sequence());
+
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("vm-1");
+  auto removed = Wait<v1::UntagVMResponse>(
+      [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
+  ASSERT_TRUE(removed.ok());
+  records = AuditOf(*state_, "vm-1");
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].method(), "UntagVM");
+  EXPECT_NE(records[0].before(), "");
+  EXPECT_EQ(records[0].after(), "");
+  EXPECT_EQ(records[0].revision(), removed->revision());
+
+  v1::SetTenantPolicyRequest set;
+  set.mutable_policy()->set_tenant_id("acme");
+  set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_TRUE(Wait<v1::TenantPolicy>([&](auto done) {
+                state_->SetTenantPolicy(set, kTester, std::move(done));
+              }).ok());
+  records = AuditOf(*state_, "acme");
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].method(), "SetTenantPolicy");
+  EXPECT_EQ(records[0].before(), "");
+  EXPECT_NE(records[0].after().find("ISOLATION_LEVEL_TENANT"), std::string::npos);
+}
+
+TEST_F(DesiredStateTest, OnlyANewHostsRegistrationIsAudited) {
+  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_TRUE(Register("host-a").ok());
+  auto records = AuditOf(*state_, "host-a");
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].method(), "Register");
+  EXPECT_NE(records[0].after().find("host-a"), std::string::npos);
+}
+
+TEST_F(DesiredStateTest, RefusedChangeLeavesNoAuditRecord) {
+  ASSERT_TRUE(Tag("vm-1", "a").ok());
+  EXPECT_EQ(Tag("vm-1", "b").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(AuditOf(*state_).size(), 1u);
+}
+
+TEST_F(DesiredStateTest, ChangeWhoseAuditRecordFailsIsNotWritten) {
+  // An actor without a name cannot be audited: the store refuses the record,
+  // and the VM must not be tagged without it.
+  v1::TagVMRequest request;
+  request.set_vm_id("vm-unaudited");
+  auto tagged = Wait<v1::TagVMResponse>([&](auto done) {
+    state_->TagVm(request, Actor{"", "admin"}, std::move(done));
+  });
+  EXPECT_EQ(tagged.status().code(), absl::StatusCode::kInvalidArgument);
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-unaudited");
+  EXPECT_EQ(state_->GetVm(get).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(AuditOf(*state_).empty());
+}
+
+TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Tag("vm-" + std::to_string(i)).ok());
+  v1::ListAuditRecordsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> subjects;
+  do {
+    auto page = state_->ListAuditRecords(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& r : page->records()) subjects.push_back(r.subject());
+    request.set_page_token(page->next_page_token());
+  } while (!request.page_token().empty());
+  EXPECT_EQ(subjects,
+            (std::vector<std::string>{"vm-4", "vm-3", "vm-2", "vm-1", "vm-0"}));
+
+  v1::ListAuditRecordsRequest by_who;
+  by_who.set_who("someone-else");
+  auto none = state_->ListAuditRecords(by_who);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->records_size(), 0);
+  by_who.set_who(kTester.who);
+  EXPECT_EQ(state_->ListAuditRecords(by_who)->records_size(), 5);
+
+  v1::ListAuditRecordsRequest bad;
+  bad.set_page_token("garbage");
+  EXPECT_EQ(state_->ListAuditRecords(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

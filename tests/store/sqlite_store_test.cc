@@ -595,6 +595,107 @@ TEST_F(SqliteStoreTest, NewerSchemaIsRefused) {
   EXPECT_THAT(std::string(status.message()), HasSubstr(DbPath()));
 }
 
+v1::AuditRecord MakeAudit(const std::string& who, const std::string& subject,
+                          int64_t time_ns) {
+  v1::AuditRecord record;
+  record.set_who(who);
+  record.set_role("admin");
+  record.set_method("TagVM");
+  record.set_subject(subject);
+  record.set_time_unix_ns(time_ns);
+  record.set_after("{}");
+  return record;
+}
+
+TEST_F(SqliteStoreTest, AuditAppendsAndListsNewestFirstWithFilters) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-1", 100)));
+                    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("bob", "vm-2", 200)));
+                    return txn.AppendAudit(MakeAudit("alice", "vm-2", 300));
+                  })
+                  .ok());
+  // A failed write takes its audit record with it.
+  EXPECT_FALSE(store
+                   ->WriteSync([](Transaction& txn) -> absl::Status {
+                     RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("eve", "vm-3", 400)));
+                     return absl::AbortedError("change failed");
+                   })
+                   .ok());
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(auto all, txn.ListAudit({}, 0, 10));
+                    EXPECT_EQ(all.size(), 3u);
+                    if (all.size() != 3u) return absl::OkStatus();
+                    EXPECT_EQ(all[0].time_unix_ns(), 300);
+                    EXPECT_EQ(all[2].time_unix_ns(), 100);
+                    EXPECT_GT(all[0].sequence(), all[1].sequence());
+                    ASSIGN_OR_RETURN(auto older, txn.ListAudit({}, all[0].sequence(), 1));
+                    EXPECT_EQ(older.size(), 1u);
+                    if (!older.empty()) EXPECT_EQ(older[0].time_unix_ns(), 200);
+                    AuditFilter alice;
+                    alice.who = "alice";
+                    ASSIGN_OR_RETURN(auto by_who, txn.ListAudit(alice, 0, 10));
+                    EXPECT_EQ(by_who.size(), 2u);
+                    AuditFilter vm2_since;
+                    vm2_since.subject = "vm-2";
+                    vm2_since.since_unix_ns = 250;
+                    ASSIGN_OR_RETURN(auto recent, txn.ListAudit(vm2_since, 0, 10));
+                    EXPECT_EQ(recent.size(), 1u);
+                    EXPECT_FALSE(txn.AppendAudit(MakeAudit("x", "y", 1)).ok());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->WriteSync([](Transaction& txn) {
+                      return txn.PutVm(MakeVm("vm-old"));
+                    }).ok());
+  }
+  // Make it what version 1 wrote: no audit table.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db,
+                         "DROP TABLE audit; UPDATE meta SET value = 1 "
+                         "WHERE key = 'schema_version'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 2);
+  ASSERT_TRUE(store->WriteSync([](Transaction& txn) {
+                    return txn.AppendAudit(MakeAudit("alice", "vm-old", 1));
+                  }).ok());
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(auto vm, txn.GetVm("vm-old"));
+                    EXPECT_TRUE(vm.has_value());
+                    ASSIGN_OR_RETURN(auto audit, txn.ListAudit({}, 0, 10));
+                    EXPECT_EQ(audit.size(), 1u);
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  store.reset();
+  ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT value FROM meta WHERE key = 'schema_version'",
+                               -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 2);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
 TEST_F(SqliteStoreTest, GarbageFileIsRefusedAsCorrupt) {
   std::filesystem::create_directories(data_dir_);
   {
