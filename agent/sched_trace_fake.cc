@@ -1,4 +1,4 @@
-#include "agent/sched_trace.h"
+#include "agent/sched_trace_fake.h"
 
 #include <algorithm>
 #include <cstring>

@@ -166,7 +166,10 @@ void SiblingShareCollector::RefreshVms(bool force) {
   next_refresh_ = now + options_.vm_refresh_interval;
   absl::StatusOr<std::vector<CollectedVm>> vms = vms_source_();
   if (!vms.ok()) {
-    LOG_EVERY_T(WARNING, 60) << "collector keeps the previous VM list: " << vms.status();
+    // At start the first reconcile pass is usually still running.
+    if (!force) {
+      LOG_EVERY_T(WARNING, 60) << "collector keeps the previous VM list: " << vms.status();
+    }
     return;
   }
   vms_ = std::move(*vms);

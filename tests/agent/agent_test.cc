@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/core_sched_fake.h"
+#include "agent/sched_trace_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"

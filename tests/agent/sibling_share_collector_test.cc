@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "agent/sched_trace_fake.h"
 #include "tests/telemetry/trace_fixtures.h"
 
 namespace cosched::agent {

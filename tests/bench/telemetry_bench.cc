@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "agent/sched_trace.h"
+#include "agent/sched_trace_fake.h"
 #include "agent/sibling_share_collector.h"
 #include "benchmark/benchmark.h"
 #include "telemetry/event_merge.h"
