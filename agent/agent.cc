@@ -66,6 +66,26 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     options.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
   }
   if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
+  const v1::TelemetryConfig& telemetry = config.telemetry();
+  options.telemetry = telemetry.enabled();
+  options.enable_schedstats = telemetry.enable_schedstats();
+  if (telemetry.buffer_size_kb() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("telemetry.buffer_size_kb must be positive, got ",
+                     telemetry.buffer_size_kb()));
+  }
+  if (telemetry.buffer_size_kb() > 0) {
+    options.trace.buffer_size_kb = telemetry.buffer_size_kb();
+  }
+  if (telemetry.poll_interval_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("telemetry.poll_interval_ms must be positive, got ",
+                     telemetry.poll_interval_ms()));
+  }
+  if (telemetry.poll_interval_ms() > 0) {
+    options.telemetry_poll_interval =
+        std::chrono::milliseconds(telemetry.poll_interval_ms());
+  }
   return options;
 }
 
@@ -87,6 +107,10 @@ absl::Status Agent::CheckOptions() {
   }
   if (!options_.cpu_affinity) {
     options_.cpu_affinity = std::make_shared<LinuxCpuAffinity>();
+  }
+  if (options_.telemetry && !options_.sched_trace) {
+    options_.sched_trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent",
+                                                 options_.procfs_root);
   }
   if (!options_.vm_discovery) {
     LOG(WARNING) << "no VM discovery configured: reporting no VMs";
@@ -178,6 +202,8 @@ absl::Status Agent::Start() {
       },
       dedicated_.get());
 
+  StartCollector();
+
   ServerSessionOptions session_options;
   session_options.server_address = options_.server_address;
   session_options.tls = options_.tls;
@@ -189,7 +215,8 @@ absl::Status Agent::Start() {
   session_ = std::make_unique<ServerSession>(
       std::move(session_options), registration_, cache_.get(),
       [this] { return loop_->Observations(); },
-      [this](int64_t revision) { OnAssignmentsChanged(revision); });
+      [this](int64_t revision) { OnAssignmentsChanged(revision); },
+      &stats_queue_);
   // Enforce what is known before csd answers (restart, csd away).
   loop_->Start();
   if (options_.process_events) {
@@ -208,8 +235,56 @@ void Agent::TriggerReconcile() {
   if (loop_) loop_->Trigger();
 }
 
+void Agent::StartCollector() {
+  v1::HostCapabilities* capabilities = registration_.mutable_capabilities();
+  if (!options_.telemetry) {
+    capabilities->set_telemetry_detail("telemetry disabled in the config");
+    return;
+  }
+  SiblingShareCollectorOptions collector_options;
+  collector_options.poll_interval = options_.telemetry_poll_interval;
+  collector_options.window = options_.report_interval;
+  collector_options.trace = options_.trace;
+  collector_options.enable_schedstats = options_.enable_schedstats;
+  collector_options.procfs_root = options_.procfs_root;
+  ReconcileLoop* loop = loop_.get();
+  collector_ = std::make_unique<SiblingShareCollector>(
+      collector_options, registration_.topology(), options_.sched_trace.get(),
+      options_.host_fs.get(),
+      [loop]() -> absl::StatusOr<std::vector<CollectedVm>> {
+        std::optional<ReconcileResult> result = loop->last_result();
+        if (!result) return absl::UnavailableError("no reconcile pass yet");
+        std::vector<CollectedVm> vms;
+        vms.reserve(result->vms.size());
+        for (VmOutcome& vm : result->vms) {
+          vms.push_back({std::move(vm.vm_id), std::move(vm.group), std::move(vm.tids)});
+        }
+        return vms;
+      },
+      &stats_queue_);
+  absl::Status started = collector_->Start();
+  if (!started.ok()) {
+    collector_.reset();
+    LOG(WARNING) << "sibling-sharing telemetry is off: " << started
+                 << "; tagging goes on without it";
+    capabilities->set_telemetry_detail(std::string(started.message()));
+    return;
+  }
+  capabilities->set_telemetry_active(true);
+  capabilities->set_telemetry_detail("tracing sched_switch");
+  // The collector may just have turned schedstats on.
+  absl::StatusOr<bool> schedstats =
+      ReadSchedstatsEnabled(*options_.host_fs, options_.procfs_root);
+  if (schedstats.ok()) capabilities->set_schedstats_enabled(*schedstats);
+  LOG(INFO) << "sibling-sharing telemetry on: windows of "
+            << options_.report_interval.count() << " ms, schedstats "
+            << (capabilities->schedstats_enabled() ? "on (forced idle measured)"
+                                                   : "off (no forced idle)");
+}
+
 void Agent::Stop() {
   if (options_.process_events) options_.process_events->Stop();
+  if (collector_) collector_->Stop();
   if (session_) session_->Stop();
   if (loop_) loop_->Stop();
 }

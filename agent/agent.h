@@ -22,7 +22,10 @@
 #include "agent/host_fs.h"
 #include "agent/process_events.h"
 #include "agent/reconcile_loop.h"
+#include "agent/sched_trace.h"
 #include "agent/server_session.h"
+#include "agent/sibling_share_collector.h"
+#include "agent/stats_window_queue.h"
 #include "agent/vm_discovery.h"
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/types.pb.h"
@@ -67,6 +70,16 @@ struct AgentOptions {
   std::shared_ptr<ProcessEventSource> process_events;
   // Full reconcile pass at least this often.
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
+
+  // The sibling-sharing collector. Its windows last report_interval. When
+  // the trace cannot start the agent runs on without it and says why (log,
+  // HostCapabilities.telemetry_detail).
+  bool telemetry = false;
+  SchedTraceOptions trace;
+  bool enable_schedstats = false;
+  std::chrono::milliseconds telemetry_poll_interval{100};
+  // Null: the kernel's tracefs.
+  std::shared_ptr<SchedTrace> sched_trace;
 
   // Called on the session's thread after each assignment message applied,
   // with the new revision. Must not call Agent::Stop.
@@ -124,11 +137,20 @@ class Agent {
   void TriggerReconcile();
   // The assignments as received (valid after Start()).
   const AssignmentCache& cache() const { return *cache_; }
+  // The newest sibling-sharing window the collector closed, whether or not
+  // csd has it yet; nullopt before the first, or without a collector.
+  // Thread-safe, any time.
+  std::optional<v1::StatsWindow> latest_stats() const { return stats_queue_.latest(); }
+  // Windows waiting for csd to accept a Report.
+  const StatsWindowQueue& pending_stats() const { return stats_queue_; }
 
  private:
   absl::Status CheckOptions();
   absl::Status PrepareStateDir();
   absl::Status DescribeHost();
+  // Starts the collector when configured; its failure is reported, not
+  // returned.
+  void StartCollector();
   void OnAssignmentsChanged(int64_t revision);
 
   AgentOptions options_;
@@ -139,6 +161,8 @@ class Agent {
   std::unique_ptr<DedicatedCoreEnforcer> dedicated_;
   std::unique_ptr<ReconcileLoop> loop_;
   std::unique_ptr<ServerSession> session_;
+  StatsWindowQueue stats_queue_;
+  std::unique_ptr<SiblingShareCollector> collector_;
 
   mutable std::mutex mu_;
   std::condition_variable revision_changed_;

@@ -66,12 +66,14 @@ ServerSession::ServerSession(ServerSessionOptions options,
                              v1::RegisterRequest registration,
                              AssignmentCache* cache,
                              ObservationSource observations,
-                             AssignmentsListener listener)
+                             AssignmentsListener listener,
+                             StatsWindowQueue* stats)
     : options_(std::move(options)),
       registration_(std::move(registration)),
       cache_(cache),
       observations_(std::move(observations)),
-      listener_(std::move(listener)) {}
+      listener_(std::move(listener)),
+      stats_(stats) {}
 
 ServerSession::~ServerSession() { Stop(); }
 
@@ -279,6 +281,12 @@ absl::Status ServerSession::SendReport() {
   if (!observations.ok()) return observations.status();
   v1::ReportRequest request = MakeReportRequest(
       registration_.host_id(), cache_->revision(), std::move(*observations));
+  StatsBatch batch;
+  if (stats_ != nullptr) {
+    batch = stats_->Peek();
+    for (v1::StatsWindow& window : batch.windows) *request.add_stats() = std::move(window);
+    request.set_dropped_windows(batch.dropped_windows);
+  }
   TrackedCall call(this);
   if (call.cancelled()) return absl::CancelledError("agent is stopping");
   call.context()->set_deadline(std::chrono::system_clock::now() +
@@ -286,6 +294,7 @@ absl::Status ServerSession::SendReport() {
   v1::ReportResponse response;
   grpc::Status status = stub_->Report(call.context(), request, &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status), "Report");
+  if (stats_ != nullptr) stats_->Acknowledge(batch);
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "agent/assignment_cache.h"
+#include "agent/stats_window_queue.h"
 #include "absl/status/statusor.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/config.pb.h"
@@ -61,10 +62,11 @@ class ServerSession {
   using AssignmentsListener = std::function<void(int64_t revision)>;
 
   // `registration` is sent on every (re)connect. `cache` must outlive the
-  // session.
+  // session. Each report carries the windows pending in `stats` (may be
+  // null), which leave it once csd accepted the report.
   ServerSession(ServerSessionOptions options, v1::RegisterRequest registration,
                 AssignmentCache* cache, ObservationSource observations,
-                AssignmentsListener listener);
+                AssignmentsListener listener, StatsWindowQueue* stats = nullptr);
   ~ServerSession();
 
   ServerSession(const ServerSession&) = delete;
@@ -111,6 +113,7 @@ class ServerSession {
   AssignmentCache* const cache_;
   const ObservationSource observations_;
   const AssignmentsListener listener_;
+  StatsWindowQueue* const stats_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
 
   mutable std::mutex mu_;

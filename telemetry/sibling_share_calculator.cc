@@ -22,12 +22,13 @@ SiblingShareCalculator::SiblingShareCalculator(CpuTopology topology, ThreadClass
 
 SiblingShareCalculator::Sharing SiblingShareCalculator::Classify(int cpu, GroupId group) const {
   bool unknown = false, same = false;
+  const SharingKey key = keys_[group];
   for (int i = sibling_begin_[cpu]; i < sibling_begin_[cpu + 1]; ++i) {
     const GroupId sib = cpus_[sibling_list_[i]].group;
     if (sib == kIdle) continue;
     if (sib == kUnknown) {
       unknown = true;
-    } else if (sib == group) {
+    } else if (keys_[sib] == key) {
       same = true;
     } else {
       return Sharing::kForeign;
@@ -126,6 +127,11 @@ void SiblingShareCalculator::Add(const SchedSwitch& ev) {
     Stats(st.group);
   }
   Refresh(core, now);
+}
+
+void SiblingShareCalculator::SetSharingKey(GroupId group, SharingKey key) {
+  Stats(group);
+  keys_[group] = key;
 }
 
 SiblingShareWindow SiblingShareCalculator::TakeWindow(int64_t end_ns) {

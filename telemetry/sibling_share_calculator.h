@@ -21,6 +21,9 @@ using GroupId = uint32_t;
 // Threads no group claims: host tasks, cookie 0.
 inline constexpr GroupId kHostGroup = 0;
 
+// Groups with equal keys may share a core (see SetSharingKey).
+using SharingKey = uint32_t;
+
 // Maps a thread id (never 0, the idle task) to its group. Called once per
 // event, for the thread being switched in: keep it cheap. Ids should stay
 // small (the calculator keeps one stats slot per id up to the largest seen).
@@ -30,7 +33,7 @@ using ThreadClassifier = std::function<GroupId(int32_t tid)>;
 // same + idle + foreign + unknown == run.
 struct SiblingShareStats {
   int64_t run_ns = 0;
-  int64_t same_ns = 0;     // a sibling ran the same group (and none ran another)
+  int64_t same_ns = 0;     // a sibling ran a group of the same sharing key (and none another)
   int64_t idle_ns = 0;     // every sibling was idle
   int64_t foreign_ns = 0;  // a sibling ran another group or a host task
   int64_t unknown_ns = 0;  // a sibling had not been seen yet
@@ -89,11 +92,21 @@ struct SiblingShareWindow {
 // another group, else unknown if any sibling is not known, else same if any
 // runs the group, else idle. Host tasks form a group too (kHostGroup), so
 // host threads on both siblings count as "same" for the host group.
+//
+// "Another group" means one of another sharing key. By default each group's
+// key is its own id, so groups are what may share a core (csctl analyze: a
+// group per VM). The live collector reports per VM while "same" means the
+// same trust group: its groups are VMs, their keys trust groups.
 class SiblingShareCalculator {
  public:
   SiblingShareCalculator(CpuTopology topology, ThreadClassifier classifier);
 
   void Add(const SchedSwitch& event);
+
+  // From now on `group` counts as "same" with every group of key `key`
+  // (until set, a group's key is its id). Takes effect on each core at its
+  // next event.
+  void SetSharingKey(GroupId group, SharingKey key);
 
   // Accounts time up to `end_ns` (each core's state holds until then),
   // returns what was accumulated since the last window, and starts a new
@@ -137,7 +150,10 @@ class SiblingShareCalculator {
   // foreign intervals opened or closed at `now`.
   void Refresh(int core, int64_t now);
   SiblingShareStats& Stats(GroupId group) {
-    if (group >= window_.groups.size()) window_.groups.resize(group + 1);
+    if (group >= window_.groups.size()) {
+      window_.groups.resize(group + 1);
+      while (keys_.size() <= group) keys_.push_back(static_cast<SharingKey>(keys_.size()));
+    }
     return window_.groups[group];
   }
 
@@ -149,6 +165,8 @@ class SiblingShareCalculator {
   std::vector<int> sibling_list_;
   std::vector<int> sibling_begin_;
   SiblingShareWindow window_;
+  // Indexed by GroupId, as window_.groups.
+  std::vector<SharingKey> keys_;
   bool any_event_ = false;
   int64_t latest_ns_ = 0;
 };

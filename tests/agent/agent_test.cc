@@ -8,9 +8,11 @@
 #include <thread>
 
 #include "agent/core_sched_fake.h"
+#include "agent/sched_trace_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
+#include "tests/telemetry/trace_fixtures.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::agent {
@@ -188,6 +190,121 @@ TEST(AgentOptionsTest, FromConfig) {
   absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("report_interval_s"));
+}
+
+TEST(AgentOptionsTest, TelemetryFromConfig) {
+  v1::AgentConfig config;
+  absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_FALSE(defaults->telemetry);
+  EXPECT_EQ(defaults->trace.buffer_size_kb, 1024);
+  EXPECT_EQ(defaults->telemetry_poll_interval, 100ms);
+  EXPECT_FALSE(defaults->enable_schedstats);
+
+  config.mutable_telemetry()->set_enabled(true);
+  config.mutable_telemetry()->set_buffer_size_kb(4096);
+  config.mutable_telemetry()->set_enable_schedstats(true);
+  config.mutable_telemetry()->set_poll_interval_ms(50);
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
+  ASSERT_TRUE(options.ok());
+  EXPECT_TRUE(options->telemetry);
+  EXPECT_EQ(options->trace.buffer_size_kb, 4096);
+  EXPECT_TRUE(options->enable_schedstats);
+  EXPECT_EQ(options->telemetry_poll_interval, 50ms);
+
+  config.mutable_telemetry()->set_buffer_size_kb(-1);
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("telemetry.buffer_size_kb"));
+  config.mutable_telemetry()->set_buffer_size_kb(0);
+  config.mutable_telemetry()->set_poll_interval_ms(-5);
+  bad = AgentOptionsFromConfig(config);
+  EXPECT_THAT(bad.status().message(), HasSubstr("telemetry.poll_interval_ms"));
+}
+
+SchedTraceFormat FourCpuTraceFormat() {
+  SchedTraceFormat format;
+  format.sched_switch_format = std::string(telemetry::testing::kSchedSwitchFormat);
+  format.header_page = std::string(telemetry::testing::kHeaderPage);
+  format.num_cpus = 4;
+  return format;
+}
+
+// Tagging does not depend on telemetry: a trace that cannot start is said
+// in the capabilities, and the agent runs on.
+TEST_F(AgentTest, TelemetryThatCannotStartIsReportedAndTaggingGoesOn) {
+  auto trace = std::make_shared<FakeSchedTrace>(FourCpuTraceFormat());
+  trace->SetStartError(absl::PermissionDeniedError(
+      "cannot create trace instance /sys/kernel/tracing/instances/cs-agent: Permission denied"));
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {}));
+  AgentOptions options = Options(csd.address());
+  options.telemetry = true;
+  options.sched_trace = trace;
+  Agent agent(std::move(options));
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_FALSE(agent.capabilities().telemetry_active());
+  EXPECT_THAT(agent.capabilities().telemetry_detail(), HasSubstr("Permission denied"));
+  ASSERT_TRUE(agent.WaitForRevision(1, 10s));
+  EXPECT_FALSE(csd.service().registers().at(0).capabilities().telemetry_active());
+  EXPECT_FALSE(agent.latest_stats().has_value());
+  agent.Stop();
+}
+
+// Windows of the VMs the agent found reach csd in its reports, and the
+// newest is readable from the agent.
+TEST_F(AgentTest, TelemetryWindowsOfItsVmsReachCsd) {
+  DiscoveredVm vm;
+  vm.vm_id = "vm-1";
+  vm.qemu_pid = 100;
+  vm.threads.push_back({100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator});
+  vm.threads.push_back({101, 100, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu});
+  discovery_->SetVms({vm});
+  kernel_->AddTask(100, 100);
+  kernel_->AddTask(101, 100);
+  auto trace = std::make_shared<FakeSchedTrace>(FourCpuTraceFormat());
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));
+  AgentOptions options = Options(csd.address());
+  options.telemetry = true;
+  options.sched_trace = trace;
+  options.telemetry_poll_interval = 5ms;
+  Agent agent(std::move(options));
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_TRUE(agent.capabilities().telemetry_active());
+  EXPECT_TRUE(trace->started());
+
+  const auto layout = *telemetry::SchedSwitchLayout::FromFormat(
+      telemetry::testing::kSchedSwitchFormat);
+  // The vCPU runs 1 ms of every 10 on CPU 0, its sibling CPU 2 idle, until
+  // a report carries it (the collector learns the VM's threads within a
+  // second of the first reconcile pass).
+  int64_t now = 1'000'000'000;
+  auto has_vm = [](const v1::ReportRequest& report) {
+    for (const v1::StatsWindow& w : report.stats())
+      for (const v1::VMStats& s : w.vms())
+        if (s.vm_id() == "vm-1" && s.share().run_ns() > 0) return true;
+    return false;
+  };
+  bool seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) {
+    std::vector<telemetry::SchedSwitch> events = {{now, 0, 0, 101, 0},
+                                                  {now + 1'000'000, 0, 101, 0, 0}};
+    for (auto& page : telemetry::testing::BuildPages(layout, events)) trace->AddPage(0, page);
+    if (i == 0) trace->AddPage(2, telemetry::testing::BuildPages(layout, {{now, 2, 0, 0, 0}})[0]);
+    now += 10'000'000;
+    trace->SetNowNs(now);
+    std::this_thread::sleep_for(10ms);
+    for (const v1::ReportRequest& report : csd.service().reports()) seen = seen || has_vm(report);
+  }
+  ASSERT_TRUE(seen);
+  std::optional<v1::StatsWindow> latest = agent.latest_stats();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->cores_size(), 2);
+  agent.Stop();
+  EXPECT_TRUE(trace->stopped());
 }
 
 }  // namespace

@@ -74,7 +74,13 @@ class FakeAgentService final : public v1::AgentService::Service {
     reports_.push_back(*request);
     response->set_revision(revision_);
     cv_.notify_all();
-    return grpc::Status::OK;
+    return report_status_;
+  }
+
+  // What Report answers from now on (the request is recorded either way).
+  void SetReportStatus(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_status_ = std::move(status);
   }
 
   // Queues a message for the (next) stream.
@@ -130,6 +136,7 @@ class FakeAgentService final : public v1::AgentService::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t revision_ = 0;
+  grpc::Status report_status_ = grpc::Status::OK;
   int drop_generation_ = 0;
   int open_streams_ = 0;
   std::deque<v1::WatchAssignmentsResponse> outbox_;

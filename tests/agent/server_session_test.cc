@@ -38,7 +38,8 @@ class ServerSessionTest : public ::testing::Test {
  protected:
   ServerSessionTest() : cache_(dir_.path() + "/assignments.pb") {}
 
-  std::unique_ptr<ServerSession> MakeSession(const std::string& address) {
+  std::unique_ptr<ServerSession> MakeSession(const std::string& address,
+                                             StatsWindowQueue* stats = nullptr) {
     ServerSessionOptions options;
     options.server_address = address;
     options.report_interval = 100ms;
@@ -51,7 +52,7 @@ class ServerSessionTest : public ::testing::Test {
     registration.mutable_capabilities()->set_smt_active(true);
     return std::make_unique<ServerSession>(
         options, registration, &cache_, [this] { return Observe(); },
-        [this](int64_t revision) { last_notified_ = revision; });
+        [this](int64_t revision) { last_notified_ = revision; }, stats);
   }
 
   // What a reconcile pass would report, told from the cache alone: a VM
@@ -207,6 +208,43 @@ TEST_F(ServerSessionTest, DiscoveryFailureSkipsTheReport) {
   ASSERT_TRUE(csd.service().WaitFor(
       [&] { return !csd.service().reports_locked().empty(); }));
   session->Stop();
+}
+
+// Stats windows ride on every report until csd accepts one; then they
+// leave the queue and the next reports carry only newer ones.
+TEST_F(ServerSessionTest, StatsWindowsLeaveOnlyWhenCsdAcceptedTheReport) {
+  StatsWindowQueue stats(2);
+  for (int i = 1; i <= 3; ++i) {
+    v1::StatsWindow window;
+    window.set_start_unix_ns(i);
+    stats.Push(window);
+  }
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  FakeAgentService& service = csd.service();
+  service.SetReportStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "csd store busy"));
+  service.Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address(), &stats);
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(service.WaitFor([&] { return service.reports_locked().size() >= 2; }));
+  for (const v1::ReportRequest& report : service.reports()) {
+    ASSERT_EQ(report.stats_size(), 2);
+    EXPECT_EQ(report.stats(0).start_unix_ns(), 2);
+    EXPECT_EQ(report.dropped_windows(), 1);
+  }
+  EXPECT_EQ(stats.size(), 2u);
+  EXPECT_EQ(session->report_count(), 0);
+
+  service.SetReportStatus(grpc::Status::OK);
+  ASSERT_TRUE(service.WaitFor([&] {
+    const auto& reports = service.reports_locked();
+    return !reports.empty() && reports.back().stats_size() == 0;
+  }));
+  EXPECT_EQ(stats.size(), 0u);
+  EXPECT_EQ(stats.dropped(), 0);
+  session->Stop();
+  const std::vector<v1::ReportRequest> reports = service.reports();
+  EXPECT_EQ(reports.back().dropped_windows(), 0);
 }
 
 TEST_F(ServerSessionTest, StopIsPromptWhileStreaming) {

@@ -3,7 +3,9 @@
 // text parsing (csctl analyze), binary ring-buffer parsing (the live path),
 // the calculator, and the whole live pipeline (parse + merge + compute).
 // Then a replay of a full KVM node at 155 k context switches/s: the CPU time
-// the collector spends per second of events, i.e. the share of one core.
+// the collector spends per second of events, i.e. the share of one core;
+// once with the telemetry pieces alone, once through cs-agent's collector
+// (agent/sibling_share_collector.h) reading a fake tracefs.
 //
 //   build/tests/bench/telemetry_bench
 //
@@ -11,11 +13,15 @@
 #include <time.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "agent/sched_trace.h"
+#include "agent/sched_trace_fake.h"
+#include "agent/sibling_share_collector.h"
 #include "benchmark/benchmark.h"
 #include "telemetry/event_merge.h"
 #include "telemetry/ring_buffer.h"
@@ -187,10 +193,11 @@ BENCHMARK(BM_BinaryParseMergeCompute)->Unit(benchmark::kMillisecond)->Iterations
 // each CPU's pages of that tick, append them to the merger, emit up to the
 // tick, feed the calculator; take a window every 10 s. CPU time over trace
 // time is the share of one core the collector uses.
-void BM_Replay155kPerSecond(benchmark::State& state) {
+constexpr int64_t kTickNs = 100'000'000;
+
+testing::GeneratedTrace FullNode() {
   constexpr double kRate = 155'000;
   constexpr int64_t kSeconds = 10;
-  constexpr int64_t kTickNs = 100'000'000;
   testing::GenerateOptions o;
   o.cores = 48;
   o.vms = 20;
@@ -201,7 +208,11 @@ void BM_Replay155kPerSecond(benchmark::State& state) {
   o.min_run_ns = 10'000;
   o.max_run_ns = 1'229'000;
   o.events = static_cast<int64_t>(kRate * kSeconds);
-  testing::GeneratedTrace trace = testing::GenerateTrace(o);
+  return testing::GenerateTrace(o);
+}
+
+void BM_Replay155kPerSecond(benchmark::State& state) {
+  testing::GeneratedTrace trace = FullNode();
   const int64_t t0 = trace.events.front().ts_ns;
   const double span_s = (trace.events.back().ts_ns - t0) / 1e9;
   auto topology = *CpuTopology::FromSiblingLists(trace.sibling_lists);
@@ -250,6 +261,111 @@ void BM_Replay155kPerSecond(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Replay155kPerSecond)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// The same node through cs-agent's collector: every 100 ms it reads each
+// CPU's pages from a fake tracefs (a 4 KiB copy per page, as the kernel's
+// read does), merges, computes, and every 10 s closes a StatsWindow (protos,
+// the queue). Only the collector's calls are timed, not the feeding.
+void BM_LiveCollector155kPerSecond(benchmark::State& state) {
+  testing::GeneratedTrace trace = FullNode();
+  const int64_t t0 = trace.events.front().ts_ns;
+  const double span_s = (trace.events.back().ts_ns - t0) / 1e9;
+  auto layout = *SchedSwitchLayout::FromFormat(testing::kSchedSwitchFormat);
+  const int64_t ticks = (trace.events.back().ts_ns - t0) / kTickNs + 1;
+  std::vector<std::vector<std::vector<SchedSwitch>>> by_tick(
+      ticks, std::vector<std::vector<SchedSwitch>>(trace.num_cpus));
+  for (const SchedSwitch& ev : trace.events) by_tick[(ev.ts_ns - t0) / kTickNs][ev.cpu].push_back(ev);
+  std::vector<std::vector<std::vector<std::vector<uint8_t>>>> pages(ticks);
+  for (int64_t k = 0; k < ticks; ++k)
+    for (const auto& events : by_tick[k]) pages[k].push_back(testing::BuildPages(layout, events));
+  v1::Topology topology;
+  for (int core = 0; core < trace.num_cpus / 2; ++core) {
+    v1::Core* c = topology.add_cores();
+    c->add_cpus(core);
+    c->add_cpus(core + trace.num_cpus / 2);
+  }
+  std::map<std::string, agent::CollectedVm> by_vm;
+  for (const auto& [tid, vm] : trace.tid_vm) {
+    by_vm[vm].vm_id = vm;
+    by_vm[vm].trust_group = vm;
+    by_vm[vm].tids.push_back(tid);
+  }
+  std::vector<agent::CollectedVm> vms;
+  for (auto& [id, vm] : by_vm) vms.push_back(vm);
+  agent::SchedTraceFormat format;
+  format.sched_switch_format = std::string(testing::kSchedSwitchFormat);
+  format.header_page = std::string(testing::kHeaderPage);
+  format.num_cpus = trace.num_cpus;
+  agent::FakeHostFs fs;
+  fs.SetFile("/proc/sys/kernel/sched_schedstats", "0\n");
+
+  for (auto _ : state) {
+    agent::FakeSchedTrace fake(format);
+    agent::StatsWindowQueue queue;
+    agent::SiblingShareCollector collector(
+        {}, topology, &fake, &fs,
+        [&]() -> absl::StatusOr<std::vector<agent::CollectedVm>> { return vms; }, &queue);
+    fake.SetNowNs(t0);
+    if (!collector.Open().ok()) state.SkipWithError("collector did not open");
+    double cpu_s = 0;
+    for (int64_t k = 0; k < ticks; ++k) {
+      for (int cpu = 0; cpu < trace.num_cpus; ++cpu)
+        for (const auto& page : pages[k][cpu]) fake.AddPage(cpu, page);
+      // The collector processes up to 2 ms before "now".
+      fake.SetNowNs(t0 + (k + 1) * kTickNs + 2'000'000);
+      const double start = ThreadCpuSeconds();
+      collector.Poll();
+      cpu_s += ThreadCpuSeconds() - start;
+    }
+    const double start = ThreadCpuSeconds();
+    collector.CloseWindow();
+    cpu_s += ThreadCpuSeconds() - start;
+    state.counters["events"] = static_cast<double>(collector.events_read());
+    state.counters["windows"] = static_cast<double>(queue.size());
+    state.counters["switches_per_s"] = collector.events_read() / span_s;
+    state.counters["cpu_ms_per_s"] = cpu_s * 1000 / span_s;
+    state.counters["core_pct"] = 100.0 * cpu_s / span_s;
+  }
+}
+BENCHMARK(BM_LiveCollector155kPerSecond)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// What the fake above does not cost: the kernel's side of a read of
+// trace_pipe_raw. On this machine's real tracefs (needs root), 2 s of
+// polling every 100 ms; prints the CPU time per read. At 155 k switches/s
+// a node's buffers fill 155 k x 68 B / 4 KiB = ~2600 pages/s, plus one
+// empty read per CPU and poll (96 x 10/s): multiply.
+void BM_TracefsReadCost(benchmark::State& state) {
+  for (auto _ : state) {
+    auto trace = agent::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-bench");
+    absl::StatusOr<agent::SchedTraceFormat> format = trace->Start({});
+    if (!format.ok()) {
+      state.SkipWithError(std::string(format.status().message()).c_str());
+      return;
+    }
+    std::vector<uint8_t> page(format->page_size);
+    int64_t reads = 0, pages = 0;
+    double cpu_s = 0;
+    for (int tick = 0; tick < 20; ++tick) {
+      const double start = ThreadCpuSeconds();
+      for (int cpu = 0; cpu < format->num_cpus; ++cpu) {
+        while (true) {
+          absl::StatusOr<size_t> n = trace->ReadPage(cpu, page);
+          ++reads;
+          if (!n.ok() || *n == 0) break;
+          ++pages;
+        }
+      }
+      cpu_s += ThreadCpuSeconds() - start;
+      timespec pause{0, 100'000'000};
+      nanosleep(&pause, nullptr);
+    }
+    trace->Stop();
+    state.counters["reads"] = static_cast<double>(reads);
+    state.counters["pages"] = static_cast<double>(pages);
+    state.counters["us_per_read"] = cpu_s * 1e6 / static_cast<double>(reads);
+  }
+}
+BENCHMARK(BM_TracefsReadCost)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace cosched::telemetry

@@ -27,6 +27,8 @@ TEST(ExampleConfigs, AgentLoads) {
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/cs-agent.yaml", &config);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(config.report_interval_s(), 10);
+  EXPECT_TRUE(config.telemetry().enabled());
+  EXPECT_EQ(config.telemetry().buffer_size_kb(), 1024);
 }
 
 TEST(ExampleConfigs, CsctlLoads) {

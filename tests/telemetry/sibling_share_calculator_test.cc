@@ -162,5 +162,29 @@ TEST(SiblingShareCalculator, CpuWithoutSiblingsSharesWithNothing) {
   EXPECT_EQ(w.cores[0].both_busy_ns, 50);
 }
 
+// The live collector's case: groups are VMs, keys their trust groups. Two
+// VMs of one trust group are "same" to each other and keep their own stats;
+// a third VM or a host task stays foreign.
+TEST(SiblingShareCalculator, GroupsOfOneSharingKeyAreSame) {
+  constexpr GroupId kC = 3;
+  SiblingShareCalculator calc(OneCore(), [](int32_t tid) -> GroupId {
+    return tid == 10 ? kA : tid == 20 ? kB : tid == 30 ? kC : kHostGroup;
+  });
+  calc.SetSharingKey(kA, 7);
+  calc.SetSharingKey(kB, 7);
+  calc.SetSharingKey(kC, 8);
+  calc.Add(Ev(0, 0, 0, 10));
+  calc.Add(Ev(0, 1, 0, 20));
+  calc.Add(Ev(100, 1, 20, 30));
+  calc.Add(Ev(150, 1, 30, 21));
+  calc.Add(Ev(200, 0, 10, 0));
+  calc.Add(Ev(200, 1, 21, 0));
+  SiblingShareWindow w = calc.TakeWindow();
+  ExpectStats(w.groups[kA], Expect(200, 100, 0, 100, 0, 1, 100));
+  ExpectStats(w.groups[kB], Expect(100, 100, 0, 0, 0));
+  ExpectStats(w.groups[kC], Expect(50, 0, 0, 50, 0, 1, 50));
+  ExpectStats(w.groups[kHostGroup], Expect(50, 0, 0, 50, 0, 1, 50));
+}
+
 }  // namespace
 }  // namespace cosched::telemetry
