@@ -66,10 +66,17 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     options.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
   }
   if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
+  options.metrics_listen =
+      config.metrics_listen().empty()
+          ? kDefaultMetricsListen
+          : metrics::NormalizeMetricsListen(config.metrics_listen());
   return options;
 }
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      metrics_(std::make_unique<AgentMetrics>(
+          [this] { return session_ != nullptr && session_->watching(); })) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -164,6 +171,10 @@ absl::Status Agent::Start() {
       options_.cpu_affinity.get(), registration_.topology());
   ReconcileLoopOptions loop_options;
   loop_options.rescan_interval = options_.rescan_interval;
+  AgentMetrics* agent_metrics = metrics_.get();
+  loop_options.on_pass = [agent_metrics](const PassRecord& pass) {
+    agent_metrics->RecordReconcilePass(pass);
+  };
   AssignmentCache* cache = cache_.get();
   loop_ = std::make_unique<ReconcileLoop>(
       loop_options, options_.vm_discovery.get(), reconciler_.get(),
@@ -186,10 +197,18 @@ absl::Status Agent::Start() {
   session_options.rpc_timeout = options_.rpc_timeout;
   session_options.backoff_initial = options_.backoff_initial;
   session_options.backoff_max = options_.backoff_max;
+  session_options.interceptors = [agent_metrics] {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(agent_metrics->rpc().MakeClientInterceptorFactory());
+    return interceptors;
+  };
   session_ = std::make_unique<ServerSession>(
       std::move(session_options), registration_, cache_.get(),
       [this] { return loop_->Observations(); },
       [this](int64_t revision) { OnAssignmentsChanged(revision); });
+  // Served once the session exists: scrapes read its state.
+  RETURN_IF_ERROR(InStep("serve metrics", ServeMetrics()));
   // Enforce what is known before csd answers (restart, csd away).
   loop_->Start();
   if (options_.process_events) {
@@ -204,11 +223,26 @@ absl::Status Agent::Start() {
   return InStep("connect to csd", session_->Start());
 }
 
+absl::Status Agent::ServeMetrics() {
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(metrics_server_,
+                   metrics::MetricsHttpServer::Start(options_.metrics_listen,
+                                                     metrics_->collectables()));
+  LOG(INFO) << "metrics on http://" << metrics_server_->address() << "/metrics";
+  return absl::OkStatus();
+}
+
+int Agent::metrics_port() const {
+  return metrics_server_ ? metrics_server_->port() : 0;
+}
+
 void Agent::TriggerReconcile() {
   if (loop_) loop_->Trigger();
 }
 
 void Agent::Stop() {
+  // Scrapes read the session: stop them first.
+  metrics_server_.reset();
   if (options_.process_events) options_.process_events->Stop();
   if (session_) session_->Stop();
   if (loop_) loop_->Stop();

@@ -25,6 +25,16 @@ bool SameEnforcement(const ReconcileResult& a, const ReconcileResult& b) {
 
 }  // namespace
 
+const char* PassTriggerName(PassTrigger trigger) {
+  switch (trigger) {
+    case PassTrigger::kStart: return "start";
+    case PassTrigger::kRequest: return "request";
+    case PassTrigger::kProcessEvent: return "process_event";
+    case PassTrigger::kRescan: return "rescan";
+  }
+  return "rescan";
+}
+
 ReconcileLoop::ReconcileLoop(ReconcileLoopOptions options,
                              VmDiscovery* discovery,
                              CookieReconciler* reconciler,
@@ -50,10 +60,15 @@ void ReconcileLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ReconcileLoop::TriggerLocked(PassTrigger trigger) {
+  if (!triggered_) trigger_ = trigger;
+  triggered_ = true;
+}
+
 void ReconcileLoop::Trigger() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    triggered_ = true;
+    TriggerLocked(PassTrigger::kRequest);
   }
   wake_.notify_all();
 }
@@ -77,7 +92,7 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
     }
-    if (relevant) triggered_ = true;
+    if (relevant) TriggerLocked(PassTrigger::kProcessEvent);
   }
   if (relevant) wake_.notify_all();
 }
@@ -95,19 +110,28 @@ void ReconcileLoop::Run() {
       wake_.wait_until(lock, earliest, [this] { return stopping_; });
       if (stopping_) break;
     }
+    const PassTrigger trigger = triggered_ ? trigger_ : PassTrigger::kRescan;
     triggered_ = false;
     lock.unlock();
     last_pass = std::chrono::steady_clock::now();
-    Pass();
+    Pass(trigger);
     lock.lock();
   }
 }
 
-void ReconcileLoop::Pass() {
+void ReconcileLoop::Pass(PassTrigger trigger) {
+  const auto started = std::chrono::steady_clock::now();
+  PassRecord record;
+  record.trigger = trigger;
   absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
   if (!vms.ok()) {
     LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
                                 "are: " << vms.status();
+    if (options_.on_pass) {
+      record.duration = std::chrono::steady_clock::now() - started;
+      record.discovery = vms.status();
+      options_.on_pass(record);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     discovery_status_ = vms.status();
     ++passes_;
@@ -130,6 +154,11 @@ void ReconcileLoop::Pass() {
       << result.stats.threads << " threads, " << result.stats.threads_changed
       << " threads moved, " << result.stats.cookie_writes << " prctl writes, "
       << result.stats.duration.count() / 1000 << " us";
+  if (options_.on_pass) {
+    record.duration = std::chrono::steady_clock::now() - started;
+    record.result = &result;
+    options_.on_pass(record);
+  }
   std::set<int> pids;
   for (const DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
   bool changed;
