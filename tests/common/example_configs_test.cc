@@ -14,6 +14,7 @@ TEST(ExampleConfigs, CsdLoads) {
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/csd.yaml", &config);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(config.listen(), "127.0.0.1:7443");
+  EXPECT_EQ(config.metrics_listen(), "127.0.0.1:9465");
 }
 
 TEST(ExampleConfigs, AgentLoads) {
@@ -21,6 +22,7 @@ TEST(ExampleConfigs, AgentLoads) {
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/cs-agent.yaml", &config);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(config.report_interval_s(), 10);
+  EXPECT_EQ(config.metrics_listen(), "127.0.0.1:9464");
 }
 
 TEST(ExampleConfigs, CsctlLoads) {
