@@ -5,10 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/transport.h"
 #include "glog/logging.h"
-#include "server/instrumented_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "server/instrumented_store.h"
 #include "store/sqlite_store.h"
 
 namespace cosched::server {
