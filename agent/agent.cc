@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <system_error>
 #include <utility>
 
@@ -86,10 +87,17 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     options.telemetry_poll_interval =
         std::chrono::milliseconds(telemetry.poll_interval_ms());
   }
+  options.metrics_listen =
+      config.metrics_listen().empty()
+          ? kDefaultMetricsListen
+          : metrics::NormalizeMetricsListen(config.metrics_listen());
   return options;
 }
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      metrics_(std::make_unique<AgentMetrics>(
+          [this] { return session_ != nullptr && session_->watching(); })) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -188,6 +196,10 @@ absl::Status Agent::Start() {
       options_.cpu_affinity.get(), registration_.topology());
   ReconcileLoopOptions loop_options;
   loop_options.rescan_interval = options_.rescan_interval;
+  AgentMetrics* agent_metrics = metrics_.get();
+  loop_options.on_pass = [agent_metrics](const PassRecord& pass) {
+    agent_metrics->RecordReconcilePass(pass);
+  };
   AssignmentCache* cache = cache_.get();
   loop_ = std::make_unique<ReconcileLoop>(
       loop_options, options_.vm_discovery.get(), reconciler_.get(),
@@ -212,11 +224,19 @@ absl::Status Agent::Start() {
   session_options.rpc_timeout = options_.rpc_timeout;
   session_options.backoff_initial = options_.backoff_initial;
   session_options.backoff_max = options_.backoff_max;
+  session_options.interceptors = [agent_metrics] {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(agent_metrics->rpc().MakeClientInterceptorFactory());
+    return interceptors;
+  };
   session_ = std::make_unique<ServerSession>(
       std::move(session_options), registration_, cache_.get(),
       [this] { return loop_->Observations(); },
       [this](int64_t revision) { OnAssignmentsChanged(revision); },
       &stats_queue_);
+  // Served once the session exists: scrapes read its state.
+  RETURN_IF_ERROR(InStep("serve metrics", ServeMetrics()));
   // Enforce what is known before csd answers (restart, csd away).
   loop_->Start();
   if (options_.process_events) {
@@ -229,6 +249,19 @@ absl::Status Agent::Start() {
     }
   }
   return InStep("connect to csd", session_->Start());
+}
+
+absl::Status Agent::ServeMetrics() {
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(metrics_server_,
+                   metrics::MetricsHttpServer::Start(options_.metrics_listen,
+                                                     metrics_->collectables()));
+  LOG(INFO) << "metrics on http://" << metrics_server_->address() << "/metrics";
+  return absl::OkStatus();
+}
+
+int Agent::metrics_port() const {
+  return metrics_server_ ? metrics_server_->port() : 0;
 }
 
 void Agent::TriggerReconcile() {
@@ -248,6 +281,17 @@ void Agent::StartCollector() {
   collector_options.enable_schedstats = options_.enable_schedstats;
   collector_options.procfs_root = options_.procfs_root;
   ReconcileLoop* loop = loop_.get();
+  AgentMetrics* agent_metrics = metrics_.get();
+  collector_options.on_window = [loop, agent_metrics](const v1::StatsWindow& window) {
+    std::map<std::string, std::string> groups;
+    if (std::optional<ReconcileResult> result = loop->last_result()) {
+      for (const VmOutcome& vm : result->vms) groups[vm.vm_id] = vm.group;
+    }
+    agent_metrics->RecordStatsWindow(window, [&groups](const std::string& vm_id) {
+      auto it = groups.find(vm_id);
+      return it == groups.end() ? std::string() : it->second;
+    });
+  };
   collector_ = std::make_unique<SiblingShareCollector>(
       collector_options, registration_.topology(), options_.sched_trace.get(),
       options_.host_fs.get(),
@@ -257,6 +301,9 @@ void Agent::StartCollector() {
         std::vector<CollectedVm> vms;
         vms.reserve(result->vms.size());
         for (VmOutcome& vm : result->vms) {
+          // A VM csd cannot name (QEMU without -name and -uuid, or a name
+          // outside the id rule) would make csd refuse the whole Report.
+          if (!ValidateId("vm_id", vm.vm_id).ok()) continue;
           vms.push_back({std::move(vm.vm_id), std::move(vm.group), std::move(vm.tids)});
         }
         return vms;
@@ -283,6 +330,8 @@ void Agent::StartCollector() {
 }
 
 void Agent::Stop() {
+  // Scrapes read the session: stop them first.
+  metrics_server_.reset();
   if (options_.process_events) options_.process_events->Stop();
   if (collector_) collector_->Stop();
   if (session_) session_->Stop();

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "agent/agent_metrics.h"
 #include "agent/assignment_cache.h"
 #include "agent/cookie_reconciler.h"
 #include "agent/core_sched.h"
@@ -29,12 +30,14 @@
 #include "agent/vm_discovery.h"
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/types.pb.h"
+#include "metrics/metrics_http.h"
 
 namespace cosched::agent {
 
 inline constexpr char kAgentVersion[] = "0.1.0";
 inline constexpr char kDefaultServerAddress[] = "127.0.0.1:7443";
 inline constexpr char kDefaultStateDir[] = "/var/lib/cs-agent";
+inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9464";
 
 struct AgentOptions {
   // csd's host:port.
@@ -54,6 +57,9 @@ struct AgentOptions {
   // Leave VMs without a known assignment untagged instead of giving each a
   // cookie of its own (used by tagging, next).
   bool fail_open = false;
+  // host:port of the Prometheus /metrics endpoint; empty: not served (the
+  // metrics are still kept, see Agent::metrics()). Port 0 picks a free one.
+  std::string metrics_listen;
   std::string sysfs_root = "/sys";
   std::string procfs_root = "/proc";
 
@@ -91,7 +97,8 @@ struct AgentOptions {
 absl::StatusOr<std::string> DefaultHostId();
 
 // Options from a config file's message, with the defaults above for unset
-// fields (host id: DefaultHostId()). INVALID_ARGUMENT naming the field for a
+// fields (host id: DefaultHostId(); metrics_listen: kDefaultMetricsListen,
+// "off" for none). INVALID_ARGUMENT naming the field for a
 // bad value.
 absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     const v1::AgentConfig& config);
@@ -143,6 +150,11 @@ class Agent {
   std::optional<v1::StatsWindow> latest_stats() const { return stats_queue_.latest(); }
   // Windows waiting for csd to accept a Report.
   const StatsWindowQueue& pending_stats() const { return stats_queue_; }
+  // The agent's Prometheus metrics (valid from construction; the sharing
+  // statistics come in through AgentMetrics::RecordStatsWindow).
+  AgentMetrics& metrics() { return *metrics_; }
+  // The port /metrics is served on; 0 when not served.
+  int metrics_port() const;
 
  private:
   absl::Status CheckOptions();
@@ -152,8 +164,12 @@ class Agent {
   // returned.
   void StartCollector();
   void OnAssignmentsChanged(int64_t revision);
+  absl::Status ServeMetrics();
 
   AgentOptions options_;
+  // Before everything it observes, so it outlives them.
+  std::unique_ptr<AgentMetrics> metrics_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_server_;
   std::unique_ptr<AssignmentCache> cache_;
   CoreSchedProbe probe_;
   v1::RegisterRequest registration_;

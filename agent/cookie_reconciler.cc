@@ -50,8 +50,10 @@ void NoteError(v1::VMEnforcement& e, const absl::Status& status) {
 
 }  // namespace
 
-std::string FailClosedGroup(const std::string& vm_id) {
-  return absl::StrCat(kFailClosedPrefix, vm_id);
+std::string FailClosedGroup(const DiscoveredVm& vm) {
+  // A QEMU without a name still gets a cookie no other VM shares.
+  if (vm.vm_id.empty()) return absl::StrCat(kFailClosedPrefix, "pid-", vm.qemu_pid);
+  return absl::StrCat(kFailClosedPrefix, vm.vm_id);
 }
 
 bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope) {
@@ -100,13 +102,13 @@ ReconcileResult CookieReconciler::Reconcile(
         out.enforcement.set_last_error(
             "no assignment from csd yet; fail_open leaves the VM as it is");
       } else {
-        out.group = FailClosedGroup(vm.vm_id);
+        out.group = FailClosedGroup(vm);
       }
     } else {
       scope = assignment->thread_scope();
       if (assignment->isolation() != v1::ISOLATION_LEVEL_NONE) {
         out.group = assignment->trust_group();
-        if (out.group.empty()) out.group = FailClosedGroup(vm.vm_id);
+        if (out.group.empty()) out.group = FailClosedGroup(vm);
       }
     }
     for (const DiscoveredThread& t : vm.threads) {

@@ -72,7 +72,7 @@ struct ReconcileResult {
 };
 
 // The name of the group a VM without assignment gets when failing closed.
-std::string FailClosedGroup(const std::string& vm_id);
+std::string FailClosedGroup(const DiscoveredVm& vm);
 
 // Whether `thread` carries its VM's cookie under `scope`.
 bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope);

@@ -15,7 +15,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
-  std::string config_file, server, host_id, state_dir, discovery_mode;
+  std::string config_file, server, host_id, state_dir, discovery_mode, metrics_listen;
   bool insecure = false;
   app.add_option("--config", config_file, "YAML file (cosched.v1.AgentConfig)");
   app.add_option("--server", server, "csd address, HOST:PORT (default 127.0.0.1:7443)");
@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "where assignments are kept (default /var/lib/cs-agent)");
   app.add_flag("--insecure", insecure, "allow plaintext to a non-loopback csd");
   app.add_option("--discovery", discovery_mode, "where VMs are found: auto, libvirt, procfs (default auto)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9464)");
   bool probe = false;
   app.add_flag("--probe", probe,
                "print what this host can do (topology, SMT, core scheduling) and exit: "
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   if (!state_dir.empty()) config.set_state_dir(state_dir);
   if (insecure) config.set_insecure(true);
   if (!discovery_mode.empty()) config.set_discovery(discovery_mode);
+  if (!metrics_listen.empty()) config.set_metrics_listen(metrics_listen);
   absl::StatusOr<cosched::agent::AgentOptions> options =
       cosched::agent::AgentOptionsFromConfig(config);
   if (!options.ok()) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/validation.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
@@ -24,6 +25,16 @@ bool SameEnforcement(const ReconcileResult& a, const ReconcileResult& b) {
 }
 
 }  // namespace
+
+const char* PassTriggerName(PassTrigger trigger) {
+  switch (trigger) {
+    case PassTrigger::kStart: return "start";
+    case PassTrigger::kRequest: return "request";
+    case PassTrigger::kProcessEvent: return "process_event";
+    case PassTrigger::kRescan: return "rescan";
+  }
+  return "rescan";
+}
 
 ReconcileLoop::ReconcileLoop(ReconcileLoopOptions options,
                              VmDiscovery* discovery,
@@ -50,10 +61,15 @@ void ReconcileLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ReconcileLoop::TriggerLocked(PassTrigger trigger) {
+  if (!triggered_) trigger_ = trigger;
+  triggered_ = true;
+}
+
 void ReconcileLoop::Trigger() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    triggered_ = true;
+    TriggerLocked(PassTrigger::kRequest);
   }
   wake_.notify_all();
 }
@@ -77,7 +93,7 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
     }
-    if (relevant) triggered_ = true;
+    if (relevant) TriggerLocked(PassTrigger::kProcessEvent);
   }
   if (relevant) wake_.notify_all();
 }
@@ -95,19 +111,28 @@ void ReconcileLoop::Run() {
       wake_.wait_until(lock, earliest, [this] { return stopping_; });
       if (stopping_) break;
     }
+    const PassTrigger trigger = triggered_ ? trigger_ : PassTrigger::kRescan;
     triggered_ = false;
     lock.unlock();
     last_pass = std::chrono::steady_clock::now();
-    Pass();
+    Pass(trigger);
     lock.lock();
   }
 }
 
-void ReconcileLoop::Pass() {
+void ReconcileLoop::Pass(PassTrigger trigger) {
+  const auto started = std::chrono::steady_clock::now();
+  PassRecord record;
+  record.trigger = trigger;
   absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
   if (!vms.ok()) {
     LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
                                 "are: " << vms.status();
+    if (options_.on_pass) {
+      record.duration = std::chrono::steady_clock::now() - started;
+      record.discovery = vms.status();
+      options_.on_pass(record);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     discovery_status_ = vms.status();
     ++passes_;
@@ -130,6 +155,11 @@ void ReconcileLoop::Pass() {
       << result.stats.threads << " threads, " << result.stats.threads_changed
       << " threads moved, " << result.stats.cookie_writes << " prctl writes, "
       << result.stats.duration.count() / 1000 << " us";
+  if (options_.on_pass) {
+    record.duration = std::chrono::steady_clock::now() - started;
+    record.result = &result;
+    options_.on_pass(record);
+  }
   std::set<int> pids;
   for (const DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
   bool changed;
@@ -159,6 +189,14 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
   std::vector<v1::VMObservation> observations;
   const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
   for (const VmOutcome& vm : last_->vms) {
+    // csd refuses a whole Report with an id it cannot take: leave out a VM
+    // without one (QEMU without -name and -uuid) or with a name outside the
+    // id rule. It is still tagged (failed closed); only csd cannot know it.
+    if (absl::Status valid = ValidateId("vm_id", vm.vm_id); !valid.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "not reporting VM '" << vm.vm_id << "' (uuid '" << vm.uuid
+                                << "') to csd: " << valid.message();
+      continue;
+    }
     v1::VMObservation o;
     o.set_vm_id(vm.vm_id);
     o.set_uuid(vm.uuid);

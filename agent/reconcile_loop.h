@@ -23,11 +23,33 @@
 
 namespace cosched::agent {
 
+// Why a pass ran: the first reason since the previous pass.
+enum class PassTrigger {
+  kStart,         // the first pass
+  kRequest,       // Trigger(): assignments changed, a libvirt event
+  kProcessEvent,  // a process event that concerns VMs
+  kRescan,        // the rescan timer alone
+};
+// "start", "request", "process_event", "rescan".
+const char* PassTriggerName(PassTrigger trigger);
+
+// One pass as the loop saw it, for metrics.
+struct PassRecord {
+  PassTrigger trigger = PassTrigger::kRescan;
+  // The whole pass: discovery, cookies, dedicated cores.
+  std::chrono::nanoseconds duration{0};
+  // OK, or why discovery failed (then `result` is null: nothing was done).
+  absl::Status discovery;
+  const ReconcileResult* result = nullptr;
+};
+
 struct ReconcileLoopOptions {
   // Full pass even when nothing said something changed.
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
   // Passes never start closer together than this (bursts of events).
   std::chrono::milliseconds min_gap{2};
+  // Called on the loop's thread after each pass, before passes() counts it.
+  std::function<void(const PassRecord&)> on_pass;
 };
 
 // Thread-safe.
@@ -70,7 +92,9 @@ class ReconcileLoop {
 
  private:
   void Run();
-  void Pass();
+  void Pass(PassTrigger trigger);
+  // Marks a pass as wanted for `trigger`; mu_ held.
+  void TriggerLocked(PassTrigger trigger);
   // Runs the dedicated-core enforcer over the pass's VMs and folds its
   // per-VM outcome into `result`.
   std::vector<DedicatedVmOutcome> EnforceDedicatedCores(
@@ -87,6 +111,7 @@ class ReconcileLoop {
   mutable std::condition_variable wake_;
   bool stopping_ = false;
   bool triggered_ = true;  // the first pass runs at once
+  PassTrigger trigger_ = PassTrigger::kStart;
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;

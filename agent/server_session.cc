@@ -95,8 +95,11 @@ absl::Status ServerSession::Start() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  stub_ = v1::AgentService::NewStub(
-      grpc::CreateCustomChannel(options_.server_address, *credentials, args));
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (options_.interceptors) interceptors = options_.interceptors();
+  stub_ = v1::AgentService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+      options_.server_address, *credentials, args, std::move(interceptors)));
   watch_thread_ = std::thread([this] { WatchLoop(); });
   report_thread_ = std::thread([this] { ReportLoop(); });
   return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace cosched::agent {
 
@@ -40,6 +41,11 @@ struct ServerSessionOptions {
   // Reconnect delays (see JitteredBackoff).
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
+  // Interceptors of the channel to csd (the agent's RPC metrics); null for
+  // none.
+  std::function<std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>()>
+      interceptors;
 };
 
 // What the agent reports: one observation per VM found on the host. An

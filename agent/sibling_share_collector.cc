@@ -315,6 +315,7 @@ void SiblingShareCollector::FinishWindow(const telemetry::SiblingShareWindow& wi
   const int64_t lost_pages = pages_after_loss() - lost_pages_reported_;
   lost_pages_reported_ = pages_after_loss();
   out.set_lost_events(lost_pages + window.inconsistent_events);
+  if (options_.on_window) options_.on_window(out);
   queue_->Push(std::move(out));
 }
 

@@ -65,6 +65,9 @@ struct SiblingShareCollectorOptions {
   // Turn the kernel's schedstats on at Open (for forced idle).
   bool enable_schedstats = false;
   std::string procfs_root = "/proc";
+  // Called on the collector's thread with each window before it is queued
+  // (e.g. for Prometheus metrics). Must be quick.
+  std::function<void(const v1::StatsWindow&)> on_window;
 };
 
 // Start/Stop/Open/Poll are called from one thread (Poll by the collector's

@@ -8,6 +8,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "server/instrumented_store.h"
 #include "store/sqlite_store.h"
 
 namespace cosched::server {
@@ -22,6 +23,10 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     options.changelog_retention = config.changelog_retention();
   }
   options.authz = AuthzOptionsFromConfig(config);
+  options.metrics_listen =
+      config.metrics_listen().empty()
+          ? kDefaultMetricsListen
+          : metrics::NormalizeMetricsListen(config.metrics_listen());
   return options;
 }
 
@@ -40,7 +45,21 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   if (!store.ok()) return store.status();
 
   std::unique_ptr<CsdServer> csd(new CsdServer());
-  csd->store_ = std::move(*store);
+  CsdServer* self = csd.get();
+  CsdMetricsOptions metrics_options;
+  // Read only while metrics are served, which Shutdown stops first.
+  metrics_options.connected_agents = [self] {
+    return static_cast<double>(self->fanout_->WatcherCount());
+  };
+  metrics_options.store_revision = [self] {
+    return static_cast<double>(self->store_->CurrentRevision());
+  };
+  csd->metrics_ = std::make_unique<CsdMetrics>(std::move(metrics_options));
+  CsdMetrics* csd_metrics = csd->metrics_.get();
+  csd->store_ = std::make_unique<InstrumentedStore>(
+      std::move(*store), [csd_metrics](absl::StatusCode code, double seconds) {
+        csd_metrics->RecordStoreWrite(code, seconds);
+      });
   csd->authz_ = std::make_unique<Authorizer>(std::move(*authz));
   csd->state_ = std::make_unique<DesiredState>(csd->store_.get());
   csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
@@ -60,6 +79,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   builder.AddListeningPort(options.listen, *credentials, &csd->port_);
   builder.RegisterService(csd->control_plane_.get());
   builder.RegisterService(csd->agent_service_.get());
+  builder.experimental().SetInterceptorCreators(
+      csd->metrics_->MakeInterceptorFactories());
   // Agents hold streams for days: find dead peers, let idle agents ping.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -75,6 +96,14 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   csd->address_ = absl::StrCat(host, ":", csd->port_);
+  if (!options.metrics_listen.empty()) {
+    auto metrics_server = metrics::MetricsHttpServer::Start(
+        options.metrics_listen, csd->metrics_->collectables());
+    if (!metrics_server.ok()) return metrics_server.status();
+    csd->metrics_server_ = std::move(*metrics_server);
+    LOG(INFO) << "csd metrics on http://" << csd->metrics_server_->address()
+              << "/metrics";
+  }
   LOG(INFO) << "csd serving on " << csd->address_ << ", data in "
             << options.data_dir << ", revision "
             << csd->store_->CurrentRevision();
@@ -83,6 +112,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
 
 void CsdServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
+    // Scrapes read the fanout and the store: stop them first.
+    metrics_server_.reset();
     // Streams never end on their own: give calls a moment, then cancel.
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
@@ -94,6 +125,10 @@ void CsdServer::Shutdown() {
 }
 
 void CsdServer::Wait() { server_->Wait(); }
+
+int CsdServer::metrics_port() const {
+  return metrics_server_ ? metrics_server_->port() : 0;
+}
 
 CsdServer::~CsdServer() {
   if (server_) Shutdown();

@@ -10,8 +10,10 @@
 #include "absl/status/statusor.h"
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/server.h"
+#include "metrics/metrics_http.h"
 #include "server/assignment_fanout.h"
 #include "server/authz.h"
+#include "server/csd_metrics.h"
 #include "server/desired_state.h"
 #include "server/services.h"
 #include "store/store.h"
@@ -20,6 +22,7 @@ namespace cosched::server {
 
 inline constexpr char kDefaultListen[] = "127.0.0.1:7443";
 inline constexpr char kDefaultDataDir[] = "/var/lib/cosched";
+inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9465";
 
 struct CsdOptions {
   // host:port; port 0 picks a free port (see CsdServer::port()).
@@ -31,9 +34,13 @@ struct CsdOptions {
   int64_t changelog_retention = 100000;
   // Identities and roles (server/authz.h).
   AuthzOptions authz;
+  // host:port of the Prometheus /metrics endpoint; empty: not served. Port
+  // 0 picks a free port (see CsdServer::metrics_port()).
+  std::string metrics_listen;
 };
 
-// Fills options from a config file's message; unset fields keep defaults.
+// Fills options from a config file's message; unset fields keep defaults
+// (metrics_listen: kDefaultMetricsListen; "off" for none).
 CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
 // Thread-safe. Shutdown() (or the destructor) stops serving, ends every
@@ -43,7 +50,7 @@ class CsdServer {
   // FAILED_PRECONDITION for plaintext off loopback or unreadable TLS files;
   // INVALID_ARGUMENT for bad authorization options;
   // the store's error when it cannot open; UNAVAILABLE when the address
-  // cannot be bound.
+  // cannot be bound, or the metrics address cannot (naming it).
   static absl::StatusOr<std::unique_ptr<CsdServer>> Start(
       const CsdOptions& options);
   ~CsdServer();
@@ -53,6 +60,8 @@ class CsdServer {
   std::string address() const { return address_; }
   // The store's latest revision.
   int64_t revision() const { return store_->CurrentRevision(); }
+  // The port /metrics is served on; 0 when not served.
+  int metrics_port() const;
 
   void Shutdown();
   // Blocks until Shutdown() from another thread.
@@ -61,6 +70,9 @@ class CsdServer {
  private:
   CsdServer() = default;
 
+  // First: it outlives everything that reports to it.
+  std::unique_ptr<CsdMetrics> metrics_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_server_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<DesiredState> state_;

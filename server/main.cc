@@ -11,12 +11,14 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"csd: the cosched server"};
-  std::string config_file, listen, data_dir;
+  std::string config_file, listen, data_dir, metrics_listen;
   bool insecure = false;
   app.add_option("--config", config_file, "YAML config file (cosched.v1.CsdConfig)");
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7443)");
   app.add_option("--data-dir", data_dir, "where the store lives (default /var/lib/cosched)");
   app.add_flag("--insecure", insecure, "allow plaintext on a non-loopback address");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9465)");
   CLI11_PARSE(app, argc, argv);
 
   FLAGS_logtostderr = true;
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!metrics_listen.empty()) config.set_metrics_listen(metrics_listen);
   auto options = cosched::server::CsdOptionsFromConfig(config);
   if (!listen.empty()) options.listen = listen;
   if (!data_dir.empty()) options.data_dir = data_dir;

@@ -5,8 +5,11 @@
 #include <linux/netlink.h>
 
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "agent/core_sched_fake.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cosched::agent {
@@ -144,6 +147,40 @@ TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
   EXPECT_NE(observations.status().message().find("libvirt is down"), std::string::npos);
   // The cookies stay as they were.
   EXPECT_NE(kernel_.CookieOf(100), 0u);
+}
+
+TEST_F(ReconcileLoopTest, ReportsEachPassWithWhatTriggeredIt) {
+  std::mutex mu;
+  std::vector<PassTrigger> triggers;
+  std::vector<bool> discovered;
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  options.on_pass = [&](const PassRecord& pass) {
+    std::lock_guard<std::mutex> lock(mu);
+    triggers.push_back(pass.trigger);
+    discovered.push_back(pass.discovery.ok() && pass.result != nullptr &&
+                         pass.result->vms.size() == 1);
+    EXPECT_GT(pass.duration.count(), 0);
+  };
+  ReconcileLoop loop(
+      options, &discovery_, reconciler_.get(),
+      [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+      nullptr);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  ASSERT_TRUE(loop.WaitForPasses(2, 5s));
+  discovery_.SetError(absl::UnavailableError("libvirt is down"));
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(3, 5s));
+  loop.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(triggers, ::testing::ElementsAre(PassTrigger::kStart,
+                                               PassTrigger::kProcessEvent,
+                                               PassTrigger::kRequest));
+  EXPECT_THAT(discovered, ::testing::ElementsAre(true, true, false));
+  EXPECT_STREQ(PassTriggerName(PassTrigger::kProcessEvent), "process_event");
+  EXPECT_STREQ(PassTriggerName(PassTrigger::kRescan), "rescan");
 }
 
 TEST_F(ReconcileLoopTest, RescansOnItsOwn) {

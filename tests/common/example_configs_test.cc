@@ -20,6 +20,7 @@ TEST(ExampleConfigs, CsdLoads) {
   EXPECT_EQ(config.roles(0).role(), "admin");
   EXPECT_EQ(config.roles(0).common_names(0), "platform-admin");
   EXPECT_EQ(config.roles(1).spiffe_ids(0), "spiffe://cosched/user/scheduler");
+  EXPECT_EQ(config.metrics_listen(), "127.0.0.1:9465");
 }
 
 TEST(ExampleConfigs, AgentLoads) {
@@ -29,6 +30,7 @@ TEST(ExampleConfigs, AgentLoads) {
   EXPECT_EQ(config.report_interval_s(), 10);
   EXPECT_TRUE(config.telemetry().enabled());
   EXPECT_EQ(config.telemetry().buffer_size_kb(), 1024);
+  EXPECT_EQ(config.metrics_listen(), "127.0.0.1:9464");
 }
 
 TEST(ExampleConfigs, CsctlLoads) {

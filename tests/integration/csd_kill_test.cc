@@ -45,8 +45,11 @@ class CsdProcess {
   CsdProcess(const std::string& address, const std::string& data_dir) {
     pid_ = fork();
     if (pid_ == 0) {
+      // Metrics on a port of the OS's choosing: the default one may be in
+      // use on this machine.
       execl(CSD_BINARY, "csd", "--listen", address.c_str(), "--data-dir",
-            data_dir.c_str(), static_cast<char*>(nullptr));
+            data_dir.c_str(), "--metrics-listen", "127.0.0.1:0",
+            static_cast<char*>(nullptr));
       _exit(127);
     }
   }

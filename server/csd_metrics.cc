@@ -1,0 +1,268 @@
+#include "server/csd_metrics.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "common/names.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "metrics/grpc_metrics.h"
+
+namespace cosched::server {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+constexpr double kNsPerSecond = 1e9;
+constexpr char kReportPath[] = "/cosched.v1.AgentService/Report";
+
+constexpr std::array<const char*, 4> kSharing = {"same", "idle", "foreign",
+                                                 "unknown"};
+
+double Seconds(int64_t ns) {
+  return static_cast<double>(std::max<int64_t>(ns, 0)) / kNsPerSecond;
+}
+
+// A store write waits for its batch's fsync: from well under a millisecond
+// on idle SSDs to seconds on a saturated disk.
+prometheus::Histogram::BucketBoundaries StoreBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+          0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
+}
+
+// Switch windows of a tagged VM are microseconds; a real leak is long.
+prometheus::Histogram::BucketBoundaries ForeignIntervalBuckets() {
+  return {1e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3, 1e-2, 0.1, 1};
+}
+
+// Reads the Report as it arrives and counts it once csd answered OK, so a
+// refused Report (unknown host, bad input) counts nothing.
+class ReportInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit ReportInterceptor(CsdMetrics* metrics) : metrics_(metrics) {}
+
+  void Intercept(InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      if (const void* message = methods->GetRecvMessage()) {
+        summary_ = SummarizeReport(
+            *static_cast<const v1::ReportRequest*>(message));
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS) &&
+        summary_.has_value() && methods->GetSendStatus().ok()) {
+      metrics_->RecordAcceptedReport(*summary_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  CsdMetrics* const metrics_;
+  std::optional<ReportSummary> summary_;
+};
+
+class ReportInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ReportInterceptorFactory(CsdMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (std::strcmp(info->method(), kReportPath) != 0) return nullptr;
+    return new ReportInterceptor(metrics_);
+  }
+
+ private:
+  CsdMetrics* const metrics_;
+};
+
+}  // namespace
+
+ReportSummary SummarizeReport(const v1::ReportRequest& report) {
+  ReportSummary s;
+  s.host_id = report.host_id();
+  for (const v1::VMObservation& vm : report.vms()) {
+    const int state = vm.enforcement().state();
+    if (state >= 0 && state < static_cast<int>(s.vms_by_state.size())) {
+      ++s.vms_by_state[state];
+    }
+  }
+  s.windows = report.stats_size();
+  s.dropped_windows = std::max<int64_t>(report.dropped_windows(), 0);
+  for (const v1::StatsWindow& window : report.stats()) {
+    for (const v1::VMStats& vm : window.vms()) {
+      const v1::SiblingShare& share = vm.share();
+      s.run_ns += std::max<int64_t>(share.run_ns(), 0);
+      s.sibling_ns[0] += std::max<int64_t>(share.same_ns(), 0);
+      s.sibling_ns[1] += std::max<int64_t>(share.idle_ns(), 0);
+      s.sibling_ns[2] += std::max<int64_t>(share.foreign_ns(), 0);
+      s.sibling_ns[3] += std::max<int64_t>(share.unknown_ns(), 0);
+      s.foreign_intervals += std::max<int64_t>(share.foreign_intervals(), 0);
+      if (share.forced_idle_known()) {
+        s.forced_idle_ns += std::max<int64_t>(share.forced_idle_ns(), 0);
+      }
+      if (share.foreign_intervals() > 0) {
+        s.longest_foreign_ns.push_back(share.longest_foreign_ns());
+      }
+    }
+  }
+  return s;
+}
+
+CsdMetrics::CsdMetrics(CsdMetricsOptions options)
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      scrape_gauges_(std::make_shared<metrics::ScrapeGauges>()),
+      rpc_(*registry_, metrics::GrpcMetrics::Side::kServer,
+           {v1::ReportRequest::descriptor()->file(),
+            v1::TagVMRequest::descriptor()->file()}),
+      store_write_seconds_(
+          prometheus::BuildHistogram()
+              .Name("cosched_store_write_duration_seconds")
+              .Help("Time from a store write's submission to its commit being "
+                    "durable (or failing), group commit included.")
+              .Register(*registry_)
+              .Add({}, StoreBuckets())),
+      store_writes_(prometheus::BuildCounter()
+                        .Name("cosched_store_writes_total")
+                        .Help("Store writes by outcome (OK, or the error "
+                              "code).")
+                        .Register(*registry_)),
+      windows_(prometheus::BuildCounter()
+                   .Name("cosched_csd_stats_windows_total")
+                   .Help("Sibling-sharing windows in accepted Reports.")
+                   .Register(*registry_)
+                   .Add({})),
+      dropped_windows_(prometheus::BuildCounter()
+                           .Name("cosched_csd_stats_windows_dropped_total")
+                           .Help("Windows agents dropped because they could "
+                                 "not report for too long.")
+                           .Register(*registry_)
+                           .Add({})),
+      run_seconds_(prometheus::BuildCounter()
+                       .Name("cosched_fleet_vm_run_seconds_total")
+                       .Help("Run time of all VMs in reported windows.")
+                       .Register(*registry_)
+                       .Add({})),
+      foreign_intervals_(
+          prometheus::BuildCounter()
+              .Name("cosched_fleet_vm_foreign_intervals_total")
+              .Help("Foreign intervals of all VMs in reported windows.")
+              .Register(*registry_)
+              .Add({})),
+      forced_idle_seconds_(
+          prometheus::BuildCounter()
+              .Name("cosched_fleet_vm_forced_idle_seconds_total")
+              .Help("Forced idle of all VMs in reported windows (hosts with "
+                    "schedstats on).")
+              .Register(*registry_)
+              .Add({})),
+      longest_foreign_(
+          prometheus::BuildHistogram()
+              .Name("cosched_fleet_vm_longest_foreign_interval_seconds")
+              .Help("Longest foreign interval of each VM window that had "
+                    "one: switch windows are microseconds, a leak is long.")
+              .Register(*registry_)
+              .Add({}, ForeignIntervalBuckets())) {
+  auto& sibling = prometheus::BuildCounter()
+                      .Name("cosched_fleet_vm_sibling_seconds_total")
+                      .Help("Run time of all VMs in reported windows, split "
+                            "by what their SMT siblings ran.")
+                      .Register(*registry_);
+  for (size_t i = 0; i < kSharing.size(); ++i) {
+    sibling_seconds_[i] = &sibling.Add({{"sharing", kSharing[i]}});
+  }
+  auto read = [](const std::function<double()>& f) {
+    return [f] { return f ? f() : 0.0; };
+  };
+  scrape_gauges_->Add("cosched_csd_connected_agents",
+                      "Agents holding an assignment stream to this csd.",
+                      read(options_.connected_agents));
+  scrape_gauges_->Add("cosched_store_revision",
+                      "The store's highest committed revision.",
+                      read(options_.store_revision));
+  scrape_gauges_->Add("cosched_csd_reporting_hosts",
+                      "Hosts whose last Report this csd accepted is recent.",
+                      [this] {
+                        int hosts = 0;
+                        FreshHosts(&hosts, nullptr);
+                        return static_cast<double>(hosts);
+                      });
+  scrape_gauges_->AddFamily(
+      "cosched_csd_vms",
+      "VMs on reporting hosts by enforcement state, as their agents last "
+      "reported.",
+      [this] {
+        std::array<int, 6> by_state{};
+        FreshHosts(nullptr, &by_state);
+        std::vector<metrics::ScrapeGauges::Sample> samples;
+        for (int state = 0; state < static_cast<int>(by_state.size()); ++state) {
+          samples.push_back(
+              {{{"state", EnforcementStateName(
+                              static_cast<v1::EnforcementState>(state))}},
+               by_state[state]});
+        }
+        return samples;
+      });
+}
+
+std::vector<std::shared_ptr<prometheus::Collectable>> CsdMetrics::collectables()
+    const {
+  return {registry_, scrape_gauges_};
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+CsdMetrics::MakeInterceptorFactories() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(rpc_.MakeServerInterceptorFactory());
+  factories.push_back(std::make_unique<ReportInterceptorFactory>(this));
+  return factories;
+}
+
+std::chrono::steady_clock::time_point CsdMetrics::Now() const {
+  return options_.now ? options_.now() : std::chrono::steady_clock::now();
+}
+
+void CsdMetrics::RecordAcceptedReport(const ReportSummary& report) {
+  windows_.Increment(static_cast<double>(report.windows));
+  dropped_windows_.Increment(static_cast<double>(report.dropped_windows));
+  run_seconds_.Increment(Seconds(report.run_ns));
+  for (size_t i = 0; i < kSharing.size(); ++i) {
+    sibling_seconds_[i]->Increment(Seconds(report.sibling_ns[i]));
+  }
+  foreign_intervals_.Increment(static_cast<double>(report.foreign_intervals));
+  forced_idle_seconds_.Increment(Seconds(report.forced_idle_ns));
+  for (int64_t ns : report.longest_foreign_ns) longest_foreign_.Observe(Seconds(ns));
+  std::lock_guard<std::mutex> lock(mu_);
+  HostReport& host = hosts_[report.host_id];
+  host.vms_by_state = report.vms_by_state;
+  host.at = Now();
+}
+
+void CsdMetrics::RecordStoreWrite(absl::StatusCode code, double seconds) {
+  store_write_seconds_.Observe(seconds);
+  store_writes_.Add({{"code", metrics::RpcCodeLabel(static_cast<int>(code))}})
+      .Increment();
+}
+
+void CsdMetrics::FreshHosts(int* hosts, std::array<int, 6>* vms_by_state) {
+  const auto oldest = Now() - options_.report_staleness;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = hosts_.begin(); it != hosts_.end();) {
+    if (it->second.at < oldest) {
+      it = hosts_.erase(it);
+      continue;
+    }
+    if (hosts != nullptr) ++*hosts;
+    if (vms_by_state != nullptr) {
+      for (size_t i = 0; i < vms_by_state->size(); ++i) {
+        (*vms_by_state)[i] += it->second.vms_by_state[i];
+      }
+    }
+    ++it;
+  }
+}
+
+}  // namespace cosched::server

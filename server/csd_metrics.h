@@ -1,0 +1,120 @@
+// csd's Prometheus metrics: RPC counts and latencies (interceptors), store
+// write latency, connected agents, reporting hosts and their VMs by
+// enforcement state, and the fleet's sibling-sharing time summed over the
+// stats windows agents report. No label is per VM or per host: with 10 000
+// hosts csd's series stay a few hundred.
+#ifndef COSCHED_SERVER_CSD_METRICS_H_
+#define COSCHED_SERVER_CSD_METRICS_H_
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cosched/v1/agent.pb.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "metrics/grpc_metrics.h"
+#include "metrics/scrape_gauges.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace cosched::server {
+
+struct CsdMetricsOptions {
+  // Read at scrape time; null reads 0.
+  std::function<double()> connected_agents;
+  std::function<double()> store_revision;
+  // A host whose last accepted Report is older than this leaves the
+  // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
+  // to another replica).
+  std::chrono::seconds report_staleness{300};
+  // The clock of report_staleness; null: steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> now;
+};
+
+// What csd keeps of one Report, taken when it arrives and counted once csd
+// accepted it.
+struct ReportSummary {
+  std::string host_id;
+  // VMs by EnforcementState (index: the enum value).
+  std::array<int, 6> vms_by_state{};
+  int64_t windows = 0;
+  int64_t dropped_windows = 0;
+  // Sums over the windows' VMs, in ns: run, same, idle, foreign, unknown,
+  // forced idle (where known).
+  int64_t run_ns = 0;
+  std::array<int64_t, 4> sibling_ns{};
+  int64_t foreign_intervals = 0;
+  int64_t forced_idle_ns = 0;
+  // The longest foreign interval of each VM window that had one.
+  std::vector<int64_t> longest_foreign_ns;
+};
+
+ReportSummary SummarizeReport(const v1::ReportRequest& report);
+
+// Thread-safe.
+class CsdMetrics {
+ public:
+  explicit CsdMetrics(CsdMetricsOptions options);
+
+  CsdMetrics(const CsdMetrics&) = delete;
+  CsdMetrics& operator=(const CsdMetrics&) = delete;
+
+  // What /metrics serves.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
+
+  // csd's calls (the interceptor's series).
+  metrics::GrpcMetrics& rpc() { return rpc_; }
+
+  // For ServerBuilder::experimental().SetInterceptorCreators: RPC counts and
+  // latencies of every call, and the reader of accepted Reports. The
+  // metrics must outlive the server.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+  MakeInterceptorFactories();
+
+  // A Report csd accepted (its summary taken on arrival).
+  void RecordAcceptedReport(const ReportSummary& report);
+  // One store write, from submission to durable or failed.
+  void RecordStoreWrite(absl::StatusCode code, double seconds);
+
+ private:
+  struct HostReport {
+    std::array<int, 6> vms_by_state{};
+    std::chrono::steady_clock::time_point at;
+  };
+
+  std::chrono::steady_clock::time_point Now() const;
+  // Hosts with a fresh report, and their VMs by state; drops stale hosts.
+  void FreshHosts(int* hosts, std::array<int, 6>* vms_by_state);
+
+  const CsdMetricsOptions options_;
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::shared_ptr<metrics::ScrapeGauges> scrape_gauges_;
+  metrics::GrpcMetrics rpc_;
+
+  prometheus::Histogram& store_write_seconds_;
+  prometheus::Family<prometheus::Counter>& store_writes_;
+  prometheus::Counter& windows_;
+  prometheus::Counter& dropped_windows_;
+  prometheus::Counter& run_seconds_;
+  std::array<prometheus::Counter*, 4> sibling_seconds_{};
+  prometheus::Counter& foreign_intervals_;
+  prometheus::Counter& forced_idle_seconds_;
+  prometheus::Histogram& longest_foreign_;
+
+  std::mutex mu_;
+  // Bounded by the registered hosts: only accepted Reports land here.
+  std::map<std::string, HostReport> hosts_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_CSD_METRICS_H_

@@ -1,0 +1,40 @@
+// A Store that reports how long each write took from submission to durable
+// (or failed) and how it ended: the latency every write RPC of csd waits
+// for, group commit included. Everything else passes through.
+#ifndef COSCHED_SERVER_INSTRUMENTED_STORE_H_
+#define COSCHED_SERVER_INSTRUMENTED_STORE_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "store/store.h"
+
+namespace cosched::server {
+
+// Thread-safe as its inner store is.
+class InstrumentedStore final : public store::Store {
+ public:
+  // Called on the writer thread with each write's outcome and seconds.
+  using WriteObserver = std::function<void(absl::StatusCode, double seconds)>;
+
+  InstrumentedStore(std::unique_ptr<store::Store> inner,
+                    WriteObserver on_write);
+  // Destroys the inner store, which drains pending writes (their observer
+  // calls included).
+  ~InstrumentedStore() override = default;
+
+  void Write(TxnFn fn, DoneFn done) override;
+  absl::Status Read(const TxnFn& fn) override;
+  int64_t CurrentRevision() const override;
+  void SetCommitObserver(CommitObserver observer) override;
+
+ private:
+  // Declared first so the inner store, destroyed last, can still call it.
+  const WriteObserver on_write_;
+  const std::unique_ptr<store::Store> inner_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_INSTRUMENTED_STORE_H_
