@@ -155,6 +155,18 @@ TEST_F(CookieReconcilerTest, UnassignedVmFailsClosedOrIsLeftWhenFailOpen) {
   EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_PENDING);
 }
 
+TEST_F(CookieReconcilerTest, UnnamedQemusFailClosedApart) {
+  // QEMU without -name or -uuid: no id, yet each gets a cookie of its own.
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "", 100), FakeVm(kernel_, "", 200)};
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(OnlyCookie(vms[0]), 0u);
+  EXPECT_NE(OnlyCookie(vms[1]), 0u);
+  EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+  EXPECT_EQ(r.vms[0].group, "~fail-closed/pid-100");
+  EXPECT_EQ(r.vms[1].group, "~fail-closed/pid-200");
+}
+
 TEST_F(CookieReconcilerTest, RestartedAgentAdoptsCookiesInTheKernel) {
   std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200),

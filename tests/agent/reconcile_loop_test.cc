@@ -120,6 +120,29 @@ TEST_F(ReconcileLoopTest, FirstPassRunsAtOnceAndFeedsReports) {
   EXPECT_EQ(changes_, 1);
 }
 
+TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
+  // csd refuses a whole Report holding an id it cannot take, so a QEMU
+  // without a name, or with one outside the id rule, is left out of it.
+  auto vm = [this](const std::string& id, int pid) {
+    DiscoveredVm v;
+    v.vm_id = id;
+    v.qemu_pid = pid;
+    v.threads = {{pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(pid, pid);
+    return v;
+  };
+  discovery_.SetVms({vm("vm-1", 100), vm("", 200), vm("my vm", 300)});
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  auto observations = loop->Observations();
+  ASSERT_TRUE(observations.ok());
+  ASSERT_EQ(observations->size(), 1u);
+  EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
+  EXPECT_NE(kernel_.CookieOf(200), 0u);
+  EXPECT_NE(kernel_.CookieOf(300), 0u);
+}
+
 TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
   auto loop = MakeLoop(1h);
   loop->Start();
