@@ -1,12 +1,14 @@
 // Fuzzes the tracefs text parser (telemetry/trace_text.h) as `csctl analyze`
 // uses it: the text is fed in chunks to a TraceTextReader, and the events go
-// through the sibling-share computation.
+// through the sibling-share computation. The same text is also read as the
+// command's --threads file ("TID VM_ID" lines, cli/analyze.h).
 //
 // Input: byte 0 sets the chunk size (1..256), the rest is the trace text.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "cli/analyze.h"
 #include "fuzz/sibling_share_check.h"
 #include "telemetry/trace_text.h"
 
@@ -35,5 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const telemetry::TraceTextCounts& counts = reader.counts();
   if (counts.events + counts.malformed > counts.lines || counts.events != seen) std::abort();
+
+  auto threads = cli::ParseThreadsFile(text, "threads.txt");
+  if (threads.ok()) {
+    for (const auto& [tid, vm] : *threads)
+      if (tid <= 0 || vm.empty() || vm == "host") std::abort();
+  }
   return 0;
 }
