@@ -284,7 +284,11 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
       }
     }
   }
-  for (auto& [group, targets] : moves) {
+  for (auto& move : moves) {
+    // Named references, not a structured binding: clang 14 (the fuzz build)
+    // cannot capture bindings in a lambda.
+    const std::string& group = move.first;
+    std::vector<ThreadState*>& targets = move.second;
     OnCourierThread(kernel_, [&] {
       if (!group.empty()) {
         ++stats.cookie_writes;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/cpu_ranges.h"
 #include "common/status_macros.h"
 
 namespace cosched::agent {
@@ -54,8 +55,8 @@ std::string CpuDir(absl::string_view sysfs_root) {
 
 absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
   absl::string_view list = absl::StripAsciiWhitespace(text);
-  std::vector<int> cpus;
-  if (list.empty()) return cpus;
+  std::vector<std::pair<int, int>> ranges;
+  if (list.empty()) return std::vector<int>();
   for (absl::string_view item : absl::StrSplit(list, ',')) {
     if (item.empty()) return BadCpuList(text, "empty item");
     std::vector<absl::string_view> bounds = absl::StrSplit(item, '-');
@@ -70,11 +71,9 @@ absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
         return BadCpuList(text, absl::StrCat("range \"", item, "\" is reversed"));
       }
     }
-    for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
+    ranges.emplace_back(first, last);
   }
-  std::sort(cpus.begin(), cpus.end());
-  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
-  return cpus;
+  return ExpandCpuRanges(std::move(ranges));
 }
 
 absl::StatusOr<v1::Topology> ReadTopology(const HostFs& fs,

@@ -15,6 +15,9 @@
 namespace cosched::discovery {
 namespace {
 
+// Far more iothreads than any domain has (each is a QEMU thread).
+constexpr int kMaxIothreads = 65536;
+
 struct DocDeleter {
   void operator()(xmlDoc* doc) const { xmlFreeDoc(doc); }
 };
@@ -116,6 +119,13 @@ absl::StatusOr<LibvirtDomainStatus> ParseLibvirtStatusXml(absl::string_view xml)
   } else if (const xmlNode* count_node = Child(domain, "iothreads")) {
     int count = 0;
     if (absl::SimpleAtoi(Text(count_node), &count)) {
+      // Bounded before the ids are made: a forged count of 2^31 would
+      // otherwise take minutes and gigabytes.
+      if (count > kMaxIothreads) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "libvirt status XML: <iothreads> is ", count, "; at most ", kMaxIothreads,
+            " are allowed"));
+      }
       for (int id = 1; id <= count; ++id) status.iothread_ids.push_back(id);
     }
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_ranges.h"
 #include "common/names.h"
 #include "common/validation.h"
 #include "policy/trust_group.h"
@@ -431,7 +432,7 @@ std::vector<VmInstance> ExpandInstances(const Scenario& scenario) {
 
 absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view field,
                                               absl::string_view list) {
-  std::set<int> ids;
+  std::vector<std::pair<int, int>> ranges;
   for (absl::string_view part : absl::StrSplit(list, ',')) {
     std::vector<absl::string_view> range = absl::StrSplit(part, '-');
     int low = 0;
@@ -443,9 +444,9 @@ absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view field,
       return Invalid(field, absl::StrCat("must be a list like 0-3,8 (bad part '",
                                          part.substr(0, 32), "')"));
     }
-    for (int id = low; id <= high; ++id) ids.insert(id);
+    ranges.emplace_back(low, high);
   }
-  return std::vector<int>(ids.begin(), ids.end());
+  return ExpandCpuRanges(std::move(ranges));
 }
 
 absl::StatusOr<Scenario> ParseScenarioYaml(absl::string_view yaml) {

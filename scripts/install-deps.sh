@@ -13,6 +13,8 @@ PACKAGES=(
   prometheus-cpp-dev libvirt-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fuzzing (fuzz/): libFuzzer, ASan and UBSan come with clang's runtime
+  clang-14 libclang-rt-14-dev
   # lab and integration tests: a core-scheduling kernel under emulation, real libvirt
   qemu-system-x86 busybox-static libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
   cpio gzip openssl procps iproute2

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test of cosched: unit, integration, libvirt and the lab (a
-# core-scheduling kernel under QEMU). Installs what it needs first.
+# core-scheduling kernel under QEMU), then the fuzzers (README.md,
+# "Fuzzing"). Installs what it needs first. Arguments go to the first ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$(nproc)"
-cd build
 # Lab and libvirt tests are RUN_SERIAL (they need the whole machine).
-ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@"
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@")
+
+# The libFuzzer targets, in a build of their own (clang, ASan, UBSan): each
+# fuzzes ~30 s from its seeds and replays its regressions, two at a time.
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER=clang++-14 -DCOSCHED_FUZZ=ON
+cmake --build build-fuzz -j"$(nproc)" --target cosched_fuzzers
+(cd build-fuzz && ctest --output-on-failure -j2 -L fuzz)

@@ -38,25 +38,35 @@ SiblingShareCalculator::Sharing SiblingShareCalculator::Classify(int cpu, GroupI
   return same ? Sharing::kSame : Sharing::kIdle;
 }
 
+namespace {
+
+// Adds without overflowing: only a hostile trace (events some 2^62 ns apart
+// on many CPUs) reaches the limit, and then the sum stays at it.
+void AddNs(int64_t& total, int64_t dt) {
+  if (__builtin_add_overflow(total, dt, &total)) total = INT64_MAX;
+}
+
+}  // namespace
+
 void SiblingShareCalculator::Account(int core, int64_t dt) {
   for (int cpu : topology_.core_cpus(core)) {
     const CpuState& st = cpus_[cpu];
     if (st.group >= kIdle) continue;
     SiblingShareStats& s = window_.groups[st.group];
-    s.run_ns += dt;
+    AddNs(s.run_ns, dt);
     switch (st.sharing) {
-      case Sharing::kIdle: s.idle_ns += dt; break;
-      case Sharing::kSame: s.same_ns += dt; break;
-      case Sharing::kUnknown: s.unknown_ns += dt; break;
-      case Sharing::kForeign: s.foreign_ns += dt; break;
+      case Sharing::kIdle: AddNs(s.idle_ns, dt); break;
+      case Sharing::kSame: AddNs(s.same_ns, dt); break;
+      case Sharing::kUnknown: AddNs(s.unknown_ns, dt); break;
+      case Sharing::kForeign: AddNs(s.foreign_ns, dt); break;
     }
   }
   CoreShareStats& c = window_.cores[core];
   switch (cores_[core].state) {
-    case CoreClass::kUnknown: c.unknown_ns += dt; break;
-    case CoreClass::kBothBusy: c.both_busy_ns += dt; break;
-    case CoreClass::kOneIdle: c.one_idle_ns += dt; break;
-    case CoreClass::kBothIdle: c.both_idle_ns += dt; break;
+    case CoreClass::kUnknown: AddNs(c.unknown_ns, dt); break;
+    case CoreClass::kBothBusy: AddNs(c.both_busy_ns, dt); break;
+    case CoreClass::kOneIdle: AddNs(c.one_idle_ns, dt); break;
+    case CoreClass::kBothIdle: AddNs(c.both_idle_ns, dt); break;
   }
 }
 
@@ -92,7 +102,9 @@ void SiblingShareCalculator::Refresh(int core, int64_t now) {
 
 void SiblingShareCalculator::Add(const SchedSwitch& ev) {
   ++window_.events;
-  if (ev.cpu < 0 || ev.cpu >= topology_.num_cpus()) {
+  // A negative time is no trace clock's (a corrupt record, or a 64-bit
+  // counter past 2^63); differences to it could overflow.
+  if (ev.cpu < 0 || ev.cpu >= topology_.num_cpus() || ev.ts_ns < 0) {
     ++window_.ignored_events;
     return;
   }

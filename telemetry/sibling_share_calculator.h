@@ -32,6 +32,8 @@ using ThreadClassifier = std::function<GroupId(int32_t tid)>;
 // What a group's CPUs saw on their siblings while the group ran.
 // same + idle + foreign + unknown == run.
 struct SiblingShareStats {
+  // Each sum stops at INT64_MAX (292 years) rather than overflow, which
+  // only a forged trace reaches.
   int64_t run_ns = 0;
   int64_t same_ns = 0;     // a sibling ran a group of the same sharing key (and none another)
   int64_t idle_ns = 0;     // every sibling was idle
@@ -69,7 +71,8 @@ struct SiblingShareWindow {
   // Events older than the last event of their core (or than the previous
   // window's end): counted as if they happened at that time.
   int64_t out_of_order_events = 0;
-  // Events of CPUs outside the topology: ignored.
+  // Events of CPUs outside the topology, or with a negative timestamp:
+  // ignored.
   int64_t ignored_events = 0;
   // Indexed by GroupId, up to the largest id seen so far.
   std::vector<SiblingShareStats> groups;

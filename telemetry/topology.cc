@@ -4,9 +4,13 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_ranges.h"
 
 namespace cosched::telemetry {
 namespace {
+
+// SMT-8 (POWER) is the most any CPU has; csd's topology check agrees.
+constexpr size_t kMaxThreadsPerCore = 8;
 
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -30,7 +34,7 @@ absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat("bad CPU list '", Absl(text), "'"));
   };
-  std::vector<int> cpus;
+  std::vector<std::pair<int, int>> ranges;
   if (text.empty()) return bad();
   size_t pos = 0;
   while (true) {
@@ -42,13 +46,11 @@ absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
     hi = lo;
     if (dash != std::string_view::npos && !ParseCpu(item.substr(dash + 1), &hi)) return bad();
     if (hi < lo) return bad();
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    ranges.emplace_back(lo, hi);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  std::sort(cpus.begin(), cpus.end());
-  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
-  return cpus;
+  return ExpandCpuRanges(std::move(ranges));
 }
 
 absl::StatusOr<CpuTopology> CpuTopology::FromSiblingLists(const std::vector<std::vector<int>>& lists) {
@@ -109,6 +111,12 @@ absl::StatusOr<CpuTopology> CpuTopology::Parse(std::string_view text, std::strin
     if (!list.ok())
       return absl::InvalidArgumentError(absl::StrCat(Absl(source), ":", line_no, ": cpu ",
                                                      lists.size(), ": ", list.status().message()));
+    // Checked line by line: lists of thousands of CPUs on every line would
+    // otherwise cost lines x CPUs before FromSiblingLists refuses them.
+    if (list->size() > kMaxThreadsPerCore)
+      return absl::InvalidArgumentError(absl::StrCat(
+          Absl(source), ":", line_no, ": cpu ", lists.size(), ": ", list->size(),
+          " siblings; a core has at most ", kMaxThreadsPerCore, " threads"));
     lists.push_back(std::move(*list));
     line_of_cpu.push_back(line_no);
   }

@@ -24,8 +24,8 @@ class CpuTopology {
   static absl::StatusOr<CpuTopology> FromSiblingLists(const std::vector<std::vector<int>>& lists);
 
   // The topology file of `csctl analyze`: one line per CPU, in CPU order,
-  // each that CPU's thread_siblings_list. Errors name `source` and the
-  // line: "topo.txt:3: ...".
+  // each that CPU's thread_siblings_list (at most 8 CPUs). Errors name
+  // `source` and the line: "topo.txt:3: ...".
   static absl::StatusOr<CpuTopology> Parse(std::string_view text, std::string_view source);
 
   // Each CPU a core of its own (SMT off).

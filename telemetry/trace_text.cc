@@ -71,9 +71,12 @@ constexpr int64_t kPow10[] = {1,      10,      100,      1000,      10000,
 
 // "123.456789" -> ns; "123456789" (counter clocks) -> as is.
 bool ParseTimestamp(const char* p, const char* end, int64_t* out) {
+  // Digits past the most either part may have are scanned, not added up,
+  // so that a long run of digits cannot overflow before it is refused.
   int64_t sec = 0;
   const char* start = p;
-  while (p < end && static_cast<unsigned>(*p - '0') < 10) sec = sec * 10 + (*p++ - '0');
+  for (; p < end && static_cast<unsigned>(*p - '0') < 10; ++p)
+    if (p - start < 18) sec = sec * 10 + (*p - '0');
   if (p == start || p - start > 18) return false;
   if (p == end) {
     *out = sec;
@@ -83,7 +86,8 @@ bool ParseTimestamp(const char* p, const char* end, int64_t* out) {
   ++p;
   const char* frac_start = p;
   int64_t frac = 0;
-  while (p < end && static_cast<unsigned>(*p - '0') < 10) frac = frac * 10 + (*p++ - '0');
+  for (; p < end && static_cast<unsigned>(*p - '0') < 10; ++p)
+    if (p - frac_start < 9) frac = frac * 10 + (*p - '0');
   size_t digits = p - frac_start;
   if (p != end || digits == 0 || digits > 9 || sec > INT64_MAX / 1'000'000'000 - 1) return false;
   *out = sec * 1'000'000'000 + frac * kPow10[9 - digits];

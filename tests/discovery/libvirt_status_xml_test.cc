@@ -103,5 +103,20 @@ TEST(LibvirtStatusXml, Errors) {
   EXPECT_TRUE(!with_entity.ok() || with_entity->name.find("root:") == std::string::npos);
 }
 
+// A forged iothread count made 2^31 ids (minutes, gigabytes: the fuzzer's
+// timeout); the count of libvirt's own files is far below the bound.
+TEST(LibvirtStatusXml, RefusesAnIothreadCountNoDomainHas) {
+  auto status = ParseLibvirtStatusXml(
+      "<domstatus pid='5'><domain><name>a</name><iothreads>2000000000</iothreads>"
+      "</domain></domstatus>");
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.status().message().find("<iothreads>"), absl::string_view::npos);
+  auto many = ParseLibvirtStatusXml(
+      "<domstatus pid='5'><domain><name>a</name><iothreads>65536</iothreads>"
+      "</domain></domstatus>");
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_EQ(many->iothread_ids.size(), 65536u);
+}
+
 }  // namespace
 }  // namespace cosched::discovery

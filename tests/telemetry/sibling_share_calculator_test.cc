@@ -138,6 +138,33 @@ TEST(SiblingShareCalculator, CountsInconsistentAndIgnoredEvents) {
   EXPECT_EQ(w.events, 3);
 }
 
+// Found by ring_buffer_fuzz: a page's 64-bit clock past 2^63 gave negative
+// timestamps, and differences to them overflowed (UBSan).
+TEST(SiblingShareCalculator, IgnoresNegativeTimestamps) {
+  SiblingShareCalculator calc(OneCore(), Groups());
+  calc.Add(Ev(INT64_MIN + 6, 0, 0, 10));
+  calc.Add(Ev(100, 0, 0, 10));
+  calc.Add(Ev(-1, 1, 0, 20));
+  SiblingShareWindow w = calc.TakeWindow(150);
+  EXPECT_EQ(w.ignored_events, 2);
+  EXPECT_EQ(w.start_ns, 100);
+  ExpectStats(w.groups[kA], Expect(50, 0, 0, 0, 50));
+}
+
+// Found by ring_buffer_fuzz too: events 2^62 ns apart on both CPUs of a core
+// overflowed the sums. They stop at INT64_MAX instead.
+TEST(SiblingShareCalculator, SumsSaturateInsteadOfOverflowing) {
+  SiblingShareCalculator calc(OneCore(), Groups());
+  calc.Add(Ev(0, 0, 0, 10));
+  calc.Add(Ev(0, 1, 0, 11));
+  calc.Add(Ev(INT64_MAX - 1, 0, 10, 0));
+  calc.Add(Ev(INT64_MAX, 0, 0, 10));
+  SiblingShareWindow w = calc.TakeWindow();
+  EXPECT_EQ(w.groups[kA].run_ns, INT64_MAX);
+  EXPECT_EQ(w.groups[kA].same_ns, INT64_MAX);
+  EXPECT_EQ(w.cores[0].both_busy_ns, INT64_MAX - 1);
+}
+
 TEST(SiblingShareCalculator, CoresAreIndependentSoOnlyPerCoreOrderMatters) {
   // CPUs 0,2 and 1,3 share cores. Core 1's events come late but in order.
   auto topology = *CpuTopology::FromSiblingLists({{0, 2}, {1, 3}, {0, 2}, {1, 3}});

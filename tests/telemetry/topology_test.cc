@@ -17,6 +17,14 @@ TEST(ParseCpuList, ReadsKernelForms) {
     EXPECT_FALSE(ParseCpuList(bad).ok()) << bad;
 }
 
+TEST(ParseCpuList, RepeatedRangesGiveEachCpuOnce) {
+  std::string list = "0-65535";
+  for (int i = 0; i < 499; ++i) list += ",0-65535";
+  auto cpus = ParseCpuList(list);
+  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  EXPECT_EQ(cpus->size(), 65536u);
+}
+
 TEST(CpuTopology, GroupsSiblingsIntoCores) {
   // x86 numbering: CPU c and c + 2 share a core.
   auto t = CpuTopology::Parse("0,2\n1,3\n0,2\n1,3\n", "topo");
@@ -42,6 +50,9 @@ TEST(CpuTopology, ErrorsNameFileAndLine) {
       {"0-2\n0-2\n", "topo.txt:1: cpu 0: sibling 2 is not among the 2 CPUs"},
       {"0-1\n\n0-1\n", "topo.txt:2: empty line"},
       {"", "topo.txt: no CPUs"},
+      // Refused on its line (fuzz/regressions/topology_fuzz: 500 such lines
+      // took seconds before the siblings check).
+      {"0-8\n", "topo.txt:1: cpu 0: 9 siblings; a core has at most 8 threads"},
   };
   for (const Case& c : cases) {
     auto t = CpuTopology::Parse(c.text, "topo.txt");

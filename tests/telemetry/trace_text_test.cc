@@ -92,6 +92,12 @@ TEST(ParseTraceLine, CountsMalformedSchedSwitchLines) {
            "prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120 extra",
            "[000] 1.0: sched_switch: prev_comm=sh prev_pid=99999999999 prev_prio=1 prev_state=S "
            "==> next_comm=x next_pid=0 next_prio=1",
+           // Found by trace_text_fuzz: digit runs that overflowed int64 while
+           // being added up (UBSan), before their length was checked.
+           "  sh-1 [000] d..2. 1.1552777777777777777777: sched_switch: prev_comm=sh prev_pid=1 "
+           "prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120",
+           "  sh-1 [000] d..2. 99999999999999999999999.5: sched_switch: prev_comm=sh prev_pid=1 "
+           "prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120",
            ": sched_switch: x",
        }) {
     Parse(line, TraceLineKind::kMalformed);
