@@ -108,16 +108,19 @@ void Watch(DesiredState& state, const v1::WatchAssignmentsRequest& request) {
   if (update.ok() && update->has_value() && !cache.Apply(**update).ok()) std::abort();
 }
 
+// Who the fuzzer's changes are audited as.
+const Actor kFuzzer{"fuzzer", "admin"};
+
 void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
-  switch (method % 12) {
+  switch (method % 14) {
     case 0: {
       v1::TagVMRequest r;
-      if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.TagVm(r, done); });
+      if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.TagVm(r, kFuzzer, done); });
       break;
     }
     case 1: {
       v1::UntagVMRequest r;
-      if (Parse(bytes, &r)) Wait<v1::UntagVMResponse>([&](auto done) { state.UntagVm(r, done); });
+      if (Parse(bytes, &r)) Wait<v1::UntagVMResponse>([&](auto done) { state.UntagVm(r, kFuzzer, done); });
       break;
     }
     case 2: {
@@ -133,7 +136,7 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 4: {
       v1::SetTenantPolicyRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::TenantPolicy>([&](auto done) { state.SetTenantPolicy(r, done); });
+        Wait<v1::TenantPolicy>([&](auto done) { state.SetTenantPolicy(r, kFuzzer, done); });
       break;
     }
     case 5: {
@@ -159,7 +162,7 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 9: {
       v1::RegisterRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::RegisterResponse>([&](auto done) { state.RegisterHost(r, done); });
+        Wait<v1::RegisterResponse>([&](auto done) { state.RegisterHost(r, kFuzzer, done); });
       break;
     }
     case 10: {
@@ -172,6 +175,16 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 11: {
       v1::WatchAssignmentsRequest r;
       if (Parse(bytes, &r)) Watch(state, r);
+      break;
+    }
+    case 12: {
+      v1::GetStatsRequest r;
+      if (Parse(bytes, &r)) CheckCode(state.GetStats(r).status());
+      break;
+    }
+    case 13: {
+      v1::ListAuditRecordsRequest r;
+      if (Parse(bytes, &r)) CheckCode(state.ListAuditRecords(r).status());
       break;
     }
   }
