@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -140,6 +141,33 @@ absl::StatusOr<std::map<int32_t, std::string>> ParseThreadsFile(std::string_view
   return tids;
 }
 
+absl::StatusOr<int64_t> ParseTraceSeconds(std::string_view field, std::string_view text) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::string_view(field.data(), field.size()), " must be seconds of the trace's clock "
+        "with at most 9 decimals, e.g. 1234.567890, not '",
+        absl::string_view(text.data(), text.size()), "'"));
+  };
+  const size_t dot = text.find('.');
+  std::string_view whole = text.substr(0, dot);
+  std::string_view fraction = dot == std::string_view::npos ? "" : text.substr(dot + 1);
+  if (whole.empty() || whole.size() > 10 || fraction.size() > 9 ||
+      (dot != std::string_view::npos && fraction.empty())) {
+    return bad();
+  }
+  int64_t seconds = 0, nanos = 0;
+  for (char c : whole) {
+    if (c < '0' || c > '9') return bad();
+    seconds = seconds * 10 + (c - '0');
+  }
+  for (size_t i = 0; i < 9; ++i) {
+    const char c = i < fraction.size() ? fraction[i] : '0';
+    if (c < '0' || c > '9') return bad();
+    nanos = nanos * 10 + (c - '0');
+  }
+  return seconds * 1'000'000'000 + nanos;
+}
+
 absl::StatusOr<AnalyzeResult> AnalyzeTrace(const AnalyzeArgs& args) {
   auto topology_text = ReadSmallFile(args.topology_path, "topology file");
   if (!topology_text.ok()) return topology_text.status();
@@ -191,13 +219,39 @@ absl::StatusOr<AnalyzeResult> AnalyzeTrace(const AnalyzeArgs& args) {
     }
   }
 
+  std::optional<int64_t> from, to;
+  if (!args.from.empty()) {
+    auto ns = ParseTraceSeconds("--from", args.from);
+    if (!ns.ok()) return ns.status();
+    from = *ns;
+  }
+  if (!args.to.empty()) {
+    auto ns = ParseTraceSeconds("--to", args.to);
+    if (!ns.ok()) return ns.status();
+    to = *ns;
+  }
+  if (from && to && *from >= *to) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--from ", args.from, " must be before --to ", args.to));
+  }
+
   telemetry::SiblingShareCalculator calculator(*topology, classify);
+  // Before `from`, events only set each CPU's state: the window taken at
+  // `from` is dropped.
+  bool counting = !from.has_value();
   auto counts = ReadTrace(args.trace_path, [&](const TraceLine& line) {
-    if (line.kind == TraceLineKind::kSchedSwitch) calculator.Add(line.event);
+    if (line.kind != TraceLineKind::kSchedSwitch) return;
+    if (to && line.event.ts_ns >= *to) return;
+    if (!counting && line.event.ts_ns >= *from) {
+      calculator.TakeWindow(*from);
+      counting = true;
+    }
+    calculator.Add(line.event);
   });
   if (!counts.ok()) return counts.status();
+  if (!counting) calculator.TakeWindow(*from);
   result.counts = *counts;
-  result.window = calculator.TakeWindow();
+  result.window = to ? calculator.TakeWindow(*to) : calculator.TakeWindow();
 
   auto stats_of = [&](GroupId id) {
     return id < result.window.groups.size() ? result.window.groups[id] : SiblingShareStats{};

@@ -27,7 +27,17 @@ struct AnalyzeArgs {
   // threads by tgid when the trace has the record-tgid column, else each
   // thread is a group of its own.
   std::string threads_path{};
+  // Only [from, to) counts, in the trace's timestamps ("1234.567890",
+  // seconds of its clock); empty: the whole trace. Events before `from`
+  // still tell what each CPU runs, so the span starts with known state, as
+  // a window of cs-agent's collector does.
+  std::string from{};
+  std::string to{};
 };
+
+// "1234.567890123" (seconds, at most 9 decimals) -> nanoseconds.
+// INVALID_ARGUMENT naming `field` otherwise.
+absl::StatusOr<int64_t> ParseTraceSeconds(std::string_view field, std::string_view text);
 
 // "TID VM_ID" lines -> tid -> VM id. INVALID_ARGUMENT naming `source` and
 // the line for a bad line or a tid mapped twice to different VMs.

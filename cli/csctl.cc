@@ -167,6 +167,9 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
       ->required();
   analyze->add_option("--threads", analyze_args.threads_path,
                       "lines 'TID VM_ID' (default: group by tgid, else by thread)");
+  analyze->add_option("--from", analyze_args.from,
+                      "count from this trace timestamp on (seconds, e.g. 1234.567890)");
+  analyze->add_option("--to", analyze_args.to, "count up to this trace timestamp");
 
   SimulateArgs simulate_args;
   CLI::App* simulate = app.add_subcommand(

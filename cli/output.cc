@@ -143,7 +143,9 @@ json HostToJson(const v1::Host& host) {
        {{"smt_active", caps.smt_active()},
         {"core_sched", CoreSchedSupportName(caps.core_sched())},
         {"core_sched_detail", caps.core_sched_detail()},
-        {"schedstats_enabled", caps.schedstats_enabled()}}},
+        {"schedstats_enabled", caps.schedstats_enabled()},
+        {"telemetry_active", caps.telemetry_active()},
+        {"telemetry_detail", caps.telemetry_detail()}}},
       {"topology", {{"cores", cores}}},
   };
 }
@@ -270,6 +272,10 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"core scheduling", core_sched},
           {"smt active", YesNo(caps.smt_active())},
           {"schedstats", YesNo(caps.schedstats_enabled())},
+          {"telemetry", caps.telemetry_detail().empty()
+                            ? YesNo(caps.telemetry_active())
+                            : absl::StrCat(YesNo(caps.telemetry_active()), " (",
+                                           caps.telemetry_detail(), ")")},
           {"cores", absl::StrCat(host.topology().cores_size())},
           {"cpus", absl::StrCat(CpuCount(host.topology()))},
           {"vms", absl::StrCat(host.vm_count())},

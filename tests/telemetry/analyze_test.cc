@@ -71,6 +71,50 @@ TEST_F(AnalyzeTest, JsonHasOneObjectPerVmWithTheIssueKeys) {
   EXPECT_EQ(list[2]["vm"], "host");
 }
 
+TEST_F(AnalyzeTest, FromToCountsOnlyTheSpanWithTheStateBeforeIt) {
+  AnalyzeArgs args = Args();
+  args.from = "100.001100";
+  args.to = "100.0031";
+  auto result = AnalyzeTrace(args);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->groups.size(), 3u);
+  // vm-a in [100.0011, 100.0031): tid 10 on cpu 0 for 2 ms, beside its own
+  // tid 11 (1 ms) then the host task; tid 11 on cpu 1 for 1 ms beside tid
+  // 10. Nothing is unknown: cpu 0's task was known from before the span.
+  EXPECT_EQ(result->groups[0].vm, "vm-a");
+  const auto& a = result->groups[0].stats;
+  EXPECT_EQ(a.run_ns, 3'000'000);
+  EXPECT_EQ(a.same_ns, 2'000'000);
+  EXPECT_EQ(a.foreign_ns, 1'000'000);
+  EXPECT_EQ(a.unknown_ns, 0);
+  EXPECT_EQ(a.foreign_intervals, 1);
+  // vm-b ran only before the span.
+  EXPECT_EQ(result->groups[1].vm, "vm-b");
+  EXPECT_EQ(result->groups[1].stats.run_ns, 0);
+  EXPECT_EQ(result->groups[2].vm, "host");
+  EXPECT_EQ(result->groups[2].stats.run_ns, 1'000'000);
+  EXPECT_EQ(result->window.start_ns, 100'001'100'000);
+  EXPECT_EQ(result->window.end_ns, 100'003'100'000);
+}
+
+TEST_F(AnalyzeTest, FromToMustBeSecondsInOrder) {
+  EXPECT_EQ(*ParseTraceSeconds("--from", "12.5"), 12'500'000'000);
+  EXPECT_EQ(*ParseTraceSeconds("--from", "7"), 7'000'000'000);
+  EXPECT_EQ(*ParseTraceSeconds("--to", "1764460000.000000001"), 1'764'460'000'000'000'001);
+  for (const char* bad : {"", "-1", "1.", ".5", "1.2.3", "abc", "1.0000000001", "99999999999"}) {
+    auto parsed = ParseTraceSeconds("--from", bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(parsed.status().message().find("--from"), std::string::npos);
+  }
+  AnalyzeArgs args = Args();
+  args.from = "100.003";
+  args.to = "100.001";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunAnalyze(args, OutputFormat::kJson, out, err), kExitUsage);
+  EXPECT_NE(err.str().find("--from 100.003 must be before --to 100.001"), std::string::npos)
+      << err.str();
+}
+
 TEST_F(AnalyzeTest, TableForPeople) {
   std::ostringstream out, err;
   ASSERT_EQ(RunAnalyze(Args(), OutputFormat::kTable, out, err), kExitOk) << err.str();
