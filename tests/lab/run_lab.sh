@@ -135,6 +135,9 @@ done
 
 copy_with_libs() {  # FILE DEST_NAME
   local file=$1 name=$2 lib
+  # A binary named like a busybox applet (setpriv) replaces the applet's
+  # link; cp would otherwise write through the link over busybox itself.
+  rm -f "$root/usr/bin/$name"
   cp -L "$file" "$root/usr/bin/$name"
   if ldd "$file" 2>/dev/null | grep -q 'not found'; then
     die "$file needs libraries this machine lacks: $(ldd "$file" | grep 'not found' | tr -s ' \t\n' ' ')"
