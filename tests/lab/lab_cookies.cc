@@ -19,8 +19,16 @@
 // and a last line "samples N changes C threads_appeared A threads_gone G".
 // Threads that appear or go are counted, not changes. Exit: 0 no change,
 // 1 some change (or a process is gone), 2 usage.
+//
+//   lab_cookies --kill-on-cookie PID VICTIM TIMEOUT_MS
+//
+// Reads the cookie of PID's main thread in a tight loop and sends SIGKILL to
+// VICTIM (the agent) the moment it is not 0, then at once reads every thread
+// of PID and prints "killed_after_us N tagged T of M" (T < M: VICTIM died in
+// the middle of tagging PID). Exit: 0 killed, 1 timeout, 2 usage.
 #include <dirent.h>
 #include <fnmatch.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,7 +117,8 @@ std::string JsonString(const std::string& s) {
 int Usage() {
   fprintf(stderr,
           "usage: lab_cookies [-j] [-n COMM_PATTERN]... [PID|self]...\n"
-          "       lab_cookies --watch INTERVAL_MS SECONDS PID...\n");
+          "       lab_cookies --watch INTERVAL_MS SECONDS PID...\n"
+          "       lab_cookies --kill-on-cookie PID VICTIM TIMEOUT_MS\n");
   return 2;
 }
 
@@ -168,9 +177,44 @@ int Watch(int interval_ms, int seconds, const std::vector<long>& pids) {
   return changes == 0 && !gone ? 0 : 1;
 }
 
+int KillOnCookie(long pid, long victim, int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::milliseconds(timeout_ms);
+  uint64_t cookie = 0;
+  while (Clock::now() < end) {
+    int err = cosched::lab::SchedCoreCall(cosched::lab::kGet, static_cast<pid_t>(pid),
+                                          cosched::lab::kScopeThread, &cookie);
+    if (err == 0 && cookie != 0) break;
+    if (err != 0) {
+      fprintf(stderr, "lab_cookies: cannot read %ld: %s\n", pid, cosched::lab::ErrnoName(err).c_str());
+      return 1;
+    }
+  }
+  if (cookie == 0) {
+    fprintf(stderr, "lab_cookies: %ld got no cookie within %d ms\n", pid, timeout_ms);
+    return 1;
+  }
+  kill(static_cast<pid_t>(victim), SIGKILL);
+  const long us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  std::vector<ThreadCookie> rows;
+  ReadProcess(pid, &rows);
+  long tagged = 0;
+  for (const ThreadCookie& t : rows) tagged += (t.err == 0 && t.cookie != 0) ? 1 : 0;
+  printf("killed_after_us %ld tagged %ld of %zu\n", us, tagged, rows.size());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--kill-on-cookie") {
+    long pid = atol(argv[2]), victim = atol(argv[3]);
+    int timeout_ms = atoi(argv[4]);
+    if (pid <= 0 || victim <= 0 || timeout_ms <= 0) return Usage();
+    return KillOnCookie(pid, victim, timeout_ms);
+  }
   if (argc >= 5 && std::string(argv[1]) == "--watch") {
     int interval_ms = atoi(argv[2]), seconds = atoi(argv[3]);
     std::vector<long> pids;
