@@ -283,10 +283,18 @@ void SiblingShareCollector::FinishWindow(const telemetry::SiblingShareWindow& wi
     if (it != vm_groups_.end()) forced_by_group[it->second] = &forced_idle[i];
   }
 
+  // The wall clock of a window's end is read now; its start is exactly the
+  // previous window's end. Reading the offset again for the start would
+  // jitter by the time between two clock reads, and csd ignores a window
+  // that starts before the previous one ended (it takes it for a repeat).
   const int64_t offset = trace_->UnixOffsetNs();
+  const int64_t start_unix =
+      last_end_unix_ns_ != 0 ? last_end_unix_ns_ : window_start_ns_ + offset;
+  const int64_t end_unix = std::max(watermark_ns_ + offset, start_unix + 1);
+  last_end_unix_ns_ = end_unix;
   v1::StatsWindow out;
-  out.set_start_unix_ns(window_start_ns_ + offset);
-  out.set_end_unix_ns(watermark_ns_ + offset);
+  out.set_start_unix_ns(start_unix);
+  out.set_end_unix_ns(end_unix);
   for (GroupId group = 1; group < group_vm_.size(); ++group) {
     if (group_vm_[group].empty()) continue;
     const telemetry::SiblingShareStats stats =

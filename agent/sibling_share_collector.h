@@ -142,6 +142,8 @@ class SiblingShareCollector {
   std::chrono::steady_clock::time_point next_refresh_;
 
   int64_t watermark_ns_ = 0;
+  // The Unix time the last window ended (0 before the first).
+  int64_t last_end_unix_ns_ = 0;
   int64_t window_start_ns_ = 0;
   int64_t events_read_ = 0;
   int64_t lost_pages_reported_ = 0;

@@ -309,6 +309,32 @@ TEST_F(CollectorTest, ClosesAWindowEachWindowLengthAndTheQueueStaysBounded) {
   EXPECT_EQ(batch.windows.front().start_unix_ns(), kUnixOffset + kT + 20'000'000);
 }
 
+TEST_F(CollectorTest, WindowsFollowEachOtherExactlyWhileTheWallClockJitters) {
+  // The wall clock's offset to the trace clock is read at every window's
+  // end and moves by a few microseconds between reads (and by more under
+  // NTP). csd drops a window that starts before the previous one ended, so
+  // each window starts exactly where the previous one ended.
+  StatsWindowQueue queue(10);
+  SiblingShareCollectorOptions options;
+  options.window = std::chrono::milliseconds(10);
+  SiblingShareCollector collector(
+      options, TwoByTwo({{0, 1}, {2, 3}}), &trace_, &fs_,
+      [this]() -> absl::StatusOr<std::vector<CollectedVm>> { return vms_; }, &queue);
+  trace_.SetNowNs(kT);
+  ASSERT_TRUE(collector.Open().ok());
+  for (int i = 1; i <= 50; ++i) {
+    trace_.SetUnixOffsetNs(kUnixOffset + (i % 3 - 1) * 3000 + i);
+    trace_.SetNowNs(kT + i * 1'000'000 + 2'000'000);
+    collector.Poll();
+  }
+  StatsBatch batch = queue.Peek();
+  ASSERT_EQ(batch.windows.size(), 5u);
+  for (size_t i = 1; i < batch.windows.size(); ++i) {
+    EXPECT_EQ(batch.windows[i].start_unix_ns(), batch.windows[i - 1].end_unix_ns()) << i;
+    EXPECT_GT(batch.windows[i].end_unix_ns(), batch.windows[i].start_unix_ns()) << i;
+  }
+}
+
 TEST_F(CollectorTest, ThreadsOfANewVmCountAsHostUntilTheVmListSaysSo) {
   SiblingShareCollectorOptions options;
   options.vm_refresh_interval = std::chrono::hours(1);
