@@ -9,11 +9,7 @@
 #   over 50% untagged, at most 2% tagged.
 # - Live against offline: csd's GetStats over the whole run gives the exact
 #   span of the windows it summed; `csctl analyze --from --to` over that span
-#   of the lab's trace should agree within 1 percentage point per VM. NOT YET:
-#   csd sums fewer windows than the span holds (23 for 41 s of 1 s windows in
-#   one run: live run time 41 s against 67 s in the trace), so the shares
-#   differ by up to ~2 points. Until that is found, this part reports both
-#   figures as results and does not fail (issue #4's note says so).
+#   of the lab's trace must agree within 1 percentage point per VM.
 . /lab/lib.sh
 set -u
 trap lab_keep_logs EXIT
@@ -173,9 +169,9 @@ for vm in vm-1 vm-2; do
     [ -n "$live" ] && [ -n "$off" ] || lab_fail "$vm: no $key (live '$live', offline '$off')"
     line="$line $key live $live offline $off;"
     awk -v a="$live" -v b="$off" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1) }' ||
-      line="$line (DIFFER by more than 1 point)"
+      lab_fail "$vm $key: live $live% and offline $off% differ by more than 1 point"
   done
-  lab_result "$vm live vs offline (reported, not yet asserted)" "$line runtime live $(figure /tmp/live.json $vm runtime_ns) ns, offline $(figure /tmp/offline.json $vm runtime_ns) ns"
+  lab_result "$vm live vs offline" "$line runtime live $(figure /tmp/live.json $vm runtime_ns) ns, offline $(figure /tmp/offline.json $vm runtime_ns) ns"
 done
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"
