@@ -280,6 +280,7 @@ void Agent::StartCollector() {
   collector_options.trace = options_.trace;
   collector_options.enable_schedstats = options_.enable_schedstats;
   collector_options.procfs_root = options_.procfs_root;
+  collector_options.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
   ReconcileLoop* loop = loop_.get();
   AgentMetrics* agent_metrics = metrics_.get();
   collector_options.on_window = [loop, agent_metrics](const v1::StatsWindow& window) {
@@ -304,7 +305,8 @@ void Agent::StartCollector() {
           // A VM csd cannot name (QEMU without -name and -uuid, or a name
           // outside the id rule) would make csd refuse the whole Report.
           if (!ValidateId("vm_id", vm.vm_id).ok()) continue;
-          vms.push_back({std::move(vm.vm_id), std::move(vm.group), std::move(vm.tids)});
+          vms.push_back({std::move(vm.vm_id), std::move(vm.group), std::move(vm.tids),
+                         std::move(vm.cgroup)});
         }
         return vms;
       },

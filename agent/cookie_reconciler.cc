@@ -92,6 +92,7 @@ ReconcileResult CookieReconciler::Reconcile(
     VmOutcome& out = plan.outcome;
     out.vm_id = vm.vm_id;
     out.uuid = vm.uuid;
+    out.cgroup = vm.cgroup;
     std::optional<v1::Assignment> assignment = lookup(vm);
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();

@@ -54,6 +54,8 @@ struct VmOutcome {
   uint64_t cookie = 0;
   // Threads in scope that are alive, in tid order.
   std::vector<int> tids;
+  // The VM's own cgroup (DiscoveredVm::cgroup); empty: none.
+  std::string cgroup;
   v1::VMEnforcement enforcement;
 };
 

@@ -12,6 +12,7 @@ namespace cosched::agent {
 namespace {
 
 constexpr absl::string_view kField = "core_forceidle_sum";
+constexpr absl::string_view kCgroupField = "core_sched.force_idle_usec";
 
 bool AllDigits(absl::string_view s) {
   return !s.empty() && s.find_first_not_of("0123456789") == absl::string_view::npos;
@@ -50,35 +51,92 @@ absl::StatusOr<std::optional<int64_t>> ParseCoreForceidleSum(absl::string_view s
   return std::optional<int64_t>();
 }
 
-ForcedIdleMeter::ForcedIdleMeter(const HostFs* fs, std::string procfs_root)
-    : fs_(fs), procfs_root_(std::move(procfs_root)) {}
+absl::StatusOr<std::optional<int64_t>> ParseCgroupForceIdle(absl::string_view cpu_stat_text) {
+  for (absl::string_view line : absl::StrSplit(cpu_stat_text, '\n')) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, kCgroupField) || rest.empty() || rest[0] != ' ') continue;
+    const absl::string_view value = absl::StripAsciiWhitespace(rest);
+    int64_t usec;
+    if (!AllDigits(value) || !absl::SimpleAtoi(value, &usec) || usec > INT64_MAX / 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kCgroupField, ": expected microseconds, found \"", absl::StripAsciiWhitespace(line),
+          "\""));
+    }
+    return std::optional<int64_t>(usec * 1000);
+  }
+  return std::optional<int64_t>();
+}
+
+ForcedIdleMeter::ForcedIdleMeter(const HostFs* fs, std::string procfs_root,
+                                 std::string cgroupfs_root)
+    : fs_(fs), procfs_root_(std::move(procfs_root)), cgroupfs_root_(std::move(cgroupfs_root)) {}
+
+std::optional<int64_t> ForcedIdleMeter::ReadCgroup(const std::string& cgroup) const {
+  for (absl::string_view mount : {"", "/unified"}) {
+    absl::StatusOr<std::string> text =
+        fs_->ReadFile(absl::StrCat(cgroupfs_root_, mount, cgroup, "/cpu.stat"));
+    if (!text.ok()) continue;  // not v2 here, or the VM is gone
+    absl::StatusOr<std::optional<int64_t>> ns = ParseCgroupForceIdle(*text);
+    if (!ns.ok()) {
+      LOG_EVERY_T(WARNING, 300) << "cgroup " << cgroup << ": " << ns.status();
+      return std::nullopt;
+    }
+    return *ns;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> ForcedIdleMeter::ReadThread(int tid) const {
+  absl::StatusOr<std::string> text =
+      fs_->ReadFile(absl::StrCat(procfs_root_, "/", tid, "/task/", tid, "/sched"));
+  if (!text.ok()) return std::nullopt;  // the thread ended: its time is lost with it
+  absl::StatusOr<std::optional<int64_t>> sum = ParseCoreForceidleSum(*text);
+  if (!sum.ok()) {
+    LOG_EVERY_T(WARNING, 300) << "thread " << tid << ": " << sum.status();
+    return std::nullopt;
+  }
+  return *sum;
+}
+
+namespace {
+
+// The growth of a monotonic count since `last` (nullptr: first seen). A
+// count lower than before belongs to a new owner of the same name (a tid
+// reused, a cgroup recreated): count from its start.
+int64_t Growth(int64_t now, const int64_t* last) {
+  if (last == nullptr) return 0;
+  return now >= *last ? now - *last : now;
+}
+
+}  // namespace
 
 std::vector<std::optional<int64_t>> ForcedIdleMeter::Sample(
-    const std::vector<const std::vector<int>*>& vms) {
-  absl::flat_hash_map<int, int64_t> now;
+    const std::vector<ForcedIdleSource>& vms) {
+  absl::flat_hash_map<int, int64_t> now_tid;
+  absl::flat_hash_map<std::string, int64_t> now_cgroup;
   std::vector<std::optional<int64_t>> out;
   out.reserve(vms.size());
-  for (const std::vector<int>* tids : vms) {
-    std::optional<int64_t> growth;
-    for (int tid : *tids) {
-      absl::StatusOr<std::string> text =
-          fs_->ReadFile(absl::StrCat(procfs_root_, "/", tid, "/task/", tid, "/sched"));
-      if (!text.ok()) continue;  // the thread ended: its time is lost with it
-      absl::StatusOr<std::optional<int64_t>> sum = ParseCoreForceidleSum(*text);
-      if (!sum.ok()) {
-        LOG_EVERY_T(WARNING, 300) << "thread " << tid << ": " << sum.status();
+  for (const ForcedIdleSource& vm : vms) {
+    if (vm.cgroup != nullptr && !vm.cgroup->empty()) {
+      if (std::optional<int64_t> ns = ReadCgroup(*vm.cgroup)) {
+        auto it = last_cgroup_.find(*vm.cgroup);
+        out.push_back(Growth(*ns, it == last_cgroup_.end() ? nullptr : &it->second));
+        now_cgroup[*vm.cgroup] = *ns;
         continue;
       }
-      if (!sum->has_value()) continue;
-      now[tid] = **sum;
-      auto it = last_.find(tid);
-      const int64_t before = it == last_.end() ? **sum : it->second;
-      // A tid reused by a new thread starts lower: count from its start.
-      growth = growth.value_or(0) + (**sum >= before ? **sum - before : **sum);
+    }
+    std::optional<int64_t> growth;
+    for (int tid : *vm.tids) {
+      std::optional<int64_t> ns = ReadThread(tid);
+      if (!ns) continue;
+      now_tid[tid] = *ns;
+      auto it = last_tid_.find(tid);
+      growth = growth.value_or(0) + Growth(*ns, it == last_tid_.end() ? nullptr : &it->second);
     }
     out.push_back(growth);
   }
-  last_ = std::move(now);
+  last_tid_ = std::move(now_tid);
+  last_cgroup_ = std::move(now_cgroup);
   return out;
 }
 

@@ -1,8 +1,12 @@
 // Forced idle per VM: the time the kernel kept a VM's threads off a CPU
-// because the sibling ran an incompatible cookie. The kernel counts it per
-// task in /proc/<pid>/task/<tid>/sched (core_forceidle_sum) while
-// schedstats are on; a VM's forced idle over a window is the growth of its
-// threads' counts.
+// because the sibling ran an incompatible cookie. While schedstats are on
+// the kernel counts it per cgroup (cpu.stat core_sched.force_idle_usec,
+// cgroup v2, Linux >= 5.19) and per task (core_forceidle_sum in
+// /proc/<pid>/task/<tid>/sched). A VM's forced idle over a window is the
+// growth of its own cgroup's count when it has one: that count keeps the
+// time of threads that ended within the window and costs one read per VM.
+// Otherwise (a QEMU in a shared cgroup, a kernel without the cgroup field)
+// it is the growth of its threads' counts.
 #ifndef COSCHED_AGENT_FORCED_IDLE_H_
 #define COSCHED_AGENT_FORCED_IDLE_H_
 
@@ -25,22 +29,41 @@ namespace cosched::agent {
 // line when its value is not a number.
 absl::StatusOr<std::optional<int64_t>> ParseCoreForceidleSum(absl::string_view sched_text);
 
+// core_sched.force_idle_usec of a cgroup v2 cpu.stat text, in ns. nullopt
+// when the text has no such line (kernel without core scheduling or before
+// 5.19). INVALID_ARGUMENT quoting the line when its value is not a number.
+absl::StatusOr<std::optional<int64_t>> ParseCgroupForceIdle(absl::string_view cpu_stat_text);
+
+// Where one VM's forced idle is counted.
+struct ForcedIdleSource {
+  const std::vector<int>* tids = nullptr;
+  // The VM's own cgroup path (as in /proc/<pid>/cgroup); empty: none.
+  const std::string* cgroup = nullptr;
+};
+
 // Not thread-safe: one instance, called once per window.
 class ForcedIdleMeter {
  public:
-  ForcedIdleMeter(const HostFs* fs, std::string procfs_root);
+  // `cgroupfs_root` is where cgroup v2 is mounted ("/sys/fs/cgroup"; on a
+  // hybrid host its "unified" subdirectory is tried too).
+  ForcedIdleMeter(const HostFs* fs, std::string procfs_root, std::string cgroupfs_root);
 
-  // For each list of thread ids (one per VM): the growth of their
-  // core_forceidle_sum since the previous Sample, or nullopt when none of
-  // them could be read with the field. A thread seen for the first time
-  // adds nothing (its count so far covers unknown time); threads gone since
-  // are forgotten, so memory follows the threads alive.
-  std::vector<std::optional<int64_t>> Sample(const std::vector<const std::vector<int>*>& vms);
+  // For each VM: the growth of its cgroup's count since the previous Sample
+  // when the cgroup has the field, else of its threads' core_forceidle_sum;
+  // nullopt when neither could be read. A cgroup or thread seen for the
+  // first time adds nothing (its count so far covers unknown time); those
+  // gone since are forgotten, so memory follows what is alive.
+  std::vector<std::optional<int64_t>> Sample(const std::vector<ForcedIdleSource>& vms);
 
  private:
+  std::optional<int64_t> ReadCgroup(const std::string& cgroup) const;
+  std::optional<int64_t> ReadThread(int tid) const;
+
   const HostFs* const fs_;
   const std::string procfs_root_;
-  absl::flat_hash_map<int, int64_t> last_;
+  const std::string cgroupfs_root_;
+  absl::flat_hash_map<int, int64_t> last_tid_;
+  absl::flat_hash_map<std::string, int64_t> last_cgroup_;
 };
 
 }  // namespace cosched::agent

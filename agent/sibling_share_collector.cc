@@ -56,7 +56,7 @@ SiblingShareCollector::SiblingShareCollector(SiblingShareCollectorOptions option
       fs_(fs),
       vms_source_(std::move(vms)),
       queue_(queue),
-      forced_idle_(fs, options_.procfs_root) {}
+      forced_idle_(fs, options_.procfs_root, options_.cgroupfs_root) {}
 
 SiblingShareCollector::~SiblingShareCollector() { Stop(); }
 
@@ -272,10 +272,10 @@ void SiblingShareCollector::FinishWindow(const telemetry::SiblingShareWindow& wi
   absl::StatusOr<bool> schedstats = ReadSchedstatsEnabled(*fs_, options_.procfs_root);
   std::vector<std::optional<int64_t>> forced_idle(vms_.size());
   if (schedstats.ok() && *schedstats) {
-    std::vector<const std::vector<int>*> tids;
-    tids.reserve(vms_.size());
-    for (const CollectedVm& vm : vms_) tids.push_back(&vm.tids);
-    forced_idle = forced_idle_.Sample(tids);
+    std::vector<ForcedIdleSource> sources;
+    sources.reserve(vms_.size());
+    for (const CollectedVm& vm : vms_) sources.push_back({&vm.tids, &vm.cgroup});
+    forced_idle = forced_idle_.Sample(sources);
   }
   absl::flat_hash_map<GroupId, const std::optional<int64_t>*> forced_by_group;
   for (size_t i = 0; i < vms_.size(); ++i) {

@@ -44,6 +44,9 @@ struct CollectedVm {
   std::string trust_group;
   // Its threads that carry the group's cookie.
   std::vector<int> tids;
+  // Its own cgroup (DiscoveredVm::cgroup), empty: none. Forced idle comes
+  // from the cgroup when the kernel counts it there.
+  std::string cgroup;
 };
 
 // The VMs of the host now (from the last reconcile pass). An error keeps
@@ -65,6 +68,8 @@ struct SiblingShareCollectorOptions {
   // Turn the kernel's schedstats on at Open (for forced idle).
   bool enable_schedstats = false;
   std::string procfs_root = "/proc";
+  // Where cgroup v2 is mounted (forced idle per VM cgroup).
+  std::string cgroupfs_root = "/sys/fs/cgroup";
   // Called on the collector's thread with each window before it is queued
   // (e.g. for Prometheus metrics). Must be quick.
   std::function<void(const v1::StatsWindow&)> on_window;

@@ -41,6 +41,10 @@ struct DiscoveredVm {
   std::string uuid;
   int qemu_pid = 0;
   std::vector<DiscoveredThread> threads;
+  // The VM's own cgroup, as /proc/<pid>/cgroup names it (the v2 path, e.g.
+  // "/machine.slice/machine-qemu\x2d1\x2dvm\x2da.scope"); empty when QEMU runs
+  // in a cgroup shared with other processes. Forced idle is read from it.
+  std::string cgroup;
 
   bool operator==(const DiscoveredVm&) const = default;
 };

@@ -156,16 +156,16 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     }
   }
 
-  // Helpers by cgroup: only read every process's cgroup when some VM has a
-  // cgroup of its own.
+  // Each VM's own cgroup (forced idle is read there). Helpers by cgroup:
+  // only read every process's cgroup when some VM has a cgroup of its own.
   std::map<int, std::string> qemu_cgroups;
   std::map<std::string, std::vector<int>> cgroup_members;
-  if (options_.include_helpers) {
-    for (const auto& [pid, qemu] : qemus) {
-      if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
-        qemu_cgroups.emplace(pid, *cgroup);
-      }
+  for (const auto& [pid, qemu] : qemus) {
+    if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
+      qemu_cgroups.emplace(pid, *cgroup);
     }
+  }
+  if (options_.include_helpers) {
     if (!qemu_cgroups.empty()) {
       for (const auto& [pid, process] : processes) {
         if (qemus.count(pid) || process.stat.ppid == kKthreadd || pid == kKthreadd) continue;
@@ -184,6 +184,8 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     vm.vm_id = qemu.VmId();
     vm.uuid = qemu.uuid;
     vm.qemu_pid = qemu_pid;
+    auto own_cgroup = qemu_cgroups.find(qemu_pid);
+    if (own_cgroup != qemu_cgroups.end()) vm.cgroup = own_cgroup->second;
     for (Thread& t : own) {
       Kind kind = ClassifyQemuThread(t.comm, qemu_pid);
       vm.threads.push_back({t.tid, qemu_pid, std::move(t.comm), kind});
@@ -205,9 +207,8 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     if (options_.include_helpers) {
       std::set<int> helpers;
       for (int pid : children[qemu_pid]) helpers.insert(pid);
-      auto cgroup = qemu_cgroups.find(qemu_pid);
-      if (cgroup != qemu_cgroups.end()) {
-        for (int pid : cgroup_members[cgroup->second]) helpers.insert(pid);
+      if (!vm.cgroup.empty()) {
+        for (int pid : cgroup_members[vm.cgroup]) helpers.insert(pid);
       }
       for (int pid : helpers) {
         if (qemus.count(pid) || !taken.insert(pid).second) continue;

@@ -109,7 +109,7 @@ TEST(TracefsSchedTrace, CollectorSeesABusyThreadsRunTime) {
   SiblingShareCollector collector(
       options, *topology, trace.get(), &fs,
       [&]() -> absl::StatusOr<std::vector<CollectedVm>> {
-        return std::vector<CollectedVm>{{"vm-busy", "group-busy", {tid}}};
+        return std::vector<CollectedVm>{{"vm-busy", "group-busy", {tid}, ""}};
       },
       &queue);
   absl::Status opened = collector.Open();

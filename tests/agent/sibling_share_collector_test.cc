@@ -50,7 +50,7 @@ class CollectorTest : public ::testing::Test {
     fs_.SetFile("/proc/sys/kernel/sched_schedstats", "0\n");
     trace_.SetUnixOffsetNs(kUnixOffset);
     // vm-a and vm-b share trust group t1; vm-c is t2; 900 is a host task.
-    vms_ = {{"vm-a", "t1", {100, 101}}, {"vm-b", "t1", {200}}, {"vm-c", "t2", {300}}};
+    vms_ = {{"vm-a", "t1", {100, 101}, ""}, {"vm-b", "t1", {200}, ""}, {"vm-c", "t2", {300}, ""}};
   }
 
   std::unique_ptr<SiblingShareCollector> Make(v1::Topology topology,
@@ -341,7 +341,7 @@ TEST_F(CollectorTest, ThreadsOfANewVmCountAsHostUntilTheVmListSaysSo) {
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
   ASSERT_TRUE(collector->Open().ok());
-  vms_.push_back({"vm-new", "", {400}});
+  vms_.push_back({"vm-new", "", {400}, ""});
   Serve({Ev(0, 0, 0, 400), Ev(100, 0, 400, 0)});
   trace_.SetNowNs(kT + 200 + 2'000'000);
   collector->Poll();
@@ -388,6 +388,32 @@ TEST_F(CollectorTest, ForcedIdleIsTheGrowthOfTheVmsThreadCountsWhenSchedstatsAre
   collector->Poll();
   collector->CloseWindow();
   EXPECT_FALSE(Vm(*queue_.latest(), "vm-a")->share().forced_idle_known());
+}
+
+TEST_F(CollectorTest, ForcedIdleOfAVmWithItsOwnCgroupComesFromTheCgroup) {
+  fs_.SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
+  vms_[0].cgroup = "/machine.slice/vm-a.scope";
+  const std::string stat = "/sys/fs/cgroup/machine.slice/vm-a.scope/cpu.stat";
+  fs_.SetFile(stat, "usage_usec 10\ncore_sched.force_idle_usec 100\n");
+  // Its thread's own count would say something else: the cgroup wins.
+  fs_.SetFile("/proc/100/task/100/sched", "core_forceidle_sum : 9.000000\n");
+  SiblingShareCollectorOptions options;
+  options.cgroupfs_root = "/sys/fs/cgroup";
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
+  trace_.SetNowNs(kT);
+  ASSERT_TRUE(collector->Open().ok());
+  Serve({Ev(0, 0, 0, 100)});
+  trace_.SetNowNs(kT + 2'000'100);
+  collector->Poll();
+  collector->CloseWindow();  // baseline
+  fs_.SetFile(stat, "usage_usec 20\ncore_sched.force_idle_usec 350\n");
+  fs_.SetFile("/proc/100/task/100/sched", "core_forceidle_sum : 19.000000\n");
+  trace_.SetNowNs(kT + 2'000'500);
+  collector->Poll();
+  collector->CloseWindow();
+  const v1::SiblingShare share = Vm(*queue_.latest(), "vm-a")->share();
+  EXPECT_TRUE(share.forced_idle_known());
+  EXPECT_EQ(share.forced_idle_ns(), 250'000);
 }
 
 TEST_F(CollectorTest, OpenFailsWithTheTracesErrorAndBadFormats) {

@@ -116,6 +116,8 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
   EXPECT_EQ(vm.vm_id, "vm-1");
   EXPECT_EQ(vm.uuid, "11111111-2222-3333-4444-555555555555");
   EXPECT_EQ(vm.qemu_pid, 1000);
+  // libvirt's inner "libvirt/emulator" groups belong to the VM's scope.
+  EXPECT_EQ(vm.cgroup, "/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope");
   std::vector<DiscoveredThread> expected = {
       {1000, 1000, "qemu-system-x86", Kind::kEmulator},
       {1001, 1000, "call_rcu", Kind::kEmulator},
@@ -134,6 +136,7 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
   const DiscoveredVm& unmanaged = (*vms)[1];
   EXPECT_EQ(unmanaged.vm_id, "99999999-8888-7777-6666-555555555555");
   EXPECT_EQ(unmanaged.qemu_pid, 2000);
+  EXPECT_EQ(unmanaged.cgroup, "");
   // Its session cgroup is shared, so sshd and bash are not its helpers.
   EXPECT_EQ(unmanaged.threads, (std::vector<DiscoveredThread>{
                                    {2000, 2000, "qemu-kvm", Kind::kEmulator},
@@ -146,6 +149,8 @@ TEST(ProcfsDiscovery, WithoutHelpers) {
   ASSERT_TRUE(vms.ok()) << vms.status();
   for (const DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
   EXPECT_EQ((*vms)[0].threads.size(), 7u);
+  // The VM's cgroup is found without helpers too: forced idle needs it.
+  EXPECT_EQ((*vms)[0].cgroup, "/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope");
 }
 
 TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
