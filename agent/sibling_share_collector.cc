@@ -162,8 +162,10 @@ GroupId SiblingShareCollector::GroupFor(const std::string& vm_id) {
 
 void SiblingShareCollector::RefreshVms(bool force) {
   const auto now = std::chrono::steady_clock::now();
-  if (!force && now < next_refresh_) return;
+  const int64_t version = options_.vms_version ? options_.vms_version() : vms_version_;
+  if (!force && now < next_refresh_ && version == vms_version_) return;
   next_refresh_ = now + options_.vm_refresh_interval;
+  vms_version_ = version;
   absl::StatusOr<std::vector<CollectedVm>> vms = vms_source_();
   if (!vms.ok()) {
     // At start the first reconcile pass is usually still running.

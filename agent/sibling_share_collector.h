@@ -58,9 +58,15 @@ struct SiblingShareCollectorOptions {
   std::chrono::milliseconds poll_interval{100};
   // The length of a StatsWindow (the agent uses its report interval).
   std::chrono::milliseconds window{std::chrono::seconds(10)};
-  // How often the VM list is asked for. A thread new to a VM counts as a
-  // host task until then.
+  // How often the VM list is asked for at least. A thread new to a VM
+  // counts as a host task until then.
   std::chrono::milliseconds vm_refresh_interval{std::chrono::seconds(1)};
+  // When set, checked at every poll: the VM list is asked for as soon as
+  // this changes (the agent gives its reconcile pass count), so that a new
+  // thread is the VM's from the pass that found it (milliseconds after its
+  // fork event), not a second later. Events are read after the refresh, so
+  // those of the thread's first moments already count for its VM.
+  std::function<int64_t()> vms_version;
   // Events are processed up to this long before the read started: an event
   // stamped just before it may still be being written on another CPU.
   std::chrono::milliseconds settle{2};
@@ -145,6 +151,7 @@ class SiblingShareCollector {
   std::vector<telemetry::GroupId> leaving_groups_;
   absl::flat_hash_map<int32_t, telemetry::GroupId> tid_group_;
   std::chrono::steady_clock::time_point next_refresh_;
+  int64_t vms_version_ = -1;
 
   int64_t watermark_ns_ = 0;
   // The Unix time the last window ended (0 before the first).

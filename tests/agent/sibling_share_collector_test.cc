@@ -349,6 +349,27 @@ TEST_F(CollectorTest, ThreadsOfANewVmCountAsHostUntilTheVmListSaysSo) {
   EXPECT_EQ(Vm(*queue_.latest(), "vm-new"), nullptr);
 }
 
+TEST_F(CollectorTest, ANewReconcilePassRefreshesTheVmListAtTheNextPoll) {
+  SiblingShareCollectorOptions options;
+  options.vm_refresh_interval = std::chrono::hours(1);
+  int64_t passes = 1;
+  options.vms_version = [&passes] { return passes; };
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
+  trace_.SetNowNs(kT);
+  ASSERT_TRUE(collector->Open().ok());
+  // vm-a gains thread 102 and the agent's next pass finds it: its run
+  // before that poll counts for vm-a already.
+  vms_[0].tids.push_back(102);
+  ++passes;
+  Serve({Ev(0, 0, 0, 102), Ev(1000, 0, 102, 0)});
+  trace_.SetNowNs(kT + 2000 + 2'000'000);
+  collector->Poll();
+  collector->CloseWindow();
+  const v1::VMStats* a = Vm(*queue_.latest(), "vm-a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->share().run_ns(), 1000);
+}
+
 TEST_F(CollectorTest, ForcedIdleIsTheGrowthOfTheVmsThreadCountsWhenSchedstatsAreOn) {
   fs_.SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
   auto sched = [](const std::string& value) {
