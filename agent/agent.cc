@@ -282,6 +282,7 @@ void Agent::StartCollector() {
   collector_options.procfs_root = options_.procfs_root;
   collector_options.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
   collector_options.vms_version = [loop = loop_.get()] { return int64_t{loop->passes()}; };
+  collector_options.lag = options_.telemetry_poll_interval;
   ReconcileLoop* loop = loop_.get();
   AgentMetrics* agent_metrics = metrics_.get();
   collector_options.on_window = [loop, agent_metrics](const v1::StatsWindow& window) {

@@ -120,6 +120,10 @@ std::vector<std::optional<int64_t>> ForcedIdleMeter::Sample(
     if (vm.cgroup != nullptr && !vm.cgroup->empty()) {
       if (std::optional<int64_t> ns = ReadCgroup(*vm.cgroup)) {
         auto it = last_cgroup_.find(*vm.cgroup);
+        if (it == last_cgroup_.end()) {
+          LOG(INFO) << "forced idle of the VM in cgroup " << *vm.cgroup
+                    << " comes from its cpu.stat";
+        }
         out.push_back(Growth(*ns, it == last_cgroup_.end() ? nullptr : &it->second));
         now_cgroup[*vm.cgroup] = *ns;
         continue;

@@ -220,7 +220,7 @@ int64_t SiblingShareCollector::Poll() {
   // time) is in the buffers by the time each is read.
   const int64_t watermark =
       trace_->NowNs() -
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.settle).count();
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.settle + options_.lag).count();
   int64_t events = 0;
   // At most one buffer's worth per CPU and poll, so a flood cannot keep the
   // loop on one CPU; what is left waits for the next poll.

@@ -70,6 +70,11 @@ struct SiblingShareCollectorOptions {
   // Events are processed up to this long before the read started: an event
   // stamped just before it may still be being written on another CPU.
   std::chrono::milliseconds settle{2};
+  // Events are counted this much later again, so that the reconcile pass
+  // a new thread's fork event triggers has put the thread in the VM list
+  // (see vms_version) before its first events are counted. The agent uses
+  // one poll interval; windows close that much later.
+  std::chrono::milliseconds lag{0};
   SchedTraceOptions trace;
   // Turn the kernel's schedstats on at Open (for forced idle).
   bool enable_schedstats = false;

@@ -370,6 +370,30 @@ TEST_F(CollectorTest, ANewReconcilePassRefreshesTheVmListAtTheNextPoll) {
   EXPECT_EQ(a->share().run_ns(), 1000);
 }
 
+TEST_F(CollectorTest, WithALagEventsWaitForTheNextPollSoANewThreadIsKnownByThen) {
+  SiblingShareCollectorOptions options;
+  options.vm_refresh_interval = std::chrono::hours(1);
+  options.lag = std::chrono::milliseconds(100);
+  int64_t passes = 1;
+  options.vms_version = [&passes] { return passes; };
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
+  trace_.SetNowNs(kT);
+  ASSERT_TRUE(collector->Open().ok());
+  // Thread 102 starts running before the agent's pass has found it.
+  Serve({Ev(0, 0, 0, 102), Ev(1000, 0, 102, 0)});
+  trace_.SetNowNs(kT + 2000 + 2'000'000);
+  EXPECT_EQ(collector->Poll(), 2);  // read, but not counted yet
+  // The pass finds it; the next poll counts its run for vm-a.
+  vms_[0].tids.push_back(102);
+  ++passes;
+  trace_.SetNowNs(kT + 2000 + 102'000'000);
+  collector->Poll();
+  collector->CloseWindow();
+  const v1::VMStats* a = Vm(*queue_.latest(), "vm-a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->share().run_ns(), 1000);
+}
+
 TEST_F(CollectorTest, ForcedIdleIsTheGrowthOfTheVmsThreadCountsWhenSchedstatsAreOn) {
   fs_.SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
   auto sched = [](const std::string& value) {
