@@ -118,10 +118,20 @@ lab_start_csd() {
 }
 
 # lab_start_agent [ARGS...]: cs-agent for host "lab" finding VMs in procfs,
-# state in /tmp/agent (kept across restarts). Waits until csd knows the host.
+# state in /tmp/agent (kept across restarts). After lab_crosscheck_begin its
+# collector runs, with 1 s windows, polling every 500 ms (it is a host task
+# too, and the guest is slow). Without it the agent only tags: the
+# collector and the lab's trace make the slow guest slower, and scenarios
+# that measure foreign time to 2% run without them (agent_telemetry
+# measures it with them).
 lab_start_agent() {
-  cs-agent --server "$CSCTL_SERVER" --host-id lab --state-dir /tmp/agent \
-    --discovery procfs "$@" >>/tmp/agent.log 2>&1 &
+  if [ "${LAB_CROSSCHECK:-0}" = 1 ]; then
+    printf 'report_interval_s: 1\ntelemetry:\n  enabled: true\n  buffer_size_kb: 2048\n  poll_interval_ms: 500\n'
+  else
+    printf 'telemetry:\n  enabled: false\n'
+  fi >/tmp/agent-lab.yaml
+  cs-agent --config /tmp/agent-lab.yaml --server "$CSCTL_SERVER" --host-id lab \
+    --state-dir /tmp/agent --discovery procfs "$@" >>/tmp/agent.log 2>&1 &
   AGENT_PID=$!
 }
 
@@ -152,3 +162,127 @@ lab_last_reconcile() { grep 'reconcile pass:' /tmp/agent.log | tail -1 | sed 's/
 
 # lab_keep_logs: copies csd's and the agent's logs to the results folder.
 lab_keep_logs() { cp /tmp/csd.log /tmp/agent.log "$LAB_OUT/" 2>/dev/null || true; }
+
+# --- live telemetry against an independent count ------------------------
+# The agent's collector (live) is checked against `csctl analyze` of a text
+# trace the lab records itself, in its own tracefs instance (so scenarios
+# may still use the top-level one), with the `tai` clock: nothing sets a TAI
+# offset here, so its timestamps are the wall clock the windows use.
+
+LAB_CHECK=$LAB_TRACEFS/instances/lab-check
+
+# lab_crosscheck_begin: starts the lab's trace, and turns the collector on
+# in agents that lab_start_agent starts from now on.
+lab_crosscheck_begin() {
+  mkdir -p "$LAB_CHECK" || lab_fail "cannot create the tracefs instance lab-check"
+  echo tai >"$LAB_CHECK/trace_clock" || lab_fail "no tai trace clock"
+  echo 1 >"$LAB_CHECK/options/record-tgid" || lab_fail "no record-tgid trace option"
+  echo 8192 >"$LAB_CHECK/buffer_size_kb"
+  echo 1 >"$LAB_CHECK/events/sched/sched_switch/enable" || lab_fail "cannot enable sched:sched_switch"
+  echo 1 >"$LAB_CHECK/tracing_on"
+  LAB_CROSSCHECK=1
+}
+
+# lab_json_field FILE KEY: the first number after "KEY": in FILE.
+lab_json_field() {
+  awk -v k="\"$2\":" '{ for (i = 1; i <= NF; i++) if ($i == k) { v = $(i + 1); sub(/,$/, "", v); print v; exit } }' "$1"
+}
+
+# lab_vm_figure FILE VM KEY: a figure of VM in a JSON list of objects with a
+# "vm" key (csctl analyze's list, or the vms of csctl stats), keys in any
+# order, one per line.
+lab_vm_figure() {
+  awk -v vm="$2" -v k="\"$3\":" '
+    { for (i = 1; i <= NF; i++) {
+        if ($i == k) { v = $(i + 1); sub(/,$/, "", v); val = v }
+        if ($i == "\"vm\":") { n = $(i + 1); gsub(/[",]/, "", n); name = n } } }
+    /}/ { if (name == vm && val != "") { print val; exit } name = ""; val = "" }' "$1"
+}
+
+# lab_crosscheck_end [--busy-only] VM=[vcpus:]PID[,PID...]...: stops the lab's trace
+# and checks, for each VM, that the live shares csd summed over all windows
+# agree within 1 percentage point with `csctl analyze` over exactly the
+# windows' span: same, idle, foreign and unknown; with --busy-only idle,
+# unknown and same + foreign (for runs in which a VM's trust group changed:
+# live "same" follows the group of the moment, the offline map is fixed).
+# A VM's threads are every thread the trace saw in its processes, or, with
+# `vcpus:` (thread scope vcpus), their vCPU threads.
+lab_crosscheck_end() {
+  local busy_only=0 spec vm pid tid start_ns end_ns from to first written line key live off keys
+  [ "$1" = --busy-only ] && { busy_only=1; shift; }
+  # A window closes every second; the Report carrying it follows.
+  sleep 2.5
+  csctl stats --host lab --window 1h -o json >/tmp/live.json || lab_fail "csctl stats --host lab"
+  echo 0 >"$LAB_CHECK/tracing_on"
+  cat "$LAB_CHECK/trace" >/tmp/check-trace.txt
+  cp /tmp/live.json "$LAB_OUT/"
+  written=$(awk '/entries-in-buffer\/entries-written/ {print $3}' /tmp/check-trace.txt)
+  [ -n "$written" ] && [ "${written%/*}" = "${written#*/}" ] ||
+    lab_fail "the lab's crosscheck trace lost events ($written)"
+  start_ns=$(lab_json_field /tmp/live.json start_unix_ns)
+  end_ns=$(lab_json_field /tmp/live.json end_unix_ns)
+  [ -n "$start_ns" ] && [ -n "$end_ns" ] || { cat /tmp/live.json; lab_fail "csd has no stats windows for host lab"; }
+  from=$(awk -v n="$start_ns" 'BEGIN { printf "%s.%s", substr(n, 1, length(n) - 9), substr(n, length(n) - 8) }')
+  to=$(awk -v n="$end_ns" 'BEGIN { printf "%s.%s", substr(n, 1, length(n) - 9), substr(n, length(n) - 8) }')
+  first=$(awk '$1 !~ /^#/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { print substr($i, 1, length($i) - 1); exit } }' /tmp/check-trace.txt)
+  lab_result "crosscheck span" "live windows $from - $to ($(lab_json_field /tmp/live.json windows) windows), trace of $(wc -l </tmp/check-trace.txt) lines from $first"
+  lab_float_cmp "$first" "<" "$from" || lab_fail "the lab's trace starts after the first window"
+
+  # "tid tgid comm" of every task the trace saw switch out ("comm-TID (TGID) [cpu]").
+  sed -n 's/^ *\(.*\)-\([0-9][0-9]*\) *( *\([0-9][0-9]*\)) *\[.*$/\2 \3 \1/p' /tmp/check-trace.txt |
+    sort -u >/tmp/check-tids
+  printf '0-1\n0-1\n2-3\n2-3\n' >/tmp/check-topology
+  : >/tmp/check-threads
+  for spec in "$@"; do
+    vm=${spec%%=*} pids=${spec#*=} scope=emulator
+    case "$pids" in vcpus:*) scope=vcpus pids=${pids#vcpus:} ;; esac
+    for pid in $(echo "$pids" | tr ',' ' '); do
+      for tid in $(ls "/proc/$pid/task" 2>/dev/null); do
+        echo "$tid $pid $(cat "/proc/$pid/task/$tid/comm" 2>/dev/null)" >>/tmp/check-tids
+      done
+      # At scope vcpus only "CPU <n>/KVM" threads carry the VM's cookie.
+      awk -v p="$pid" -v vm="$vm" -v scope=$scope '$2 == p && (scope == "emulator" ||
+          ($3 == "CPU" && $4 ~ /^[0-9]+\/(KVM|TCG)$/)) { print $1, vm }' /tmp/check-tids >>/tmp/check-threads
+    done
+  done
+  sort -u /tmp/check-threads -o /tmp/check-threads
+  csctl analyze /tmp/check-trace.txt --topology /tmp/check-topology --threads /tmp/check-threads \
+    --from "$from" --to "$to" -o json >/tmp/offline.json || lab_fail "csctl analyze"
+  cp /tmp/offline.json /tmp/check-threads /tmp/check-topology "$LAB_OUT/"
+  # On a failure the trace goes back to the host too, to be looked into.
+  trap 'cp /tmp/check-trace.txt "$LAB_OUT/"; lab_keep_logs' EXIT
+  # Per core (whether each sibling ran anything): the same events give the
+  # same split, whatever the thread map.
+  live=$(awk '/"both_busy_ns"/ {b += $2} /"one_idle_ns"/ {o += $2} /"both_idle_ns"/ {i += $2}
+      /"unknown_ns"/ {u += $2}
+      END { t = b + o + i + u; if (t > 0) printf "%.1f %.1f %.1f", 100 * b / t, 100 * o / t, 100 * i / t }' /tmp/live.json)
+  off=$(csctl analyze /tmp/check-trace.txt --topology /tmp/check-topology --threads /tmp/check-threads \
+      --from "$from" --to "$to" -o table | sed -n 's/.*cores: both busy \([0-9.]*\)%, one idle \([0-9.]*\)%, both idle \([0-9.]*\)%.*/\1 \2 \3/p')
+  lab_result "crosscheck cores" "both busy / one idle / both idle %: live $live, offline $off"
+  [ -n "$live" ] && [ -n "$off" ] || lab_fail "no per-core figures (live '$live', offline '$off')"
+  awk -v a="$live" -v b="$off" 'BEGIN { split(a, x, " "); split(b, y, " ");
+      for (k = 1; k <= 3; k++) { d = x[k] - y[k]; if (d < 0) d = -d; if (d > 1) exit 1 } }' ||
+    lab_fail "per-core split: live $live% and offline $off% differ by more than 1 point"
+  keys="same_pct idle_pct foreign_pct unknown_pct"
+  [ $busy_only = 1 ] && keys="busy_pct idle_pct unknown_pct"
+  for spec in "$@"; do
+    vm=${spec%%=*}
+    line="$vm"
+    for key in same_pct idle_pct foreign_pct unknown_pct; do
+      live=$(lab_vm_figure /tmp/live.json "$vm" $key)
+      off=$(lab_vm_figure /tmp/offline.json "$vm" $key)
+      [ -n "$live" ] && [ -n "$off" ] || lab_fail "$vm: no $key (live '$live', offline '$off')"
+      eval "live_$key=$live off_$key=$off"
+      line="$line $key live $live offline $off;"
+    done
+    live_busy_pct=$(awk -v a="$live_same_pct" -v b="$live_foreign_pct" 'BEGIN { print a + b }')
+    off_busy_pct=$(awk -v a="$off_same_pct" -v b="$off_foreign_pct" 'BEGIN { print a + b }')
+    lab_result "$vm live vs offline" "$line runtime live $(lab_vm_figure /tmp/live.json "$vm" runtime_ns) ns, offline $(lab_vm_figure /tmp/offline.json "$vm" runtime_ns) ns"
+    for key in $keys; do
+      eval "live=\$live_$key off=\$off_$key"
+      awk -v a="$live" -v b="$off" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1) }' ||
+        lab_fail "$vm $key: live $live% and offline $off% differ by more than 1 point"
+    done
+  done
+  trap lab_keep_logs EXIT
+}

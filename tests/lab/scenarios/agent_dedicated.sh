@@ -11,6 +11,7 @@ lab_start_vm vm-d -smp 2
 vmd=$LAB_PID
 lab_start_vm vm-o -smp 2
 vmo=$LAB_PID
+lab_crosscheck_begin
 lab_start_csd
 lab_start_agent
 lab_wait_host
@@ -60,5 +61,7 @@ lab_wait_for 10 sh -c "for t in \$(lab_cookies $vmo | awk '{print \$2}'); do
   grep -q '^Cpus_allowed_list:.0-3\$' /proc/$vmo/task/\$t/status || exit 1; done" ||
   lab_fail "vm-o did not get all CPUs back when vm-d stopped being dedicated"
 lab_result "undone" "vm-d at level vm: vm-o's threads have CPUs 0-3 again"
+# The collector's figures over the run agree with the lab's own trace.
+lab_crosscheck_end vm-d="$vmd" vm-o="$vmo"
 lab_stop_vm "$vmd"
 lab_stop_vm "$vmo"

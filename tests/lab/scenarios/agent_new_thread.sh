@@ -9,6 +9,7 @@ lab_start_vm vm-1 -smp 2 --duty 30
 vm1=$LAB_PID
 lab_start_vm vm-2 -smp 2 --duty 30
 vm2=$LAB_PID
+lab_crosscheck_begin
 lab_start_csd
 lab_start_agent
 lab_wait_host
@@ -29,5 +30,9 @@ echo "$gap1" | grep -q inherited || lab_fail "vm-1's new thread did not inherit:
 gap2=$(lab_tag_gap "$vm2" "$c2") || lab_fail "vm-2's new vCPU was never tagged"
 lab_result "new thread, scope vcpus" "$gap2 (tagged by the agent)"
 lab_result "reconcile" "$(lab_last_reconcile)"
+# The collector's figures over the run agree with the lab's own trace,
+# the new threads included (the collector takes each reconcile pass's VM
+# list at its next poll).
+lab_crosscheck_end vm-1="$vm1" vm-2="vcpus:$vm2"
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"

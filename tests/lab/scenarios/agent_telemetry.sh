@@ -2,11 +2,10 @@
 # CPU-bound VMs of two tenants, each core running one vCPU of each (as in
 # agent_two_tenants). cs-agent runs its collector (1 s windows) with
 # fail_open, so the VMs run untagged until `csctl tag`. The lab records its
-# own text trace of the same run in tracefs' top-level instance, with the
-# `tai` clock, which is the wall clock here (nothing set a TAI offset), so
-# its timestamps compare with the windows' Unix times.
+# own text trace of the same run (lab_crosscheck_begin).
 # - Live foreign share (the agent's /metrics counters over a few windows):
 #   over 50% untagged, at most 2% tagged.
+# - Forced idle (schedstats on): vm-1 in a cgroup of its own, vm-2 not.
 # - Live against offline: csd's GetStats over the whole run gives the exact
 #   span of the windows it summed; `csctl analyze --from --to` over that span
 #   of the lab's trace must agree within 1 percentage point per VM.
@@ -19,15 +18,15 @@ lab_start_vm vm-1 -uuid 00000000-0000-4000-8000-000000000001 -smp 2 --cpus 0-3 -
 vm1=$LAB_PID
 lab_start_vm vm-2 -uuid 00000000-0000-4000-8000-000000000002 -smp 2 --cpus 0-3 --vcpu-cpus 1,3
 vm2=$LAB_PID
+# vm-1 in a cgroup of its own, as libvirt places VMs: its forced idle comes
+# from the cgroup's cpu.stat; vm-2's from its threads' core_forceidle_sum.
+mkdir -p /sys/fs/cgroup/machine/vm-1 && echo "$vm1" >/sys/fs/cgroup/machine/vm-1/cgroup.procs ||
+  lab_fail "cannot put vm-1 in cgroup /machine/vm-1"
 
 # Fewer cookie switches per second (see lab_stretch_slices), as in the
 # other foreign-time scenarios.
 lab_stretch_slices
-t=$LAB_TRACEFS
-lab_trace_setup
-echo tai >"$t/trace_clock" || lab_fail "no tai trace clock"
-echo >"$t/trace"
-echo 1 >"$t/tracing_on"
+lab_crosscheck_begin
 lab_log "tracing; starting csd"
 
 lab_start_csd
@@ -45,6 +44,7 @@ telemetry:
   # The collector is a host task too: what it runs on a VM's sibling is
   # foreign time. Read less often than the default 100 ms in the slow guest.
   poll_interval_ms: 500
+  enable_schedstats: true
 EOF
 cs-agent --config /tmp/agent.yaml >>/tmp/agent.log 2>&1 &
 AGENT_PID=$!
@@ -123,57 +123,18 @@ lab_result "live foreign %, tagged" "$tagged"
 
 # The whole run, live (csd's sums of every window) and offline (the lab's
 # trace over exactly the windows' span).
-sleep 1.5
-csctl stats --host lab --window 1h -o json >/tmp/live.json || lab_fail "csctl stats --host lab"
-echo 0 >"$t/tracing_on"
-cat "$t/trace" >/tmp/trace.txt
-cp /tmp/live.json "$LAB_OUT/"
-written=$(awk '/entries-in-buffer\/entries-written/ {print $3}' /tmp/trace.txt)
-lab_result "trace" "$(wc -l </tmp/trace.txt) lines, entries in buffer/written $written"
-[ "${written%/*}" = "${written#*/}" ] || lab_fail "the lab's trace lost events ($written)"
+lab_crosscheck_end vm-1="$vm1" vm-2="$vm2"
 
-# json_field FILE KEY: the first number after "KEY": in FILE.
-json_field() { awk -v k="\"$2\":" '{ for (i = 1; i <= NF; i++) if ($i == k) { v = $(i + 1); sub(/,$/, "", v); print v; exit } }' "$1"; }
-start_ns=$(json_field /tmp/live.json start_unix_ns)
-end_ns=$(json_field /tmp/live.json end_unix_ns)
-seconds() { awk -v n="$1" 'BEGIN { printf "%s.%s", substr(n, 1, length(n) - 9), substr(n, length(n) - 8) }'; }
-from=$(seconds "$start_ns") to=$(seconds "$end_ns")
-first=$(awk '$1 !~ /^#/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { print substr($i, 1, length($i) - 1); exit } }' /tmp/trace.txt)
-lab_result "span" "live windows $from - $to ($(json_field /tmp/live.json windows) windows summed), trace from $first"
-lab_float_cmp "$first" "<" "$from" || lab_fail "the trace starts after the first window"
-
-printf '0-1\n0-1\n2-3\n2-3\n' >/tmp/topology
-: >/tmp/threads
-for pid in "$vm1" "$vm2"; do
-  name=vm-1
-  [ "$pid" = "$vm2" ] && name=vm-2
-  for tid in $(ls /proc/$pid/task); do echo "$tid $name" >>/tmp/threads; done
-done
-csctl analyze /tmp/trace.txt --topology /tmp/topology --threads /tmp/threads \
-  --from "$from" --to "$to" -o json >/tmp/offline.json || lab_fail "csctl analyze"
-cp /tmp/offline.json "$LAB_OUT/"
-
-# figure FILE VM KEY: a figure of VM in a JSON list of objects with a "vm"
-# key (csctl analyze's list, or the vms of csctl stats), keys in any order,
-# one per line.
-figure() {
-  awk -v vm="$2" -v k="\"$3\":" '
-    { for (i = 1; i <= NF; i++) {
-        if ($i == k) { v = $(i + 1); sub(/,$/, "", v); val = v }
-        if ($i == "\"vm\":") { n = $(i + 1); gsub(/[",]/, "", n); name = n } } }
-    /}/ { if (name == vm && val != "") { print val; exit } name = ""; val = "" }' "$1"
-}
-for vm in vm-1 vm-2; do
-  line="$vm"
-  for key in same_pct idle_pct foreign_pct unknown_pct; do
-    live=$(figure /tmp/live.json $vm $key)
-    off=$(figure /tmp/offline.json $vm $key)
-    [ -n "$live" ] && [ -n "$off" ] || lab_fail "$vm: no $key (live '$live', offline '$off')"
-    line="$line $key live $live offline $off;"
-    awk -v a="$live" -v b="$off" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1) }' ||
-      lab_fail "$vm $key: live $live% and offline $off% differ by more than 1 point"
-  done
-  lab_result "$vm live vs offline" "$line runtime live $(figure /tmp/live.json $vm runtime_ns) ns, offline $(figure /tmp/offline.json $vm runtime_ns) ns"
-done
+# Forced idle: tagged, each core's siblings keep one VM waiting while the
+# other runs, so both have plenty.
+grep -q 'forced idle of the VM in cgroup /machine/vm-1 comes from its cpu.stat' /tmp/agent.log ||
+  lab_fail "the agent did not read vm-1's forced idle from its cgroup"
+cgroup_ns=$(awk '$1 == "core_sched.force_idle_usec" {printf "%d", $2 * 1000}' /sys/fs/cgroup/machine/vm-1/cpu.stat)
+f1=$(lab_vm_figure /tmp/live.json vm-1 forced_idle_ns)
+f2=$(lab_vm_figure /tmp/live.json vm-2 forced_idle_ns)
+lab_result "forced idle" "vm-1 ${f1:-none} ns (cgroup, whose count since it was made is ${cgroup_ns:-none} ns), vm-2 ${f2:-none} ns (threads)"
+[ -n "$f1" ] && [ -n "$f2" ] && [ -n "$cgroup_ns" ] || lab_fail "forced idle not measured"
+lab_float_cmp "$f1" ">" 0 && lab_float_cmp "$f2" ">" 0 || lab_fail "no forced idle for a VM"
+lab_float_cmp "$f1" "<=" "$cgroup_ns" || lab_fail "vm-1's forced idle exceeds its cgroup's count"
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"
