@@ -537,8 +537,8 @@ int Run(int argc, char** argv) {
       fleet_options.connections > fleet_options.agents) {
     fleet_options.connections = fleet_options.agents;
   }
-  // Both ends of every connection are on this machine; csd inherits this.
-  absl::Status raised = RaiseOpenFileLimit(2 * fleet_options.connections + 4096);
+  // One socket per connection in each process (csd inherits the limit).
+  absl::Status raised = RaiseOpenFileLimit(fleet_options.connections + 1024);
   if (!raised.ok()) {
     std::fprintf(stderr, "csd_fanout_loadgen: %s\n", std::string(raised.message()).c_str());
     return 1;

@@ -103,10 +103,13 @@ absl::Status RaiseOpenFileLimit(uint64_t wanted) {
   }
   if (limit.rlim_cur >= wanted) return absl::OkStatus();
   limit.rlim_cur = wanted;
-  limit.rlim_max = std::max<rlim_t>(limit.rlim_max, wanted);
+  const rlim_t hard = limit.rlim_max;
+  limit.rlim_max = std::max<rlim_t>(hard, wanted);
   if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("cannot raise to ", wanted),
-                       "RLIMIT_NOFILE (raising the hard limit needs root)");
+    return ErrnoStatus(
+        errno, absl::StrCat("cannot raise to ", wanted),
+        absl::StrCat("RLIMIT_NOFILE (hard limit ", hard,
+                     "; raising it needs CAP_SYS_RESOURCE)"));
   }
   return absl::OkStatus();
 }
