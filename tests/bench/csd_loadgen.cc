@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/csd_server.h"
+#include "tests/bench/loadgen_support.h"
 
 namespace {
 
@@ -57,11 +58,10 @@ class ClosedLoop {
     f.calls = latencies_us_.size();
     f.errors = errors_;
     f.per_second = f.calls / elapsed;
-    std::sort(latencies_us_.begin(), latencies_us_.end());
-    if (!latencies_us_.empty()) {
-      f.p50_ms = latencies_us_[latencies_us_.size() / 2] / 1000.0;
-      f.p99_ms = latencies_us_[latencies_us_.size() * 99 / 100] / 1000.0;
-    }
+    cosched::bench::LatencySummary latency =
+        cosched::bench::Summarize(std::move(latencies_us_));
+    f.p50_ms = latency.p50_ms;
+    f.p99_ms = latency.p99_ms;
     return f;
   }
 

@@ -1,0 +1,199 @@
+#include "tests/bench/loadgen_support.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cosched::bench {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The value of a "Key:   123 kB" line of /proc/PID/status; 0 when absent.
+int64_t StatusField(absl::string_view status, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, ":")) {
+      continue;
+    }
+    line = absl::StripAsciiWhitespace(line);
+    absl::ConsumeSuffix(&line, " kB");
+    int64_t value = 0;
+    if (absl::SimpleAtoi(line, &value)) return value;
+  }
+  return 0;
+}
+
+bool Serving(const std::string& address) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + milliseconds(500));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  return health->Check(&context, request, &response).ok();
+}
+
+}  // namespace
+
+LatencySummary Summarize(std::vector<int64_t> micros) {
+  LatencySummary summary;
+  summary.count = micros.size();
+  if (micros.empty()) return summary;
+  std::sort(micros.begin(), micros.end());
+  auto rank = [&](double q) {
+    size_t i = static_cast<size_t>(q * static_cast<double>(micros.size()));
+    return micros[std::min(i, micros.size() - 1)] / 1000.0;
+  };
+  summary.p50_ms = rank(0.50);
+  summary.p99_ms = rank(0.99);
+  summary.max_ms = micros.back() / 1000.0;
+  return summary;
+}
+
+absl::StatusOr<ProcessUsage> ReadProcessUsage(pid_t pid) {
+  const std::string dir = absl::StrCat("/proc/", pid);
+  ASSIGN_OR_RETURN(std::string status, ReadFileToString(dir + "/status"));
+  ASSIGN_OR_RETURN(std::string stat, ReadFileToString(dir + "/stat"));
+  ProcessUsage usage;
+  usage.rss_kib = StatusField(status, "VmRSS");
+  usage.peak_rss_kib = StatusField(status, "VmHWM");
+  usage.threads = static_cast<int>(StatusField(status, "Threads"));
+  // The command name may hold spaces and parentheses: fields count from
+  // the last ')'. After it come state (field 3) ... utime (14), stime (15).
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) {
+    return absl::UnavailableError(absl::StrCat(dir, "/stat has no ')'"));
+  }
+  std::vector<absl::string_view> fields = absl::StrSplit(
+      absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+  int64_t utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return absl::UnavailableError(
+        absl::StrCat(dir, "/stat has no utime and stime fields"));
+  }
+  usage.cpu_seconds =
+      static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return usage;
+}
+
+absl::Status RaiseOpenFileLimit(uint64_t wanted) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return ErrnoStatus(errno, "cannot read", "RLIMIT_NOFILE");
+  }
+  if (limit.rlim_cur >= wanted) return absl::OkStatus();
+  limit.rlim_cur = wanted;
+  const rlim_t hard = limit.rlim_max;
+  limit.rlim_max = std::max<rlim_t>(hard, wanted);
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return ErrnoStatus(
+        errno, absl::StrCat("cannot raise to ", wanted),
+        absl::StrCat("RLIMIT_NOFILE (hard limit ", hard,
+                     "; raising it needs CAP_SYS_RESOURCE)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", "a TCP socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  int err = errno;
+  close(fd);
+  if (!ok) return ErrnoStatus(err, "cannot bind", "127.0.0.1:0");
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
+    const std::string& binary) {
+  std::string pattern = "/tmp/csd-load-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return ErrnoStatus(errno, "cannot create", pattern);
+  }
+  std::unique_ptr<CsdProcess> csd(new CsdProcess());
+  csd->dir_ = pattern;
+  csd->log_path_ = csd->dir_ + "/csd.log";
+  ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
+  csd->address_ = absl::StrCat("127.0.0.1:", port);
+  const std::string data_dir = csd->dir_ + "/data";
+  int log = open(csd->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (log < 0) return ErrnoStatus(errno, "cannot create", csd->log_path_);
+  csd->pid_ = fork();
+  if (csd->pid_ == 0) {
+    dup2(log, STDOUT_FILENO);
+    dup2(log, STDERR_FILENO);
+    execl(binary.c_str(), "csd", "--listen", csd->address_.c_str(),
+          "--data-dir", data_dir.c_str(), "--metrics-listen", "off",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(log);
+  if (csd->pid_ < 0) return ErrnoStatus(errno, "cannot fork for", binary);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!Serving(csd->address_)) {
+    if (waitpid(csd->pid_, nullptr, WNOHANG) == csd->pid_) {
+      csd->pid_ = -1;
+      return absl::UnavailableError(
+          absl::StrCat(binary, " exited at start: ", csd->LogTail()));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::UnavailableError(
+          absl::StrCat(binary, " does not answer on ", csd->address_,
+                       " after 20 s: ", csd->LogTail()));
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return csd;
+}
+
+std::string CsdProcess::LogTail() const {
+  auto log = ReadFileToString(log_path_);
+  if (!log.ok()) return std::string(log.status().message());
+  return log->size() > 2000 ? log->substr(log->size() - 2000) : *log;
+}
+
+CsdProcess::~CsdProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    // csd gives streams 2 s to end on shutdown; much more than that is a
+    // hang.
+    bool reaped = false;
+    for (int i = 0; i < 100 && !reaped; ++i) {
+      reaped = waitpid(pid_, nullptr, WNOHANG) == pid_;
+      if (!reaped) std::this_thread::sleep_for(milliseconds(100));
+    }
+    if (!reaped) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+}  // namespace cosched::bench
