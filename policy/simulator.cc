@@ -36,6 +36,8 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   core_avx_until_.assign(cores_, -1);
   core_forced_.assign(cores_, 0);
   stats_.resize(instances_.size());
+  vm_queued_.assign(instances_.size(), 0);
+  for (const VmInstance& vm : instances_) vm_coupled_.push_back(vm.coupled && vm.vcpus > 1);
 
   std::map<std::string, int> tenant_ids;
   std::map<int, int> cookie_ids;

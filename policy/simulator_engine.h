@@ -98,6 +98,7 @@ struct Cpu {
   double min_vruntime = 0;
   bool resched = false;
   bool forced_idle = false;
+  int64_t forced_since = 0;  // tick it last became forced idle
   int64_t idle_since = 0;  // tick its last task stopped running on it
   // min_vruntime when its core last started forcing a sibling idle.
   double min_vruntime_fi = 0;
@@ -198,6 +199,10 @@ class Engine {
   std::vector<int64_t> core_avx_until_;
   std::vector<char> core_forced_;
   std::vector<VmStats> stats_;
+  // Per VM, for the vCPU coupling: whether its vCPUs wait for each other,
+  // and how many of them are queued (runnable, not running) now.
+  std::vector<char> vm_coupled_;
+  std::vector<int> vm_queued_;
   using Wakeup = std::pair<int64_t, int>;
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>> wakeups_;
   int64_t queued_ = 0;

@@ -19,11 +19,13 @@ void Engine::Enqueue(int task, int c) {
   cpus_[c].queue.push_back(task);
   ++queued_;
   ++queued_per_cookie_[tasks_[task].cookie];
+  ++vm_queued_[tasks_[task].vm];
 }
 
 void Engine::RemoveFromQueue(int c, size_t index) {
   auto& q = cpus_[c].queue;
   --queued_per_cookie_[tasks_[q[index]].cookie];
+  --vm_queued_[tasks_[q[index]].vm];
   q[index] = q.back();
   q.pop_back();
   --queued_;
@@ -60,9 +62,12 @@ void Engine::Preempt(int c) {
 bool Engine::NeedsPick(int c) const {
   const Cpu& cpu = cpus_[c];
   if (cpu.curr == kNone) {
-    // A forced-idle CPU picks again when its sibling reschedules (which
-    // makes the core pick) or at the scheduler tick.
-    if (cpu.forced_idle) return !cpu.queue.empty() && now_ % balance_ticks_ == 0;
+    // A forced-idle CPU picks again when its sibling reschedules or goes
+    // idle (either makes the core pick) or at the scheduler tick.
+    if (cpu.forced_idle) {
+      return !cpu.queue.empty() &&
+             (now_ % balance_ticks_ == 0 || cpus_[Sibling(c)].curr == kNone);
+    }
     return !cpu.queue.empty();
   }
   return cpu.resched || now_ >= cpu.slice_end;
@@ -99,9 +104,10 @@ void Engine::PickCpu(int c) {
 }
 
 // Core-wide pick under core scheduling: the task that is most behind its
-// fair share decides the core's cookie; a running task keeps the core
-// against a challenger of another cookie unless the challenger is more
-// than a wake-up granularity behind it (CFS's rule for preemption).
+// fair share decides the core's cookie, the running one included. As in
+// the 2019 patch sets the published figures come from, there is no
+// wake-up granularity across siblings: a woken task with its sleeper
+// credit takes the core from a running task of another cookie.
 void Engine::PickCore(int core) {
   const int a = core;
   const int b = core + cores_;
@@ -115,13 +121,11 @@ void Engine::PickCore(int core) {
   struct Candidate {
     int task = kNone;
     double lag = 0;  // vruntime relative to its CPU's min_vruntime
-    bool incumbent = false;
   };
   auto candidate = [&](int c, bool need) {
     Candidate cand;
     if (!need) {
       cand.task = cpus_[c].curr;
-      cand.incumbent = cand.task != kNone;
     } else {
       int best = BestInQueue(c, kNone);
       if (best != kNone) cand.task = cpus_[c].queue[best];
@@ -147,15 +151,7 @@ void Engine::PickCore(int core) {
   } else if (tasks_[ca.task].cookie == tasks_[cb.task].cookie) {
     cookie = tasks_[ca.task].cookie;
   } else {
-    const double gran = params_.wakeup_granularity_ms;
-    bool a_wins;
-    if (ca.incumbent) {
-      a_wins = !(cb.lag + gran < ca.lag);
-    } else if (cb.incumbent) {
-      a_wins = ca.lag + gran < cb.lag;
-    } else {
-      a_wins = ca.lag <= cb.lag;
-    }
+    bool a_wins = ca.lag <= cb.lag;
     cookie = tasks_[a_wins ? ca.task : cb.task].cookie;
   }
   bool forcing = false;
@@ -169,7 +165,9 @@ void Engine::PickCore(int core) {
     if (best != kNone) {
       StartOnCpu(c, best);
     } else {
+      const bool was_forced = cpu.forced_idle;
       cpu.forced_idle = !cpu.queue.empty();
+      if (cpu.forced_idle && !was_forced) cpu.forced_since = now_;
       forcing = forcing || cpu.forced_idle;
     }
   }
@@ -220,10 +218,11 @@ void Engine::PullToIdle() {
   for (int c = 0; c < 2 * cores_ && queued_ > 0; ++c) {
     Cpu& cpu = cpus_[c];
     if (!cpu.online || cpu.curr != kNone) continue;
-    // A CPU pulls when it has just gone idle (newidle balance) or while
-    // it is forced idle (the kernel's cookie steal), else only at the
-    // balance tick (nohz idle balance).
-    if (!periodic && !cpu.forced_idle && cpu.idle_since != now_) continue;
+    // A CPU pulls when it has just gone idle (newidle balance) or has just
+    // been forced idle (the forced-newidle cookie steal, done when the
+    // core picks), else only at the balance tick (nohz idle balance).
+    const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
+    if (!periodic && !just_forced && cpu.idle_since != now_) continue;
     if (!cpu.queue.empty() && !cpu.forced_idle) continue;
     int want = kNone;
     if (mode_ == SmtMode::kCoreSched && (cookie_aware_ || cpu.forced_idle)) {
@@ -237,6 +236,9 @@ void Engine::PullToIdle() {
     for (int s : sources_) {
       if (s == c || cpus_[s].queue.empty()) continue;
       int load = NrRunning(s);
+      // Load balancing leaves a CPU's only task where it is; the cookie
+      // steal takes it from a forced-idle CPU.
+      if (want == kNone && load < 2) continue;
       if (load <= best_load) continue;
       const auto& q = cpus_[s].queue;
       for (size_t i = 0; i < q.size(); ++i) {

@@ -102,6 +102,9 @@ void Engine::Execute() {
                    (other != kNone && tasks_[other].avx))) {
       speed *= params_.avx_clock;
     }
+    // A runnable vCPU of the same guest is waiting for a CPU: the running
+    // ones wait for it at their next lock, IPI or barrier.
+    if (vm_coupled_[t.vm] && vm_queued_[t.vm] > 0) speed *= 1 - params_.vcpu_coupling;
     double work = std::min(t.remaining, tick_ * speed);
     t.remaining -= work;
     t.vruntime += tick_;
