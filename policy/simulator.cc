@@ -36,6 +36,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   core_avx_until_.assign(cores_, -1);
   core_forced_.assign(cores_, 0);
   stats_.resize(instances_.size());
+  wheel_.resize(kWheelTicks);
   vm_queued_.assign(instances_.size(), 0);
   for (const VmInstance& vm : instances_) vm_coupled_.push_back(vm.coupled && vm.vcpus > 1);
 
@@ -89,7 +90,7 @@ SimResult Engine::Run(double duration_s) {
       start_ms = Uniform() * t.workload->period_ms;
       t.next_release_ms = start_ms;
     }
-    wakeups_.push({TicksFromMs(start_ms), static_cast<int>(i)});
+    AddWakeup(TicksFromMs(start_ms), static_cast<int>(i));
   }
   for (now_ = 0; now_ < total_ticks; ++now_) {
     measuring_ = now_ >= warmup_ticks_;
@@ -107,6 +108,8 @@ SimResult Engine::Run(double duration_s) {
       if (mode_ != SmtMode::kNoSmt) SpreadToIdleCores();
       BalanceQueues();
     }
+    stopped_now_.swap(stopped_next_);
+    stopped_next_.clear();
   }
   return Collect(total_ticks);
 }
@@ -130,8 +133,14 @@ int Engine::AddMask(const std::vector<int>& pin,
   if (inserted) {
     std::vector<char> allowed(2 * cores_, 0);
     for (int c : online) allowed[c] = 1;
+    std::vector<int> start(2 * cores_);
+    for (int c = 0; c < 2 * cores_; ++c) {
+      size_t i = std::lower_bound(online.begin(), online.end(), c) - online.begin();
+      start[c] = i == online.size() ? 0 : static_cast<int>(i);
+    }
     masks_.push_back(online);
     allowed_.push_back(std::move(allowed));
+    scan_start_.push_back(std::move(start));
   }
   return it->second;
 }

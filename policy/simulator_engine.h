@@ -196,6 +196,14 @@ class Engine {
   std::vector<Task> tasks_;
   std::vector<std::vector<int>> masks_;
   std::vector<std::vector<char>> allowed_;
+  // Per mask and CPU: the index in the mask of the first allowed CPU at or
+  // after it (0 past the end), where a wake-up's scan starts.
+  std::vector<std::vector<int>> scan_start_;
+  std::vector<int> pullers_;
+  // CPUs whose task stopped (idle_since or forced_since set) for this
+  // tick and for the next one; may repeat, and may have run again since.
+  std::vector<int> stopped_now_;
+  std::vector<int> stopped_next_;
   std::vector<int64_t> core_avx_until_;
   std::vector<char> core_forced_;
   std::vector<VmStats> stats_;
@@ -203,8 +211,16 @@ class Engine {
   // and how many of them are queued (runnable, not running) now.
   std::vector<char> vm_coupled_;
   std::vector<int> vm_queued_;
+  // Sleeping tasks by wake-up tick: a ring of buckets for the next
+  // kWheelTicks ticks (A1 wakes ~30 000 tasks per simulated second; a heap
+  // was a tenth of the run time), later ones in a heap until they are
+  // near. Within a tick tasks wake in task order.
+  static constexpr int64_t kWheelTicks = 4096;
+  void AddWakeup(int64_t tick, int task);
+  std::vector<std::vector<int>> wheel_;
   using Wakeup = std::pair<int64_t, int>;
-  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>> wakeups_;
+  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>> later_;
+  std::vector<int> waking_;
   int64_t queued_ = 0;
   std::vector<int> queued_per_cookie_;
   int64_t forced_idle_ticks_ = 0;

@@ -57,6 +57,7 @@ void Engine::Preempt(int c) {
   Enqueue(cpu.curr, c);
   cpu.curr = kNone;
   cpu.idle_since = now_;
+  stopped_now_.push_back(c);
 }
 
 bool Engine::NeedsPick(int c) const {
@@ -167,7 +168,10 @@ void Engine::PickCore(int core) {
     } else {
       const bool was_forced = cpu.forced_idle;
       cpu.forced_idle = !cpu.queue.empty();
-      if (cpu.forced_idle && !was_forced) cpu.forced_since = now_;
+      if (cpu.forced_idle && !was_forced) {
+        cpu.forced_since = now_;
+        stopped_now_.push_back(c);
+      }
       forcing = forcing || cpu.forced_idle;
     }
   }
@@ -186,12 +190,13 @@ int Engine::SelectCpu(const Task& t) {
   const std::vector<int>& allowed = masks_[t.mask];
   int prev = Allowed(t, t.cpu) ? t.cpu : allowed[0];
   if (CoreIdle(prev)) return prev;
-  size_t start = std::lower_bound(allowed.begin(), allowed.end(), prev) - allowed.begin();
   const size_t n = allowed.size();
   const size_t limit = std::min(n, scan_limit_);
   int idle_fit = kNone;
-  for (size_t i = 0; i < limit; ++i) {
-    int c = allowed[(start + i) % n];
+  size_t next = scan_start_[t.mask][prev];
+  for (size_t i = 0; i < limit; ++i, ++next) {
+    if (next == n) next = 0;
+    int c = allowed[next];
     if (!CpuIdle(c)) continue;
     if (CoreIdle(c)) return c;
     if (idle_fit == kNone && (!cookie_aware_ || CookieFits(t, c))) idle_fit = c;
@@ -206,6 +211,28 @@ int Engine::SelectCpu(const Task& t) {
 // sibling runs (the kernel's cookie steal for forced-idle siblings).
 void Engine::PullToIdle() {
   const bool periodic = now_ % balance_ticks_ == 0;
+  // A CPU pulls when it has just gone idle (newidle balance) or has just
+  // been forced idle (the forced-newidle cookie steal, done when the core
+  // picks), else only at the balance tick (nohz idle balance). Between
+  // balance ticks only the CPUs that stopped running a task in this tick
+  // can pull; they are listed as they stop, in CPU order here.
+  pullers_.clear();
+  if (periodic) {
+    for (int c = 0; c < 2 * cores_; ++c) {
+      if (cpus_[c].online && cpus_[c].curr == kNone) pullers_.push_back(c);
+    }
+  } else {
+    std::sort(stopped_now_.begin(), stopped_now_.end());
+    int last = kNone;
+    for (int c : stopped_now_) {
+      const Cpu& cpu = cpus_[c];
+      if (c == last || cpu.curr != kNone) continue;
+      last = c;
+      const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
+      if (just_forced || cpu.idle_since == now_) pullers_.push_back(c);
+    }
+  }
+  if (pullers_.empty()) return;
   // A CPU with one waiting task and nothing running picks it itself,
   // unless it is forced idle: only the others give tasks away.
   sources_.clear();
@@ -215,14 +242,10 @@ void Engine::PullToIdle() {
     }
   }
   if (sources_.empty()) return;
-  for (int c = 0; c < 2 * cores_ && queued_ > 0; ++c) {
+  for (int c : pullers_) {
+    if (queued_ == 0) break;
     Cpu& cpu = cpus_[c];
-    if (!cpu.online || cpu.curr != kNone) continue;
-    // A CPU pulls when it has just gone idle (newidle balance) or has just
-    // been forced idle (the forced-newidle cookie steal, done when the
-    // core picks), else only at the balance tick (nohz idle balance).
-    const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
-    if (!periodic && !just_forced && cpu.idle_since != now_) continue;
+    if (cpu.curr != kNone) continue;
     if (!cpu.queue.empty() && !cpu.forced_idle) continue;
     int want = kNone;
     if (mode_ == SmtMode::kCoreSched && (cookie_aware_ || cpu.forced_idle)) {

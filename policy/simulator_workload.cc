@@ -55,17 +55,34 @@ void Engine::FinishBurst(int task) {
   Cpu& cpu = cpus_[t.cpu];
   cpu.curr = kNone;
   cpu.idle_since = now_ + 1;
+  stopped_next_.push_back(t.cpu);
   t.state = TaskState::kSleeping;
   t.lag = t.vruntime - cpu.min_vruntime;
   t.remaining = 0;
-  wakeups_.push({now_ + 1 + TicksFromMs(sleep_ms), task});
+  AddWakeup(now_ + 1 + TicksFromMs(sleep_ms), task);
+}
+
+void Engine::AddWakeup(int64_t tick, int task) {
+  if (tick - now_ < kWheelTicks) {
+    wheel_[tick % kWheelTicks].push_back(task);
+  } else {
+    later_.push({tick, task});
+  }
 }
 
 void Engine::ProcessWakeups() {
   const double credit = -params_.sched_latency_ms / 2;
-  while (!wakeups_.empty() && wakeups_.top().first <= now_) {
-    int task = wakeups_.top().second;
-    wakeups_.pop();
+  // Wake-ups are always for a later tick, so the bucket holds this tick's.
+  std::vector<int>& bucket = wheel_[now_ % kWheelTicks];
+  while (!later_.empty() && later_.top().first <= now_) {
+    bucket.push_back(later_.top().second);
+    later_.pop();
+  }
+  if (bucket.empty()) return;
+  waking_.swap(bucket);
+  bucket.clear();
+  std::sort(waking_.begin(), waking_.end());
+  for (int task : waking_) {
     Task& t = tasks_[task];
     StartBurst(t);
     int c = SelectCpu(t);
