@@ -23,6 +23,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
       rng_(seed) {
   cpus_.resize(2 * cores_);
   running_.assign(2 * cores_, kNone);
+  nr_running_.assign(2 * cores_, 0);
   if (mode_ == SmtMode::kNoSmt) {
     for (int c = cores_; c < 2 * cores_; ++c) cpus_[c].online = false;
   }
@@ -94,6 +95,7 @@ SimResult Engine::Run(double duration_s) {
   }
   for (now_ = 0; now_ < total_ticks; ++now_) {
     measuring_ = now_ >= warmup_ticks_;
+    balance_tick_ = now_ % balance_ticks_ == 0;
     ProcessWakeups();
     if (mode_ == SmtMode::kCoreSched) {
       for (int core = 0; core < cores_; ++core) PickCore(core);
@@ -104,7 +106,7 @@ SimResult Engine::Run(double duration_s) {
     }
     if (queued_ > 0) PullToIdle();
     Execute();
-    if (now_ % balance_ticks_ == 0) {
+    if (balance_tick_) {
       if (mode_ != SmtMode::kNoSmt) SpreadToIdleCores();
       BalanceQueues();
     }

@@ -138,10 +138,8 @@ class Engine {
   int Sibling(int cpu) const { return cpu < cores_ ? cpu + cores_ : cpu - cores_; }
   int CoreOf(int cpu) const { return cpu % cores_; }
   bool Allowed(const Task& t, int cpu) const { return allowed_[t.mask][cpu] != 0; }
-  int NrRunning(int c) const {
-    return static_cast<int>(cpus_[c].queue.size()) + (cpus_[c].curr != kNone);
-  }
-  bool CpuIdle(int c) const { return cpus_[c].curr == kNone && cpus_[c].queue.empty(); }
+  int NrRunning(int c) const { return nr_running_[c]; }
+  bool CpuIdle(int c) const { return nr_running_[c] == 0; }
   bool CoreIdle(int c) const {
     int s = Sibling(c);
     return CpuIdle(c) && (!cpus_[s].online || CpuIdle(s));
@@ -190,7 +188,11 @@ class Engine {
   int64_t warmup_ticks_ = 0;
   int64_t now_ = 0;
   bool measuring_ = false;
+  bool balance_tick_ = false;  // now_ is a multiple of balance_ticks_
   std::vector<Cpu> cpus_;
+  // Per CPU: its queue's length plus one if it runs a task. Kept apart
+  // from Cpu, in one cache line or two, for the wake-up scan and balancing.
+  std::vector<int> nr_running_;
   std::vector<int> running_;
   std::vector<int> sources_;
   std::vector<Task> tasks_;

@@ -17,6 +17,7 @@ void Engine::Migrate(int task, int to) {
 void Engine::Enqueue(int task, int c) {
   tasks_[task].state = TaskState::kQueued;
   cpus_[c].queue.push_back(task);
+  ++nr_running_[c];
   ++queued_;
   ++queued_per_cookie_[tasks_[task].cookie];
   ++vm_queued_[tasks_[task].vm];
@@ -28,6 +29,7 @@ void Engine::RemoveFromQueue(int c, size_t index) {
   --vm_queued_[tasks_[q[index]].vm];
   q[index] = q.back();
   q.pop_back();
+  --nr_running_[c];
   --queued_;
 }
 
@@ -39,6 +41,7 @@ void Engine::StartOnCpu(int c, size_t index) {
   Task& t = tasks_[task];
   t.state = TaskState::kRunning;
   cpu.curr = task;
+  ++nr_running_[c];
   cpu.resched = false;
   cpu.forced_idle = false;
   int64_t slice = std::llround(params_.sched_latency_ms / tick_ / (NrRunning(c)));
@@ -56,20 +59,19 @@ void Engine::Preempt(int c) {
   if (cpu.curr == kNone) return;
   Enqueue(cpu.curr, c);
   cpu.curr = kNone;
+  --nr_running_[c];
   cpu.idle_since = now_;
   stopped_now_.push_back(c);
 }
 
 bool Engine::NeedsPick(int c) const {
+  if (nr_running_[c] == 0) return false;
   const Cpu& cpu = cpus_[c];
-  if (cpu.curr == kNone) {
+  if (cpu.curr == kNone) {  // and a task is queued
     // A forced-idle CPU picks again when its sibling reschedules or goes
     // idle (either makes the core pick) or at the scheduler tick.
-    if (cpu.forced_idle) {
-      return !cpu.queue.empty() &&
-             (now_ % balance_ticks_ == 0 || cpus_[Sibling(c)].curr == kNone);
-    }
-    return !cpu.queue.empty();
+    if (cpu.forced_idle) return balance_tick_ || cpus_[Sibling(c)].curr == kNone;
+    return true;
   }
   return cpu.resched || now_ >= cpu.slice_end;
 }
@@ -210,14 +212,13 @@ int Engine::SelectCpu(const Task& t) {
 // may run; under core scheduling only one whose cookie matches what the
 // sibling runs (the kernel's cookie steal for forced-idle siblings).
 void Engine::PullToIdle() {
-  const bool periodic = now_ % balance_ticks_ == 0;
   // A CPU pulls when it has just gone idle (newidle balance) or has just
   // been forced idle (the forced-newidle cookie steal, done when the core
   // picks), else only at the balance tick (nohz idle balance). Between
   // balance ticks only the CPUs that stopped running a task in this tick
   // can pull; they are listed as they stop, in CPU order here.
   pullers_.clear();
-  if (periodic) {
+  if (balance_tick_) {
     for (int c = 0; c < 2 * cores_; ++c) {
       if (cpus_[c].online && cpus_[c].curr == kNone) pullers_.push_back(c);
     }
@@ -232,16 +233,10 @@ void Engine::PullToIdle() {
       if (just_forced || cpu.idle_since == now_) pullers_.push_back(c);
     }
   }
-  if (pullers_.empty()) return;
   // A CPU with one waiting task and nothing running picks it itself,
-  // unless it is forced idle: only the others give tasks away.
-  sources_.clear();
-  for (int s = 0; s < 2 * cores_; ++s) {
-    if (!cpus_[s].queue.empty() && (NrRunning(s) >= 2 || cpus_[s].forced_idle)) {
-      sources_.push_back(s);
-    }
-  }
-  if (sources_.empty()) return;
+  // unless it is forced idle: only the others give tasks away. Listed
+  // when a puller first needs them.
+  bool listed = false;
   for (int c : pullers_) {
     if (queued_ == 0) break;
     Cpu& cpu = cpus_[c];
@@ -253,16 +248,24 @@ void Engine::PullToIdle() {
       if (other != kNone) want = tasks_[other].cookie;
     }
     if (want != kNone && queued_per_cookie_[want] == 0) continue;
+    if (!listed) {
+      sources_.clear();
+      for (int s = 0; s < 2 * cores_; ++s) {
+        // Two or more runnable means one queued; forced idle means none runs.
+        const int nr = NrRunning(s);
+        if (nr >= 2 || (nr == 1 && cpus_[s].forced_idle)) sources_.push_back(s);
+      }
+      listed = true;
+    }
     int best_cpu = kNone;
     int best_index = kNone;
     int best_load = 0;
     for (int s : sources_) {
-      if (s == c || cpus_[s].queue.empty()) continue;
       int load = NrRunning(s);
       // Load balancing leaves a CPU's only task where it is; the cookie
       // steal takes it from a forced-idle CPU.
       if (want == kNone && load < 2) continue;
-      if (load <= best_load) continue;
+      if (load <= best_load || s == c || cpus_[s].queue.empty()) continue;
       const auto& q = cpus_[s].queue;
       for (size_t i = 0; i < q.size(); ++i) {
         const Task& t = tasks_[q[i]];

@@ -54,6 +54,7 @@ void Engine::FinishBurst(int task) {
   }
   Cpu& cpu = cpus_[t.cpu];
   cpu.curr = kNone;
+  --nr_running_[t.cpu];
   cpu.idle_since = now_ + 1;
   stopped_next_.push_back(t.cpu);
   t.state = TaskState::kSleeping;
