@@ -24,6 +24,11 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   cpus_.resize(2 * cores_);
   running_.assign(2 * cores_, kNone);
   nr_running_.assign(2 * cores_, 0);
+  const size_t words = (2 * cores_ + 63) / 64;
+  run_bits_.assign(words, 0);
+  one_bits_.assign(words, 0);
+  two_bits_.assign(words, 0);
+  forced_bits_.assign(words, 0);
   if (mode_ == SmtMode::kNoSmt) {
     for (int c = cores_; c < 2 * cores_; ++c) cpus_[c].online = false;
   }
@@ -31,6 +36,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   tick_ = params_.tick_ms;
   cookie_aware_ = params_.cookie_aware_wakeup;
   scan_limit_ = static_cast<size_t>(std::max(1, params_.wake_scan_cpus));
+  latency_ticks_ = params_.sched_latency_ms / tick_;
   slice_min_ticks_ = std::max<int64_t>(1, std::llround(params_.min_granularity_ms / tick_));
   hysteresis_ticks_ = std::llround(params_.avx_hysteresis_ms / tick_);
   balance_ticks_ = std::max<int64_t>(1, std::llround(params_.balance_interval_ms / tick_));
@@ -98,7 +104,9 @@ SimResult Engine::Run(double duration_s) {
     balance_tick_ = now_ % balance_ticks_ == 0;
     ProcessWakeups();
     if (mode_ == SmtMode::kCoreSched) {
-      for (int core = 0; core < cores_; ++core) PickCore(core);
+      for (int core = 0; core < cores_; ++core) {
+        if (NrRunning(core) + NrRunning(core + cores_) > 0) PickCore(core);
+      }
     } else {
       for (int c = 0; c < 2 * cores_; ++c) {
         if (cpus_[c].online && NeedsPick(c)) PickCpu(c);

@@ -139,6 +139,24 @@ class Engine {
   int CoreOf(int cpu) const { return cpu % cores_; }
   bool Allowed(const Task& t, int cpu) const { return allowed_[t.mask][cpu] != 0; }
   int NrRunning(int c) const { return nr_running_[c]; }
+  void AddRunnable(int c, int delta) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    overloaded_ -= nr_running_[c] >= 2;
+    nr_running_[c] += delta;
+    overloaded_ += nr_running_[c] >= 2;
+    one_bits_[c / 64] = nr_running_[c] == 1 ? one_bits_[c / 64] | bit : one_bits_[c / 64] & ~bit;
+    two_bits_[c / 64] = nr_running_[c] >= 2 ? two_bits_[c / 64] | bit : two_bits_[c / 64] & ~bit;
+  }
+  void SetCurr(int c, int task) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    cpus_[c].curr = task;
+    run_bits_[c / 64] = task != kNone ? run_bits_[c / 64] | bit : run_bits_[c / 64] & ~bit;
+  }
+  void SetForcedIdle(int c, bool forced) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    cpus_[c].forced_idle = forced;
+    forced_bits_[c / 64] = forced ? forced_bits_[c / 64] | bit : forced_bits_[c / 64] & ~bit;
+  }
   bool CpuIdle(int c) const { return nr_running_[c] == 0; }
   bool CoreIdle(int c) const {
     int s = Sibling(c);
@@ -172,6 +190,7 @@ class Engine {
   void FinishBurst(int task);
   void ProcessWakeups();
   void Execute();
+  void ExecuteOn(int c);
 
   const Scenario& scenario_;
   const std::vector<VmInstance> instances_;
@@ -183,6 +202,7 @@ class Engine {
   size_t scan_limit_ = 4;
   bool cookie_aware_ = true;
   int64_t slice_min_ticks_ = 1;
+  double latency_ticks_ = 1;  // sched_latency_ms in ticks
   int64_t hysteresis_ticks_ = 0;
   int64_t balance_ticks_ = 1;
   int64_t warmup_ticks_ = 0;
@@ -193,6 +213,14 @@ class Engine {
   // Per CPU: its queue's length plus one if it runs a task. Kept apart
   // from Cpu, in one cache line or two, for the wake-up scan and balancing.
   std::vector<int> nr_running_;
+  int overloaded_ = 0;  // CPUs with two or more runnable tasks
+  // Bit c of word c / 64: CPU c has one runnable task; two or more; is
+  // forced idle; runs a task. PullToIdle lists the CPUs it may take tasks
+  // from with them, Execute the CPUs that run.
+  std::vector<uint64_t> run_bits_;
+  std::vector<uint64_t> one_bits_;
+  std::vector<uint64_t> two_bits_;
+  std::vector<uint64_t> forced_bits_;
   std::vector<int> running_;
   std::vector<int> sources_;
   std::vector<Task> tasks_;

@@ -17,7 +17,7 @@ void Engine::Migrate(int task, int to) {
 void Engine::Enqueue(int task, int c) {
   tasks_[task].state = TaskState::kQueued;
   cpus_[c].queue.push_back(task);
-  ++nr_running_[c];
+  AddRunnable(c, 1);
   ++queued_;
   ++queued_per_cookie_[tasks_[task].cookie];
   ++vm_queued_[tasks_[task].vm];
@@ -29,7 +29,7 @@ void Engine::RemoveFromQueue(int c, size_t index) {
   --vm_queued_[tasks_[q[index]].vm];
   q[index] = q.back();
   q.pop_back();
-  --nr_running_[c];
+  AddRunnable(c, -1);
   --queued_;
 }
 
@@ -40,11 +40,12 @@ void Engine::StartOnCpu(int c, size_t index) {
   RemoveFromQueue(c, index);
   Task& t = tasks_[task];
   t.state = TaskState::kRunning;
-  cpu.curr = task;
-  ++nr_running_[c];
+  SetCurr(c, task);
+  AddRunnable(c, 1);
   cpu.resched = false;
-  cpu.forced_idle = false;
-  int64_t slice = std::llround(params_.sched_latency_ms / tick_ / (NrRunning(c)));
+  if (cpu.forced_idle) SetForcedIdle(c, false);
+  // Rounded to the nearest tick (a positive number).
+  int64_t slice = static_cast<int64_t>(latency_ticks_ / NrRunning(c) + 0.5);
   cpu.slice_end = now_ + std::max(slice_min_ticks_, slice);
   if (t.woke_tick != kNone) {
     if (measuring_) stats_[t.vm].latency.Add(now_ - t.woke_tick);
@@ -58,8 +59,8 @@ void Engine::Preempt(int c) {
   Cpu& cpu = cpus_[c];
   if (cpu.curr == kNone) return;
   Enqueue(cpu.curr, c);
-  cpu.curr = kNone;
-  --nr_running_[c];
+  SetCurr(c, kNone);
+  AddRunnable(c, -1);
   cpu.idle_since = now_;
   stopped_now_.push_back(c);
 }
@@ -169,7 +170,7 @@ void Engine::PickCore(int core) {
       StartOnCpu(c, best);
     } else {
       const bool was_forced = cpu.forced_idle;
-      cpu.forced_idle = !cpu.queue.empty();
+      SetForcedIdle(c, !cpu.queue.empty());
       if (cpu.forced_idle && !was_forced) {
         cpu.forced_since = now_;
         stopped_now_.push_back(c);
@@ -248,12 +249,15 @@ void Engine::PullToIdle() {
       if (other != kNone) want = tasks_[other].cookie;
     }
     if (want != kNone && queued_per_cookie_[want] == 0) continue;
+    if (want == kNone && overloaded_ == 0) continue;  // nothing to balance
     if (!listed) {
+      // Two or more runnable means one queued; forced idle means none runs.
       sources_.clear();
-      for (int s = 0; s < 2 * cores_; ++s) {
-        // Two or more runnable means one queued; forced idle means none runs.
-        const int nr = NrRunning(s);
-        if (nr >= 2 || (nr == 1 && cpus_[s].forced_idle)) sources_.push_back(s);
+      for (size_t w = 0; w < two_bits_.size(); ++w) {
+        for (uint64_t bits = two_bits_[w] | (one_bits_[w] & forced_bits_[w]); bits != 0;
+             bits &= bits - 1) {
+          sources_.push_back(static_cast<int>(64 * w) + __builtin_ctzll(bits));
+        }
       }
       listed = true;
     }
