@@ -26,6 +26,8 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   nr_running_.assign(2 * cores_, 0);
   const size_t words = (2 * cores_ + 63) / 64;
   run_bits_.assign(words, 0);
+  stopped_[0].assign(words, 0);
+  stopped_[1].assign(words, 0);
   one_bits_.assign(words, 0);
   two_bits_.assign(words, 0);
   forced_bits_.assign(words, 0);
@@ -105,7 +107,7 @@ SimResult Engine::Run(double duration_s) {
     ProcessWakeups();
     if (mode_ == SmtMode::kCoreSched) {
       for (int core = 0; core < cores_; ++core) {
-        if (NrRunning(core) + NrRunning(core + cores_) > 0) PickCore(core);
+        if (NeedsPick(core) || NeedsPick(core + cores_)) PickCore(core);
       }
     } else {
       for (int c = 0; c < 2 * cores_; ++c) {
@@ -118,8 +120,7 @@ SimResult Engine::Run(double duration_s) {
       if (mode_ != SmtMode::kNoSmt) SpreadToIdleCores();
       BalanceQueues();
     }
-    stopped_now_.swap(stopped_next_);
-    stopped_next_.clear();
+    std::fill(stopped_[now_ & 1].begin(), stopped_[now_ & 1].end(), 0);
   }
   return Collect(total_ticks);
 }

@@ -40,8 +40,8 @@ struct SimParams {
   // (spinlocks, IPIs, TLB shootdowns, barriers), so while any runnable
   // vCPU of a VM waits for a host CPU, its running vCPUs do useful work
   // at (1 - vcpu_coupling) of their speed (the rest is spinning or
-  // waiting on the descheduled one). From A1's nosmt -49% and A3's -22.5%
-  // together with smt_share_avx.
+  // waiting on the descheduled one). Set, with smt_share_avx = 0.5, to
+  // A3's nosmt -22.5%; A1's and A2's costs follow from it.
   double vcpu_coupling = 0.22;
   // CFS defaults for 8 or more CPUs (sysctl_sched_*, scaled by 4).
   double sched_latency_ms = 24.0;

@@ -175,7 +175,18 @@ class Engine {
   void RemoveFromQueue(int c, size_t index);
   void StartOnCpu(int c, size_t index);
   void Preempt(int c);
-  bool NeedsPick(int c) const;
+  // Whether `c` must pick a task now (the tick loop asks every CPU).
+  bool NeedsPick(int c) const {
+    if (nr_running_[c] == 0) return false;
+    const Cpu& cpu = cpus_[c];
+    if (cpu.curr == kNone) {  // and a task is queued
+      // A forced-idle CPU picks again when its sibling reschedules or goes
+      // idle (either makes the core pick) or at the scheduler tick.
+      if (cpu.forced_idle) return balance_tick_ || cpus_[Sibling(c)].curr == kNone;
+      return true;
+    }
+    return cpu.resched || now_ >= cpu.slice_end;
+  }
   int BestInQueue(int c, int cookie) const;
   void UpdateMinVruntime(int c);
   void PickCpu(int c);
@@ -230,10 +241,12 @@ class Engine {
   // after it (0 past the end), where a wake-up's scan starts.
   std::vector<std::vector<int>> scan_start_;
   std::vector<int> pullers_;
-  // CPUs whose task stopped (idle_since or forced_since set) for this
-  // tick and for the next one; may repeat, and may have run again since.
-  std::vector<int> stopped_now_;
-  std::vector<int> stopped_next_;
+  // Bitsets of the CPUs whose task stopped (idle_since or forced_since set
+  // to the tick) in even and odd ticks; they may have run again since.
+  std::vector<uint64_t> stopped_[2];
+  void MarkStopped(int c, int64_t tick) {
+    stopped_[tick & 1][c / 64] |= uint64_t{1} << (c % 64);
+  }
   std::vector<int64_t> core_avx_until_;
   std::vector<char> core_forced_;
   std::vector<VmStats> stats_;

@@ -62,19 +62,7 @@ void Engine::Preempt(int c) {
   SetCurr(c, kNone);
   AddRunnable(c, -1);
   cpu.idle_since = now_;
-  stopped_now_.push_back(c);
-}
-
-bool Engine::NeedsPick(int c) const {
-  if (nr_running_[c] == 0) return false;
-  const Cpu& cpu = cpus_[c];
-  if (cpu.curr == kNone) {  // and a task is queued
-    // A forced-idle CPU picks again when its sibling reschedules or goes
-    // idle (either makes the core pick) or at the scheduler tick.
-    if (cpu.forced_idle) return balance_tick_ || cpus_[Sibling(c)].curr == kNone;
-    return true;
-  }
-  return cpu.resched || now_ >= cpu.slice_end;
+  MarkStopped(c, now_);
 }
 
 // Index in c's queue of the task with the least vruntime (and `cookie`,
@@ -173,7 +161,7 @@ void Engine::PickCore(int core) {
       SetForcedIdle(c, !cpu.queue.empty());
       if (cpu.forced_idle && !was_forced) {
         cpu.forced_since = now_;
-        stopped_now_.push_back(c);
+        MarkStopped(c, now_);
       }
       forcing = forcing || cpu.forced_idle;
     }
@@ -224,14 +212,14 @@ void Engine::PullToIdle() {
       if (cpus_[c].online && cpus_[c].curr == kNone) pullers_.push_back(c);
     }
   } else {
-    std::sort(stopped_now_.begin(), stopped_now_.end());
-    int last = kNone;
-    for (int c : stopped_now_) {
-      const Cpu& cpu = cpus_[c];
-      if (c == last || cpu.curr != kNone) continue;
-      last = c;
-      const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
-      if (just_forced || cpu.idle_since == now_) pullers_.push_back(c);
+    const std::vector<uint64_t>& stopped = stopped_[now_ & 1];
+    for (size_t w = 0; w < stopped.size(); ++w) {
+      for (uint64_t bits = stopped[w] & ~run_bits_[w]; bits != 0; bits &= bits - 1) {
+        const int c = static_cast<int>(64 * w) + __builtin_ctzll(bits);
+        const Cpu& cpu = cpus_[c];
+        const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
+        if (just_forced || cpu.idle_since == now_) pullers_.push_back(c);
+      }
     }
   }
   // A CPU with one waiting task and nothing running picks it itself,

@@ -56,7 +56,7 @@ void Engine::FinishBurst(int task) {
   SetCurr(t.cpu, kNone);
   AddRunnable(t.cpu, -1);
   cpu.idle_since = now_ + 1;
-  stopped_next_.push_back(t.cpu);
+  MarkStopped(t.cpu, now_ + 1);
   t.state = TaskState::kSleeping;
   t.lag = t.vruntime - cpu.min_vruntime;
   t.remaining = 0;
