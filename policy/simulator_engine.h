@@ -141,9 +141,7 @@ class Engine {
   int NrRunning(int c) const { return nr_running_[c]; }
   void AddRunnable(int c, int delta) {
     const uint64_t bit = uint64_t{1} << (c % 64);
-    overloaded_ -= nr_running_[c] >= 2;
     nr_running_[c] += delta;
-    overloaded_ += nr_running_[c] >= 2;
     one_bits_[c / 64] = nr_running_[c] == 1 ? one_bits_[c / 64] | bit : one_bits_[c / 64] & ~bit;
     two_bits_[c / 64] = nr_running_[c] >= 2 ? two_bits_[c / 64] | bit : two_bits_[c / 64] & ~bit;
   }
@@ -224,7 +222,6 @@ class Engine {
   // Per CPU: its queue's length plus one if it runs a task. Kept apart
   // from Cpu, in one cache line or two, for the wake-up scan and balancing.
   std::vector<int> nr_running_;
-  int overloaded_ = 0;  // CPUs with two or more runnable tasks
   // Bit c of word c / 64: CPU c has one runnable task; two or more; is
   // forced idle; runs a task. PullToIdle lists the CPUs it may take tasks
   // from with them, Execute the CPUs that run.

@@ -226,6 +226,12 @@ void Engine::PullToIdle() {
   // unless it is forced idle: only the others give tasks away. Listed
   // when a puller first needs them.
   bool listed = false;
+  auto overloaded = [&] {  // a CPU has two or more runnable tasks
+    for (uint64_t word : two_bits_) {
+      if (word != 0) return true;
+    }
+    return false;
+  };
   for (int c : pullers_) {
     if (queued_ == 0) break;
     Cpu& cpu = cpus_[c];
@@ -237,7 +243,7 @@ void Engine::PullToIdle() {
       if (other != kNone) want = tasks_[other].cookie;
     }
     if (want != kNone && queued_per_cookie_[want] == 0) continue;
-    if (want == kNone && overloaded_ == 0) continue;  // nothing to balance
+    if (want == kNone && !overloaded()) continue;  // nothing to balance
     if (!listed) {
       // Two or more runnable means one queued; forced idle means none runs.
       sources_.clear();
