@@ -201,7 +201,7 @@ absl::StatusOr<VmSpec> ParseVm(const YAML::Node& node, const std::string& field,
                                int cores) {
   absl::Status keys = CheckKeys(node, field,
                                 {"name", "count", "vcpus", "tenant", "classes",
-                                 "workload", "pin", "measure"});
+                                 "workload", "pin", "measure", "coupled"});
   if (!keys.ok()) return keys;
   VmSpec vm;
   for (const char* required : {"name", "vcpus", "tenant", "workload"}) {
@@ -233,6 +233,9 @@ absl::StatusOr<VmSpec> ParseVm(const YAML::Node& node, const std::string& field,
   }
   if (node["measure"]) {
     COSCHED_ASSIGN_OR_RETURN(vm.measure, GetBool(node["measure"], field + ".measure"));
+  }
+  if (node["coupled"]) {
+    COSCHED_ASSIGN_OR_RETURN(vm.coupled, GetBool(node["coupled"], field + ".coupled"));
   }
   return vm;
 }
@@ -424,6 +427,7 @@ std::vector<VmInstance> ExpandInstances(const Scenario& scenario) {
       vm.workload = spec.workload;
       vm.pin_cpus = spec.pin_cpus;
       vm.measure = spec.measure;
+      vm.coupled = spec.coupled;
       out.push_back(std::move(vm));
     }
   }

@@ -65,6 +65,10 @@ struct VmSpec {
   std::vector<int> pin_cpus;
   // Counted in `measured_throughput` (the benchmark's figure). Default true.
   bool measure = true;
+  // Whether its threads are the vCPUs of one guest, which wait for each
+  // other (SimParams::vcpu_coupling). False for a group of independent
+  // processes (CALIBRATION.md B's cgroups). Default true.
+  bool coupled = true;
 };
 
 inline constexpr char kPerVmTenant[] = "per-vm";
@@ -109,6 +113,7 @@ struct VmInstance {
   Workload workload;
   std::vector<int> pin_cpus;
   bool measure = true;
+  bool coupled = true;
 };
 
 std::vector<VmInstance> ExpandInstances(const Scenario& scenario);

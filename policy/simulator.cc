@@ -23,6 +23,14 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
       rng_(seed) {
   cpus_.resize(2 * cores_);
   running_.assign(2 * cores_, kNone);
+  nr_running_.assign(2 * cores_, 0);
+  const size_t words = (2 * cores_ + 63) / 64;
+  run_bits_.assign(words, 0);
+  stopped_[0].assign(words, 0);
+  stopped_[1].assign(words, 0);
+  one_bits_.assign(words, 0);
+  two_bits_.assign(words, 0);
+  forced_bits_.assign(words, 0);
   if (mode_ == SmtMode::kNoSmt) {
     for (int c = cores_; c < 2 * cores_; ++c) cpus_[c].online = false;
   }
@@ -30,12 +38,16 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   tick_ = params_.tick_ms;
   cookie_aware_ = params_.cookie_aware_wakeup;
   scan_limit_ = static_cast<size_t>(std::max(1, params_.wake_scan_cpus));
+  latency_ticks_ = params_.sched_latency_ms / tick_;
   slice_min_ticks_ = std::max<int64_t>(1, std::llround(params_.min_granularity_ms / tick_));
   hysteresis_ticks_ = std::llround(params_.avx_hysteresis_ms / tick_);
   balance_ticks_ = std::max<int64_t>(1, std::llround(params_.balance_interval_ms / tick_));
   core_avx_until_.assign(cores_, -1);
   core_forced_.assign(cores_, 0);
   stats_.resize(instances_.size());
+  wheel_.resize(kWheelTicks);
+  vm_queued_.assign(instances_.size(), 0);
+  for (const VmInstance& vm : instances_) vm_coupled_.push_back(vm.coupled && vm.vcpus > 1);
 
   std::map<std::string, int> tenant_ids;
   std::map<int, int> cookie_ids;
@@ -87,13 +99,16 @@ SimResult Engine::Run(double duration_s) {
       start_ms = Uniform() * t.workload->period_ms;
       t.next_release_ms = start_ms;
     }
-    wakeups_.push({TicksFromMs(start_ms), static_cast<int>(i)});
+    AddWakeup(TicksFromMs(start_ms), static_cast<int>(i));
   }
   for (now_ = 0; now_ < total_ticks; ++now_) {
     measuring_ = now_ >= warmup_ticks_;
+    balance_tick_ = now_ % balance_ticks_ == 0;
     ProcessWakeups();
     if (mode_ == SmtMode::kCoreSched) {
-      for (int core = 0; core < cores_; ++core) PickCore(core);
+      for (int core = 0; core < cores_; ++core) {
+        if (NeedsPick(core) || NeedsPick(core + cores_)) PickCore(core);
+      }
     } else {
       for (int c = 0; c < 2 * cores_; ++c) {
         if (cpus_[c].online && NeedsPick(c)) PickCpu(c);
@@ -101,10 +116,11 @@ SimResult Engine::Run(double duration_s) {
     }
     if (queued_ > 0) PullToIdle();
     Execute();
-    if (now_ % balance_ticks_ == 0) {
+    if (balance_tick_) {
       if (mode_ != SmtMode::kNoSmt) SpreadToIdleCores();
       BalanceQueues();
     }
+    std::fill(stopped_[now_ & 1].begin(), stopped_[now_ & 1].end(), 0);
   }
   return Collect(total_ticks);
 }
@@ -128,8 +144,14 @@ int Engine::AddMask(const std::vector<int>& pin,
   if (inserted) {
     std::vector<char> allowed(2 * cores_, 0);
     for (int c : online) allowed[c] = 1;
+    std::vector<int> start(2 * cores_);
+    for (int c = 0; c < 2 * cores_; ++c) {
+      size_t i = std::lower_bound(online.begin(), online.end(), c) - online.begin();
+      start[c] = i == online.size() ? 0 : static_cast<int>(i);
+    }
     masks_.push_back(online);
     allowed_.push_back(std::move(allowed));
+    scan_start_.push_back(std::move(start));
   }
   return it->second;
 }

@@ -24,9 +24,10 @@ struct SimParams {
   // Time step. Sleeps and runs shorter than a tick last one tick.
   double tick_ms = 0.25;
   // Speed of a thread while its sibling runs another thread, as a share of
-  // its speed alone on the core (two compute-bound threads together give
-  // 2 x 0.645 = 1.29x one thread alone, from A3: nosmt -22.5%; latency-bound code stalls more and
-  // overlaps better: 1.3x; two AVX-512 threads share the vector units: 1.0x).
+  // its speed alone on the core: scalar code gives 2 x 0.645 = 1.29x one
+  // thread alone, latency-bound code 1.3x (the top of the published
+  // 0.96-1.3x); two vectorised threads (AVX-512, linpack's DGEMM) share
+  // the vector units: 1.0x, with vcpu_coupling from A3's nosmt -22.5%.
   double smt_share_cpu = 0.645;
   double smt_share_interactive = 0.65;
   double smt_share_avx = 0.5;
@@ -35,6 +36,13 @@ struct SimParams {
   // threads on that core (AVX threads are measured at their own clock).
   double avx_clock = 0.7;
   double avx_hysteresis_ms = 2.0;
+  // Coupling between the vCPUs of one guest: they wait for each other
+  // (spinlocks, IPIs, TLB shootdowns, barriers), so while any runnable
+  // vCPU of a VM waits for a host CPU, its running vCPUs do useful work
+  // at (1 - vcpu_coupling) of their speed (the rest is spinning or
+  // waiting on the descheduled one). Set, with smt_share_avx = 0.5, to
+  // A3's nosmt -22.5%; A1's and A2's costs follow from it.
+  double vcpu_coupling = 0.22;
   // CFS defaults for 8 or more CPUs (sysctl_sched_*, scaled by 4).
   double sched_latency_ms = 24.0;
   double min_granularity_ms = 3.0;

@@ -98,6 +98,7 @@ struct Cpu {
   double min_vruntime = 0;
   bool resched = false;
   bool forced_idle = false;
+  int64_t forced_since = 0;  // tick it last became forced idle
   int64_t idle_since = 0;  // tick its last task stopped running on it
   // min_vruntime when its core last started forcing a sibling idle.
   double min_vruntime_fi = 0;
@@ -137,10 +138,24 @@ class Engine {
   int Sibling(int cpu) const { return cpu < cores_ ? cpu + cores_ : cpu - cores_; }
   int CoreOf(int cpu) const { return cpu % cores_; }
   bool Allowed(const Task& t, int cpu) const { return allowed_[t.mask][cpu] != 0; }
-  int NrRunning(int c) const {
-    return static_cast<int>(cpus_[c].queue.size()) + (cpus_[c].curr != kNone);
+  int NrRunning(int c) const { return nr_running_[c]; }
+  void AddRunnable(int c, int delta) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    nr_running_[c] += delta;
+    one_bits_[c / 64] = nr_running_[c] == 1 ? one_bits_[c / 64] | bit : one_bits_[c / 64] & ~bit;
+    two_bits_[c / 64] = nr_running_[c] >= 2 ? two_bits_[c / 64] | bit : two_bits_[c / 64] & ~bit;
   }
-  bool CpuIdle(int c) const { return cpus_[c].curr == kNone && cpus_[c].queue.empty(); }
+  void SetCurr(int c, int task) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    cpus_[c].curr = task;
+    run_bits_[c / 64] = task != kNone ? run_bits_[c / 64] | bit : run_bits_[c / 64] & ~bit;
+  }
+  void SetForcedIdle(int c, bool forced) {
+    const uint64_t bit = uint64_t{1} << (c % 64);
+    cpus_[c].forced_idle = forced;
+    forced_bits_[c / 64] = forced ? forced_bits_[c / 64] | bit : forced_bits_[c / 64] & ~bit;
+  }
+  bool CpuIdle(int c) const { return nr_running_[c] == 0; }
   bool CoreIdle(int c) const {
     int s = Sibling(c);
     return CpuIdle(c) && (!cpus_[s].online || CpuIdle(s));
@@ -158,7 +173,18 @@ class Engine {
   void RemoveFromQueue(int c, size_t index);
   void StartOnCpu(int c, size_t index);
   void Preempt(int c);
-  bool NeedsPick(int c) const;
+  // Whether `c` must pick a task now (the tick loop asks every CPU).
+  bool NeedsPick(int c) const {
+    if (nr_running_[c] == 0) return false;
+    const Cpu& cpu = cpus_[c];
+    if (cpu.curr == kNone) {  // and a task is queued
+      // A forced-idle CPU picks again when its sibling reschedules or goes
+      // idle (either makes the core pick) or at the scheduler tick.
+      if (cpu.forced_idle) return balance_tick_ || cpus_[Sibling(c)].curr == kNone;
+      return true;
+    }
+    return cpu.resched || now_ >= cpu.slice_end;
+  }
   int BestInQueue(int c, int cookie) const;
   void UpdateMinVruntime(int c);
   void PickCpu(int c);
@@ -173,6 +199,7 @@ class Engine {
   void FinishBurst(int task);
   void ProcessWakeups();
   void Execute();
+  void ExecuteOn(int c);
 
   const Scenario& scenario_;
   const std::vector<VmInstance> instances_;
@@ -184,22 +211,56 @@ class Engine {
   size_t scan_limit_ = 4;
   bool cookie_aware_ = true;
   int64_t slice_min_ticks_ = 1;
+  double latency_ticks_ = 1;  // sched_latency_ms in ticks
   int64_t hysteresis_ticks_ = 0;
   int64_t balance_ticks_ = 1;
   int64_t warmup_ticks_ = 0;
   int64_t now_ = 0;
   bool measuring_ = false;
+  bool balance_tick_ = false;  // now_ is a multiple of balance_ticks_
   std::vector<Cpu> cpus_;
+  // Per CPU: its queue's length plus one if it runs a task. Kept apart
+  // from Cpu, in one cache line or two, for the wake-up scan and balancing.
+  std::vector<int> nr_running_;
+  // Bit c of word c / 64: CPU c has one runnable task; two or more; is
+  // forced idle; runs a task. PullToIdle lists the CPUs it may take tasks
+  // from with them, Execute the CPUs that run.
+  std::vector<uint64_t> run_bits_;
+  std::vector<uint64_t> one_bits_;
+  std::vector<uint64_t> two_bits_;
+  std::vector<uint64_t> forced_bits_;
   std::vector<int> running_;
   std::vector<int> sources_;
   std::vector<Task> tasks_;
   std::vector<std::vector<int>> masks_;
   std::vector<std::vector<char>> allowed_;
+  // Per mask and CPU: the index in the mask of the first allowed CPU at or
+  // after it (0 past the end), where a wake-up's scan starts.
+  std::vector<std::vector<int>> scan_start_;
+  std::vector<int> pullers_;
+  // Bitsets of the CPUs whose task stopped (idle_since or forced_since set
+  // to the tick) in even and odd ticks; they may have run again since.
+  std::vector<uint64_t> stopped_[2];
+  void MarkStopped(int c, int64_t tick) {
+    stopped_[tick & 1][c / 64] |= uint64_t{1} << (c % 64);
+  }
   std::vector<int64_t> core_avx_until_;
   std::vector<char> core_forced_;
   std::vector<VmStats> stats_;
+  // Per VM, for the vCPU coupling: whether its vCPUs wait for each other,
+  // and how many of them are queued (runnable, not running) now.
+  std::vector<char> vm_coupled_;
+  std::vector<int> vm_queued_;
+  // Sleeping tasks by wake-up tick: a ring of buckets for the next
+  // kWheelTicks ticks (A1 wakes ~30 000 tasks per simulated second; a heap
+  // was a tenth of the run time), later ones in a heap until they are
+  // near. Within a tick tasks wake in task order.
+  static constexpr int64_t kWheelTicks = 4096;
+  void AddWakeup(int64_t tick, int task);
+  std::vector<std::vector<int>> wheel_;
   using Wakeup = std::pair<int64_t, int>;
-  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>> wakeups_;
+  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<Wakeup>> later_;
+  std::vector<int> waking_;
   int64_t queued_ = 0;
   std::vector<int> queued_per_cookie_;
   int64_t forced_idle_ticks_ = 0;

@@ -17,15 +17,19 @@ void Engine::Migrate(int task, int to) {
 void Engine::Enqueue(int task, int c) {
   tasks_[task].state = TaskState::kQueued;
   cpus_[c].queue.push_back(task);
+  AddRunnable(c, 1);
   ++queued_;
   ++queued_per_cookie_[tasks_[task].cookie];
+  ++vm_queued_[tasks_[task].vm];
 }
 
 void Engine::RemoveFromQueue(int c, size_t index) {
   auto& q = cpus_[c].queue;
   --queued_per_cookie_[tasks_[q[index]].cookie];
+  --vm_queued_[tasks_[q[index]].vm];
   q[index] = q.back();
   q.pop_back();
+  AddRunnable(c, -1);
   --queued_;
 }
 
@@ -36,10 +40,12 @@ void Engine::StartOnCpu(int c, size_t index) {
   RemoveFromQueue(c, index);
   Task& t = tasks_[task];
   t.state = TaskState::kRunning;
-  cpu.curr = task;
+  SetCurr(c, task);
+  AddRunnable(c, 1);
   cpu.resched = false;
-  cpu.forced_idle = false;
-  int64_t slice = std::llround(params_.sched_latency_ms / tick_ / (NrRunning(c)));
+  if (cpu.forced_idle) SetForcedIdle(c, false);
+  // Rounded to the nearest tick (a positive number).
+  int64_t slice = static_cast<int64_t>(latency_ticks_ / NrRunning(c) + 0.5);
   cpu.slice_end = now_ + std::max(slice_min_ticks_, slice);
   if (t.woke_tick != kNone) {
     if (measuring_) stats_[t.vm].latency.Add(now_ - t.woke_tick);
@@ -53,19 +59,10 @@ void Engine::Preempt(int c) {
   Cpu& cpu = cpus_[c];
   if (cpu.curr == kNone) return;
   Enqueue(cpu.curr, c);
-  cpu.curr = kNone;
+  SetCurr(c, kNone);
+  AddRunnable(c, -1);
   cpu.idle_since = now_;
-}
-
-bool Engine::NeedsPick(int c) const {
-  const Cpu& cpu = cpus_[c];
-  if (cpu.curr == kNone) {
-    // A forced-idle CPU picks again when its sibling reschedules (which
-    // makes the core pick) or at the scheduler tick.
-    if (cpu.forced_idle) return !cpu.queue.empty() && now_ % balance_ticks_ == 0;
-    return !cpu.queue.empty();
-  }
-  return cpu.resched || now_ >= cpu.slice_end;
+  MarkStopped(c, now_);
 }
 
 // Index in c's queue of the task with the least vruntime (and `cookie`,
@@ -99,9 +96,10 @@ void Engine::PickCpu(int c) {
 }
 
 // Core-wide pick under core scheduling: the task that is most behind its
-// fair share decides the core's cookie; a running task keeps the core
-// against a challenger of another cookie unless the challenger is more
-// than a wake-up granularity behind it (CFS's rule for preemption).
+// fair share decides the core's cookie, the running one included. As in
+// the 2019 patch sets the published figures come from, there is no
+// wake-up granularity across siblings: a woken task with its sleeper
+// credit takes the core from a running task of another cookie.
 void Engine::PickCore(int core) {
   const int a = core;
   const int b = core + cores_;
@@ -115,13 +113,11 @@ void Engine::PickCore(int core) {
   struct Candidate {
     int task = kNone;
     double lag = 0;  // vruntime relative to its CPU's min_vruntime
-    bool incumbent = false;
   };
   auto candidate = [&](int c, bool need) {
     Candidate cand;
     if (!need) {
       cand.task = cpus_[c].curr;
-      cand.incumbent = cand.task != kNone;
     } else {
       int best = BestInQueue(c, kNone);
       if (best != kNone) cand.task = cpus_[c].queue[best];
@@ -147,15 +143,7 @@ void Engine::PickCore(int core) {
   } else if (tasks_[ca.task].cookie == tasks_[cb.task].cookie) {
     cookie = tasks_[ca.task].cookie;
   } else {
-    const double gran = params_.wakeup_granularity_ms;
-    bool a_wins;
-    if (ca.incumbent) {
-      a_wins = !(cb.lag + gran < ca.lag);
-    } else if (cb.incumbent) {
-      a_wins = ca.lag + gran < cb.lag;
-    } else {
-      a_wins = ca.lag <= cb.lag;
-    }
+    bool a_wins = ca.lag <= cb.lag;
     cookie = tasks_[a_wins ? ca.task : cb.task].cookie;
   }
   bool forcing = false;
@@ -169,7 +157,12 @@ void Engine::PickCore(int core) {
     if (best != kNone) {
       StartOnCpu(c, best);
     } else {
-      cpu.forced_idle = !cpu.queue.empty();
+      const bool was_forced = cpu.forced_idle;
+      SetForcedIdle(c, !cpu.queue.empty());
+      if (cpu.forced_idle && !was_forced) {
+        cpu.forced_since = now_;
+        MarkStopped(c, now_);
+      }
       forcing = forcing || cpu.forced_idle;
     }
   }
@@ -188,12 +181,13 @@ int Engine::SelectCpu(const Task& t) {
   const std::vector<int>& allowed = masks_[t.mask];
   int prev = Allowed(t, t.cpu) ? t.cpu : allowed[0];
   if (CoreIdle(prev)) return prev;
-  size_t start = std::lower_bound(allowed.begin(), allowed.end(), prev) - allowed.begin();
   const size_t n = allowed.size();
   const size_t limit = std::min(n, scan_limit_);
   int idle_fit = kNone;
-  for (size_t i = 0; i < limit; ++i) {
-    int c = allowed[(start + i) % n];
+  size_t next = scan_start_[t.mask][prev];
+  for (size_t i = 0; i < limit; ++i, ++next) {
+    if (next == n) next = 0;
+    int c = allowed[next];
     if (!CpuIdle(c)) continue;
     if (CoreIdle(c)) return c;
     if (idle_fit == kNone && (!cookie_aware_ || CookieFits(t, c))) idle_fit = c;
@@ -207,23 +201,41 @@ int Engine::SelectCpu(const Task& t) {
 // may run; under core scheduling only one whose cookie matches what the
 // sibling runs (the kernel's cookie steal for forced-idle siblings).
 void Engine::PullToIdle() {
-  const bool periodic = now_ % balance_ticks_ == 0;
-  // A CPU with one waiting task and nothing running picks it itself,
-  // unless it is forced idle: only the others give tasks away.
-  sources_.clear();
-  for (int s = 0; s < 2 * cores_; ++s) {
-    if (!cpus_[s].queue.empty() && (NrRunning(s) >= 2 || cpus_[s].forced_idle)) {
-      sources_.push_back(s);
+  // A CPU pulls when it has just gone idle (newidle balance) or has just
+  // been forced idle (the forced-newidle cookie steal, done when the core
+  // picks), else only at the balance tick (nohz idle balance). Between
+  // balance ticks only the CPUs that stopped running a task in this tick
+  // can pull; they are listed as they stop, in CPU order here.
+  pullers_.clear();
+  if (balance_tick_) {
+    for (int c = 0; c < 2 * cores_; ++c) {
+      if (cpus_[c].online && cpus_[c].curr == kNone) pullers_.push_back(c);
+    }
+  } else {
+    const std::vector<uint64_t>& stopped = stopped_[now_ & 1];
+    for (size_t w = 0; w < stopped.size(); ++w) {
+      for (uint64_t bits = stopped[w] & ~run_bits_[w]; bits != 0; bits &= bits - 1) {
+        const int c = static_cast<int>(64 * w) + __builtin_ctzll(bits);
+        const Cpu& cpu = cpus_[c];
+        const bool just_forced = cpu.forced_idle && cpu.forced_since == now_;
+        if (just_forced || cpu.idle_since == now_) pullers_.push_back(c);
+      }
     }
   }
-  if (sources_.empty()) return;
-  for (int c = 0; c < 2 * cores_ && queued_ > 0; ++c) {
+  // A CPU with one waiting task and nothing running picks it itself,
+  // unless it is forced idle: only the others give tasks away. Listed
+  // when a puller first needs them.
+  bool listed = false;
+  auto overloaded = [&] {  // a CPU has two or more runnable tasks
+    for (uint64_t word : two_bits_) {
+      if (word != 0) return true;
+    }
+    return false;
+  };
+  for (int c : pullers_) {
+    if (queued_ == 0) break;
     Cpu& cpu = cpus_[c];
-    if (!cpu.online || cpu.curr != kNone) continue;
-    // A CPU pulls when it has just gone idle (newidle balance) or while
-    // it is forced idle (the kernel's cookie steal), else only at the
-    // balance tick (nohz idle balance).
-    if (!periodic && !cpu.forced_idle && cpu.idle_since != now_) continue;
+    if (cpu.curr != kNone) continue;
     if (!cpu.queue.empty() && !cpu.forced_idle) continue;
     int want = kNone;
     if (mode_ == SmtMode::kCoreSched && (cookie_aware_ || cpu.forced_idle)) {
@@ -231,13 +243,27 @@ void Engine::PullToIdle() {
       if (other != kNone) want = tasks_[other].cookie;
     }
     if (want != kNone && queued_per_cookie_[want] == 0) continue;
+    if (want == kNone && !overloaded()) continue;  // nothing to balance
+    if (!listed) {
+      // Two or more runnable means one queued; forced idle means none runs.
+      sources_.clear();
+      for (size_t w = 0; w < two_bits_.size(); ++w) {
+        for (uint64_t bits = two_bits_[w] | (one_bits_[w] & forced_bits_[w]); bits != 0;
+             bits &= bits - 1) {
+          sources_.push_back(static_cast<int>(64 * w) + __builtin_ctzll(bits));
+        }
+      }
+      listed = true;
+    }
     int best_cpu = kNone;
     int best_index = kNone;
     int best_load = 0;
     for (int s : sources_) {
-      if (s == c || cpus_[s].queue.empty()) continue;
       int load = NrRunning(s);
-      if (load <= best_load) continue;
+      // Load balancing leaves a CPU's only task where it is; the cookie
+      // steal takes it from a forced-idle CPU.
+      if (want == kNone && load < 2) continue;
+      if (load <= best_load || s == c || cpus_[s].queue.empty()) continue;
       const auto& q = cpus_[s].queue;
       for (size_t i = 0; i < q.size(); ++i) {
         const Task& t = tasks_[q[i]];

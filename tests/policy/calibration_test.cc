@@ -1,9 +1,8 @@
 // The simulator against CALIBRATION.md, with the default (global)
 // parameters and the shipped scenarios: directions and rough sizes as
-// issue 5 asks. Deterministic (fixed seeds); runs shortened to 8 s.
-// Targets the model does not reproduce yet (A1, A2's coresched cost, B's
-// nosmt at 32/32) are listed with the figures it gives in
-// docs/scenarios.md, "Calibration", until the model reproduces them.
+// issue 5 asks. Deterministic (fixed seeds); runs shortened to 8 s. The
+// one target the model does not reproduce (B's nosmt at 32/32) is listed
+// with the figure it gives in docs/scenarios.md, "Calibration".
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -45,13 +44,23 @@ TEST(Calibration, A3FullNodeCoreSchedCostsNothingNoSmtALot) {
   auto rel = Relative(Load("a3-linpack-full"), {Mode::kVm, Mode::kNoSmt});
   EXPECT_GT(rel[Mode::kVm], 0.97);
   EXPECT_LT(rel[Mode::kVm], 1.03);
-  EXPECT_LT(rel[Mode::kNoSmt], 0.85);
+  EXPECT_LE(rel[Mode::kNoSmt], 0.85);
 }
 
-TEST(Calibration, A2HalfNodeNoSmtCosts5To20Percent) {
-  auto rel = Relative(Load("a2-linpack-half"), {Mode::kNoSmt});
-  EXPECT_LT(rel[Mode::kNoSmt], 0.95);
-  EXPECT_GT(rel[Mode::kNoSmt], 0.80);
+TEST(Calibration, A2HalfNodeCoreSchedAndNoSmtBothCost5To20Percent) {
+  auto rel = Relative(Load("a2-linpack-half"), {Mode::kVm, Mode::kNoSmt});
+  for (Mode m : {Mode::kVm, Mode::kNoSmt}) {
+    SCOPED_TRACE(ModeName(m));
+    EXPECT_LE(rel[m], 0.95);
+    EXPECT_GE(rel[m], 0.80);
+  }
+}
+
+TEST(Calibration, A1BusyVmAmongSmallOnesCoreSchedBetweenNoSmtLosesAThird) {
+  auto rel = Relative(Load("a1-mysql"), {Mode::kVm, Mode::kNoSmt});
+  EXPECT_LT(rel[Mode::kVm], 1.0);
+  EXPECT_GT(rel[Mode::kVm], rel[Mode::kNoSmt]);
+  EXPECT_LE(rel[Mode::kNoSmt], 0.70);
 }
 
 TEST(Calibration, BCoreSchedKeepsAvxAwayFromTheNonAvxClass) {
@@ -61,8 +70,9 @@ TEST(Calibration, BCoreSchedKeepsAvxAwayFromTheNonAvxClass) {
     EXPECT_GE(rel[Mode::kVm], 1.0);
     EXPECT_LT(rel[Mode::kNoSmt], rel[Mode::kVm]);
   }
+  // Published -34.6%; at 32/32 (-5.2%) the model gives +0.5% (see the doc).
   auto rel = Relative(Load("b-avx-64"), {Mode::kNoSmt});
-  EXPECT_LT(rel[Mode::kNoSmt], 0.93);
+  EXPECT_LE(rel[Mode::kNoSmt], 0.90);
 }
 
 TEST(Calibration, BBelowSaturationAllModesAreEqual) {
@@ -71,10 +81,25 @@ TEST(Calibration, BBelowSaturationAllModesAreEqual) {
   EXPECT_NEAR(rel[Mode::kNoSmt], 1.0, 0.01);
 }
 
+// Issue 5, "done when": in A1, where one cookie per VM costs the busy VM,
+// the policy recovers at least half of the gap between vm and smt (by
+// pinning it to whole cores away from the small VMs).
+TEST(Calibration, A1PolicyRecoversAtLeastHalfOfWhatVmLoses) {
+  Scenario s = Load("a1-mysql");
+  auto smt = RunMode(s, Mode::kSmt);
+  auto vm = RunMode(s, Mode::kVm);
+  auto policy = RunMode(s, Mode::kPolicy);
+  ASSERT_TRUE(smt.ok() && vm.ok() && policy.ok());
+  const double s_tp = smt->result.measured_throughput;
+  const double v_tp = vm->result.measured_throughput;
+  const double p_tp = policy->result.measured_throughput;
+  ASSERT_LT(v_tp, s_tp);
+  EXPECT_GE(p_tp - v_tp, 0.5 * (s_tp - v_tp)) << "policy chose " << policy->plan->chosen;
+}
+
 // Issue 5, "done when": in every shipped scenario the policy mode keeps
 // cross-tenant sibling time at 0 and loses no more throughput than the
-// better of vm and nosmt (1% tolerance: the plan is predicted with another
-// seed and a shorter run than the one that measures it).
+// better of vm and nosmt.
 class PolicyMode : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PolicyMode, IsolatesTenantsAndLosesNoMoreThanVmOrNoSmt) {
@@ -85,7 +110,7 @@ TEST_P(PolicyMode, IsolatesTenantsAndLosesNoMoreThanVmOrNoSmt) {
   ASSERT_TRUE(policy.ok() && vm.ok() && nosmt.ok()) << policy.status();
   EXPECT_EQ(policy->result.cross_tenant_pct, 0);
   double better = std::max(vm->result.total_throughput, nosmt->result.total_throughput);
-  EXPECT_GE(policy->result.total_throughput, better * 0.99)
+  EXPECT_GE(policy->result.total_throughput, better)
       << "policy chose " << policy->plan->chosen;
 }
 

@@ -26,6 +26,7 @@ vms:
     tenant: acme
     workload: {kind: avx, util: 0.5}
     measure: false
+    coupled: false
 )";
 
 TEST(ParseScenarioYaml, ReadsTheMinimumKeys) {
@@ -40,6 +41,8 @@ TEST(ParseScenarioYaml, ReadsTheMinimumKeys) {
   EXPECT_EQ(s->vms[0].workload.kind, WorkloadKind::kInteractive);
   EXPECT_DOUBLE_EQ(s->vms[0].workload.work_ms, 0.5);
   EXPECT_FALSE(s->vms[1].measure);
+  EXPECT_TRUE(s->vms[0].coupled);
+  EXPECT_FALSE(s->vms[1].coupled);
   EXPECT_DOUBLE_EQ(s->vms[1].workload.DeclaredLoad(), 0.5);
 }
 
@@ -53,6 +56,7 @@ TEST(ExpandInstances, NamesCountsAndGivesPerVmTenants) {
   EXPECT_EQ(vms[1].tenant, "web-1");
   EXPECT_EQ(vms[2].name, "batch");
   EXPECT_EQ(vms[2].tenant, "acme");
+  EXPECT_FALSE(vms[2].coupled);
 }
 
 std::string Error(const std::string& yaml) {

@@ -108,10 +108,28 @@ TEST(Simulate, PinningIsRespected) {
   config.pin_cpus = {{0, 4}, {1, 2, 3, 5, 6, 7}};  // a: one core for 4 vCPUs
   SimResult r = RunIn(s, SmtMode::kSmt, &config);
   const SimParams params;
-  EXPECT_NEAR(r.vms[0].throughput, 2 * params.smt_share_cpu, 0.01);
+  // Two of a's vCPUs always wait for a CPU: the running two lose
+  // vcpu_coupling of their speed waiting for them.
+  EXPECT_NEAR(r.vms[0].throughput,
+              2 * params.smt_share_cpu * (1 - params.vcpu_coupling), 0.01);
   // 4 vCPUs on 3 cores: two alone, two paired.
   EXPECT_NEAR(r.vms[1].throughput, 2 + 2 * params.smt_share_cpu, 0.01);
   EXPECT_NEAR(r.vms[0].same_pct, 100, 1e-6);
+}
+
+// The vCPUs of one guest wait for each other; independent processes
+// (coupled: false) and a VM whose vCPUs all run do not.
+TEST(Simulate, WaitingVcpusSlowTheirGuestOnly) {
+  Scenario s = Host(4);
+  s.vms = {Vm("guest", 3, Cpu()), Vm("procs", 3, Cpu()), Vm("roomy", 2, Cpu())};
+  s.vms[1].coupled = false;
+  SimConfig config;
+  config.pin_cpus = {{0}, {1}, {2, 3}};  // three threads on one CPU each
+  SimResult r = RunIn(s, SmtMode::kNoSmt, &config);
+  const SimParams params;
+  EXPECT_NEAR(r.vms[0].throughput, 1 - params.vcpu_coupling, 0.01);
+  EXPECT_NEAR(r.vms[1].throughput, 1, 0.01);
+  EXPECT_NEAR(r.vms[2].throughput, 2, 0.01);
 }
 
 TEST(Simulate, InteractiveAndPeriodicCountRequests) {
