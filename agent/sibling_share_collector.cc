@@ -164,17 +164,20 @@ void SiblingShareCollector::RefreshVms(bool force) {
   const auto now = std::chrono::steady_clock::now();
   const int64_t version = options_.vms_version ? options_.vms_version() : vms_version_;
   if (!force && now < next_refresh_ && version == vms_version_) return;
-  next_refresh_ = now + options_.vm_refresh_interval;
-  vms_version_ = version;
   absl::StatusOr<std::vector<CollectedVm>> vms = vms_source_();
-  if (!vms.ok()) {
-    // At start the first reconcile pass is usually still running.
-    if (!force) {
+  if (vms.ok()) {
+    next_refresh_ = now + options_.vm_refresh_interval;
+    vms_version_ = version;
+  } else {
+    // Asked again at the next poll. At start the first reconcile pass is
+    // usually still running: nothing to warn about.
+    if (vms_known_) {
       LOG_EVERY_T(WARNING, 60) << "collector keeps the previous VM list: " << vms.status();
     }
     return;
   }
   vms_ = std::move(*vms);
+  vms_known_ = true;
   absl::flat_hash_map<std::string, GroupId> previous = std::move(vm_groups_);
   vm_groups_.clear();
   for (const CollectedVm& vm : vms_) {
@@ -211,6 +214,7 @@ void SiblingShareCollector::RefreshVms(bool force) {
     calculator_->SetSharingKey(group, key);
     for (int tid : vm.tids) tid_group_[tid] = group;
   }
+  calculator_->Reclassify();
 }
 
 int64_t SiblingShareCollector::Poll() {
@@ -255,12 +259,20 @@ int64_t SiblingShareCollector::Poll() {
   }
   const int64_t window_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.window).count();
-  if (watermark_ns_ - window_start_ns_ >= window_ns) CloseWindow();
+  if (!vms_known_ || watermark_ns_ - window_start_ns_ >= window_ns) CloseWindow();
   return events;
 }
 
 void SiblingShareCollector::CloseWindow() {
   if (!opened_) return;
+  if (!vms_known_) {
+    // Until the agent's first reconcile pass names the VMs (seconds on a
+    // busy host), every VM thread would count as the host's: the events
+    // only set each CPU's state, and the first window starts after.
+    calculator_->TakeWindow(watermark_ns_);
+    window_start_ns_ = watermark_ns_;
+    return;
+  }
   FinishWindow(calculator_->TakeWindow(watermark_ns_));
   window_start_ns_ = watermark_ns_;
   for (GroupId group : leaving_groups_) {

@@ -165,6 +165,8 @@ class SiblingShareCollector {
   int64_t events_read_ = 0;
   int64_t lost_pages_reported_ = 0;
   bool opened_ = false;
+  // Whether a VM list has been had yet (the agent's first reconcile pass).
+  bool vms_known_ = false;
 
   std::mutex mu_;
   std::condition_variable wake_;

@@ -18,12 +18,14 @@ void StatsWindowQueue::Push(v1::StatsWindow window) {
   windows_.emplace_back(next_sequence_++, std::move(window));
 }
 
-StatsBatch StatsWindowQueue::Peek() const {
+StatsBatch StatsWindowQueue::Peek(size_t max_bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   StatsBatch batch;
   batch.dropped_windows = dropped_;
-  batch.windows.reserve(windows_.size());
+  size_t bytes = 0;
   for (const auto& [sequence, window] : windows_) {
+    bytes += window.ByteSizeLong();
+    if (!batch.windows.empty() && bytes > max_bytes) break;
     if (batch.windows.empty()) batch.first_sequence = sequence;
     batch.windows.push_back(window);
     batch.last_sequence = sequence;

@@ -37,9 +37,15 @@ class StatsWindowQueue {
 
   // Appends `window`, dropping the oldest when full.
   void Push(v1::StatsWindow window);
-  // The pending windows and the count dropped since the last acknowledged
-  // batch. The windows stay queued until Acknowledge.
-  StatsBatch Peek() const;
+  // What one Report carries of windows at most, in serialized bytes: a
+  // host of thousands of VMs makes windows of tens of KiB, and 120 of them
+  // would pass gRPC's 4 MiB message limit. The rest go with later Reports.
+  static constexpr size_t kMaxBatchBytes = size_t{1} << 20;
+
+  // The pending windows, oldest first, as many as fit in `max_bytes` (at
+  // least one), and the count dropped since the last acknowledged batch.
+  // The windows stay queued until Acknowledge.
+  StatsBatch Peek(size_t max_bytes = kMaxBatchBytes) const;
   // csd accepted `batch`: its windows leave the queue (those still in it),
   // and its dropped count is settled.
   void Acknowledge(const StatsBatch& batch);

@@ -100,6 +100,21 @@ void SiblingShareCalculator::Refresh(int core, int64_t now) {
                                                                 : CoreClass::kOneIdle;
 }
 
+void SiblingShareCalculator::Reclassify() {
+  for (int core = 0; core < static_cast<int>(cores_.size()); ++core) {
+    if (!cores_[core].started) continue;
+    for (int cpu : topology_.core_cpus(core)) {
+      CpuState& st = cpus_[cpu];
+      if (st.group >= kIdle) continue;  // idle or unknown: no thread to ask about
+      GroupId group = classifier_(st.tid);
+      if (group >= kIdle) group = kHostGroup;
+      st.group = group;
+      Stats(group);
+    }
+    Refresh(core, cores_[core].last_ns);
+  }
+}
+
 void SiblingShareCalculator::Add(const SchedSwitch& ev) {
   ++window_.events;
   // A negative time is no trace clock's (a corrupt record, or a 64-bit

@@ -111,6 +111,12 @@ class SiblingShareCalculator {
   // next event.
   void SetSharingKey(GroupId group, SharingKey key);
 
+  // The classifier's answers changed (the collector has a new VM list):
+  // each CPU's running thread is classified again, and the sharing keys
+  // take effect, from each core's last event on. A thread that was running
+  // when it joined a VM counts for the VM for the whole of that run.
+  void Reclassify();
+
   // Accounts time up to `end_ns` (each core's state holds until then),
   // returns what was accumulated since the last window, and starts a new
   // window at `end_ns`. Events older than `end_ns` that arrive later count

@@ -57,7 +57,11 @@ class CollectorTest : public ::testing::Test {
                                               SiblingShareCollectorOptions options = {}) {
     return std::make_unique<SiblingShareCollector>(
         options, std::move(topology), &trace_, &fs_,
-        [this]() -> absl::StatusOr<std::vector<CollectedVm>> { return vms_; }, &queue_);
+        [this]() -> absl::StatusOr<std::vector<CollectedVm>> {
+          if (!vms_status_.ok()) return vms_status_;
+          return vms_;
+        },
+        &queue_);
   }
 
   // Serves `events` as the ring-buffer pages of their CPUs.
@@ -78,6 +82,7 @@ class CollectorTest : public ::testing::Test {
   FakeHostFs fs_;
   StatsWindowQueue queue_;
   std::vector<CollectedVm> vms_;
+  absl::Status vms_status_;
   telemetry::SchedSwitchLayout layout_;
 };
 
@@ -389,6 +394,32 @@ TEST_F(CollectorTest, WithALagEventsWaitForTheNextPollSoANewThreadIsKnownByThen)
   trace_.SetNowNs(kT + 2000 + 102'000'000);
   collector->Poll();
   collector->CloseWindow();
+  const v1::VMStats* a = Vm(*queue_.latest(), "vm-a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->share().run_ns(), 1000);
+}
+
+TEST_F(CollectorTest, TheFirstWindowStartsOnceTheVmsAreKnown) {
+  vms_status_ = absl::UnavailableError("no reconcile pass yet");
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}));
+  trace_.SetNowNs(kT);
+  ASSERT_TRUE(collector->Open().ok());
+  // vm-a's thread runs before the agent has named any VM: not counted, and
+  // no window (it would say the host ran everything).
+  Serve({Ev(0, 0, 0, 100)});
+  trace_.SetNowNs(kT + 1000 + 2'000'000);
+  collector->Poll();
+  collector->CloseWindow();
+  EXPECT_EQ(queue_.size(), 0u);
+  // The first pass names it; the run since counts, and the window starts
+  // where the unknown time ended.
+  vms_status_ = absl::OkStatus();
+  Serve({Ev(2000, 0, 100, 0)});
+  trace_.SetNowNs(kT + 3000 + 3'000'000);
+  collector->Poll();
+  collector->CloseWindow();
+  ASSERT_EQ(queue_.size(), 1u);
+  EXPECT_EQ(queue_.latest()->start_unix_ns(), kUnixOffset + kT + 1000);
   const v1::VMStats* a = Vm(*queue_.latest(), "vm-a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->share().run_ns(), 1000);

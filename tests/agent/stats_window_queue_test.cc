@@ -36,6 +36,26 @@ TEST(StatsWindowQueue, WindowsStayUntilAcknowledged) {
   EXPECT_EQ(queue.Peek().dropped_windows, 0);
 }
 
+TEST(StatsWindowQueue, ABatchStaysWithinItsByteBudgetAndTheRestFollows) {
+  StatsWindowQueue queue;
+  // Windows of a host with many VMs.
+  for (int64_t start = 1; start <= 5; ++start) {
+    v1::StatsWindow w = Window(start);
+    for (int vm = 0; vm < 5000; ++vm) w.add_vms()->set_vm_id("vm-" + std::to_string(vm));
+    queue.Push(std::move(w));
+  }
+  const size_t one = queue.latest()->ByteSizeLong();
+  StatsBatch first = queue.Peek(2 * one + one / 2);
+  EXPECT_EQ(Starts(first), (std::vector<int64_t>{1, 2}));
+  queue.Acknowledge(first);
+  EXPECT_EQ(Starts(queue.Peek(2 * one + one / 2)), (std::vector<int64_t>{3, 4}));
+  // A window bigger than the budget still goes, alone.
+  EXPECT_EQ(Starts(queue.Peek(1)), (std::vector<int64_t>{3}));
+  EXPECT_GT(StatsWindowQueue::kMaxWindows * one, size_t{4} << 20)
+      << "120 such windows would pass gRPC's default 4 MiB limit";
+  EXPECT_LE(queue.Peek().windows.size() * one, StatsWindowQueue::kMaxBatchBytes);
+}
+
 TEST(StatsWindowQueue, DropsTheOldestAndReportsHowManyOnce) {
   StatsWindowQueue queue(2);
   for (int i = 1; i <= 5; ++i) queue.Push(Window(i));

@@ -192,6 +192,26 @@ TEST(SiblingShareCalculator, CpuWithoutSiblingsSharesWithNothing) {
 // The live collector's case: groups are VMs, keys their trust groups. Two
 // VMs of one trust group are "same" to each other and keep their own stats;
 // a third VM or a host task stays foreign.
+TEST(SiblingShareCalculator, ReclassifyGivesARunningThreadItsNewGroup) {
+  // Thread 30 is unknown (a host task) until the classifier learns it is A's.
+  std::map<int32_t, GroupId> groups = {{10, kA}};
+  SiblingShareCalculator calc(OneCore(), [&groups](int32_t tid) -> GroupId {
+    auto it = groups.find(tid);
+    return it == groups.end() ? kHostGroup : it->second;
+  });
+  calc.Add(Ev(0, 0, 0, 10));
+  calc.Add(Ev(0, 1, 0, 30));
+  calc.Add(Ev(100, 0, 10, 10));  // an event on the core at 100
+  groups[30] = kA;
+  calc.Reclassify();
+  calc.Add(Ev(300, 1, 30, 0));
+  calc.Add(Ev(300, 0, 10, 0));
+  SiblingShareWindow w = calc.TakeWindow();
+  // From the core's last event before the change (100) on, 30 is A's: 200
+  // ns of its run, all beside A (same); before that A ran beside the host.
+  ExpectStats(w.groups[kA], Expect(500, 400, 0, 100, 0, 1, 100));
+}
+
 TEST(SiblingShareCalculator, GroupsOfOneSharingKeyAreSame) {
   constexpr GroupId kC = 3;
   SiblingShareCalculator calc(OneCore(), [](int32_t tid) -> GroupId {

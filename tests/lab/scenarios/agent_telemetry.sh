@@ -129,7 +129,7 @@ lab_crosscheck_end vm-1="$vm1" vm-2="$vm2"
 # other runs, so both have plenty.
 grep -q 'forced idle of the VM in cgroup /machine/vm-1 comes from its cpu.stat' /tmp/agent.log ||
   lab_fail "the agent did not read vm-1's forced idle from its cgroup"
-cgroup_ns=$(awk '$1 == "core_sched.force_idle_usec" {printf "%d", $2 * 1000}' /sys/fs/cgroup/machine/vm-1/cpu.stat)
+cgroup_ns=$(awk '$1 == "core_sched.force_idle_usec" {printf "%.0f", $2 * 1000}' /sys/fs/cgroup/machine/vm-1/cpu.stat)
 f1=$(lab_vm_figure /tmp/live.json vm-1 forced_idle_ns)
 f2=$(lab_vm_figure /tmp/live.json vm-2 forced_idle_ns)
 lab_result "forced idle" "vm-1 ${f1:-none} ns (cgroup, whose count since it was made is ${cgroup_ns:-none} ns), vm-2 ${f2:-none} ns (threads)"
