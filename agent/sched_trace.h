@@ -18,11 +18,11 @@ namespace cosched::agent {
 
 struct SchedTraceOptions {
   // Per-CPU ring buffer of the agent's own trace. It must hold what a CPU
-  // writes between two reads (SiblingShareCollectorOptions::poll_interval,
-  // 500 ms): 1 MiB is ~15 k sched_switch records (68 bytes each), so a CPU
-  // may switch ~30 k times/s before events are lost, against ~1.6 k/s per
-  // CPU on a full KVM node (155 k/s over 96 CPUs). A busier host raises it
-  // (telemetry.buffer_size_kb); losses show in StatsWindow.lost_events.
+  // writes between two reads (SiblingShareCollectorOptions: 500 ms, 100 ms
+  // while a buffer is a quarter full): 1 MiB is ~15 k sched_switch records
+  // (68 bytes each), so a CPU may switch ~150 k times/s before events are
+  // lost, against ~1.6 k/s per CPU on a full KVM node (155 k/s over 96
+  // CPUs). Losses show in StatsWindow.lost_events.
   int buffer_size_kb = 1024;
   // The ring buffer's sub-buffer (what one read of trace_pipe_raw returns
   // at most), on kernels that can size it (6.8+, buffer_subbuf_size_kb);

@@ -24,8 +24,13 @@
 //
 // Not the collector's: the cost of writing each event into the ring buffer,
 // paid by the kernel in the switching task itself. With --max-seconds the
-// pairs first run unthrottled without and then with the trace on (no
-// reader), and the difference in time per switch is that cost.
+// pairs first run unthrottled without and with the trace on (no reader),
+// and the difference in time per switch is that cost.
+//
+// With --node-cpus N the pairs switch at a N-CPU node's rate per CPU, and
+// the collector's cost per event there (polls, empty reads and cold caches
+// included) is priced at --rate: what this 2-CPU machine can say about a
+// node's per-CPU overheads.
 //
 // Printed, not asserted.
 #include <linux/futex.h>
@@ -250,10 +255,10 @@ int Main(int argc, char** argv) {
   app.add_option("--buffer-kb", buffer_kb, "per-CPU ring buffer; 0: the agent's default");
   app.add_option("--subbuf-kb", subbuf_kb, "ring-buffer sub-buffer; 0: the agent's default");
   app.add_option("--max-seconds", max_seconds,
-                 "unthrottled runs without and with tracing first; 0 skips them");
+                 "unthrottled runs without and with tracing first (3 of each); 0 skips them");
   app.add_option("--node-cpus", node_cpus,
                  "emulate the per-CPU density of a node of this many CPUs: run at "
-                 "rate x CPUs here / node-cpus and scale the cost up by node-cpus / CPUs here");
+                 "rate x CPUs here / node-cpus, and price its cost per event at --rate");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) {
     std::fprintf(stderr, "needs root (tracefs)\n");
@@ -281,15 +286,22 @@ int Main(int argc, char** argv) {
               options.trace.buffer_size_kb, options.trace.subbuf_size_kb, window_s);
 
   if (max_seconds > 0) {
-    const MaxRate plain = RunFlatOut(cpus, max_seconds);
-    auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
-    absl::StatusOr<SchedTraceFormat> started = trace->Start(options.trace);
-    if (!started.ok()) {
-      std::fprintf(stderr, "trace: %s\n", started.status().ToString().c_str());
-      return 1;
+    // Other tasks of the machine take CPU time from the pairs at random:
+    // three runs each way, alternating, and the fastest of each.
+    MaxRate plain, traced;
+    for (int round = 0; round < 3; ++round) {
+      const MaxRate p = RunFlatOut(cpus, max_seconds);
+      if (p.passes_per_s > plain.passes_per_s) plain = p;
+      auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
+      absl::StatusOr<SchedTraceFormat> started = trace->Start(options.trace);
+      if (!started.ok()) {
+        std::fprintf(stderr, "trace: %s\n", started.status().ToString().c_str());
+        return 1;
+      }
+      const MaxRate t = RunFlatOut(cpus, max_seconds);
+      trace->Stop();
+      if (t.passes_per_s > traced.passes_per_s) traced = t;
     }
-    const MaxRate traced = RunFlatOut(cpus, max_seconds);
-    trace->Stop();
     const double n = static_cast<double>(cpus.size());
     // Each CPU runs one pair flat out: its time per switch is 1 / (its rate).
     const double plain_ns = 1e9 * n / plain.passes_per_s;
@@ -310,9 +322,6 @@ int Main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(mu);
     samples.push_back(s);
   };
-  // Per-CPU costs (reads of each buffer, its events) scale with the CPUs;
-  // per-poll ones (the clock, the VM list) do not, so the scaled figure is
-  // an upper bound.
   const double scale = node_cpus > 0 ? static_cast<double>(node_cpus) / cpus.size() : 1.0;
   const double run_rate = rate / scale;
   Workload workload(cpus);
@@ -367,10 +376,14 @@ int Main(int argc, char** argv) {
               static_cast<long long>(pages_after_loss),
               static_cast<long long>(lost - pages_after_loss));
   if (node_cpus > 0) {
-    std::printf("a %d-CPU node at %.0f switches/s (this machine's per-CPU cost x %.1f): "
-                "%.3f%% of one core at most\n",
-                node_cpus, events / span_s * scale, scale,
-                100.0 * (b.thread_cpu_ns - a.thread_cpu_ns) / 1e9 / span_s * scale);
+    // Per event at a node's density per CPU, polls and reads included; the
+    // per-poll costs that do not grow with CPUs are spread over 1/scale of
+    // a node's events, so this errs high.
+    const double ns_per_event = (b.thread_cpu_ns - a.thread_cpu_ns) / static_cast<double>(events);
+    std::printf("per CPU: %.0f events/s here (a %d-CPU node at %.0f/s has %.0f); "
+                "that cost per event at %.0f switches/s: %.3f%% of one core\n",
+                events / span_s / cpus.size(), node_cpus, rate, rate / node_cpus, rate,
+                100.0 * ns_per_event * rate / 1e9);
   }
   return 0;
 }
