@@ -58,7 +58,7 @@ struct SiblingShareCollectorOptions {
   // poll and CPU on top of the cost per event. 500 ms (was 100) and 16 KiB
   // sub-buffers took the collector from 0.75-1.18% to 0.63-0.83% of a core
   // at 155 k switches/s on the build machine's kernel, and from 3.1% to
-  // 1.6% priced at a 96-CPU node's density per CPU
+  // 1.2-1.6% priced at a 96-CPU node's density per CPU
   // (tests/bench/collector_cpu_bench.cc; README, "Sibling-sharing
   // collector"). The windows (10 s) do not depend on it.
   std::chrono::milliseconds poll_interval{500};
