@@ -17,10 +17,12 @@
 // instance), the real SiblingShareCollector with its own thread, every
 // pair a VM of its own trust group, windows of --window-s. Its options are
 // the agent's defaults unless a flag says otherwise (0 = default). The
-// collector thread's CPU time (user and system, getrusage(RUSAGE_THREAD))
-// is sampled in its on_window callback, which runs on that thread, so the
-// figure is exactly that thread's, kernel side of the reads included, from
-// the end of the first window to the end of the last.
+// collector thread's CPU time (CLOCK_THREAD_CPUTIME_ID, and its user and
+// system split from getrusage(RUSAGE_THREAD), which the kernel estimates
+// from timer ticks, so often all one or the other) is sampled in its
+// on_window callback, which runs on that thread, so the figure is exactly
+// that thread's, kernel side of the reads included, from the end of the
+// first window to the end of the last.
 //
 // Not the collector's: the cost of writing each event into the ring buffer,
 // paid by the kernel in the switching task itself. With --max-seconds the
