@@ -83,7 +83,7 @@ struct AgentOptions {
   bool telemetry = false;
   SchedTraceOptions trace;
   bool enable_schedstats = false;
-  std::chrono::milliseconds telemetry_poll_interval{100};
+  std::chrono::milliseconds telemetry_poll_interval = SiblingShareCollectorOptions{}.poll_interval;
   // Null: the kernel's tracefs.
   std::shared_ptr<SchedTrace> sched_trace;
 

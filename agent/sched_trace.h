@@ -17,10 +17,20 @@
 namespace cosched::agent {
 
 struct SchedTraceOptions {
-  // Per-CPU ring buffer of the agent's own trace. At 155 k switches/s over
-  // a host (a few thousand per CPU per second, 64-byte records) 1 MiB holds
-  // several seconds, far above the 100 ms between reads.
+  // Per-CPU ring buffer of the agent's own trace. It must hold what a CPU
+  // writes between two reads (SiblingShareCollectorOptions: 500 ms, 100 ms
+  // while a buffer is a quarter full): 1 MiB is ~15 k sched_switch records
+  // (68 bytes each), so a CPU may switch ~150 k times/s before events are
+  // lost, against ~1.6 k/s per CPU on a full KVM node (155 k/s over 96
+  // CPUs). Losses show in StatsWindow.lost_events.
   int buffer_size_kb = 1024;
+  // The ring buffer's sub-buffer (what one read of trace_pipe_raw returns
+  // at most), on kernels that can size it (6.8+, buffer_subbuf_size_kb);
+  // 0 keeps the kernel's (one page). Ignored, with a log line, elsewhere.
+  // 16 KiB: a quarter of the reads of 4 KiB pages for the same events,
+  // and each read's cost is mostly per call, not per byte
+  // (tests/bench/collector_cpu_bench.cc, README "Sibling-sharing collector").
+  int subbuf_size_kb = 16;
 };
 
 // What a started trace publishes about itself, read from the kernel.

@@ -153,6 +153,19 @@ class TracefsSchedTrace : public SchedTrace {
     if (options.buffer_size_kb <= 0)
       return absl::InvalidArgumentError(
           absl::StrCat("buffer_size_kb must be positive, got ", options.buffer_size_kb));
+    if (options.subbuf_size_kb < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("subbuf_size_kb must not be negative, got ", options.subbuf_size_kb));
+    // Before the buffer's size, which the kernel rounds to whole sub-buffers.
+    const std::string subbuf_path = instance_ + "/buffer_subbuf_size_kb";
+    if (options.subbuf_size_kb > 0) {
+      if (access(subbuf_path.c_str(), F_OK) == 0) {
+        RETURN_IF_ERROR(WriteControl(subbuf_path, absl::StrCat(options.subbuf_size_kb)));
+      } else {
+        LOG(INFO) << "this kernel cannot size ring-buffer sub-buffers (no " << subbuf_path
+                  << "); they stay one page";
+      }
+    }
     RETURN_IF_ERROR(WriteControl(instance_ + "/buffer_size_kb",
                                  absl::StrCat(options.buffer_size_kb)));
     RETURN_IF_ERROR(WriteControl(instance_ + "/trace_clock", "mono"));
@@ -162,7 +175,7 @@ class TracefsSchedTrace : public SchedTrace {
     format->page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     // Kernels since 6.8 can make sub-buffers larger than a page; a read of
     // trace_pipe_raw returns one sub-buffer.
-    absl::StatusOr<std::string> subbuf = ReadFileToString(instance_ + "/buffer_subbuf_size_kb");
+    absl::StatusOr<std::string> subbuf = ReadFileToString(subbuf_path);
     size_t kb = 0;
     if (subbuf.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*subbuf), &kb) && kb > 0)
       format->page_size = kb * 1024;

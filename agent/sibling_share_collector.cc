@@ -135,7 +135,7 @@ void SiblingShareCollector::Run() {
     lock.unlock();
     Poll();
     lock.lock();
-    next += options_.poll_interval;
+    next += next_poll_delay();
     // After a stall, poll again at once but do not try to catch up.
     next = std::max(next, std::chrono::steady_clock::now());
     wake_.wait_until(lock, next, [this] { return stopping_; });
@@ -228,11 +228,13 @@ int64_t SiblingShareCollector::Poll() {
   int64_t events = 0;
   // At most one buffer's worth per CPU and poll, so a flood cannot keep the
   // loop on one CPU; what is left waits for the next poll.
-  const size_t max_pages =
-      static_cast<size_t>(options_.trace.buffer_size_kb) * 1024 / format_.page_size + 1;
+  const size_t buffer_pages = std::max<size_t>(
+      1, static_cast<size_t>(options_.trace.buffer_size_kb) * 1024 / format_.page_size);
+  const size_t max_pages = buffer_pages + 1;
+  busy_ = false;
   for (int cpu = 0; cpu < format_.num_cpus; ++cpu) {
-    scratch_.clear();
-    for (size_t pages = 0; pages < max_pages; ++pages) {
+    size_t pages = 0;
+    for (; pages < max_pages; ++pages) {
       absl::StatusOr<size_t> n = trace_->ReadPage(cpu, page_);
       if (!n.ok()) {
         LOG_EVERY_T(WARNING, 60) << n.status();
@@ -241,15 +243,16 @@ int64_t SiblingShareCollector::Poll() {
       if (*n == 0) break;
       absl::Status read = reader_->ReadPage(
           std::span<const uint8_t>(page_.data(), *n), cpu,
-          [this](const telemetry::SchedSwitch& ev, const telemetry::SchedSwitchComms&) {
-            scratch_.push_back(ev);
+          [this, cpu, &events](const telemetry::SchedSwitch& ev,
+                               const telemetry::SchedSwitchComms&) {
+            merger_->Add(cpu, ev);
+            ++events;
           });
       if (!read.ok()) {
         LOG_EVERY_T(WARNING, 60) << read;
       }
     }
-    events += static_cast<int64_t>(scratch_.size());
-    merger_->Append(cpu, scratch_);
+    if (4 * pages >= buffer_pages) busy_ = true;
   }
   events_read_ += events;
   if (watermark > watermark_ns_) {

@@ -13,6 +13,7 @@
 #ifndef COSCHED_AGENT_SIBLING_SHARE_COLLECTOR_H_
 #define COSCHED_AGENT_SIBLING_SHARE_COLLECTOR_H_
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -54,8 +55,21 @@ struct CollectedVm {
 using CollectedVmSource = std::function<absl::StatusOr<std::vector<CollectedVm>>()>;
 
 struct SiblingShareCollectorOptions {
-  // How often the ring buffers are drained.
-  std::chrono::milliseconds poll_interval{100};
+  // How often the ring buffers are drained. Each poll reads every CPU's
+  // buffer, at least once even when it is empty, and wakes a thread whose
+  // caches went cold meanwhile: on a host of many CPUs that is a cost per
+  // poll and CPU on top of the cost per event. 500 ms (was 100) and 16 KiB
+  // sub-buffers took the collector from 0.75-1.18% to 0.63-0.83% of a core
+  // at 155 k switches/s on the build machine's kernel, and from 3.1% to
+  // 1.2-1.6% priced at a 96-CPU node's density per CPU
+  // (tests/bench/collector_cpu_bench.cc; README, "Sibling-sharing
+  // collector"). The windows (10 s) do not depend on it.
+  std::chrono::milliseconds poll_interval{500};
+  // After a poll that found some CPU's buffer at least a quarter full, the
+  // next comes this soon instead, so that a CPU switching far more often
+  // than a node's average (~30 k/s fills 1 MiB in 500 ms) loses nothing:
+  // at 100 ms the buffer holds five times what it had to.
+  std::chrono::milliseconds busy_poll_interval{100};
   // The length of a StatsWindow (the agent uses its report interval).
   std::chrono::milliseconds window{std::chrono::seconds(10)};
   // How often the VM list is asked for at least. A thread new to a VM
@@ -117,6 +131,13 @@ class SiblingShareCollector {
   // Closes the window at the last watermark, due or not.
   void CloseWindow();
 
+  // How long the thread waits after the last Poll: busy_poll_interval when
+  // it found a CPU's buffer a quarter full, else poll_interval.
+  std::chrono::milliseconds next_poll_delay() const {
+    return busy_ ? std::min(options_.busy_poll_interval, options_.poll_interval)
+                 : options_.poll_interval;
+  }
+
   // Events read, and ring-buffer pages the kernel had dropped events
   // before, since Open.
   int64_t events_read() const { return events_read_; }
@@ -145,7 +166,6 @@ class SiblingShareCollector {
   // telemetry core -> index in topology_.cores, -1 for CPUs not in it.
   std::vector<int> core_index_;
   std::vector<uint8_t> page_;
-  std::vector<telemetry::SchedSwitch> scratch_;
 
   // The VMs: calculator group ids are stable while a VM lives, and reused
   // only after the window in which it left.
@@ -163,6 +183,7 @@ class SiblingShareCollector {
   int64_t last_end_unix_ns_ = 0;
   int64_t window_start_ns_ = 0;
   int64_t events_read_ = 0;
+  bool busy_ = false;  // see next_poll_delay()
   int64_t lost_pages_reported_ = 0;
   bool opened_ = false;
   // Whether a VM list has been had yet (the agent's first reconcile pass).

@@ -73,17 +73,8 @@ SchedSwitchMerger::SchedSwitchMerger(const CpuTopology& topology)
 }
 
 void SchedSwitchMerger::Append(int stream, std::span<const SchedSwitch> events) {
-  Stream& st = streams_.at(stream);
-  const int64_t emitted = partitions_[st.partition].emitted_ns;
-  int64_t floor = st.events.empty() ? emitted : std::max(emitted, st.events.back().ts_ns);
-  for (SchedSwitch ev : events) {
-    if (ev.ts_ns < floor) {
-      ev.ts_ns = floor;
-      ++restamped_;
-    }
-    floor = ev.ts_ns;
-    st.events.push_back(ev);
-  }
+  streams_.at(stream);  // the range check, once
+  for (const SchedSwitch& ev : events) Add(stream, ev);
 }
 
 size_t SchedSwitchMerger::buffered() const {

@@ -4,6 +4,7 @@
 #ifndef COSCHED_TELEMETRY_EVENT_MERGE_H_
 #define COSCHED_TELEMETRY_EVENT_MERGE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -75,6 +76,18 @@ class SchedSwitchMerger {
   // than the stream's last one, or than what its partition already
   // emitted, is re-stamped to that time and counted in restamped().
   void Append(int stream, std::span<const SchedSwitch> events);
+  // One event, as Append: for a reader that parses straight into the
+  // merger rather than through a batch of its own (one copy less per event).
+  void Add(int stream, SchedSwitch event) {
+    Stream& st = streams_[stream];
+    int64_t floor = partitions_[st.partition].emitted_ns;
+    if (!st.events.empty()) floor = std::max(floor, st.events.back().ts_ns);
+    if (event.ts_ns < floor) {
+      event.ts_ns = floor;
+      ++restamped_;
+    }
+    st.events.push_back(event);
+  }
 
   // Emits, in timestamp order within each partition, every buffered event
   // with ts_ns <= until_ns, and returns how many.

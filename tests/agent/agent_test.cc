@@ -198,7 +198,8 @@ TEST(AgentOptionsTest, TelemetryFromConfig) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_FALSE(defaults->telemetry);
   EXPECT_EQ(defaults->trace.buffer_size_kb, 1024);
-  EXPECT_EQ(defaults->telemetry_poll_interval, 100ms);
+  EXPECT_EQ(defaults->telemetry_poll_interval, 500ms);
+  EXPECT_EQ(defaults->trace.subbuf_size_kb, 16);
   EXPECT_FALSE(defaults->enable_schedstats);
 
   config.mutable_telemetry()->set_enabled(true);

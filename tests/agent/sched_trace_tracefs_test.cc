@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -47,9 +48,17 @@ TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
   EXPECT_TRUE(telemetry::SchedSwitchLayout::FromFormat(format->sched_switch_format).ok());
   EXPECT_TRUE(telemetry::PageHeaderLayout::FromHeaderPage(format->header_page).ok());
   EXPECT_GE(format->num_cpus, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-  EXPECT_GE(format->page_size, 4096u);
   const std::string dir = "/sys/kernel/tracing/instances/" + kInstance;
   ASSERT_TRUE(Exists(dir));
+  // Sub-buffers of the default size where the kernel can size them (6.8+),
+  // else one page; a read returns one.
+  if (Exists(dir + "/buffer_subbuf_size_kb")) {
+    EXPECT_EQ(format->page_size, SchedTraceOptions{}.subbuf_size_kb * 1024u);
+    EXPECT_EQ(*ReadFileToString(dir + "/buffer_subbuf_size_kb"),
+              absl::StrCat(SchedTraceOptions{}.subbuf_size_kb, "\n"));
+  } else {
+    EXPECT_EQ(format->page_size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  }
   // The kernel rounds the size up to whole sub-buffers.
   int buffer_kb = 0;
   ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(*ReadFileToString(dir + "/buffer_size_kb")), &buffer_kb));
@@ -64,11 +73,25 @@ TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
   EXPECT_FALSE(Exists(dir));
 }
 
+TEST(TracefsSchedTrace, NegativeSubBufferSizeIsRefused) {
+  ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
+  auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
+  absl::StatusOr<SchedTraceFormat> format =
+      trace->Start(SchedTraceOptions{.buffer_size_kb = 256, .subbuf_size_kb = -4});
+  EXPECT_TRUE(absl::IsInvalidArgument(format.status())) << format.status();
+  EXPECT_THAT(std::string(format.status().message()), ::testing::HasSubstr("subbuf_size_kb"));
+  EXPECT_FALSE(Exists("/sys/kernel/tracing/instances/" + kInstance));
+}
+
 // A thread spinning on one CPU: the collector sees its run time, as the
 // kernel's own CPU-time count has it. Every CPU of this machine is a core
 // of its own (no SMT), so the whole run is "idle" (no sibling ran
-// anything), as the calculator counts a core without siblings.
-TEST(TracefsSchedTrace, CollectorSeesABusyThreadsRunTime) {
+// anything), as the calculator counts a core without siblings. With
+// sub-buffers of one page (the kernel's default) and of the agent's
+// default size (larger, so a read returns several pages' worth).
+class CollectorOnTracefs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
   LocalHostFs fs;
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
@@ -105,6 +128,7 @@ TEST(TracefsSchedTrace, CollectorSeesABusyThreadsRunTime) {
   auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
   StatsWindowQueue queue;
   SiblingShareCollectorOptions options;
+  options.trace.subbuf_size_kb = GetParam();
   options.window = std::chrono::hours(1);  // closed by hand below
   SiblingShareCollector collector(
       options, *topology, trace.get(), &fs,
@@ -150,6 +174,10 @@ TEST(TracefsSchedTrace, CollectorSeesABusyThreadsRunTime) {
   EXPECT_EQ(s.unknown_ns(), 0);
   EXPECT_FALSE(Exists("/sys/kernel/tracing/instances/" + kInstance));
 }
+
+INSTANTIATE_TEST_SUITE_P(SubBufferKb, CollectorOnTracefs,
+                         ::testing::Values(static_cast<int>(sysconf(_SC_PAGESIZE) / 1024),
+                                           SchedTraceOptions{}.subbuf_size_kb));
 
 }  // namespace
 }  // namespace cosched::agent

@@ -526,5 +526,47 @@ TEST_F(CollectorTest, StartPollsOnItsThreadAndStopStopsTheTrace) {
   EXPECT_TRUE(trace_.stopped());
 }
 
+// A buffer of 32 KiB is eight 4 KiB pages: two read from one CPU in a poll
+// (a quarter) make the next poll come after busy_poll_interval; a poll that
+// finds less goes back to poll_interval.
+TEST_F(CollectorTest, PollsSoonerAfterFindingABufferAQuarterFull) {
+  SiblingShareCollectorOptions options;
+  options.trace.buffer_size_kb = 32;
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
+  trace_.SetNowNs(kT - 1000);
+  ASSERT_TRUE(collector->Open().ok());
+  EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(500));
+
+  Serve({Ev(0, 2, 0, 101)});  // one page
+  trace_.SetNowNs(kT + 3'000'000);
+  EXPECT_EQ(collector->Poll(), 1);
+  EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(500));
+
+  Serve({Ev(10, 2, 101, 0)});  // two pages of CPU 2
+  Serve({Ev(20, 2, 0, 101)});
+  Serve({Ev(10, 0, 0, 100)});  // one of CPU 0
+  trace_.SetNowNs(kT + 4'000'000);
+  EXPECT_EQ(collector->Poll(), 3);
+  EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(100));
+
+  trace_.SetNowNs(kT + 5'000'000);
+  EXPECT_EQ(collector->Poll(), 0);
+  EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(500));
+}
+
+// A configured interval shorter than the busy one stays.
+TEST_F(CollectorTest, BusyPollsNeverSlowerThanTheConfiguredInterval) {
+  SiblingShareCollectorOptions options;
+  options.trace.buffer_size_kb = 4;  // one page: any page is a quarter
+  options.poll_interval = std::chrono::milliseconds(50);
+  auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
+  trace_.SetNowNs(kT - 1000);
+  ASSERT_TRUE(collector->Open().ok());
+  Serve({Ev(0, 2, 0, 101)});
+  trace_.SetNowNs(kT + 3'000'000);
+  EXPECT_EQ(collector->Poll(), 1);
+  EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(50));
+}
+
 }  // namespace
 }  // namespace cosched::agent
