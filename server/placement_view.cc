@@ -1,0 +1,212 @@
+#include "server/placement_view.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace cosched::server {
+namespace {
+
+constexpr int kPageSize = 1000;
+
+policy::PlacementRequest RequestOf(const PlacedVm& vm) {
+  policy::PlacementRequest r;
+  r.vm_id = vm.vm_id;
+  r.tenant = vm.tenant_id;
+  r.vcpus = std::max(vm.vcpus, 1);
+  r.isolation = vm.isolation;
+  r.classes = vm.classes;
+  r.load = 1.0;
+  r.pinning = vm.isolation == v1::ISOLATION_LEVEL_DEDICATED;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm) {
+  PlacedVm out;
+  out.vm_id = vm.vm_id();
+  out.tenant_id = vm.tenant_id();
+  out.host_id = vm.host_id();
+  out.isolation = vm.assignment().isolation();
+  out.classes.assign(vm.interference_classes().begin(),
+                     vm.interference_classes().end());
+  if (!vm.host_id().empty()) {
+    ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
+    if (seen && seen->host_id == vm.host_id()) out.vcpus = seen->enforcement.vcpus();
+  }
+  return out;
+}
+
+PlacementView::PlacementView(policy::PlacementOptions options)
+    : options_(std::move(options)), index_(options_) {}
+
+absl::Status PlacementView::Load(store::Store& store) {
+  std::vector<v1::Host> hosts;
+  std::vector<PlacedVm> vms;
+  RETURN_IF_ERROR(store.Read([&](store::Transaction& txn) -> absl::Status {
+    store::Page page;
+    page.limit = kPageSize;
+    while (true) {
+      ASSIGN_OR_RETURN(auto batch, txn.ListHosts(page));
+      for (auto& h : batch) hosts.push_back(std::move(h));
+      if (static_cast<int>(batch.size()) < page.limit) break;
+      page.after = hosts.back().host_id();
+    }
+    page.after.clear();
+    while (true) {
+      ASSIGN_OR_RETURN(auto batch, txn.ListVms(store::VmFilter(), page));
+      for (const v1::VM& vm : batch) {
+        if (vm.host_id().empty()) continue;
+        ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
+        vms.push_back(std::move(placed));
+      }
+      if (static_cast<int>(batch.size()) < page.limit) break;
+      page.after = batch.back().vm_id();
+    }
+    return absl::OkStatus();
+  }));
+  std::lock_guard<std::mutex> lock(mu_);
+  hosts_.clear();
+  vms_.clear();
+  for (const v1::Host& h : hosts) {
+    HostInfo& info = hosts_[h.host_id()];
+    for (const v1::Core& core : h.topology().cores()) {
+      info.cores.emplace_back(core.cpus().begin(), core.cpus().end());
+    }
+  }
+  for (PlacedVm& vm : vms) {
+    std::string id = vm.vm_id;
+    vms_.emplace(std::move(id), std::move(vm));
+  }
+  RebuildLocked();
+  LOG(INFO) << "placement view: " << index_.host_count() << " hosts, "
+            << index_.vm_count() << " VMs";
+  return absl::OkStatus();
+}
+
+void PlacementView::Apply(const PlacementDelta& delta) {
+  if (delta.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const v1::Host& host : delta.hosts) ApplyHostLocked(host);
+  for (const PlacedVm& vm : delta.vms) ApplyVmLocked(vm);
+  for (const std::string& id : delta.removed_vms) RemoveVmLocked(id);
+}
+
+void PlacementView::ApplyHostLocked(const v1::Host& host) {
+  HostInfo info;
+  for (const v1::Core& core : host.topology().cores()) {
+    info.cores.emplace_back(core.cpus().begin(), core.cpus().end());
+  }
+  auto it = hosts_.find(host.host_id());
+  if (it != hosts_.end()) {
+    const bool resized = it->second.cores.size() != info.cores.size();
+    it->second = std::move(info);
+    // Rare (a host's topology changed): the index has no way to resize a
+    // host, so it is rebuilt.
+    if (resized) RebuildLocked();
+    return;
+  }
+  hosts_.emplace(host.host_id(), std::move(info));
+  if (!host.topology().cores().empty()) {
+    absl::Status added = index_.AddHost(host.host_id(), host.topology().cores_size());
+    LOG_IF(WARNING, !added.ok()) << "placement view: " << added;
+  }
+  // VMs reported on the host before csd knew it (not in the index yet).
+  for (const auto& [id, vm] : vms_) {
+    if (vm.host_id == host.host_id()) AddToIndexLocked(vm);
+  }
+}
+
+void PlacementView::ApplyVmLocked(const PlacedVm& vm) {
+  auto it = vms_.find(vm.vm_id);
+  if (it != vms_.end() && it->second == vm) return;  // e.g. every Report
+  RemoveVmLocked(vm.vm_id);
+  if (vm.host_id.empty()) return;
+  vms_.emplace(vm.vm_id, vm);
+  AddToIndexLocked(vm);
+}
+
+void PlacementView::RemoveVmLocked(const std::string& vm_id) {
+  auto it = vms_.find(vm_id);
+  if (it == vms_.end()) return;
+  // NOT_FOUND when its host is not in the index: nothing to undo.
+  index_.RemoveVm(it->second.host_id, vm_id).IgnoreError();
+  vms_.erase(it);
+}
+
+void PlacementView::AddToIndexLocked(const PlacedVm& vm) {
+  auto host = hosts_.find(vm.host_id);
+  if (host == hosts_.end() || host->second.cores.empty()) return;
+  policy::PlacementRequest r = RequestOf(vm);
+  std::vector<int> cores;
+  if (r.pinning) {
+    // Dedicated VMs get whole cores of their own on the host; csd does not
+    // know which, so the view takes those Place would have chosen.
+    auto free = index_.FreeCores(vm.host_id, (r.vcpus + 1) / 2);
+    if (free.ok()) {
+      cores = *std::move(free);
+    } else {
+      LOG_EVERY_N(WARNING, 100) << "placement view: dedicated VM '" << vm.vm_id
+                                << "' counted as unpinned: " << free.status();
+    }
+  }
+  absl::Status added = index_.AddVm(vm.host_id, r, cores);
+  LOG_IF(WARNING, !added.ok()) << "placement view: VM '" << vm.vm_id << "': " << added;
+}
+
+void PlacementView::RebuildLocked() {
+  index_ = policy::PlacementIndex(options_);
+  std::vector<std::string> ids;
+  ids.reserve(hosts_.size());
+  for (const auto& [id, info] : hosts_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (const std::string& id : ids) {
+    const int cores = static_cast<int>(hosts_[id].cores.size());
+    if (cores > 0) index_.AddHost(id, cores).IgnoreError();  // ids are unique
+  }
+  // Sorted, so that dedicated VMs get the same cores on every rebuild.
+  std::vector<const PlacedVm*> vms;
+  vms.reserve(vms_.size());
+  for (const auto& [id, vm] : vms_) vms.push_back(&vm);
+  std::sort(vms.begin(), vms.end(),
+            [](const PlacedVm* a, const PlacedVm* b) { return a->vm_id < b->vm_id; });
+  for (const PlacedVm* vm : vms) AddToIndexLocked(*vm);
+}
+
+absl::StatusOr<PlacementView::Answer> PlacementView::Place(
+    const policy::PlacementRequest& request) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.host_count() == 0) {
+    return absl::ResourceExhaustedError(
+        "no host can take the VM: no host with a known topology is registered");
+  }
+  ASSIGN_OR_RETURN(policy::PlacementDecision decision, index_.Place(request));
+  Answer answer;
+  const HostInfo& host = hosts_.at(decision.host_id);
+  for (int core : decision.cores) {
+    for (int cpu : host.cores[core]) answer.cpus.push_back(cpu);
+  }
+  std::sort(answer.cpus.begin(), answer.cpus.end());
+  answer.decision = std::move(decision);
+  return answer;
+}
+
+std::map<std::string, std::vector<std::string>> PlacementView::VmsByHost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [id, vm] : vms_) {
+    if (hosts_.count(vm.host_id) != 0) out[vm.host_id].push_back(id);
+  }
+  for (auto& [host, ids] : out) std::sort(ids.begin(), ids.end());
+  return out;
+}
+
+size_t PlacementView::host_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.host_count();
+}
+
+}  // namespace cosched::server
