@@ -250,7 +250,7 @@ void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
           {"allowed isolation", AllowedText(policy)},
           {"explicit",
            policy.explicitly_set() ? "yes" : "no (built-in default policy)"},
-          {"forced-idle budget", BudgetText(policy)},
+          {"idle budget", BudgetText(policy)},
           {"revision", absl::StrCat(policy.revision())},
           {"updated",
            TimeText(policy.has_update_time(), policy.update_time())},

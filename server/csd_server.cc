@@ -137,8 +137,15 @@ void CsdServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();
+    // The store's writer tells the fanout of a commit after it answered
+    // the write, so a client may already be gone while that call is still
+    // to come: wait for the writes in flight (a write after them completes
+    // only once their commit observers returned) before the fanout goes.
+    absl::Status drained = store_->WriteSync(
+        [](store::Transaction&) { return absl::OkStatus(); });
+    LOG_IF(WARNING, !drained.ok()) << "draining the store at shutdown: " << drained;
     fanout_.reset();
-    store_.reset();  // drains pending writes
+    store_.reset();
     LOG(INFO) << "csd stopped";
   });
 }

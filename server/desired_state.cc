@@ -32,6 +32,8 @@ constexpr int kMaxReportedVms = 10000;
 constexpr int kMaxCores = 4096;
 constexpr int kMaxSiblings = 8;
 constexpr int kMaxCpuId = 65535;
+// KVM's limit of vCPUs per VM on x86.
+constexpr int kMaxVcpus = 4096;
 constexpr size_t kMaxVersionLength = 64;
 constexpr size_t kMaxDetailLength = 1024;
 constexpr size_t kMaxErrorLength = 1024;
@@ -149,6 +151,10 @@ absl::Status ValidateEnforcement(absl::string_view field,
       e.threads_wrong() < 0 || e.threads_untaggable() < 0 || e.vcpus() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " thread and vcpus counts must not be negative"));
+  }
+  if (e.vcpus() > kMaxVcpus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".vcpus must be at most ", kMaxVcpus));
   }
   if (e.last_error().size() > kMaxErrorLength) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -110,8 +110,13 @@ class DesiredState {
   absl::StatusOr<v1::PlaceResponse> Place(const v1::PlaceRequest& request);
   // The policy engine's decision for a VM on its host (ControlPlane.ExplainVM).
   // Runs the simulator: tens of milliseconds to seconds on big hosts.
+  // FAILED_PRECONDITION also for hosts the engine cannot plan in reasonable
+  // time (over 1024 cores, or over 8 vCPUs per hardware thread).
   absl::StatusOr<v1::ExplainVMResponse> ExplainVm(
       const v1::ExplainVMRequest& request);
+  // Simulated seconds each ExplainVm prediction runs (default 5); the
+  // fuzzer shortens it. Set before serving.
+  void set_explain_predict_seconds(double seconds) { explain_predict_s_ = seconds; }
 
   // INVALID_ARGUMENT for a bad host id or negative revision;
   // FAILED_PRECONDITION for an unregistered host.
@@ -139,6 +144,7 @@ class DesiredState {
   StatsAggregator stats_;
   const std::vector<std::pair<std::string, std::string>> conflicts_;
   PlacementView placement_;
+  double explain_predict_s_ = 5;
 };
 
 }  // namespace cosched::server

@@ -78,6 +78,7 @@ absl::Status PlacementView::Load(store::Store& store) {
     }
   }
   for (PlacedVm& vm : vms) {
+    hosts_[vm.host_id].vms.insert(vm.vm_id);
     std::string id = vm.vm_id;
     vms_.emplace(std::move(id), std::move(vm));
   }
@@ -90,90 +91,95 @@ absl::Status PlacementView::Load(store::Store& store) {
 void PlacementView::Apply(const PlacementDelta& delta) {
   if (delta.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const v1::Host& host : delta.hosts) ApplyHostLocked(host);
-  for (const PlacedVm& vm : delta.vms) ApplyVmLocked(vm);
-  for (const std::string& id : delta.removed_vms) RemoveVmLocked(id);
+  std::set<std::string> dirty;
+  for (const v1::Host& host : delta.hosts) ApplyHostLocked(host, dirty);
+  for (const PlacedVm& vm : delta.vms) ApplyVmLocked(vm, dirty);
+  for (const std::string& id : delta.removed_vms) RemoveVmLocked(id, dirty);
+  for (const std::string& host : dirty) ResetHostLocked(host);
 }
 
-void PlacementView::ApplyHostLocked(const v1::Host& host) {
-  HostInfo info;
+void PlacementView::ApplyHostLocked(const v1::Host& host,
+                                    std::set<std::string>& dirty) {
+  HostInfo& info = hosts_[host.host_id()];
+  const size_t before = info.cores.size();
+  info.cores.clear();
   for (const v1::Core& core : host.topology().cores()) {
     info.cores.emplace_back(core.cpus().begin(), core.cpus().end());
   }
-  auto it = hosts_.find(host.host_id());
-  if (it != hosts_.end()) {
-    const bool resized = it->second.cores.size() != info.cores.size();
-    it->second = std::move(info);
-    // Rare (a host's topology changed): the index has no way to resize a
-    // host, so it is rebuilt.
-    if (resized) RebuildLocked();
+  if (info.cores.size() == before) return;  // routine re-registration
+  if (before > 0) {
+    // Rare (a host's topology changed): the index cannot resize a host.
+    RebuildLocked();
     return;
   }
-  hosts_.emplace(host.host_id(), std::move(info));
-  if (!host.topology().cores().empty()) {
-    absl::Status added = index_.AddHost(host.host_id(), host.topology().cores_size());
-    LOG_IF(WARNING, !added.ok()) << "placement view: " << added;
-  }
-  // VMs reported on the host before csd knew it (not in the index yet).
-  for (const auto& [id, vm] : vms_) {
-    if (vm.host_id == host.host_id()) AddToIndexLocked(vm);
-  }
+  absl::Status added =
+      index_.AddHost(host.host_id(), static_cast<int>(info.cores.size()));
+  LOG_IF(WARNING, !added.ok()) << "placement view: " << added;
+  // VMs reported on the host before it had a topology join the index.
+  dirty.insert(host.host_id());
 }
 
-void PlacementView::ApplyVmLocked(const PlacedVm& vm) {
+void PlacementView::ApplyVmLocked(const PlacedVm& vm, std::set<std::string>& dirty) {
   auto it = vms_.find(vm.vm_id);
   if (it != vms_.end() && it->second == vm) return;  // e.g. every Report
-  RemoveVmLocked(vm.vm_id);
+  RemoveVmLocked(vm.vm_id, dirty);
   if (vm.host_id.empty()) return;
   vms_.emplace(vm.vm_id, vm);
-  AddToIndexLocked(vm);
+  hosts_[vm.host_id].vms.insert(vm.vm_id);
+  dirty.insert(vm.host_id);
 }
 
-void PlacementView::RemoveVmLocked(const std::string& vm_id) {
+void PlacementView::RemoveVmLocked(const std::string& vm_id,
+                                   std::set<std::string>& dirty) {
   auto it = vms_.find(vm_id);
   if (it == vms_.end()) return;
+  const std::string& host = it->second.host_id;
   // NOT_FOUND when its host is not in the index: nothing to undo.
-  index_.RemoveVm(it->second.host_id, vm_id).IgnoreError();
+  index_.RemoveVm(host, vm_id).IgnoreError();
+  hosts_[host].vms.erase(vm_id);
+  dirty.insert(host);
   vms_.erase(it);
 }
 
-void PlacementView::AddToIndexLocked(const PlacedVm& vm) {
-  auto host = hosts_.find(vm.host_id);
+void PlacementView::ResetHostLocked(const std::string& host_id) {
+  auto host = hosts_.find(host_id);
   if (host == hosts_.end() || host->second.cores.empty()) return;
-  policy::PlacementRequest r = RequestOf(vm);
-  std::vector<int> cores;
-  if (r.pinning) {
-    // Dedicated VMs get whole cores of their own on the host; csd does not
-    // know which, so the view takes those Place would have chosen.
-    auto free = index_.FreeCores(vm.host_id, (r.vcpus + 1) / 2);
-    if (free.ok()) {
-      cores = *std::move(free);
-    } else {
-      LOG_EVERY_N(WARNING, 100) << "placement view: dedicated VM '" << vm.vm_id
-                                << "' counted as unpinned: " << free.status();
-    }
+  for (const std::string& id : host->second.vms) {
+    index_.RemoveVm(host_id, id).IgnoreError();  // NOT_FOUND: not added yet
   }
-  absl::Status added = index_.AddVm(vm.host_id, r, cores);
-  LOG_IF(WARNING, !added.ok()) << "placement view: VM '" << vm.vm_id << "': " << added;
+  for (const std::string& id : host->second.vms) {
+    const PlacedVm& vm = vms_.at(id);
+    policy::PlacementRequest r = RequestOf(vm);
+    std::vector<int> cores;
+    if (r.pinning) {
+      // Dedicated VMs get whole cores of their own; csd does not know
+      // which, so the view takes those Place would have chosen.
+      auto free = index_.FreeCores(host_id, (r.vcpus + 1) / 2);
+      if (free.ok()) {
+        cores = *std::move(free);
+      } else {
+        LOG_EVERY_N(WARNING, 100) << "placement view: dedicated VM '" << id
+                                  << "' counted as unpinned: " << free.status();
+      }
+    }
+    absl::Status added = index_.AddVm(host_id, r, cores);
+    LOG_IF(WARNING, !added.ok()) << "placement view: VM '" << id << "': " << added;
+  }
 }
 
 void PlacementView::RebuildLocked() {
   index_ = policy::PlacementIndex(options_);
   std::vector<std::string> ids;
   ids.reserve(hosts_.size());
-  for (const auto& [id, info] : hosts_) ids.push_back(id);
+  for (const auto& [id, info] : hosts_) {
+    if (!info.cores.empty()) ids.push_back(id);
+  }
   std::sort(ids.begin(), ids.end());
   for (const std::string& id : ids) {
-    const int cores = static_cast<int>(hosts_[id].cores.size());
-    if (cores > 0) index_.AddHost(id, cores).IgnoreError();  // ids are unique
+    // Ids are unique and cores > 0: it cannot fail.
+    index_.AddHost(id, static_cast<int>(hosts_[id].cores.size())).IgnoreError();
+    ResetHostLocked(id);
   }
-  // Sorted, so that dedicated VMs get the same cores on every rebuild.
-  std::vector<const PlacedVm*> vms;
-  vms.reserve(vms_.size());
-  for (const auto& [id, vm] : vms_) vms.push_back(&vm);
-  std::sort(vms.begin(), vms.end(),
-            [](const PlacedVm* a, const PlacedVm* b) { return a->vm_id < b->vm_id; });
-  for (const PlacedVm* vm : vms) AddToIndexLocked(*vm);
 }
 
 absl::StatusOr<PlacementView::Answer> PlacementView::Place(
@@ -197,10 +203,9 @@ absl::StatusOr<PlacementView::Answer> PlacementView::Place(
 std::map<std::string, std::vector<std::string>> PlacementView::VmsByHost() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& [id, vm] : vms_) {
-    if (hosts_.count(vm.host_id) != 0) out[vm.host_id].push_back(id);
+  for (const auto& [host, info] : hosts_) {
+    if (!info.vms.empty()) out[host].assign(info.vms.begin(), info.vms.end());
   }
-  for (auto& [host, ids] : out) std::sort(ids.begin(), ids.end());
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -74,25 +75,34 @@ class PlacementView {
 
   // For tests: host id -> sorted ids of the VMs placed there.
   std::map<std::string, std::vector<std::string>> VmsByHost() const;
+  // Hosts with a topology (placeable).
   size_t host_count() const;
 
  private:
   struct HostInfo {
-    // cpus of Topology.cores, by core index.
+    // cpus of Topology.cores, by core index; empty until it registers one.
     std::vector<std::vector<int>> cores;
+    // Its VMs, in id order: a host's part of the index is always rebuilt in
+    // this order, so that it depends only on the host and its VMs, never
+    // on the order of the writes (the view csd loads at its next start is
+    // then the same, dedicated VMs' cores included).
+    std::set<std::string> vms;
   };
 
-  void ApplyHostLocked(const v1::Host& host);
-  void ApplyVmLocked(const PlacedVm& vm);
-  void RemoveVmLocked(const std::string& vm_id);
-  void AddToIndexLocked(const PlacedVm& vm);
+  void ApplyHostLocked(const v1::Host& host, std::set<std::string>& dirty);
+  void ApplyVmLocked(const PlacedVm& vm, std::set<std::string>& dirty);
+  void RemoveVmLocked(const std::string& vm_id, std::set<std::string>& dirty);
+  // Takes the host's VMs out of the index and adds them back in id order.
+  void ResetHostLocked(const std::string& host_id);
   void RebuildLocked();
 
   const policy::PlacementOptions options_;
   mutable std::mutex mu_;
   policy::PlacementIndex index_;
+  // Registered hosts, and hosts that VMs name (without cores until they
+  // register).
   std::unordered_map<std::string, HostInfo> hosts_;
-  // Only VMs that are on a known host.
+  // VMs on a host.
   std::unordered_map<std::string, PlacedVm> vms_;
 };
 

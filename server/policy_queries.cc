@@ -28,8 +28,10 @@ constexpr char kNewVmId[] = "new-vm";
 constexpr int64_t kLoadWindowSeconds = 300;
 // The engine's simulator needs some demand from every VM.
 constexpr double kMinLoad = 0.01;
-// Predictions of ExplainVM: long enough to settle, short enough to answer.
-constexpr double kExplainPredictSeconds = 5;
+// The largest host the engine plans (as for scenario files), and the most
+// vCPUs per hardware thread it simulates: beyond, a plan would take minutes.
+constexpr int kMaxExplainCores = 1024;
+constexpr int kMaxExplainVcpusPerThread = 8;
 
 absl::StatusOr<v1::TenantPolicy> PolicyIn(store::Transaction& txn,
                                           const std::string& tenant_id) {
@@ -166,6 +168,19 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
     return absl::FailedPreconditionError(absl::StrCat(
         "host '", state.host.host_id(), "' registered no topology"));
   }
+  if (topology.cores_size() > kMaxExplainCores) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host '", state.host.host_id(), "' has ", topology.cores_size(),
+        " cores; the policy engine plans hosts of at most ", kMaxExplainCores));
+  }
+  int64_t host_vcpus = 0;
+  for (const PlacedVm& vm : state.vms) host_vcpus += std::max(vm.vcpus, 1);
+  if (host_vcpus > int64_t{kMaxExplainVcpusPerThread} * 2 * topology.cores_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host '", state.host.host_id(), "' runs ", host_vcpus, " vCPUs on ",
+        2 * topology.cores_size(), " threads; the policy engine simulates at most ",
+        kMaxExplainVcpusPerThread, " per thread"));
+  }
   for (const v1::Core& core : topology.cores()) {
     if (core.cpus_size() != 2) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -176,7 +191,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
 
   policy::Scenario scenario;
   scenario.name = state.host.host_id();
-  scenario.duration_s = kExplainPredictSeconds;
+  scenario.duration_s = explain_predict_s_;
   scenario.cores = topology.cores_size();
   scenario.threads_per_core = 2;
   scenario.conflicts = conflicts_;
@@ -210,7 +225,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
     scenario.tenants.push_back(std::move(spec));
   }
   policy::PlanOptions options;
-  options.predict_s = kExplainPredictSeconds;
+  options.predict_s = explain_predict_s_;
   ASSIGN_OR_RETURN(policy::HostPlan plan,
                    policy::PlanHost(scenario, policy::SimParams(), options));
   auto decision = std::find_if(plan.vms.begin(), plan.vms.end(),
@@ -232,6 +247,11 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
   // the host's own ids come from its topology.
   std::vector<int> cpus;
   for (int cpu : decision->pin_cpus) {
+    if (cpu < 0 || cpu >= scenario.cpus()) {
+      return absl::InternalError(absl::StrCat("the policy engine pinned vm '",
+                                              state.vm.vm_id(), "' to CPU ", cpu,
+                                              " of a ", scenario.cpus(), "-CPU host"));
+    }
     const v1::Core& core = topology.cores(cpu % scenario.cores);
     cpus.push_back(core.cpus(cpu / scenario.cores));
   }
