@@ -112,12 +112,16 @@ ReconcileResult CookieReconciler::Reconcile(
         if (out.group.empty()) out.group = FailClosedGroup(vm);
       }
     }
+    int vcpus = 0;
     for (const DiscoveredThread& t : vm.threads) {
       ThreadState state;
       state.tid = t.tid;
       state.in_scope = InScope(t, scope);
       plan.threads.push_back(state);
+      if (t.kind == DiscoveredThread::Kind::kVcpu) ++vcpus;
     }
+    // For csd's placement view and ExplainVM.
+    out.enforcement.set_vcpus(vcpus);
     std::sort(plan.threads.begin(), plan.threads.end(),
               [](const ThreadState& a, const ThreadState& b) { return a.tid < b.tid; });
     plans.push_back(std::move(plan));

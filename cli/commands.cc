@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cli/output.h"
+#include "cli/policy_output.h"
 #include "cli/stats_output.h"
 #include "common/names.h"
 #include "common/transport.h"
@@ -283,6 +284,16 @@ int RunPolicySet(Stub& stub, const PolicySetArgs& args,
     if (!level.ok()) return UsageError(level.status(), err);
     policy->add_allowed_isolation(*level);
   }
+  if (args.forced_idle_budget_pct.has_value()) {
+    const double budget = *args.forced_idle_budget_pct;
+    if (!(budget >= 0 && budget <= 100)) {
+      return UsageError(absl::InvalidArgumentError(
+                            "--forced-idle-budget must be between 0 and 100 "
+                            "(percent of host CPU time)"),
+                        err);
+    }
+    policy->set_forced_idle_budget_pct(budget);
+  }
   v1::TenantPolicy stored;
   grpc::Status status =
       stub.SetTenantPolicy(MakeContext(options).get(), request, &stored);
@@ -460,6 +471,72 @@ int RunAudit(Stub& stub, const AuditArgs& args, const CommandOptions& options,
     PrintJson(array, out);
   } else {
     PrintAuditTable(records, out);
+  }
+  return kExitOk;
+}
+
+int RunPlace(Stub& stub, const PlaceArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err) {
+  v1::PlaceRequest request;
+  request.set_tenant_id(args.tenant_id.empty() ? "default" : args.tenant_id);
+  absl::Status valid = ValidateId("--tenant", request.tenant_id());
+  if (valid.ok() && (args.vcpus < 1 || args.vcpus > 1024)) {
+    valid = absl::InvalidArgumentError("--vcpus must be between 1 and 1024");
+  }
+  if (!valid.ok()) return UsageError(valid, err);
+  request.set_vcpus(static_cast<int32_t>(args.vcpus));
+  if (!args.isolation.empty()) {
+    auto level = ParseIsolation("--isolation", args.isolation);
+    if (!level.ok()) return UsageError(level.status(), err);
+    request.set_isolation(*level);
+  }
+  for (const std::string& c : args.interference_classes) {
+    request.add_interference_classes(c);
+  }
+  std::vector<std::string> normalized;
+  valid = ValidateClasses("--class", request.interference_classes(), &normalized);
+  if (!valid.ok()) return UsageError(valid, err);
+  if (args.load.has_value()) {
+    if (!(*args.load >= 0 && *args.load <= 1)) {
+      return UsageError(
+          absl::InvalidArgumentError("--load must be between 0 and 1 (per vCPU)"),
+          err);
+    }
+    request.set_load(*args.load);
+  }
+  if (args.no_pin) request.set_pin(false);
+
+  v1::PlaceResponse response;
+  grpc::Status status = stub.Place(MakeContext(options).get(), request, &response);
+  if (!status.ok()) {
+    return RpcError(status, options,
+                    absl::StrCat("placing a ", args.vcpus, "-vCPU VM"), err);
+  }
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(PlaceToJson(response), out);
+  } else {
+    PrintPlace(response, out);
+  }
+  return kExitOk;
+}
+
+int RunExplainVm(Stub& stub, const std::string& vm_id,
+                 const CommandOptions& options, std::ostream& out,
+                 std::ostream& err) {
+  absl::Status valid = ValidateId("vm_id", vm_id);
+  if (!valid.ok()) return UsageError(valid, err);
+  v1::ExplainVMRequest request;
+  request.set_vm_id(vm_id);
+  v1::ExplainVMResponse response;
+  grpc::Status status =
+      stub.ExplainVM(MakeContext(options).get(), request, &response);
+  if (!status.ok()) {
+    return RpcError(status, options, absl::StrCat("vm '", vm_id, "'"), err);
+  }
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(ExplainToJson(response), out);
+  } else {
+    PrintExplain(response, out);
   }
   return kExitOk;
 }

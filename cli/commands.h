@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -71,6 +72,20 @@ struct PolicySetArgs {
   std::string default_isolation{};
   // Empty: every level is allowed.
   std::vector<std::string> allowed_isolation{};
+  // Percent of host CPU time, 0-100; unset: no budget.
+  std::optional<double> forced_idle_budget_pct{};
+};
+
+struct PlaceArgs {
+  int64_t vcpus = 0;
+  // Empty is sent as "default".
+  std::string tenant_id = "default";
+  std::vector<std::string> interference_classes{};
+  // vm|tenant|none|dedicated; empty: the tenant's default level.
+  std::string isolation{};
+  // Load per vCPU, 0-1; unset: csd's default (1).
+  std::optional<double> load{};
+  bool no_pin = false;
 };
 
 // Exactly one subject: a VM, --host, --tenant or --group.
@@ -124,6 +139,18 @@ int RunHostGet(Stub& stub, const std::string& host_id,
 // reported in the span) is kExitRpcError with csd's message.
 int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
              std::ostream& out, std::ostream& err);
+// Place: the chosen host, the cores and CPUs to pin to, the predicted cost
+// and the ranked candidates (JSON: the PlaceResponse fields). kExitUsage for
+// a bad vcpus (1-1024), tenant, class, level or load; RESOURCE_EXHAUSTED
+// from csd (no host fits) is kExitRpcError with csd's message.
+int RunPlace(Stub& stub, const PlaceArgs& args, const CommandOptions& options,
+             std::ostream& out, std::ostream& err);
+// ExplainVM: the engine's decision for the VM on its host, its reasons, the
+// layouts predicted and the budget (JSON: the ExplainVMResponse fields).
+int RunExplainVm(Stub& stub, const std::string& vm_id,
+                 const CommandOptions& options, std::ostream& out,
+                 std::ostream& err);
+
 // ListAuditRecords, following next_page_token up to args.limit records.
 // JSON: an array of records, before/after as JSON objects.
 int RunAudit(Stub& stub, const AuditArgs& args, const CommandOptions& options,

@@ -128,6 +128,9 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
       ->required();
   AddListOption(policy_set, "--allow", &policy_set_args.allowed_isolation,
                 "allowed levels, comma-separated (default: all)");
+  policy_set->add_option("--forced-idle-budget", policy_set_args.forced_idle_budget_pct,
+                         "most predicted forced idle on a host with this tenant's "
+                         "VMs, percent of host CPU time 0-100 (default: none)");
   CLI::App* policy_ls = policy->add_subcommand("ls", "list tenant policies");
 
   AuditArgs audit_args;
@@ -180,9 +183,27 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
                 "smt,nosmt,vm,tenant,policy (default: all)");
   ExplainArgs explain_args;
   CLI::App* explain = app.add_subcommand(
-      "explain", "the policy engine's decisions for a scenario's VMs (offline)");
-  explain->add_option("VM", explain_args.vm, "VM instance name (default: all)");
-  explain->add_option("--scenario", explain_args.file, "scenario YAML")->required();
+      "explain",
+      "the policy engine's decision for a VM on its host, as csd knows it "
+      "(or, with --scenario, offline for a scenario's VMs)");
+  explain->add_option("VM", explain_args.vm,
+                      "VM id (with --scenario: instance name, default all)");
+  explain->add_option("--scenario", explain_args.file,
+                      "scenario YAML: explain offline, without csd");
+
+  PlaceArgs place_args;
+  CLI::App* place = app.add_subcommand(
+      "place", "rank hosts for a new VM (what-if: creates nothing)");
+  place->add_option("--vcpus", place_args.vcpus, "vCPUs of the VM (1-1024)")->required();
+  place->add_option("--tenant", place_args.tenant_id, "tenant id")->capture_default_str();
+  AddListOption(place, "--class", &place_args.interference_classes,
+                "interference classes, comma-separated");
+  place->add_option("--isolation", place_args.isolation,
+                    "vm|tenant|none|dedicated (default: the tenant's default)");
+  place->add_option("--load", place_args.load,
+                    "declared load per vCPU, 0-1 (default: 1)");
+  place->add_flag("--no-pin", place_args.no_pin,
+                  "the VM will not be pinned (dedicated is always pinned)");
 
   try {
     app.parse(argc, argv);
@@ -195,7 +216,12 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   const OutputFormat offline_format =
       output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
   if (simulate->parsed()) return RunSimulate(simulate_args, offline_format, out, err);
-  if (explain->parsed()) return RunExplain(explain_args, offline_format, out, err);
+  if (explain->parsed() && !explain_args.file.empty()) {
+    return RunExplain(explain_args, offline_format, out, err);
+  }
+  if (explain->parsed() && explain_args.vm.empty()) {
+    return PrintUsageError("explain needs a VM id (or --scenario FILE)", err);
+  }
   if (analyze->parsed()) return RunAnalyze(analyze_args, offline_format, out, err);
 
   std::optional<std::string> config_path =
@@ -238,6 +264,8 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
   if (stats->parsed()) return RunStats(s, stats_args, options, out, err);
   if (audit->parsed()) return RunAudit(s, audit_args, options, out, err);
+  if (place->parsed()) return RunPlace(s, place_args, options, out, err);
+  if (explain->parsed()) return RunExplainVm(s, explain_args.vm, options, out, err);
   return PrintUsageError("no command given (see csctl --help)", err);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "google/protobuf/util/time_util.h"
@@ -44,6 +45,12 @@ std::string AllowedText(const v1::TenantPolicy& policy) {
     names.push_back(IsolationName(static_cast<v1::IsolationLevel>(level)));
   }
   return absl::StrJoin(names, ",");
+}
+
+// "none" when the tenant sets no forced-idle budget.
+std::string BudgetText(const v1::TenantPolicy& policy) {
+  if (!policy.has_forced_idle_budget_pct()) return "none";
+  return absl::StrFormat("%g%%", policy.forced_idle_budget_pct());
 }
 
 int CpuCount(const v1::Topology& topology) {
@@ -114,6 +121,9 @@ json TenantPolicyToJson(const v1::TenantPolicy& policy) {
       {"default_isolation", IsolationName(policy.default_isolation())},
       {"allowed_isolation", allowed},
       {"explicitly_set", policy.explicitly_set()},
+      {"forced_idle_budget_pct", policy.has_forced_idle_budget_pct()
+                                     ? json(policy.forced_idle_budget_pct())
+                                     : json(nullptr)},
       {"revision", policy.revision()},
       {"update_time",
        TimeJson(policy.has_update_time(), policy.update_time())},
@@ -240,6 +250,7 @@ void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
           {"allowed isolation", AllowedText(policy)},
           {"explicit",
            policy.explicitly_set() ? "yes" : "no (built-in default policy)"},
+          {"idle budget", BudgetText(policy)},
           {"revision", absl::StrCat(policy.revision())},
           {"updated",
            TimeText(policy.has_update_time(), policy.update_time())},
@@ -249,10 +260,11 @@ void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
 
 void PrintTenantPolicyTable(const std::vector<v1::TenantPolicy>& policies,
                             std::ostream& out) {
-  TextTable table({"TENANT", "DEFAULT", "ALLOWED", "EXPLICIT", "REVISION"});
+  TextTable table(
+      {"TENANT", "DEFAULT", "ALLOWED", "EXPLICIT", "IDLE-BUDGET", "REVISION"});
   for (const v1::TenantPolicy& p : policies) {
     table.AddRow({p.tenant_id(), IsolationName(p.default_isolation()),
-                  AllowedText(p), YesNo(p.explicitly_set()),
+                  AllowedText(p), YesNo(p.explicitly_set()), BudgetText(p),
                   absl::StrCat(p.revision())});
   }
   table.Print(out);

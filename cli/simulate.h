@@ -1,7 +1,8 @@
 // Offline csctl commands over a scenario file (docs/scenarios.md); they do
 // not talk to csd:
 //   csctl simulate FILE [--modes smt,nosmt,vm,tenant,policy] [-o json]
-//   csctl explain VM --scenario FILE [-o json]
+//   csctl explain [VM] --scenario FILE [-o json] (without --scenario,
+//   csctl explain VM asks csd: RunExplainVm in commands.h)
 // Exit codes as in commands.h: kExitUsage for a file that cannot be read or
 // a bad scenario (one "csctl: " line naming the key and the rule),
 // kExitRpcError when the engine cannot plan the host. Thread-compatible.

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -52,6 +53,9 @@ class FuzzStore {
     if (!opened.ok()) std::abort();
     store_ = std::move(*opened);
     state_ = std::make_unique<DesiredState>(store_.get());
+    // ExplainVM runs the simulator: keep each prediction short.
+    state_->set_explain_predict_seconds(0.02);
+    if (!state_->LoadPlacement().ok()) std::abort();
   }
   ~FuzzStore() {
     state_.reset();
@@ -108,11 +112,35 @@ void Watch(DesiredState& state, const v1::WatchAssignmentsRequest& request) {
   if (update.ok() && update->has_value() && !cache.Apply(**update).ok()) std::abort();
 }
 
+// ExplainVM on small hosts only (as scenario_fuzz): the simulator's time
+// grows with cores and vCPUs, and csd's own limits allow hosts that take
+// seconds to plan.
+void Explain(DesiredState& state, const v1::ExplainVMRequest& request) {
+  v1::GetVMRequest get;
+  get.set_vm_id(request.vm_id());
+  auto vm = state.GetVm(get);
+  if (vm.ok() && !vm->host_id().empty()) {
+    v1::GetHostRequest get_host;
+    get_host.set_host_id(vm->host_id());
+    auto host = state.GetHost(get_host);
+    if (!host.ok() || host->topology().cores_size() > 8) return;
+    v1::ListVMsRequest list;
+    list.set_host_id(vm->host_id());
+    list.set_page_size(17);
+    auto vms = state.ListVms(list);
+    if (!vms.ok() || vms->vms_size() > 16) return;
+    int vcpus = 0;
+    for (const v1::VM& v : vms->vms()) vcpus += std::max(v.enforcement().vcpus(), 1);
+    if (vcpus > 32) return;
+  }
+  CheckCode(state.ExplainVm(request).status());
+}
+
 // Who the fuzzer's changes are audited as.
 const Actor kFuzzer{"fuzzer", "admin"};
 
 void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
-  switch (method % 14) {
+  switch (method % 16) {
     case 0: {
       v1::TagVMRequest r;
       if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.TagVm(r, kFuzzer, done); });
@@ -185,6 +213,17 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 13: {
       v1::ListAuditRecordsRequest r;
       if (Parse(bytes, &r)) CheckCode(state.ListAuditRecords(r).status());
+      break;
+    }
+    case 14: {
+      // Answered from the placement view that the writes above keep.
+      v1::PlaceRequest r;
+      if (Parse(bytes, &r)) CheckCode(state.Place(r).status());
+      break;
+    }
+    case 15: {
+      v1::ExplainVMRequest r;
+      if (Parse(bytes, &r)) Explain(state, r);
       break;
     }
   }

@@ -169,6 +169,21 @@ absl::Status PlacementIndex::RemoveVm(absl::string_view host_id,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int>> PlacementIndex::FreeCores(
+    absl::string_view host_id, int count) const {
+  auto it = host_index_.find(std::string(host_id));
+  if (it == host_index_.end()) {
+    return absl::NotFoundError(absl::StrCat("host '", host_id, "' is not known"));
+  }
+  const Host& host = hosts_[it->second];
+  if (host.free_cores < count) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host '", host_id, "' has ", host.free_cores,
+                     " free cores; ", count, " are needed"));
+  }
+  return ChooseCores(host.core_owner, count);
+}
+
 absl::StatusOr<PlacementDecision> PlacementIndex::Place(
     const PlacementRequest& request) const {
   absl::Status valid = ValidateId("vm_id", request.vm_id);

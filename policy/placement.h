@@ -82,6 +82,12 @@ class PlacementIndex {
   // constraint that ruled hosts out is named with a count).
   absl::StatusOr<PlacementDecision> Place(const PlacementRequest& request) const;
 
+  // The `count` free cores Place would pin a VM to on `host_id` (the
+  // lowest, a contiguous run when there is one). NOT_FOUND for an unknown
+  // host; RESOURCE_EXHAUSTED when fewer are free.
+  absl::StatusOr<std::vector<int>> FreeCores(absl::string_view host_id,
+                                             int count) const;
+
   size_t host_count() const { return hosts_.size(); }
   size_t vm_count() const { return vm_count_; }
 

@@ -61,6 +61,13 @@ absl::Status ValidateTenantPolicy(const v1::TenantPolicy& policy) {
         "' must be one of policy.allowed_isolation (", AllowedNames(policy),
         ")"));
   }
+  if (policy.has_forced_idle_budget_pct() &&
+      !(policy.forced_idle_budget_pct() >= 0 &&
+        policy.forced_idle_budget_pct() <= 100)) {
+    return absl::InvalidArgumentError(
+        "policy.forced_idle_budget_pct must be between 0 and 100 (percent of "
+        "host CPU time), or unset for no budget");
+  }
   return absl::OkStatus();
 }
 

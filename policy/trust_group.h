@@ -32,7 +32,8 @@ struct TrustDecision {
 v1::TenantPolicy DefaultTenantPolicy(absl::string_view tenant_id);
 
 // INVALID_ARGUMENT naming the field: bad tenant id, UNSPECIFIED or unknown
-// levels, duplicates, or a default level that is not allowed.
+// levels, duplicates, a default level that is not allowed, or a
+// forced_idle_budget_pct outside 0-100 (or NaN).
 absl::Status ValidateTenantPolicy(const v1::TenantPolicy& policy);
 
 // True when `policy` allows `level` (an empty allowed list allows all).

@@ -99,6 +99,7 @@ Role RequiredRole(absl::string_view method) {
       {"GetHost", Role::kViewer},
       {"GetStats", Role::kViewer},
       {"ListAuditRecords", Role::kViewer},
+      {"ExplainVM", Role::kViewer},
       {"TagVM", Role::kOperator},
       {"UntagVM", Role::kOperator},
       {"Place", Role::kOperator},

@@ -62,8 +62,9 @@ struct AuthzOptions {
 // Fills options from csd's config; unset fields keep the defaults.
 AuthzOptions AuthzOptionsFromConfig(const v1::CsdConfig& config);
 
-// The role a ControlPlane method needs: viewer for reads, operator for
-// TagVM/UntagVM/Place, admin for SetTenantPolicy and any method not listed
+// The role a ControlPlane method needs: viewer for reads (ExplainVM
+// included), operator for TagVM/UntagVM and Place (a what-if, but it ranks
+// the whole fleet: it is for those who place VMs), admin for SetTenantPolicy and any method not listed
 // (a new method is closed until it is classified here).
 Role RequiredRole(absl::string_view method);
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/transport.h"
+#include "common/validation.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -27,6 +28,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
       config.metrics_listen().empty()
           ? kDefaultMetricsListen
           : metrics::NormalizeMetricsListen(config.metrics_listen());
+  for (const v1::ClassConflict& c : config.class_conflicts()) {
+    options.class_conflicts.emplace_back(c.a(), c.b());
+  }
   return options;
 }
 
@@ -37,6 +41,14 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   if (!credentials.ok()) return credentials.status();
   auto authz = Authorizer::Create(options.authz);
   if (!authz.ok()) return authz.status();
+  for (size_t i = 0; i < options.class_conflicts.size(); ++i) {
+    const auto& [a, b] = options.class_conflicts[i];
+    for (const auto& [key, value] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
+      absl::Status valid =
+          ValidateId(absl::StrCat("class_conflicts[", i, "].", key), *value);
+      if (!valid.ok()) return valid;
+    }
+  }
 
   store::SqliteStoreOptions store_options;
   store_options.data_dir = options.data_dir;
@@ -61,7 +73,14 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
         csd_metrics->RecordStoreWrite(code, seconds);
       });
   csd->authz_ = std::make_unique<Authorizer>(std::move(*authz));
-  csd->state_ = std::make_unique<DesiredState>(csd->store_.get());
+  policy::PlacementOptions placement;
+  placement.conflicts = options.class_conflicts;
+  csd->state_ = std::make_unique<DesiredState>(csd->store_.get(), nullptr,
+                                               std::move(placement));
+  // Before serving: Place answers from this view only.
+  if (absl::Status loaded = csd->state_->LoadPlacement(); !loaded.ok()) {
+    return loaded;
+  }
   csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
   AssignmentFanout* fanout = csd->fanout_.get();
   csd->store_->SetCommitObserver(
@@ -118,8 +137,15 @@ void CsdServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();
+    // The store's writer tells the fanout of a commit after it answered
+    // the write, so a client may already be gone while that call is still
+    // to come: wait for the writes in flight (a write after them completes
+    // only once their commit observers returned) before the fanout goes.
+    absl::Status drained = store_->WriteSync(
+        [](store::Transaction&) { return absl::OkStatus(); });
+    LOG_IF(WARNING, !drained.ok()) << "draining the store at shutdown: " << drained;
     fanout_.reset();
-    store_.reset();  // drains pending writes
+    store_.reset();
     LOG(INFO) << "csd stopped";
   });
 }

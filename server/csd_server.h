@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cosched/v1/config.pb.h"
@@ -37,6 +39,8 @@ struct CsdOptions {
   // host:port of the Prometheus /metrics endpoint; empty: not served. Port
   // 0 picks a free port (see CsdServer::metrics_port()).
   std::string metrics_listen;
+  // Pairs of interference classes that must never share a core (Place).
+  std::vector<std::pair<std::string, std::string>> class_conflicts;
 };
 
 // Fills options from a config file's message; unset fields keep defaults

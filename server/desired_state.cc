@@ -32,6 +32,8 @@ constexpr int kMaxReportedVms = 10000;
 constexpr int kMaxCores = 4096;
 constexpr int kMaxSiblings = 8;
 constexpr int kMaxCpuId = 65535;
+// KVM's limit of vCPUs per VM on x86.
+constexpr int kMaxVcpus = 4096;
 constexpr size_t kMaxVersionLength = 64;
 constexpr size_t kMaxDetailLength = 1024;
 constexpr size_t kMaxErrorLength = 1024;
@@ -146,9 +148,13 @@ absl::Status ValidateEnforcement(absl::string_view field,
         absl::StrCat(field, ".state is not a known enforcement state"));
   }
   if (e.threads_found() < 0 || e.threads_tagged() < 0 ||
-      e.threads_wrong() < 0 || e.threads_untaggable() < 0) {
+      e.threads_wrong() < 0 || e.threads_untaggable() < 0 || e.vcpus() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, " thread counts must not be negative"));
+        absl::StrCat(field, " thread and vcpus counts must not be negative"));
+  }
+  if (e.vcpus() > kMaxVcpus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".vcpus must be at most ", kMaxVcpus));
   }
   if (e.last_error().size() > kMaxErrorLength) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -274,6 +280,17 @@ DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
 
 }  // namespace
 
+template <typename T>
+DesiredState::Done<T> DesiredState::ApplyingPlacement(
+    std::shared_ptr<PlacementDelta> delta, Done<T> done) {
+  // Runs on the writer thread in commit order, so the view follows the
+  // store's order of changes.
+  return [this, delta, done = std::move(done)](absl::StatusOr<T> result) {
+    if (result.ok()) placement_.Apply(*delta);
+    done(std::move(result));
+  };
+}
+
 void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
                          Done<v1::TagVMResponse> done) {
   std::vector<std::string> classes;
@@ -301,10 +318,12 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
                               : request.thread_scope());
 
   auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::TagVMResponse>(
       store_,
-      [wanted = std::move(wanted), classes, actor, audit](
+      [wanted = std::move(wanted), classes, actor, audit, delta](
           store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
+        *delta = PlacementDelta();
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
         if (existing && existing->tenant_id() != wanted.tenant_id()) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -347,11 +366,13 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         RETURN_IF_ERROR(Audit(txn, actor, "TagVM", vm.vm_id(),
                               existing ? &*existing : nullptr, &vm, revision,
                               audit.get()));
+        ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
+        delta->vms.push_back(std::move(placed));
         *out.mutable_vm() = std::move(vm);
         out.set_changed(true);
         return absl::OkStatus();
       },
-      LogAudit(audit, std::move(done)));
+      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
 }
 
 void DesiredState::UntagVm(const v1::UntagVMRequest& request,
@@ -359,6 +380,8 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
   absl::Status valid = ValidateId("vm_id", request.vm_id());
   if (!valid.ok()) return done(valid);
   auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
+  delta->removed_vms.push_back(request.vm_id());
   WriteAndAnswer<v1::UntagVMResponse>(
       store_,
       [vm_id = request.vm_id(), actor, audit](
@@ -377,7 +400,7 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         out.set_revision(revision);
         return absl::OkStatus();
       },
-      LogAudit(audit, std::move(done)));
+      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
 }
 
 void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
@@ -390,10 +413,12 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
   wanted.clear_revision();
   wanted.clear_update_time();
   auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::TenantPolicy>(
       store_,
-      [wanted = std::move(wanted), actor, audit](
+      [wanted = std::move(wanted), actor, audit, delta](
           store::Transaction& txn, v1::TenantPolicy& out) -> absl::Status {
+        *delta = PlacementDelta();
         store::VmFilter filter;
         filter.tenant_id = wanted.tenant_id();
         ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
@@ -434,6 +459,8 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
           RETURN_IF_ERROR(txn.PutVm(updated));
           if (!updated.host_id().empty()) {
             RETURN_IF_ERROR(txn.RecordChange(updated.host_id(), updated.vm_id()));
+            ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, updated));
+            delta->vms.push_back(std::move(placed));
           }
         }
         v1::TenantPolicy stored = wanted;
@@ -447,7 +474,7 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
         out = std::move(stored);
         return absl::OkStatus();
       },
-      LogAudit(audit, std::move(done)));
+      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
 }
 
 void DesiredState::RegisterHost(const v1::RegisterRequest& request,
@@ -472,10 +499,12 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
   }
   if (!valid.ok()) return done(valid);
   auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::RegisterResponse>(
       store_,
-      [request, actor, audit](store::Transaction& txn,
-                              v1::RegisterResponse&) -> absl::Status {
+      [request, actor, audit, delta](store::Transaction& txn,
+                                     v1::RegisterResponse&) -> absl::Status {
+        *delta = PlacementDelta();
         ASSIGN_OR_RETURN(auto existing, txn.GetHost(request.host_id()));
         v1::Host host = existing.value_or(v1::Host());
         auto now = TimeUtil::GetCurrentTime();
@@ -487,17 +516,20 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         *host.mutable_last_seen_time() = now;
         host.clear_connected();
         RETURN_IF_ERROR(txn.PutHost(host));
+        delta->hosts.push_back(host);
         // Re-registration of a known host is routine (every agent start).
         if (existing) return absl::OkStatus();
         return Audit(txn, actor, "Register", host.host_id(), nullptr, &host, 0,
                      audit.get());
       },
-      LogAudit<v1::RegisterResponse>(
-          audit,
-          [this, done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
-            if (r.ok()) r->set_revision(store_->CurrentRevision());
-            done(std::move(r));
-          }));
+      ApplyingPlacement<v1::RegisterResponse>(
+          delta,
+          LogAudit<v1::RegisterResponse>(
+              audit, [this, done = std::move(done)](
+                         absl::StatusOr<v1::RegisterResponse> r) {
+                if (r.ok()) r->set_revision(store_->CurrentRevision());
+                done(std::move(r));
+              })));
 }
 
 void DesiredState::ApplyReport(const v1::ReportRequest& request,
@@ -531,10 +563,12 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   auto tagged_id = std::make_shared<absl::flat_hash_map<std::string, std::string>>();
   // Shared by the write and its completion: stats can be large to copy.
   auto report = std::make_shared<const v1::ReportRequest>(request);
+  auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::ReportResponse>(
       store_,
-      [report, tagged_id](store::Transaction& txn,
-                          v1::ReportResponse&) -> absl::Status {
+      [report, tagged_id, delta](store::Transaction& txn,
+                                 v1::ReportResponse&) -> absl::Status {
+        *delta = PlacementDelta();
         const v1::ReportRequest& request = *report;
         const std::string& host_id = request.host_id();
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
@@ -564,21 +598,28 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           if (vm->vm_id() != o.vm_id()) (*tagged_id)[o.vm_id()] = vm->vm_id();
           present.insert(vm->vm_id());
           RETURN_IF_ERROR(MoveVm(txn, *vm, host_id));
+          vm->set_host_id(host_id);
+          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, *vm));
+          delta->vms.push_back(std::move(placed));
         }
-        for (const v1::VM& vm : before) {
+        for (v1::VM vm : before) {
           if (present.count(vm.vm_id())) continue;
           // Gone from this host: still running where another agent saw it?
           ASSIGN_OR_RETURN(auto elsewhere, txn.FindObservation(vm.vm_id()));
           RETURN_IF_ERROR(MoveVm(txn, vm, elsewhere ? elsewhere->host_id : ""));
+          vm.set_host_id(elsewhere ? elsewhere->host_id : "");
+          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
+          delta->vms.push_back(std::move(placed));
         }
         *host->mutable_last_seen_time() = now;
         host->set_applied_revision(request.applied_revision());
         host->set_vm_count(request.vms_size());
         return txn.PutHost(*host);
       },
-      [this, report, tagged_id,
+      [this, report, tagged_id, delta,
        done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
         if (!r.ok()) return done(std::move(r));
+        placement_.Apply(*delta);
         r->set_revision(store_->CurrentRevision());
         // Only a committed Report counts: a refused one changes nothing.
         // Answered once its windows are in, so the agent's next Report and

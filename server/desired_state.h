@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "absl/status/status.h"
@@ -13,6 +16,8 @@
 #include "absl/strings/string_view.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "policy/placement.h"
+#include "server/placement_view.h"
 #include "server/stats_aggregator.h"
 #include "store/store.h"
 
@@ -37,10 +42,20 @@ class DesiredState {
   using Done = std::function<void(absl::StatusOr<T>)>;
 
   // `stats_clock` is the clock of the stats kept in memory (tests set it;
-  // nullptr: the system clock).
+  // nullptr: the system clock). `placement` configures Place (class
+  // conflicts); the view stays empty until LoadPlacement.
   explicit DesiredState(store::Store* store,
-                        StatsAggregator::Clock stats_clock = nullptr)
-      : store_(store), stats_(std::move(stats_clock)) {}
+                        StatsAggregator::Clock stats_clock = nullptr,
+                        policy::PlacementOptions placement = {})
+      : store_(store),
+        stats_(std::move(stats_clock)),
+        conflicts_(placement.conflicts),
+        placement_(std::move(placement)) {}
+
+  // Builds the placement view from the store (csd calls it once at start,
+  // before serving); from then on every committed write keeps it current.
+  absl::Status LoadPlacement() { return placement_.Load(*store_); }
+  const PlacementView& placement() const { return placement_; }
 
   // Idempotent upsert. FAILED_PRECONDITION when the tenant's policy forbids
   // the level or the VM is tagged for another tenant.
@@ -89,6 +104,20 @@ class DesiredState {
   absl::StatusOr<v1::ListAuditRecordsResponse> ListAuditRecords(
       const v1::ListAuditRecordsRequest& request);
 
+  // Ranks hosts for a new VM (ControlPlane.Place): validates every field,
+  // takes the tenant's default level when none is asked, and answers from
+  // the placement view. Creates nothing.
+  absl::StatusOr<v1::PlaceResponse> Place(const v1::PlaceRequest& request);
+  // The policy engine's decision for a VM on its host (ControlPlane.ExplainVM).
+  // Runs the simulator: tens of milliseconds to seconds on big hosts.
+  // FAILED_PRECONDITION also for hosts the engine cannot plan in reasonable
+  // time (over 1024 cores, or over 8 vCPUs per hardware thread).
+  absl::StatusOr<v1::ExplainVMResponse> ExplainVm(
+      const v1::ExplainVMRequest& request);
+  // Simulated seconds each ExplainVm prediction runs (default 5); the
+  // fuzzer shortens it. Set before serving.
+  void set_explain_predict_seconds(double seconds) { explain_predict_s_ = seconds; }
+
   // INVALID_ARGUMENT for a bad host id or negative revision;
   // FAILED_PRECONDITION for an unregistered host.
   absl::Status ValidateWatch(const v1::WatchAssignmentsRequest& request);
@@ -107,8 +136,15 @@ class DesiredState {
   absl::StatusOr<v1::WatchAssignmentsResponse> Snapshot(
       absl::string_view host_id, int64_t revision);
 
+  // `done`, after applying what a committed write changed to the view.
+  template <typename T>
+  Done<T> ApplyingPlacement(std::shared_ptr<PlacementDelta> delta, Done<T> done);
+
   store::Store* store_;
   StatsAggregator stats_;
+  const std::vector<std::pair<std::string, std::string>> conflicts_;
+  PlacementView placement_;
+  double explain_predict_s_ = 5;
 };
 
 }  // namespace cosched::server

@@ -148,6 +148,24 @@ grpc::ServerUnaryReactor* ControlPlaneService::ListAuditRecords(
   return AnswerNow(context, state_->ListAuditRecords(*request), response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::Place(
+    grpc::CallbackServerContext* context, const v1::PlaceRequest* request,
+    v1::PlaceResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "Place");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  return AnswerNow(context, state_->Place(*request), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ExplainVM(
+    grpc::CallbackServerContext* context, const v1::ExplainVMRequest* request,
+    v1::ExplainVMResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ExplainVM");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  // Runs the simulator on this callback thread: a few at a time are fine,
+  // and the answer is what the caller waits for.
+  return AnswerNow(context, state_->ExplainVm(*request), response);
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

@@ -56,6 +56,12 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListAuditRecordsRequest* request,
       v1::ListAuditRecordsResponse* response) override;
+  grpc::ServerUnaryReactor* Place(grpc::CallbackServerContext* context,
+                                  const v1::PlaceRequest* request,
+                                  v1::PlaceResponse* response) override;
+  grpc::ServerUnaryReactor* ExplainVM(grpc::CallbackServerContext* context,
+                                      const v1::ExplainVMRequest* request,
+                                      v1::ExplainVMResponse* response) override;
 
  private:
   DesiredState* const state_;

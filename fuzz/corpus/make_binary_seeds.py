@@ -95,7 +95,7 @@ def session(calls):
 
 # fuzz/rpc_fuzz.cc's method numbers.
 TAG, UNTAG, GET_VM, LIST_VMS, SET_POLICY, GET_POLICY, LIST_POLICIES, LIST_HOSTS, \
-    GET_HOST, REGISTER, REPORT, WATCH = range(12)
+    GET_HOST, REGISTER, REPORT, WATCH, GET_STATS, LIST_AUDIT, PLACE, EXPLAIN = range(16)
 
 
 def rpc_seeds():
@@ -134,6 +134,21 @@ def rpc_seeds():
         (LIST_POLICIES, "ListTenantPoliciesRequest", 'page_size: 5'),
         (LIST_HOSTS, "ListHostsRequest", ''),
         (UNTAG, "UntagVMRequest", 'vm_id: "vm-3"'),
+    ]))
+    write("rpc_fuzz", "placement", session([
+        register,
+        (SET_POLICY, "SetTenantPolicyRequest",
+         'policy { tenant_id: "shop" default_isolation: ISOLATION_LEVEL_TENANT '
+         'forced_idle_budget_pct: 10 }'),
+        (TAG, "TagVMRequest", 'vm_id: "web-1" tenant_id: "shop" interference_classes: "web"'),
+        (TAG, "TagVMRequest", 'vm_id: "gold" isolation: ISOLATION_LEVEL_DEDICATED'),
+        (REPORT, "ReportRequest",
+         'host_id: "hv-1" vms { vm_id: "web-1" enforcement { vcpus: 1 } } '
+         'vms { vm_id: "gold" enforcement { vcpus: 2 } }'),
+        (PLACE, "PlaceRequest", 'tenant_id: "shop" vcpus: 2 isolation: ISOLATION_LEVEL_DEDICATED'),
+        (PLACE, "PlaceRequest", 'vcpus: 1 interference_classes: "avx512" load: 0.5 pin: false'),
+        (EXPLAIN, "ExplainVMRequest", 'vm_id: "web-1"'),
+        (EXPLAIN, "ExplainVMRequest", 'vm_id: "gold"'),
     ]))
 
 

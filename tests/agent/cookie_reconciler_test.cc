@@ -94,6 +94,8 @@ TEST_F(CookieReconcilerTest, OneCookiePerGroupAndNothingLeftOnTheAgent) {
     EXPECT_EQ(vm.enforcement.threads_found(), 5);
     EXPECT_EQ(vm.enforcement.threads_tagged(), 5);
     EXPECT_EQ(vm.enforcement.threads_wrong(), 0);
+    // For csd's placement: the vCPU threads among them.
+    EXPECT_EQ(vm.enforcement.vcpus(), 2);
   }
   EXPECT_EQ(r.vms[0].enforcement.applied_trust_group(), "a/vm/vm-1");
   EXPECT_EQ(r.vms[0].cookie, c1);

@@ -203,6 +203,39 @@ TEST_F(CsctlTest, PolicySetAndGet) {
   EXPECT_THAT(out_.str(), HasSubstr("acme"));
 }
 
+TEST_F(CsctlTest, PlaceAndExplainCheckArgumentsWithoutCallingTheServer) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"place", "--vcpus", "0"},
+           {"place", "--vcpus", "1025"},
+           {"place", "--vcpus", "2", "--tenant", "bad id"},
+           {"place", "--vcpus", "2", "--isolation", "strict"},
+           {"place", "--vcpus", "2", "--class", "no/slash"},
+           {"place", "--vcpus", "2", "--load", "-0.5"},
+           {"explain"},
+           {"explain", "bad id!"},
+           {"policy", "set", "acme", "--default", "vm", "--forced-idle-budget", "-1"}}) {
+    EXPECT_EQ(Run(args), kExitUsage) << args[0] << " " << args.back();
+    EXPECT_TRUE(OneErrorLine()) << err_.str();
+  }
+  EXPECT_EQ(Run({"place"}), kExitUsage);  // --vcpus is required
+  EXPECT_THAT(err_.str(), HasSubstr("--vcpus"));
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
+TEST_F(CsctlTest, PolicyBudgetIsSentAndShown) {
+  ASSERT_EQ(Run({"policy", "set", "acme", "--default", "vm", "--forced-idle-budget",
+                 "7.5"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::ContainsRegex("idle budget: +7.5%"));
+  ASSERT_EQ(Run({"-o", "json", "policy", "get", "acme"}), kExitOk);
+  EXPECT_EQ(json::parse(out_.str())["forced_idle_budget_pct"], 7.5);
+  ASSERT_EQ(Run({"policy", "set", "acme", "--default", "vm"}), kExitOk);
+  ASSERT_EQ(Run({"-o", "json", "policy", "get", "acme"}), kExitOk);
+  EXPECT_TRUE(json::parse(out_.str())["forced_idle_budget_pct"].is_null());
+}
+
 TEST_F(CsctlTest, LsWithLimitOverArguments) {
   for (const char* id : {"vm-1", "vm-2", "vm-3"}) {
     ASSERT_EQ(Run({"tag", id}), kExitOk);

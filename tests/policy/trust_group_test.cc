@@ -1,5 +1,7 @@
 #include "policy/trust_group.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace cosched::policy {
@@ -146,6 +148,22 @@ TEST(ValidateTenantPolicy, RejectsBadPolicies) {
       Policy("acme", v1::ISOLATION_LEVEL_VM,
              {v1::ISOLATION_LEVEL_VM, static_cast<v1::IsolationLevel>(9)}));
   EXPECT_NE(unknown.message().find("allowed_isolation[1]"), std::string::npos);
+}
+
+TEST(ValidateTenantPolicy, ForcedIdleBudgetIsAPercentage) {
+  v1::TenantPolicy policy = DefaultTenantPolicy("acme");
+  for (double ok : {0.0, 12.5, 100.0}) {
+    policy.set_forced_idle_budget_pct(ok);
+    EXPECT_TRUE(ValidateTenantPolicy(policy).ok()) << ok;
+  }
+  for (double bad : {-0.1, 100.5, std::nan("")}) {
+    policy.set_forced_idle_budget_pct(bad);
+    absl::Status s = ValidateTenantPolicy(policy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("policy.forced_idle_budget_pct must be between 0 and 100"),
+              std::string::npos)
+        << s;
+  }
 }
 
 }  // namespace

@@ -213,6 +213,10 @@ TEST_F(BadInputTest, Report) {
   o->clear_uuid();
   o->mutable_enforcement()->set_threads_found(-1);
   Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "vms[0].enforcement"});
+  o->mutable_enforcement()->set_threads_found(0);
+  o->mutable_enforcement()->set_vcpus(4097);
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "vms[0].enforcement.vcpus must be at most 4096"});
   r.clear_vms();
   for (int i = 0; i < 10001; ++i) r.add_vms()->set_vm_id("vm-" + std::to_string(i));
   Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 10000"});

@@ -1,0 +1,27 @@
+// How csctl shows csd's answers to Place and ExplainVM: JSON objects with
+// the response's fields, or "key: value" blocks and tables for people.
+#ifndef COSCHED_CLI_POLICY_OUTPUT_H_
+#define COSCHED_CLI_POLICY_OUTPUT_H_
+
+#include <ostream>
+
+#include "cosched/v1/control_plane.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace cosched::cli {
+
+// host_id, cores, cpus, predicted_cost, reason, isolation, candidates
+// (host_id, predicted_cost, reason).
+nlohmann::json PlaceToJson(const v1::PlaceResponse& response);
+void PrintPlace(const v1::PlaceResponse& response, std::ostream& out);
+
+// vm_id, tenant_id, host_id, isolation, trust_group, pin_cpus, reasons,
+// vcpus, load, host_vms, chosen_layout, layouts, host_reasons,
+// forced_idle_budget_pct (null when none), current (isolation,
+// trust_group).
+nlohmann::json ExplainToJson(const v1::ExplainVMResponse& response);
+void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out);
+
+}  // namespace cosched::cli
+
+#endif  // COSCHED_CLI_POLICY_OUTPUT_H_

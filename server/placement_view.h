@@ -1,0 +1,111 @@
+// csd's in-memory placement view of the fleet: a policy::PlacementIndex of
+// the registered hosts (their topology) and the tagged VMs agents reported
+// on them (tenant, level, classes, vCPUs). Built from the store at start,
+// then kept current by DesiredState, which hands it what each committed
+// write changed, in commit order. Place answers from memory only.
+#ifndef COSCHED_SERVER_PLACEMENT_VIEW_H_
+#define COSCHED_SERVER_PLACEMENT_VIEW_H_
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/types.pb.h"
+#include "policy/placement.h"
+#include "store/store.h"
+
+namespace cosched::server {
+
+// A tagged VM as placement sees it.
+struct PlacedVm {
+  std::string vm_id;
+  std::string tenant_id;
+  // Empty: no agent reported it (not in the index).
+  std::string host_id;
+  v1::IsolationLevel isolation = v1::ISOLATION_LEVEL_VM;
+  std::vector<std::string> classes;
+  // As last reported by its host's agent; 0 when not known (counted as 1).
+  int vcpus = 0;
+
+  bool operator==(const PlacedVm&) const = default;
+};
+
+// What one committed write changed.
+struct PlacementDelta {
+  // Hosts (re)registered, with their topology.
+  std::vector<v1::Host> hosts;
+  // VMs in their state after the write.
+  std::vector<PlacedVm> vms;
+  // VMs untagged.
+  std::vector<std::string> removed_vms;
+
+  bool empty() const { return hosts.empty() && vms.empty() && removed_vms.empty(); }
+};
+
+// The PlacedVm of a stored VM: its assignment's level and the vCPUs of its
+// observation on its host.
+absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm);
+
+// Thread-safe: Apply and Place may run concurrently.
+class PlacementView {
+ public:
+  // Unpinned existing VMs are assumed busy (load 1 per vCPU): csd does not
+  // know their load, and over-estimating keeps new VMs off crowded hosts.
+  explicit PlacementView(policy::PlacementOptions options);
+
+  // Replaces the view with the store's hosts and tagged, reported VMs.
+  absl::Status Load(store::Store& store);
+  // Applies what a committed write changed.
+  void Apply(const PlacementDelta& delta);
+
+  struct Answer {
+    policy::PlacementDecision decision;
+    // The logical CPUs of decision.cores, from the host's topology.
+    std::vector<int> cpus;
+  };
+  // policy::PlacementIndex::Place; RESOURCE_EXHAUSTED also when no host is
+  // registered.
+  absl::StatusOr<Answer> Place(const policy::PlacementRequest& request) const;
+
+  // For tests: host id -> sorted ids of the VMs placed there.
+  std::map<std::string, std::vector<std::string>> VmsByHost() const;
+  // Hosts with a topology (placeable).
+  size_t host_count() const;
+
+ private:
+  struct HostInfo {
+    // cpus of Topology.cores, by core index; empty until it registers one.
+    std::vector<std::vector<int>> cores;
+    // Its VMs, in id order: a host's part of the index is always rebuilt in
+    // this order, so that it depends only on the host and its VMs, never
+    // on the order of the writes (the view csd loads at its next start is
+    // then the same, dedicated VMs' cores included).
+    std::set<std::string> vms;
+  };
+
+  void ApplyHostLocked(const v1::Host& host, std::set<std::string>& dirty);
+  void ApplyVmLocked(const PlacedVm& vm, std::set<std::string>& dirty);
+  void RemoveVmLocked(const std::string& vm_id, std::set<std::string>& dirty);
+  // Takes the host's VMs out of the index and adds them back in id order.
+  void ResetHostLocked(const std::string& host_id);
+  void RebuildLocked();
+
+  const policy::PlacementOptions options_;
+  mutable std::mutex mu_;
+  policy::PlacementIndex index_;
+  // Registered hosts, and hosts that VMs name (without cores until they
+  // register).
+  std::unordered_map<std::string, HostInfo> hosts_;
+  // VMs on a host.
+  std::unordered_map<std::string, PlacedVm> vms_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_PLACEMENT_VIEW_H_
