@@ -201,7 +201,7 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
           samples.push_back(
               {{{"state", EnforcementStateName(
                               static_cast<v1::EnforcementState>(state))}},
-               by_state[state]});
+               static_cast<double>(by_state[state])});
         }
         return samples;
       });

@@ -330,7 +330,7 @@ int Main(int argc, char** argv) {
   workload.Start(run_rate);
   std::vector<CollectedVm> vms;
   for (size_t i = 0; i < workload.pairs().size(); ++i)
-    vms.push_back({absl::StrCat("vm-", i), absl::StrCat("tg-", i), workload.pairs()[i]->tids()});
+    vms.push_back({absl::StrCat("vm-", i), absl::StrCat("tg-", i), workload.pairs()[i]->tids(), ""});
   auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
   StatsWindowQueue queue;
   SiblingShareCollector collector(

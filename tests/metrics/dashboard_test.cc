@@ -46,7 +46,9 @@ std::set<std::string> ExportedNames() {
   window.add_cores()->set_core(0);
   agent_metrics.RecordStatsWindow(window, [](const std::string&) { return "g"; });
   agent::ReconcileResult result;
-  result.vms.push_back(agent::VmOutcome{.vm_id = "vm-1"});
+  agent::VmOutcome outcome;
+  outcome.vm_id = "vm-1";
+  result.vms.push_back(outcome);
   agent::PassRecord pass;
   pass.result = &result;
   agent_metrics.RecordReconcilePass(pass);

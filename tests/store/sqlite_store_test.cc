@@ -634,7 +634,9 @@ TEST_F(SqliteStoreTest, AuditAppendsAndListsNewestFirstWithFilters) {
                     EXPECT_GT(all[0].sequence(), all[1].sequence());
                     ASSIGN_OR_RETURN(auto older, txn.ListAudit({}, all[0].sequence(), 1));
                     EXPECT_EQ(older.size(), 1u);
-                    if (!older.empty()) EXPECT_EQ(older[0].time_unix_ns(), 200);
+                    if (!older.empty()) {
+                      EXPECT_EQ(older[0].time_unix_ns(), 200);
+                    }
                     AuditFilter alice;
                     alice.who = "alice";
                     ASSIGN_OR_RETURN(auto by_who, txn.ListAudit(alice, 0, 10));
