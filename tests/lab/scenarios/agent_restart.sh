@@ -38,5 +38,7 @@ lab_cookies "$vm1" "$vm2" "$vm3" | sort >/tmp/after.txt
 cmp -s /tmp/before.txt /tmp/after.txt || { diff /tmp/before.txt /tmp/after.txt; lab_fail "cookies changed across the agent restart"; }
 lab_result "agent restart" "$(wc -l </tmp/after.txt) threads, every cookie the same before, during and after"
 for vm in vm-1 vm-2 vm-3; do lab_wait_enforced $vm; done
-lab_crosscheck_end vm-1="$vm1" vm-2="$vm2" vm-3="$vm3"
+# vm-1 and vm-2 share acme's trust group, which the offline thread map does
+# not know: "same" live is "foreign" offline, so same + foreign is compared.
+lab_crosscheck_end --busy-only vm-1="$vm1" vm-2="$vm2" vm-3="$vm3"
 for pid in "$vm1" "$vm2" "$vm3"; do lab_stop_vm "$pid"; done
