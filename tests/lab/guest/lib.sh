@@ -180,7 +180,74 @@ lab_crosscheck_begin() {
   echo 8192 >"$LAB_CHECK/buffer_size_kb"
   echo 1 >"$LAB_CHECK/events/sched/sched_switch/enable" || lab_fail "cannot enable sched:sched_switch"
   echo 1 >"$LAB_CHECK/tracing_on"
+  rm -f /tmp/live-mark.json
   LAB_CROSSCHECK=1
+}
+
+# lab_crosscheck_mark: lab_crosscheck_end compares only the windows that end
+# after this point. For runs whose VMs get their final thread map only after
+# the collector started: a VM tagged at scope vcpus is fail-closed at scope
+# emulator (all its threads) until csd's assignment arrives, and the
+# offline map is fixed. Call it once every VM is enforced; it waits until
+# csd holds a window that ended a second or more after the call, so the
+# windows that follow it all start under the map of now.
+lab_crosscheck_mark() {
+  local after=$(($(date +%s) + 1))
+  lab_wait_for 30 lab_stats_end_after "$after" /tmp/live-mark.json ||
+    lab_fail "csd has no stats window that ended after $after"
+  lab_result "crosscheck mark" "windows up to $(lab_json_field /tmp/live-mark.json end_unix_ns) ns left out"
+}
+
+# lab_stats_end_after SECONDS FILE: csd's stats for host lab into FILE, and
+# whether its last window ended at Unix time SECONDS or later.
+lab_stats_end_after() {
+  local end
+  csctl stats --host lab --window 1h -o json >"$2" || return 1
+  end=$(lab_json_field "$2" end_unix_ns)
+  [ -n "$end" ] && [ "${end%?????????}" -ge "$1" ]
+}
+
+# lab_stats_delta MARK NOW: the figures of the windows in NOW that MARK does
+# not hold (two `csctl stats --host lab -o json` answers of one run, MARK the
+# earlier), in the keys lab_json_field, lab_vm_figure and the per-core sums
+# of lab_crosscheck_end read: span, windows, per VM runtime and shares (each
+# share from both answers' nanoseconds), the per-core sums as one core.
+lab_stats_delta() {
+  awk -v mark="$1" '
+    function field() { v = $2; sub(/,$/, "", v); gsub(/"/, "", v); return v }
+    FNR == 1 { f = (FILENAME == mark) ? 1 : 2; name = ""; split("", o) }
+    $1 == "\"start_unix_ns\":" || $1 == "\"end_unix_ns\":" || $1 == "\"windows\":" {
+      k = $1; gsub(/[":]/, "", k); if (!((f, k) in top)) top[f, k] = field() }
+    $1 ~ /^"(both_busy|one_idle|both_idle|unknown)_ns":$/ { k = $1; gsub(/[":]/, "", k); core[f, k] += field() }
+    $1 ~ /^"(runtime_ns|same_pct|idle_pct|foreign_pct|unknown_pct)":$/ { k = $1; gsub(/[":]/, "", k); o[k] = field() }
+    $1 == "\"vm\":" { name = field() }
+    /}/ {
+      if (name != "" && name != "total") {
+        vms[name] = 1; rt[f, name] = o["runtime_ns"]
+        for (k in o) if (k != "runtime_ns") ns[f, name, k] = o[k] * o["runtime_ns"] / 100
+      }
+      name = ""; split("", o)
+    }
+    END {
+      printf "{\n  \"start_unix_ns\": %s,\n  \"end_unix_ns\": %s,\n  \"windows\": %d,\n  \"vms\": [\n",
+        top[1, "end_unix_ns"], top[2, "end_unix_ns"], top[2, "windows"] - top[1, "windows"]
+      for (vm in vms) {
+        run = rt[2, vm] - rt[1, vm]
+        if (run <= 0) continue
+        printf "    {\n      \"runtime_ns\": %.0f,\n", run
+        split("same_pct idle_pct foreign_pct unknown_pct", keys, " ")
+        for (i = 1; i <= 4; i++) {
+          pct = 100 * (ns[2, vm, keys[i]] - ns[1, vm, keys[i]]) / run
+          # The answers round to 4 decimals: a share of 0 may come out -0.0000.
+          if (pct < 0.00005 && pct > -0.00005) pct = 0
+          printf "      \"%s\": %.4f,\n", keys[i], pct
+        }
+        printf "      \"vm\": \"%s\"\n    },\n", vm
+      }
+      printf "  ],\n  \"cores\": [\n    {\n"
+      printf "      \"both_busy_ns\": %.0f,\n      \"one_idle_ns\": %.0f,\n", core[2, "both_busy_ns"] - core[1, "both_busy_ns"], core[2, "one_idle_ns"] - core[1, "one_idle_ns"]
+      printf "      \"both_idle_ns\": %.0f,\n      \"unknown_ns\": %.0f\n    }\n  ]\n}\n", core[2, "both_idle_ns"] - core[1, "both_idle_ns"], core[2, "unknown_ns"] - core[1, "unknown_ns"]
+    }' "$1" "$2"
 }
 
 # lab_json_field FILE KEY: the first number after "KEY": in FILE.
@@ -202,30 +269,41 @@ lab_vm_figure() {
 # lab_crosscheck_end [--busy-only] VM=[vcpus:]PID[,PID...]...: stops the lab's trace
 # and checks, for each VM, that the live shares csd summed over all windows
 # agree within 1 percentage point with `csctl analyze` over exactly the
-# windows' span: same, idle, foreign and unknown; with --busy-only idle,
+# windows' span (those after lab_crosscheck_mark, when it was called):
+# same, idle, foreign and unknown; with --busy-only idle,
 # unknown and same + foreign (for runs in which a VM's trust group changed:
 # live "same" follows the group of the moment, the offline map is fixed).
 # A VM's threads are every thread the trace saw in its processes, or, with
 # `vcpus:` (thread scope vcpus), their vCPU threads.
 lab_crosscheck_end() {
-  local busy_only=0 spec vm pid tid start_ns end_ns from to first written line key live off keys
+  local busy_only=0 spec vm pid tid start_ns end_ns from to first written line key live off keys live_file mark_end
   [ "$1" = --busy-only ] && { busy_only=1; shift; }
   # A window closes every second; the Report carrying it follows.
   sleep 2.5
   csctl stats --host lab --window 1h -o json >/tmp/live.json || lab_fail "csctl stats --host lab"
+  live_file=/tmp/live.json
+  if [ -f /tmp/live-mark.json ]; then
+    # At least 3 s of windows after the mark.
+    mark_end=$(lab_json_field /tmp/live-mark.json end_unix_ns)
+    lab_wait_for 30 lab_stats_end_after $((${mark_end%?????????} + 3)) /tmp/live.json ||
+      lab_fail "csd has no stats window 3 s after the crosscheck mark"
+    lab_stats_delta /tmp/live-mark.json /tmp/live.json >/tmp/live-span.json
+    cp /tmp/live-mark.json /tmp/live-span.json "$LAB_OUT/"
+    live_file=/tmp/live-span.json
+  fi
   echo 0 >"$LAB_CHECK/tracing_on"
   cat "$LAB_CHECK/trace" >/tmp/check-trace.txt
   cp /tmp/live.json "$LAB_OUT/"
   written=$(awk '/entries-in-buffer\/entries-written/ {print $3}' /tmp/check-trace.txt)
   [ -n "$written" ] && [ "${written%/*}" = "${written#*/}" ] ||
     lab_fail "the lab's crosscheck trace lost events ($written)"
-  start_ns=$(lab_json_field /tmp/live.json start_unix_ns)
-  end_ns=$(lab_json_field /tmp/live.json end_unix_ns)
-  [ -n "$start_ns" ] && [ -n "$end_ns" ] || { cat /tmp/live.json; lab_fail "csd has no stats windows for host lab"; }
+  start_ns=$(lab_json_field "$live_file" start_unix_ns)
+  end_ns=$(lab_json_field "$live_file" end_unix_ns)
+  [ -n "$start_ns" ] && [ -n "$end_ns" ] || { cat "$live_file"; lab_fail "csd has no stats windows for host lab"; }
   from=$(awk -v n="$start_ns" 'BEGIN { printf "%s.%s", substr(n, 1, length(n) - 9), substr(n, length(n) - 8) }')
   to=$(awk -v n="$end_ns" 'BEGIN { printf "%s.%s", substr(n, 1, length(n) - 9), substr(n, length(n) - 8) }')
   first=$(awk '$1 !~ /^#/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { print substr($i, 1, length($i) - 1); exit } }' /tmp/check-trace.txt)
-  lab_result "crosscheck span" "live windows $from - $to ($(lab_json_field /tmp/live.json windows) windows), trace of $(wc -l </tmp/check-trace.txt) lines from $first"
+  lab_result "crosscheck span" "live windows $from - $to ($(lab_json_field "$live_file" windows) windows), trace of $(wc -l </tmp/check-trace.txt) lines from $first"
   lab_float_cmp "$first" "<" "$from" || lab_fail "the lab's trace starts after the first window"
 
   # "tid tgid comm" of every task the trace saw switch out ("comm-TID (TGID) [cpu]").
@@ -255,7 +333,7 @@ lab_crosscheck_end() {
   # same split, whatever the thread map.
   live=$(awk '/"both_busy_ns"/ {b += $2} /"one_idle_ns"/ {o += $2} /"both_idle_ns"/ {i += $2}
       /"unknown_ns"/ {u += $2}
-      END { t = b + o + i + u; if (t > 0) printf "%.1f %.1f %.1f", 100 * b / t, 100 * o / t, 100 * i / t }' /tmp/live.json)
+      END { t = b + o + i + u; if (t > 0) printf "%.1f %.1f %.1f", 100 * b / t, 100 * o / t, 100 * i / t }' "$live_file")
   off=$(csctl analyze /tmp/check-trace.txt --topology /tmp/check-topology --threads /tmp/check-threads \
       --from "$from" --to "$to" -o table | sed -n 's/.*cores: both busy \([0-9.]*\)%, one idle \([0-9.]*\)%, both idle \([0-9.]*\)%.*/\1 \2 \3/p')
   lab_result "crosscheck cores" "both busy / one idle / both idle %: live $live, offline $off"
@@ -269,7 +347,7 @@ lab_crosscheck_end() {
     vm=${spec%%=*}
     line="$vm"
     for key in same_pct idle_pct foreign_pct unknown_pct; do
-      live=$(lab_vm_figure /tmp/live.json "$vm" $key)
+      live=$(lab_vm_figure "$live_file" "$vm" $key)
       off=$(lab_vm_figure /tmp/offline.json "$vm" $key)
       [ -n "$live" ] && [ -n "$off" ] || lab_fail "$vm: no $key (live '$live', offline '$off')"
       eval "live_$key=$live off_$key=$off"
@@ -277,7 +355,7 @@ lab_crosscheck_end() {
     done
     live_busy_pct=$(awk -v a="$live_same_pct" -v b="$live_foreign_pct" 'BEGIN { print a + b }')
     off_busy_pct=$(awk -v a="$off_same_pct" -v b="$off_foreign_pct" 'BEGIN { print a + b }')
-    lab_result "$vm live vs offline" "$line runtime live $(lab_vm_figure /tmp/live.json "$vm" runtime_ns) ns, offline $(lab_vm_figure /tmp/offline.json "$vm" runtime_ns) ns"
+    lab_result "$vm live vs offline" "$line runtime live $(lab_vm_figure "$live_file" "$vm" runtime_ns) ns, offline $(lab_vm_figure /tmp/offline.json "$vm" runtime_ns) ns"
     for key in $keys; do
       eval "live=\$live_$key off=\$off_$key"
       awk -v a="$live" -v b="$off" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1) }' ||

@@ -17,6 +17,9 @@ csctl tag vm-1 || lab_fail "tag vm-1"
 csctl tag vm-2 --scope vcpus || lab_fail "tag vm-2"
 lab_wait_enforced vm-1
 lab_wait_enforced vm-2
+# Until csd's assignment came, vm-2 was fail-closed at the default scope
+# (every thread of it); the crosscheck's map is the vcpus one.
+lab_crosscheck_mark
 c1=$(lab_one_cookie "$vm1") || exit 1
 c2=$(lab_cookies "$vm2" | awk '$4 == "CPU" {print $3}' | sort -u)
 [ "$(echo "$c2" | wc -l)" = 1 ] && [ "$c2" != 0 ] || lab_fail "vm-2's vCPUs do not share a cookie: $c2"
@@ -30,7 +33,7 @@ echo "$gap1" | grep -q inherited || lab_fail "vm-1's new thread did not inherit:
 gap2=$(lab_tag_gap "$vm2" "$c2") || lab_fail "vm-2's new vCPU was never tagged"
 lab_result "new thread, scope vcpus" "$gap2 (tagged by the agent)"
 lab_result "reconcile" "$(lab_last_reconcile)"
-# The collector's figures over the run agree with the lab's own trace,
+# The collector's figures since the mark agree with the lab's own trace,
 # the new threads included (the collector takes each reconcile pass's VM
 # list at its next poll).
 lab_crosscheck_end vm-1="$vm1" vm-2="vcpus:$vm2"
