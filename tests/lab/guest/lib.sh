@@ -150,11 +150,19 @@ lab_wait_enforced() {
 # lab_one_cookie PID: prints the single cookie all of PID's threads share;
 # fails when they differ, have none or cannot be read.
 lab_one_cookie() {
+  lab_has_one_cookie "$1" ||
+    lab_fail "threads of $1 do not share one cookie: $(lab_cookies "$1" | tr '\n' ';')"
+  lab_cookies_of "$1"
+}
+
+# lab_has_one_cookie PID [NOT]: whether PID's threads all hold one cookie,
+# not 0 (and not NOT). A shell function: lab_wait_for can poll it, a child
+# `sh -c` cannot see it.
+lab_has_one_cookie() {
   local cookies
   cookies=$(lab_cookies_of "$1")
-  [ "$(echo "$cookies" | wc -l)" = 1 ] && [ "$cookies" != 0 ] && [ "${cookies#error}" = "$cookies" ] ||
-    lab_fail "threads of $1 do not share one cookie: $(lab_cookies "$1" | tr '\n' ';')"
-  echo "$cookies"
+  [ -n "$cookies" ] && [ "$(echo "$cookies" | wc -l)" = 1 ] && [ "$cookies" != 0 ] &&
+    [ "${cookies#error}" = "$cookies" ] && [ "$cookies" != "${2:-}" ]
 }
 
 # lab_last_reconcile: the agent's last logged pass that changed something.
