@@ -9,7 +9,19 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$(nproc)"
 # Lab and libvirt tests are RUN_SERIAL (they need the whole machine).
-(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@")
+stamp=$(mktemp)
+status=0
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@") || status=$?
+# What the lab scenarios of this run measured (ctest shows a passing test's
+# output only with -V): foreign shares before and after tagging, tagging
+# gaps, reconcile times, the libvirt side-by-side table.
+find build/tests/lab/out -name results.txt -newer "$stamp" 2>/dev/null | sort |
+  while read -r figures; do
+    echo "--- lab.$(basename "$(dirname "$figures")") figures ---"
+    cat "$figures"
+  done
+rm -f "$stamp"
+[ "$status" = 0 ] || exit "$status"
 
 # The libFuzzer targets, in a build of their own (clang, ASan, UBSan): each
 # fuzzes ~30 s from its seeds and replays its regressions, two at a time.
