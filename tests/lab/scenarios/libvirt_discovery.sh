@@ -104,5 +104,20 @@ libvirtd_cookies=$(lab_cookies_of "$(cat "$LAB_LIBVIRTD_PIDFILE")" | tr '\n' ' '
 [ "$libvirtd_cookies" = "0 " ] || lab_fail "libvirtd's threads hold cookies: $libvirtd_cookies"
 lab_result "groups" "acme (lv-a1, lv-a2) $ca1, globex (lv-g1) $cg1; agent and libvirtd threads: none"
 
+# Scope vcpus: the agent's vCPU threads are exactly those libvirt lists. Only
+# they keep lv-g1's cookie; QEMU's other threads go back to none.
+csctl tag "$uuid_lv_g1" --tenant globex --isolation vm --scope vcpus || lab_fail "csctl tag lv-g1 --scope vcpus"
+g1_vcpus=$(lab_domain_vcpu_tids lv-g1 | awk '{print $2}' | sort -n | tr '\n' ' ')
+vcpus_only_tagged() {
+  lab_domain_cookies lv-g1 | awk -v v=" $g1_vcpus" -v c="$cg1" '
+    { want = index(v, " " $2 " ") ? c : "0"; if ($3 != want) bad = 1; n++ } END { exit bad || n == 0 }'
+}
+lab_wait_secs 60 vcpus_only_tagged ||
+  lab_fail "lv-g1 at scope vcpus: want cookie $cg1 on vCPU threads ${g1_vcpus% } only: $(lab_domain_cookies lv-g1 | tr '\n' ';')"
+vcpus_reported() { csctl get "$uuid_lv_g1" -o json | grep -q '"threads_found": 2,'; }
+lab_wait_secs 30 vcpus_reported ||
+  lab_fail "lv-g1 at scope vcpus: the agent does not report its 2 vCPU threads: $(csctl get "$uuid_lv_g1" -o json | tr -d '\n')"
+lab_result "lv-g1 scope vcpus" "cookie $cg1 on vCPU threads ${g1_vcpus% } (libvirt's), none on the others; the agent reports 2 threads"
+
 for d in $domains; do lab_domain_destroy "$d"; done
 lab_stop_agent
