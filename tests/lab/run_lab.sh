@@ -117,6 +117,13 @@ if [ $root9p = 1 ]; then
     command -v $tool >/dev/null || die "$tool not found (scripts/install-deps.sh installs libvirt-daemon, libvirt-daemon-driver-qemu and libvirt-clients)"
   done
   [ -x /usr/bin/qemu-system-x86_64 ] || die "no /usr/bin/qemu-system-x86_64 for the guest's libvirt (qemu-system-x86)"
+  # The guest mounts tmpfs on these, and its root is read-only: they must
+  # exist here. libvirtd makes the libvirt ones at its first start, so a
+  # machine that never ran it lacks them.
+  for dir in /var/lib/libvirt /var/cache/libvirt /var/log /root /etc/libvirt; do
+    [ -d "$dir" ] || mkdir -p "$dir" 2>/dev/null ||
+      die "$dir is missing and cannot be made (the guest mounts a tmpfs there): run as root"
+  done
   [ -x /bin/busybox ] || die "no /bin/busybox (busybox-static): the guest powers off with it"
   [ -f "$here/guest/init_root9p.sh" ] || die "no $here/guest/init_root9p.sh"
 fi
