@@ -1,7 +1,8 @@
 // Throughput of the sibling-share telemetry (issue 4), on one core, over a
 // generated trace of 10 M sched_switch events (64 CPUs, 16 VMs, host tasks):
-// text parsing (csctl analyze), binary ring-buffer parsing (the live path),
-// the calculator, and the whole live pipeline (parse + merge + compute).
+// text parsing, and text parsing with the calculator (csctl analyze), binary
+// ring-buffer parsing (the live path), the calculator, and the whole live
+// pipeline (parse + merge + compute).
 // Then a replay of a full KVM node at 155 k context switches/s: the CPU time
 // the collector spends per second of events, i.e. the share of one core;
 // once with the telemetry pieces alone, once through cs-agent's collector
@@ -125,6 +126,29 @@ void BM_TextParse(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TextParse)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// `csctl analyze` without the file: text parsing feeding the calculator
+// (the text is in time order already), threads mapped to VMs by hash map.
+void BM_TextAnalyze(benchmark::State& state) {
+  const Trace& t = BigTrace();
+  Classifier classifier(t.trace);
+  for (auto _ : state) {
+    double start = ThreadCpuSeconds();
+    TraceTextReader reader;
+    SiblingShareCalculator calc(t.topology, classifier.Get());
+    auto on_line = [&](const TraceLine& l) {
+      if (l.kind == TraceLineKind::kSchedSwitch) calc.Add(l.event);
+    };
+    constexpr size_t kChunk = 1 << 20;
+    for (size_t i = 0; i < t.text.size(); i += kChunk)
+      reader.Feed(std::string_view(t.text).substr(i, kChunk), on_line);
+    reader.Finish(on_line);
+    SiblingShareWindow w = calc.TakeWindow();
+    benchmark::DoNotOptimize(w);
+    Report(state, w.events, ThreadCpuSeconds() - start);
+  }
+}
+BENCHMARK(BM_TextAnalyze)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_BinaryParse(benchmark::State& state) {
   const Trace& t = BigTrace();

@@ -1,6 +1,8 @@
 // csd is killed with SIGKILL while clients tag VMs in a loop, then restarted
 // on the same data dir: every tag that a client saw acknowledged is still
-// there, with the trust group it was acknowledged with.
+// there, with the trust group it was acknowledged with. The clients are 16
+// gRPC writers and the csctl binary run in a loop (`csctl tag VM -o json`,
+// acknowledged when it exits 0).
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -9,8 +11,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched {
@@ -65,6 +70,28 @@ class CsdProcess {
   pid_t pid_ = -1;
 };
 
+// Runs `csctl --server ADDRESS tag VM --tenant TENANT -o json`. Returns the
+// trust group it printed when it exited 0 (the tag was acknowledged), else
+// nothing.
+std::optional<std::string> CsctlTag(const std::string& address, const std::string& vm,
+                                    const std::string& tenant) {
+  const std::string command = std::string(CSCTL_BINARY) + " --server " + address + " tag " +
+                              vm + " --tenant " + tenant + " -o json 2>/dev/null";
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, out)) > 0;) text.append(buf, n);
+  const int status = pclose(out);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("trust_group") || !json["trust_group"].is_string()) {
+    ADD_FAILURE() << "csctl exited 0 without a trust group: " << text;
+    return std::nullopt;
+  }
+  return json["trust_group"].get<std::string>();
+}
+
 bool WaitServing(const std::shared_ptr<grpc::Channel>& channel) {
   auto health = grpc::health::v1::Health::NewStub(channel);
   for (int i = 0; i < 200; ++i) {
@@ -83,6 +110,7 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   const std::string data_dir = dir.Sub("data");
   std::map<std::string, std::string> acknowledged;  // vm -> trust group
+  int csctl_acknowledged = 0;
   std::mutex mu;
 
   for (int round = 0; round < 3; ++round) {
@@ -114,8 +142,20 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
         }
       });
     }
-    // Kill mid-stream, once writes are flowing.
-    while (acks_this_round < 200) std::this_thread::sleep_for(milliseconds(5));
+    std::atomic<int> csctl_acks{0};
+    writers.emplace_back([&] {
+      for (int i = 0; !stop; ++i) {
+        const std::string vm = "vm-r" + std::to_string(round) + "-csctl-" + std::to_string(i);
+        if (std::optional<std::string> group = CsctlTag(address, vm, "t-csctl")) {
+          std::lock_guard<std::mutex> lock(mu);
+          acknowledged[vm] = *group;
+          ++csctl_acks;
+          ++csctl_acknowledged;
+        }
+      }
+    });
+    // Kill mid-stream, once writes are flowing (csctl's too).
+    while (acks_this_round < 200 || csctl_acks < 3) std::this_thread::sleep_for(milliseconds(5));
     std::this_thread::sleep_for(milliseconds(100 + 150 * round));
     csd.Kill();
     stop = true;
@@ -152,8 +192,9 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
       EXPECT_EQ(it->second, group) << vm;
     }
   }
-  std::printf("acknowledged %zu tags over 3 kills; %zu stored; %zu lost\n",
-              acknowledged.size(), stored.size(), lost);
+  std::printf("acknowledged %zu tags over 3 kills (%d by csctl); %zu stored; %zu lost\n",
+              acknowledged.size(), csctl_acknowledged, stored.size(), lost);
+  EXPECT_GT(csctl_acknowledged, 0);
   EXPECT_EQ(lost, 0u);
   EXPECT_GE(stored.size(), acknowledged.size());
 }
