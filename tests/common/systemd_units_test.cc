@@ -53,7 +53,10 @@ TEST(SystemdUnits, AgentKeepsOnlyTheCapabilitiesTheLabProves) {
   EXPECT_EQ(UnitValue(unit, "ProtectSystem"), "strict");
   EXPECT_EQ(UnitValue(unit, "AmbientCapabilities"), "");
   EXPECT_EQ(UnitValue(unit, "StateDirectory"), "cs-agent");
-  EXPECT_NE(UnitValue(unit, "ReadWritePaths").find("/sys/fs/cgroup"), std::string::npos);
+  // It writes no cgroup or sysctl file; only its trace instance.
+  EXPECT_EQ(UnitValue(unit, "ProtectKernelTunables"), "yes");
+  EXPECT_EQ(UnitValue(unit, "ProtectControlGroups"), "yes");
+  EXPECT_EQ(UnitValue(unit, "ReadWritePaths"), "/sys/kernel/tracing");
 }
 
 TEST(SystemdUnits, CsdHasNoCapabilities) {
