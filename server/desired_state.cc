@@ -283,8 +283,8 @@ DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
 template <typename T>
 DesiredState::Done<T> DesiredState::ApplyingPlacement(
     std::shared_ptr<PlacementDelta> delta, Done<T> done) {
-  // Runs on the writer thread in commit order, so the view follows the
-  // store's order of changes.
+  // Runs on the store's completion thread in commit order, so the view
+  // follows the store's order of changes.
   return [this, delta, done = std::move(done)](absl::StatusOr<T> result) {
     if (result.ok()) placement_.Apply(*delta);
     done(std::move(result));

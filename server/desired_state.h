@@ -33,7 +33,8 @@ struct Actor {
 // Thread-safe (the Store serialises writes). Every method validates its
 // input first: INVALID_ARGUMENT names the field and the rule, and nothing is
 // written. Writes are asynchronous: `done` runs once the change is durable
-// (on the store's writer thread) or has failed, with nothing half-written.
+// (on the store's completion thread) or has failed, with nothing
+// half-written.
 // Every change is audited: an AuditRecord naming the actor, the record
 // before and after, is written in the change's own transaction and logged.
 class DesiredState {

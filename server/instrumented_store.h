@@ -15,7 +15,8 @@ namespace cosched::server {
 // Thread-safe as its inner store is.
 class InstrumentedStore final : public store::Store {
  public:
-  // Called on the writer thread with each write's outcome and seconds.
+  // Called on the store's completion thread with each write's outcome and
+  // seconds (from Write to its answer).
   using WriteObserver = std::function<void(absl::StatusCode, double seconds)>;
 
   InstrumentedStore(std::unique_ptr<store::Store> inner,

@@ -80,7 +80,7 @@ class StatsAggregator {
               const absl::flat_hash_map<std::string, std::string>& tagged_id);
 
   // Add() on the aggregator's own thread, then then(ignored) there: the
-  // store's writer thread, which commits Reports, is not held by the sums
+  // store's completion thread, which answers Reports, is not held by the sums
   // of a large one. In call order. The queue holds at most one Report per
   // agent waiting for its answer, as `then` answers it.
   void AddInBackground(std::shared_ptr<const v1::ReportRequest> report,

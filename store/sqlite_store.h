@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -33,12 +34,14 @@ struct SqliteStoreOptions {
 
 // Store on SQLite. Writes go through one writer thread with its own
 // connection, which commits whatever is queued as one transaction (one fsync
-// for the batch) with a savepoint per write function. Reads run on the
+// for the batch) with a savepoint per write function. Each batch's done
+// callbacks, then the commit observer, run on a completion thread, in
+// commit order, while the writer commits the next batch. Reads run on the
 // caller's thread, on a pooled read-only connection, in a snapshot.
 //
-// Thread-safe. Do not call WriteSync from a write function, a done callback
-// or the commit observer: they run on the writer thread, which would wait
-// for itself.
+// Thread-safe. Do not call WriteSync from a write function (it runs on the
+// writer thread), a done callback or the commit observer (they run on the
+// completion thread): each would wait for its own thread.
 class SqliteStore final : public Store {
  public:
   // Opens or creates the store in options.data_dir and brings its schema up
@@ -72,10 +75,14 @@ class SqliteStore final : public Store {
               std::unique_ptr<SqliteDb> writer);
 
   void WriterLoop();
-  // Runs and commits one batch, then calls its done functions. True when it
-  // committed; `changed_hosts` gets the hosts of its RecordChange calls.
+  // Runs the completions WriterLoop queues, one at a time.
+  void CompletionLoop();
+  // Runs and commits one batch. True when it committed; `changed_hosts`
+  // gets the hosts of its RecordChange calls, `results` what each write's
+  // done function is to get.
   bool RunBatch(std::vector<PendingWrite>& batch,
-                std::set<std::string>& changed_hosts);
+                std::set<std::string>& changed_hosts,
+                std::vector<absl::Status>& results);
   // Deletes the oldest change-log revisions inside the open batch
   // transaction once the log is well over its retention. A failure only
   // matters when SQLite dropped the whole transaction with it.
@@ -99,10 +106,18 @@ class SqliteStore final : public Store {
   std::deque<PendingWrite> queue_;  // guarded by queue_mu_
   bool stopping_ = false;           // guarded by queue_mu_
   CommitObserver observer_;         // guarded by queue_mu_
+  // Batches' answers and observer calls, in commit order (guarded by
+  // queue_mu_); pending counts those queued or running, so that a stopping
+  // writer waits for any write they chain.
+  std::condition_variable completion_cv_;
+  std::deque<std::function<void()>> completions_;
+  int completions_pending_ = 0;
+  bool completer_stopping_ = false;
 
   std::mutex readers_mu_;
   std::vector<std::unique_ptr<SqliteDb>> idle_readers_;  // guarded
 
+  std::thread completer_;
   std::thread writer_;
 };
 

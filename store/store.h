@@ -131,7 +131,8 @@ class Store {
   // Runs `fn` in a transaction. When `fn` fails, its writes are undone and
   // `done` gets its status. Otherwise `done` gets OK only once the writes are
   // durable, or UNAVAILABLE / RESOURCE_EXHAUSTED when the commit failed
-  // (nothing written). `done` runs on the writer thread: keep it short.
+  // (nothing written). `done` runs on the store's completion thread, in
+  // commit order: keep it short.
   virtual void Write(TxnFn fn, DoneFn done) = 0;
 
   // Blocking form of Write.
@@ -143,8 +144,9 @@ class Store {
   // The highest committed revision.
   virtual int64_t CurrentRevision() const = 0;
 
-  // Set once, before the first Write: called on the writer thread after each
-  // durable commit that recorded changes.
+  // Set once, before the first Write: called after each durable commit that
+  // recorded changes, after that commit's done functions, on the thread that
+  // runs them.
   virtual void SetCommitObserver(CommitObserver observer) = 0;
 };
 

@@ -950,6 +950,64 @@ TEST_F(SqliteStoreTest, DestructorCommitsPendingWrites) {
   EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 100}).size(), 50u);
 }
 
+TEST_F(SqliteStoreTest, DoneCallbacksMayChainWritesWhileTheStoreCloses) {
+  std::atomic<int> acknowledged{0};
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    SqliteStore* s = store.get();
+    s->Write([](Transaction& txn) { return txn.PutVm(MakeVm("vm-first")); },
+             [&, s](absl::Status first) {
+               if (!first.ok()) return;
+               ++acknowledged;
+               s->Write([](Transaction& txn) { return txn.PutVm(MakeVm("vm-chained")); },
+                        [&](absl::Status chained) {
+                          if (chained.ok()) ++acknowledged;
+                        });
+             });
+  }  // closes while the first answer may not have run yet
+  EXPECT_EQ(acknowledged.load(), 2);
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(GetVm(*store, "vm-chained").has_value());
+}
+
+// Answers run apart from the writer: a slow done callback does not hold the
+// next commit back, and answers still come in commit order.
+TEST_F(SqliteStoreTest, WriterCommitsOnWhileAnAnswerRuns) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::atomic<int64_t> revision_seen_in_first_answer{0};
+  auto put = [](const std::string& id) {
+    return [id](Transaction& txn) -> absl::Status {
+      RETURN_IF_ERROR(txn.WriteRevision().status());
+      return txn.PutVm(MakeVm(id));
+    };
+  };
+  store->Write(put("vm-1"), [&](absl::Status s) {
+    ASSERT_TRUE(s.ok()) << s;
+    // Wait (bounded) for the second write to commit meanwhile.
+    for (int i = 0; i < 500 && store->CurrentRevision() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    revision_seen_in_first_answer = store->CurrentRevision();
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back("vm-1");
+  });
+  // Queued once the first batch is being answered.
+  while (store->CurrentRevision() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(store->WriteSync([&](Transaction& txn) -> absl::Status {
+                RETURN_IF_ERROR(put("vm-2")(txn));
+                std::lock_guard<std::mutex> lock(mu);
+                order.push_back("vm-2 written");
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(revision_seen_in_first_answer.load(), 2);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"vm-2 written", "vm-1"}));
+}
+
 // Run by tests/store/with_small_fs.sh, which mounts a small file system.
 TEST_F(SqliteStoreTest, DiskFullFailsTheCommitAndKeepsAcknowledgedWrites) {
   const char* small_fs = getenv("COSCHED_TEST_SMALL_FS");
