@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "store/sqlite_schema.h"
@@ -15,6 +16,18 @@ namespace cosched::store {
 namespace {
 
 constexpr int kMaxPageLimit = 1000;
+
+// The tenant a trust group belongs to: its id up to the first '/'
+// (policy/trust_group.h: "<tenant>/vm/<vm>", "<tenant>/tenant[/classes]",
+// "<tenant>/dedicated/<vm>").
+absl::string_view TenantOfTrustGroup(absl::string_view group) {
+  return group.substr(0, group.find('/'));
+}
+
+bool TrustGroupOfTenant(absl::string_view group, absl::string_view tenant) {
+  return !tenant.empty() && group.size() > tenant.size() &&
+         absl::StartsWith(group, tenant) && group[tenant.size()] == '/';
+}
 
 template <typename Message>
 absl::StatusOr<Message> ParseRecord(absl::string_view blob,
@@ -79,6 +92,12 @@ absl::Status SqliteTransaction::PutVm(const v1::VM& vm) {
   RETURN_IF_ERROR(RequireWrite("PutVm"));
   if (vm.vm_id().empty())
     return absl::InvalidArgumentError("PutVm: vm_id is empty");
+  const std::string& group = vm.assignment().trust_group();
+  if (!group.empty() && !TrustGroupOfTenant(group, vm.tenant_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutVm: trust group '", group, "' of VM ", vm.vm_id(),
+                     " does not begin with its tenant '", vm.tenant_id(), "/'"));
+  }
   std::string record;
   if (vm.has_enforcement()) {
     v1::VM stored = vm;
@@ -128,6 +147,13 @@ absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVms(
     args.push_back(filter.host_id);
   }
   if (!filter.trust_group.empty()) {
+    // Through vms_by_tenant: a group's VMs are all of the tenant it names.
+    absl::string_view tenant = TenantOfTrustGroup(filter.trust_group);
+    if (!filter.tenant_id.empty() && filter.tenant_id != tenant) return std::vector<v1::VM>();
+    if (filter.tenant_id.empty()) {
+      sql += " AND tenant_id = ?";
+      args.push_back(tenant);
+    }
     sql += " AND trust_group = ?";
     args.push_back(filter.trust_group);
   }

@@ -19,6 +19,8 @@
 namespace cosched::store {
 
 // Filters and paging of Transaction::ListVms. Empty filters match all.
+// A trust group is only ever one tenant's, so filtering by one reads only
+// that tenant's VMs.
 struct VmFilter {
   std::string tenant_id;
   std::string host_id;
@@ -68,6 +70,8 @@ class Transaction {
 
   // VMs: stored whole (host_id included, enforcement ignored).
   virtual absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) = 0;
+  // INVALID_ARGUMENT when vm_id is empty, or the trust group (when set) does
+  // not begin with "<tenant_id>/", as policy/trust_group.h makes them.
   virtual absl::Status PutVm(const v1::VM& vm) = 0;
   // NOT_FOUND when absent.
   virtual absl::Status DeleteVm(absl::string_view vm_id) = 0;

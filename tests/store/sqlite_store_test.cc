@@ -162,7 +162,7 @@ TEST_F(SqliteStoreTest, PutGetDeleteRoundtrip) {
                 std::filesystem::perms::all,
             std::filesystem::perms::owner_all);
 
-  v1::VM vm = MakeVm("vm-1", "t1", "h1", "g1");
+  v1::VM vm = MakeVm("vm-1", "t1", "h1", "t1/g1");
   vm.mutable_enforcement()->set_last_error("not stored");
   ASSERT_TRUE(
       store->WriteSync([&](Transaction& txn) { return txn.PutVm(vm); }).ok());
@@ -393,7 +393,7 @@ TEST_F(SqliteStoreTest, DataSurvivesReopen) {
     auto store = OpenStore();
     ASSERT_NE(store, nullptr);
     for (int i = 0; i < 20; ++i) {
-      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "t1/g1"));
     }
     std::vector<v1::VMObservation> vms = {MakeObservation("vm-1", "u-1", "g1")};
     ASSERT_TRUE(store
@@ -499,6 +499,26 @@ TEST_F(SqliteStoreTest, ObservationsFoundByIdAndUuidLatestHostWins) {
   EXPECT_FALSE(FindObservation(*store, "uuid-a").has_value());
 }
 
+TEST_F(SqliteStoreTest, TrustGroupMustBelongToTheVmsTenant) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (const char* group : {"g1", "t2/vm/vm-1", "t1", "t1x/vm/vm-1", "/t1"}) {
+    absl::Status s = store->WriteSync(
+        [&](Transaction& txn) { return txn.PutVm(MakeVm("vm-1", "t1", "h1", group)); });
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << group << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("does not begin with its tenant 't1/'"));
+  }
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+  for (const char* group : {"", "t1/vm/vm-1", "t1/tenant"}) {
+    EXPECT_TRUE(store
+                    ->WriteSync([&](Transaction& txn) {
+                      return txn.PutVm(MakeVm("vm-1", "t1", "h1", group));
+                    })
+                    .ok())
+        << group;
+  }
+}
+
 TEST_F(SqliteStoreTest, ListsPageAndFilter) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
@@ -507,9 +527,9 @@ TEST_F(SqliteStoreTest, ListsPageAndFilter) {
                     for (int i = 0; i < 25; ++i) {
                       std::string id =
                           absl::StrCat("vm-", i < 10 ? "0" : "", i);
-                      RETURN_IF_ERROR(txn.PutVm(MakeVm(
-                          id, i % 2 ? "odd" : "even", absl::StrCat("h", i % 3),
-                          absl::StrCat("g", i % 5))));
+                      const std::string tenant = i % 2 ? "odd" : "even";
+                      RETURN_IF_ERROR(txn.PutVm(MakeVm(id, tenant, absl::StrCat("h", i % 3),
+                                                       absl::StrCat(tenant, "/g", i % 5))));
                     }
                     for (const char* id : {"t-b", "t-a", "t-c"}) {
                       v1::TenantPolicy policy;
@@ -548,12 +568,19 @@ TEST_F(SqliteStoreTest, ListsPageAndFilter) {
   EXPECT_THAT(VmIds(ListVms(*store, Filter("odd", "h0", ""),
                             {.after = "", .limit = 100})),
               ::testing::ElementsAre("vm-03", "vm-09", "vm-15", "vm-21"));
-  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "g4"),
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "even/g4"),
                             {.after = "vm-04", .limit = 100})),
-              ::testing::ElementsAre("vm-09", "vm-14", "vm-19", "vm-24"));
-  EXPECT_THAT(VmIds(ListVms(*store, Filter("even", "h2", "g0"),
+              ::testing::ElementsAre("vm-14", "vm-24"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "odd/g4"), {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-09", "vm-19"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("even", "h2", "even/g0"),
                             {.after = "", .limit = 100})),
               ::testing::ElementsAre("vm-20"));
+  // A group is one tenant's: with another tenant, or a name that is no
+  // tenant's group, nothing matches.
+  EXPECT_TRUE(
+      ListVms(*store, Filter("odd", "", "even/g0"), {.after = "", .limit = 100}).empty());
+  EXPECT_TRUE(ListVms(*store, Filter("", "", "g0"), {.after = "", .limit = 100}).empty());
   EXPECT_TRUE(
       ListVms(*store, Filter("nobody", "", ""), {.after = "", .limit = 100})
           .empty());
@@ -660,19 +687,20 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
                       return txn.PutVm(MakeVm("vm-old"));
                     }).ok());
   }
-  // Make it what version 1 wrote: no audit table.
+  // Make it what version 1 wrote: no audit table, an index by trust group.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
   EXPECT_EQ(sqlite3_exec(db,
-                         "DROP TABLE audit; UPDATE meta SET value = 1 "
-                         "WHERE key = 'schema_version'",
+                         "DROP TABLE audit; "
+                         "CREATE INDEX vms_by_trust_group ON vms (trust_group, vm_id); "
+                         "UPDATE meta SET value = 1 WHERE key = 'schema_version'",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
 
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 2);
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 3);
   ASSERT_TRUE(store->WriteSync([](Transaction& txn) {
                     return txn.AppendAudit(MakeAudit("alice", "vm-old", 1));
                   }).ok());
@@ -693,7 +721,15 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
                                -1, &stmt, nullptr),
             SQLITE_OK);
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 2);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 3);
+  sqlite3_finalize(stmt);
+  // Version 3 dropped the index by trust group.
+  ASSERT_EQ(sqlite3_prepare_v2(
+                db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'vms_by_trust_group'", -1,
+                &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 0);
   sqlite3_finalize(stmt);
   sqlite3_close(db);
 }
@@ -717,7 +753,7 @@ TEST_F(SqliteStoreTest, DamagedPagesAreRefusedAsCorrupt) {
     auto store = OpenStore();
     ASSERT_NE(store, nullptr);
     for (int i = 0; i < 200; ++i) {
-      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "t1/g1"));
     }
   }
   auto size = std::filesystem::file_size(DbPath());
@@ -739,7 +775,7 @@ TEST_F(SqliteStoreTest, TruncatedFileIsRefusedAsCorrupt) {
     auto store = OpenStore();
     ASSERT_NE(store, nullptr);
     for (int i = 0; i < 200; ++i) {
-      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "g1"));
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "t1/g1"));
     }
   }
   const auto size = std::filesystem::file_size(DbPath());
