@@ -23,6 +23,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.changelog_retention() > 0) {
     options.changelog_retention = config.changelog_retention();
   }
+  if (config.audit_retention_days() != 0) {
+    options.audit_retention_days = config.audit_retention_days();
+  }
   options.authz = AuthzOptionsFromConfig(config);
   options.metrics_listen =
       config.metrics_listen().empty()
@@ -50,9 +53,18 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     }
   }
 
+  const int64_t audit_days = options.audit_retention_days;
+  if (audit_days != -1 && (audit_days < 1 || audit_days > kMaxAuditRetentionDays)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit_retention_days must be -1 (keep every record) or 1 to ",
+        kMaxAuditRetentionDays, " days, got ", audit_days));
+  }
+
   store::SqliteStoreOptions store_options;
   store_options.data_dir = options.data_dir;
   store_options.changelog_retention = options.changelog_retention;
+  store_options.audit_retention = audit_days == -1 ? absl::InfiniteDuration()
+                                                   : absl::Hours(24 * audit_days);
   auto store = store::SqliteStore::Open(store_options);
   if (!store.ok()) return store.status();
 

@@ -25,6 +25,7 @@ namespace cosched::server {
 inline constexpr char kDefaultListen[] = "127.0.0.1:7443";
 inline constexpr char kDefaultDataDir[] = "/var/lib/cosched";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9465";
+inline constexpr int64_t kMaxAuditRetentionDays = 36500;
 
 struct CsdOptions {
   // host:port; port 0 picks a free port (see CsdServer::port()).
@@ -34,6 +35,9 @@ struct CsdOptions {
   // Allow plaintext on a non-loopback address.
   bool insecure = false;
   int64_t changelog_retention = 100000;
+  // Days audit records are kept (1 to kMaxAuditRetentionDays), or -1 to
+  // keep every record.
+  int64_t audit_retention_days = 365;
   // Identities and roles (server/authz.h).
   AuthzOptions authz;
   // host:port of the Prometheus /metrics endpoint; empty: not served. Port
@@ -52,7 +56,8 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 class CsdServer {
  public:
   // FAILED_PRECONDITION for plaintext off loopback or unreadable TLS files;
-  // INVALID_ARGUMENT for bad authorization options;
+  // INVALID_ARGUMENT for bad authorization options, class conflicts or
+  // audit retention;
   // the store's error when it cannot open; UNAVAILABLE when the address
   // cannot be bound, or the metrics address cannot (naming it).
   static absl::StatusOr<std::unique_ptr<CsdServer>> Start(

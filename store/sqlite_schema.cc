@@ -69,7 +69,8 @@ INSERT OR IGNORE INTO meta (key, value) VALUES
   ('revision', 0), ('compacted_revision', 0), ('observation_seq', 0);
 )sql",
     // Version 2: the audit trail. sequence is the rowid: increasing, never
-    // reused since rows are never deleted.
+    // reused, since pruning (SqliteStore) deletes the oldest rows and never
+    // the newest.
     R"sql(
 CREATE TABLE audit (
   sequence INTEGER PRIMARY KEY,

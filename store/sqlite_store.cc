@@ -22,6 +22,8 @@ namespace {
 
 constexpr char kDbFileName[] = "cosched.db";
 constexpr size_t kMaxIdleReaders = 8;
+// How often a write batch looks for audit records past their retention.
+constexpr std::chrono::minutes kAuditPruneInterval{10};
 
 // What every write of a batch that could not be committed gets. Only a full
 // disk is told apart: the caller can do nothing else but retry later.
@@ -47,6 +49,16 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("store changelog_retention must be at least 1, got ",
                      options.changelog_retention));
+  }
+  if (options.audit_retention <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store audit_retention must be positive, got ",
+                     absl::FormatDuration(options.audit_retention)));
+  }
+  if (options.audit_prune_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store audit_prune_rows must be at least 1, got ",
+                     options.audit_prune_rows));
   }
   RETURN_IF_ERROR(PrepareDataDir(options.data_dir));
   std::string path =
@@ -232,6 +244,10 @@ bool SqliteStore::RunBatch(std::vector<PendingWrite>& batch,
     absl::Status compacted = MaybeCompact();
     if (!db.InTransaction()) batch_error = compacted;
   }
+  if (batch_error.ok()) {
+    absl::Status pruned = MaybePruneAudit();
+    if (!db.InTransaction()) batch_error = pruned;
+  }
   if (batch_error.ok())
     batch_error = db.Run("COMMIT", "commit write transaction");
 
@@ -242,6 +258,7 @@ bool SqliteStore::RunBatch(std::vector<PendingWrite>& batch,
     }
     allocated_revision_ = committed_revision_.load();
     change_rows_ = change_rows_before;
+    next_audit_prune_ = {};  // a prune in it went too
     changed_hosts.clear();
     LOG_EVERY_N(ERROR, 100) << "store commit failed: " << batch_error;
     absl::Status failure = CommitFailure(batch_error);
@@ -302,6 +319,68 @@ absl::Status SqliteStore::MaybeCompact() {
     LOG_IF(ERROR, !undone.ok()) << undone;
   }
   LOG_IF(WARNING, !status.ok()) << "change log compaction failed: " << status;
+  return status;
+}
+
+absl::Status SqliteStore::MaybePruneAudit() {
+  if (options_.audit_retention == absl::InfiniteDuration()) {
+    return absl::OkStatus();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_audit_prune_) return absl::OkStatus();
+  next_audit_prune_ = now + kAuditPruneInterval;
+  const int64_t cutoff_ns =
+      absl::ToUnixNanos(absl::Now() - options_.audit_retention);
+  const int64_t limit = options_.audit_prune_rows;
+  SqliteDb& db = *writer_db_;
+  RETURN_IF_ERROR(db.Exec("SAVEPOINT prune_audit", "begin audit pruning"));
+  int64_t deleted = 0;
+  absl::Status status = [&]() -> absl::Status {
+    // In sequence order (the rowid: no index needed), up to the first
+    // record young enough to keep, at most `limit`, never the newest. A
+    // record older than one before it (the wall clock stepped back) waits
+    // for that one.
+    int64_t keep_from = 0;
+    {
+      ASSIGN_OR_RETURN(SqliteQuery q,
+                       db.Query("SELECT sequence, time_unix_ns FROM audit "
+                                "ORDER BY sequence LIMIT ?1",
+                                "find audit records past retention"));
+      q.BindInt(1, limit + 1);
+      int64_t old = 0;
+      while (true) {
+        ASSIGN_OR_RETURN(bool row, q.Step());
+        if (!row) break;
+        keep_from = q.ColumnInt(0);
+        if (q.ColumnInt(1) >= cutoff_ns || ++old > limit) break;
+      }
+    }
+    ASSIGN_OR_RETURN(SqliteQuery q,
+                     db.Query("DELETE FROM audit WHERE sequence < ?1",
+                              "prune audit records"));
+    q.BindInt(1, keep_from);
+    RETURN_IF_ERROR(q.Run());
+    deleted = db.Changes();
+    return absl::OkStatus();
+  }();
+  if (status.ok()) {
+    status = db.Exec("RELEASE prune_audit", "end audit pruning");
+  } else if (db.InTransaction()) {
+    absl::Status undone = db.Exec("ROLLBACK TO prune_audit; RELEASE prune_audit",
+                                  "undo audit pruning");
+    LOG_IF(ERROR, !undone.ok()) << undone;
+  }
+  if (status.ok() && deleted > 0) {
+    const int64_t hours = absl::ToInt64Hours(options_.audit_retention);
+    LOG(INFO) << "audit: deleted " << deleted << " records older than "
+              << (hours > 0 && hours % 24 == 0 &&
+                          absl::Hours(hours) == options_.audit_retention
+                      ? absl::StrCat(hours / 24, " days")
+                      : absl::FormatDuration(options_.audit_retention));
+    // A full prune may have left more: the next batch goes on.
+    if (deleted >= limit) next_audit_prune_ = now;
+  }
+  LOG_IF(WARNING, !status.ok()) << "audit pruning failed: " << status;
   return status;
 }
 

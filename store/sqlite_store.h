@@ -3,6 +3,7 @@
 #define COSCHED_STORE_SQLITE_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "store/store.h"
 
 namespace cosched::store {
@@ -28,6 +30,14 @@ struct SqliteStoreOptions {
   // Change-log rows kept for agents that resume; older ones are compacted
   // away and those agents get a snapshot instead.
   int64_t changelog_retention = 100000;
+  // Audit records older than this are deleted, oldest first, inside a
+  // write batch at most every 10 minutes and at most audit_prune_rows per
+  // batch (more wait for the next batch), so that a first prune of a long
+  // trail does not hold up one commit for long. The newest record is
+  // always kept: SQLite then never hands out a deleted sequence again, and
+  // a client paging by sequence never sees one reused. Infinite: keep all.
+  absl::Duration audit_retention = absl::InfiniteDuration();
+  int64_t audit_prune_rows = 10000;
   // Write functions committed together at most.
   int max_batch = 256;
 };
@@ -87,6 +97,9 @@ class SqliteStore final : public Store {
   // transaction once the log is well over its retention. A failure only
   // matters when SQLite dropped the whole transaction with it.
   absl::Status MaybeCompact();
+  // Deletes audit records older than the retention inside the open batch
+  // transaction, when a prune is due; failures as MaybeCompact's.
+  absl::Status MaybePruneAudit();
 
   absl::StatusOr<std::unique_ptr<SqliteDb>> AcquireReader();
   void ReleaseReader(std::unique_ptr<SqliteDb> db);
@@ -100,6 +113,8 @@ class SqliteStore final : public Store {
   std::unique_ptr<SqliteDb> writer_db_;
   int64_t allocated_revision_ = 0;  // highest revision handed out
   int64_t change_rows_ = 0;         // rows in the change log
+  // When the next batch may prune the audit trail (the first one does).
+  std::chrono::steady_clock::time_point next_audit_prune_{};
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

@@ -1,0 +1,94 @@
+// csd's options from its config file, and their checks at start: the audit
+// trail's retention, which a running csd applies to its store.
+#include "common/config_loader.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "server/csd_server.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+TEST(CsdOptions, AuditIsKeptAYearUnlessTheConfigSaysOtherwise) {
+  v1::CsdConfig config;
+  absl::Status loaded = LoadYamlConfigFile(
+      std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml", &config);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(CsdOptionsFromConfig(config).audit_retention_days, 365);
+  EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).audit_retention_days, 365);
+  config.set_audit_retention_days(-1);
+  EXPECT_EQ(CsdOptionsFromConfig(config).audit_retention_days, -1);
+  config.set_audit_retention_days(30);
+  EXPECT_EQ(CsdOptionsFromConfig(config).audit_retention_days, 30);
+}
+
+TEST(CsdOptions, AnAuditRetentionOutOfRangeIsRefusedAtStartNamingTheKey) {
+  for (int64_t days : {int64_t{0}, int64_t{-2}, kMaxAuditRetentionDays + 1}) {
+    SCOPED_TRACE(days);
+    cosched::testing::TempDir dir;
+    CsdOptions options;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir.Sub("data");
+    options.audit_retention_days = days;
+    auto csd = CsdServer::Start(options);
+    ASSERT_EQ(csd.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(csd.status().message().find("audit_retention_days must be -1"),
+              std::string::npos)
+        << csd.status();
+  }
+}
+
+// A store with a record from 400 days ago; csd keeps 365 days by default,
+// so its first change deletes that record and keeps its own.
+TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
+  cosched::testing::TempDir dir;
+  {
+    store::SqliteStoreOptions seed;
+    seed.data_dir = dir.Sub("data");
+    auto store = store::SqliteStore::Open(seed);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::Status appended = (*store)->WriteSync([](store::Transaction& txn) {
+      v1::AuditRecord old;
+      old.set_who("spiffe://cosched/user/gone");
+      old.set_role("admin");
+      old.set_method("TagVM");
+      old.set_subject("vm-old");
+      old.set_time_unix_ns(absl::ToUnixNanos(absl::Now() - absl::Hours(24 * 400)));
+      return txn.AppendAudit(old);
+    });
+    ASSERT_TRUE(appended.ok()) << appended;
+  }
+  CsdOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = dir.Sub("data");
+  auto csd = CsdServer::Start(options);
+  ASSERT_TRUE(csd.ok()) << csd.status();
+  auto control = v1::ControlPlane::NewStub(
+      grpc::CreateChannel((*csd)->address(), grpc::InsecureChannelCredentials()));
+
+  auto list = [&] {
+    grpc::ClientContext context;
+    v1::ListAuditRecordsResponse response;
+    grpc::Status status =
+        control->ListAuditRecords(&context, v1::ListAuditRecordsRequest(), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string> subjects;
+    for (const v1::AuditRecord& r : response.records()) subjects.push_back(r.subject());
+    return subjects;
+  };
+  EXPECT_EQ(list(), std::vector<std::string>{"vm-old"}) << "nothing is deleted before a write";
+
+  grpc::ClientContext context;
+  v1::TagVMRequest tag;
+  tag.set_vm_id("vm-new");
+  tag.set_tenant_id("acme");
+  v1::TagVMResponse tagged;
+  grpc::Status status = control->TagVM(&context, tag, &tagged);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(list(), std::vector<std::string>{"vm-new"});
+}
+
+}  // namespace
+}  // namespace cosched::server
