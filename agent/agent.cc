@@ -97,7 +97,8 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
 Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
       metrics_(std::make_unique<AgentMetrics>(
-          [this] { return session_ != nullptr && session_->watching(); })) {}
+          [this] { return session_ != nullptr && session_->watching(); },
+          [this] { return session_ != nullptr && !session_->refusal().empty(); })) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -360,6 +361,10 @@ AssignmentMap Agent::assignments() const {
 std::optional<v1::Assignment> Agent::FindAssignment(
     absl::string_view vm_id) const {
   return cache_ ? cache_->Find(vm_id) : std::nullopt;
+}
+
+std::string Agent::csd_refusal() const {
+  return session_ ? session_->refusal() : std::string();
 }
 
 int64_t Agent::applied_revision() const {

@@ -128,6 +128,11 @@ class Agent {
   // The revision of the last assignment message applied (loaded from the
   // state dir at start).
   int64_t applied_revision() const;
+  // Why csd refuses this agent (its host_id does not match its
+  // certificate, or csd does not trust its credentials), with what to
+  // fix; empty while it does not (also exported as the
+  // cosched_agent_csd_refused gauge).
+  std::string csd_refusal() const;
   // Waits until applied_revision() >= `revision`; false on timeout.
   bool WaitForRevision(int64_t revision, std::chrono::milliseconds timeout);
 

@@ -34,7 +34,8 @@ double Seconds(int64_t ns) { return static_cast<double>(ns) / kNsPerSecond; }
 
 }  // namespace
 
-AgentMetrics::AgentMetrics(std::function<bool()> csd_connected)
+AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
+                           std::function<bool()> csd_refused)
     : registry_(std::make_shared<prometheus::Registry>()),
       scrape_gauges_(std::make_shared<metrics::ScrapeGauges>()),
       rpc_(*registry_, metrics::GrpcMetrics::Side::kClient,
@@ -139,6 +140,13 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected)
       "1 while the agent holds its assignment stream from csd, else 0.",
       [csd_connected = std::move(csd_connected)] {
         return csd_connected && csd_connected() ? 1.0 : 0.0;
+      });
+  scrape_gauges_->Add(
+      "cosched_agent_csd_refused",
+      "1 while csd refuses the agent's calls (PERMISSION_DENIED or "
+      "UNAUTHENTICATED: its host_id or credentials are wrong), else 0.",
+      [csd_refused = std::move(csd_refused)] {
+        return csd_refused && csd_refused() ? 1.0 : 0.0;
       });
   for (v1::EnforcementState state : kStates) {
     vms_.Add({{"state", EnforcementStateName(state)}}).Set(0);

@@ -29,8 +29,10 @@ namespace cosched::agent {
 // Thread-safe.
 class AgentMetrics {
  public:
-  // `csd_connected` is read at scrape time (null: always 0).
-  explicit AgentMetrics(std::function<bool()> csd_connected = nullptr);
+  // `csd_connected` and `csd_refused` are read at scrape time (null:
+  // always 0).
+  explicit AgentMetrics(std::function<bool()> csd_connected = nullptr,
+                        std::function<bool()> csd_refused = nullptr);
 
   AgentMetrics(const AgentMetrics&) = delete;
   AgentMetrics& operator=(const AgentMetrics&) = delete;

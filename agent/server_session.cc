@@ -126,6 +126,11 @@ bool ServerSession::watching() const {
   return watching_;
 }
 
+std::string ServerSession::refusal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refusal_;
+}
+
 int ServerSession::register_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return register_count_;
@@ -155,19 +160,45 @@ bool ServerSession::SleepUntil(std::chrono::steady_clock::time_point deadline) {
   return !stopping_;
 }
 
+std::string RefusalHint(const absl::Status& status, absl::string_view host_id) {
+  if (absl::IsPermissionDenied(status)) {
+    return absl::StrCat(
+        "csd refuses this agent as host '", host_id,
+        "': the host_id in cs-agent.yaml (or --host-id; default the hostname) must "
+        "be the host of the agent's certificate, URI SAN "
+        "spiffe://<csd trust_domain>/host/<host_id>. Fix the host_id or issue a "
+        "certificate for it (a renewed certificate is picked up without a restart)");
+  }
+  if (absl::IsUnauthenticated(status)) {
+    return "csd accepts no call from this agent without a certificate (its "
+           "plaintext_role is none): give the agent tls.cert_file, tls.key_file "
+           "and tls.ca_file in cs-agent.yaml, with a certificate from csd's CA";
+  }
+  return "";
+}
+
 void ServerSession::WatchLoop() {
   JitteredBackoff backoff(options_.backoff_initial, options_.backoff_max);
   bool was_watching = false;
   while (true) {
     bool progressed = false;
     absl::Status status = ConnectOnce(&progressed);
+    std::string hint = progressed ? "" : RefusalHint(status, registration_.host_id());
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
+      refusal_ = hint;
     }
     if (progressed) backoff.Reset();
     const std::chrono::milliseconds delay = backoff.NextDelay();
-    if (was_watching || progressed) {
+    if (!hint.empty()) {
+      // Until the configuration changes every attempt fails the same way:
+      // say what to fix, not that csd is unreachable.
+      LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << options_.server_address
+                             << " said: " << status << " (attempt " << backoff.failures()
+                             << "; retrying every " << options_.backoff_max.count()
+                             << " ms at most)";
+    } else if (was_watching || progressed) {
       LOG(WARNING) << "lost csd at " << options_.server_address << ": "
                    << status << "; reconnecting in " << delay.count() << " ms";
     } else {
@@ -192,6 +223,10 @@ absl::Status ServerSession::ConnectOnce(bool* progressed) {
     grpc::Status status =
         stub_->Register(call.context(), registration_, &response);
     if (!status.ok()) return Annotate(FromGrpcStatus(status), "Register");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      refusal_.clear();
+    }
     LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
                           << " with csd at " << options_.server_address
                           << " (csd revision " << response.revision() << ")";

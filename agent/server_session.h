@@ -53,6 +53,12 @@ struct ServerSessionOptions {
 using ObservationSource =
     std::function<absl::StatusOr<std::vector<v1::VMObservation>>()>;
 
+// What an operator should check when csd refuses this agent's calls
+// (PERMISSION_DENIED: its certificate names another host, or no host;
+// UNAUTHENTICATED: no certificate csd trusts): the cause is configuration,
+// and retrying alone will not fix it. Empty for any other error.
+std::string RefusalHint(const absl::Status& status, absl::string_view host_id);
+
 // The ReportRequest for `observations` at the cache's revision, cut to the
 // most csd accepts.
 v1::ReportRequest MakeReportRequest(
@@ -92,6 +98,9 @@ class ServerSession {
   // True while a WatchAssignments stream is open and has delivered its
   // first message.
   bool watching() const;
+  // RefusalHint of the last connection attempt while csd refuses this
+  // agent (a configuration error); empty otherwise.
+  std::string refusal() const;
   // Since Start: Register calls that succeeded, WatchAssignments streams
   // that delivered a first message, Report calls that csd acknowledged.
   int register_count() const;
@@ -127,6 +136,7 @@ class ServerSession {
   bool stopping_ = false;
   bool registered_ = false;
   bool watching_ = false;
+  std::string refusal_;
   bool report_requested_ = false;
   int register_count_ = 0;
   int watch_count_ = 0;

@@ -155,6 +155,20 @@ TEST(AgentMetrics, SeriesOfVmsThatLeftOrChangedGroupAreRemoved) {
   EXPECT_EQ(SampleValue(text, "cosched_agent_discovery_failures_total"), 1);
 }
 
+TEST(AgentMetrics, ConnectionGaugesAreReadAtScrapeTime) {
+  bool connected = false;
+  bool refused = true;
+  AgentMetrics metrics([&] { return connected; }, [&] { return refused; });
+  std::string text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_agent_csd_connected"), 0);
+  EXPECT_EQ(SampleValue(text, "cosched_agent_csd_refused"), 1);
+  connected = true;
+  refused = false;
+  text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_agent_csd_connected"), 1);
+  EXPECT_EQ(SampleValue(text, "cosched_agent_csd_refused"), 0);
+}
+
 TEST(AgentMetrics, ReconcilePassesSetEnforcementGauges) {
   AgentMetrics metrics;
   ReconcileResult result;
@@ -192,6 +206,7 @@ TEST(AgentMetrics, ReconcilePassesSetEnforcementGauges) {
   EXPECT_EQ(SampleValue(text, "cosched_agent_reconcile_duration_seconds_bucket",
                         {{"le", "0.00025"}}), 1);
   EXPECT_EQ(SampleValue(text, "cosched_agent_csd_connected"), 0);
+  EXPECT_EQ(SampleValue(text, "cosched_agent_csd_refused"), 0);
 
   ReconcileResult first;
   first.vms = {Outcome("vm-c", v1::ENFORCEMENT_STATE_PARTIAL, 5, 3, 1, 1)};

@@ -262,6 +262,44 @@ TEST_F(AuthzTest, ChangesAreInTheAuditTrailThatCsctlShows) {
   EXPECT_THAT(out, HasSubstr("ListAuditRecords needs role viewer"));
 }
 
+// An agent whose host_id is not its certificate's host: csd refuses every
+// call, and the agent says what to fix (not that csd is unreachable).
+TEST_F(AuthzTest, AgentWithAnotherHostsIdIsToldToFixItsConfig) {
+  auto fs = std::make_shared<agent::FakeHostFs>();
+  const std::string cpu = "/sys/devices/system/cpu";
+  fs->SetFile(cpu + "/online", "0-1\n");
+  for (int i = 0; i < 2; ++i) {
+    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
+    fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
+    fs->SetFile(dir + "/core_id", "0\n");
+    fs->SetFile(dir + "/physical_package_id", "0\n");
+  }
+  agent::AgentOptions options;
+  options.server_address = csd_->address();
+  options.tls.set_ca_file(dir_.Sub("ca.crt"));
+  options.tls.set_cert_file(dir_.Sub("host-a.crt"));
+  options.tls.set_key_file(dir_.Sub("host-a.key"));
+  options.host_id = "host-b";
+  options.state_dir = dir_.Sub("agent-state");
+  options.backoff_initial = std::chrono::milliseconds(20);
+  options.backoff_max = std::chrono::milliseconds(200);
+  options.host_fs = fs;
+  options.core_sched = std::make_shared<agent::FakeCoreSched>();
+  options.vm_discovery = std::make_shared<agent::StaticVmDiscovery>();
+  agent::Agent agent(options);
+  ASSERT_TRUE(agent.Start().ok());
+  // Bounded poll for the first refused Register, not a timing assertion.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (agent.csd_refusal().empty() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string refusal = agent.csd_refusal();
+  EXPECT_THAT(refusal, HasSubstr("as host 'host-b'"));
+  EXPECT_THAT(refusal, HasSubstr("host_id in cs-agent.yaml"));
+  EXPECT_THAT(refusal, HasSubstr("spiffe://<csd trust_domain>/host/<host_id>"));
+  agent.Stop();
+}
+
 TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
   auto kernel = std::make_shared<agent::FakeCoreSched>();
   auto discovery = std::make_shared<agent::StaticVmDiscovery>();
@@ -321,6 +359,7 @@ TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
   ASSERT_EQ(got.host_id(), "host-a");
   EXPECT_TRUE(agent.WaitForRevision(got.assignment().revision(), std::chrono::seconds(30)));
   ASSERT_TRUE(agent.FindAssignment("vm-1").has_value());
+  EXPECT_EQ(agent.csd_refusal(), "") << "a host csd accepts is not refused";
   agent.Stop();
 }
 
