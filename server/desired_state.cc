@@ -1,3 +1,6 @@
+// DesiredState's writes: tags, untags, tenant policies, host registration
+// and agents' reports, each with its validation and audit record. The reads
+// are in desired_state_reads.cc, the policy questions in policy_queries.cc.
 #include "server/desired_state.h"
 
 #include <memory>
@@ -5,9 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -20,14 +20,50 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
+#include "server/desired_state_internal.h"
 
 namespace cosched::server {
+namespace internal {
+
+absl::Status ValidateOptionalId(absl::string_view field,
+                                absl::string_view value) {
+  return value.empty() ? absl::OkStatus() : ValidateId(field, value);
+}
+
+absl::StatusOr<v1::TenantPolicy> PolicyOf(store::Transaction& txn,
+                                          const std::string& tenant_id) {
+  ASSIGN_OR_RETURN(auto stored, txn.GetTenantPolicy(tenant_id));
+  return stored.has_value() ? *stored : policy::DefaultTenantPolicy(tenant_id);
+}
+
+absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
+                                           const store::VmFilter& filter) {
+  std::vector<v1::VM> all;
+  store::Page page;
+  page.limit = kMaxPageSize;
+  while (true) {
+    ASSIGN_OR_RETURN(auto batch, txn.ListVms(filter, page));
+    if (batch.empty()) break;
+    page.after = batch.back().vm_id();
+    for (auto& vm : batch) all.push_back(std::move(vm));
+    if (static_cast<int>(batch.size()) < page.limit) break;
+  }
+  return all;
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::AllVms;
+using internal::kMaxDetailLength;
+using internal::kMaxPageSize;
+using internal::kMaxTrustGroupLength;
+using internal::PolicyOf;
+using internal::ValidateOptionalId;
 
 using google::protobuf::util::TimeUtil;
 
-constexpr int kDefaultPageSize = 100;
-constexpr int kMaxPageSize = 1000;
 constexpr int kMaxReportedVms = 10000;
 constexpr int kMaxCores = 4096;
 constexpr int kMaxSiblings = 8;
@@ -35,11 +71,7 @@ constexpr int kMaxCpuId = 65535;
 // KVM's limit of vCPUs per VM on x86.
 constexpr int kMaxVcpus = 4096;
 constexpr size_t kMaxVersionLength = 64;
-constexpr size_t kMaxDetailLength = 1024;
 constexpr size_t kMaxErrorLength = 1024;
-constexpr char kPageTokenPrefix[] = "v1:";
-constexpr int64_t kDefaultStatsSeconds = 300;
-constexpr size_t kMaxTrustGroupLength = 512;
 
 // Runs `done` with the outcome of a write whose result `fn` fills in.
 template <typename T>
@@ -58,49 +90,6 @@ void WriteAndAnswer(store::Store* store,
           done(status);
         }
       });
-}
-
-absl::StatusOr<store::Page> PageFrom(int32_t page_size,
-                                     const std::string& page_token) {
-  if (page_size < 0 || page_size > kMaxPageSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "page_size must be between 0 and ", kMaxPageSize, " (0 means ",
-        kDefaultPageSize, ")"));
-  }
-  store::Page page;
-  page.limit = page_size == 0 ? kDefaultPageSize : page_size;
-  if (!page_token.empty()) {
-    std::string decoded;
-    if (!absl::WebSafeBase64Unescape(page_token, &decoded) ||
-        !absl::StartsWith(decoded, kPageTokenPrefix)) {
-      return absl::InvalidArgumentError(
-          "page_token is not a token from a previous response");
-    }
-    page.after = decoded.substr(sizeof(kPageTokenPrefix) - 1);
-  }
-  return page;
-}
-
-std::string TokenAfter(const std::string& last_key) {
-  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, last_key));
-}
-
-// A full page has a next page when one more item follows its last key.
-template <typename T, typename KeyFn, typename ListFn>
-absl::StatusOr<std::string> NextToken(const std::vector<T>& items,
-                                      const store::Page& page, KeyFn key,
-                                      ListFn list) {
-  if (items.empty() || static_cast<int>(items.size()) < page.limit) return "";
-  store::Page probe;
-  probe.after = key(items.back());
-  probe.limit = 1;
-  ASSIGN_OR_RETURN(auto more, list(probe));
-  return more.empty() ? "" : TokenAfter(probe.after);
-}
-
-absl::Status ValidateOptionalId(absl::string_view field,
-                                absl::string_view value) {
-  return value.empty() ? absl::OkStatus() : ValidateId(field, value);
 }
 
 absl::Status ValidateIsolationEnum(absl::string_view field, int value) {
@@ -168,12 +157,6 @@ absl::Status ValidateEnforcement(absl::string_view field,
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::TenantPolicy> PolicyOf(store::Transaction& txn,
-                                          const std::string& tenant_id) {
-  ASSIGN_OR_RETURN(auto stored, txn.GetTenantPolicy(tenant_id));
-  return stored.has_value() ? *stored : policy::DefaultTenantPolicy(tenant_id);
-}
-
 std::vector<std::string> ClassesOf(const v1::VM& vm) {
   return {vm.interference_classes().begin(), vm.interference_classes().end()};
 }
@@ -190,22 +173,6 @@ void SetAssignment(v1::VM& vm, const policy::TrustDecision& decision) {
   *a->mutable_interference_classes() = vm.interference_classes();
 }
 
-// All VMs matching `filter`, page by page inside one transaction.
-absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
-                                           const store::VmFilter& filter) {
-  std::vector<v1::VM> all;
-  store::Page page;
-  page.limit = kMaxPageSize;
-  while (true) {
-    ASSIGN_OR_RETURN(auto batch, txn.ListVms(filter, page));
-    if (batch.empty()) break;
-    page.after = batch.back().vm_id();
-    for (auto& vm : batch) all.push_back(std::move(vm));
-    if (static_cast<int>(batch.size()) < page.limit) break;
-  }
-  return all;
-}
-
 // Moves `vm` to `new_host`, recording the change for both hosts.
 absl::Status MoveVm(store::Transaction& txn, v1::VM vm,
                     const std::string& new_host) {
@@ -214,16 +181,6 @@ absl::Status MoveVm(store::Transaction& txn, v1::VM vm,
   if (!new_host.empty()) RETURN_IF_ERROR(txn.RecordChange(new_host, vm.vm_id()));
   vm.set_host_id(new_host);
   return txn.PutVm(vm);
-}
-
-// What the agent of the VM's host last reported for it.
-absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm) {
-  if (vm.host_id().empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
-  if (seen && seen->host_id == vm.host_id()) {
-    *vm.mutable_enforcement() = seen->enforcement;
-  }
-  return absl::OkStatus();
 }
 
 // A record as audit JSON; empty for none.
@@ -634,286 +591,6 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
               done(response);
             });
       });
-}
-
-absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
-  RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
-  v1::VM result;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto vm, txn.GetVm(request.vm_id()));
-    if (!vm) {
-      return absl::NotFoundError(
-          absl::StrCat("vm '", request.vm_id(), "' not found"));
-    }
-    result = std::move(*vm);
-    return AddEnforcement(txn, result);
-  }));
-  return result;
-}
-
-absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
-    const v1::ListVMsRequest& request) {
-  RETURN_IF_ERROR(ValidateOptionalId("tenant_id", request.tenant_id()));
-  RETURN_IF_ERROR(ValidateOptionalId("host_id", request.host_id()));
-  if (request.trust_group().size() > kMaxTrustGroupLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trust_group must be at most ", kMaxTrustGroupLength, " bytes"));
-  }
-  ASSIGN_OR_RETURN(store::Page page,
-                   PageFrom(request.page_size(), request.page_token()));
-  store::VmFilter filter{request.tenant_id(), request.host_id(),
-                         request.trust_group()};
-  v1::ListVMsResponse response;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto vms, txn.ListVms(filter, page));
-    ASSIGN_OR_RETURN(
-        auto token,
-        NextToken(vms, page, [](const v1::VM& vm) { return vm.vm_id(); },
-                  [&](const store::Page& p) { return txn.ListVms(filter, p); }));
-    response.set_next_page_token(token);
-    for (auto& vm : vms) {
-      RETURN_IF_ERROR(AddEnforcement(txn, vm));
-      *response.add_vms() = std::move(vm);
-    }
-    return absl::OkStatus();
-  }));
-  return response;
-}
-
-absl::StatusOr<v1::TenantPolicy> DesiredState::GetTenantPolicy(
-    const v1::GetTenantPolicyRequest& request) {
-  RETURN_IF_ERROR(ValidateId("tenant_id", request.tenant_id()));
-  v1::TenantPolicy result;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(result, PolicyOf(txn, request.tenant_id()));
-    return absl::OkStatus();
-  }));
-  return result;
-}
-
-absl::StatusOr<v1::ListTenantPoliciesResponse> DesiredState::ListTenantPolicies(
-    const v1::ListTenantPoliciesRequest& request) {
-  ASSIGN_OR_RETURN(store::Page page,
-                   PageFrom(request.page_size(), request.page_token()));
-  v1::ListTenantPoliciesResponse response;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto policies, txn.ListTenantPolicies(page));
-    ASSIGN_OR_RETURN(
-        auto token,
-        NextToken(policies, page,
-                  [](const v1::TenantPolicy& p) { return p.tenant_id(); },
-                  [&](const store::Page& p) { return txn.ListTenantPolicies(p); }));
-    response.set_next_page_token(token);
-    for (auto& p : policies) *response.add_policies() = std::move(p);
-    return absl::OkStatus();
-  }));
-  return response;
-}
-
-absl::StatusOr<v1::Host> DesiredState::GetHost(const v1::GetHostRequest& request) {
-  RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
-  v1::Host result;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto host, txn.GetHost(request.host_id()));
-    if (!host) {
-      return absl::NotFoundError(
-          absl::StrCat("host '", request.host_id(), "' not found"));
-    }
-    result = std::move(*host);
-    return absl::OkStatus();
-  }));
-  return result;
-}
-
-absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
-    const v1::ListHostsRequest& request) {
-  ASSIGN_OR_RETURN(store::Page page,
-                   PageFrom(request.page_size(), request.page_token()));
-  v1::ListHostsResponse response;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto hosts, txn.ListHosts(page));
-    ASSIGN_OR_RETURN(
-        auto token,
-        NextToken(hosts, page, [](const v1::Host& h) { return h.host_id(); },
-                  [&](const store::Page& p) { return txn.ListHosts(p); }));
-    response.set_next_page_token(token);
-    for (auto& h : hosts) *response.add_hosts() = std::move(h);
-    return absl::OkStatus();
-  }));
-  return response;
-}
-
-absl::StatusOr<v1::GetStatsResponse> DesiredState::GetStats(
-    const v1::GetStatsRequest& request) {
-  if (request.window_seconds() < 0 ||
-      request.window_seconds() > kMaxStatsSpanSeconds) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "window_seconds must be between 1 and ", kMaxStatsSpanSeconds,
-        " (0 means ", kDefaultStatsSeconds, ")"));
-  }
-  const int64_t span = request.window_seconds() == 0 ? kDefaultStatsSeconds
-                                                     : request.window_seconds();
-  v1::GetStatsResponse response;
-  std::string subject;
-  switch (request.subject_case()) {
-    case v1::GetStatsRequest::kVmId:
-      RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
-      subject = absl::StrCat("vm '", request.vm_id(), "'");
-      response = stats_.QueryVms({request.vm_id()}, span);
-      break;
-    case v1::GetStatsRequest::kHostId:
-      RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
-      subject = absl::StrCat("host '", request.host_id(), "'");
-      response = stats_.QueryHost(request.host_id(), span);
-      break;
-    case v1::GetStatsRequest::kTenant:
-    case v1::GetStatsRequest::kTrustGroup: {
-      store::VmFilter filter;
-      if (request.has_tenant()) {
-        RETURN_IF_ERROR(ValidateId("tenant", request.tenant()));
-        filter.tenant_id = request.tenant();
-        subject = absl::StrCat("tenant '", request.tenant(), "'");
-      } else {
-        if (request.trust_group().empty() ||
-            request.trust_group().size() > kMaxTrustGroupLength) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "trust_group must be 1-", kMaxTrustGroupLength, " bytes"));
-        }
-        filter.trust_group = request.trust_group();
-        subject = absl::StrCat("trust group '", request.trust_group(), "'");
-      }
-      std::vector<std::string> vm_ids;
-      RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-        ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
-        for (const v1::VM& vm : vms) vm_ids.push_back(vm.vm_id());
-        return absl::OkStatus();
-      }));
-      response = stats_.QueryVms(vm_ids, span);
-      break;
-    }
-    case v1::GetStatsRequest::SUBJECT_NOT_SET:
-      return absl::InvalidArgumentError(
-          "one of vm_id, host_id, tenant, trust_group is required");
-  }
-  if (response.windows() == 0) {
-    return absl::NotFoundError(absl::StrCat("no stats were reported for ", subject,
-                                            " in the last ", span, " s"));
-  }
-  return response;
-}
-
-absl::StatusOr<v1::ListAuditRecordsResponse> DesiredState::ListAuditRecords(
-    const v1::ListAuditRecordsRequest& request) {
-  RETURN_IF_ERROR(ValidateOptionalId("subject", request.subject()));
-  if (request.who().size() > kMaxDetailLength) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("who must be at most ", kMaxDetailLength, " bytes"));
-  }
-  if (request.since_unix_ns() < 0) {
-    return absl::InvalidArgumentError("since_unix_ns must not be negative");
-  }
-  ASSIGN_OR_RETURN(store::Page page,
-                   PageFrom(request.page_size(), request.page_token()));
-  int64_t before = 0;
-  if (!page.after.empty() && (!absl::SimpleAtoi(page.after, &before) || before <= 0)) {
-    return absl::InvalidArgumentError(
-        "page_token is not a token from a previous response");
-  }
-  store::AuditFilter filter;
-  filter.subject = request.subject();
-  filter.who = request.who();
-  filter.since_unix_ns = request.since_unix_ns();
-  v1::ListAuditRecordsResponse response;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto records, txn.ListAudit(filter, before, page.limit));
-    if (static_cast<int>(records.size()) == page.limit) {
-      int64_t last = records.back().sequence();
-      ASSIGN_OR_RETURN(auto more, txn.ListAudit(filter, last, 1));
-      if (!more.empty()) response.set_next_page_token(TokenAfter(absl::StrCat(last)));
-    }
-    for (auto& r : records) *response.add_records() = std::move(r);
-    return absl::OkStatus();
-  }));
-  return response;
-}
-
-absl::Status DesiredState::ValidateWatch(
-    const v1::WatchAssignmentsRequest& request) {
-  RETURN_IF_ERROR(ValidateId("host_id", request.host_id()));
-  if (request.resume_revision() < 0) {
-    return absl::InvalidArgumentError("resume_revision must not be negative");
-  }
-  return store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto host, txn.GetHost(request.host_id()));
-    if (!host) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "host '", request.host_id(), "' is not registered; call Register first"));
-    }
-    return absl::OkStatus();
-  });
-}
-
-absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
-    absl::string_view host_id, int64_t revision) {
-  v1::WatchAssignmentsResponse message;
-  message.set_kind(v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
-  message.set_revision(revision);
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    store::VmFilter filter;
-    filter.host_id = std::string(host_id);
-    ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
-    for (auto& vm : vms) *message.add_assignments() = vm.assignment();
-    return absl::OkStatus();
-  }));
-  return message;
-}
-
-absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::FirstWatchMessage(
-    absl::string_view host_id, int64_t resume_revision) {
-  if (resume_revision > 0) {
-    ASSIGN_OR_RETURN(auto update, WatchUpdate(host_id, resume_revision));
-    if (update) return *update;
-    // Nothing changed since: an empty delta tells the agent it is current.
-    v1::WatchAssignmentsResponse message;
-    message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
-    message.set_revision(std::max(resume_revision, store_->CurrentRevision()));
-    return message;
-  }
-  return Snapshot(host_id, store_->CurrentRevision());
-}
-
-absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>>
-DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
-  // Every change up to `current` is committed, so the read below sees it;
-  // it may see later ones too, which are then sent again (upserts are
-  // idempotent).
-  int64_t current = store_->CurrentRevision();
-  v1::WatchAssignmentsResponse message;
-  bool complete = true;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(auto changes, txn.ChangesSince(host_id, revision));
-    complete = changes.complete;
-    if (!complete) return absl::OkStatus();
-    for (const std::string& vm_id : changes.vm_ids) {
-      ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
-      if (vm && vm->host_id() == host_id) {
-        *message.add_assignments() = vm->assignment();
-      } else {
-        message.add_removed_vm_ids(vm_id);
-      }
-    }
-    return absl::OkStatus();
-  }));
-  if (!complete) {
-    ASSIGN_OR_RETURN(auto snapshot, Snapshot(host_id, current));
-    return snapshot;
-  }
-  if (message.assignments().empty() && message.removed_vm_ids().empty()) {
-    return std::nullopt;
-  }
-  message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
-  message.set_revision(std::max(current, revision));
-  return message;
 }
 
 }  // namespace cosched::server

@@ -16,9 +16,12 @@
 #include "policy/tradeoff.h"
 #include "policy/trust_group.h"
 #include "server/desired_state.h"
+#include "server/desired_state_internal.h"
 
 namespace cosched::server {
 namespace {
+
+using internal::PolicyOf;
 
 // More vCPUs than any host csd accepts a topology of could sensibly run.
 constexpr int kMaxPlaceVcpus = 1024;
@@ -32,12 +35,6 @@ constexpr double kMinLoad = 0.01;
 // vCPUs per hardware thread it simulates: beyond, a plan would take minutes.
 constexpr int kMaxExplainCores = 1024;
 constexpr int kMaxExplainVcpusPerThread = 8;
-
-absl::StatusOr<v1::TenantPolicy> PolicyIn(store::Transaction& txn,
-                                          const std::string& tenant_id) {
-  ASSIGN_OR_RETURN(auto stored, txn.GetTenantPolicy(tenant_id));
-  return stored.has_value() ? *stored : policy::DefaultTenantPolicy(tenant_id);
-}
 
 std::string AllowedLevels(const v1::TenantPolicy& p) {
   if (p.allowed_isolation().empty()) return "all";
@@ -84,7 +81,7 @@ absl::StatusOr<HostState> ReadHostState(store::Store& store,
         ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, v));
         state.vms.push_back(std::move(placed));
         if (state.policies.count(v.tenant_id()) == 0) {
-          ASSIGN_OR_RETURN(state.policies[v.tenant_id()], PolicyIn(txn, v.tenant_id()));
+          ASSIGN_OR_RETURN(state.policies[v.tenant_id()], PolicyOf(txn, v.tenant_id()));
         }
       }
       if (static_cast<int>(batch.size()) < page.limit) break;
@@ -120,7 +117,7 @@ absl::StatusOr<v1::PlaceResponse> DesiredState::Place(const v1::PlaceRequest& re
       request.tenant_id().empty() ? policy::kDefaultTenant : request.tenant_id();
   v1::TenantPolicy tenant_policy;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(tenant_policy, PolicyIn(txn, tenant));
+    ASSIGN_OR_RETURN(tenant_policy, PolicyOf(txn, tenant));
     return absl::OkStatus();
   }));
   const v1::IsolationLevel level = request.isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED
