@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -33,15 +34,23 @@ namespace {
 constexpr char kFailClosedPrefix[] = "~fail-closed/";
 
 // Runs `fn` on a new thread that ends right after: the courier whose copy
-// of a VM's cookie must not outlive its errand.
+// of a VM's cookie must not outlive its errand. RESOURCE_EXHAUSTED when no
+// thread can be started (the host is out of pids or memory): the agent
+// reports that and goes on, rather than dying into a restart loop.
 template <typename Fn>
-void OnCourierThread(CoreSched* kernel, Fn fn) {
-  std::thread courier([&] {
-    kernel->OnCourierStart();
-    fn();
-    kernel->OnCourierEnd();
-  });
-  courier.join();
+absl::Status OnCourierThread(CoreSched* kernel, Fn fn) {
+  try {
+    std::thread courier([&] {
+      kernel->OnCourierStart();
+      fn();
+      kernel->OnCourierEnd();
+    });
+    courier.join();
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start a thread to carry the cookie: ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 void NoteError(v1::VMEnforcement& e, const absl::Status& status) {
@@ -294,7 +303,7 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
     // cannot capture bindings in a lambda.
     const std::string& group = move.first;
     std::vector<ThreadState*>& targets = move.second;
-    OnCourierThread(kernel_, [&] {
+    absl::Status started = OnCourierThread(kernel_, [&] {
       if (!group.empty()) {
         ++stats.cookie_writes;
         absl::Status took = kernel_->ShareFrom(cookies_[group].anchor_tid);
@@ -329,6 +338,9 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
         }
       }
     });
+    if (!started.ok()) {
+      for (ThreadState* t : targets) t->error = started;
+    }
   }
 }
 

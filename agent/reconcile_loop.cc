@@ -187,6 +187,7 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
                         absl::StrCat("VM discovery: ", discovery_status_.message()));
   }
   std::vector<v1::VMObservation> observations;
+  std::map<std::string, size_t> reported;  // vm_id -> index in observations
   const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
   for (const VmOutcome& vm : last_->vms) {
     // csd refuses a whole Report with an id it cannot take: leave out a VM
@@ -197,6 +198,18 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
                                 << "') to csd: " << valid.message();
       continue;
     }
+    // Two QEMUs under one name (a stray process, a qemu:///session domain)
+    // would make csd refuse the whole Report and hear of no VM of this
+    // host: report the first, and say so on it.
+    if (auto seen = reported.find(vm.vm_id); seen != reported.end()) {
+      LOG_EVERY_N(WARNING, 100) << "more than one QEMU process claims VM '" << vm.vm_id
+                                << "'; reporting the first one found";
+      observations[seen->second].mutable_enforcement()->set_last_error(absl::StrCat(
+          "more than one QEMU process on this host claims VM '", vm.vm_id,
+          "': only the first one found is reported"));
+      continue;
+    }
+    reported.emplace(vm.vm_id, observations.size());
     v1::VMObservation o;
     o.set_vm_id(vm.vm_id);
     o.set_uuid(vm.uuid);

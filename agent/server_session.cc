@@ -20,6 +20,12 @@ absl::Status Annotate(const absl::Status& status, absl::string_view what) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
+// Whether csd itself refused the call (its authorization), not the network.
+bool Refusal(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+         status.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+}
+
 }  // namespace
 
 class ServerSession::TrackedCall {
@@ -182,8 +188,11 @@ void ServerSession::WatchLoop() {
   bool was_watching = false;
   while (true) {
     bool progressed = false;
-    absl::Status status = ConnectOnce(&progressed);
-    std::string hint = progressed ? "" : RefusalHint(status, registration_.host_id());
+    ConnectFailure failure = ConnectFailure::kCsd;
+    absl::Status status = ConnectOnce(&progressed, &failure);
+    std::string hint = failure == ConnectFailure::kRefused && !progressed
+                           ? RefusalHint(status, registration_.host_id())
+                           : "";
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
@@ -198,6 +207,11 @@ void ServerSession::WatchLoop() {
                              << " said: " << status << " (attempt " << backoff.failures()
                              << "; retrying every " << options_.backoff_max.count()
                              << " ms at most)";
+    } else if (failure == ConnectFailure::kLocal) {
+      // Not csd's doing: the agent could not keep what csd sent (its state
+      // dir is full or unwritable, or the message is one it refuses).
+      LOG_EVERY_T(ERROR, 60) << "cannot apply csd's assignments: " << status
+                             << "; reconnecting in " << delay.count() << " ms";
     } else if (was_watching || progressed) {
       LOG(WARNING) << "lost csd at " << options_.server_address << ": "
                    << status << "; reconnecting in " << delay.count() << " ms";
@@ -213,7 +227,8 @@ void ServerSession::WatchLoop() {
   }
 }
 
-absl::Status ServerSession::ConnectOnce(bool* progressed) {
+absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failure) {
+  *failure = ConnectFailure::kCsd;
   {
     TrackedCall call(this);
     if (call.cancelled()) return absl::CancelledError("agent is stopping");
@@ -222,7 +237,10 @@ absl::Status ServerSession::ConnectOnce(bool* progressed) {
     v1::RegisterResponse response;
     grpc::Status status =
         stub_->Register(call.context(), registration_, &response);
-    if (!status.ok()) return Annotate(FromGrpcStatus(status), "Register");
+    if (!status.ok()) {
+      if (Refusal(status)) *failure = ConnectFailure::kRefused;
+      return Annotate(FromGrpcStatus(status), "Register");
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       refusal_.clear();
@@ -282,11 +300,13 @@ absl::Status ServerSession::ConnectOnce(bool* progressed) {
     *progressed = true;
   }
   if (!apply_error.ok()) {
+    *failure = ConnectFailure::kLocal;
     return Annotate(apply_error, "applying WatchAssignments message");
   }
   if (finished.ok()) {
     return absl::UnavailableError("csd ended the WatchAssignments stream");
   }
+  if (Refusal(finished)) *failure = ConnectFailure::kRefused;
   return Annotate(FromGrpcStatus(finished), "WatchAssignments");
 }
 

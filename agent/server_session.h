@@ -114,10 +114,15 @@ class ServerSession {
   // A call's ClientContext, cancellable by Stop while the call runs.
   class TrackedCall;
 
+  // What ended a connection: csd or the network, csd refusing this agent
+  // (RefusalHint), or the agent failing to apply a message itself.
+  enum class ConnectFailure { kCsd, kRefused, kLocal };
+
   void WatchLoop();
   // One connection: Register, then the stream until it fails. Sets
-  // `progressed` when the stream delivered at least one message.
-  absl::Status ConnectOnce(bool* progressed);
+  // `progressed` when the stream delivered at least one message, and
+  // `failure` to what ended it.
+  absl::Status ConnectOnce(bool* progressed, ConnectFailure* failure);
   void ReportLoop();
   absl::Status SendReport();
   // Waits until `deadline` or Stop; returns false on Stop.

@@ -143,6 +143,36 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   EXPECT_NE(kernel_.CookieOf(300), 0u);
 }
 
+TEST_F(ReconcileLoopTest, TwoQemusUnderOneNameAreReportedOnceWithAnError) {
+  // csd refuses a Report naming a VM twice, which would hide every VM of
+  // the host from it: the first is reported, and carries the reason.
+  auto vm = [this](const std::string& id, int pid) {
+    DiscoveredVm v;
+    v.vm_id = id;
+    v.qemu_pid = pid;
+    v.threads = {{pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(pid, pid);
+    return v;
+  };
+  discovery_.SetVms({vm("vm-1", 100), vm("vm-2", 200), vm("vm-1", 300)});
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  auto observations = loop->Observations();
+  ASSERT_TRUE(observations.ok());
+  ASSERT_EQ(observations->size(), 2u);
+  EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
+  EXPECT_EQ((*observations)[1].vm_id(), "vm-2");
+  EXPECT_NE((*observations)[0].enforcement().last_error().find(
+                "more than one QEMU process on this host claims VM 'vm-1'"),
+            std::string::npos)
+      << (*observations)[0].enforcement().last_error();
+  EXPECT_EQ((*observations)[1].enforcement().last_error(), "");
+  // Both are still tagged (each fails closed on its own).
+  EXPECT_NE(kernel_.CookieOf(100), 0u);
+  EXPECT_NE(kernel_.CookieOf(300), 0u);
+}
+
 TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
   auto loop = MakeLoop(1h);
   loop->Start();
