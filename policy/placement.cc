@@ -49,6 +49,11 @@ std::vector<int> ChooseCores(const std::vector<int32_t>& owner, int need) {
   return cores;
 }
 
+// Whole cores a pinned VM of `vcpus` takes.
+int CoresFor(int vcpus, int threads_per_core) {
+  return (vcpus + threads_per_core - 1) / threads_per_core;
+}
+
 }  // namespace
 
 PlacementIndex::PlacementIndex(PlacementOptions options)
@@ -85,8 +90,12 @@ int PlacementIndex::GroupId(const PlacementRequest& request) const {
       .first->second;
 }
 
-absl::Status PlacementIndex::AddHost(absl::string_view host_id, int cores) {
+absl::Status PlacementIndex::AddHost(absl::string_view host_id, int cores,
+                                     int threads_per_core) {
   if (cores < 1) return absl::InvalidArgumentError("cores must be at least 1");
+  if (threads_per_core < 1 || threads_per_core > 8) {
+    return absl::InvalidArgumentError("threads_per_core must be 1-8");
+  }
   std::string id(host_id);
   if (host_index_.count(id) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("host '", id, "' is known"));
@@ -94,6 +103,7 @@ absl::Status PlacementIndex::AddHost(absl::string_view host_id, int cores) {
   Host host;
   host.host_id = id;
   host.cores = cores;
+  host.threads_per_core = threads_per_core;
   host.free_cores = cores;
   host.core_owner.assign(cores, -1);
   host_index_.emplace(id, hosts_.size());
@@ -169,13 +179,14 @@ absl::Status PlacementIndex::RemoveVm(absl::string_view host_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> PlacementIndex::FreeCores(
-    absl::string_view host_id, int count) const {
+absl::StatusOr<std::vector<int>> PlacementIndex::FreeCoresFor(
+    absl::string_view host_id, int vcpus) const {
   auto it = host_index_.find(std::string(host_id));
   if (it == host_index_.end()) {
     return absl::NotFoundError(absl::StrCat("host '", host_id, "' is not known"));
   }
   const Host& host = hosts_[it->second];
+  const int count = CoresFor(vcpus, host.threads_per_core);
   if (host.free_cores < count) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host '", host_id, "' has ", host.free_cores,
@@ -196,7 +207,6 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   }
   const bool dedicated = request.isolation == v1::ISOLATION_LEVEL_DEDICATED;
   const bool pinned = dedicated || request.pinning;
-  const int need = (request.vcpus + 1) / 2;
   const double demand = request.vcpus * request.load;
   const uint64_t conflicts = ConflictMask(ClassMask(request.classes));
   const int group = request.isolation == v1::ISOLATION_LEVEL_TENANT
@@ -209,6 +219,7 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   }
 
   int no_cores = 0, full = 0, conflicted = 0;
+  int odd_hosts = 0;  // hosts without 2 threads per core
   struct Scored {
     size_t host;
     double cost;
@@ -217,7 +228,10 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   std::vector<Scored> best;  // sorted, at most kRanked
   for (size_t h = 0; h < hosts_.size(); ++h) {
     const Host& host = hosts_[h];
-    const double threads = 2.0 * host.cores;
+    const int tpc = host.threads_per_core;
+    if (tpc != 2) ++odd_hosts;
+    const int need = CoresFor(request.vcpus, tpc);
+    const double threads = 1.0 * tpc * host.cores;
     if (host.vcpus + request.vcpus > options_.max_vcpus_per_thread * threads) {
       ++full;
       continue;
@@ -231,8 +245,8 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
       }
       // Its own whole cores: no forced idle for it. The unpinned VMs lose
       // the cores it takes.
-      const double before = 2.0 * host.free_cores;
-      const double after = 2.0 * (host.free_cores - need);
+      const double before = 1.0 * tpc * host.free_cores;
+      const double after = 1.0 * tpc * (host.free_cores - need);
       double imposed = 0;
       if (host.unpinned_load > 0) {
         double rho_before = std::min(1.0, host.unpinned_load / before);
@@ -243,7 +257,7 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
           imposed += (host.unpinned_load - after) / std::max(demand, 1e-3);
         }
       }
-      cost = imposed + kWastedThreadCost * (2 * need - request.vcpus);
+      cost = imposed + kWastedThreadCost * (tpc * need - request.vcpus);
       leftover = host.free_cores - need;
     } else {
       if (host.free_cores == 0) {
@@ -254,7 +268,7 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
         ++conflicted;
         continue;
       }
-      const double pool = 2.0 * host.free_cores;
+      const double pool = 1.0 * tpc * host.free_cores;
       double same = 0;
       if (same_group != nullptr) {
         auto it = same_group->find(h);
@@ -284,7 +298,11 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
     std::string why = absl::StrCat(
         "no host can take a ", request.vcpus, "-vCPU VM: ", full,
         " at their vCPU limit, ", no_cores, " without ",
-        pinned ? absl::StrCat(need, " whole free cores") : "a free core");
+        !pinned ? std::string("a free core")
+        : odd_hosts == 0
+            ? absl::StrCat(CoresFor(request.vcpus, 2), " whole free cores")
+            : absl::StrCat("enough whole free cores (", CoresFor(request.vcpus, 2),
+                           " with 2 threads per core, ", request.vcpus, " with 1)"));
     if (!pinned) absl::StrAppend(&why, ", ", conflicted, " with a conflicting class");
     return absl::ResourceExhaustedError(why);
   }
@@ -292,9 +310,11 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   const Host& chosen = hosts_[best[0].host];
   decision.host_id = chosen.host_id;
   decision.predicted_cost = best[0].cost;
-  if (pinned) decision.cores = ChooseCores(chosen.core_owner, need);
+  const int chosen_need = CoresFor(request.vcpus, chosen.threads_per_core);
+  if (pinned) decision.cores = ChooseCores(chosen.core_owner, chosen_need);
   for (const Scored& s : best) {
     const Host& host = hosts_[s.host];
+    const int need = CoresFor(request.vcpus, host.threads_per_core);
     HostCandidate c;
     c.host_id = host.host_id;
     c.predicted_cost = s.cost;
@@ -310,8 +330,10 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   decision.reason = absl::StrFormat(
       "%s: predicted cost %.3f (%s)%s", decision.host_id, decision.predicted_cost,
       decision.ranked[0].reason,
-      request.vcpus % 2 == 0 && pinned ? "; even vCPU count: aligned to whole cores"
-                                       : "");
+      pinned && chosen.threads_per_core > 1 &&
+              request.vcpus % chosen.threads_per_core == 0
+          ? "; vCPU count a multiple of the threads per core: aligned to whole cores"
+          : "");
   return decision;
 }
 

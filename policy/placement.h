@@ -63,13 +63,16 @@ struct PlacementDecision {
   std::vector<HostCandidate> ranked;
 };
 
-// The placement view of a fleet. Hosts have `cores` cores of 2 threads.
+// The placement view of a fleet. Hosts have `cores` cores of
+// `threads_per_core` hardware threads each (2 on an SMT host, 1 with SMT
+// off); a pinned VM takes whole cores, ceil(vcpus / threads_per_core).
 class PlacementIndex {
  public:
   explicit PlacementIndex(PlacementOptions options);
 
-  // ALREADY_EXISTS for a known host; INVALID_ARGUMENT for cores < 1.
-  absl::Status AddHost(absl::string_view host_id, int cores);
+  // ALREADY_EXISTS for a known host; INVALID_ARGUMENT for cores < 1 or
+  // threads_per_core outside 1-8.
+  absl::Status AddHost(absl::string_view host_id, int cores, int threads_per_core = 2);
   // Records a VM already on a host, pinned to `cores` (empty: unpinned).
   // NOT_FOUND for an unknown host, FAILED_PRECONDITION when a core is taken.
   absl::Status AddVm(absl::string_view host_id, const PlacementRequest& vm,
@@ -82,11 +85,11 @@ class PlacementIndex {
   // constraint that ruled hosts out is named with a count).
   absl::StatusOr<PlacementDecision> Place(const PlacementRequest& request) const;
 
-  // The `count` free cores Place would pin a VM to on `host_id` (the
+  // The free cores Place would pin a VM of `vcpus` to on `host_id` (the
   // lowest, a contiguous run when there is one). NOT_FOUND for an unknown
-  // host; RESOURCE_EXHAUSTED when fewer are free.
-  absl::StatusOr<std::vector<int>> FreeCores(absl::string_view host_id,
-                                             int count) const;
+  // host; RESOURCE_EXHAUSTED when too few are free.
+  absl::StatusOr<std::vector<int>> FreeCoresFor(absl::string_view host_id,
+                                                int vcpus) const;
 
   size_t host_count() const { return hosts_.size(); }
   size_t vm_count() const { return vm_count_; }
@@ -103,6 +106,7 @@ class PlacementIndex {
   struct Host {
     std::string host_id;
     int cores = 0;
+    int threads_per_core = 2;
     int free_cores = 0;
     std::vector<int32_t> core_owner;  // group pinned there, -1: free
     int vcpus = 0;

@@ -98,22 +98,30 @@ void PlacementView::Apply(const PlacementDelta& delta) {
   for (const std::string& host : dirty) ResetHostLocked(host);
 }
 
+int PlacementView::HostInfo::ThreadsPerCore() const {
+  size_t fewest = 0;
+  for (const auto& cpus : cores) {
+    if (fewest == 0 || cpus.size() < fewest) fewest = cpus.size();
+  }
+  return static_cast<int>(std::clamp<size_t>(fewest, 1, 8));
+}
+
 void PlacementView::ApplyHostLocked(const v1::Host& host,
                                     std::set<std::string>& dirty) {
   HostInfo& info = hosts_[host.host_id()];
-  const size_t before = info.cores.size();
+  std::vector<std::vector<int>> before = std::move(info.cores);
   info.cores.clear();
   for (const v1::Core& core : host.topology().cores()) {
     info.cores.emplace_back(core.cpus().begin(), core.cpus().end());
   }
-  if (info.cores.size() == before) return;  // routine re-registration
-  if (before > 0) {
+  if (info.cores == before) return;  // routine re-registration
+  if (!before.empty()) {
     // Rare (a host's topology changed): the index cannot resize a host.
     RebuildLocked();
     return;
   }
-  absl::Status added =
-      index_.AddHost(host.host_id(), static_cast<int>(info.cores.size()));
+  absl::Status added = index_.AddHost(
+      host.host_id(), static_cast<int>(info.cores.size()), info.ThreadsPerCore());
   LOG_IF(WARNING, !added.ok()) << "placement view: " << added;
   // VMs reported on the host before it had a topology join the index.
   dirty.insert(host.host_id());
@@ -154,7 +162,7 @@ void PlacementView::ResetHostLocked(const std::string& host_id) {
     if (r.pinning) {
       // Dedicated VMs get whole cores of their own; csd does not know
       // which, so the view takes those Place would have chosen.
-      auto free = index_.FreeCores(host_id, (r.vcpus + 1) / 2);
+      auto free = index_.FreeCoresFor(host_id, r.vcpus);
       if (free.ok()) {
         cores = *std::move(free);
       } else {
@@ -177,7 +185,9 @@ void PlacementView::RebuildLocked() {
   std::sort(ids.begin(), ids.end());
   for (const std::string& id : ids) {
     // Ids are unique and cores > 0: it cannot fail.
-    index_.AddHost(id, static_cast<int>(hosts_[id].cores.size())).IgnoreError();
+    const HostInfo& info = hosts_[id];
+    index_.AddHost(id, static_cast<int>(info.cores.size()), info.ThreadsPerCore())
+        .IgnoreError();
     ResetHostLocked(id);
   }
 }

@@ -82,6 +82,8 @@ class PlacementView {
   struct HostInfo {
     // cpus of Topology.cores, by core index; empty until it registers one.
     std::vector<std::vector<int>> cores;
+    // The fewest CPUs of its cores (2 on an SMT host, 1 with SMT off).
+    int ThreadsPerCore() const;
     // Its VMs, in id order: a host's part of the index is always rebuilt in
     // this order, so that it depends only on the host and its VMs, never
     // on the order of the writes (the view csd loads at its next start is

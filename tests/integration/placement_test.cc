@@ -55,16 +55,17 @@ class PlacementTest : public ::testing::Test {
 
   // `cores` cores of two siblings, numbered like Linux on x86 (core c has
   // CPUs c and c + cores), so that CPU ids differ from core indexes.
-  void Register(const std::string& host, int cores) {
+  // With `smt` false, one CPU per core (a host booted with nosmt).
+  void Register(const std::string& host, int cores, bool smt = true) {
     v1::RegisterRequest request;
     request.set_host_id(host);
     for (int c = 0; c < cores; ++c) {
       v1::Core* core = request.mutable_topology()->add_cores();
       core->set_core_id(c);
       core->add_cpus(c);
-      core->add_cpus(c + cores);
+      if (smt) core->add_cpus(c + cores);
     }
-    request.mutable_capabilities()->set_smt_active(true);
+    request.mutable_capabilities()->set_smt_active(smt);
     grpc::ClientContext context;
     v1::RegisterResponse response;
     grpc::Status s = agent_->Register(&context, request, &response);
@@ -187,6 +188,24 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
   grpc::Status s = Place(Request(6, v1::ISOLATION_LEVEL_DEDICATED), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("2 without 3 whole free cores"));
+}
+
+// A host with SMT off has one CPU per core: a dedicated VM needs a whole
+// core per vCPU there, and gets as many CPUs as it has vCPUs.
+TEST_F(PlacementTest, DedicatedOnAHostWithSmtOffGetsACpuPerVcpu) {
+  Register("nosmt", 2, /*smt=*/false);
+  v1::PlaceResponse r;
+  ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  EXPECT_EQ(r.host_id(), "nosmt");
+  EXPECT_THAT(r.cores(), ElementsAre(0, 1));
+  EXPECT_THAT(r.cpus(), ElementsAre(0, 1));
+  grpc::Status s = Place(Request(3, v1::ISOLATION_LEVEL_DEDICATED), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("1 without enough whole free cores"));
+  // SMT turned on at the next boot: the same host id, two CPUs per core.
+  Register("nosmt", 2, /*smt=*/true);
+  ASSERT_TRUE(Place(Request(3, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 2, 3));
 }
 
 TEST_F(PlacementTest, UntagAndMovesFreeCores) {

@@ -7,6 +7,7 @@ namespace cosched::policy {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 PlacementRequest Request(const std::string& id, int vcpus, bool pinning = true) {
   PlacementRequest r;
@@ -38,6 +39,26 @@ TEST(Place, DedicatedNeedsWholeFreeCores) {
   d = index.Place(r);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->cores.size(), 4u);
+}
+
+TEST(Place, OnAHostWithSmtOffAPinnedVmTakesACorePerVcpu) {
+  PlacementIndex index(Options());
+  ASSERT_TRUE(index.AddHost("nosmt", 4, /*threads_per_core=*/1).ok());
+  PlacementRequest r = Request("gold", 3);
+  r.isolation = v1::ISOLATION_LEVEL_DEDICATED;
+  auto d = index.Place(r);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->cores, (std::vector<int>{0, 1, 2}));
+  EXPECT_THAT(d->reason, Not(HasSubstr("aligned")));
+  ASSERT_TRUE(index.AddVm("nosmt", r, d->cores).ok());
+  // One core left: a 2-vCPU VM does not fit, and the error says why.
+  r = Request("silver", 2);
+  r.isolation = v1::ISOLATION_LEVEL_DEDICATED;
+  d = index.Place(r);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(d.status().message(),
+              HasSubstr("1 without enough whole free cores (1 with 2 threads per core, 2 with 1)"));
+  EXPECT_EQ(index.AddHost("bad", 4, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Place, EvenVcpuCountsGetAlignedWholeCores) {
