@@ -1,9 +1,14 @@
 #include "common/transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -54,13 +59,55 @@ absl::StatusOr<unsigned int> RefreshInterval(const v1::TlsConfig& tls) {
 }  // namespace
 
 bool IsLoopbackAddress(absl::string_view host_port) {
-  absl::string_view host = HostPart(host_port);
-  return host == "localhost" || host == "::1" ||
-         absl::StartsWith(host, "127.");
+  const std::string host(HostPart(host_port));
+  if (host == "localhost") return true;
+  // Numeric addresses only: a name such as 127.example.com is not one.
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+absl::Status ValidateListenAddress(absl::string_view field, absl::string_view listen) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " '", listen, "' must be host:port or [IPv6]:port with a port of "
+        "0-65535 (0: any free port): ", why));
+  };
+  size_t colon = listen.rfind(':');
+  if (absl::StartsWith(listen, "[")) {
+    size_t end = listen.find(']');
+    if (end == absl::string_view::npos || end + 1 != colon) return bad("no ]: before the port");
+  } else if (colon == absl::string_view::npos) {
+    return bad("no port");
+  }
+  if (HostPart(listen).empty()) return bad("no host");
+  if (!absl::StartsWith(listen, "[") && absl::StrContains(HostPart(listen), ':')) {
+    return bad("an IPv6 address goes in [brackets]");
+  }
+  absl::string_view port = listen.substr(colon + 1);
+  int value = 0;
+  if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(port, &value) ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      value > 65535) {
+    return bad(absl::StrCat("port '", port, "' is not a number in 0-65535"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const v1::TlsConfig& tls, bool insecure) {
+  if (tls.cert_file().empty() && (!tls.key_file().empty() || !tls.ca_file().empty())) {
+    return absl::FailedPreconditionError(
+        "tls.cert_file must be set when tls.key_file or tls.ca_file is: without it "
+        "csd would serve plaintext");
+  }
+  if (!tls.cert_file().empty() && tls.key_file().empty()) {
+    return absl::FailedPreconditionError("tls.key_file must be set with tls.cert_file");
+  }
   if (tls.cert_file().empty()) {
     absl::Status s = PlaintextAllowed(listen, insecure);
     if (!s.ok()) return s;
@@ -95,6 +142,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,
                        bool insecure) {
+  if (tls.ca_file().empty() && (!tls.cert_file().empty() || !tls.key_file().empty())) {
+    return absl::FailedPreconditionError(
+        "tls.ca_file must be set when tls.cert_file or tls.key_file is: without it "
+        "the connection would be plaintext and the certificate unused");
+  }
+  if (tls.cert_file().empty() != tls.key_file().empty()) {
+    return absl::FailedPreconditionError(
+        "tls.cert_file and tls.key_file must be set together");
+  }
   if (tls.ca_file().empty()) {
     absl::Status s = PlaintextAllowed(target, insecure);
     if (!s.ok()) return s;

@@ -17,8 +17,13 @@
 
 namespace cosched {
 
-// True for 127.0.0.0/8, [::1] and localhost, with or without a port.
+// True for numeric 127.0.0.0/8 and ::1 addresses and for localhost, with
+// or without a port (a name such as 127.example.com is not loopback).
 bool IsLoopbackAddress(absl::string_view host_port);
+
+// OK for host:port or [IPv6]:port with a port of 0-65535; else
+// INVALID_ARGUMENT naming `field` and the rule.
+absl::Status ValidateListenAddress(absl::string_view field, absl::string_view listen);
 
 inline constexpr unsigned int kDefaultTlsRefreshSeconds = 60;
 
@@ -27,13 +32,15 @@ inline constexpr unsigned int kDefaultTlsRefreshSeconds = 60;
 // re-read every tls.refresh_interval_s, so renewed certificates are served
 // without a restart. Else plaintext on loopback, or anywhere with
 // `insecure`. FAILED_PRECONDITION for plaintext on another address, a
-// missing CA or an unreadable file; INVALID_ARGUMENT for a bad interval.
+// key or CA without a certificate (never a silent fall back to plaintext),
+// a missing CA or an unreadable file; INVALID_ARGUMENT for a bad interval.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const v1::TlsConfig& tls, bool insecure);
 
-// TLS when tls.ca_file is set (with a client certificate when cert_file is
-// set, re-read like the server's); else plaintext under the same rule as
-// above.
+// TLS when tls.ca_file is set (with a client certificate when cert_file and
+// key_file are set, re-read like the server's); else plaintext under the
+// same rule as above. FAILED_PRECONDITION for a certificate or key without
+// a CA, or one of the two without the other.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,
                        bool insecure);

@@ -20,7 +20,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (!config.data_dir().empty()) options.data_dir = config.data_dir();
   options.tls = config.tls();
   options.insecure = config.insecure();
-  if (config.changelog_retention() > 0) {
+  if (config.changelog_retention() != 0) {
     options.changelog_retention = config.changelog_retention();
   }
   if (config.audit_retention_days() != 0) {
@@ -39,6 +39,14 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
 
 absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     const CsdOptions& options) {
+  if (absl::Status valid = ValidateListenAddress("listen", options.listen); !valid.ok()) {
+    return valid;
+  }
+  if (options.changelog_retention < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "changelog_retention must be at least 1 (unset: 100000), got ",
+        options.changelog_retention));
+  }
   auto credentials =
       MakeServerCredentials(options.listen, options.tls, options.insecure);
   if (!credentials.ok()) return credentials.status();

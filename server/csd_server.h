@@ -56,8 +56,8 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 class CsdServer {
  public:
   // FAILED_PRECONDITION for plaintext off loopback or unreadable TLS files;
-  // INVALID_ARGUMENT for bad authorization options, class conflicts or
-  // audit retention;
+  // INVALID_ARGUMENT for a bad listen address, changelog or audit
+  // retention, authorization options or class conflicts;
   // the store's error when it cannot open; UNAVAILABLE when the address
   // cannot be bound, or the metrics address cannot (naming it).
   static absl::StatusOr<std::unique_ptr<CsdServer>> Start(

@@ -14,6 +14,55 @@ TEST(IsLoopbackAddress, KnowsLoopback) {
   EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:7443"));
   EXPECT_FALSE(IsLoopbackAddress("[::]:7443"));
   EXPECT_FALSE(IsLoopbackAddress("csd.example.com:7443"));
+  // A name that merely begins like a loopback address is not one.
+  EXPECT_FALSE(IsLoopbackAddress("127.attacker.example:7443"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.1.example.com:7443"));
+  EXPECT_FALSE(IsLoopbackAddress("[::2]:7443"));
+  EXPECT_TRUE(IsLoopbackAddress("127.255.255.254"));
+}
+
+TEST(ValidateListenAddress, NeedsAHostAndAPortOf0To65535) {
+  for (const char* ok : {"127.0.0.1:7443", "0.0.0.0:0", "[::1]:65535", "localhost:1"}) {
+    EXPECT_TRUE(ValidateListenAddress("listen", ok).ok()) << ok;
+  }
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:",
+                          ":7443", "127.0.0.1:-1", "127.0.0.1:+80", "127.0.0.1:80x", "::1:7443",
+                          "[::1]7443", ""}) {
+    absl::Status s = ValidateListenAddress("listen", bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("listen '"), std::string::npos) << s;
+  }
+}
+
+TEST(MakeServerCredentials, AKeyOrCaWithoutACertificateIsNotPlaintext) {
+  v1::TlsConfig tls;
+  tls.set_key_file("/etc/cosched/csd.key");
+  tls.set_ca_file("/etc/cosched/ca.crt");
+  auto creds = MakeServerCredentials("127.0.0.1:0", tls, false);
+  EXPECT_EQ(creds.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(creds.status().message().find("tls.cert_file must be set"), std::string::npos)
+      << creds.status();
+  v1::TlsConfig no_key;
+  no_key.set_cert_file("/etc/cosched/csd.crt");
+  creds = MakeServerCredentials("127.0.0.1:0", no_key, false);
+  EXPECT_NE(creds.status().message().find("tls.key_file must be set"), std::string::npos)
+      << creds.status();
+}
+
+TEST(MakeChannelCredentials, ACertificateWithoutACaIsNotPlaintext) {
+  v1::TlsConfig tls;
+  tls.set_cert_file("/nonexistent/client.crt");
+  tls.set_key_file("/nonexistent/client.key");
+  auto creds = MakeChannelCredentials("127.0.0.1:7443", tls, false);
+  EXPECT_EQ(creds.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(creds.status().message().find("tls.ca_file must be set"), std::string::npos)
+      << creds.status();
+  v1::TlsConfig half;
+  half.set_ca_file("/nonexistent/ca.crt");
+  half.set_cert_file("/nonexistent/client.crt");
+  creds = MakeChannelCredentials("127.0.0.1:7443", half, false);
+  EXPECT_NE(creds.status().message().find("must be set together"), std::string::npos)
+      << creds.status();
 }
 
 TEST(MakeServerCredentials, PlaintextOnlyOnLoopbackUnlessInsecure) {

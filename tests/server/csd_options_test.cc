@@ -1,5 +1,6 @@
-// csd's options from its config file, and their checks at start: the audit
-// trail's retention, which a running csd applies to its store.
+// csd's options from its config file, and their checks at start: the
+// listen address, the change log's and audit trail's retention (which a
+// running csd applies to its store).
 #include "common/config_loader.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -38,6 +39,27 @@ TEST(CsdOptions, AnAuditRetentionOutOfRangeIsRefusedAtStartNamingTheKey) {
               std::string::npos)
         << csd.status();
   }
+}
+
+TEST(CsdOptions, ABadListenAddressOrChangelogRetentionIsRefusedAtStart) {
+  cosched::testing::TempDir dir;
+  CsdOptions options;
+  options.data_dir = dir.Sub("data");
+  options.listen = "127.0.0.1:99999";
+  auto csd = CsdServer::Start(options);
+  ASSERT_EQ(csd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(csd.status().message().find("listen '127.0.0.1:99999'"), std::string::npos)
+      << csd.status();
+  v1::CsdConfig config;
+  config.set_changelog_retention(-5);
+  options = CsdOptionsFromConfig(config);
+  options.listen = "127.0.0.1:0";
+  options.data_dir = dir.Sub("data");
+  csd = CsdServer::Start(options);
+  ASSERT_EQ(csd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(csd.status().message().find("changelog_retention must be at least 1"),
+            std::string::npos)
+      << csd.status();
 }
 
 // A store with a record from 400 days ago; csd keeps 365 days by default,
