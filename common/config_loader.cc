@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -30,9 +31,15 @@ class YamlToProto {
                    "must be a mapping of keys to values");
     }
     const Descriptor* desc = message->GetDescriptor();
+    std::set<std::string> seen;
     for (const auto& entry : node) {
       std::string key = entry.first.Scalar();
       std::string key_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      // YAML keeps only one of two equal keys, silently: refuse the file
+      // rather than guess which the operator meant.
+      if (!seen.insert(key).second) {
+        return Error(entry.first, key_path, "is given twice");
+      }
       const FieldDescriptor* field = desc->FindFieldByName(key);
       if (field == nullptr) {
         std::vector<std::string> known;

@@ -45,6 +45,17 @@ TEST(ParseYamlConfig, UnknownKeyNamesKeyFileAndLine) {
   EXPECT_EQ(config.server(), "");  // nothing half-loaded
 }
 
+TEST(ParseYamlConfig, AKeyGivenTwiceNamesItAndItsSecondLine) {
+  v1::CsdConfig config;
+  absl::Status s = ParseYamlConfig(
+      "listen: 127.0.0.1:7443\ndata_dir: /d\nlisten: 0.0.0.0:7443\n", "csd.yaml", &config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("csd.yaml:3"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'listen' is given twice"), std::string::npos) << s;
+  s = ParseYamlConfig("tls:\n  cert_file: a\n  cert_file: b\n", "csd.yaml", &config);
+  EXPECT_NE(s.message().find("'tls.cert_file' is given twice"), std::string::npos) << s;
+}
+
 TEST(ParseYamlConfig, UnknownNestedKeyHasPath) {
   v1::CsdConfig config;
   absl::Status s = ParseYamlConfig("tls:\n  cert: x\n", "csd.yaml", &config);
