@@ -41,10 +41,13 @@ absl::Status ValidateClasses(
     absl::string_view field,
     const google::protobuf::RepeatedPtrField<std::string>& classes,
     std::vector<std::string>* normalized) {
-  if (classes.size() > kMaxInterferenceClasses) {
+  // Duplicates do not count against the limit; a list far longer than it
+  // is refused before any work on it.
+  constexpr int kMaxEntries = 64 * kMaxInterferenceClasses;
+  if (classes.size() > kMaxEntries) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " has ", classes.size(), " entries; at most ",
-                     kMaxInterferenceClasses, " are allowed"));
+                     kMaxInterferenceClasses, " different classes are allowed"));
   }
   normalized->clear();
   for (int i = 0; i < classes.size(); ++i) {
@@ -55,6 +58,13 @@ absl::Status ValidateClasses(
   std::sort(normalized->begin(), normalized->end());
   normalized->erase(std::unique(normalized->begin(), normalized->end()),
                     normalized->end());
+  if (normalized->size() > static_cast<size_t>(kMaxInterferenceClasses)) {
+    const size_t distinct = normalized->size();
+    normalized->clear();
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", distinct, " different classes; at most ",
+                     kMaxInterferenceClasses, " are allowed"));
+  }
   return absl::OkStatus();
 }
 

@@ -56,7 +56,20 @@ TEST(ValidateClasses, RejectsBadEntryAndTooMany) {
   for (int i = 0; i < 17; ++i) *many.Add() = "c" + std::to_string(i);
   s = ValidateClasses("interference_classes", many, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("at most 16"), std::string::npos);
+  EXPECT_NE(s.message().find("has 17 different classes; at most 16"), std::string::npos) << s;
+}
+
+TEST(ValidateClasses, DuplicatesDoNotCountAgainstTheLimit) {
+  google::protobuf::RepeatedPtrField<std::string> repeated;
+  for (int i = 0; i < 40; ++i) *repeated.Add() = i % 2 ? "avx512" : "batch";
+  std::vector<std::string> out;
+  absl::Status s = ValidateClasses("interference_classes", repeated, &out);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out, (std::vector<std::string>{"avx512", "batch"}));
+  google::protobuf::RepeatedPtrField<std::string> huge;
+  for (int i = 0; i < 100000; ++i) *huge.Add() = "a";
+  EXPECT_EQ(ValidateClasses("interference_classes", huge, &out).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
