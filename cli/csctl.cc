@@ -4,8 +4,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/analyze.h"
 #include "cli/simulate.h"
 #include "common/config_loader.h"
@@ -83,8 +88,16 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
                  "file whose first line is the bearer token");
   app.add_option("-o,--output", output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
-  app.add_option("--timeout", timeout_s, "seconds to wait for each RPC")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--timeout", timeout_s, "seconds to wait for each RPC (0.001-86400)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            double seconds = 0;
+            if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0.001 && seconds <= 86400)) {
+              return "must be a number of seconds from 0.001 to 86400, got " + value;
+            }
+            return "";
+          },
+          "SECONDS"));
 
   TagArgs tag_args;
   CLI::App* tag = app.add_subcommand("tag", "tag a VM (create or update)");
@@ -209,6 +222,18 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
+    // CLI11 says only that a subcommand is required when the command is
+    // misspelt: name it, and the commands there are.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && app.get_subcommands().empty()) {
+      for (const std::string& arg : app.remaining()) {
+        if (arg.empty() || arg[0] == '-') continue;
+        std::vector<std::string> names;
+        for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+        return PrintUsageError(absl::StrCat("unknown command '", arg, "' (commands: ",
+                                            absl::StrJoin(names, ", "), ")"),
+                               err);
+      }
+    }
     return PrintUsageError(std::string(e.what()) + " (see csctl --help)", err);
   }
 

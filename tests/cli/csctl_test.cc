@@ -182,6 +182,17 @@ TEST_F(CsctlTest, UsageErrorsAreOneLineAndExitTwo) {
   EXPECT_EQ(server_.service().calls(), 0);
 }
 
+TEST_F(CsctlTest, UsageErrorsSayWhatIsWrong) {
+  EXPECT_EQ(Run({"--timeout", "2", "frobnicate"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown command 'frobnicate' (commands: tag, untag,"));
+  for (const char* timeout : {"0", "1e300", "-1", "soon"}) {
+    EXPECT_EQ(Run({"--timeout", timeout, "ls"}), kExitUsage) << timeout;
+    EXPECT_THAT(err_.str(), HasSubstr(std::string("--timeout: must be a number of seconds "
+                                                  "from 0.001 to 86400, got ") + timeout));
+  }
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
 TEST_F(CsctlTest, HelpGoesToStdoutAndSucceeds) {
   EXPECT_EQ(Run({"--help"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr("Usage: csctl"));
