@@ -256,6 +256,7 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   if (config_path.has_value()) {
     absl::Status loaded = LoadYamlConfigFile(*config_path, &config);
     if (!loaded.ok()) return PrintUsageError(loaded.message(), err);
+    ExpandHomeInPaths(env.get_env("HOME"), &config);
   }
   ConnectionSettings settings =
       ResolveConnectionSettings(flags, env.get_env(kServerEnv), config);

@@ -32,6 +32,18 @@ std::string ResolveServerAddress(const std::string& flag,
   return kDefaultServer;
 }
 
+void ExpandHomeInPaths(const std::string& home, v1::CsctlConfig* config) {
+  if (home.empty()) return;
+  auto expand = [&](const std::string& path) {
+    return path.rfind("~/", 0) == 0 ? absl::StrCat(home, path.substr(1)) : path;
+  };
+  v1::TlsConfig* tls = config->mutable_tls();
+  tls->set_ca_file(expand(tls->ca_file()));
+  tls->set_cert_file(expand(tls->cert_file()));
+  tls->set_key_file(expand(tls->key_file()));
+  config->set_token_file(expand(config->token_file()));
+}
+
 ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
                                              const std::string& env_server,
                                              const v1::CsctlConfig& config) {

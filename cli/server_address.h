@@ -52,6 +52,11 @@ struct ConnectionSettings {
   std::string bearer_token{};
 };
 
+// Replaces a leading "~/" of the config file's paths (tls.*_file,
+// token_file) with `home` ($HOME), as a shell would; paths given as flags
+// the shell has expanded already. Unchanged when `home` is empty.
+void ExpandHomeInPaths(const std::string& home, v1::CsctlConfig* config);
+
 // Merges flags over the environment's server over the config file: the
 // address as ResolveServerAddress, each TLS file from its flag else the
 // config, insecure when either the flag or the config sets it.

@@ -22,6 +22,22 @@ TEST(ResolveConfigPathTest, FlagThenEnvThenDefaultWhenItExists) {
   EXPECT_EQ(ResolveConfigPath("", "", false), std::nullopt);
 }
 
+TEST(ExpandHomeInPathsTest, ALeadingTildeSlashIsHome) {
+  v1::CsctlConfig config;
+  config.mutable_tls()->set_ca_file("/etc/cosched/tls/ca.crt");
+  config.mutable_tls()->set_cert_file("~/.config/cosched/operator.crt");
+  config.mutable_tls()->set_key_file("~/.config/cosched/operator.key");
+  config.set_token_file("~alice/token");  // not ~/: left as it is
+  v1::CsctlConfig unchanged = config;
+  ExpandHomeInPaths("", &unchanged);
+  EXPECT_EQ(unchanged.tls().cert_file(), "~/.config/cosched/operator.crt");
+  ExpandHomeInPaths("/home/op", &config);
+  EXPECT_EQ(config.tls().ca_file(), "/etc/cosched/tls/ca.crt");
+  EXPECT_EQ(config.tls().cert_file(), "/home/op/.config/cosched/operator.crt");
+  EXPECT_EQ(config.tls().key_file(), "/home/op/.config/cosched/operator.key");
+  EXPECT_EQ(config.token_file(), "~alice/token");
+}
+
 TEST(ResolveConnectionSettingsTest, FlagsOverrideConfigFieldByField) {
   v1::CsctlConfig config;
   config.set_server("config:3");
