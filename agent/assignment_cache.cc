@@ -107,6 +107,7 @@ absl::Status AssignmentCache::Load() {
   if (!decoded.ok()) return decoded;
   std::lock_guard<std::mutex> lock(mu_);
   revision_ = revision;
+  saved_revision_ = revision;
   assignments_ = std::move(assignments);
   return absl::OkStatus();
 }
@@ -149,12 +150,31 @@ absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) 
   if (!state_file_.empty()) {
     absl::Status written =
         WriteFileAtomically(state_file_, Encode(update.revision(), next));
-    if (!written.ok()) return written;
+    if (written.ok()) {
+      saved_revision_ = update.revision();
+    } else {
+      LOG_EVERY_T(ERROR, 60) << "cannot save assignments to " << state_file_ << ": "
+                             << written << "; enforcing revision " << update.revision()
+                             << " from memory (a restart before the next save resumes "
+                             << "from revision " << saved_revision_
+                             << " and csd sends the rest again)";
+    }
+    save_error_ = written;
   }
   revision_ = update.revision();
   assignments_ = std::move(next);
   ++(snapshot ? snapshots_applied_ : deltas_applied_);
   return absl::OkStatus();
+}
+
+absl::Status AssignmentCache::save_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return save_error_;
+}
+
+int64_t AssignmentCache::saved_revision() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return saved_revision_;
 }
 
 int AssignmentCache::snapshots_applied() const {

@@ -20,8 +20,12 @@ namespace cosched::agent {
 // VM id -> its assignment.
 using AssignmentMap = std::map<std::string, v1::Assignment>;
 
-// Thread-safe. Every accepted change is durable in the state file before
-// readers see it.
+// Thread-safe. Every accepted change is written to the state file before
+// readers see it; when that write fails (a full or unwritable state dir)
+// the change is enforced from memory all the same, and saved with the next
+// message that can be: refusing csd's changes would leave a VM csd moved to
+// a tighter group in its old one, and a restart from the older file only
+// makes csd send the rest again.
 class AssignmentCache {
  public:
   // The state file's name inside the agent's state dir.
@@ -41,9 +45,14 @@ class AssignmentCache {
   // everything, a DELTA upserts and removes. INVALID_ARGUMENT for a message
   // of unknown kind or with an invalid VM id; FAILED_PRECONDITION for a
   // delta older than the cache (a snapshot from behind is followed: csd's
-  // store was restored); the I/O error when the result cannot be
-  // persisted. On error nothing changes.
+  // store was restored). On error nothing changes. A state file that cannot
+  // be written is not an error here: see save_error().
   absl::Status Apply(const v1::WatchAssignmentsResponse& update);
+
+  // Why the last write of the state file failed; OK once one succeeded
+  // (or with no state file). The file then holds saved_revision().
+  absl::Status save_error() const;
+  int64_t saved_revision() const;
 
   // The revision of the last applied message; 0 before any.
   int64_t revision() const;
@@ -65,6 +74,8 @@ class AssignmentCache {
   const std::string state_file_;
   mutable std::mutex mu_;
   int64_t revision_ = 0;
+  int64_t saved_revision_ = 0;
+  absl::Status save_error_;
   int snapshots_applied_ = 0;
   int deltas_applied_ = 0;
   AssignmentMap assignments_;

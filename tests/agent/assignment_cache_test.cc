@@ -105,14 +105,31 @@ TEST_F(AssignmentCacheTest, PersistsAndLoads) {
   EXPECT_EQ(loaded.Find("vm-2")->trust_group(), "g2");
 }
 
-TEST_F(AssignmentCacheTest, FailedWriteChangesNothing) {
-  AssignmentCache cache(dir_.path() + "/missing-dir/assignments.pb");
+TEST_F(AssignmentCacheTest, AFailedSaveIsEnforcedFromMemoryAndSavedWithTheNext) {
+  const std::string dir = dir_.path() + "/not-yet";
+  AssignmentCache cache(dir + "/assignments.pb");
+  // The state dir is missing (as if full or unwritable): csd's change is
+  // taken all the same, and the failure is kept for the operator.
   absl::Status status =
       cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
-  EXPECT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("missing-dir"));
-  EXPECT_EQ(cache.revision(), 0);
-  EXPECT_TRUE(cache.assignments().empty());
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(cache.revision(), 5);
+  EXPECT_EQ(cache.Find("vm-1")->trust_group(), "g1");
+  EXPECT_THAT(cache.save_error().message(), HasSubstr("not-yet"));
+  EXPECT_EQ(cache.saved_revision(), 0);
+  // Writable again: the next message saves everything held.
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  v1::WatchAssignmentsResponse delta;
+  delta.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
+  delta.set_revision(6);
+  *delta.add_assignments() = MakeAssignment("vm-2", "g2", 6);
+  ASSERT_TRUE(cache.Apply(delta).ok());
+  EXPECT_TRUE(cache.save_error().ok());
+  EXPECT_EQ(cache.saved_revision(), 6);
+  AssignmentCache loaded(dir + "/assignments.pb");
+  ASSERT_TRUE(loaded.Load().ok());
+  EXPECT_EQ(loaded.revision(), 6);
+  EXPECT_EQ(loaded.assignments().size(), 2u);
 }
 
 TEST_F(AssignmentCacheTest, AtomicWriteReplacesWholeFile) {
