@@ -202,6 +202,7 @@ absl::Status Agent::Start() {
     agent_metrics->RecordReconcilePass(pass);
   };
   AssignmentCache* cache = cache_.get();
+  loop_options.assignment_revision = [cache] { return cache->revision(); };
   loop_ = std::make_unique<ReconcileLoop>(
       loop_options, options_.vm_discovery.get(), reconciler_.get(),
       [cache](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
@@ -225,6 +226,7 @@ absl::Status Agent::Start() {
   session_options.rpc_timeout = options_.rpc_timeout;
   session_options.backoff_initial = options_.backoff_initial;
   session_options.backoff_max = options_.backoff_max;
+  session_options.applied_revision = [this] { return loop_->enforced_revision(); };
   session_options.interceptors = [agent_metrics] {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
         interceptors;

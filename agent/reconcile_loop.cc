@@ -122,6 +122,8 @@ void ReconcileLoop::Run() {
 
 void ReconcileLoop::Pass(PassTrigger trigger) {
   const auto started = std::chrono::steady_clock::now();
+  // Before any lookup: the pass enforces this revision or a later one.
+  const int64_t revision = options_.assignment_revision ? options_.assignment_revision() : 0;
   PassRecord record;
   record.trigger = trigger;
   absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
@@ -165,8 +167,10 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   bool changed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    changed = !last_ || !discovery_status_.ok() || !SameEnforcement(*last_, result);
+    changed = !last_ || !discovery_status_.ok() || !SameEnforcement(*last_, result) ||
+              revision != last_revision_;
     last_ = std::move(result);
+    last_revision_ = revision;
     last_dedicated_ = std::move(dedicated);
     discovery_status_ = absl::OkStatus();
     vm_pids_ = std::move(pids);
@@ -218,6 +222,11 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
     observations.push_back(std::move(o));
   }
   return observations;
+}
+
+int64_t ReconcileLoop::enforced_revision() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_revision_;
 }
 
 int ReconcileLoop::passes() const {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,9 @@ struct ReconcileLoopOptions {
   std::chrono::milliseconds min_gap{2};
   // Called on the loop's thread after each pass, before passes() counts it.
   std::function<void(const PassRecord&)> on_pass;
+  // The revision of the assignments the lookup answers from, read as a
+  // pass starts (null: 0): what enforced_revision() reports.
+  std::function<int64_t()> assignment_revision;
 };
 
 // Thread-safe.
@@ -81,6 +85,10 @@ class ReconcileLoop {
   // before the first pass, and while discovery fails (reporting nothing
   // would tell csd the VMs are gone).
   absl::StatusOr<std::vector<v1::VMObservation>> Observations() const;
+
+  // The assignment revision the last completed pass enforced (what the
+  // agent tells csd it applied); 0 before one.
+  int64_t enforced_revision() const;
 
   // For tests and metrics.
   int passes() const;
@@ -115,6 +123,7 @@ class ReconcileLoop {
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;
+  int64_t last_revision_ = 0;
   std::vector<DedicatedVmOutcome> last_dedicated_;
   std::set<int> vm_pids_;
   std::thread thread_;

@@ -337,8 +337,10 @@ absl::Status ServerSession::SendReport() {
   absl::StatusOr<std::vector<v1::VMObservation>> observations = observations_();
   // Reporting nothing would tell csd the VMs are gone: skip instead.
   if (!observations.ok()) return observations.status();
-  v1::ReportRequest request = MakeReportRequest(
-      registration_.host_id(), cache_->revision(), std::move(*observations));
+  const int64_t applied =
+      options_.applied_revision ? options_.applied_revision() : cache_->revision();
+  v1::ReportRequest request =
+      MakeReportRequest(registration_.host_id(), applied, std::move(*observations));
   StatsBatch batch;
   if (stats_ != nullptr) {
     batch = stats_->Peek();

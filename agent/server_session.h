@@ -41,6 +41,9 @@ struct ServerSessionOptions {
   // Reconnect delays (see JitteredBackoff).
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
+  // The assignment revision the agent has enforced, sent in each Report as
+  // applied_revision (null: the cache's, whether enforced yet or not).
+  std::function<int64_t()> applied_revision;
   // Interceptors of the channel to csd (the agent's RPC metrics); null for
   // none.
   std::function<std::vector<

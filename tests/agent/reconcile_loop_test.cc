@@ -143,6 +143,29 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   EXPECT_NE(kernel_.CookieOf(300), 0u);
 }
 
+TEST_F(ReconcileLoopTest, EnforcedRevisionIsTheOneAPassStartedFrom) {
+  std::atomic<int64_t> revision{7};
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  options.assignment_revision = [&] { return revision.load(); };
+  ReconcileLoop loop(options, &discovery_, reconciler_.get(),
+                     [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+                     [this] { ++changes_; });
+  EXPECT_EQ(loop.enforced_revision(), 0);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  EXPECT_EQ(loop.enforced_revision(), 7);
+  // A new revision is not enforced until a pass has run with it, and that
+  // pass counts as a change (a report tells csd) even if no cookie moved.
+  revision = 8;
+  EXPECT_EQ(loop.enforced_revision(), 7);
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(2, 5s));
+  EXPECT_EQ(loop.enforced_revision(), 8);
+  EXPECT_EQ(changes_, 2);
+  loop.Stop();
+}
+
 TEST_F(ReconcileLoopTest, TwoQemusUnderOneNameAreReportedOnceWithAnError) {
   // csd refuses a Report naming a VM twice, which would hide every VM of
   // the host from it: the first is reported, and carries the reason.
