@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -120,6 +121,33 @@ void ReconcileLoop::Run() {
   }
 }
 
+std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<DiscoveredVm>& vms) {
+  std::map<std::string, std::string> first;  // vm_id or uuid -> the first VM's id
+  std::map<std::string, std::vector<int>> impostors;
+  for (DiscoveredVm& vm : vms) {
+    std::string claimed;
+    for (const std::string* key : {&vm.vm_id, &vm.uuid}) {
+      if (key->empty()) continue;
+      if (auto it = first.find(*key); it != first.end()) claimed = it->second;
+    }
+    if (!claimed.empty()) {
+      LOG_EVERY_N(WARNING, 100) << "QEMU pid " << vm.qemu_pid << " claims VM '" << vm.vm_id
+                                << "' (uuid '" << vm.uuid << "') that VM '" << claimed
+                                << "' already runs as: isolating it on a cookie of its own";
+      impostors[claimed].push_back(vm.qemu_pid);
+      // With no name it gets the fail-closed cookie of its pid, and is not
+      // reported: csd would refuse a Report naming a VM twice.
+      vm.vm_id.clear();
+      vm.uuid.clear();
+      continue;
+    }
+    for (const std::string* key : {&vm.vm_id, &vm.uuid}) {
+      if (!key->empty()) first.emplace(*key, vm.vm_id.empty() ? *key : vm.vm_id);
+    }
+  }
+  return impostors;
+}
+
 void ReconcileLoop::Pass(PassTrigger trigger) {
   const auto started = std::chrono::steady_clock::now();
   // Before any lookup: the pass enforces this revision or a later one.
@@ -141,7 +169,20 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     wake_.notify_all();
     return;
   }
+  const std::map<std::string, std::vector<int>> impostors = SetAsideDuplicates(*vms);
   ReconcileResult result = reconciler_->Reconcile(*vms, lookup_);
+  for (VmOutcome& vm : result.vms) {
+    auto it = impostors.find(vm.vm_id);
+    if (it == impostors.end()) continue;
+    const bool one = it->second.size() == 1;
+    std::string note = absl::StrCat(
+        "more than one QEMU process claims VM '", vm.vm_id, "' by name or UUID: ",
+        one ? "pid " : "pids ", absl::StrJoin(it->second, ", "), one ? " was" : " were",
+        " isolated on cookies of their own; only this one, found first (libvirt's, when "
+        "libvirt runs it), gets the VM's assignment");
+    const std::string& before = vm.enforcement.last_error();
+    vm.enforcement.set_last_error(before.empty() ? note : absl::StrCat(before, "; ", note));
+  }
   std::vector<DedicatedVmOutcome> dedicated;
   if (dedicated_ != nullptr) dedicated = EnforceDedicatedCores(*vms, result);
   for (const VmOutcome& vm : result.vms) {
@@ -191,7 +232,6 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
                         absl::StrCat("VM discovery: ", discovery_status_.message()));
   }
   std::vector<v1::VMObservation> observations;
-  std::map<std::string, size_t> reported;  // vm_id -> index in observations
   const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
   for (const VmOutcome& vm : last_->vms) {
     // csd refuses a whole Report with an id it cannot take: leave out a VM
@@ -202,18 +242,6 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
                                 << "') to csd: " << valid.message();
       continue;
     }
-    // Two QEMUs under one name (a stray process, a qemu:///session domain)
-    // would make csd refuse the whole Report and hear of no VM of this
-    // host: report the first, and say so on it.
-    if (auto seen = reported.find(vm.vm_id); seen != reported.end()) {
-      LOG_EVERY_N(WARNING, 100) << "more than one QEMU process claims VM '" << vm.vm_id
-                                << "'; reporting the first one found";
-      observations[seen->second].mutable_enforcement()->set_last_error(absl::StrCat(
-          "more than one QEMU process on this host claims VM '", vm.vm_id,
-          "': only the first one found is reported"));
-      continue;
-    }
-    reported.emplace(vm.vm_id, observations.size());
     v1::VMObservation o;
     o.set_vm_id(vm.vm_id);
     o.set_uuid(vm.uuid);

@@ -9,9 +9,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,6 +45,13 @@ struct PassRecord {
   absl::Status discovery;
   const ReconcileResult* result = nullptr;
 };
+
+// Among VMs claiming one name or UUID (a stray QEMU, a qemu:///session
+// domain, or a process posing as a VM to share its cookie), the first keeps
+// it; the others lose theirs, so that they fail closed on cookies of their
+// own and are not reported. Discovery lists libvirt's domains first.
+// Returns the pids set aside, by the id of the VM that kept it.
+std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<DiscoveredVm>& vms);
 
 struct ReconcileLoopOptions {
   // Full pass even when nothing said something changed.

@@ -166,34 +166,52 @@ TEST_F(ReconcileLoopTest, EnforcedRevisionIsTheOneAPassStartedFrom) {
   loop.Stop();
 }
 
-TEST_F(ReconcileLoopTest, TwoQemusUnderOneNameAreReportedOnceWithAnError) {
-  // csd refuses a Report naming a VM twice, which would hide every VM of
-  // the host from it: the first is reported, and carries the reason.
-  auto vm = [this](const std::string& id, int pid) {
+TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) {
+  // A second process under a running VM's name or UUID (a stray QEMU, or
+  // one posing as the VM to share its cores) is isolated on a cookie of its
+  // own and not reported (csd refuses a Report naming a VM twice); the
+  // first keeps the VM's assignment and says what happened.
+  auto vm = [this](const std::string& id, const std::string& uuid, int pid) {
     DiscoveredVm v;
     v.vm_id = id;
+    v.uuid = uuid;
     v.qemu_pid = pid;
     v.threads = {{pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
     kernel_.AddTask(pid, pid);
     return v;
   };
-  discovery_.SetVms({vm("vm-1", 100), vm("vm-2", 200), vm("vm-1", 300)});
-  auto loop = MakeLoop(1h);
-  loop->Start();
-  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
-  auto observations = loop->Observations();
+  discovery_.SetVms({vm("vm-1", "uuid-1", 100), vm("vm-2", "", 200), vm("vm-1", "", 300),
+                     vm("other-name", "uuid-1", 400)});
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  ReconcileLoop loop(options, &discovery_, reconciler_.get(),
+                     [](const DiscoveredVm& v) -> std::optional<v1::Assignment> {
+                       if (v.vm_id != "vm-1" && v.uuid != "uuid-1") return std::nullopt;
+                       v1::Assignment a;
+                       a.set_vm_id("vm-1");
+                       a.set_trust_group("acme/vm/vm-1");
+                       return a;
+                     },
+                     [] {});
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  auto observations = loop.Observations();
   ASSERT_TRUE(observations.ok());
   ASSERT_EQ(observations->size(), 2u);
   EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
-  EXPECT_EQ((*observations)[1].vm_id(), "vm-2");
-  EXPECT_NE((*observations)[0].enforcement().last_error().find(
-                "more than one QEMU process on this host claims VM 'vm-1'"),
+  EXPECT_EQ((*observations)[0].enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_NE((*observations)[0].enforcement().last_error().find("pids 300, 400 were isolated"),
             std::string::npos)
       << (*observations)[0].enforcement().last_error();
-  EXPECT_EQ((*observations)[1].enforcement().last_error(), "");
-  // Both are still tagged (each fails closed on its own).
-  EXPECT_NE(kernel_.CookieOf(100), 0u);
-  EXPECT_NE(kernel_.CookieOf(300), 0u);
+  EXPECT_EQ((*observations)[1].vm_id(), "vm-2");
+  const uint64_t victim = kernel_.CookieOf(100);
+  ASSERT_NE(victim, 0u);
+  for (int impostor : {300, 400}) {
+    EXPECT_NE(kernel_.CookieOf(impostor), 0u) << impostor;  // failed closed
+    EXPECT_NE(kernel_.CookieOf(impostor), victim) << impostor;
+  }
+  EXPECT_NE(kernel_.CookieOf(300), kernel_.CookieOf(400));
+  loop.Stop();
 }
 
 TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
