@@ -141,7 +141,12 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
       qemus.emplace(pid, ParseQemuArguments(process.cmdline));
     }
     children[process.stat.ppid].push_back(pid);
-    if (absl::StartsWith(process.stat.comm, "vhost-")) by_comm[process.stat.comm].push_back(pid);
+    // Old-style vhost workers are kernel threads (children of kthreadd); a
+    // process that names itself vhost-<pid> is not one, and must not get
+    // that VM's cookie.
+    if (process.stat.ppid == kKthreadd && absl::StartsWith(process.stat.comm, "vhost-")) {
+      by_comm[process.stat.comm].push_back(pid);
+    }
   }
   // A child that QEMU forked without exec shows QEMU's command line: it is
   // a helper of that VM, not a VM of its own.

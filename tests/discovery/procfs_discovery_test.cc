@@ -67,6 +67,10 @@ std::shared_ptr<FakeProcFs> FakeHost() {
   fs->SetReadError("1000/task/1006/comm", absl::NotFoundError("ESRCH"));
   // Old-style vhost worker: a kernel thread of its own.
   AddProcess(*fs, 1100, 2, "vhost-1000", "", "0::/\n");
+  // A user process posing as vm-1's old-style vhost worker: not a kernel
+  // thread, so not the VM's.
+  AddProcess(*fs, 1150, 1400, "vhost-1000", Cmdline({"./pose"}),
+             "0::/user.slice/session-1.scope\n");
   // A vhost worker of another (gone) QEMU.
   AddProcess(*fs, 1101, 2, "vhost-999", "", "0::/\n");
   // A child process of QEMU (e.g. a helper it started).
