@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -30,6 +31,24 @@ constexpr std::chrono::minutes kAuditPruneInterval{10};
 absl::Status CommitFailure(const absl::Status& cause) {
   if (absl::IsResourceExhausted(cause)) return cause;
   return absl::UnavailableError(cause.message());
+}
+
+// Runs `fn` in a savepoint of the open batch transaction, undoing what it
+// did when it fails; logs a failure as "<what> failed". The batch's own
+// writes stay either way, unless SQLite dropped the whole transaction.
+absl::Status InSavepoint(SqliteDb& db, absl::string_view what,
+                         const std::function<absl::Status()>& fn) {
+  RETURN_IF_ERROR(db.Exec("SAVEPOINT housekeeping", absl::StrCat("begin ", what)));
+  absl::Status status = fn();
+  if (status.ok()) {
+    status = db.Exec("RELEASE housekeeping", absl::StrCat("end ", what));
+  } else if (db.InTransaction()) {
+    absl::Status undone = db.Exec("ROLLBACK TO housekeeping; RELEASE housekeeping",
+                                  absl::StrCat("undo ", what));
+    LOG_IF(ERROR, !undone.ok()) << undone;
+  }
+  LOG_IF(WARNING, !status.ok()) << what << " failed: " << status;
+  return status;
 }
 
 }  // namespace
@@ -279,9 +298,8 @@ absl::Status SqliteStore::MaybeCompact() {
   const int64_t retention = options_.changelog_retention;
   if (change_rows_ <= retention + retention / 16) return absl::OkStatus();
   SqliteDb& db = *writer_db_;
-  RETURN_IF_ERROR(db.Exec("SAVEPOINT compact", "begin change log compaction"));
   int64_t deleted = 0;
-  absl::Status status = [&]() -> absl::Status {
+  absl::Status status = InSavepoint(db, "change log compaction", [&]() -> absl::Status {
     // Keeping at most `retention` rows and only whole revisions: delete up to
     // the revision of the first row beyond the retention, newest first.
     int64_t cutoff = 0;
@@ -309,16 +327,8 @@ absl::Status SqliteStore::MaybeCompact() {
                               "record change log horizon"));
     q.BindInt(1, cutoff);
     return q.Run();
-  }();
-  if (status.ok()) {
-    status = db.Exec("RELEASE compact", "end change log compaction");
-    if (status.ok()) change_rows_ -= deleted;
-  } else if (db.InTransaction()) {
-    absl::Status undone = db.Exec("ROLLBACK TO compact; RELEASE compact",
-                                  "undo change log compaction");
-    LOG_IF(ERROR, !undone.ok()) << undone;
-  }
-  LOG_IF(WARNING, !status.ok()) << "change log compaction failed: " << status;
+  });
+  if (status.ok()) change_rows_ -= deleted;
   return status;
 }
 
@@ -333,9 +343,8 @@ absl::Status SqliteStore::MaybePruneAudit() {
       absl::ToUnixNanos(absl::Now() - options_.audit_retention);
   const int64_t limit = options_.audit_prune_rows;
   SqliteDb& db = *writer_db_;
-  RETURN_IF_ERROR(db.Exec("SAVEPOINT prune_audit", "begin audit pruning"));
   int64_t deleted = 0;
-  absl::Status status = [&]() -> absl::Status {
+  absl::Status status = InSavepoint(db, "audit pruning", [&]() -> absl::Status {
     // In sequence order (the rowid: no index needed), up to the first
     // record young enough to keep, at most `limit`, never the newest. A
     // record older than one before it (the wall clock stepped back) waits
@@ -362,14 +371,7 @@ absl::Status SqliteStore::MaybePruneAudit() {
     RETURN_IF_ERROR(q.Run());
     deleted = db.Changes();
     return absl::OkStatus();
-  }();
-  if (status.ok()) {
-    status = db.Exec("RELEASE prune_audit", "end audit pruning");
-  } else if (db.InTransaction()) {
-    absl::Status undone = db.Exec("ROLLBACK TO prune_audit; RELEASE prune_audit",
-                                  "undo audit pruning");
-    LOG_IF(ERROR, !undone.ok()) << undone;
-  }
+  });
   if (status.ok() && deleted > 0) {
     const int64_t hours = absl::ToInt64Hours(options_.audit_retention);
     LOG(INFO) << "audit: deleted " << deleted << " records older than "
@@ -380,7 +382,6 @@ absl::Status SqliteStore::MaybePruneAudit() {
     // A full prune may have left more: the next batch goes on.
     if (deleted >= limit) next_audit_prune_ = now;
   }
-  LOG_IF(WARNING, !status.ok()) << "audit pruning failed: " << status;
   return status;
 }
 

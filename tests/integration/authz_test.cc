@@ -143,6 +143,30 @@ class AuthzTest : public ::testing::Test {
     return code;
   }
 
+  // An agent on a fake host of one core with two CPUs, over mutual TLS
+  // with the certificate of `client`.
+  agent::AgentOptions AgentOptionsWithCertOf(const std::string& client) {
+    auto fs = std::make_shared<agent::FakeHostFs>();
+    const std::string cpu = "/sys/devices/system/cpu";
+    fs->SetFile(cpu + "/online", "0-1\n");
+    for (int i = 0; i < 2; ++i) {
+      const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
+      fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
+      fs->SetFile(dir + "/core_id", "0\n");
+      fs->SetFile(dir + "/physical_package_id", "0\n");
+    }
+    agent::AgentOptions options;
+    options.server_address = csd_->address();
+    options.tls.set_ca_file(dir_.Sub("ca.crt"));
+    options.tls.set_cert_file(dir_.Sub(client + ".crt"));
+    options.tls.set_key_file(dir_.Sub(client + ".key"));
+    options.state_dir = dir_.Sub("agent-state");
+    options.backoff_initial = std::chrono::milliseconds(20);
+    options.backoff_max = std::chrono::milliseconds(200);
+    options.host_fs = fs;
+    return options;
+  }
+
   cosched::testing::TempDir dir_;
   cosched::testing::TestPki pki_{dir_.path()};
   std::unique_ptr<server::CsdServer> csd_;
@@ -265,25 +289,8 @@ TEST_F(AuthzTest, ChangesAreInTheAuditTrailThatCsctlShows) {
 // An agent whose host_id is not its certificate's host: csd refuses every
 // call, and the agent says what to fix (not that csd is unreachable).
 TEST_F(AuthzTest, AgentWithAnotherHostsIdIsToldToFixItsConfig) {
-  auto fs = std::make_shared<agent::FakeHostFs>();
-  const std::string cpu = "/sys/devices/system/cpu";
-  fs->SetFile(cpu + "/online", "0-1\n");
-  for (int i = 0; i < 2; ++i) {
-    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-    fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
-    fs->SetFile(dir + "/core_id", "0\n");
-    fs->SetFile(dir + "/physical_package_id", "0\n");
-  }
-  agent::AgentOptions options;
-  options.server_address = csd_->address();
-  options.tls.set_ca_file(dir_.Sub("ca.crt"));
-  options.tls.set_cert_file(dir_.Sub("host-a.crt"));
-  options.tls.set_key_file(dir_.Sub("host-a.key"));
+  agent::AgentOptions options = AgentOptionsWithCertOf("host-a");
   options.host_id = "host-b";
-  options.state_dir = dir_.Sub("agent-state");
-  options.backoff_initial = std::chrono::milliseconds(20);
-  options.backoff_max = std::chrono::milliseconds(200);
-  options.host_fs = fs;
   options.core_sched = std::make_shared<agent::FakeCoreSched>();
   options.vm_discovery = std::make_shared<agent::StaticVmDiscovery>();
   agent::Agent agent(options);
@@ -310,28 +317,11 @@ TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
                 {101, 100, "CPU 0/KVM", agent::DiscoveredThread::Kind::kVcpu}};
   for (const auto& t : vm.threads) kernel->AddTask(t.tid, 100);
   discovery->SetVms({vm});
-  auto fs = std::make_shared<agent::FakeHostFs>();
-  const std::string cpu = "/sys/devices/system/cpu";
-  fs->SetFile(cpu + "/online", "0-1\n");
-  for (int i = 0; i < 2; ++i) {
-    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-    fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
-    fs->SetFile(dir + "/core_id", "0\n");
-    fs->SetFile(dir + "/physical_package_id", "0\n");
-  }
 
-  agent::AgentOptions options;
-  options.server_address = csd_->address();
-  options.tls.set_ca_file(dir_.Sub("ca.crt"));
-  options.tls.set_cert_file(dir_.Sub("host-a.crt"));
-  options.tls.set_key_file(dir_.Sub("host-a.key"));
+  agent::AgentOptions options = AgentOptionsWithCertOf("host-a");
   options.host_id = "host-a";
-  options.state_dir = dir_.Sub("agent-state");
   options.report_interval = std::chrono::milliseconds(100);
-  options.backoff_initial = std::chrono::milliseconds(20);
-  options.backoff_max = std::chrono::milliseconds(200);
   options.rescan_interval = std::chrono::milliseconds(100);
-  options.host_fs = fs;
   options.core_sched = kernel;
   options.vm_discovery = discovery;
   agent::Agent agent(options);
