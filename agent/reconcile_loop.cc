@@ -150,6 +150,10 @@ std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<Discovere
 
 void ReconcileLoop::Pass(PassTrigger trigger) {
   const auto started = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pass_started_ = started;
+  }
   // Before any lookup: the pass enforces this revision or a later one.
   const int64_t revision = options_.assignment_revision ? options_.assignment_revision() : 0;
   PassRecord record;
@@ -165,6 +169,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     discovery_status_ = vms.status();
+    pass_started_.reset();
     ++passes_;
     wake_.notify_all();
     return;
@@ -212,6 +217,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
               revision != last_revision_;
     last_ = std::move(result);
     last_revision_ = revision;
+    pass_started_.reset();
     last_dedicated_ = std::move(dedicated);
     discovery_status_ = absl::OkStatus();
     vm_pids_ = std::move(pids);
@@ -227,6 +233,18 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
 absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
     const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pass_started_.has_value()) {
+    const auto running = std::chrono::steady_clock::now() - *pass_started_;
+    if (running > options_.stuck_after) {
+      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(running).count();
+      LOG_EVERY_T(ERROR, 60) << "reconcile pass running for " << seconds
+                             << " s: stuck reading /proc or asking libvirtd; new VMs are "
+                                "not tagged and reports are withheld until it ends";
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the reconcile pass has been running for ", seconds,
+          " s (stuck reading /proc or asking libvirtd?): its last results are not current"));
+    }
+  }
   if (!discovery_status_.ok()) {
     return absl::Status(discovery_status_.code(),
                         absl::StrCat("VM discovery: ", discovery_status_.message()));

@@ -58,6 +58,10 @@ struct ReconcileLoopOptions {
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
   // Passes never start closer together than this (bursts of events).
   std::chrono::milliseconds min_gap{2};
+  // A pass running longer than this is stuck (a /proc read blocked on a
+  // process in D state, a libvirtd that never answers): Observations()
+  // then fails instead of passing off the last pass's results as current.
+  std::chrono::milliseconds stuck_after{std::chrono::seconds(30)};
   // Called on the loop's thread after each pass, before passes() counts it.
   std::function<void(const PassRecord&)> on_pass;
   // The revision of the assignments the lookup answers from, read as a
@@ -92,7 +96,8 @@ class ReconcileLoop {
 
   // What to report: one observation per VM of the last pass. UNAVAILABLE
   // before the first pass, and while discovery fails (reporting nothing
-  // would tell csd the VMs are gone).
+  // would tell csd the VMs are gone); DEADLINE_EXCEEDED while a pass is
+  // stuck (options.stuck_after).
   absl::StatusOr<std::vector<v1::VMObservation>> Observations() const;
 
   // The assignment revision the last completed pass enforced (what the
@@ -132,6 +137,8 @@ class ReconcileLoop {
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;
+  // When the running pass started; empty between passes.
+  std::optional<std::chrono::steady_clock::time_point> pass_started_;
   int64_t last_revision_ = 0;
   std::vector<DedicatedVmOutcome> last_dedicated_;
   std::set<int> vm_pids_;
