@@ -205,8 +205,8 @@ void ServerSession::WatchLoop() {
       // say what to fix, not that csd is unreachable.
       LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << options_.server_address
                              << " said: " << status << " (attempt " << backoff.failures()
-                             << "; retrying every " << options_.backoff_max.count()
-                             << " ms at most)";
+                             << "; retrying at most " << options_.backoff_max.count()
+                             << " ms apart)";
     } else if (failure == ConnectFailure::kLocal) {
       // Not csd's doing: the agent could not keep what csd sent (its state
       // dir is full or unwritable, or the message is one it refuses).
