@@ -141,12 +141,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
       qemus.emplace(pid, ParseQemuArguments(process.cmdline));
     }
     children[process.stat.ppid].push_back(pid);
-    // Old-style vhost workers are kernel threads (children of kthreadd); a
-    // process that names itself vhost-<pid> is not one, and must not get
-    // that VM's cookie.
-    if (process.stat.ppid == kKthreadd && absl::StartsWith(process.stat.comm, "vhost-")) {
-      by_comm[process.stat.comm].push_back(pid);
-    }
+    if (absl::StartsWith(process.stat.comm, "vhost-")) by_comm[process.stat.comm].push_back(pid);
   }
   // A child that QEMU forked without exec shows QEMU's command line: it is
   // a helper of that VM, not a VM of its own.
@@ -201,6 +196,11 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     auto vhost = by_comm.find(VhostWorkerName(qemu_pid));
     if (vhost != by_comm.end()) {
       for (int pid : vhost->second) {
+        // Old-style vhost workers are kernel threads (children of kthreadd),
+        // or, as the lab's stand-in is, children of that QEMU; any other
+        // process that names itself vhost-<pid> must not get the VM's cookie.
+        const int ppid = processes.at(pid).stat.ppid;
+        if (ppid != kKthreadd && ppid != qemu_pid) continue;
         if (!taken.insert(pid).second) continue;
         for (Thread& t : ListThreads(fs, pid)) {
           Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;
