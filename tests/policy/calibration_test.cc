@@ -1,8 +1,7 @@
 // The simulator against CALIBRATION.md, with the default (global)
 // parameters and the shipped scenarios: directions and rough sizes as
 // issue 5 asks. Deterministic (fixed seeds); runs shortened to 8 s. The
-// one target the model does not reproduce (B's nosmt at 32/32) is listed
-// with the figure it gives in docs/scenarios.md, "Calibration".
+// figures each run gives are in docs/scenarios.md, "Calibration".
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -63,16 +62,19 @@ TEST(Calibration, A1BusyVmAmongSmallOnesCoreSchedBetweenNoSmtLosesAThird) {
   EXPECT_LE(rel[Mode::kNoSmt], 0.70);
 }
 
-TEST(Calibration, BCoreSchedKeepsAvxAwayFromTheNonAvxClass) {
-  for (const char* name : {"b-avx-32", "b-avx-64"}) {
+// B: coresched at or above smt for the non-AVX class, nosmt well below
+// (published: -5.2% at 32/32, -34.6% at 64/64). The bounds are the
+// published losses rounded towards zero, so "well below" means at least
+// that much.
+TEST(Calibration, BCoreSchedKeepsAvxAwayFromTheNonAvxClassNoSmtCostsALot) {
+  const std::map<std::string, double> nosmt_at_most = {{"b-avx-32", 0.96},
+                                                       {"b-avx-64", 0.70}};
+  for (const auto& [name, bound] : nosmt_at_most) {
     SCOPED_TRACE(name);
     auto rel = Relative(Load(name), {Mode::kVm, Mode::kNoSmt});
     EXPECT_GE(rel[Mode::kVm], 1.0);
-    EXPECT_LT(rel[Mode::kNoSmt], rel[Mode::kVm]);
+    EXPECT_LE(rel[Mode::kNoSmt], bound);
   }
-  // Published -34.6%; at 32/32 (-5.2%) the model gives +0.5% (see the doc).
-  auto rel = Relative(Load("b-avx-64"), {Mode::kNoSmt});
-  EXPECT_LE(rel[Mode::kNoSmt], 0.90);
 }
 
 TEST(Calibration, BBelowSaturationAllModesAreEqual) {
