@@ -130,6 +130,27 @@ absl::Status ValidateTopology(const v1::Topology& topology) {
   return absl::OkStatus();
 }
 
+// A window's core figures index the topology the host registered; one
+// past it would be summed into a core csd cannot name. A host that
+// registered no cores cannot be checked (and has no core figures to show).
+absl::Status ValidateStatsCores(
+    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+    const v1::Topology& topology) {
+  if (topology.cores().empty()) return absl::OkStatus();
+  for (int i = 0; i < stats.size(); ++i) {
+    for (int j = 0; j < stats[i].cores_size(); ++j) {
+      const int32_t core = stats[i].cores(j).core();
+      if (core >= topology.cores_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stats[", i, "].cores[", j, "].core is ", core,
+            "; it must index the host's registered topology, which has ",
+            topology.cores_size(), " cores (register again after a CPU change)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateEnforcement(absl::string_view field,
                                  const v1::VMEnforcement& e) {
   if (!v1::EnforcementState_IsValid(e.state())) {
@@ -533,6 +554,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           return absl::FailedPreconditionError(absl::StrCat(
               "host '", host_id, "' is not registered; call Register first"));
         }
+        RETURN_IF_ERROR(ValidateStatsCores(request.stats(), host->topology()));
         store::VmFilter on_host;
         on_host.host_id = host_id;
         ASSIGN_OR_RETURN(auto before, AllVms(txn, on_host));

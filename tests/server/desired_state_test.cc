@@ -352,6 +352,44 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   EXPECT_EQ(r->total().run_ns(), 100);
 }
 
+TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhole) {
+  ASSERT_TRUE(Register("host-a").ok());  // one core: index 0
+  v1::ReportRequest report;
+  report.set_host_id("host-a");
+  report.add_vms()->set_vm_id("vm-1");
+  v1::StatsWindow window = RecentWindow(5, "vm-1");
+  window.add_cores()->set_core(0);
+  window.add_cores()->set_core(1);
+  *report.add_stats() = window;
+  auto refused = Wait<v1::ReportResponse>(
+      [&](auto done) { state_->ApplyReport(report, std::move(done)); });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "stats[0].cores[1].core is 1; it must index the host's registered "
+                "topology, which has 1 cores"),
+            std::string::npos)
+      << refused.status();
+  // Nothing of it was taken: not its VMs, not its stats.
+  v1::GetHostRequest get;
+  get.set_host_id("host-a");
+  auto host = state_->GetHost(get);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(host->vm_count(), 0);
+  v1::GetStatsRequest by_vm;
+  by_vm.set_vm_id("vm-1");
+  EXPECT_EQ(state_->GetStats(by_vm).status().code(), absl::StatusCode::kNotFound);
+
+  // The same window within the topology is taken.
+  report.mutable_stats(0)->mutable_cores()->RemoveLast();
+  EXPECT_TRUE(Wait<v1::ReportResponse>([&](auto done) {
+                state_->ApplyReport(report, std::move(done));
+              }).ok());
+  host = state_->GetHost(get);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(host->vm_count(), 1);
+  EXPECT_TRUE(state_->GetStats(by_vm).ok());
+}
+
 std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
                                      const std::string& subject = "") {
   v1::ListAuditRecordsRequest request;
