@@ -35,23 +35,29 @@ int main(int argc, char** argv) {
   if (probe) return cosched::agent::PrintHostProbe(std::cout);
 
   cosched::v1::AgentConfig config;
+  cosched::ConfigLocations locations;
   if (!config_file.empty()) {
-    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config);
+    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config, &locations);
     if (!loaded.ok()) {
       std::cerr << "cs-agent: " << loaded.message() << "\n";
       return 2;
     }
   }
-  if (!server.empty()) config.set_server(server);
-  if (!host_id.empty()) config.set_host_id(host_id);
-  if (!state_dir.empty()) config.set_state_dir(state_dir);
+  // Flags override the file; an error about one of them names no line.
+  if (!server.empty()) config.set_server(server), locations.Forget("server");
+  if (!host_id.empty()) config.set_host_id(host_id), locations.Forget("host_id");
+  if (!state_dir.empty()) config.set_state_dir(state_dir), locations.Forget("state_dir");
+  if (!discovery_mode.empty()) {
+    config.set_discovery(discovery_mode), locations.Forget("discovery");
+  }
+  if (!metrics_listen.empty()) {
+    config.set_metrics_listen(metrics_listen), locations.Forget("metrics_listen");
+  }
   if (insecure) config.set_insecure(true);
-  if (!discovery_mode.empty()) config.set_discovery(discovery_mode);
-  if (!metrics_listen.empty()) config.set_metrics_listen(metrics_listen);
   absl::StatusOr<cosched::agent::AgentOptions> options =
       cosched::agent::AgentOptionsFromConfig(config);
   if (!options.ok()) {
-    std::cerr << "cs-agent: " << options.status().message() << "\n";
+    std::cerr << "cs-agent: " << locations.Locate(options.status().message()) << "\n";
     return 2;
   }
 

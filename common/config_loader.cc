@@ -13,7 +13,6 @@
 #include "yaml-cpp/yaml.h"
 
 namespace cosched {
-namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
@@ -22,7 +21,10 @@ using google::protobuf::Reflection;
 
 class YamlToProto {
  public:
-  explicit YamlToProto(absl::string_view source) : source_(source) {}
+  YamlToProto(absl::string_view source, ConfigLocations* locations)
+      : source_(source), locations_(locations) {
+    if (locations_ != nullptr) locations_->source_ = source_;
+  }
 
   absl::Status Fill(const YAML::Node& node, const std::string& path,
                     Message* message) {
@@ -40,6 +42,7 @@ class YamlToProto {
       if (!seen.insert(key).second) {
         return Error(entry.first, key_path, "is given twice");
       }
+      Record(entry.first, key_path);
       const FieldDescriptor* field = desc->FindFieldByName(key);
       if (field == nullptr) {
         std::vector<std::string> known;
@@ -63,8 +66,9 @@ class YamlToProto {
     if (field->is_repeated()) {
       if (!value.IsSequence()) return Error(value, path, "must be a list");
       for (size_t i = 0; i < value.size(); ++i) {
-        absl::Status s = SetOne(value[i], absl::StrCat(path, "[", i, "]"),
-                                field, message);
+        const std::string item_path = absl::StrCat(path, "[", i, "]");
+        Record(value[i], item_path);
+        absl::Status s = SetOne(value[i], item_path, field, message);
         if (!s.ok()) return s;
       }
       return absl::OkStatus();
@@ -159,6 +163,12 @@ class YamlToProto {
     }
   }
 
+  void Record(const YAML::Node& node, const std::string& path) {
+    if (locations_ != nullptr && node.Mark().line >= 0) {
+      locations_->lines_[path] = node.Mark().line + 1;
+    }
+  }
+
   absl::Status Error(const YAML::Node& node, absl::string_view what,
                      absl::string_view rule) const {
     std::string where(source_);
@@ -170,13 +180,42 @@ class YamlToProto {
   }
 
   std::string source_;
+  ConfigLocations* locations_;
 };
+
+namespace {
+
+// The field path an error message starts with: up to the first space or
+// quote ("roles[0].role 'x' is not a role" -> "roles[0].role").
+absl::string_view LeadingPath(absl::string_view message) {
+  return message.substr(0, message.find_first_of(" '"));
+}
 
 }  // namespace
 
+std::string ConfigLocations::Locate(absl::string_view message) const {
+  absl::string_view path = LeadingPath(message);
+  while (!path.empty()) {
+    if (auto it = lines_.find(path); it != lines_.end()) {
+      return absl::StrCat(source_, ":", it->second, ": ", message);
+    }
+    // The enclosing key: "a.b[2].c" -> "a.b[2]" -> "a.b" -> "a".
+    size_t cut = path.find_last_of(".[");
+    if (cut == absl::string_view::npos) break;
+    path = path.substr(0, cut);
+  }
+  return std::string(message);
+}
+
+void ConfigLocations::Forget(absl::string_view key) {
+  auto it = lines_.find(key);
+  if (it != lines_.end()) lines_.erase(it);
+}
+
 absl::Status ParseYamlConfig(absl::string_view yaml, absl::string_view source,
-                             Message* message) {
+                             Message* message, ConfigLocations* locations) {
   message->Clear();
+  if (locations != nullptr) *locations = ConfigLocations();
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml));
@@ -185,13 +224,17 @@ absl::Status ParseYamlConfig(absl::string_view yaml, absl::string_view source,
         absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
   }
   if (root.IsNull()) return absl::OkStatus();
-  YamlToProto converter(source);
+  YamlToProto converter(source, locations);
   absl::Status s = converter.Fill(root, "", message);
-  if (!s.ok()) message->Clear();  // nothing half-loaded
+  if (!s.ok()) {  // nothing half-loaded
+    message->Clear();
+    if (locations != nullptr) *locations = ConfigLocations();
+  }
   return s;
 }
 
-absl::Status LoadYamlConfigFile(const std::string& path, Message* message) {
+absl::Status LoadYamlConfigFile(const std::string& path, Message* message,
+                                ConfigLocations* locations) {
   std::ifstream in(path);
   if (!in) {
     int err = errno;
@@ -202,7 +245,7 @@ absl::Status LoadYamlConfigFile(const std::string& path, Message* message) {
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ParseYamlConfig(buffer.str(), path, message);
+  return ParseYamlConfig(buffer.str(), path, message, locations);
 }
 
 }  // namespace cosched

@@ -37,8 +37,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
-    const CsdOptions& options) {
+absl::Status ValidateCsdOptions(const CsdOptions& options) {
   if (absl::Status valid = ValidateListenAddress("listen", options.listen); !valid.ok()) {
     return valid;
   }
@@ -47,11 +46,12 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
         "changelog_retention must be at least 1 (unset: 100000), got ",
         options.changelog_retention));
   }
-  auto credentials =
-      MakeServerCredentials(options.listen, options.tls, options.insecure);
-  if (!credentials.ok()) return credentials.status();
-  auto authz = Authorizer::Create(options.authz);
-  if (!authz.ok()) return authz.status();
+  const int64_t audit_days = options.audit_retention_days;
+  if (audit_days != -1 && (audit_days < 1 || audit_days > kMaxAuditRetentionDays)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit_retention_days must be -1 (keep every record) or 1 to ",
+        kMaxAuditRetentionDays, " days, got ", audit_days));
+  }
   for (size_t i = 0; i < options.class_conflicts.size(); ++i) {
     const auto& [a, b] = options.class_conflicts[i];
     for (const auto& [key, value] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
@@ -60,14 +60,19 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       if (!valid.ok()) return valid;
     }
   }
+  return Authorizer::Create(options.authz).status();
+}
+
+absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
+    const CsdOptions& options) {
+  if (absl::Status valid = ValidateCsdOptions(options); !valid.ok()) return valid;
+  auto credentials =
+      MakeServerCredentials(options.listen, options.tls, options.insecure);
+  if (!credentials.ok()) return credentials.status();
+  auto authz = Authorizer::Create(options.authz);
+  if (!authz.ok()) return authz.status();
 
   const int64_t audit_days = options.audit_retention_days;
-  if (audit_days != -1 && (audit_days < 1 || audit_days > kMaxAuditRetentionDays)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "audit_retention_days must be -1 (keep every record) or 1 to ",
-        kMaxAuditRetentionDays, " days, got ", audit_days));
-  }
-
   store::SqliteStoreOptions store_options;
   store_options.data_dir = options.data_dir;
   store_options.changelog_retention = options.changelog_retention;

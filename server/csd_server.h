@@ -51,6 +51,12 @@ struct CsdOptions {
 // (metrics_listen: kDefaultMetricsListen; "off" for none).
 CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
+// The checks Start makes of `options` before it touches the store or the
+// network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
+// audit_retention_days, class_conflicts[i], trust_domain, plaintext_role,
+// roles[i], tokens[i]) and the rule. Files named by tls are read by Start.
+absl::Status ValidateCsdOptions(const CsdOptions& options);
+
 // Thread-safe. Shutdown() (or the destructor) stops serving, ends every
 // stream and closes the store.
 class CsdServer {

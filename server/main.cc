@@ -25,18 +25,34 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
 
   cosched::v1::CsdConfig config;
+  cosched::ConfigLocations locations;
   if (!config_file.empty()) {
-    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config);
+    absl::Status loaded = cosched::LoadYamlConfigFile(config_file, &config, &locations);
     if (!loaded.ok()) {
       std::cerr << "csd: " << loaded.message() << "\n";
       return 2;
     }
   }
-  if (!metrics_listen.empty()) config.set_metrics_listen(metrics_listen);
+  if (!metrics_listen.empty()) {
+    config.set_metrics_listen(metrics_listen);
+    locations.Forget("metrics_listen");
+  }
   auto options = cosched::server::CsdOptionsFromConfig(config);
-  if (!listen.empty()) options.listen = listen;
-  if (!data_dir.empty()) options.data_dir = data_dir;
+  if (!listen.empty()) {
+    options.listen = listen;
+    locations.Forget("listen");
+  }
+  if (!data_dir.empty()) {
+    options.data_dir = data_dir;
+    locations.Forget("data_dir");
+  }
   if (insecure) options.insecure = true;
+  // A bad value is a usage error like a bad key (exit 2), with the line
+  // of the file that set it.
+  if (absl::Status valid = cosched::server::ValidateCsdOptions(options); !valid.ok()) {
+    std::cerr << "csd: " << locations.Locate(valid.message()) << "\n";
+    return 2;
+  }
 
   // Signals are taken by one thread with sigwait, never by a handler.
   sigset_t signals;
@@ -47,7 +63,7 @@ int main(int argc, char** argv) {
 
   auto server = cosched::server::CsdServer::Start(options);
   if (!server.ok()) {
-    std::cerr << "csd: " << server.status().message() << "\n";
+    std::cerr << "csd: " << locations.Locate(server.status().message()) << "\n";
     return 1;
   }
   std::thread stopper([&] {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "cosched/v1/config.pb.h"
 #include "gtest/gtest.h"
@@ -104,6 +105,40 @@ TEST(LoadYamlConfigFile, ReadsAFile) {
   ASSERT_TRUE(LoadYamlConfigFile(path, &config).ok());
   EXPECT_EQ(config.server(), "127.0.0.1:9000");
   std::remove(path);
+}
+
+TEST(ConfigLocations, AnErrorFoundAfterLoadingNamesTheLineOfItsKey) {
+  ConfigLocations where;
+  ASSERT_TRUE(ParseYamlConfig("listen: 127.0.0.1:1\n"
+                              "tls:\n"
+                              "  key_file: /k\n"
+                              "roles:\n"
+                              "  - role: viewer\n"
+                              "  - role: god\n"
+                              "    spiffe_ids: [spiffe://x/y]\n",
+                              "csd.yaml", std::make_unique<v1::CsdConfig>().get(), &where)
+                  .ok());
+  EXPECT_EQ(where.Locate("plain message"), "plain message");
+  EXPECT_EQ(where.Locate("listen 'x' is bad"), "csd.yaml:1: listen 'x' is bad");
+  EXPECT_EQ(where.Locate("roles[1].role 'god' is not a role"),
+            "csd.yaml:6: roles[1].role 'god' is not a role");
+  // A field the file does not set: its nearest enclosing key.
+  EXPECT_EQ(where.Locate("tls.cert_file must be set"), "csd.yaml:2: tls.cert_file must be set");
+  EXPECT_EQ(where.Locate("roles[1].common_names has an empty entry"),
+            "csd.yaml:6: roles[1].common_names has an empty entry");
+  // Not in the file at all (a default): unchanged.
+  EXPECT_EQ(where.Locate("changelog_retention must be at least 1"),
+            "changelog_retention must be at least 1");
+  // Set by a flag: the file's line would be the wrong place.
+  where.Forget("listen");
+  EXPECT_EQ(where.Locate("listen 'x' is bad"), "listen 'x' is bad");
+}
+
+TEST(ConfigLocations, AFileThatFailsToLoadLeavesNoLocations) {
+  ConfigLocations where;
+  v1::CsdConfig config;
+  EXPECT_FALSE(ParseYamlConfig("listen: a\nbogus: 1\n", "csd.yaml", &config, &where).ok());
+  EXPECT_EQ(where.Locate("listen 'a' is bad"), "listen 'a' is bad");
 }
 
 }  // namespace
