@@ -253,18 +253,27 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
       ResolveConfigPath(config_flag, env.get_env(kConfigEnv),
                         env.file_exists(kDefaultConfigPath));
   v1::CsctlConfig config;
+  ConfigLocations locations;
   if (config_path.has_value()) {
-    absl::Status loaded = LoadYamlConfigFile(*config_path, &config);
+    absl::Status loaded = LoadYamlConfigFile(*config_path, &config, &locations);
     if (!loaded.ok()) return PrintUsageError(loaded.message(), err);
     ExpandHomeInPaths(env.get_env("HOME"), &config);
+  }
+  // What flags and the environment override is never blamed on the file.
+  for (const auto& [given, key] :
+       {std::pair{!flags.server.empty() || !env.get_env(kServerEnv).empty(), "server"},
+        std::pair{!flags.ca_file.empty(), "tls.ca_file"},
+        std::pair{!flags.cert_file.empty(), "tls.cert_file"},
+        std::pair{!flags.key_file.empty(), "tls.key_file"}}) {
+    if (given) locations.Forget(key);
   }
   ConnectionSettings settings =
       ResolveConnectionSettings(flags, env.get_env(kServerEnv), config);
   auto token = ResolveBearerToken(flags.token, flags.token_file,
                                   env.get_env(kTokenEnv), config, settings);
-  if (!token.ok()) return PrintUsageError(token.status().message(), err);
+  if (!token.ok()) return PrintUsageError(locations.Locate(token.status().message()), err);
   auto stub = env.make_stub(settings);
-  if (!stub.ok()) return PrintUsageError(stub.status().message(), err);
+  if (!stub.ok()) return PrintUsageError(locations.Locate(stub.status().message()), err);
 
   CommandOptions options;
   options.server = settings.server;

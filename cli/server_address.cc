@@ -66,7 +66,7 @@ absl::StatusOr<std::string> TokenFromFile(const std::string& path,
   auto text = ReadFileToString(path);
   if (!text.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot read ", what, " ", path, ": ", text.status().message()));
+        what, " ", path, " cannot be read: ", text.status().message()));
   }
   std::string token(absl::StripAsciiWhitespace(
       absl::string_view(*text).substr(0, text->find('\n'))));

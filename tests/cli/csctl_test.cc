@@ -163,6 +163,20 @@ TEST_F(CsctlTest, BadConfigFileIsOneLineNamingTheKey) {
   EXPECT_TRUE(OneErrorLine()) << err_.str();
 }
 
+TEST_F(CsctlTest, AConfigValueThatFailsNamesItsLine) {
+  const std::string config = WriteConfig(
+      "server: 127.0.0.1:1\ntoken_file: /nonexistent/csctl-token\n");
+  EXPECT_EQ(Run({"--config", config, "ls"}), kExitUsage);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+  EXPECT_THAT(err_.str(), StartsWith("csctl: " + config +
+                                     ":2: token_file /nonexistent/csctl-token cannot be read"));
+
+  // From a flag: no line of the file is blamed.
+  EXPECT_EQ(Run({"--config", config, "--token-file", "/nonexistent/flag-token", "ls"}),
+            kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("csctl: --token-file /nonexistent/flag-token cannot be read"));
+}
+
 TEST_F(CsctlTest, UsageErrorsAreOneLineAndExitTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{
