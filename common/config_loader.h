@@ -29,7 +29,7 @@ class ConfigLocations {
   void Forget(absl::string_view key);
 
  private:
-  friend class YamlToProto;
+  friend class YamlToProto;  // the loader, in config_loader.cc, fills it
   std::string source_;
   std::map<std::string, int, std::less<>> lines_;  // path -> 1-based line
 };
