@@ -31,6 +31,12 @@ Exit RunCommand(const std::string& command) {
   return exit;
 }
 
+// A refusal as operators see it: exit 2 and the one line they need.
+void ExpectUsageError(const Exit& e, const std::string& line) {
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find(line), std::string::npos) << "no '" << line << "' in: " << e.output;
+}
+
 class DaemonConfigTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& text) {
@@ -50,30 +56,20 @@ TEST_F(DaemonConfigTest, CsdNamesTheLineOfABadValueAndExits2) {
                                    "roles:\n"
                                    "  - role: superuser\n"
                                    "    spiffe_ids: [spiffe://cosched/ops]\n");
-  Exit e = RunCommand(std::string(CSD_BINARY) + " --config " + config);
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("csd: " + config +
-                          ":5: roles[0].role 'superuser' is not a role"),
-            std::string::npos)
-      << e.output;
+  ExpectUsageError(RunCommand(std::string(CSD_BINARY) + " --config " + config),
+                   "csd: " + config + ":5: roles[0].role 'superuser' is not a role");
   EXPECT_FALSE(std::ifstream(data + "/cosched.db").good()) << "csd opened its store";
 }
 
 TEST_F(DaemonConfigTest, CsdFlagValuesAreNotBlamedOnTheFile) {
   const std::string config = Write("csd.yaml", "listen: 127.0.0.1:0\n"
                                                "audit_retention_days: -7\n");
-  Exit e = RunCommand(std::string(CSD_BINARY) + " --config " + config +
-               " --listen 127.0.0.1:99999 --metrics-listen off --data-dir " +
-               dir_.Sub("data"));
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("csd: listen '127.0.0.1:99999'"), std::string::npos) << e.output;
-
-  e = RunCommand(std::string(CSD_BINARY) + " --config " + config +
-          " --metrics-listen off --data-dir " + dir_.Sub("data"));
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("csd: " + config + ":2: audit_retention_days must be -1"),
-            std::string::npos)
-      << e.output;
+  const std::string csd = std::string(CSD_BINARY) + " --config " + config +
+                          " --metrics-listen off --data-dir " + dir_.Sub("data");
+  ExpectUsageError(RunCommand(csd + " --listen 127.0.0.1:99999"),
+                   "csd: listen '127.0.0.1:99999'");
+  ExpectUsageError(RunCommand(csd),
+                   "csd: " + config + ":2: audit_retention_days must be -1");
 }
 
 TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {
@@ -83,12 +79,9 @@ TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {
                                    "telemetry:\n"
                                    "  enabled: true\n"
                                    "  poll_interval_ms: -5\n");
-  Exit e = RunCommand(std::string(CS_AGENT_BINARY) + " --config " + config);
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("cs-agent: " + config +
-                          ":5: telemetry.poll_interval_ms must be positive, got -5"),
-            std::string::npos)
-      << e.output;
+  ExpectUsageError(RunCommand(std::string(CS_AGENT_BINARY) + " --config " + config),
+                   "cs-agent: " + config +
+                       ":5: telemetry.poll_interval_ms must be positive, got -5");
 }
 
 }  // namespace
