@@ -109,9 +109,10 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
               .Register(*registry_)),
       vm_forced_idle_(prometheus::BuildCounter()
                           .Name("cosched_vm_forced_idle_seconds_total")
-                          .Help("Time the VM's threads were runnable but kept "
-                                "off a CPU by core scheduling (needs "
-                                "schedstats).")
+                          .Help("Idle the VM forced on its SMT siblings: time a "
+                                "sibling was kept idle by core scheduling while "
+                                "the VM's threads ran, which the kernel charges "
+                                "to the running task (needs schedstats).")
                           .Register(*registry_)),
       core_seconds_(prometheus::BuildCounter()
                         .Name("cosched_core_seconds_total")

@@ -1,5 +1,8 @@
-// Forced idle per VM: the time the kernel kept a VM's threads off a CPU
-// because the sibling ran an incompatible cookie. While schedstats are on
+// Forced idle per VM: idle the VM forced on its SMT siblings, i.e. time a
+// sibling was kept idle while the VM's threads ran, because nothing runnable
+// there matched their cookie. The kernel charges it to the task that was
+// running (__sched_core_account_forceidle), not to a task that waited, so it
+// is what the VM cost other work on its cores. While schedstats are on
 // the kernel counts it per cgroup (cpu.stat core_sched.force_idle_usec,
 // cgroup v2, Linux >= 5.19) and per task (core_forceidle_sum in
 // /proc/<pid>/task/<tid>/sched). A VM's forced idle over a window is the
