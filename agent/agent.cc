@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include <filesystem>
 #include <map>
-#include <system_error>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "agent/core_sched_prctl.h"
 #include "agent/topology.h"
 #include "common/status_macros.h"
@@ -111,6 +111,7 @@ absl::Status Agent::CheckOptions() {
     return absl::InvalidArgumentError("report interval must be positive");
   }
   if (!options_.host_fs) options_.host_fs = std::make_shared<LocalHostFs>();
+  if (!options_.state_fs) options_.state_fs = std::make_shared<LocalStateFs>();
   if (!options_.core_sched) {
     options_.core_sched = std::make_shared<PrctlCoreSched>();
   }
@@ -128,29 +129,42 @@ absl::Status Agent::CheckOptions() {
   return absl::OkStatus();
 }
 
-absl::Status Agent::PrepareStateDir() {
+void Agent::PrepareStateDir() {
   if (options_.state_dir.empty()) {
-    cache_ = std::make_unique<AssignmentCache>("");
-    return absl::OkStatus();
+    cache_ = std::make_unique<AssignmentCache>("", options_.state_fs);
+    state_dir_usable_ = false;
+    return;
   }
-  namespace fs = std::filesystem;
-  std::error_code error;
-  if (fs::create_directories(options_.state_dir, error)) {
-    fs::permissions(options_.state_dir, fs::perms::owner_all,
-                    fs::perm_options::replace, error);
+  // The cache keeps the path even when the dir cannot be used now: each
+  // save tries again, and one that fails is enforced from memory and says
+  // so (AssignmentCache::Apply).
+  cache_ = std::make_unique<AssignmentCache>(
+      absl::StrCat(options_.state_dir, "/", AssignmentCache::kStateFileName),
+      options_.state_fs);
+  absl::Status dir = options_.state_fs->EnsureDirectory(options_.state_dir);
+  state_dir_usable_ = dir.ok();
+  if (!dir.ok()) {
+    LOG(ERROR) << "state dir " << options_.state_dir << " cannot be used ("
+               << dir.message() << "): starting with no assignments; every VM "
+               << "is fail-closed on a cookie of its own until csd sends its state";
+    metrics_->RecordStateUnusable("state_dir");
   }
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create state dir ", options_.state_dir, ": ",
-                     error.message()));
-  }
-  if (!fs::is_directory(options_.state_dir, error)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state dir ", options_.state_dir, " is not a directory"));
-  }
-  cache_ = std::make_unique<AssignmentCache>(absl::StrCat(
-      options_.state_dir, "/", AssignmentCache::kStateFileName));
-  return absl::OkStatus();
+}
+
+void Agent::LoadAssignments() {
+  if (!state_dir_usable_) return;
+  std::optional<AssignmentCache::SetAside> aside = cache_->LoadOrSetAside(absl::Now());
+  if (!aside) return;
+  const std::string where =
+      aside->moved_to.empty()
+          ? absl::StrCat("cannot move it aside (", aside->move_error.message(),
+                         "), so it stays until csd's state replaces it")
+          : absl::StrCat("moved it to ", aside->moved_to);
+  LOG(ERROR) << "not using the kept assignments: " << aside->problem.message() << "; "
+             << where << "; starting with no assignments: every VM is fail-closed "
+             << "on a cookie of its own (keeping the one it holds) until csd sends "
+             << "its state";
+  metrics_->RecordStateUnusable(aside->reason);
 }
 
 absl::Status Agent::DescribeHost() {
@@ -177,8 +191,8 @@ absl::Status Agent::DescribeHost() {
 absl::Status Agent::Start() {
   if (session_) return absl::FailedPreconditionError("agent already started");
   RETURN_IF_ERROR(InStep("check options", CheckOptions()));
-  RETURN_IF_ERROR(InStep("prepare state dir", PrepareStateDir()));
-  RETURN_IF_ERROR(InStep("load assignments", cache_->Load()));
+  PrepareStateDir();
+  LoadAssignments();
   RETURN_IF_ERROR(InStep("describe host", DescribeHost()));
   LOG(INFO) << "cs-agent " << kAgentVersion << " host " << options_.host_id
             << ": " << registration_.topology().cores_size() << " cores, SMT "

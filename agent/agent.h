@@ -26,6 +26,7 @@
 #include "agent/sched_trace.h"
 #include "agent/server_session.h"
 #include "agent/sibling_share_collector.h"
+#include "agent/state_fs.h"
 #include "agent/stats_window_queue.h"
 #include "agent/vm_discovery.h"
 #include "cosched/v1/config.pb.h"
@@ -45,7 +46,8 @@ struct AgentOptions {
   // Must follow the id rule (common/validation.h).
   std::string host_id;
   // Holds assignments.pb; created (mode 0700) when missing. Empty keeps the
-  // assignments in memory only (tests).
+  // assignments in memory only (tests). When the dir or the file cannot be
+  // used the agent starts all the same, with no assignments (Start()).
   std::string state_dir = kDefaultStateDir;
   v1::TlsConfig tls;
   // Allow plaintext to a non-loopback csd.
@@ -67,6 +69,8 @@ struct AgentOptions {
   // PrctlCoreSched) or, for discovery, a StaticVmDiscovery with no VMs
   // until the libvirt and procfs sources exist.
   std::shared_ptr<HostFs> host_fs;
+  // The state dir's files; null: LocalStateFs.
+  std::shared_ptr<StateFs> state_fs;
   std::shared_ptr<CoreSched> core_sched;
   // For the `dedicated` level's whole cores; null: LinuxCpuAffinity. It is
   // only used once some VM's assignment asks for dedicated cores.
@@ -117,7 +121,13 @@ class Agent {
   // assignments kept there, read the topology and capabilities, probe core
   // scheduling, start the session with csd (which connects in the
   // background, so an absent csd is not an error). The error names the step
-  // that failed; DATA_LOSS for a corrupt state file. Call once.
+  // that failed. A state dir or state file that cannot be used is not an
+  // error: exiting would leave every VM started meanwhile untagged while
+  // systemd restarts the agent in a loop. The agent then starts with no
+  // assignments, so every VM fails closed on a cookie of its own (adopting
+  // the one it holds) until csd sends its state; the file is moved aside,
+  // and one ERROR line and cosched_agent_state_unusable_total say so.
+  // Call once.
   absl::Status Start();
   // Stops the session promptly. Idempotent.
   void Stop();
@@ -163,7 +173,9 @@ class Agent {
 
  private:
   absl::Status CheckOptions();
-  absl::Status PrepareStateDir();
+  // Both report what they could not use (log, metric) and never fail.
+  void PrepareStateDir();
+  void LoadAssignments();
   absl::Status DescribeHost();
   // Starts the collector when configured; its failure is reported, not
   // returned.
@@ -176,6 +188,8 @@ class Agent {
   std::unique_ptr<AgentMetrics> metrics_;
   std::unique_ptr<metrics::MetricsHttpServer> metrics_server_;
   std::unique_ptr<AssignmentCache> cache_;
+  // False when the state dir cannot be used: nothing is loaded from it.
+  bool state_dir_usable_ = false;
   CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
   std::unique_ptr<CookieReconciler> reconciler_;

@@ -20,6 +20,8 @@ constexpr std::array<const char*, 4> kSharing = {"same", "idle", "foreign",
                                                  "unknown"};
 constexpr std::array<const char*, 4> kCoreStates = {"both_busy", "one_idle",
                                                     "both_idle", "unknown"};
+constexpr std::array<const char*, 3> kStateUnusableReasons = {
+    "corrupt", "unreadable", "state_dir"};
 constexpr std::array<const char*, 4> kThreadStatus = {"found", "tagged",
                                                       "wrong", "untaggable"};
 
@@ -135,7 +137,17 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
                        .Help("sched_switch events lost (dropped by the kernel "
                              "or missing a predecessor).")
                        .Register(*registry_)
-                       .Add({})) {
+                       .Add({})),
+      state_unusable_(
+          prometheus::BuildCounter()
+              .Name("cosched_agent_state_unusable_total")
+              .Help("Start-ups without the assignments kept in the state dir, "
+                    "by reason: the state file was corrupt or unreadable (it "
+                    "is moved aside to assignments.pb.<reason>-<UTC time> "
+                    "when it can be), or the state dir could not be used. "
+                    "VMs then fail closed on cookies of their own until csd "
+                    "sends its state. Set at start-up: alert on > 0.")
+              .Register(*registry_)) {
   scrape_gauges_->Add(
       "cosched_agent_csd_connected",
       "1 while the agent holds its assignment stream from csd, else 0.",
@@ -155,6 +167,13 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
   for (const char* status : kThreadStatus) {
     threads_.Add({{"status", status}}).Set(0);
   }
+  for (const char* reason : kStateUnusableReasons) {
+    state_unusable_.Add({{"reason", reason}});
+  }
+}
+
+void AgentMetrics::RecordStateUnusable(const std::string& reason) {
+  state_unusable_.Add({{"reason", reason}}).Increment();
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>>

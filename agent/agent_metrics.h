@@ -57,6 +57,11 @@ class AgentMetrics {
       const std::function<std::string(const std::string& vm_id)>&
           trust_group_of);
 
+  // The agent started without the assignments kept in its state dir:
+  // `reason` is "corrupt" or "unreadable" (the state file, then moved aside
+  // when it could be) or "state_dir" (the dir itself cannot be used).
+  void RecordStateUnusable(const std::string& reason);
+
  private:
   // The per-VM series of the sharing statistics.
   struct VmSeries {
@@ -98,6 +103,7 @@ class AgentMetrics {
   prometheus::Counter& windows_;
   prometheus::Counter& events_;
   prometheus::Counter& lost_events_;
+  prometheus::Family<prometheus::Counter>& state_unusable_;
 
   std::mutex mu_;
   std::map<std::string, VmSeries> vm_series_;

@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/file_io.h"
+#include "absl/time/time.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 
@@ -29,14 +29,15 @@ uint64_t Checksum(absl::string_view data) {
 
 absl::Status Corrupt(absl::string_view source, absl::string_view why) {
   return absl::DataLossError(absl::StrCat(
-      "assignment state file ", source, " is corrupt (", why,
-      "); remove it to start over with a full snapshot from csd"));
+      "assignment state file ", source, " is corrupt (", why, ")"));
 }
 
 }  // namespace
 
-AssignmentCache::AssignmentCache(std::string state_file)
-    : state_file_(std::move(state_file)) {}
+AssignmentCache::AssignmentCache(std::string state_file,
+                                 std::shared_ptr<StateFs> fs)
+    : state_file_(std::move(state_file)),
+      fs_(fs != nullptr ? std::move(fs) : std::make_shared<LocalStateFs>()) {}
 
 std::string AssignmentCache::Encode(int64_t revision,
                                     const AssignmentMap& assignments) {
@@ -97,7 +98,7 @@ absl::Status AssignmentCache::Decode(absl::string_view content,
 
 absl::Status AssignmentCache::Load() {
   if (state_file_.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> content = ReadFileToString(state_file_);
+  absl::StatusOr<std::string> content = fs_->ReadFile(state_file_);
   if (absl::IsNotFound(content.status())) return absl::OkStatus();
   if (!content.ok()) return content.status();
   int64_t revision = 0;
@@ -110,6 +111,22 @@ absl::Status AssignmentCache::Load() {
   saved_revision_ = revision;
   assignments_ = std::move(assignments);
   return absl::OkStatus();
+}
+
+std::optional<AssignmentCache::SetAside> AssignmentCache::LoadOrSetAside(
+    absl::Time now) {
+  absl::Status loaded = Load();
+  if (loaded.ok()) return std::nullopt;
+  SetAside aside;
+  aside.problem = loaded;
+  aside.reason = absl::IsDataLoss(loaded) ? "corrupt" : "unreadable";
+  // Microseconds, so that two restarts within a second keep both files.
+  const std::string to = absl::StrCat(
+      state_file_, ".", aside.reason, "-",
+      absl::FormatTime("%Y%m%dT%H%M%E6SZ", now, absl::UTCTimeZone()));
+  aside.move_error = fs_->Rename(state_file_, to);
+  if (aside.move_error.ok()) aside.moved_to = to;
+  return aside;
 }
 
 absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) {
@@ -149,7 +166,7 @@ absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) 
   }
   if (!state_file_.empty()) {
     absl::Status written =
-        WriteFileAtomically(state_file_, Encode(update.revision(), next));
+        fs_->WriteFileAtomically(state_file_, Encode(update.revision(), next));
     if (written.ok()) {
       saved_revision_ = update.revision();
     } else {

@@ -6,12 +6,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "agent/state_fs.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/types.pb.h"
 
@@ -32,14 +35,34 @@ class AssignmentCache {
   static constexpr char kStateFileName[] = "assignments.pb";
 
   // `state_file`: where the assignments are kept; empty keeps them in
-  // memory only.
-  explicit AssignmentCache(std::string state_file);
+  // memory only. `fs` (null: LocalStateFs) is where it is read and written.
+  explicit AssignmentCache(std::string state_file,
+                           std::shared_ptr<StateFs> fs = nullptr);
 
   // Reads the state file, replacing what the cache holds. OK (and empty)
   // when the file does not exist; DATA_LOSS naming the file when it is
-  // corrupt (the agent must not silently forget assignments); the I/O error
-  // otherwise.
+  // corrupt; the I/O error otherwise.
   absl::Status Load();
+
+  // What LoadOrSetAside did with a state file it could not use.
+  struct SetAside {
+    // Why it was not used: DATA_LOSS (corrupt) or the read error.
+    absl::Status problem;
+    // Where the file is now; empty when it could not be moved, and then
+    // move_error says why.
+    std::string moved_to;
+    absl::Status move_error;
+    // "corrupt" or "unreadable".
+    std::string reason;
+  };
+  // As Load(), but a state file that is corrupt or cannot be read is moved
+  // aside to `<state file>.<reason>-<UTC time of now>` (kept for a person to
+  // inspect) and the cache stays empty. An agent that exits instead loops
+  // under Restart=always, and every VM started meanwhile runs untagged; an
+  // empty cache keeps every VM on a fail-closed cookie of its own until csd
+  // resends its state, since revision 0 asks csd for a full snapshot.
+  // nullopt when the file was loaded or does not exist.
+  std::optional<SetAside> LoadOrSetAside(absl::Time now);
 
   // Applies one message of the WatchAssignments stream: a SNAPSHOT replaces
   // everything, a DELTA upserts and removes. INVALID_ARGUMENT for a message
@@ -72,6 +95,7 @@ class AssignmentCache {
 
  private:
   const std::string state_file_;
+  const std::shared_ptr<StateFs> fs_;
   mutable std::mutex mu_;
   int64_t revision_ = 0;
   int64_t saved_revision_ = 0;

@@ -290,6 +290,13 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
     auto cookie = group.empty() ? cookies_.end() : cookies_.find(group);
     for (ThreadState& t : plan.threads) {
       if (!t.alive || !t.error.ok()) continue;
+      if (!t.in_scope && !plan.outcome.assigned) {
+        // A VM without an assignment (a new one, or any after the agent
+        // lost its state file) is scoped by default, but its cookies may
+        // come from an assignment of wider scope: clearing them would untag
+        // threads csd wants tagged. Only an assignment may take a cookie.
+        continue;
+      }
       if (!t.in_scope || group.empty()) {
         if (t.actual != 0) moves[""].push_back(&t);
       } else if (cookie != cookies_.end() && t.actual != cookie->second.hash) {

@@ -72,6 +72,11 @@ int FakeCoreSched::get_calls() const {
   return get_calls_;
 }
 
+int FakeCoreSched::cookies_cleared() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cookies_cleared_;
+}
+
 void FakeCoreSched::ResetCallCounts() {
   std::lock_guard<std::mutex> lock(mu_);
   write_calls_ = 0;
@@ -129,7 +134,10 @@ absl::Status FakeCoreSched::Create(int pid, CoreSchedScope scope) {
     return CoreSchedErrnoStatus(err, "CREATE", pid);
   }
   const uint64_t cookie = next_cookie_++;
-  for (int tid : TargetsLocked(target, scope)) tasks_[tid].cookie = cookie;
+  for (int tid : TargetsLocked(target, scope)) {
+    if (cookie == 0 && tasks_[tid].cookie != 0) ++cookies_cleared_;
+    tasks_[tid].cookie = cookie;
+  }
   return absl::OkStatus();
 }
 

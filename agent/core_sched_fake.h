@@ -49,6 +49,10 @@ class FakeCoreSched : public CoreSched {
   // Create, ShareTo and ShareFrom calls, failed ones included.
   int write_calls() const;
   int get_calls() const;
+  // Tasks whose cookie a SHARE_TO took away (from a cookie to none), over
+  // the fake's life: a VM thread that was at cookie 0 for a while, which
+  // its final state no longer shows.
+  int cookies_cleared() const;
   void ResetCallCounts();
 
   absl::StatusOr<uint64_t> Get(int tid) override;
@@ -83,6 +87,7 @@ class FakeCoreSched : public CoreSched {
   int next_courier_tid_ = 1 << 30;
   int write_calls_ = 0;
   int get_calls_ = 0;
+  int cookies_cleared_ = 0;
 };
 
 }  // namespace cosched::agent

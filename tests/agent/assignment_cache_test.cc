@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/time/civil_time.h"
+#include "absl/time/time.h"
+#include "agent/state_fs.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -173,6 +176,92 @@ TEST_F(AssignmentCacheTest, CorruptFileIsAnError) {
   AssignmentCache cache(StateFile());
   ASSERT_TRUE(cache.Load().ok());
   EXPECT_EQ(cache.revision(), 5);
+}
+
+// 2025-01-02 03:04:05.000006 UTC.
+absl::Time SetAsideTime() {
+  return absl::FromCivil(absl::CivilSecond(2025, 1, 2, 3, 4, 5), absl::UTCTimeZone()) +
+         absl::Microseconds(6);
+}
+
+TEST_F(AssignmentCacheTest, CorruptFileIsMovedAsideAndTheCacheStartsEmpty) {
+  { std::ofstream(StateFile(), std::ios::binary) << "not a state file"; }
+  AssignmentCache cache(StateFile());
+  std::optional<AssignmentCache::SetAside> aside = cache.LoadOrSetAside(SetAsideTime());
+  ASSERT_TRUE(aside.has_value());
+  EXPECT_EQ(aside->reason, "corrupt");
+  EXPECT_EQ(aside->problem.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(aside->problem.message(), HasSubstr(StateFile()));
+  EXPECT_TRUE(aside->move_error.ok()) << aside->move_error;
+  const std::string moved = StateFile() + ".corrupt-20250102T030405.000006Z";
+  EXPECT_EQ(aside->moved_to, moved);
+  // Kept, byte for byte, for a person to look at; gone from its place.
+  EXPECT_EQ(*ReadFileToString(moved), "not a state file");
+  EXPECT_FALSE(std::filesystem::exists(StateFile()));
+  EXPECT_EQ(cache.revision(), 0);
+  EXPECT_TRUE(cache.assignments().empty());
+
+  // csd's snapshot is then saved as usual, and the next start loads it.
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(7, {MakeAssignment("vm-1", "g1", 7)})).ok());
+  AssignmentCache next(StateFile());
+  EXPECT_FALSE(next.LoadOrSetAside(SetAsideTime()).has_value());
+  EXPECT_EQ(next.revision(), 7);
+}
+
+TEST_F(AssignmentCacheTest, AMissingOrGoodFileIsNotSetAside) {
+  AssignmentCache none(StateFile());
+  EXPECT_FALSE(none.LoadOrSetAside(SetAsideTime()).has_value());
+  ASSERT_TRUE(WriteFileAtomically(
+      StateFile(), AssignmentCache::Encode(3, {{"vm-1", MakeAssignment("vm-1", "g1", 3)}})).ok());
+  AssignmentCache good(StateFile());
+  EXPECT_FALSE(good.LoadOrSetAside(SetAsideTime()).has_value());
+  EXPECT_EQ(good.revision(), 3);
+  EXPECT_TRUE(std::filesystem::exists(StateFile()));
+}
+
+TEST_F(AssignmentCacheTest, UnreadableFileIsMovedAside) {
+  // EACCES, or EIO from a failing disk: the content is unknown, so the
+  // cache does not trust it any more than a corrupt one.
+  auto fs = std::make_shared<FakeStateFs>();
+  const std::string file = "/state/assignments.pb";
+  fs->SetFile(file, AssignmentCache::Encode(3, {{"vm-1", MakeAssignment("vm-1", "g1", 3)}}));
+  fs->FailReads(file, absl::PermissionDeniedError("cannot open /state/assignments.pb: "
+                                                  "Permission denied"));
+  AssignmentCache cache(file, fs);
+  std::optional<AssignmentCache::SetAside> aside = cache.LoadOrSetAside(SetAsideTime());
+  ASSERT_TRUE(aside.has_value());
+  EXPECT_EQ(aside->reason, "unreadable");
+  EXPECT_EQ(aside->problem.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(aside->moved_to, file + ".unreadable-20250102T030405.000006Z");
+  EXPECT_THAT(fs->files(), ElementsAre(Key(aside->moved_to)));
+  EXPECT_TRUE(cache.assignments().empty());
+  EXPECT_EQ(cache.revision(), 0);
+}
+
+TEST_F(AssignmentCacheTest, AFileThatCannotBeMovedIsLeftAndReplacedByCsdsState) {
+  // The dir is read-only or unreadable: the rename fails too. The cache
+  // still starts empty, and csd's next state overwrites the file once the
+  // dir can be written.
+  auto fs = std::make_shared<FakeStateFs>();
+  const std::string file = "/state/assignments.pb";
+  fs->SetFile(file, "garbage");
+  fs->FailRenames("/state/", absl::PermissionDeniedError("cannot rename: Permission denied"));
+  AssignmentCache cache(file, fs);
+  std::optional<AssignmentCache::SetAside> aside = cache.LoadOrSetAside(SetAsideTime());
+  ASSERT_TRUE(aside.has_value());
+  EXPECT_EQ(aside->reason, "corrupt");
+  EXPECT_TRUE(aside->moved_to.empty());
+  EXPECT_EQ(aside->move_error.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(aside->move_error.message(), HasSubstr("Permission denied"));
+  EXPECT_EQ(fs->files().at(file), "garbage");
+  EXPECT_TRUE(cache.assignments().empty());
+
+  ASSERT_TRUE(cache.Apply(MakeSnapshot(4, {MakeAssignment("vm-2", "g2", 4)})).ok());
+  int64_t revision = 0;
+  AssignmentMap saved;
+  ASSERT_TRUE(AssignmentCache::Decode(fs->files().at(file), file, &revision, &saved).ok());
+  EXPECT_EQ(revision, 4);
+  EXPECT_THAT(saved, ElementsAre(Key("vm-2")));
 }
 
 }  // namespace

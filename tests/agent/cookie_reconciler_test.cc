@@ -193,6 +193,47 @@ TEST_F(CookieReconcilerTest, RestartedAgentAdoptsCookiesInTheKernel) {
   }
 }
 
+TEST_F(CookieReconcilerTest, RestartWithoutAssignmentsAdoptsAndClearsNothing) {
+  // The agent lost its state file: it knows no assignment, yet the kernel
+  // holds csd's groups. vm-1 and vm-2 share a tenant cookie; vm-1's
+  // assignment had full scope, so its helper process is tagged too.
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200, 1)};
+  DiscoveredThread helper{150, 150, "virtiofsd", Kind::kHelper};
+  vms[0].threads.push_back(helper);
+  kernel_.AddTask(helper.tid, helper.pid);
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT,
+                                v1::THREAD_SCOPE_FULL);
+  assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  {
+    CookieReconciler first(&kernel_, Options());
+    first.Reconcile(vms, Lookup());
+  }
+  const uint64_t tenant = OnlyCookie(vms[0]);
+  ASSERT_NE(tenant, 0u);
+  ASSERT_EQ(OnlyCookie(vms[1]), tenant);
+
+  assignments_.clear();
+  kernel_.ResetCallCounts();
+  const int cleared_before = kernel_.cookies_cleared();
+  CookieReconciler restarted(&kernel_, Options());
+  ReconcileResult r = restarted.Reconcile(vms, Lookup());
+  // The VM with more threads keeps the cookie; the other fails closed apart
+  // on a new one, moved there directly. No thread passed through cookie 0.
+  EXPECT_EQ(kernel_.cookies_cleared(), cleared_before);
+  EXPECT_EQ(OnlyCookie(vms[0]), tenant);
+  const uint64_t own = OnlyCookie(vms[1]);
+  EXPECT_NE(own, 0u);
+  EXPECT_NE(own, tenant);
+  for (const auto& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED) << vm.vm_id;
+  }
+  // And it stays so: no flapping while csd is away.
+  kernel_.ResetCallCounts();
+  restarted.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+}
+
 TEST_F(CookieReconcilerTest, MergesPerProcessCookiesWithoutFlapping) {
   // libvirt's sched_core="emulator" gives each QEMU process its own cookie.
   std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, 501),
