@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/core_budget.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -97,7 +98,7 @@ DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
               return a.vm_id < b.vm_id;
             });
 
-  const int max_dedicated = std::max(0, n - 1);
+  const int max_dedicated = GiveableCores(n);
   std::vector<std::string> owner(n);
   int claimed = 0;
   auto claim = [&](DedicatedPlacement& p, int core) {

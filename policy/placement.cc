@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/core_budget.h"
 #include "common/validation.h"
 
 namespace cosched::policy {
@@ -196,7 +197,7 @@ absl::StatusOr<std::vector<int>> PlacementIndex::FreeCoresFor(
 }
 
 absl::StatusOr<PlacementDecision> PlacementIndex::Place(
-    const PlacementRequest& request) const {
+    const PlacementRequest& request, const RuleOut& rule_out) const {
   absl::Status valid = ValidateId("vm_id", request.vm_id);
   if (!valid.ok()) return valid;
   valid = ValidateId("tenant", request.tenant);
@@ -226,9 +227,20 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
     int leftover;
   };
   std::vector<Scored> best;  // sorted, at most kRanked
+  std::map<std::string, int> ruled_out;
   for (size_t h = 0; h < hosts_.size(); ++h) {
     const Host& host = hosts_[h];
+    if (rule_out) {
+      std::string why = rule_out(host.host_id);
+      if (!why.empty()) {
+        ++ruled_out[why];
+        continue;
+      }
+    }
     const int tpc = host.threads_per_core;
+    // What pinned VMs may still take here: never the last shared cores.
+    const int giveable =
+        host.free_cores - (host.cores - GiveableCores(host.cores));
     if (tpc != 2) ++odd_hosts;
     const int need = CoresFor(request.vcpus, tpc);
     const double threads = 1.0 * tpc * host.cores;
@@ -239,7 +251,7 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
     double cost;
     int leftover;
     if (pinned) {
-      if (host.free_cores < need) {
+      if (giveable < need) {
         ++no_cores;
         continue;
       }
@@ -304,6 +316,12 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
             : absl::StrCat("enough whole free cores (", CoresFor(request.vcpus, 2),
                            " with 2 threads per core, ", request.vcpus, " with 1)"));
     if (!pinned) absl::StrAppend(&why, ", ", conflicted, " with a conflicting class");
+    if (pinned) {
+      absl::StrAppend(&why, " (", kSharedCoresKept, " core of each host stays shared)");
+    }
+    for (const auto& [reason, count] : ruled_out) {
+      absl::StrAppend(&why, ", ", count, " ", reason);
+    }
     return absl::ResourceExhaustedError(why);
   }
   PlacementDecision decision;

@@ -9,6 +9,8 @@
 #define COSCHED_POLICY_PLACEMENT_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -80,10 +82,17 @@ class PlacementIndex {
   // NOT_FOUND when the VM is not on the host.
   absl::Status RemoveVm(absl::string_view host_id, absl::string_view vm_id);
 
-  // The best host for `request` and the cores to pin to. INVALID_ARGUMENT
-  // for a bad request; RESOURCE_EXHAUSTED when no host can take it (each
-  // constraint that ruled hosts out is named with a count).
-  absl::StatusOr<PlacementDecision> Place(const PlacementRequest& request) const;
+  // Why a host may not be chosen now, whatever its capacity (draining, not
+  // live, unable to isolate): a short fixed phrase, empty when it may.
+  using RuleOut = std::function<std::string(const std::string& host_id)>;
+
+  // The best host for `request` and the cores to pin to, among the hosts
+  // `rule_out` (when given) leaves. Pinned VMs never take a host's last
+  // shared cores (common/core_budget.h). INVALID_ARGUMENT for a bad
+  // request; RESOURCE_EXHAUSTED when no host can take it (each constraint
+  // and each rule-out reason is named with the count of hosts it ruled out).
+  absl::StatusOr<PlacementDecision> Place(const PlacementRequest& request,
+                                          const RuleOut& rule_out = nullptr) const;
 
   // The free cores Place would pin a VM of `vcpus` to on `host_id` (the
   // lowest, a contiguous run when there is one). NOT_FOUND for an unknown

@@ -103,6 +103,9 @@ Role RequiredRole(absl::string_view method) {
       {"TagVM", Role::kOperator},
       {"UntagVM", Role::kOperator},
       {"Place", Role::kOperator},
+      {"DrainHost", Role::kOperator},
+      {"UndrainHost", Role::kOperator},
+      {"RemoveHost", Role::kOperator},
       {"SetTenantPolicy", Role::kAdmin},
   };
   auto it = kRoles->find(method);

@@ -26,6 +26,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.audit_retention_days() != 0) {
     options.audit_retention_days = config.audit_retention_days();
   }
+  if (config.host_stale_after_s() != 0) {
+    options.host_stale_after_s = config.host_stale_after_s();
+  }
   options.authz = AuthzOptionsFromConfig(config);
   options.metrics_listen =
       config.metrics_listen().empty()
@@ -51,6 +54,11 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "audit_retention_days must be -1 (keep every record) or 1 to ",
         kMaxAuditRetentionDays, " days, got ", audit_days));
+  }
+  if (options.host_stale_after_s < 1 || options.host_stale_after_s > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_stale_after_s must be 1 to 86400 seconds (unset: 60), got ",
+        options.host_stale_after_s));
   }
   for (size_t i = 0; i < options.class_conflicts.size(); ++i) {
     const auto& [a, b] = options.class_conflicts[i];
@@ -108,6 +116,9 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
   AssignmentFanout* fanout = csd->fanout_.get();
+  csd->state_->set_connected_check(
+      [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
+  csd->state_->set_host_stale_after(absl::Seconds(options.host_stale_after_s));
   csd->store_->SetCommitObserver(
       [fanout](const std::vector<std::string>& hosts, int64_t) {
         fanout->OnCommit(hosts);

@@ -45,6 +45,9 @@ struct CsdOptions {
   std::string metrics_listen;
   // Pairs of interference classes that must never share a core (Place).
   std::vector<std::pair<std::string, std::string>> class_conflicts;
+  // Place chooses only hosts connected or reported within this many
+  // seconds (1 to 86400).
+  int64_t host_stale_after_s = 60;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
@@ -53,7 +56,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
-// audit_retention_days, class_conflicts[i], trust_domain, plaintext_role,
+// audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
 // roles[i], tokens[i]) and the rule. Files named by tls are read by Start.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
 

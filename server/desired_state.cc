@@ -3,7 +3,9 @@
 // are in desired_state_reads.cc, the policy questions in policy_queries.cc.
 #include "server/desired_state.h"
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,11 +18,14 @@
 #include "common/status_macros.h"
 #include "common/validation.h"
 #include "glog/logging.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
 #include "server/desired_state_internal.h"
+#include "server/vm_presence.h"
 
 namespace cosched::server {
 namespace internal {
@@ -51,6 +56,61 @@ absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
   return all;
 }
 
+// A record as audit JSON; empty for none.
+std::string AuditJson(const google::protobuf::Message* record) {
+  if (record == nullptr) return "";
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(*record, &json, options).ok()) {
+    // A record that does not print is still a change that happened.
+    return record->ShortDebugString();
+  }
+  return json;
+}
+
+absl::Status Audit(store::Transaction& txn, const std::string& who,
+                   const std::string& role, absl::string_view method,
+                   absl::string_view subject, const google::protobuf::Message* before,
+                   const google::protobuf::Message* after, int64_t revision,
+                   v1::AuditRecord* logged) {
+  v1::AuditRecord record;
+  record.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
+  record.set_who(who);
+  record.set_role(role);
+  record.set_method(std::string(method));
+  record.set_subject(std::string(subject));
+  record.set_before(AuditJson(before));
+  record.set_after(AuditJson(after));
+  record.set_revision(revision);
+  RETURN_IF_ERROR(txn.AppendAudit(record));
+  *logged = std::move(record);
+  return absl::OkStatus();
+}
+
+void LogAudit(const v1::AuditRecord& record) {
+  if (record.method().empty()) return;
+  LOG(INFO) << "audit: " << record.who() << " (" << record.role() << ") "
+            << record.method() << " " << record.subject() << " revision "
+            << record.revision() << " before "
+            << (record.before().empty() ? "none" : record.before()) << " after "
+            << (record.after().empty() ? "none" : record.after());
+}
+
+absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before,
+                                   const v1::VM* after) {
+  std::set<std::string> hosts;
+  if (before != nullptr) hosts = HostsOf(*before);
+  if (after != nullptr) hosts.merge(HostsOf(*after));
+  const std::string& vm_id = after != nullptr ? after->vm_id() : before->vm_id();
+  for (const std::string& host : hosts) {
+    const bool was = before != nullptr && ReceivesAssignment(*before, host);
+    const bool is = after != nullptr && ReceivesAssignment(*after, host);
+    if (was != is) RETURN_IF_ERROR(txn.RecordChange(host, vm_id));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 namespace {
@@ -60,6 +120,7 @@ using internal::kMaxDetailLength;
 using internal::kMaxPageSize;
 using internal::kMaxTrustGroupLength;
 using internal::PolicyOf;
+using internal::RecordReceiverChanges;
 using internal::ValidateOptionalId;
 
 using google::protobuf::util::TimeUtil;
@@ -194,49 +255,32 @@ void SetAssignment(v1::VM& vm, const policy::TrustDecision& decision) {
   *a->mutable_interference_classes() = vm.interference_classes();
 }
 
-// Moves `vm` to `new_host`, recording the change for both hosts.
-absl::Status MoveVm(store::Transaction& txn, v1::VM vm,
-                    const std::string& new_host) {
-  if (vm.host_id() == new_host) return absl::OkStatus();
-  if (!vm.host_id().empty()) RETURN_IF_ERROR(txn.RecordChange(vm.host_id(), vm.vm_id()));
-  if (!new_host.empty()) RETURN_IF_ERROR(txn.RecordChange(new_host, vm.vm_id()));
-  vm.set_host_id(new_host);
-  return txn.PutVm(vm);
-}
-
-// A record as audit JSON; empty for none.
-std::string AuditJson(const google::protobuf::Message* record) {
-  if (record == nullptr) return "";
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(*record, &json, options).ok()) {
-    // A record that does not print is still a change that happened.
-    return record->ShortDebugString();
+// Records a change of the assignment itself for every host that receives it.
+absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm) {
+  for (const std::string& host : HostsOf(vm)) {
+    if (ReceivesAssignment(vm, host)) RETURN_IF_ERROR(txn.RecordChange(host, vm.vm_id()));
   }
-  return json;
+  return absl::OkStatus();
 }
 
-// Writes the audit record of a change inside the change's transaction, so
-// that neither commits without the other, and keeps it in `logged` for the
-// log line once it is durable.
+// Builds a newly tagged VM's presence from what hosts already report of it,
+// so that it is enforced at once rather than at each host's next Report.
+absl::Status PresenceFromObservations(store::Transaction& txn, v1::VM& vm) {
+  ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
+  for (const store::Observation& o : seen) {
+    SetPresence(vm, o.host_id, o.vm, o.vm.enforcement().report_time());
+  }
+  ResolveOwner(vm);
+  return absl::OkStatus();
+}
+
 absl::Status Audit(store::Transaction& txn, const Actor& actor,
                    absl::string_view method, absl::string_view subject,
                    const google::protobuf::Message* before,
                    const google::protobuf::Message* after, int64_t revision,
                    v1::AuditRecord* logged) {
-  v1::AuditRecord record;
-  record.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
-  record.set_who(actor.who);
-  record.set_role(actor.role);
-  record.set_method(std::string(method));
-  record.set_subject(std::string(subject));
-  record.set_before(AuditJson(before));
-  record.set_after(AuditJson(after));
-  record.set_revision(revision);
-  RETURN_IF_ERROR(txn.AppendAudit(record));
-  *logged = std::move(record);
-  return absl::OkStatus();
+  return internal::Audit(txn, actor.who, actor.role, method, subject, before, after,
+                         revision, logged);
 }
 
 // `done`, after logging the audit record once the change is durable.
@@ -244,14 +288,7 @@ template <typename T>
 DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
                                DesiredState::Done<T> done) {
   return [record, done = std::move(done)](absl::StatusOr<T> result) {
-    if (result.ok() && !record->method().empty()) {
-      LOG(INFO) << "audit: " << record->who() << " (" << record->role() << ") "
-                << record->method() << " " << record->subject()
-                << " revision " << record->revision() << " before "
-                << (record->before().empty() ? "none" : record->before())
-                << " after "
-                << (record->after().empty() ? "none" : record->after());
-    }
+    if (result.ok()) internal::LogAudit(*record);
     done(std::move(result));
   };
 }
@@ -318,6 +355,8 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         SetAssignment(vm, decision);
         if (existing) {
           vm.set_host_id(existing->host_id());
+          *vm.mutable_presence() = existing->presence();
+          vm.set_conflict(existing->conflict());
           *vm.mutable_create_time() = existing->create_time();
           // Idempotent: the same request changes nothing, not even the revision.
           v1::VM same = *existing;
@@ -329,8 +368,7 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
             return absl::OkStatus();
           }
         } else {
-          ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
-          if (seen) vm.set_host_id(seen->host_id);
+          RETURN_IF_ERROR(PresenceFromObservations(txn, vm));
         }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         auto now = TimeUtil::GetCurrentTime();
@@ -338,9 +376,7 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         *vm.mutable_update_time() = now;
         vm.mutable_assignment()->set_revision(revision);
         RETURN_IF_ERROR(txn.PutVm(vm));
-        if (!vm.host_id().empty()) {
-          RETURN_IF_ERROR(txn.RecordChange(vm.host_id(), vm.vm_id()));
-        }
+        RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
         RETURN_IF_ERROR(Audit(txn, actor, "TagVM", vm.vm_id(),
                               existing ? &*existing : nullptr, &vm, revision,
                               audit.get()));
@@ -370,9 +406,7 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         RETURN_IF_ERROR(txn.DeleteVm(vm_id));
-        if (!existing->host_id().empty()) {
-          RETURN_IF_ERROR(txn.RecordChange(existing->host_id(), vm_id));
-        }
+        RETURN_IF_ERROR(RecordReceiverChanges(txn, &*existing, nullptr));
         RETURN_IF_ERROR(Audit(txn, actor, "UntagVM", vm_id, &*existing, nullptr,
                               revision, audit.get()));
         out.set_revision(revision);
@@ -435,8 +469,8 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
           updated.mutable_assignment()->set_revision(revision);
           *updated.mutable_update_time() = now;
           RETURN_IF_ERROR(txn.PutVm(updated));
+          RETURN_IF_ERROR(RecordAssignmentChange(txn, updated));
           if (!updated.host_id().empty()) {
-            RETURN_IF_ERROR(txn.RecordChange(updated.host_id(), updated.vm_id()));
             ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, updated));
             delta->vms.push_back(std::move(placed));
           }
@@ -503,8 +537,11 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
       ApplyingPlacement<v1::RegisterResponse>(
           delta,
           LogAudit<v1::RegisterResponse>(
-              audit, [this, done = std::move(done)](
+              audit, [this, host_id = request.host_id(), done = std::move(done)](
                          absl::StatusOr<v1::RegisterResponse> r) {
+                // Its topology may have changed: the next Report is checked
+                // and written whole.
+                if (r.ok()) ForgetReport(host_id);
                 if (r.ok()) r->set_revision(store_->CurrentRevision());
                 done(std::move(r));
               })));
@@ -528,6 +565,10 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
     valid = ValidateId(absl::StrCat(field, ".vm_id"), o.vm_id());
     if (valid.ok()) valid = ValidateOptionalId(absl::StrCat(field, ".uuid"), o.uuid());
     if (valid.ok()) valid = ValidateEnforcement(absl::StrCat(field, ".enforcement"), o.enforcement());
+    if (valid.ok() && !v1::VMRunState_IsValid(o.run_state())) {
+      valid = absl::InvalidArgumentError(
+          absl::StrCat(field, ".run_state is not a known run state"));
+    }
     if (valid.ok() && !ids.insert(o.vm_id()).second) {
       valid = absl::InvalidArgumentError(
           absl::StrCat(field, ".vm_id '", o.vm_id(), "' is reported twice"));
@@ -536,17 +577,32 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
   if (!valid.ok()) return done(valid);
 
+  // Shared by the write and its completion: stats can be large to copy.
+  auto report = std::make_shared<const v1::ReportRequest>(request);
+  const std::string content = ReportContent(request);
+  if (std::optional<int> cores = UnchangedReportCores(request.host_id(), content)) {
+    // The same as the host's last committed Report: nothing to write, no
+    // revision, no fan-out. Only its time and its stats windows are new.
+    v1::Topology topology;
+    for (int i = 0; i < *cores; ++i) topology.add_cores();
+    absl::Status stats_valid = ValidateStatsCores(request.stats(), topology);
+    if (!stats_valid.ok()) return done(stats_valid);
+    return AddReportStats(report, {}, std::move(done));
+  }
+
   // Reported vm_id -> the id the VM is tagged under, where they differ;
   // filled by the write, read once it committed.
   auto tagged_id = std::make_shared<absl::flat_hash_map<std::string, std::string>>();
-  // Shared by the write and its completion: stats can be large to copy.
-  auto report = std::make_shared<const v1::ReportRequest>(request);
   auto delta = std::make_shared<PlacementDelta>();
+  auto moves = std::make_shared<std::vector<std::string>>();
+  auto cores = std::make_shared<int>(0);
   WriteAndAnswer<v1::ReportResponse>(
       store_,
-      [report, tagged_id, delta](store::Transaction& txn,
-                                 v1::ReportResponse&) -> absl::Status {
+      [report, tagged_id, delta, moves, cores](store::Transaction& txn,
+                                               v1::ReportResponse&) -> absl::Status {
         *delta = PlacementDelta();
+        moves->clear();
+        tagged_id->clear();
         const v1::ReportRequest& request = *report;
         const std::string& host_id = request.host_id();
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
@@ -555,17 +611,22 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
               "host '", host_id, "' is not registered; call Register first"));
         }
         RETURN_IF_ERROR(ValidateStatsCores(request.stats(), host->topology()));
-        store::VmFilter on_host;
-        on_host.host_id = host_id;
-        ASSIGN_OR_RETURN(auto before, AllVms(txn, on_host));
+        *cores = host->topology().cores_size();
 
         std::vector<v1::VMObservation> observations(request.vms().begin(),
                                                     request.vms().end());
         auto now = TimeUtil::GetCurrentTime();
         for (auto& o : observations) *o.mutable_enforcement()->mutable_report_time() = now;
         RETURN_IF_ERROR(txn.ReplaceObservations(host_id, observations));
-
-        std::set<std::string> present;
+        // Every VM this host owned or reported before, and every tagged VM
+        // it reports now, with what it reports of each.
+        std::map<std::string, v1::VM> vms;
+        for (store::VmFilter filter : {store::VmFilter{.host_id = host_id},
+                                       store::VmFilter{.reported_on = host_id}}) {
+          ASSIGN_OR_RETURN(auto listed, AllVms(txn, filter));
+          for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
+        }
+        std::map<std::string, const v1::VMObservation*> seen;
         for (const auto& o : observations) {
           // A VM is tagged under its name or its UUID.
           std::optional<v1::VM> vm;
@@ -575,19 +636,31 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           }
           if (!vm) continue;
           if (vm->vm_id() != o.vm_id()) (*tagged_id)[o.vm_id()] = vm->vm_id();
-          present.insert(vm->vm_id());
-          RETURN_IF_ERROR(MoveVm(txn, *vm, host_id));
-          vm->set_host_id(host_id);
-          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, *vm));
-          delta->vms.push_back(std::move(placed));
+          seen[vm->vm_id()] = &o;
+          vms.emplace(vm->vm_id(), *std::move(vm));
         }
-        for (v1::VM vm : before) {
-          if (present.count(vm.vm_id())) continue;
-          // Gone from this host: still running where another agent saw it?
-          ASSIGN_OR_RETURN(auto elsewhere, txn.FindObservation(vm.vm_id()));
-          RETURN_IF_ERROR(MoveVm(txn, vm, elsewhere ? elsewhere->host_id : ""));
-          vm.set_host_id(elsewhere ? elsewhere->host_id : "");
-          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
+        for (auto& [vm_id, vm] : vms) {
+          v1::VM updated = vm;
+          auto it = seen.find(vm_id);
+          SetPresence(updated, host_id,
+                      it == seen.end() ? std::nullopt
+                                       : std::optional<v1::VMObservation>(*it->second),
+                      now);
+          ResolveOwner(updated);
+          if (!google::protobuf::util::MessageDifferencer::Equals(updated, vm)) {
+            RETURN_IF_ERROR(RecordReceiverChanges(txn, &vm, &updated));
+            RETURN_IF_ERROR(txn.PutVm(updated));
+            // A first placement or a VM gone everywhere is no migration.
+            if (updated.host_id() != vm.host_id() && !vm.host_id().empty() &&
+                !updated.host_id().empty()) {
+              moves->push_back(absl::StrCat(vm_id, " from '", vm.host_id(), "' to '",
+                                            updated.host_id(), "'"));
+              v1::AuditRecord logged;
+              RETURN_IF_ERROR(Audit(txn, Actor{host_id, "host"}, "ChangeOwner", vm_id,
+                                    &vm, &updated, 0, &logged));
+            }
+          }
+          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, updated));
           delta->vms.push_back(std::move(placed));
         }
         *host->mutable_last_seen_time() = now;
@@ -595,24 +668,84 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         host->set_vm_count(request.vms_size());
         return txn.PutHost(*host);
       },
-      [this, report, tagged_id, delta,
-       done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) {
-        if (!r.ok()) return done(std::move(r));
+      [this, report, content, tagged_id, delta, moves, cores,
+       done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
+        if (!r.ok()) return done(r.status());
         placement_.Apply(*delta);
-        r->set_revision(store_->CurrentRevision());
-        // Only a committed Report counts: a refused one changes nothing.
-        // Answered once its windows are in, so the agent's next Report and
-        // any GetStats after the answer see them.
-        stats_.AddInBackground(
-            report, tagged_id,
-            [host = report->host_id(), done, response = std::move(*r)](int64_t ignored) {
-              LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
-                  << "host " << host << ": ignored " << ignored
-                  << " stats window(s) already reported, over 24 h old or "
-                     "ahead of csd's clock (logged every 100th time)";
-              done(response);
-            });
+        for (const std::string& move : *moves) {
+          LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
+        }
+        RememberReport(report->host_id(), content, *cores);
+        AddReportStats(report, std::move(*tagged_id), std::move(done));
       });
+}
+
+void DesiredState::AddReportStats(
+    std::shared_ptr<const v1::ReportRequest> report,
+    absl::flat_hash_map<std::string, std::string> tagged_id,
+    Done<v1::ReportResponse> done) {
+  v1::ReportResponse response;
+  response.set_revision(store_->CurrentRevision());
+  // Only a committed (or unchanged) Report counts: a refused one changes
+  // nothing. Answered once its windows are in, so the agent's next Report
+  // and any GetStats after the answer see them.
+  stats_.AddInBackground(
+      report,
+      std::make_shared<absl::flat_hash_map<std::string, std::string>>(std::move(tagged_id)),
+      [host = report->host_id(), done = std::move(done), response](int64_t ignored) {
+        LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
+            << "host " << host << ": ignored " << ignored
+            << " stats window(s) already reported, over 24 h old or "
+               "ahead of csd's clock (logged every 100th time)";
+        done(response);
+      });
+}
+
+std::string DesiredState::ReportContent(const v1::ReportRequest& request) {
+  v1::ReportRequest content;
+  content.set_host_id(request.host_id());
+  content.set_applied_revision(request.applied_revision());
+  *content.mutable_vms() = request.vms();
+  for (v1::VMObservation& o : *content.mutable_vms()) {
+    o.mutable_enforcement()->clear_report_time();
+  }
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  out.SetSerializationDeterministic(true);
+  content.SerializeToCodedStream(&out);
+  return bytes;
+}
+
+std::optional<int> DesiredState::UnchangedReportCores(absl::string_view host_id,
+                                                      const std::string& content) {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  auto it = reports_.find(host_id);
+  if (it == reports_.end()) return std::nullopt;
+  it->second.last_report = absl::Now();
+  if (it->second.content != content) return std::nullopt;
+  return it->second.cores;
+}
+
+void DesiredState::RememberReport(const std::string& host_id, std::string content,
+                                  int cores) {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  ReportSeen& seen = reports_[host_id];
+  seen.content = std::move(content);
+  seen.cores = cores;
+  seen.last_report = absl::Now();
+}
+
+void DesiredState::ForgetReport(absl::string_view host_id) {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  reports_.erase(host_id);
+}
+
+std::optional<absl::Time> DesiredState::LastReport(absl::string_view host_id) const {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  auto it = reports_.find(host_id);
+  if (it == reports_.end()) return std::nullopt;
+  return it->second.last_report;
 }
 
 }  // namespace cosched::server

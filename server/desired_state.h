@@ -7,13 +7,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/placement.h"
@@ -73,13 +77,37 @@ class DesiredState {
   // Audited when the host is new.
   void RegisterHost(const v1::RegisterRequest& request, const Actor& actor,
                     Done<v1::RegisterResponse> done);
-  // Places the reported VMs on the host (their assignments are then
-  // streamed there) and records their enforcement; once that is committed,
-  // adds the stats windows to the in-memory aggregate (under the id a VM is
-  // tagged with, when it is tagged by UUID) and then runs `done`, on the
-  // aggregate's thread. FAILED_PRECONDITION for an unregistered host.
+  // Records the reported VMs as present on the host (their assignments are
+  // then streamed there; vm_presence.h says who owns each) and their
+  // enforcement; once that is committed, adds the stats windows to the
+  // in-memory aggregate (under the id a VM is tagged with, when it is
+  // tagged by UUID) and then runs `done`, on the aggregate's thread. A
+  // Report that says what the host's last one said (times and stats aside)
+  // writes nothing. FAILED_PRECONDITION for an unregistered host.
   void ApplyReport(const v1::ReportRequest& request,
                    Done<v1::ReportResponse> done);
+  // Host lifecycle (ControlPlane.DrainHost, UndrainHost, RemoveHost).
+  // NOT_FOUND for an unknown host. Removal is FAILED_PRECONDITION while the
+  // host's agent is connected (set_connected_check) or VMs are reported
+  // there.
+  void SetHostDraining(const v1::DrainHostRequest& request, bool draining,
+                       const Actor& actor, Done<v1::Host> done);
+  void RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
+                  Done<v1::RemoveHostResponse> done);
+
+  // Whether a host's agent holds a watch stream now (csd's fan-out knows).
+  // Set before serving; unset: none is.
+  void set_connected_check(std::function<bool(absl::string_view)> check) {
+    connected_ = std::move(check);
+  }
+  // Place chooses only hosts that are connected or reported within this
+  // long (default 60 s: six report intervals). Set before serving.
+  void set_host_stale_after(absl::Duration d) { host_stale_after_ = d; }
+  // Why Place would not choose `host` now: empty when it would.
+  std::string UnplaceableReason(const v1::Host& host, bool needs_isolation) const;
+  // When the host's agent last reported to this csd (nullopt: not since
+  // csd started).
+  std::optional<absl::Time> LastReport(absl::string_view host_id) const;
 
   // NOT_FOUND when the VM is not tagged. The VM carries its enforcement as
   // last reported.
@@ -134,6 +162,31 @@ class DesiredState {
   int64_t CurrentRevision() const { return store_->CurrentRevision(); }
 
  private:
+  // What csd remembers of each host's last committed Report.
+  struct ReportSeen {
+    std::string content;  // ReportContent
+    int cores = 0;        // of the topology it was checked against
+    absl::Time last_report;
+  };
+  // The part of a Report that is written: everything but times and stats.
+  static std::string ReportContent(const v1::ReportRequest& request);
+  // The registered core count when `content` is what the host last
+  // reported (the Report can be answered without a write); nullopt when
+  // something changed. Notes the report's time either way.
+  std::optional<int> UnchangedReportCores(absl::string_view host_id,
+                                          const std::string& content);
+  void RememberReport(const std::string& host_id, std::string content, int cores);
+  void ForgetReport(absl::string_view host_id);
+  void AddReportStats(std::shared_ptr<const v1::ReportRequest> report,
+                      absl::flat_hash_map<std::string, std::string> tagged_id,
+                      Done<v1::ReportResponse> done);
+  // The host as it is now: its last report time and whether it is placeable.
+  void AddLiveness(v1::Host& host) const;
+  // The later of its stored last_seen_time and its last Report to this csd.
+  absl::Time LastSeen(const v1::Host& host) const;
+  // Connected, or seen within host_stale_after.
+  bool IsLive(const v1::Host& host) const;
+
   absl::StatusOr<v1::WatchAssignmentsResponse> Snapshot(
       absl::string_view host_id, int64_t revision);
 
@@ -146,6 +199,10 @@ class DesiredState {
   const std::vector<std::pair<std::string, std::string>> conflicts_;
   PlacementView placement_;
   double explain_predict_s_ = 5;
+  std::function<bool(absl::string_view)> connected_;
+  absl::Duration host_stale_after_ = absl::Seconds(60);
+  mutable std::mutex reports_mu_;
+  absl::flat_hash_map<std::string, ReportSeen> reports_;
 };
 
 }  // namespace cosched::server

@@ -5,6 +5,7 @@
 #define COSCHED_SERVER_DESIRED_STATE_INTERNAL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,25 @@ absl::StatusOr<v1::TenantPolicy> PolicyOf(store::Transaction& txn,
 // All VMs matching `filter`, page by page inside one transaction.
 absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
                                            const store::VmFilter& filter);
+
+// Writes the audit record of a change inside the change's transaction, so
+// that neither commits without the other, and keeps it in `logged` for the
+// log line once it is durable. `actor` is who asked (role "host" for an
+// agent).
+absl::Status Audit(store::Transaction& txn, const std::string& who,
+                   const std::string& role, absl::string_view method,
+                   absl::string_view subject, const google::protobuf::Message* before,
+                   const google::protobuf::Message* after, int64_t revision,
+                   v1::AuditRecord* logged);
+// The log line of a durable change's audit record; nothing for an empty one.
+void LogAudit(const v1::AuditRecord& record);
+
+// Records the change of a VM's assignment for every host whose agent is
+// sent it after the write but was not before, or the other way round (its
+// watch then sends the upsert or the removal). `before` or `after` may be
+// null (a VM tagged or untagged).
+absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before,
+                                   const v1::VM* after);
 
 }  // namespace cosched::server::internal
 

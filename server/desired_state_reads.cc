@@ -3,7 +3,9 @@
 // agent's assignment stream. Kept apart from desired_state.cc, which holds
 // the writes.
 #include <algorithm>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,9 +14,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "absl/time/time.h"
 #include "common/validation.h"
+#include "google/protobuf/util/time_util.h"
 #include "server/desired_state.h"
 #include "server/desired_state_internal.h"
+#include "server/vm_presence.h"
 
 namespace cosched::server {
 namespace {
@@ -25,6 +30,7 @@ using internal::kMaxPageSize;
 using internal::kMaxTrustGroupLength;
 using internal::PolicyOf;
 using internal::ValidateOptionalId;
+using google::protobuf::util::TimeUtil;
 
 constexpr int kDefaultPageSize = 100;
 constexpr char kPageTokenPrefix[] = "v1:";
@@ -68,12 +74,24 @@ absl::StatusOr<std::string> NextToken(const std::vector<T>& items,
   return more.empty() ? "" : TokenAfter(probe.after);
 }
 
-// What the agent of the VM's host last reported for it.
-absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm) {
+// What the agent of the VM's owner host last reported for it. An unchanged
+// Report is not written (DesiredState::ApplyReport), so the time is that of
+// the host's last Report when this csd has one.
+absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm,
+                            const std::function<std::optional<absl::Time>(
+                                absl::string_view)>& last_report) {
   if (vm.host_id().empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
-  if (seen && seen->host_id == vm.host_id()) {
-    *vm.mutable_enforcement() = seen->enforcement;
+  ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
+  for (const store::Observation& o : seen) {
+    if (o.host_id != vm.host_id()) continue;
+    *vm.mutable_enforcement() = o.vm.enforcement();
+    std::optional<absl::Time> last = last_report(o.host_id);
+    if (last && absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(
+                    o.vm.enforcement().report_time())) < *last) {
+      *vm.mutable_enforcement()->mutable_report_time() =
+          TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(*last));
+    }
+    break;
   }
   return absl::OkStatus();
 }
@@ -82,6 +100,7 @@ absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm) {
 
 absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
   RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
+  auto last_report = [this](absl::string_view host) { return LastReport(host); };
   v1::VM result;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vm, txn.GetVm(request.vm_id()));
@@ -90,7 +109,7 @@ absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
           absl::StrCat("vm '", request.vm_id(), "' not found"));
     }
     result = std::move(*vm);
-    return AddEnforcement(txn, result);
+    return AddEnforcement(txn, result, last_report);
   }));
   return result;
 }
@@ -107,6 +126,7 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
                    PageFrom(request.page_size(), request.page_token()));
   store::VmFilter filter{request.tenant_id(), request.host_id(),
                          request.trust_group()};
+  auto last_report = [this](absl::string_view host) { return LastReport(host); };
   v1::ListVMsResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vms, txn.ListVms(filter, page));
@@ -116,7 +136,7 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
                   [&](const store::Page& p) { return txn.ListVms(filter, p); }));
     response.set_next_page_token(token);
     for (auto& vm : vms) {
-      RETURN_IF_ERROR(AddEnforcement(txn, vm));
+      RETURN_IF_ERROR(AddEnforcement(txn, vm, last_report));
       *response.add_vms() = std::move(vm);
     }
     return absl::OkStatus();
@@ -166,6 +186,7 @@ absl::StatusOr<v1::Host> DesiredState::GetHost(const v1::GetHostRequest& request
     result = std::move(*host);
     return absl::OkStatus();
   }));
+  AddLiveness(result);
   return result;
 }
 
@@ -181,7 +202,10 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
         NextToken(hosts, page, [](const v1::Host& h) { return h.host_id(); },
                   [&](const store::Page& p) { return txn.ListHosts(p); }));
     response.set_next_page_token(token);
-    for (auto& h : hosts) *response.add_hosts() = std::move(h);
+    for (auto& h : hosts) {
+      AddLiveness(h);
+      *response.add_hosts() = std::move(h);
+    }
     return absl::OkStatus();
   }));
   return response;
@@ -303,10 +327,17 @@ absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
   message.set_kind(v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   message.set_revision(revision);
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    store::VmFilter filter;
-    filter.host_id = std::string(host_id);
-    ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
-    for (auto& vm : vms) *message.add_assignments() = vm.assignment();
+    // The VMs it owns, and those it reports that another host owns (a live
+    // migration's other side).
+    std::set<std::string> sent;
+    for (store::VmFilter filter : {store::VmFilter{.host_id = std::string(host_id)},
+                                   store::VmFilter{.reported_on = std::string(host_id)}}) {
+      ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
+      for (auto& vm : vms) {
+        if (!ReceivesAssignment(vm, host_id) || !sent.insert(vm.vm_id()).second) continue;
+        *message.add_assignments() = vm.assignment();
+      }
+    }
     return absl::OkStatus();
   }));
   return message;
@@ -340,7 +371,7 @@ DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
     if (!complete) return absl::OkStatus();
     for (const std::string& vm_id : changes.vm_ids) {
       ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
-      if (vm && vm->host_id() == host_id) {
+      if (vm && ReceivesAssignment(*vm, host_id)) {
         *message.add_assignments() = vm->assignment();
       } else {
         message.add_removed_vm_ids(vm_id);

@@ -23,6 +23,13 @@ policy::PlacementRequest RequestOf(const PlacedVm& vm) {
   return r;
 }
 
+// A host's record without its topology, which the view keeps as `cores`.
+v1::Host RecordOf(const v1::Host& host) {
+  v1::Host record = host;
+  record.clear_topology();
+  return record;
+}
+
 }  // namespace
 
 absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm) {
@@ -34,8 +41,11 @@ absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm) {
   out.classes.assign(vm.interference_classes().begin(),
                      vm.interference_classes().end());
   if (!vm.host_id().empty()) {
-    ASSIGN_OR_RETURN(auto seen, txn.FindObservation(vm.vm_id()));
-    if (seen && seen->host_id == vm.host_id()) out.vcpus = seen->enforcement.vcpus();
+    // The owner's observation: during a migration both sides report it.
+    ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
+    for (const store::Observation& o : seen) {
+      if (o.host_id == vm.host_id()) out.vcpus = o.vm.enforcement().vcpus();
+    }
   }
   return out;
 }
@@ -76,6 +86,7 @@ absl::Status PlacementView::Load(store::Store& store) {
     for (const v1::Core& core : h.topology().cores()) {
       info.cores.emplace_back(core.cpus().begin(), core.cpus().end());
     }
+    info.record = RecordOf(h);
   }
   for (PlacedVm& vm : vms) {
     hosts_[vm.host_id].vms.insert(vm.vm_id);
@@ -93,8 +104,14 @@ void PlacementView::Apply(const PlacementDelta& delta) {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> dirty;
   for (const v1::Host& host : delta.hosts) ApplyHostLocked(host, dirty);
+  bool removed = false;
+  for (const std::string& id : delta.removed_hosts) removed |= hosts_.erase(id) > 0;
   for (const PlacedVm& vm : delta.vms) ApplyVmLocked(vm, dirty);
   for (const std::string& id : delta.removed_vms) RemoveVmLocked(id, dirty);
+  if (removed) {
+    RebuildLocked();  // rare: the index cannot drop a host
+    return;
+  }
   for (const std::string& host : dirty) ResetHostLocked(host);
 }
 
@@ -109,6 +126,7 @@ int PlacementView::HostInfo::ThreadsPerCore() const {
 void PlacementView::ApplyHostLocked(const v1::Host& host,
                                     std::set<std::string>& dirty) {
   HostInfo& info = hosts_[host.host_id()];
+  info.record = RecordOf(host);
   std::vector<std::vector<int>> before = std::move(info.cores);
   info.cores.clear();
   for (const v1::Core& core : host.topology().cores()) {
@@ -193,13 +211,17 @@ void PlacementView::RebuildLocked() {
 }
 
 absl::StatusOr<PlacementView::Answer> PlacementView::Place(
-    const policy::PlacementRequest& request) const {
+    const policy::PlacementRequest& request, const RuleOut& rule_out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.host_count() == 0) {
     return absl::ResourceExhaustedError(
         "no host can take the VM: no host with a known topology is registered");
   }
-  ASSIGN_OR_RETURN(policy::PlacementDecision decision, index_.Place(request));
+  policy::PlacementIndex::RuleOut by_id;
+  if (rule_out) {
+    by_id = [&](const std::string& host_id) { return rule_out(hosts_.at(host_id).record); };
+  }
+  ASSIGN_OR_RETURN(policy::PlacementDecision decision, index_.Place(request, by_id));
   Answer answer;
   const HostInfo& host = hosts_.at(decision.host_id);
   for (int core : decision.cores) {

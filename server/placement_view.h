@@ -6,6 +6,7 @@
 #ifndef COSCHED_SERVER_PLACEMENT_VIEW_H_
 #define COSCHED_SERVER_PLACEMENT_VIEW_H_
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -38,14 +39,18 @@ struct PlacedVm {
 
 // What one committed write changed.
 struct PlacementDelta {
-  // Hosts (re)registered, with their topology.
+  // Hosts (re)registered, drained or undrained, with their topology.
   std::vector<v1::Host> hosts;
+  // Hosts removed (csctl hosts rm).
+  std::vector<std::string> removed_hosts;
   // VMs in their state after the write.
   std::vector<PlacedVm> vms;
   // VMs untagged.
   std::vector<std::string> removed_vms;
 
-  bool empty() const { return hosts.empty() && vms.empty() && removed_vms.empty(); }
+  bool empty() const {
+    return hosts.empty() && removed_hosts.empty() && vms.empty() && removed_vms.empty();
+  }
 };
 
 // The PlacedVm of a stored VM: its assignment's level and the vCPUs of its
@@ -69,9 +74,12 @@ class PlacementView {
     // The logical CPUs of decision.cores, from the host's topology.
     std::vector<int> cpus;
   };
-  // policy::PlacementIndex::Place; RESOURCE_EXHAUSTED also when no host is
-  // registered.
-  absl::StatusOr<Answer> Place(const policy::PlacementRequest& request) const;
+  // policy::PlacementIndex::Place over the hosts `rule_out` leaves (it sees
+  // each host's stored record: draining, capabilities, last_seen_time);
+  // RESOURCE_EXHAUSTED also when no host is registered.
+  using RuleOut = std::function<std::string(const v1::Host& host)>;
+  absl::StatusOr<Answer> Place(const policy::PlacementRequest& request,
+                               const RuleOut& rule_out = nullptr) const;
 
   // For tests: host id -> sorted ids of the VMs placed there.
   std::map<std::string, std::vector<std::string>> VmsByHost() const;
@@ -89,6 +97,9 @@ class PlacementView {
     // on the order of the writes (the view csd loads at its next start is
     // then the same, dedicated VMs' cores included).
     std::set<std::string> vms;
+    // The host's record without its topology (that is `cores`), for the
+    // rules of who may be chosen.
+    v1::Host record;
   };
 
   void ApplyHostLocked(const v1::Host& host, std::set<std::string>& dirty);

@@ -138,7 +138,12 @@ absl::StatusOr<v1::PlaceResponse> DesiredState::Place(const v1::PlaceRequest& re
   r.classes = std::move(classes);
   r.load = request.has_load() ? request.load() : 1.0;
   r.pinning = !request.has_pin() || request.pin();
-  ASSIGN_OR_RETURN(PlacementView::Answer answer, placement_.Place(r));
+  // `none` relies on nobody: any live, undrained host will do.
+  const bool needs_isolation = level != v1::ISOLATION_LEVEL_NONE;
+  ASSIGN_OR_RETURN(PlacementView::Answer answer,
+                   placement_.Place(r, [this, needs_isolation](const v1::Host& host) {
+                     return UnplaceableReason(host, needs_isolation);
+                   }));
 
   v1::PlaceResponse response;
   response.set_host_id(answer.decision.host_id);

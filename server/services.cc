@@ -131,6 +131,38 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
   return AnswerNow(context, std::move(host), response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::DrainHost(
+    grpc::CallbackServerContext* context, const v1::DrainHostRequest* request,
+    v1::Host* response) {
+  auto caller = authz_->ForControlPlane(*context, "DrainHost");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  state_->SetHostDraining(*request, true, ActorOf(*caller),
+                          AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::UndrainHost(
+    grpc::CallbackServerContext* context, const v1::DrainHostRequest* request,
+    v1::Host* response) {
+  auto caller = authz_->ForControlPlane(*context, "UndrainHost");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  state_->SetHostDraining(*request, false, ActorOf(*caller),
+                          AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::RemoveHost(
+    grpc::CallbackServerContext* context, const v1::RemoveHostRequest* request,
+    v1::RemoveHostResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "RemoveHost");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  state_->RemoveHost(*request, ActorOf(*caller), AnswerLater(reactor, response));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ControlPlaneService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GetStatsResponse* response) {

@@ -46,6 +46,15 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* context,
                                       const v1::ListHostsRequest* request,
                                       v1::ListHostsResponse* response) override;
+  grpc::ServerUnaryReactor* DrainHost(grpc::CallbackServerContext* context,
+                                      const v1::DrainHostRequest* request,
+                                      v1::Host* response) override;
+  grpc::ServerUnaryReactor* UndrainHost(grpc::CallbackServerContext* context,
+                                        const v1::DrainHostRequest* request,
+                                        v1::Host* response) override;
+  grpc::ServerUnaryReactor* RemoveHost(grpc::CallbackServerContext* context,
+                                       const v1::RemoveHostRequest* request,
+                                       v1::RemoveHostResponse* response) override;
   grpc::ServerUnaryReactor* GetHost(grpc::CallbackServerContext* context,
                                     const v1::GetHostRequest* request,
                                     v1::Host* response) override;

@@ -91,6 +91,29 @@ CREATE INDEX audit_by_who ON audit (who, sequence);
     R"sql(
 DROP INDEX IF EXISTS vms_by_trust_group;
 )sql",
+    // Version 4: the hosts that report each VM (VM.presence), so that every
+    // host a VM is on during a live migration finds it (ListVms
+    // reported_on). Rows exist only for VMs some host reports.
+    R"sql(
+CREATE TABLE IF NOT EXISTS vm_presence (
+  vm_id TEXT NOT NULL,
+  host_id TEXT NOT NULL,
+  PRIMARY KEY (vm_id, host_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS vm_presence_by_host ON vm_presence (host_id, vm_id);
+-- Observations keep the whole VMObservation (run state and UUID with the
+-- enforcement). They are what agents report every few seconds, so the old
+-- rows are dropped rather than converted: the next Report refills them.
+DROP TABLE observations;
+CREATE TABLE observations (
+  key TEXT NOT NULL,
+  host_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  observation BLOB NOT NULL,
+  PRIMARY KEY (key, host_id)
+) WITHOUT ROWID;
+CREATE INDEX observations_by_host ON observations (host_id);
+)sql",
 };
 
 // Not cosched::ErrnoStatus (common/file_io.h): that one maps ENOENT/ENOTDIR

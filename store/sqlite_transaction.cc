@@ -117,7 +117,29 @@ absl::Status SqliteTransaction::PutVm(const v1::VM& vm) {
   q.BindText(3, vm.host_id());
   q.BindText(4, vm.assignment().trust_group());
   q.BindBlob(5, record);
-  return q.Run();
+  RETURN_IF_ERROR(q.Run());
+  return PutPresence(vm);
+}
+
+absl::Status SqliteTransaction::PutPresence(const v1::VM& vm) {
+  {
+    ASSIGN_OR_RETURN(SqliteQuery q,
+                     db_.Query("DELETE FROM vm_presence WHERE vm_id = ?1",
+                               "delete VM presence"));
+    q.BindText(1, vm.vm_id());
+    RETURN_IF_ERROR(q.Run());
+  }
+  for (const v1::VMPresence& p : vm.presence()) {
+    if (p.host_id().empty()) continue;
+    ASSIGN_OR_RETURN(SqliteQuery q,
+                     db_.Query("INSERT OR IGNORE INTO vm_presence (vm_id, host_id) "
+                               "VALUES (?1, ?2)",
+                               "put VM presence"));
+    q.BindText(1, vm.vm_id());
+    q.BindText(2, p.host_id());
+    RETURN_IF_ERROR(q.Run());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteTransaction::DeleteVm(absl::string_view vm_id) {
@@ -130,11 +152,21 @@ absl::Status SqliteTransaction::DeleteVm(absl::string_view vm_id) {
   if (db_.Changes() == 0) {
     return absl::NotFoundError(absl::StrCat("VM ", vm_id, " not found"));
   }
-  return absl::OkStatus();
+  v1::VM gone;
+  gone.set_vm_id(std::string(vm_id));
+  return PutPresence(gone);
 }
 
 absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVms(
     const VmFilter& filter, const Page& page) {
+  if (!filter.reported_on.empty()) {
+    if (!filter.tenant_id.empty() || !filter.host_id.empty() ||
+        !filter.trust_group.empty()) {
+      return absl::InvalidArgumentError(
+          "ListVms: reported_on cannot be combined with other filters");
+    }
+    return ListVmsReportedOn(filter.reported_on, page);
+  }
   // At most eight distinct statements, each cached once.
   std::string sql = "SELECT vm_id, record FROM vms WHERE vm_id > ?";
   std::vector<absl::string_view> args = {page.after};
@@ -244,10 +276,12 @@ absl::Status SqliteTransaction::PutHost(const v1::Host& host) {
   if (host.host_id().empty())
     return absl::InvalidArgumentError("PutHost: host_id is empty");
   std::string record;
-  // A stored `connected` would outlive the stream it describes.
-  if (host.connected()) {
+  // A stored `connected` or `unplaceable_reason` would outlive the moment
+  // it describes.
+  if (host.connected() || !host.unplaceable_reason().empty()) {
     v1::Host stored = host;
     stored.clear_connected();
+    stored.clear_unplaceable_reason();
     ASSIGN_OR_RETURN(record, Serialize(stored, "host"));
   } else {
     ASSIGN_OR_RETURN(record, Serialize(host, "host"));
@@ -259,6 +293,18 @@ absl::Status SqliteTransaction::PutHost(const v1::Host& host) {
   q.BindText(1, host.host_id());
   q.BindBlob(2, record);
   return q.Run();
+}
+
+absl::Status SqliteTransaction::DeleteHost(absl::string_view host_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteHost"));
+  ASSIGN_OR_RETURN(SqliteQuery q, db_.Query("DELETE FROM hosts WHERE host_id = ?1",
+                                            "delete host"));
+  q.BindText(1, host_id);
+  RETURN_IF_ERROR(q.Run());
+  if (db_.Changes() == 0) {
+    return absl::NotFoundError(absl::StrCat("host ", host_id, " not found"));
+  }
+  return ReplaceObservations(host_id, {});
 }
 
 absl::StatusOr<std::vector<v1::Host>> SqliteTransaction::ListHosts(
@@ -309,13 +355,12 @@ absl::Status SqliteTransaction::ReplaceObservations(
     RETURN_IF_ERROR(q.Run());
   }
   for (const v1::VMObservation& vm : vms) {
-    ASSIGN_OR_RETURN(std::string record,
-                     Serialize(vm.enforcement(), "enforcement"));
+    ASSIGN_OR_RETURN(std::string record, Serialize(vm, "observation"));
     for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
       if (key->empty()) continue;
       ASSIGN_OR_RETURN(SqliteQuery q,
                        db_.Query("INSERT OR REPLACE INTO observations "
-                                 "(key, host_id, seq, enforcement) "
+                                 "(key, host_id, seq, observation) "
                                  "VALUES (?1, ?2, ?3, ?4)",
                                  "put observation"));
       q.BindText(1, *key);
@@ -331,7 +376,7 @@ absl::Status SqliteTransaction::ReplaceObservations(
 absl::StatusOr<std::optional<Observation>> SqliteTransaction::FindObservation(
     absl::string_view key) {
   ASSIGN_OR_RETURN(SqliteQuery q,
-                   db_.Query("SELECT host_id, enforcement FROM observations "
+                   db_.Query("SELECT host_id, observation FROM observations "
                              "WHERE key = ?1 ORDER BY seq DESC LIMIT 1",
                              "find observation"));
   q.BindText(1, key);
@@ -339,10 +384,31 @@ absl::StatusOr<std::optional<Observation>> SqliteTransaction::FindObservation(
   if (!row) return std::optional<Observation>();
   Observation observation;
   observation.host_id = std::string(q.ColumnText(0));
-  ASSIGN_OR_RETURN(observation.enforcement,
-                   ParseRecord<v1::VMEnforcement>(q.ColumnBlob(1),
+  ASSIGN_OR_RETURN(observation.vm,
+                   ParseRecord<v1::VMObservation>(q.ColumnBlob(1),
                                                   "observation", key, db_));
   return std::optional<Observation>(std::move(observation));
+}
+
+absl::StatusOr<std::vector<Observation>> SqliteTransaction::ListObservations(
+    absl::string_view key) {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT host_id, observation FROM observations "
+                             "WHERE key = ?1 ORDER BY seq DESC",
+                             "list observations"));
+  q.BindText(1, key);
+  std::vector<Observation> all;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    Observation observation;
+    observation.host_id = std::string(q.ColumnText(0));
+    ASSIGN_OR_RETURN(observation.vm,
+                     ParseRecord<v1::VMObservation>(q.ColumnBlob(1),
+                                                    "observation", key, db_));
+    all.push_back(std::move(observation));
+  }
+  return all;
 }
 
 absl::Status SqliteTransaction::RecordChange(absl::string_view host_id,
@@ -441,6 +507,28 @@ absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAudit(
     records.push_back(std::move(record));
   }
   return records;
+}
+
+absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVmsReportedOn(
+    absl::string_view host_id, const Page& page) {
+  ASSIGN_OR_RETURN(
+      SqliteQuery q,
+      db_.Query("SELECT v.vm_id, v.record FROM vm_presence p "
+                "JOIN vms v ON v.vm_id = p.vm_id "
+                "WHERE p.host_id = ?1 AND p.vm_id > ?2 ORDER BY p.vm_id LIMIT ?3",
+                "list VMs reported on a host"));
+  q.BindText(1, host_id);
+  q.BindText(2, page.after);
+  q.BindInt(3, ClampLimit(page.limit));
+  std::vector<v1::VM> vms;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(v1::VM vm, ParseRecord<v1::VM>(q.ColumnBlob(1), "VM",
+                                                    q.ColumnText(0), db_));
+    vms.push_back(std::move(vm));
+  }
+  return vms;
 }
 
 }  // namespace cosched::store

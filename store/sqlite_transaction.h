@@ -48,11 +48,14 @@ class SqliteTransaction final : public Transaction {
   absl::StatusOr<std::optional<v1::Host>> GetHost(
       absl::string_view host_id) override;
   absl::Status PutHost(const v1::Host& host) override;
+  absl::Status DeleteHost(absl::string_view host_id) override;
   absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) override;
   absl::Status ReplaceObservations(
       absl::string_view host_id,
       const std::vector<v1::VMObservation>& vms) override;
   absl::StatusOr<std::optional<Observation>> FindObservation(
+      absl::string_view key) override;
+  absl::StatusOr<std::vector<Observation>> ListObservations(
       absl::string_view key) override;
   absl::Status RecordChange(absl::string_view host_id,
                             absl::string_view vm_id) override;
@@ -63,6 +66,11 @@ class SqliteTransaction final : public Transaction {
       const AuditFilter& filter, int64_t before_sequence, int limit) override;
 
  private:
+  // Keeps vm_presence equal to vm.presence (no rows for a VM without one).
+  absl::Status PutPresence(const v1::VM& vm);
+  absl::StatusOr<std::vector<v1::VM>> ListVmsReportedOn(absl::string_view host_id,
+                                                        const Page& page);
+
   absl::Status RequireWrite(absl::string_view op) const;
 
   SqliteDb& db_;

@@ -23,8 +23,13 @@ namespace cosched::store {
 // that tenant's VMs.
 struct VmFilter {
   std::string tenant_id;
+  // The VM's owner host (VM.host_id).
   std::string host_id;
   std::string trust_group;
+  // VMs whose presence names this host (VM.presence): the owner's and every
+  // other host that reports them, as during a live migration. Only alone:
+  // INVALID_ARGUMENT with any other filter.
+  std::string reported_on;
 };
 
 // One page of a listing: keys strictly greater than `after`, at most `limit`.
@@ -33,10 +38,10 @@ struct Page {
   int limit = 100;
 };
 
-// Where a VM key (a VM id or a UUID) was last reported, and its enforcement.
+// A VM key (a VM id or a UUID) as one host last reported it.
 struct Observation {
   std::string host_id;
-  v1::VMEnforcement enforcement;
+  v1::VMObservation vm;
 };
 
 // The VMs whose assignments changed for one host after some revision.
@@ -68,7 +73,7 @@ class Transaction {
   // one write function. Errors in read-only transactions.
   virtual absl::StatusOr<int64_t> WriteRevision() = 0;
 
-  // VMs: stored whole (host_id included, enforcement ignored).
+  // VMs: stored whole (host_id and presence included, enforcement ignored).
   virtual absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) = 0;
   // INVALID_ARGUMENT when vm_id is empty, or the trust group (when set) does
   // not begin with "<tenant_id>/", as policy/trust_group.h makes them.
@@ -86,10 +91,14 @@ class Transaction {
   virtual absl::StatusOr<std::vector<v1::TenantPolicy>> ListTenantPolicies(
       const Page& page) = 0;
 
-  // Hosts (stored whole; `connected` is not meaningful in the store).
+  // Hosts (stored whole; `connected` and `unplaceable_reason` are not
+  // meaningful in the store).
   virtual absl::StatusOr<std::optional<v1::Host>> GetHost(
       absl::string_view host_id) = 0;
   virtual absl::Status PutHost(const v1::Host& host) = 0;
+  // Deletes the host and what it reported (its observations); NOT_FOUND
+  // when absent.
+  virtual absl::Status DeleteHost(absl::string_view host_id) = 0;
   virtual absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) = 0;
 
   // Observations: what agents report. Replaces everything host `host_id`
@@ -99,6 +108,9 @@ class Transaction {
       absl::string_view host_id, const std::vector<v1::VMObservation>& vms) = 0;
   // The most recent observation of `key` (vm id or uuid) on any host.
   virtual absl::StatusOr<std::optional<Observation>> FindObservation(
+      absl::string_view key) = 0;
+  // Every host's observation of `key`, newest report first.
+  virtual absl::StatusOr<std::vector<Observation>> ListObservations(
       absl::string_view key) = 0;
 
   // Change log that lets agents resume: records that the assignment of

@@ -52,7 +52,7 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
   EXPECT_EQ(sqlite3_exec(db,
-                         "DROP TABLE audit; "
+                         "DROP TABLE audit; DROP TABLE vm_presence; "
                          "CREATE INDEX vms_by_trust_group ON vms (trust_group, vm_id); "
                          "UPDATE meta SET value = 1 WHERE key = 'schema_version'",
                          nullptr, nullptr, nullptr),
@@ -61,7 +61,7 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
 
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 3);
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 4);
   ASSERT_TRUE(store->WriteSync([](Transaction& txn) {
                     return txn.AppendAudit(MakeAudit("alice", "vm-old", 1));
                   }).ok());
@@ -82,7 +82,15 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
                                -1, &stmt, nullptr),
             SQLITE_OK);
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 3);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 4);
+  sqlite3_finalize(stmt);
+  // Version 4 added the hosts that report each VM.
+  ASSERT_EQ(sqlite3_prepare_v2(
+                db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'vm_presence'", -1,
+                &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 1);
   sqlite3_finalize(stmt);
   // Version 3 dropped the index by trust group.
   ASSERT_EQ(sqlite3_prepare_v2(

@@ -347,8 +347,8 @@ TEST_F(SqliteStoreTest, ObservationsFoundByIdAndUuidLatestHostWins) {
     std::optional<Observation> found = FindObservation(*store, key);
     ASSERT_TRUE(found.has_value()) << key;
     EXPECT_EQ(found->host_id, "h1");
-    EXPECT_EQ(found->enforcement.applied_trust_group(), "g-h1");
-    EXPECT_EQ(found->enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+    EXPECT_EQ(found->vm.enforcement().applied_trust_group(), "g-h1");
+    EXPECT_EQ(found->vm.enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
   }
   EXPECT_TRUE(FindObservation(*store, "vm-b").has_value());
   EXPECT_FALSE(FindObservation(*store, "").has_value());
@@ -356,7 +356,7 @@ TEST_F(SqliteStoreTest, ObservationsFoundByIdAndUuidLatestHostWins) {
   // vm-a migrated to h2.
   report("h2", {MakeObservation("vm-a", "uuid-a", "g-h2")});
   EXPECT_EQ(FindObservation(*store, "uuid-a")->host_id, "h2");
-  EXPECT_EQ(FindObservation(*store, "vm-a")->enforcement.applied_trust_group(),
+  EXPECT_EQ(FindObservation(*store, "vm-a")->vm.enforcement().applied_trust_group(),
             "g-h2");
 
   // h1's next report replaces its earlier one.

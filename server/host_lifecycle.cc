@@ -1,0 +1,169 @@
+// DesiredState's host lifecycle: drain, undrain and remove a host, and the
+// rules of which hosts Place may choose (live, not draining, able to
+// isolate). Kept apart from desired_state.cc, which holds the VM writes.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "common/validation.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/desired_state.h"
+#include "server/desired_state_internal.h"
+#include "server/vm_presence.h"
+
+namespace cosched::server {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using internal::AllVms;
+
+// VMs named in a refusal, at most.
+constexpr size_t kNamedVms = 5;
+
+absl::Time TimeOf(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t));
+}
+
+}  // namespace
+
+absl::Time DesiredState::LastSeen(const v1::Host& host) const {
+  absl::Time seen = host.has_last_seen_time() ? TimeOf(host.last_seen_time())
+                                              : absl::InfinitePast();
+  if (std::optional<absl::Time> reported = LastReport(host.host_id())) {
+    seen = std::max(seen, *reported);
+  }
+  return seen;
+}
+
+bool DesiredState::IsLive(const v1::Host& host) const {
+  if (connected_ && connected_(host.host_id())) return true;
+  return absl::Now() - LastSeen(host) <= host_stale_after_;
+}
+
+std::string DesiredState::UnplaceableReason(const v1::Host& host,
+                                            bool needs_isolation) const {
+  if (host.draining()) return "draining";
+  // Where siblings exist, only cookies keep strangers off them.
+  if (needs_isolation && host.capabilities().smt_active() &&
+      host.capabilities().core_sched() != v1::CORE_SCHED_SUPPORT_SUPPORTED) {
+    return "unable to isolate (SMT on, core scheduling not usable)";
+  }
+  if (!IsLive(host)) {
+    return absl::StrCat("not live (no agent connected, no report in ",
+                        absl::FormatDuration(host_stale_after_), ")");
+  }
+  return "";
+}
+
+void DesiredState::AddLiveness(v1::Host& host) const {
+  *host.mutable_last_seen_time() =
+      TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(LastSeen(host)));
+  if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();
+  host.set_unplaceable_reason(UnplaceableReason(host, /*needs_isolation=*/true));
+}
+
+void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool draining,
+                                   const Actor& actor, Done<v1::Host> done) {
+  absl::Status valid = ValidateId("host_id", request.host_id());
+  if (!valid.ok()) return done(valid);
+  auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
+  auto result = std::make_shared<v1::Host>();
+  store_->Write(
+      [host_id = request.host_id(), draining, actor, audit, delta,
+       result](store::Transaction& txn) -> absl::Status {
+        *delta = PlacementDelta();
+        ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+        if (!host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' not found"));
+        *result = *host;
+        if (host->draining() == draining) return absl::OkStatus();  // idempotent
+        v1::Host updated = *host;
+        updated.set_draining(draining);
+        RETURN_IF_ERROR(txn.PutHost(updated));
+        delta->hosts.push_back(updated);
+        *result = updated;
+        return internal::Audit(txn, actor.who, actor.role, draining ? "DrainHost" : "UndrainHost", host_id,
+                               &*host, &updated, 0, audit.get());
+      },
+      [this, audit, delta, result, done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        placement_.Apply(*delta);
+        internal::LogAudit(*audit);
+        AddLiveness(*result);
+        done(*result);
+      });
+}
+
+void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
+                              Done<v1::RemoveHostResponse> done) {
+  absl::Status valid = ValidateId("host_id", request.host_id());
+  if (!valid.ok()) return done(valid);
+  if (connected_ && connected_(request.host_id())) {
+    return done(absl::FailedPreconditionError(absl::StrCat(
+        "host '", request.host_id(),
+        "' has an agent connected; stop its cs-agent before removing it")));
+  }
+  auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
+  auto result = std::make_shared<v1::RemoveHostResponse>();
+  store_->Write(
+      [this, host_id = request.host_id(), actor, audit, delta,
+       result](store::Transaction& txn) -> absl::Status {
+        *delta = PlacementDelta();
+        ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+        if (!host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' not found"));
+        std::map<std::string, v1::VM> vms;
+        for (store::VmFilter filter : {store::VmFilter{.host_id = host_id},
+                                       store::VmFilter{.reported_on = host_id}}) {
+          ASSIGN_OR_RETURN(auto listed, AllVms(txn, filter));
+          for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
+        }
+        // A host that stopped reporting long ago reports nothing now: what
+        // it last said is history, and removing it is how an operator
+        // retires a dead machine.
+        if (IsLive(*host) && (host->vm_count() > 0 || !vms.empty())) {
+          std::vector<std::string> named;
+          for (const auto& [id, vm] : vms) {
+            if (named.size() == kNamedVms) break;
+            named.push_back(id);
+          }
+          return absl::FailedPreconditionError(absl::StrCat(
+              "host '", host_id, "' reported ", host->vm_count(), " VM(s) in its last report",
+              named.empty() ? "" : absl::StrCat(" (tagged: ", absl::StrJoin(named, ", "),
+                                                vms.size() > named.size() ? ", ..." : "", ")"),
+              "; move or stop them, or wait until it has not reported for ",
+              absl::FormatDuration(host_stale_after_)));
+        }
+        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+        const auto now = TimeUtil::GetCurrentTime();
+        for (auto& [id, vm] : vms) {
+          v1::VM updated = vm;
+          SetPresence(updated, host_id, std::nullopt, now);
+          if (updated.host_id() == host_id) updated.clear_host_id();
+          ResolveOwner(updated);
+          RETURN_IF_ERROR(internal::RecordReceiverChanges(txn, &vm, &updated));
+          RETURN_IF_ERROR(txn.PutVm(updated));
+          ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, updated));
+          delta->vms.push_back(std::move(placed));
+        }
+        RETURN_IF_ERROR(txn.DeleteHost(host_id));
+        delta->removed_hosts.push_back(host_id);
+        result->set_revision(revision);
+        return internal::Audit(txn, actor.who, actor.role, "RemoveHost", host_id, &*host, nullptr, revision,
+                               audit.get());
+      },
+      [this, host_id = request.host_id(), audit, delta, result,
+       done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        placement_.Apply(*delta);
+        ForgetReport(host_id);
+        internal::LogAudit(*audit);
+        done(*result);
+      });
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,455 @@
+// A VM on more than one host (live migration), idempotent Reports, and the
+// host lifecycle (drain, undrain, remove) with Place's rules of which hosts
+// it may choose.
+#include <future>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "server/desired_state.h"
+#include "server/vm_presence.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+const Actor kTester{"spiffe://test/tester", "admin"};
+
+template <typename T>
+absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
+  std::promise<absl::StatusOr<T>> promise;
+  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
+  return promise.get_future().get();
+}
+
+struct Seen {
+  std::string vm_id;
+  std::string uuid;
+  v1::VMRunState state = v1::VM_RUN_STATE_RUNNING;
+};
+
+class MobilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::SqliteStoreOptions options;
+    options.data_dir = dir_.Sub("data");
+    auto store = store::SqliteStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    state_ = std::make_unique<DesiredState>(store_.get());
+    state_->set_connected_check([this](absl::string_view host) {
+      return connected_.count(std::string(host)) > 0;
+    });
+  }
+
+  void Tag(const std::string& vm) {
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    auto r = Wait<v1::TagVMResponse>(
+        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  // A host of `cores` cores of two siblings each, SMT on, with core
+  // scheduling as `support` says.
+  void Register(const std::string& host, int cores = 2,
+                v1::CoreSchedSupport support = v1::CORE_SCHED_SUPPORT_SUPPORTED) {
+    v1::RegisterRequest request;
+    request.set_host_id(host);
+    for (int c = 0; c < cores; ++c) {
+      auto* core = request.mutable_topology()->add_cores();
+      core->add_cpus(c);
+      core->add_cpus(c + cores);
+    }
+    request.mutable_capabilities()->set_smt_active(true);
+    request.mutable_capabilities()->set_core_sched(support);
+    auto r = Wait<v1::RegisterResponse>([&](auto done) {
+      state_->RegisterHost(request, kTester, std::move(done));
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  absl::Status Report(const std::string& host, const std::vector<Seen>& vms,
+                      int64_t applied = 0) {
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    request.set_applied_revision(applied);
+    for (const Seen& s : vms) {
+      auto* o = request.add_vms();
+      o->set_vm_id(s.vm_id);
+      o->set_uuid(s.uuid);
+      o->set_run_state(s.state);
+    }
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  v1::VM Get(const std::string& vm) {
+    v1::GetVMRequest request;
+    request.set_vm_id(vm);
+    auto r = state_->GetVm(request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::VM();
+  }
+
+  // The VM ids of the host's snapshot: what its agent enforces.
+  std::vector<std::string> Enforced(const std::string& host) {
+    auto snapshot = state_->FirstWatchMessage(host, 0);
+    EXPECT_TRUE(snapshot.ok()) << snapshot.status();
+    std::vector<std::string> ids;
+    if (snapshot.ok()) {
+      for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
+    }
+    return ids;
+  }
+
+  int AuditCount(const std::string& method, const std::string& subject) {
+    v1::ListAuditRecordsRequest request;
+    request.set_subject(subject);
+    request.set_page_size(1000);
+    auto r = state_->ListAuditRecords(request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    int n = 0;
+    if (r.ok()) {
+      for (const auto& record : r->records()) n += record.method() == method;
+    }
+    return n;
+  }
+
+  absl::StatusOr<v1::PlaceResponse> Place(int vcpus, bool pin = false) {
+    v1::PlaceRequest request;
+    request.set_vcpus(vcpus);
+    request.set_pin(pin);
+    return state_->Place(request);
+  }
+
+  absl::StatusOr<v1::Host> Drain(const std::string& host, bool draining = true) {
+    v1::DrainHostRequest request;
+    request.set_host_id(host);
+    return Wait<v1::Host>([&](auto done) {
+      state_->SetHostDraining(request, draining, kTester, std::move(done));
+    });
+  }
+
+  absl::StatusOr<v1::RemoveHostResponse> Remove(const std::string& host) {
+    v1::RemoveHostRequest request;
+    request.set_host_id(host);
+    return Wait<v1::RemoveHostResponse>(
+        [&](auto done) { state_->RemoveHost(request, kTester, std::move(done)); });
+  }
+
+  cosched::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<DesiredState> state_;
+  std::set<std::string> connected_;
+};
+
+// The case a new user hit: one QEMU seen by two agents (procfs, both say
+// running), each reporting after every watch message. The old code moved
+// the VM to whichever host reported last: thousands of revisions, and each
+// move sent the other host a removal.
+TEST_F(MobilityTest, TwoHostsReportingOneVmDoNotFlap) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}).ok());
+  ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}).ok());
+  const int64_t settled = store_->CurrentRevision();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}, settled).ok());
+    ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}, settled).ok());
+  }
+  EXPECT_EQ(store_->CurrentRevision(), settled);
+  EXPECT_EQ(Get("vm-1").host_id(), "hv-a");  // the first to report it
+  EXPECT_EQ(Get("vm-1").presence_size(), 2);
+  // Both sides enforce the VM's group, and neither is sent a removal.
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+  auto update = state_->WatchUpdate("hv-b", settled);
+  ASSERT_TRUE(update.ok());
+  EXPECT_FALSE(update->has_value());
+  EXPECT_EQ(AuditCount("ChangeOwner", "vm-1"), 0);
+}
+
+// libvirt's view of a live migration, step by step: ownership moves once,
+// when the destination runs and the source has stopped, and both sides hold
+// the assignment throughout.
+TEST_F(MobilityTest, LiveMigrationMovesOwnershipOnceWhenTheSourceStops) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  const std::string u = "4f1c2e9a-0000-4000-8000-000000000001";
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", u}}).ok());
+  const int64_t start = store_->CurrentRevision();
+  std::vector<std::string> owners;
+  auto step = [&](const std::vector<Seen>& a, const std::vector<Seen>& b) {
+    ASSERT_TRUE(Report("hv-b", b).ok());
+    ASSERT_TRUE(Report("hv-a", a).ok());
+    const v1::VM vm = Get("vm-1");
+    if (owners.empty() || owners.back() != vm.host_id()) owners.push_back(vm.host_id());
+    // Wherever it runs, its agent is sent its assignment: never fail-closed.
+    for (const auto& p : vm.presence()) {
+      EXPECT_TRUE(ReceivesAssignment(vm, p.host_id())) << p.host_id();
+    }
+  };
+  step({{"vm-1", u}}, {{"vm-1", u, v1::VM_RUN_STATE_MIGRATING_IN}});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+  step({{"vm-1", u}}, {{"vm-1", u, v1::VM_RUN_STATE_MIGRATING_IN}});
+  step({{"vm-1", u, v1::VM_RUN_STATE_MIGRATING_OUT}},
+       {{"vm-1", u, v1::VM_RUN_STATE_MIGRATING_IN}});
+  step({{"vm-1", u, v1::VM_RUN_STATE_MIGRATING_OUT}}, {{"vm-1", u}});
+  step({{"vm-1", u, v1::VM_RUN_STATE_SHUT_OFF}}, {{"vm-1", u}});
+  step({}, {{"vm-1", u}});
+  EXPECT_EQ(owners, (std::vector<std::string>{"hv-a", "hv-b"}));
+  EXPECT_EQ(AuditCount("ChangeOwner", "vm-1"), 1);
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+  // One revision when hv-b joined, one when hv-a left: the states between
+  // change the record but no host's set of assignments.
+  EXPECT_LE(store_->CurrentRevision() - start, 2);
+}
+
+TEST_F(MobilityTest, OneNameWithTwoUuidsIsAConflictThatFailsClosedOnBothSides) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", "uuid-one"}}).ok());
+  ASSERT_TRUE(Report("hv-b", {{"vm-1", "uuid-two"}}).ok());
+  v1::VM vm = Get("vm-1");
+  EXPECT_TRUE(absl::StrContains(vm.conflict(), "uuid-one")) << vm.conflict();
+  EXPECT_TRUE(absl::StrContains(vm.conflict(), "uuid-two")) << vm.conflict();
+  EXPECT_EQ(vm.host_id(), "hv-a");
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{});
+  // Nothing flaps while it lasts.
+  const int64_t during = store_->CurrentRevision();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Report("hv-a", {{"vm-1", "uuid-one"}}).ok());
+    ASSERT_TRUE(Report("hv-b", {{"vm-1", "uuid-two"}}).ok());
+  }
+  EXPECT_EQ(store_->CurrentRevision(), during);
+  // The impostor goes: the VM is enforced where it is again.
+  ASSERT_TRUE(Report("hv-b", {}).ok());
+  EXPECT_EQ(Get("vm-1").conflict(), "");
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
+}
+
+TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
+  Register("hv-a");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  const int64_t revision = store_->CurrentRevision();
+  v1::GetHostRequest get;
+  get.set_host_id("hv-a");
+  const int64_t first_seen =
+      google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+          state_->GetHost(get)->last_seen_time());
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  EXPECT_EQ(store_->CurrentRevision(), revision);
+  auto update = state_->WatchUpdate("hv-a", revision);
+  ASSERT_TRUE(update.ok());
+  EXPECT_FALSE(update->has_value());
+  // The host's time still moves, from memory.
+  EXPECT_GT(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+                state_->GetHost(get)->last_seen_time()),
+            first_seen);
+  // A VM that goes is a change.
+  ASSERT_TRUE(Report("hv-a", {}).ok());
+  EXPECT_EQ(Get("vm-1").host_id(), "");
+  EXPECT_GT(store_->CurrentRevision(), revision);
+}
+
+TEST_F(MobilityTest, AnUnchangedReportIsStillCheckedAgainstTheTopology) {
+  Register("hv-a", 1);
+  ASSERT_TRUE(Report("hv-a", {}).ok());
+  v1::ReportRequest request;
+  request.set_host_id("hv-a");
+  auto* window = request.add_stats();
+  window->set_start_unix_ns(absl::ToUnixNanos(absl::Now()) - 2'000'000'000);
+  window->set_end_unix_ns(absl::ToUnixNanos(absl::Now()) - 1'000'000'000);
+  window->add_cores()->set_core(3);
+  auto r = Wait<v1::ReportResponse>(
+      [&](auto done) { state_->ApplyReport(request, std::move(done)); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+}
+
+TEST_F(MobilityTest, TaggingAVmAlreadyReportedOnTwoHostsSendsItToBoth) {
+  Register("hv-a");
+  Register("hv-b");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_TRUE(Report("hv-b", {{"vm-1", "", v1::VM_RUN_STATE_MIGRATING_IN}}).ok());
+  Tag("vm-1");
+  EXPECT_EQ(Get("vm-1").host_id(), "hv-a");
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+}
+
+TEST_F(MobilityTest, AReportWithAnUnknownRunStateIsRefused) {
+  Register("hv-a");
+  v1::ReportRequest request;
+  request.set_host_id("hv-a");
+  auto* o = request.add_vms();
+  o->set_vm_id("vm-1");
+  o->set_run_state(static_cast<v1::VMRunState>(99));
+  auto r = Wait<v1::ReportResponse>(
+      [&](auto done) { state_->ApplyReport(request, std::move(done)); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "vms[0].run_state"));
+}
+
+TEST_F(MobilityTest, DrainedHostsAreNotChosenAndKeepTheirVmsEnforced) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_TRUE(Report("hv-b", {}).ok());
+  auto drained = Drain("hv-b");
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->draining());
+  EXPECT_EQ(drained->unplaceable_reason(), "draining");
+  for (int i = 0; i < 3; ++i) {
+    auto placed = Place(1);
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    EXPECT_EQ(placed->host_id(), "hv-a");
+  }
+  ASSERT_TRUE(Drain("hv-a").ok());
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
+  auto none = Place(1);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(none.status().message(), "2 draining"))
+      << none.status();
+  EXPECT_EQ(AuditCount("DrainHost", "hv-a"), 1);
+  ASSERT_TRUE(Drain("hv-a").ok());  // idempotent: no second record
+  EXPECT_EQ(AuditCount("DrainHost", "hv-a"), 1);
+  ASSERT_TRUE(Drain("hv-b", false).ok());
+  auto placed = Place(1);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->host_id(), "hv-b");
+}
+
+TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
+  Register("no-kernel", 2, v1::CORE_SCHED_SUPPORT_NO_KERNEL_SUPPORT);
+  Register("quiet");
+  Register("good");
+  ASSERT_TRUE(Report("no-kernel", {}).ok());
+  ASSERT_TRUE(Report("good", {}).ok());
+  state_->set_host_stale_after(absl::Milliseconds(200));
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Report("no-kernel", {}).ok());
+  ASSERT_TRUE(Report("good", {}).ok());
+  auto placed = Place(1);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->host_id(), "good");
+  ASSERT_EQ(placed->candidates_size(), 1);
+  v1::GetHostRequest get;
+  get.set_host_id("quiet");
+  EXPECT_TRUE(absl::StrContains(state_->GetHost(get)->unplaceable_reason(), "not live"));
+  connected_.insert("quiet");  // a connected agent is live however quiet
+  EXPECT_EQ(state_->GetHost(get)->unplaceable_reason(), "");
+  connected_.clear();
+  ASSERT_TRUE(Drain("good").ok());
+  auto none = Place(1);
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string why(none.status().message());
+  EXPECT_TRUE(absl::StrContains(why, "1 draining")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "1 not live")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "1 unable to isolate")) << why;
+  // `none` needs no cookie: a host without core scheduling will do.
+  v1::PlaceRequest untagged;
+  untagged.set_vcpus(1);
+  untagged.set_isolation(v1::ISOLATION_LEVEL_NONE);
+  untagged.set_pin(false);
+  auto any = state_->Place(untagged);
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->host_id(), "no-kernel");
+}
+
+TEST_F(MobilityTest, PinnedPlacementLeavesOneCoreSharedLikeTheAgent) {
+  Register("hv-a", 2);
+  ASSERT_TRUE(Report("hv-a", {}).ok());
+  auto one = Place(2, /*pin=*/true);  // one core of two
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->cores_size(), 1);
+  auto both = Place(4, /*pin=*/true);  // both cores: the agent would refuse
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(both.status().message(), "stays shared"))
+      << both.status();
+}
+
+TEST_F(MobilityTest, HostLifecycleOfAnUnknownHostIsNotFound) {
+  EXPECT_EQ(Drain("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Drain("nope", false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Remove("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Remove("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(MobilityTest, RemoveIsRefusedWhileConnectedOrReportingVms) {
+  Register("hv-a");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  connected_.insert("hv-a");
+  auto r = Remove("hv-a");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "agent connected")) << r.status();
+  connected_.clear();
+  r = Remove("hv-a");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "vm-1")) << r.status();
+  ASSERT_TRUE(Report("hv-a", {}).ok());
+  r = Remove("hv-a");
+  ASSERT_TRUE(r.ok()) << r.status();
+  v1::GetHostRequest get;
+  get.set_host_id("hv-a");
+  EXPECT_EQ(state_->GetHost(get).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(AuditCount("RemoveHost", "hv-a"), 1);
+  EXPECT_EQ(Place(1).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_TRUE(Report("hv-b", {{"vm-1", ""}}).ok());
+  EXPECT_EQ(Get("vm-1").host_id(), "hv-a");
+  state_->set_host_stale_after(absl::Milliseconds(100));
+  absl::SleepFor(absl::Milliseconds(200));
+  auto r = Remove("hv-a");  // its agent died with the VM in its last report
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Get("vm-1").host_id(), "hv-b");
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+}
+
+// The rule alone, over every pair of run states of an owner and another host.
+TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItDoesNotRun) {
+  const v1::VMRunState states[] = {v1::VM_RUN_STATE_RUNNING, v1::VM_RUN_STATE_MIGRATING_IN,
+                                   v1::VM_RUN_STATE_MIGRATING_OUT, v1::VM_RUN_STATE_PAUSED,
+                                   v1::VM_RUN_STATE_SHUT_OFF};
+  google::protobuf::Timestamp t;
+  for (v1::VMRunState owner : states) {
+    for (v1::VMRunState other : states) {
+      v1::VM vm;
+      vm.set_vm_id("vm-1");
+      vm.set_host_id("a");
+      v1::VMObservation o;
+      o.set_run_state(owner);
+      SetPresence(vm, "a", o, t);
+      o.set_run_state(other);
+      SetPresence(vm, "b", o, t);
+      ResolveOwner(vm);
+      const bool moves =
+          owner != v1::VM_RUN_STATE_RUNNING && other == v1::VM_RUN_STATE_RUNNING;
+      EXPECT_EQ(vm.host_id(), moves ? "b" : "a") << owner << " " << other;
+      EXPECT_TRUE(ReceivesAssignment(vm, "a") && ReceivesAssignment(vm, "b"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cosched::server
