@@ -395,6 +395,51 @@ int RunHostGet(Stub& stub, const std::string& host_id,
   return kExitOk;
 }
 
+int RunHostDrain(Stub& stub, const std::string& host_id, bool draining,
+                 const CommandOptions& options, std::ostream& out, std::ostream& err) {
+  absl::Status valid = ValidateId("host_id", host_id);
+  if (!valid.ok()) return UsageError(valid, err);
+  v1::DrainHostRequest request;
+  request.set_host_id(host_id);
+  v1::Host host;
+  grpc::Status status =
+      draining ? stub.DrainHost(MakeContext(options).get(), request, &host)
+               : stub.UndrainHost(MakeContext(options).get(), request, &host);
+  if (!status.ok()) {
+    return RpcError(status, options,
+                    absl::StrCat(draining ? "draining" : "undraining", " host '", host_id, "'"),
+                    err);
+  }
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(HostToJson(host), out);
+  } else if (draining) {
+    out << "host " << host_id
+        << " is draining: Place chooses no new VMs for it; its VMs stay enforced\n";
+  } else {
+    out << "host " << host_id << " is no longer draining\n";
+  }
+  return kExitOk;
+}
+
+int RunHostRemove(Stub& stub, const std::string& host_id, const CommandOptions& options,
+                  std::ostream& out, std::ostream& err) {
+  absl::Status valid = ValidateId("host_id", host_id);
+  if (!valid.ok()) return UsageError(valid, err);
+  v1::RemoveHostRequest request;
+  request.set_host_id(host_id);
+  v1::RemoveHostResponse response;
+  grpc::Status status = stub.RemoveHost(MakeContext(options).get(), request, &response);
+  if (!status.ok()) {
+    return RpcError(status, options, absl::StrCat("removing host '", host_id, "'"), err);
+  }
+  if (options.format == OutputFormat::kJson) {
+    PrintJson({{"host_id", host_id}, {"revision", response.revision()}}, out);
+  } else {
+    out << "removed host " << host_id << " at revision " << response.revision() << "\n";
+  }
+  return kExitOk;
+}
+
 int RunStats(Stub& stub, const StatsArgs& args, const CommandOptions& options,
              std::ostream& out, std::ostream& err) {
   const int subjects = !args.vm_id.empty() + !args.host_id.empty() +

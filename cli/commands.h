@@ -129,6 +129,11 @@ int RunPolicyList(Stub& stub, const CommandOptions& options, std::ostream& out,
 // Every page of ListHosts. JSON: an array.
 int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
                 std::ostream& err);
+// csctl hosts drain|undrain HOST and csctl hosts rm HOST.
+int RunHostDrain(Stub& stub, const std::string& host_id, bool draining,
+                 const CommandOptions& options, std::ostream& out, std::ostream& err);
+int RunHostRemove(Stub& stub, const std::string& host_id, const CommandOptions& options,
+                  std::ostream& out, std::ostream& err);
 int RunHostGet(Stub& stub, const std::string& host_id,
                const CommandOptions& options, std::ostream& out,
                std::ostream& err);

@@ -161,6 +161,14 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   std::string host_id;
   CLI::App* hosts_get = hosts->add_subcommand("get", "show a host");
   hosts_get->add_option("HOST", host_id, "host id")->required();
+  CLI::App* hosts_drain = hosts->add_subcommand(
+      "drain", "Place chooses no new VMs for the host; its VMs stay enforced");
+  hosts_drain->add_option("HOST", host_id, "host id")->required();
+  CLI::App* hosts_undrain = hosts->add_subcommand("undrain", "end a drain");
+  hosts_undrain->add_option("HOST", host_id, "host id")->required();
+  CLI::App* hosts_rm = hosts->add_subcommand(
+      "rm", "forget a host (refused while its agent is connected or it reports VMs)");
+  hosts_rm->add_option("HOST", host_id, "host id")->required();
 
   StatsArgs stats_args;
   CLI::App* stats = app.add_subcommand(
@@ -297,6 +305,9 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   if (policy_ls->parsed()) return RunPolicyList(s, options, out, err);
   if (hosts_ls->parsed()) return RunHostList(s, options, out, err);
   if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
+  if (hosts_drain->parsed()) return RunHostDrain(s, host_id, true, options, out, err);
+  if (hosts_undrain->parsed()) return RunHostDrain(s, host_id, false, options, out, err);
+  if (hosts_rm->parsed()) return RunHostRemove(s, host_id, options, out, err);
   if (stats->parsed()) return RunStats(s, stats_args, options, out, err);
   if (audit->parsed()) return RunAudit(s, audit_args, options, out, err);
   if (place->parsed()) return RunPlace(s, place_args, options, out, err);

@@ -74,6 +74,32 @@ std::string Printable(std::string s) {
   return s;
 }
 
+std::string RunStateName(v1::VMRunState state) {
+  switch (state) {
+    case v1::VM_RUN_STATE_RUNNING: return "running";
+    case v1::VM_RUN_STATE_MIGRATING_IN: return "migrating-in";
+    case v1::VM_RUN_STATE_MIGRATING_OUT: return "migrating-out";
+    case v1::VM_RUN_STATE_PAUSED: return "paused";
+    case v1::VM_RUN_STATE_SHUT_OFF: return "shut-off";
+    default: return "unknown";
+  }
+}
+
+// "hv-a (running, owner), hv-b (migrating-in)".
+std::string PresenceText(const v1::VM& vm) {
+  std::vector<std::string> parts;
+  for (const v1::VMPresence& p : vm.presence()) {
+    parts.push_back(absl::StrCat(p.host_id(), " (", RunStateName(p.run_state()),
+                                 p.host_id() == vm.host_id() ? ", owner" : "", ")"));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+// "yes", or why Place would not choose the host.
+std::string PlaceableText(const v1::Host& host) {
+  return host.unplaceable_reason().empty() ? "yes" : absl::StrCat("no: ", host.unplaceable_reason());
+}
+
 }  // namespace
 
 json VmToJson(const v1::VM& vm) {
@@ -92,6 +118,13 @@ json VmToJson(const v1::VM& vm) {
         {"report_time", TimeJson(e.has_report_time(), e.report_time())},
     };
   }
+  json presence = json::array();
+  for (const v1::VMPresence& p : vm.presence()) {
+    presence.push_back({{"host_id", p.host_id()},
+                        {"run_state", RunStateName(p.run_state())},
+                        {"uuid", p.uuid()},
+                        {"since", TimeJson(p.has_since(), p.since())}});
+  }
   return {
       {"vm_id", vm.vm_id()},
       {"tenant_id", vm.tenant_id()},
@@ -105,6 +138,8 @@ json VmToJson(const v1::VM& vm) {
                                      vm.interference_classes().end()))},
       {"thread_scope", ThreadScopeName(EffectiveScope(vm))},
       {"host_id", vm.host_id()},
+      {"presence", presence},
+      {"conflict", vm.conflict()},
       {"enforcement", enforcement},
       {"create_time", TimeJson(vm.has_create_time(), vm.create_time())},
       {"update_time", TimeJson(vm.has_update_time(), vm.update_time())},
@@ -143,6 +178,8 @@ json HostToJson(const v1::Host& host) {
       {"host_id", host.host_id()},
       {"agent_version", host.agent_version()},
       {"connected", host.connected()},
+      {"draining", host.draining()},
+      {"unplaceable_reason", host.unplaceable_reason()},
       {"vm_count", host.vm_count()},
       {"applied_revision", host.applied_revision()},
       {"registered_time",
@@ -216,8 +253,10 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
       {"revision", absl::StrCat(a.revision())},
       {"host", vm.host_id().empty() ? "- (no agent has reported it yet)"
                                     : vm.host_id()},
+      {"on hosts", PresenceText(vm)},
       {"enforcement", EnforcementText(vm)},
   };
+  if (!vm.conflict().empty()) fields.push_back({"conflict", vm.conflict()});
   if (vm.has_enforcement() && !vm.enforcement().last_error().empty()) {
     fields.push_back({"last error", vm.enforcement().last_error()});
   }
@@ -280,6 +319,8 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
       {
           {"host", host.host_id()},
           {"connected", YesNo(host.connected())},
+          {"draining", YesNo(host.draining())},
+          {"placeable", PlaceableText(host)},
           {"agent version", OrDash(host.agent_version())},
           {"core scheduling", core_sched},
           {"smt active", YesNo(caps.smt_active())},
@@ -301,10 +342,10 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
 }
 
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
-  TextTable table({"HOST", "CONNECTED", "CORE SCHED", "SMT", "CORES", "CPUS",
-                   "VMS", "APPLIED REV", "LAST SEEN"});
+  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SMT", "CORES",
+                   "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
   for (const v1::Host& h : hosts) {
-    table.AddRow({h.host_id(), YesNo(h.connected()),
+    table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
                   h.capabilities().smt_active() ? "on" : "off",
                   absl::StrCat(h.topology().cores_size()),

@@ -41,6 +41,7 @@ TEST(OutputTest, VmBlock) {
             "thread scope:         emulator\n"
             "revision:             12\n"
             "host:                 kvm-01\n"
+            "on hosts:             -\n"
             "enforcement:          partial (3/4 threads tagged)\n"
             "last error:           tid 77:?EPERM\n"
             "created:              -\n"

@@ -66,6 +66,10 @@ class PlacementTest : public ::testing::Test {
       if (smt) core->add_cpus(c + cores);
     }
     request.mutable_capabilities()->set_smt_active(smt);
+    // What the agent of a core-scheduling kernel says (with SMT off it
+    // says ENODEV: no siblings to keep apart).
+    request.mutable_capabilities()->set_core_sched(
+        smt ? v1::CORE_SCHED_SUPPORT_SUPPORTED : v1::CORE_SCHED_SUPPORT_NO_SMT);
     grpc::ClientContext context;
     v1::RegisterResponse response;
     grpc::Status s = agent_->Register(&context, request, &response);
@@ -149,11 +153,12 @@ class PlacementTest : public ::testing::Test {
     return code;
   }
 
-  // host-a: 4 cores, 3 of them taken by a dedicated 6-vCPU VM.
-  // host-b: 2 cores, empty.
+  // host-a: 5 cores, 3 of them taken by a dedicated 6-vCPU VM, so one can
+  // still be given away (one always stays shared, as the agent keeps it).
+  // host-b: 3 cores, empty: two can be given away.
   void TwoHosts() {
-    Register("host-a", 4);
-    Register("host-b", 2);
+    Register("host-a", 5);
+    Register("host-b", 3);
     Tag("gold", "bank", v1::ISOLATION_LEVEL_DEDICATED);
     Report("host-a", {{"gold", 6}});
   }
@@ -168,10 +173,10 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
   TwoHosts();
   v1::PlaceResponse r;
   ASSERT_TRUE(Place(Request(4, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
-  // host-a has one free core left; host-b has the two a 4-vCPU VM needs.
+  // host-a has one core to give left; host-b has the two a 4-vCPU VM needs.
   EXPECT_EQ(r.host_id(), "host-b");
   EXPECT_THAT(r.cores(), ElementsAre(0, 1));
-  EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 2, 3));  // both siblings of each
+  EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 3, 4));  // both siblings of each
   EXPECT_EQ(r.isolation(), v1::ISOLATION_LEVEL_DEDICATED);
   ASSERT_EQ(r.candidates_size(), 1);
   EXPECT_EQ(r.candidates(0).host_id(), "host-b");
@@ -180,11 +185,11 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
   // Two vCPUs fit the core left on host-a too: both are ranked.
   ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
   EXPECT_EQ(r.candidates_size(), 2);
-  // Best fit: host-a's last free core (core 3: CPUs 3 and 7).
+  // Best fit: host-a's last core to give (core 3: CPUs 3 and 8).
   EXPECT_EQ(r.host_id(), "host-a");
-  EXPECT_THAT(r.cpus(), ElementsAre(3, 7));
+  EXPECT_THAT(r.cpus(), ElementsAre(3, 8));
 
-  // Six vCPUs: no host has three free cores.
+  // Six vCPUs: no host has three cores to give.
   grpc::Status s = Place(Request(6, v1::ISOLATION_LEVEL_DEDICATED), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("2 without 3 whole free cores"));
@@ -193,7 +198,7 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
 // A host with SMT off has one CPU per core: a dedicated VM needs a whole
 // core per vCPU there, and gets as many CPUs as it has vCPUs.
 TEST_F(PlacementTest, DedicatedOnAHostWithSmtOffGetsACpuPerVcpu) {
-  Register("nosmt", 2, /*smt=*/false);
+  Register("nosmt", 3, /*smt=*/false);
   v1::PlaceResponse r;
   ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
   EXPECT_EQ(r.host_id(), "nosmt");
@@ -203,9 +208,9 @@ TEST_F(PlacementTest, DedicatedOnAHostWithSmtOffGetsACpuPerVcpu) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("1 without enough whole free cores"));
   // SMT turned on at the next boot: the same host id, two CPUs per core.
-  Register("nosmt", 2, /*smt=*/true);
+  Register("nosmt", 3, /*smt=*/true);
   ASSERT_TRUE(Place(Request(3, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
-  EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 3, 4));
 }
 
 TEST_F(PlacementTest, UntagAndMovesFreeCores) {
@@ -429,7 +434,7 @@ TEST_F(PlacementTest, CsctlPlaceAndExplain) {
       << out;
   auto json = nlohmann::json::parse(out);
   EXPECT_EQ(json["host_id"], "host-b");
-  EXPECT_EQ(json["cpus"], nlohmann::json({0, 1, 2, 3}));
+  EXPECT_EQ(json["cpus"], nlohmann::json({0, 1, 3, 4}));
   EXPECT_EQ(json["isolation"], "dedicated");
   EXPECT_EQ(json["candidates"].size(), 1u);
 
@@ -482,6 +487,74 @@ TEST_F(PlacementTest, CsctlPlaceAndExplain) {
                   &out),
             cli::kExitUsage);
   EXPECT_THAT(out, HasSubstr("--forced-idle-budget must be between 0 and 100"));
+}
+
+TEST_F(PlacementTest, CsctlHostsDrainUndrainAndRemove) {
+  Register("host-a", 4);
+  Register("host-b", 4);
+  Tag("web-1", "acme", v1::ISOLATION_LEVEL_VM);
+  Report("host-a", {{"web-1", 2}});
+  Report("host-b", {});
+  std::string out;
+  ASSERT_EQ(Csctl({"hosts", "drain", "host-b"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("host-b is draining"));
+  ASSERT_EQ(Csctl({"hosts", "get", "host-b", "-o", "json"}, &out), 0) << out;
+  auto json = nlohmann::json::parse(out);
+  EXPECT_EQ(json["draining"], true);
+  EXPECT_EQ(json["unplaceable_reason"], "draining");
+  ASSERT_EQ(Csctl({"hosts", "ls"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("DRAINING"));
+  for (int i = 0; i < 3; ++i) {
+    v1::PlaceResponse placed;
+    ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_VM), &placed).ok());
+    EXPECT_EQ(placed.host_id(), "host-a");
+  }
+  ASSERT_EQ(Csctl({"hosts", "undrain", "host-b"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("no longer draining"));
+
+  // Removal is refused while the host reports VMs, and says which.
+  EXPECT_EQ(Csctl({"hosts", "rm", "host-a"}, &out), cli::kExitRpcError);
+  EXPECT_THAT(out, HasSubstr("web-1"));
+  ASSERT_EQ(Csctl({"hosts", "rm", "host-b", "-o", "json"}, &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["host_id"], "host-b");
+  EXPECT_EQ(Csctl({"hosts", "get", "host-b"}, &out), cli::kExitRpcError);
+  EXPECT_THAT(out, HasSubstr("not found"));
+  for (const char* verb : {"drain", "undrain", "rm"}) {
+    EXPECT_EQ(Csctl({"hosts", verb, "nope"}, &out), cli::kExitRpcError) << verb;
+    EXPECT_THAT(out, HasSubstr("not found"));
+  }
+  EXPECT_EQ(Csctl({"hosts", "drain", "bad id!"}, &out), cli::kExitUsage);
+  EXPECT_THAT(out, HasSubstr("host_id"));
+}
+
+// A host with SMT on and no usable core scheduling is never chosen for a VM
+// that needs isolation, whatever its room.
+TEST_F(PlacementTest, HostsThatCannotIsolateAreNeverChosen) {
+  v1::RegisterRequest request;
+  request.set_host_id("old-kernel");
+  for (int c = 0; c < 8; ++c) {
+    v1::Core* core = request.mutable_topology()->add_cores();
+    core->add_cpus(c);
+    core->add_cpus(c + 8);
+  }
+  request.mutable_capabilities()->set_smt_active(true);
+  request.mutable_capabilities()->set_core_sched(v1::CORE_SCHED_SUPPORT_NO_KERNEL_SUPPORT);
+  {
+    grpc::ClientContext context;
+    v1::RegisterResponse response;
+    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+  }
+  Register("small", 2);
+  for (v1::IsolationLevel level : {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}) {
+    v1::PlaceResponse placed;
+    grpc::Status s = Place(Request(2, level), &placed);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(placed.host_id(), "small");
+  }
+  v1::PlaceResponse placed;
+  grpc::Status s = Place(Request(4, v1::ISOLATION_LEVEL_DEDICATED), &placed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("1 unable to isolate"));
 }
 
 }  // namespace
