@@ -249,7 +249,7 @@ absl::Status Agent::Start() {
   };
   session_ = std::make_unique<ServerSession>(
       std::move(session_options), registration_, cache_.get(),
-      [this] { return loop_->Observations(); },
+      [this] { return ObservationsWithRunStates(); },
       [this](int64_t revision) { OnAssignmentsChanged(revision); },
       &stats_queue_);
   // Served once the session exists: scrapes read its state.
@@ -266,6 +266,23 @@ absl::Status Agent::Start() {
     }
   }
   return InStep("connect to csd", session_->Start());
+}
+
+absl::StatusOr<std::vector<v1::VMObservation>> Agent::ObservationsWithRunStates() const {
+  ASSIGN_OR_RETURN(std::vector<v1::VMObservation> observations, loop_->Observations());
+  // The run states come from the loop's last result, read a moment later:
+  // a pass in between gives a VM its newer state, and a VM that newer pass
+  // no longer found stays UNSPECIFIED (taken as running) until the next
+  // Report, which leaves it out.
+  std::optional<ReconcileResult> result = loop_->last_result();
+  if (!result) return observations;
+  std::map<std::string, v1::VMRunState> run_states;
+  for (const VmOutcome& vm : result->vms) run_states.emplace(vm.vm_id, vm.run_state);
+  for (v1::VMObservation& o : observations) {
+    auto it = run_states.find(o.vm_id());
+    if (it != run_states.end()) o.set_run_state(it->second);
+  }
+  return observations;
 }
 
 absl::Status Agent::ServeMetrics() {

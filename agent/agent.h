@@ -181,6 +181,8 @@ class Agent {
   // returned.
   void StartCollector();
   void OnAssignmentsChanged(int64_t revision);
+  // The loop's observations with each VM's run state, for the Report.
+  absl::StatusOr<std::vector<v1::VMObservation>> ObservationsWithRunStates() const;
   absl::Status ServeMetrics();
 
   AgentOptions options_;

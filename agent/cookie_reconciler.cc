@@ -102,6 +102,7 @@ ReconcileResult CookieReconciler::Reconcile(
     out.vm_id = vm.vm_id;
     out.uuid = vm.uuid;
     out.cgroup = vm.cgroup;
+    out.run_state = vm.run_state;
     std::optional<v1::Assignment> assignment = lookup(vm);
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();

@@ -56,6 +56,8 @@ struct VmOutcome {
   std::vector<int> tids;
   // The VM's own cgroup (DiscoveredVm::cgroup); empty: none.
   std::string cgroup;
+  // As discovery saw it (DiscoveredVm::run_state), for csd.
+  v1::VMRunState run_state = v1::VM_RUN_STATE_UNSPECIFIED;
   v1::VMEnforcement enforcement;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cosched/v1/types.pb.h"
 
 namespace cosched::agent {
 
@@ -45,6 +46,10 @@ struct DiscoveredVm {
   // "/machine.slice/machine-qemu\x2d1\x2dvm\x2da.scope"); empty when QEMU runs
   // in a cgroup shared with other processes. Forced idle is read from it.
   std::string cgroup;
+  // What the hypervisor says of it, reported to csd (VMObservation): a QEMU
+  // process found through /proc runs; libvirt's domains say more
+  // (discovery/libvirt_discovery.h, LibvirtRunState).
+  v1::VMRunState run_state = v1::VM_RUN_STATE_RUNNING;
 
   bool operator==(const DiscoveredVm&) const = default;
 };

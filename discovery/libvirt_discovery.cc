@@ -125,9 +125,40 @@ std::string DomainUuid(virDomainPtr dom) {
 struct Domain {
   std::string name;
   std::string uuid;
+  // virDomainGetState's; -1 when it failed.
+  int state = -1;
+  int reason = 0;
 };
 
+// Domains are remembered under their UUID, else their name.
+std::string DomainKey(const Domain& d) { return d.uuid.empty() ? d.name : d.uuid; }
+
 }  // namespace
+
+v1::VMRunState LibvirtRunState(int state, int reason, absl::string_view async_job,
+                               bool seen_running) {
+  switch (state) {
+    case VIR_DOMAIN_RUNNING:
+    case VIR_DOMAIN_BLOCKED:
+    case VIR_DOMAIN_SHUTDOWN:
+      return v1::VM_RUN_STATE_RUNNING;
+    case VIR_DOMAIN_PAUSED:
+      if (reason == VIR_DOMAIN_PAUSED_POSTCOPY) return v1::VM_RUN_STATE_MIGRATING_OUT;
+      if (reason != VIR_DOMAIN_PAUSED_MIGRATION) return v1::VM_RUN_STATE_PAUSED;
+      if (async_job == "migration in") return v1::VM_RUN_STATE_MIGRATING_IN;
+      if (async_job == "migration out") return v1::VM_RUN_STATE_MIGRATING_OUT;
+      return seen_running ? v1::VM_RUN_STATE_MIGRATING_OUT : v1::VM_RUN_STATE_MIGRATING_IN;
+    case VIR_DOMAIN_PMSUSPENDED:
+      return v1::VM_RUN_STATE_PAUSED;
+    case VIR_DOMAIN_SHUTOFF:
+      return reason == VIR_DOMAIN_SHUTOFF_MIGRATED ? v1::VM_RUN_STATE_MIGRATING_OUT
+                                                   : v1::VM_RUN_STATE_SHUT_OFF;
+    case VIR_DOMAIN_CRASHED:
+      return v1::VM_RUN_STATE_SHUT_OFF;
+    default:
+      return v1::VM_RUN_STATE_UNSPECIFIED;
+  }
+}
 
 const char* DomainEventKindName(DomainEvent::Kind kind) {
   switch (kind) {
@@ -191,6 +222,9 @@ struct LibvirtDiscovery::State {
   int lifecycle_callback = -1;   // guarded by mu
   int reconnect_timer = -1;      // guarded by mu
   bool ever_connected = false;   // guarded by mu
+  // Active domains (DomainKey) seen RUNNING by a Discover() since they
+  // became active, for LibvirtRunState; guarded by mu.
+  std::set<std::string> seen_running;
   // The open connection, for the close callback (which runs without mu).
   std::atomic<virConnectPtr> live{nullptr};
   std::atomic<bool> closed{false};
@@ -275,7 +309,13 @@ absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLo
   std::vector<Domain> domains;
   for (int i = 0; i < n; ++i) {
     const char* name = virDomainGetName(list[i]);
-    domains.push_back({name != nullptr ? name : "", DomainUuid(list[i])});
+    Domain d{name != nullptr ? name : "", DomainUuid(list[i])};
+    if (virDomainGetState(list[i], &d.state, &d.reason, 0) < 0) {
+      LOG_EVERY_N(WARNING, 100) << "libvirt: cannot read the state of domain " << d.name << ": "
+                                << LastLibvirtError() << "; reporting it as running";
+      d.state = -1;
+    }
+    domains.push_back(std::move(d));
     virDomainFree(list[i]);
   }
   free(list);
@@ -382,6 +422,26 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
     statuses.emplace_back(std::move(*status));
   }
 
+  // Run states, and the domains seen running, kept while they stay listed.
+  std::vector<v1::VMRunState> run_states;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    std::set<std::string> seen_running;
+    for (size_t i = 0; i < domains.size(); ++i) {
+      const Domain& d = domains[i];
+      const std::string key = DomainKey(d);
+      const bool seen = state.seen_running.count(key) > 0;
+      // A state that cannot be read: the domain is active and has a QEMU.
+      v1::VMRunState run_state =
+          d.state < 0 ? v1::VM_RUN_STATE_RUNNING
+                      : LibvirtRunState(d.state, d.reason,
+                                        statuses[i] ? statuses[i]->async_job : "", seen);
+      if (seen || run_state == v1::VM_RUN_STATE_RUNNING) seen_running.insert(key);
+      run_states.push_back(run_state);
+    }
+    state.seen_running = std::move(seen_running);
+  }
+
   absl::StatusOr<std::vector<DiscoveredVm>> scanned = procfs_.Discover(known_pids);
   if (!scanned.ok()) return scanned.status();
 
@@ -415,6 +475,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
     DiscoveredVm vm = *found;
     vm.vm_id = d.name;
     vm.uuid = d.uuid;
+    vm.run_state = run_states[i];
     if (status) {
       // libvirt knows its vCPU threads whatever their names.
       for (const LibvirtDomainStatus::Vcpu& vcpu : status->vcpus) {

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "agent/vm_discovery.h"
+#include "cosched/v1/types.pb.h"
 #include "discovery/procfs_discovery.h"
 
 namespace cosched::discovery {
@@ -40,6 +42,25 @@ struct DomainEvent {
 
 // "defined", "started", "stopped", ...
 const char* DomainEventKindName(DomainEvent::Kind kind);
+
+// The run state csd is told for a libvirt domain, from virDomainGetState's
+// `state` and `reason` (VIR_DOMAIN_* values), the async job of its status
+// XML (LibvirtDomainStatus::async_job, "" when none or unknown) and whether
+// this agent has seen the domain running since it became active here.
+//
+// PAUSED for MIGRATION is both ends of a migration: a destination starts
+// the incoming domain paused with that reason, and a source pauses with it
+// at the end of pre-copy (or for an offline migration). The async job tells
+// them apart ("migration in" / "migration out"). Without it (status XML
+// unreadable, or between libvirt's jobs), a domain seen running here is the
+// source, one never seen running the destination: an incoming domain never
+// runs on its destination before the migration ends. PAUSED for POSTCOPY is
+// the source (the destination runs, RUNNING with reason POSTCOPY), and
+// SHUTOFF for MIGRATED a source whose domain has left. BLOCKED and SHUTDOWN
+// (still shutting down) run; PMSUSPENDED and other pauses are PAUSED;
+// CRASHED and other SHUTOFF are SHUT_OFF; NOSTATE is UNSPECIFIED.
+v1::VMRunState LibvirtRunState(int state, int reason, absl::string_view async_job,
+                               bool seen_running);
 
 // Called on libvirt's event thread; must return quickly (e.g. wake the
 // reconciler) and must not destroy the LibvirtDiscovery.

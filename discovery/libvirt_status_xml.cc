@@ -86,6 +86,10 @@ absl::StatusOr<LibvirtDomainStatus> ParseLibvirtStatusXml(absl::string_view xml)
     return absl::InvalidArgumentError("libvirt status XML: <domstatus> has no valid pid");
   }
   status.pid = *pid;
+  if (const xmlNode* job = Child(root, "job")) {
+    status.async_job = Attribute(job, "async").value_or("");
+    if (status.async_job == "none") status.async_job.clear();
+  }
 
   if (const xmlNode* vcpus = Child(root, "vcpus")) {
     for (const xmlNode* n = vcpus->children; n != nullptr; n = n->next) {

@@ -14,6 +14,7 @@ namespace cosched::discovery {
 // What the status XML says about a running domain. libvirt 9.0 writes:
 //   <domstatus state='paused' reason='user' pid='26896'>
 //     <vcpus><vcpu id='0' pid='26900'/>...</vcpus>
+//     <job type='none' async='migration in' phase='prepare' .../>  (during one)
 //     ...
 //     <domain type='qemu' id='1'><name>..</name><uuid>..</uuid>
 //       <iothreads>2</iothreads> ...</domain>
@@ -30,6 +31,9 @@ struct LibvirtDomainStatus {
   std::string uuid;
   // "running", "paused", ... as libvirt writes it.
   std::string state;
+  // The domain's async job while one runs (<job async='migration in'/>):
+  // "migration in", "migration out", "save", ...; empty when none.
+  std::string async_job;
   // The QEMU process.
   int pid = 0;
   // Sorted by id. Only vCPUs that have a thread (online ones).

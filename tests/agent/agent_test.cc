@@ -271,6 +271,46 @@ TEST_F(AgentTest, UnusableStateDirOnDiskDoesNotStopStart) {
   EXPECT_TRUE(agent.assignments().empty());
 }
 
+TEST_F(AgentTest, ReportsEachVmsRunState) {
+  // What discovery says of each VM reaches csd: a destination's incoming
+  // copy, a paused one, and a QEMU found through /proc (running).
+  DiscoveredVm incoming, paused, procfs;
+  incoming.vm_id = "vm-in";
+  incoming.qemu_pid = 100;
+  incoming.run_state = v1::VM_RUN_STATE_MIGRATING_IN;
+  paused.vm_id = "vm-paused";
+  paused.qemu_pid = 200;
+  paused.run_state = v1::VM_RUN_STATE_PAUSED;
+  procfs.vm_id = "vm-proc";
+  procfs.qemu_pid = 300;
+  discovery_->SetVms({incoming, paused, procfs});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  Agent agent(Options(csd.address()));
+  ASSERT_TRUE(agent.Start().ok());
+  std::map<std::string, v1::VMRunState> reported;
+  ASSERT_TRUE(csd.service().WaitFor([&] {
+    const auto& reports = csd.service().reports_locked();
+    if (reports.empty() || reports.back().vms_size() < 3) return false;
+    for (const v1::VMObservation& o : reports.back().vms()) reported[o.vm_id()] = o.run_state();
+    return true;
+  }));
+  EXPECT_EQ(reported["vm-in"], v1::VM_RUN_STATE_MIGRATING_IN);
+  EXPECT_EQ(reported["vm-paused"], v1::VM_RUN_STATE_PAUSED);
+  EXPECT_EQ(reported["vm-proc"], v1::VM_RUN_STATE_RUNNING);
+
+  // The incoming copy starts running: the next Report says so.
+  incoming.run_state = v1::VM_RUN_STATE_RUNNING;
+  discovery_->SetVms({incoming, paused, procfs});
+  agent.TriggerReconcile();
+  EXPECT_TRUE(csd.service().WaitFor([&] {
+    for (const v1::VMObservation& o : csd.service().reports_locked().back().vms()) {
+      if (o.vm_id() == "vm-in") return o.run_state() == v1::VM_RUN_STATE_RUNNING;
+    }
+    return false;
+  }));
+}
+
 TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
   AgentOptions options = Options("127.0.0.1:1");
   options.host_id = "bad id!";

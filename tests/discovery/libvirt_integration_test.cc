@@ -513,6 +513,32 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
               << MsSince(started) << " ms after the start\n";
   }
 
+  // The run state csd is told: libvirt's, through a pause and a resume
+  // (the domain runs when it boots the lab kernel, else it starts paused).
+  {
+    auto run_state_now = [&]() -> v1::VMRunState {
+      auto listed = discovery.Discover();
+      if (!listed.ok()) return v1::VM_RUN_STATE_UNSPECIFIED;
+      const DiscoveredVm* it = FindByName(*listed, name);
+      return it == nullptr ? v1::VM_RUN_STATE_UNSPECIFIED : it->run_state;
+    };
+    const bool running = boot;
+    EXPECT_EQ(vm.run_state, running ? v1::VM_RUN_STATE_RUNNING : v1::VM_RUN_STATE_PAUSED)
+        << v1::VMRunState_Name(vm.run_state);
+    virDomainPtr toggled = virDomainLookupByName(conn, name.c_str());
+    ASSERT_NE(toggled, nullptr) << LastError();
+    for (bool pause : {running, !running}) {
+      ASSERT_EQ(pause ? virDomainSuspend(toggled) : virDomainResume(toggled), 0) << LastError();
+      const v1::VMRunState want = pause ? v1::VM_RUN_STATE_PAUSED : v1::VM_RUN_STATE_RUNNING;
+      const v1::VMRunState got = run_state_now();
+      EXPECT_EQ(got, want) << "after " << (pause ? "virDomainSuspend: " : "virDomainResume: ")
+                           << v1::VMRunState_Name(got);
+      std::cout << (pause ? "suspended" : "resumed") << ": run state "
+                << v1::VMRunState_Name(got) << "\n";
+    }
+    virDomainFree(toggled);
+  }
+
   // libvirtd restarts: procfs keeps the VM visible meanwhile, and the
   // discovery reconnects and gets events again.
   if (own_libvirtd.running()) {

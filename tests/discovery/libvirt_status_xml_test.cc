@@ -72,6 +72,25 @@ TEST(LibvirtStatusXml, RealLibvirt90Output) {
   EXPECT_EQ(status->vcpus,
             (std::vector<LibvirtDomainStatus::Vcpu>{{0, 26994}, {1, 26995}}));
   EXPECT_EQ(status->iothread_ids, (std::vector<int>{1, 2}));
+  EXPECT_EQ(status->async_job, "");
+}
+
+TEST(LibvirtStatusXml, AsyncJobOfAMigration) {
+  // libvirt keeps its async job in the status XML while it runs; an
+  // incoming migration's destination writes it like this.
+  auto status = ParseLibvirtStatusXml(R"(<domstatus state='paused' reason='migration' pid='7'>
+  <job type='none' async='migration in' phase='prepare' flags='0x0'>
+    <migParams/>
+  </job>
+  <domain type='qemu'><name>vm-1</name></domain>
+</domstatus>)");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->async_job, "migration in");
+  auto idle = ParseLibvirtStatusXml(
+      "<domstatus pid='7'><job type='destroy' async='none'/><domain><name>a</name></domain>"
+      "</domstatus>");
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(idle->async_job, "");
 }
 
 TEST(LibvirtStatusXml, IothreadIdsAndNoVcpuThreads) {
