@@ -311,14 +311,21 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
 }
 
 void ServerSession::ReportLoop() {
-  auto next = std::chrono::steady_clock::now() + options_.report_interval;
+  using Clock = std::chrono::steady_clock;
+  auto next = Clock::now() + options_.report_interval;
+  auto earliest = Clock::time_point::min();
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     wake_.wait_until(lock, next, [this] {
       return stopping_ || (report_requested_ && registered_);
     });
     if (stopping_) return;
-    next = std::chrono::steady_clock::now() + options_.report_interval;
+    // Requests that arrive meanwhile are folded into this one Report.
+    if (Clock::now() < earliest) {
+      wake_.wait_until(lock, earliest, [this] { return stopping_; });
+      if (stopping_) return;
+    }
+    next = Clock::now() + options_.report_interval;
     // Reports wait for the first Register: csd learns the host from it.
     if (!registered_) continue;
     report_requested_ = false;
@@ -330,6 +337,7 @@ void ServerSession::ReportLoop() {
     }
     lock.lock();
     if (status.ok()) ++report_count_;
+    earliest = Clock::now() + options_.min_report_gap;
   }
 }
 

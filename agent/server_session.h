@@ -36,6 +36,10 @@ struct ServerSessionOptions {
   // Time between reports (a report is also sent right after each Register
   // and after assignments change).
   std::chrono::milliseconds report_interval{std::chrono::seconds(10)};
+  // Least time from the end of one Report to the start of the next. At most
+  // one Report is in flight, and a burst of watch messages (a migration, a
+  // tenant's re-plan) asks for many: they give one Report after the gap.
+  std::chrono::milliseconds min_report_gap{std::chrono::seconds(1)};
   // Deadline of Register and Report.
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
   // Reconnect delays (see JitteredBackoff).

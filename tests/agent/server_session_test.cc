@@ -38,11 +38,14 @@ class ServerSessionTest : public ::testing::Test {
  protected:
   ServerSessionTest() : cache_(dir_.path() + "/assignments.pb") {}
 
-  std::unique_ptr<ServerSession> MakeSession(const std::string& address,
-                                             StatsWindowQueue* stats = nullptr) {
+  std::unique_ptr<ServerSession> MakeSession(
+      const std::string& address, StatsWindowQueue* stats = nullptr,
+      std::chrono::milliseconds report_interval = 100ms,
+      std::chrono::milliseconds min_report_gap = 10ms) {
     ServerSessionOptions options;
     options.server_address = address;
-    options.report_interval = 100ms;
+    options.report_interval = report_interval;
+    options.min_report_gap = min_report_gap;
     options.rpc_timeout = 2s;
     options.backoff_initial = 10ms;
     options.backoff_max = 200ms;
@@ -138,6 +141,34 @@ TEST_F(ServerSessionTest, RegistersWatchesAndReports) {
   const size_t count = service.reports().size();
   ASSERT_TRUE(service.WaitFor(
       [&] { return service.reports_locked().size() >= count + 2; }));
+  session->Stop();
+}
+
+// A burst of watch messages (a migration, a re-plan) asks for a Report after
+// each: they give one Report once the gap has passed, not one each.
+TEST_F(ServerSessionTest, ABurstOfWatchMessagesGivesOneReport) {
+  discovery_.SetVms({Vm("vm-1", "", 100)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  FakeAgentService& service = csd.service();
+  service.Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));
+  std::unique_ptr<ServerSession> session =
+      MakeSession(csd.address(), nullptr, /*report_interval=*/60s, /*min_report_gap=*/2s);
+  ASSERT_TRUE(session->Start().ok());
+  ASSERT_TRUE(service.WaitFor([&] { return !service.reports_locked().empty(); }));
+  for (int64_t revision = 2; revision <= 21; ++revision) {
+    service.Push(MakeDelta(revision, {MakeAssignment("vm-1", "g1", revision)}, {}));
+  }
+  ASSERT_TRUE(WaitForRevision(21));
+  ASSERT_TRUE(service.WaitFor([&] {
+    const auto& reports = service.reports_locked();
+    return !reports.empty() && reports.back().applied_revision() == 21;
+  }));
+  int between = 0;
+  for (const v1::ReportRequest& r : service.reports()) {
+    between += r.applied_revision() > 1 && r.applied_revision() < 21;
+  }
+  EXPECT_EQ(between, 0) << "the burst's messages were reported one by one";
   session->Stop();
 }
 
