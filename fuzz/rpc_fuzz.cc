@@ -140,7 +140,7 @@ void Explain(DesiredState& state, const v1::ExplainVMRequest& request) {
 const Actor kFuzzer{"fuzzer", "admin"};
 
 void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
-  switch (method % 16) {
+  switch (method % 19) {
     case 0: {
       v1::TagVMRequest r;
       if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.TagVm(r, kFuzzer, done); });
@@ -224,6 +224,22 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 15: {
       v1::ExplainVMRequest r;
       if (Parse(bytes, &r)) Explain(state, r);
+      break;
+    }
+    case 16:
+    case 17: {
+      v1::DrainHostRequest r;
+      if (Parse(bytes, &r)) {
+        Wait<v1::Host>([&](auto done) {
+          state.SetHostDraining(r, method % 19 == 16, kFuzzer, done);
+        });
+      }
+      break;
+    }
+    case 18: {
+      v1::RemoveHostRequest r;
+      if (Parse(bytes, &r))
+        Wait<v1::RemoveHostResponse>([&](auto done) { state.RemoveHost(r, kFuzzer, done); });
       break;
     }
   }
