@@ -148,6 +148,28 @@ TEST_F(BadInputTest, GetHost) {
                                        {grpc::StatusCode::NOT_FOUND, "host 'nowhere'"});
 }
 
+TEST_F(BadInputTest, HostLifecycle) {
+  auto drain = [&](auto* c, auto& r, auto* o) { return control_->DrainHost(c, r, o); };
+  auto undrain = [&](auto* c, auto& r, auto* o) { return control_->UndrainHost(c, r, o); };
+  auto remove = [&](auto* c, auto& r, auto* o) { return control_->RemoveHost(c, r, o); };
+  v1::DrainHostRequest d;
+  v1::RemoveHostRequest rm;
+  Expect<v1::DrainHostRequest, v1::Host>(drain, d, {kInvalid, "host_id is required"});
+  Expect<v1::DrainHostRequest, v1::Host>(undrain, d, {kInvalid, "host_id is required"});
+  Expect<v1::RemoveHostRequest, v1::RemoveHostResponse>(remove, rm,
+                                                        {kInvalid, "host_id is required"});
+  d.set_host_id("bad id!");
+  Expect<v1::DrainHostRequest, v1::Host>(drain, d, {kInvalid, "host_id 'bad id!'"});
+  d.set_host_id("nowhere");
+  rm.set_host_id("nowhere");
+  Expect<v1::DrainHostRequest, v1::Host>(drain, d,
+                                         {grpc::StatusCode::NOT_FOUND, "host 'nowhere'"});
+  Expect<v1::DrainHostRequest, v1::Host>(undrain, d,
+                                         {grpc::StatusCode::NOT_FOUND, "host 'nowhere'"});
+  Expect<v1::RemoveHostRequest, v1::RemoveHostResponse>(
+      remove, rm, {grpc::StatusCode::NOT_FOUND, "host 'nowhere'"});
+}
+
 TEST_F(BadInputTest, Register) {
   auto reg = [&](auto* c, auto& r, auto* o) { return agent_->Register(c, r, o); };
   v1::RegisterRequest r;
