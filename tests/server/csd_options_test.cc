@@ -41,6 +41,26 @@ TEST(CsdOptions, AnAuditRetentionOutOfRangeIsRefusedAtStartNamingTheKey) {
   }
 }
 
+TEST(CsdOptions, HostStaleAfterComesFromTheConfigAndIsChecked) {
+  v1::CsdConfig config;
+  ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",
+                                 &config)
+                  .ok());
+  EXPECT_EQ(CsdOptionsFromConfig(config).host_stale_after_s, 60);
+  EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).host_stale_after_s, 60);
+  config.set_host_stale_after_s(300);
+  EXPECT_EQ(CsdOptionsFromConfig(config).host_stale_after_s, 300);
+  for (int64_t seconds : {int64_t{-1}, int64_t{86401}}) {
+    SCOPED_TRACE(seconds);
+    CsdOptions options;
+    options.host_stale_after_s = seconds;
+    absl::Status valid = ValidateCsdOptions(options);
+    ASSERT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(valid.message().find("host_stale_after_s must be 1 to 86400"), std::string::npos)
+        << valid;
+  }
+}
+
 TEST(CsdOptions, ABadListenAddressOrChangelogRetentionIsRefusedAtStart) {
   cosched::testing::TempDir dir;
   CsdOptions options;
