@@ -154,8 +154,9 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
       forced_idle_seconds_(
           prometheus::BuildCounter()
               .Name("cosched_fleet_vm_forced_idle_seconds_total")
-              .Help("Forced idle of all VMs in reported windows (hosts with "
-                    "schedstats on).")
+              .Help("Idle the VMs forced on their SMT siblings while they ran, "
+                    "in reported windows (the kernel charges it to the task "
+                    "that ran; hosts with schedstats on).")
               .Register(*registry_)
               .Add({})),
       longest_foreign_(
