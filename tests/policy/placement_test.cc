@@ -31,14 +31,19 @@ TEST(Place, DedicatedNeedsWholeFreeCores) {
   ASSERT_TRUE(index.AddVm("big", Request("x", 24), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}).ok());
   PlacementRequest r = Request("gold", 10);
   r.isolation = v1::ISOLATION_LEVEL_DEDICATED;
-  // small has 4 free cores, big 4: neither has the 5 a 10-vCPU VM needs.
+  // small has 4 free cores, big 4, and one core of each stays shared (as
+  // the agent keeps it): neither can give the 5 a 10-vCPU VM needs, nor the
+  // 4 of an 8-vCPU one.
   auto d = index.Place(r);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(d.status().message(), HasSubstr("2 without 5 whole free cores"));
+  EXPECT_THAT(d.status().message(), HasSubstr("1 core of each host stays shared"));
   r.vcpus = 8;
+  EXPECT_EQ(index.Place(r).status().code(), absl::StatusCode::kResourceExhausted);
+  r.vcpus = 6;
   d = index.Place(r);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->cores.size(), 4u);
+  EXPECT_EQ(d->cores.size(), 3u);
 }
 
 TEST(Place, OnAHostWithSmtOffAPinnedVmTakesACorePerVcpu) {
