@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "discovery/procfs_discovery.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -57,6 +59,65 @@ void ParseProcConnectorDatagram(const char* data, size_t length,
   }
 }
 
+void ClassifyExec(const discovery::ProcFs& proc_fs, ProcessEvent& event) {
+  if (event.kind != ProcessEventKind::kExec) return;
+  absl::StatusOr<bool> qemu = discovery::RunsQemu(proc_fs, event.tgid);
+  if (qemu.ok()) {
+    event.may_be_qemu = *qemu;
+  } else if (absl::IsNotFound(qemu.status())) {
+    event.may_be_qemu = false;  // exited already: a cron job's `true`
+  } else {
+    LOG_EVERY_T(WARNING, 60) << "cannot tell what pid " << event.tgid
+                             << " runs; treating its exec as one that may start a VM: "
+                             << qemu.status();
+    event.may_be_qemu = true;
+  }
+}
+
+DelayedExecClassifier::DelayedExecClassifier(std::shared_ptr<const discovery::ProcFs> proc_fs,
+                                             std::chrono::milliseconds delay,
+                                             ProcessEventListener listener)
+    : proc_fs_(std::move(proc_fs)), delay_(delay), listener_(std::move(listener)) {}
+
+void DelayedExecClassifier::Add(const ProcessEvent& event, Clock::time_point now) {
+  if (event.kind == ProcessEventKind::kExec) {
+    held_.push_back({event, now + delay_});
+    last_held_[event.tgid] = &held_.back();
+    return;
+  }
+  // Only an exit after the exec counts: the old leader of a process whose
+  // other thread exec'd exits before the exec event, under the same pid.
+  if (event.kind == ProcessEventKind::kExit && event.tid == event.tgid) {
+    if (auto it = last_held_.find(event.tgid); it != last_held_.end()) it->second->exited = true;
+  }
+  listener_(event);
+}
+
+std::optional<DelayedExecClassifier::Clock::time_point> DelayedExecClassifier::Flush(
+    Clock::time_point now) {
+  while (!held_.empty() && held_.front().due <= now) {
+    Held held = held_.front();
+    if (auto it = last_held_.find(held.event.tgid);
+        it != last_held_.end() && it->second == &held_.front()) {
+      last_held_.erase(it);
+    }
+    held_.pop_front();
+    if (held.exited) {
+      ++dropped_;
+      continue;
+    }
+    ++classified_;
+    ClassifyExec(*proc_fs_, held.event);
+    listener_(held.event);
+  }
+  if (held_.empty()) return std::nullopt;
+  return held_.front().due;
+}
+
+ProcConnectorEvents::ProcConnectorEvents(std::shared_ptr<const discovery::ProcFs> proc_fs,
+                                         std::chrono::milliseconds exec_delay)
+    : proc_fs_(std::move(proc_fs)), exec_delay_(exec_delay) {}
+
 ProcConnectorEvents::~ProcConnectorEvents() { Stop(); }
 
 absl::Status ProcConnectorEvents::Start(ProcessEventListener listener) {
@@ -75,6 +136,15 @@ absl::Status ProcConnectorEvents::Start(ProcessEventListener listener) {
     return absl::UnavailableError(absl::StrCat(
         "netlink proc connector unavailable: bind: ", std::strerror(err),
         err == EPERM ? " (needs CAP_NET_ADMIN)" : ""));
+  }
+  // Room for a burst of a storm's events (each of a process's fork, exec
+  // and exit takes about 1 KiB of buffer) while this thread is off a CPU:
+  // every overrun costs a full rescan. FORCE goes past net.core.rmem_max
+  // with the CAP_NET_ADMIN the connector needs anyway; without it the
+  // default stays, which is only more rescans.
+  const int buffer_bytes = 4 << 20;
+  if (setsockopt(socket_, SOL_SOCKET, SO_RCVBUFFORCE, &buffer_bytes, sizeof(buffer_bytes)) != 0) {
+    (void)setsockopt(socket_, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
   }
   alignas(nlmsghdr) char request[NLMSG_SPACE(sizeof(cn_msg) + sizeof(int))] = {};
   auto* nl = reinterpret_cast<nlmsghdr*>(request);
@@ -110,27 +180,67 @@ void ProcConnectorEvents::Stop() {
 }
 
 void ProcConnectorEvents::Run(ProcessEventListener listener) {
-  std::vector<char> buffer(64 * 1024);
+  // One proc connector event is under 100 bytes: 2 KiB holds a datagram
+  // with room to spare, and a longer one is cut off, which the parser
+  // skips safely.
+  constexpr int kDatagrams = 64;
+  constexpr size_t kDatagramBytes = 2048;
+  std::vector<char> buffer(kDatagrams * kDatagramBytes);
+  std::vector<iovec> iov(kDatagrams);
+  std::vector<mmsghdr> messages(kDatagrams);
+  DelayedExecClassifier execs(proc_fs_, exec_delay_, listener);
+  std::optional<DelayedExecClassifier::Clock::time_point> next_exec;
+  auto now = DelayedExecClassifier::Clock::now();
+  const ProcessEventListener add = [&execs, &now](const ProcessEvent& event) {
+    execs.Add(event, now);
+  };
   pollfd fds[2] = {{socket_, POLLIN, 0}, {wake_, POLLIN, 0}};
+  auto until = [](DelayedExecClassifier::Clock::time_point when) {
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+        when - DelayedExecClassifier::Clock::now());
+    return static_cast<int>(std::max<int64_t>(0, wait.count()));
+  };
   while (true) {
-    if (poll(fds, 2, -1) < 0) {
+    if (poll(fds, 2, next_exec ? until(*next_exec) : -1) < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << "proc connector poll failed: " << std::strerror(errno);
       return;
     }
     if (fds[1].revents) return;
-    ssize_t n = recv(socket_, buffer.data(), buffer.size(), MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == ENOBUFS) {
-        LOG_EVERY_T(WARNING, 60) << "proc connector dropped events; rescanning";
-        listener(ProcessEvent{ProcessEventKind::kLost, 0, 0, 0});
-      } else if (errno != EAGAIN && errno != EINTR) {
-        LOG(ERROR) << "proc connector recv failed: " << std::strerror(errno);
-        return;
+    bool received = false;
+    // A bounded number of calls, so that Stop is still seen in a storm.
+    for (int call = 0; call < 64 && (fds[0].revents & POLLIN); ++call) {
+      for (int i = 0; i < kDatagrams; ++i) {
+        iov[i] = {buffer.data() + i * kDatagramBytes, kDatagramBytes};
+        messages[i] = {};
+        messages[i].msg_hdr.msg_iov = &iov[i];
+        messages[i].msg_hdr.msg_iovlen = 1;
       }
-      continue;
+      const int n = recvmmsg(socket_, messages.data(), kDatagrams, MSG_DONTWAIT, nullptr);
+      if (n < 0) {
+        if (errno == ENOBUFS) {
+          LOG_EVERY_T(WARNING, 60) << "proc connector dropped events; rescanning";
+          listener(ProcessEvent{ProcessEventKind::kLost, 0, 0, 0});
+          continue;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+          LOG(ERROR) << "proc connector recv failed: " << std::strerror(errno);
+          return;
+        }
+        break;
+      }
+      received = true;
+      now = DelayedExecClassifier::Clock::now();
+      for (int i = 0; i < n; ++i) {
+        ParseProcConnectorDatagram(static_cast<const char*>(iov[i].iov_base),
+                                   std::min<size_t>(messages[i].msg_len, kDatagramBytes), add);
+      }
+      if (n < kDatagrams) break;
     }
-    ParseProcConnectorDatagram(buffer.data(), static_cast<size_t>(n), listener);
+    next_exec = execs.Flush(DelayedExecClassifier::Clock::now());
+    // Events keep coming: let the next ones gather (Stop still ends the
+    // wait).
+    if (received && poll(&fds[1], 1, static_cast<int>(kBatchInterval.count())) > 0) return;
   }
 }
 

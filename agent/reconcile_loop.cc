@@ -1,5 +1,6 @@
 #include "agent/reconcile_loop.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -62,8 +63,16 @@ void ReconcileLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ReconcileLoop::TriggerLocked(PassTrigger trigger) {
-  if (!triggered_) trigger_ = trigger;
+void ReconcileLoop::TriggerLocked(PassTrigger trigger,
+                                  std::chrono::steady_clock::time_point not_before) {
+  if (!triggered_) {
+    trigger_ = trigger;
+    not_before_ = not_before;
+  } else {
+    // Later events of a burst do not push the pass back; a request that
+    // wants it now brings it forward.
+    not_before_ = std::min(not_before_, not_before);
+  }
   triggered_ = true;
 }
 
@@ -86,15 +95,21 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
                    vm_pids_.count(event.parent_tgid) > 0;
         break;
       case ProcessEventKind::kExec:
+        // A new QEMU, or a VM's process turning into another program.
+        relevant = event.may_be_qemu || vm_pids_.count(event.tgid) > 0;
+        break;
       case ProcessEventKind::kLost:
-        relevant = true;  // may be a new QEMU
+        relevant = true;  // any of the above may have been lost
         break;
       case ProcessEventKind::kExit:
         // A VM's process ending (its threads come and go all the time).
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
     }
-    if (relevant) TriggerLocked(PassTrigger::kProcessEvent);
+    if (relevant) {
+      TriggerLocked(PassTrigger::kProcessEvent,
+                    std::chrono::steady_clock::now() + options_.settle);
+    }
   }
   if (relevant) wake_.notify_all();
 }
@@ -106,12 +121,14 @@ void ReconcileLoop::Run() {
     wake_.wait_until(lock, last_pass + options_.rescan_interval,
                      [this] { return stopping_ || triggered_; });
     if (stopping_) break;
-    // Let a burst of events (a VM starting its threads) settle a moment.
-    auto earliest = last_pass + options_.min_gap;
-    if (std::chrono::steady_clock::now() < earliest) {
-      wake_.wait_until(lock, earliest, [this] { return stopping_; });
-      if (stopping_) break;
+    // Let a burst of events (a VM starting its threads) settle a moment,
+    // and keep passes min_gap apart; a Trigger() meanwhile ends the settling.
+    while (triggered_ && !stopping_) {
+      const auto earliest = std::max(last_pass + options_.min_gap, not_before_);
+      if (std::chrono::steady_clock::now() >= earliest) break;
+      wake_.wait_until(lock, earliest);
     }
+    if (stopping_) break;
     const PassTrigger trigger = triggered_ ? trigger_ : PassTrigger::kRescan;
     triggered_ = false;
     lock.unlock();

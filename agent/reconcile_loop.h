@@ -56,8 +56,15 @@ std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<Discovere
 struct ReconcileLoopOptions {
   // Full pass even when nothing said something changed.
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
-  // Passes never start closer together than this (bursts of events).
+  // Passes never start closer together than this.
   std::chrono::milliseconds min_gap{2};
+  // A pass that process events ask for starts this long after the first of
+  // them, so that a burst (QEMU starting its vCPU threads, lost events) is
+  // served by one pass. A new thread of a known VM is thus tagged at most
+  // settle + max(min_gap, P) + P after the loop hears of its fork, P being
+  // the time of a pass (a few ms for 50 VMs): settle more than before this
+  // existed.
+  std::chrono::milliseconds settle{2};
   // A pass running longer than this is stuck (a /proc read blocked on a
   // process in D state, a libvirtd that never answers): Observations()
   // then fails instead of passing off the last pass's results as current.
@@ -90,8 +97,10 @@ class ReconcileLoop {
   // Asks for a pass as soon as possible.
   void Trigger();
   // A process event from the kernel: a pass is triggered when it concerns a
-  // VM (a thread or child of a known QEMU process, or one exiting), may
-  // start one (an exec), or events were lost.
+  // VM (a thread or child of a known QEMU process, or one exiting, or
+  // exec'ing another program), may start one (an exec that may be of QEMU:
+  // event.may_be_qemu), or events were lost. Any other exec, the bulk of
+  // them on a busy host, costs a set lookup.
   void NoteProcessEvent(const ProcessEvent& event);
 
   // What to report: one observation per VM of the last pass. UNAVAILABLE
@@ -115,8 +124,10 @@ class ReconcileLoop {
  private:
   void Run();
   void Pass(PassTrigger trigger);
-  // Marks a pass as wanted for `trigger`; mu_ held.
-  void TriggerLocked(PassTrigger trigger);
+  // Marks a pass as wanted for `trigger`, to start no sooner than
+  // `not_before` unless something else wants it sooner; mu_ held.
+  void TriggerLocked(PassTrigger trigger,
+                     std::chrono::steady_clock::time_point not_before = {});
   // Runs the dedicated-core enforcer over the pass's VMs and folds its
   // per-VM outcome into `result`.
   std::vector<DedicatedVmOutcome> EnforceDedicatedCores(
@@ -134,6 +145,8 @@ class ReconcileLoop {
   bool stopping_ = false;
   bool triggered_ = true;  // the first pass runs at once
   PassTrigger trigger_ = PassTrigger::kStart;
+  // When the wanted pass may start at the earliest (process events settle).
+  std::chrono::steady_clock::time_point not_before_;
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;

@@ -236,6 +236,14 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
   return vms;
 }
 
+absl::StatusOr<bool> RunsQemu(const ProcFs& proc_fs, int pid) {
+  absl::StatusOr<std::string> cmdline = proc_fs.ReadFile(absl::StrCat(pid, "/cmdline"));
+  if (!cmdline.ok()) return cmdline.status();
+  // ParseQemuCommandLine's test, without splitting the rest of the line.
+  const absl::string_view text = *cmdline;
+  return IsQemuBinary(text.substr(0, text.find('\0')));
+}
+
 std::vector<DiscoveredThread> ThreadsInScope(const DiscoveredVm& vm, v1::ThreadScope scope) {
   std::vector<DiscoveredThread> threads;
   for (const DiscoveredThread& t : vm.threads) {

@@ -50,6 +50,11 @@ class ProcfsDiscovery : public agent::VmDiscovery {
   Options options_;
 };
 
+// Whether process `pid` runs QEMU by the rule above (its argv[0]), from
+// its command line alone: one read, cheap enough for every exec on a host.
+// NOT_FOUND when it has gone; the ProcFs's error when it cannot be read.
+absl::StatusOr<bool> RunsQemu(const ProcFs& proc_fs, int pid);
+
 // The threads of `vm` that carry its cookie at `scope`: vCPUs only for
 // THREAD_SCOPE_VCPUS; all but helpers for EMULATOR (and UNSPECIFIED, its
 // default); all for FULL.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/core_sched_fake.h"
+#include "discovery/proc_fs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -76,6 +77,77 @@ TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
   EXPECT_EQ(seen[1].tgid, 300);
   EXPECT_EQ(seen[2].kind, ProcessEventKind::kExit);
   EXPECT_EQ(seen[2].tid, 151);
+}
+
+TEST(ClassifyExec, OnlyAnExecOfQemuMayStartAVm) {
+  discovery::FakeProcFs fs;
+  using namespace std::string_literals;
+  fs.SetFile("300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
+  fs.SetFile("301/cmdline", "/usr/libexec/qemu-kvm\0-uuid\0abc\0"s);
+  // Discovery goes by argv[0], so a QEMU binary run under another name is
+  // not one, and another program run as "qemu-system-x86_64" is.
+  fs.SetFile("302/cmdline", "check_disk\0/usr/bin/qemu-system-x86_64\0"s);
+  fs.SetFile("303/cmdline", "qemu-system-aarch64\0"s);
+  fs.SetFile("304/cmdline", "/bin/true\0"s);
+  fs.SetReadError("306/cmdline", absl::PermissionDeniedError("hidepid"));
+  auto exec = [&](int pid) {
+    ProcessEvent event{ProcessEventKind::kExec, pid, pid, 0};
+    ClassifyExec(fs, event);
+    return event.may_be_qemu;
+  };
+  EXPECT_TRUE(exec(300));
+  EXPECT_TRUE(exec(301));
+  EXPECT_FALSE(exec(302));
+  EXPECT_TRUE(exec(303));
+  EXPECT_FALSE(exec(304));
+  EXPECT_FALSE(exec(305));  // gone before it was read: nothing to tag
+  EXPECT_TRUE(exec(306));   // cannot tell: a pass finds out
+  // Only execs are classified: a fork of pid 304 stays a possible VM event.
+  ProcessEvent fork{ProcessEventKind::kFork, 304, 304, 1};
+  ClassifyExec(fs, fork);
+  EXPECT_TRUE(fork.may_be_qemu);
+}
+
+TEST(DelayedExecClassifier, ClassifiesAnExecOnlyIfItsProcessOutlivesTheDelay) {
+  using namespace std::string_literals;
+  auto fs = std::make_shared<discovery::FakeProcFs>();
+  fs->SetFile("300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
+  fs->SetFile("302/cmdline", "/usr/bin/qemu-system-x86_64\0"s);
+  // Read, this would make the exec one that may be of QEMU: it must not be.
+  fs->SetReadError("301/cmdline", absl::PermissionDeniedError("unreadable"));
+  std::vector<ProcessEvent> out;
+  DelayedExecClassifier execs(fs, 5ms, [&](const ProcessEvent& e) { out.push_back(e); });
+  const auto t0 = DelayedExecClassifier::Clock::now();
+
+  execs.Add(ProcessEvent{ProcessEventKind::kFork, 301, 301, 1}, t0);
+  execs.Add(ProcessEvent{ProcessEventKind::kExec, 300, 300, 0}, t0);
+  execs.Add(ProcessEvent{ProcessEventKind::kExec, 301, 301, 0}, t0);
+  // A thread of 300 ending, and 301 itself, a short command, exiting.
+  execs.Add(ProcessEvent{ProcessEventKind::kExit, 300, 310, 0}, t0 + 1ms);
+  execs.Add(ProcessEvent{ProcessEventKind::kExit, 301, 301, 0}, t0 + 1ms);
+  // The old leader of 302 ending as another of its threads execs.
+  execs.Add(ProcessEvent{ProcessEventKind::kExit, 302, 302, 0}, t0 + 2ms);
+  execs.Add(ProcessEvent{ProcessEventKind::kExec, 302, 302, 0}, t0 + 2ms);
+  // Every other event is passed on at once, in order; execs are held.
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(out[1].tid, 310);
+  EXPECT_EQ(out[2].tgid, 301);
+  EXPECT_EQ(out[3].tgid, 302);
+  EXPECT_EQ(execs.Flush(t0 + 4ms), t0 + 5ms);
+  EXPECT_EQ(out.size(), 4u);
+
+  EXPECT_EQ(execs.Flush(t0 + 5ms), t0 + 7ms);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[4].kind, ProcessEventKind::kExec);
+  EXPECT_EQ(out[4].tgid, 300);
+  EXPECT_TRUE(out[4].may_be_qemu);
+  EXPECT_EQ(execs.Flush(t0 + 7ms), std::nullopt);
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out[5].tgid, 302);
+  EXPECT_TRUE(out[5].may_be_qemu);
+  EXPECT_EQ(execs.classified(), 2);
+  EXPECT_EQ(execs.dropped(), 1);
 }
 
 class ReconcileLoopTest : public ::testing::Test {
@@ -287,6 +359,98 @@ TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
   EXPECT_TRUE(loop->WaitForPasses(2, 5s));
   loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, 300, 300, 0});
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
+}
+
+TEST_F(ReconcileLoopTest, ExecsOfOtherProgramsTriggerNoPass) {
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  ProcessEvent cron_job{ProcessEventKind::kExec, 300, 300, 0};
+  cron_job.may_be_qemu = false;
+  for (int i = 0; i < 1000; ++i) loop->NoteProcessEvent(cron_job);
+  EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
+  // An exec that may be of QEMU: a pass.
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, 301, 301, 0});
+  ASSERT_TRUE(loop->WaitForPasses(2, 5s));
+  // A known VM's process running another program: a pass (the VM is gone).
+  ProcessEvent vm_exec{ProcessEventKind::kExec, 100, 100, 0};
+  vm_exec.may_be_qemu = false;
+  loop->NoteProcessEvent(vm_exec);
+  EXPECT_TRUE(loop->WaitForPasses(3, 5s));
+}
+
+TEST_F(ReconcileLoopTest, ABurstOfEventsIsOnePass) {
+  std::mutex mu;
+  std::vector<PassTrigger> triggers;
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  // Long enough that the burst below surely falls inside it.
+  options.settle = 1s;
+  options.on_pass = [&](const PassRecord& pass) {
+    std::lock_guard<std::mutex> lock(mu);
+    triggers.push_back(pass.trigger);
+  };
+  ReconcileLoop loop(options, &discovery_, reconciler_.get(),
+                     [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+                     nullptr);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  // QEMU starting 100 threads over some 200 ms, and execs of new QEMUs
+  // among them: without settling, the first events would get a pass of
+  // their own and the rest more.
+  for (int tid = 101; tid <= 200; ++tid) {
+    loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, tid, 100});
+    if (tid % 10 == 0) loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, tid, tid, 0});
+    std::this_thread::sleep_for(2ms);
+  }
+  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kLost, 0, 0, 0});
+  ASSERT_TRUE(loop.WaitForPasses(2, 5s));
+  EXPECT_FALSE(loop.WaitForPasses(3, 500ms));
+  // A request does not wait for events to settle (well within `settle`).
+  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 201, 100});
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(3, 500ms));
+  EXPECT_FALSE(loop.WaitForPasses(4, 500ms));
+  loop.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(triggers, ::testing::ElementsAre(PassTrigger::kStart, PassTrigger::kProcessEvent,
+                                               PassTrigger::kProcessEvent));
+}
+
+TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  const uint64_t cookie = kernel_.CookieOf(100);
+  ASSERT_NE(cookie, 0u);
+  std::atomic<bool> stop{false};
+  std::thread storm([&] {
+    // Each process of a cron job: its fork, its exec of another program,
+    // its exit.
+    for (int pid = 5000; !stop; pid = pid == 30000 ? 5000 : pid + 1) {
+      loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, pid, pid, 4000});
+      ProcessEvent exec{ProcessEventKind::kExec, pid, pid, 0};
+      exec.may_be_qemu = false;
+      loop->NoteProcessEvent(exec);
+      loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExit, pid, pid, 0});
+    }
+  });
+  EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
+  // The VM gets a vCPU: its thread starts at cookie 0 (no inheritance in
+  // the fake), so only a pass gives it the VM's cookie.
+  DiscoveredVm vm;
+  vm.vm_id = "vm-1";
+  vm.qemu_pid = 100;
+  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
+                {150, 100, "CPU 1/KVM", DiscoveredThread::Kind::kVcpu}};
+  kernel_.AddTask(150, 100);
+  discovery_.SetVms({vm});
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  ASSERT_TRUE(loop->WaitForPasses(2, 5s));
+  EXPECT_EQ(kernel_.CookieOf(150), cookie);
+  EXPECT_FALSE(loop->WaitForPasses(3, 200ms));
+  stop = true;
+  storm.join();
 }
 
 TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
