@@ -1,11 +1,20 @@
 // Fan-out load on one csd. Simulated agents, each its own host, Register,
-// Report a few VMs and watch their host's assignments; then a control-plane
+// Report their VMs and watch their host's assignments; then a control-plane
 // client tags VMs of random hosts at a steady open-loop rate. Prints csd's
 // memory per connected agent and its CPU, and the fan-out latency: TagVM
 // sent -> the agent of the VM's host has the delta.
 //
-//   csd_fanout_loadgen [--agents 10000] [--tag-rate 500] [--seconds 30]
-//                      [--connections 0] [--server HOST:PORT [--csd-pid PID]]
+// With --report-interval S the agents go on reporting as cs-agent does
+// (agent/server_session.cc): every S seconds, after every watch message,
+// never closer than --min-report-gap, each Report carrying every VM and the
+// stats windows closed since the last accepted one. The phases after setup
+// are then csd's steady state, and it also prints Reports/s and, from
+// csd's /metrics, store writes/s and revisions/s.
+//
+//   csd_fanout_loadgen [--agents 10000] [--vms-per-host 2] [--tag-rate 500]
+//                      [--seconds 30] [--report-interval 0] [--cores-per-host 1]
+//                      [--connections 0] [--server HOST:PORT [--csd-pid PID]
+//                      [--metrics HOST:PORT]]
 //
 // Without --server it runs the csd binary as a separate process on a
 // temporary data dir, so that /proc shows csd's own memory and CPU.
@@ -15,9 +24,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <queue>
 #include <random>
 #include <string>
 #include <thread>
@@ -130,6 +141,9 @@ class TagLedger {
     size_t lost = 0;          // acknowledged, and no delta arrived
     std::vector<int64_t> fanout_us;
     std::vector<int64_t> ack_us;
+    // The fan-out of the tags sent in each 10 s of the phase: whether slow
+    // ones come in bursts.
+    std::vector<std::vector<int64_t>> fanout_us_by_slice;
   };
 
   Totals Count() const {
@@ -154,6 +168,10 @@ class TagLedger {
       }
       ++t.arrived;
       t.fanout_us.push_back((arrived - tag.sent_ns) / 1000);
+      const size_t slice =
+          static_cast<size_t>((tag.sent_ns - tags_[0].sent_ns) / 10'000'000'000);
+      if (t.fanout_us_by_slice.size() <= slice) t.fanout_us_by_slice.resize(slice + 1);
+      t.fanout_us_by_slice[slice].push_back(t.fanout_us.back());
     }
     return t;
   }
@@ -191,21 +209,56 @@ std::string VmId(const std::string& run, size_t vm, int vms_per_host) {
 
 class Fleet;
 
+// When reporting is on (--report-interval > 0): as cs-agent's ServerSession
+// and collector (agent/server_session.cc, agent/sibling_share_collector.cc).
+struct ReportingOptions {
+  Clock::duration interval{};  // zero: one Report at setup, nothing after
+  Clock::duration min_gap = seconds(1);
+  int64_t window_ns = 0;  // collector window; cs-agent's is the report interval
+  bool stats = true;
+  int cores = 1;
+  bool on() const { return interval > Clock::duration::zero(); }
+};
+
 // One agent: Register, Report its VMs, then WatchAssignments until stopped.
-// Its calls are callbacks: no thread of its own.
+// With reporting on it Reports as cs-agent does: every interval, after
+// every watch message, one at a time and at least min_gap apart, each
+// Report carrying every VM and the stats windows closed since the last
+// accepted one. Its calls are callbacks and its timers are entries in the
+// fleet's one timer thread: no thread of its own, so 10 000 fit in one
+// process.
 class SimulatedAgent
     : public grpc::ClientReadReactor<v1::WatchAssignmentsResponse> {
  public:
   SimulatedAgent(Fleet* fleet, int host, v1::AgentService::Stub* stub);
   void Start();
   void Stop() { watch_context_.TryCancel(); }
+  // From the fleet's timer thread: sends a Report when one is due.
+  void OnTimer();
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
  private:
-  void Report();
+  struct ReportCall {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    v1::ReportResponse response;
+    int windows = 0;
+    bool after_watch = false;
+    int64_t sent_ns = 0;
+  };
+
+  void SetupReport();
   void Watch();
+  // What cs-agent does with a watch message, with its reconcile pass taken
+  // as instant: the VMs' enforcement and the applied revision change, and
+  // a Report is asked for.
+  void ApplyMessageLocked(const v1::WatchAssignmentsResponse& message);
+  // Closes the collector windows that ended by now.
+  void CloseWindowsLocked(int64_t now_unix_ns);
+  v1::StatsWindow MakeWindowLocked(int64_t start_unix_ns, int64_t end_unix_ns);
+  void ReportDone(ReportCall* call, const grpc::Status& status);
 
   Fleet* const fleet_;
   const int host_;
@@ -213,11 +266,84 @@ class SimulatedAgent
   grpc::ClientContext register_context_, report_context_, watch_context_;
   v1::RegisterRequest register_request_;
   v1::RegisterResponse register_response_;
-  v1::ReportRequest report_request_;
   v1::ReportResponse report_response_;
   v1::WatchAssignmentsRequest watch_request_;
   v1::WatchAssignmentsResponse message_;
   bool watching_ = false;
+
+  // Watch callbacks, Report callbacks and the timer thread meet here.
+  std::mutex mu_;
+  v1::ReportRequest report_;  // the VMs as enforced; no stats
+  std::deque<v1::StatsWindow> windows_;  // closed, not yet accepted
+  int64_t dropped_windows_ = 0;
+  int64_t window_start_unix_ns_ = 0;
+  int64_t window_end_unix_ns_ = 0;
+  std::mt19937_64 random_;
+  bool in_flight_ = false;
+  bool requested_ = false;
+  Clock::time_point next_periodic_ = Clock::time_point::max();
+  Clock::time_point earliest_ = Clock::time_point::min();
+};
+
+// One thread that wakes agents at their times. Entries may be stale (an
+// agent reported meanwhile): OnTimer checks again, so an entry is only ever
+// a hint, and there is no cancelling.
+class Timers {
+ public:
+  Timers() : thread_([this] { Loop(); }) {}
+  ~Timers() { Stop(); }
+
+  void At(Clock::time_point when, SimulatedAgent* agent) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      heap_.push({when, agent});
+    }
+    wake_.notify_one();
+  }
+
+  // Returns once no OnTimer runs and none will.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Entry {
+    Clock::time_point when;
+    SimulatedAgent* agent;
+    bool operator>(const Entry& o) const { return when > o.when; }
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      if (heap_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      Entry top = heap_.top();
+      if (Clock::now() < top.when) {
+        wake_.wait_until(lock, top.when);
+        continue;
+      }
+      heap_.pop();
+      // OnTimer takes the agent's lock, which is held while calling At.
+      lock.unlock();
+      top.agent->OnTimer();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 // The simulated agents. `connections` HTTP/2 connections carry them (agent
@@ -233,6 +359,17 @@ class Fleet {
     int vms_per_host = 2;
     int connections = 0;
     int concurrency = 256;
+    ReportingOptions reporting;
+  };
+
+  // What the agents did so far (after setup: setup's own calls are not in
+  // these).
+  struct Counters {
+    int64_t reports_ok = 0;
+    int64_t reports_failed = 0;
+    int64_t reports_after_watch = 0;  // of reports_ok: asked for by a message
+    int64_t windows = 0;              // in accepted Reports
+    int64_t messages = 0;             // watch messages after the first
   };
 
   Fleet(const Options& options, TagLedger* ledger)
@@ -268,17 +405,18 @@ class Fleet {
     }) && setup_failures_ == 0;
   }
 
-  // Starts no more agents, cancels every watch and waits until gRPC is done
-  // with every agent started.
+  // Starts no more agents nor Reports, cancels every watch and waits until
+  // gRPC is done with every agent started and every Report sent.
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
       stopping_ = true;
     }
+    timers_.Stop();
     for (auto& agent : agents_) agent->Stop();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_ == started_; });
+    cv_.wait(lock, [this] { return done_ == started_ && reports_in_flight_ == 0; });
   }
 
   int watching() const {
@@ -297,8 +435,24 @@ class Fleet {
     std::lock_guard<std::mutex> lock(mu_);
     return first_error_;
   }
+  Counters counters() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_;
+  }
+  // Report latencies from now on, until TakeReportLatencies.
+  void RecordReportLatencies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = true;
+    report_us_.clear();
+  }
+  std::vector<int64_t> TakeReportLatencies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = false;
+    return std::move(report_us_);
+  }
   const Options& options() const { return options_; }
   TagLedger* ledger() const { return ledger_; }
+  Timers& timers() { return timers_; }
 
   // From the agents. `finished`: the agent has no call left.
   void SetupDone(const grpc::Status& status, absl::string_view step,
@@ -324,6 +478,34 @@ class Fleet {
         NoteErrorLocked(status, "WatchAssignments");
       }
       ++done_;
+    }
+    cv_.notify_all();
+  }
+  void MessageArrived() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.messages;
+  }
+  // False when stopping: then the Report is not sent.
+  bool ReportStarting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    ++reports_in_flight_;
+    return true;
+  }
+  void ReportFinished(const grpc::Status& status, bool after_watch, int windows,
+                      int64_t latency_us) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --reports_in_flight_;
+      if (status.ok()) {
+        ++counters_.reports_ok;
+        if (after_watch) ++counters_.reports_after_watch;
+        counters_.windows += windows;
+        if (recording_) report_us_.push_back(latency_us);
+      } else if (!stopping_) {
+        ++counters_.reports_failed;
+        NoteErrorLocked(status, "Report");
+      }
     }
     cv_.notify_all();
   }
@@ -353,6 +535,8 @@ class Fleet {
   std::vector<std::unique_ptr<v1::AgentService::Stub>> stubs_;
   std::vector<std::unique_ptr<SimulatedAgent>> agents_;
   std::atomic<int> next_{0};
+  // Declared after agents_: destroyed (joined) before them.
+  Timers timers_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -362,26 +546,86 @@ class Fleet {
   int watching_ = 0;
   int setup_failures_ = 0;
   int broken_streams_ = 0;
+  int reports_in_flight_ = 0;
+  Counters counters_;
+  bool recording_ = false;
+  std::vector<int64_t> report_us_;
   std::string first_error_;
 };
 
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A VM's UUID, fixed by run, host and index (the form libvirt shows).
+std::string VmUuid(const std::string& run, int host, int vm) {
+  uint64_t run_number = 0;
+  (void)absl::SimpleAtoi(run, &run_number);
+  char uuid[40];
+  std::snprintf(uuid, sizeof(uuid), "%08x-%04x-4%03x-8%03x-%012llx",
+                static_cast<unsigned>(run_number), static_cast<unsigned>(vm & 0xffff),
+                static_cast<unsigned>((host >> 12) & 0xfff),
+                static_cast<unsigned>(host & 0xfff),
+                static_cast<unsigned long long>(host) * 1000 + vm);
+  return uuid;
+}
+
+// The index of a VM of this run's naming within its host; -1 when not one.
+int VmIndexOf(absl::string_view vm_id) {
+  size_t at = vm_id.rfind("-vm");
+  int index = -1;
+  if (at == absl::string_view::npos || !absl::SimpleAtoi(vm_id.substr(at + 3), &index)) {
+    return -1;
+  }
+  return index;
+}
+
 SimulatedAgent::SimulatedAgent(Fleet* fleet, int host,
                                v1::AgentService::Stub* stub)
-    : fleet_(fleet), host_(host), stub_(stub) {}
+    : fleet_(fleet), host_(host), stub_(stub), random_(static_cast<uint64_t>(host) + 1) {}
 
 void SimulatedAgent::Start() {
   const Fleet::Options& options = fleet_->options();
   const std::string host_id = HostId(options.run, host_);
   register_request_.set_host_id(host_id);
-  v1::Core* core = register_request_.mutable_topology()->add_cores();
-  core->add_cpus(0);
-  core->add_cpus(1);
+  // Cores numbered by their lowest CPU, siblings n and n + cores, as Linux
+  // numbers a two-thread-per-core x86 host.
+  for (int c = 0; c < options.reporting.cores; ++c) {
+    v1::Core* core = register_request_.mutable_topology()->add_cores();
+    core->set_core_id(c);
+    core->add_cpus(c);
+    core->add_cpus(c + options.reporting.cores);
+  }
+  register_request_.mutable_capabilities()->set_smt_active(true);
+  register_request_.mutable_capabilities()->set_core_sched(
+      v1::CORE_SCHED_SUPPORT_SUPPORTED);
   register_request_.set_agent_version("loadgen");
-  report_request_.set_host_id(host_id);
+  report_.set_host_id(host_id);
   for (int j = 0; j < options.vms_per_host; ++j) {
-    report_request_.add_vms()->set_vm_id(VmId(
-        options.run, static_cast<size_t>(host_) * options.vms_per_host + j,
-        options.vms_per_host));
+    v1::VMObservation* o = report_.add_vms();
+    o->set_vm_id(VmId(options.run,
+                      static_cast<size_t>(host_) * options.vms_per_host + j,
+                      options.vms_per_host));
+    o->set_uuid(VmUuid(options.run, host_, j));
+    o->set_run_state(v1::VM_RUN_STATE_RUNNING);
+    // Untagged: cs-agent keeps it on a cookie of its own (fail closed).
+    v1::VMEnforcement* e = o->mutable_enforcement();
+    const int vcpus = 2 << (j % 3);  // 2, 4, 8
+    e->set_vcpus(vcpus);
+    // vCPUs plus QEMU's main, I/O and worker threads.
+    e->set_threads_found(vcpus + 6);
+    e->set_threads_tagged(vcpus + 6);
+    e->set_state(v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  }
+  // The collector starts with the agent; its first window is cut short so
+  // that hosts' windows end at different times, as agents start at
+  // different times.
+  window_start_unix_ns_ = UnixNowNs();
+  if (options.reporting.window_ns > 0) {
+    window_end_unix_ns_ = window_start_unix_ns_ + 1 +
+                          static_cast<int64_t>(random_() % options.reporting.window_ns);
   }
   register_context_.set_deadline(DeadlineIn(seconds(60)));
   stub_->async()->Register(&register_context_, &register_request_,
@@ -389,21 +633,35 @@ void SimulatedAgent::Start() {
                              if (!status.ok()) {
                                fleet_->SetupDone(status, "Register", true);
                              } else {
-                               Report();
+                               SetupReport();
                              }
                            });
 }
 
-void SimulatedAgent::Report() {
+// The first Report, as before the watch: no windows closed yet. Nothing
+// else touches report_ until the watch starts.
+void SimulatedAgent::SetupReport() {
   report_context_.set_deadline(DeadlineIn(seconds(60)));
-  stub_->async()->Report(&report_context_, &report_request_, &report_response_,
-                         [this](grpc::Status status) {
-                           if (!status.ok()) {
-                             fleet_->SetupDone(status, "Report", true);
-                           } else {
-                             Watch();
-                           }
-                         });
+  stub_->async()->Report(
+      &report_context_, &report_, &report_response_, [this](grpc::Status status) {
+        if (!status.ok()) {
+          fleet_->SetupDone(status, "Report", true);
+          return;
+        }
+        const ReportingOptions& reporting = fleet_->options().reporting;
+        if (reporting.on()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto now = Clock::now();
+          earliest_ = now + reporting.min_gap;
+          // Spread over the interval: agents that all connected within a
+          // few seconds must not all report in the same second.
+          next_periodic_ = now + std::chrono::duration_cast<Clock::duration>(
+                                     reporting.interval *
+                                     (static_cast<double>(random_() % 1000000) / 1e6));
+          fleet_->timers().At(next_periodic_, this);
+        }
+        Watch();
+      });
 }
 
 void SimulatedAgent::Watch() {
@@ -421,11 +679,157 @@ void SimulatedAgent::OnReadDone(bool ok) {
       fleet_->ledger()->Arrived(c, now);
     }
   }
+  if (fleet_->options().reporting.on()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ApplyMessageLocked(message_);
+  }
   if (!watching_) {
     watching_ = true;
     fleet_->SetupDone(grpc::Status::OK, "WatchAssignments", false);
+  } else {
+    fleet_->MessageArrived();
   }
   StartRead(&message_);
+}
+
+void SimulatedAgent::ApplyMessageLocked(const v1::WatchAssignmentsResponse& message) {
+  auto enforce = [this](int index, const std::string& trust_group) {
+    if (index < 0 || index >= report_.vms_size()) return;
+    v1::VMEnforcement* e = report_.mutable_vms(index)->mutable_enforcement();
+    e->set_applied_trust_group(trust_group);
+    e->set_state(trust_group.empty() ? v1::ENFORCEMENT_STATE_FAIL_CLOSED
+                                     : v1::ENFORCEMENT_STATE_ENFORCED);
+  };
+  if (message.kind() == v1::WatchAssignmentsResponse::KIND_SNAPSHOT) {
+    for (int i = 0; i < report_.vms_size(); ++i) enforce(i, "");
+  }
+  for (const v1::Assignment& a : message.assignments()) {
+    enforce(VmIndexOf(a.vm_id()), a.trust_group());
+  }
+  for (const std::string& vm_id : message.removed_vm_ids()) enforce(VmIndexOf(vm_id), "");
+  report_.set_applied_revision(message.revision());
+  requested_ = true;
+  if (!in_flight_) fleet_->timers().At(std::max(Clock::now(), earliest_), this);
+}
+
+void SimulatedAgent::CloseWindowsLocked(int64_t now_unix_ns) {
+  const ReportingOptions& reporting = fleet_->options().reporting;
+  if (!reporting.stats || reporting.window_ns <= 0) return;
+  while (window_end_unix_ns_ <= now_unix_ns) {
+    windows_.push_back(MakeWindowLocked(window_start_unix_ns_, window_end_unix_ns_));
+    window_start_unix_ns_ = window_end_unix_ns_;
+    window_end_unix_ns_ += reporting.window_ns;
+  }
+  // As cs-agent's queue: at most 120, the oldest dropped and counted.
+  while (windows_.size() > 120) {
+    windows_.pop_front();
+    ++dropped_windows_;
+  }
+}
+
+// Figures of a busy, well isolated host: VMs run 10-60% of their vCPUs,
+// siblings mostly idle or the same group, foreign sharing only in switch
+// windows of microseconds, forced idle about 1% of run time; cores' four
+// states sum to the window.
+v1::StatsWindow SimulatedAgent::MakeWindowLocked(int64_t start_unix_ns,
+                                                 int64_t end_unix_ns) {
+  const double span = static_cast<double>(end_unix_ns - start_unix_ns);
+  auto uniform = [this] { return static_cast<double>(random_() % 1000000) / 1e6; };
+  v1::StatsWindow w;
+  w.set_start_unix_ns(start_unix_ns);
+  w.set_end_unix_ns(end_unix_ns);
+  for (const v1::VMObservation& o : report_.vms()) {
+    v1::VMStats* v = w.add_vms();
+    v->set_vm_id(o.vm_id());
+    v1::SiblingShare* s = v->mutable_share();
+    const double run = span * o.enforcement().vcpus() * (0.1 + 0.5 * uniform());
+    const auto same = static_cast<int64_t>(run * 0.1 * uniform());
+    const auto foreign = static_cast<int64_t>(run * 0.0002 * uniform());
+    const auto unknown = static_cast<int64_t>(run * 0.0001 * uniform());
+    s->set_run_ns(static_cast<int64_t>(run));
+    s->set_same_ns(same);
+    s->set_foreign_ns(foreign);
+    s->set_unknown_ns(unknown);
+    s->set_idle_ns(static_cast<int64_t>(run) - same - foreign - unknown);
+    s->set_foreign_intervals(1 + static_cast<int64_t>(random_() % 500));
+    s->set_longest_foreign_ns(2000 + static_cast<int64_t>(random_() % 40000));
+    s->set_forced_idle_known(true);
+    s->set_forced_idle_ns(static_cast<int64_t>(run * 0.02 * uniform()));
+  }
+  const int cores = register_request_.topology().cores_size();
+  for (int c = 0; c < cores; ++c) {
+    v1::CoreShare* share = w.add_cores();
+    share->set_core(c);
+    const auto both_busy = static_cast<int64_t>(span * 0.4 * uniform());
+    const auto one_idle = static_cast<int64_t>(span * 0.4 * uniform());
+    const auto unknown = static_cast<int64_t>(span * 0.001 * uniform());
+    share->set_both_busy_ns(both_busy);
+    share->set_one_idle_ns(one_idle);
+    share->set_unknown_ns(unknown);
+    share->set_both_idle_ns(static_cast<int64_t>(span) - both_busy - one_idle - unknown);
+  }
+  // About 2000 switches a second per CPU.
+  w.set_events(static_cast<int64_t>(span / 1e9 * 2 * cores * 2000));
+  return w;
+}
+
+void SimulatedAgent::OnTimer() {
+  const ReportingOptions& reporting = fleet_->options().reporting;
+  auto* call = new ReportCall();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    const bool due = now >= next_periodic_ || (requested_ && now >= earliest_);
+    if (in_flight_ || !due) {
+      delete call;
+      return;
+    }
+    // Never closer than min_gap, periodic or not.
+    if (now < earliest_) {
+      fleet_->timers().At(earliest_, this);
+      delete call;
+      return;
+    }
+    if (!fleet_->ReportStarting()) {
+      delete call;
+      return;
+    }
+    // As ServerSession::ReportLoop: requests that came meanwhile fold into
+    // this Report, and the interval starts again from it.
+    call->after_watch = requested_ && now < next_periodic_;
+    requested_ = false;
+    next_periodic_ = now + reporting.interval;
+    in_flight_ = true;
+    CloseWindowsLocked(UnixNowNs());
+    call->request = report_;
+    for (const v1::StatsWindow& w : windows_) *call->request.add_stats() = w;
+    call->request.set_dropped_windows(dropped_windows_);
+    call->windows = static_cast<int>(windows_.size());
+  }
+  call->context.set_deadline(DeadlineIn(seconds(30)));
+  call->sent_ns = NowNs();
+  stub_->async()->Report(&call->context, &call->request, &call->response,
+                         [this, call](grpc::Status status) { ReportDone(call, status); });
+}
+
+void SimulatedAgent::ReportDone(ReportCall* call, const grpc::Status& status) {
+  const int64_t latency_us = (NowNs() - call->sent_ns) / 1000;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = false;
+    earliest_ = Clock::now() + fleet_->options().reporting.min_gap;
+    // Accepted windows leave the queue; refused ones go again next time,
+    // as cs-agent's StatsWindowQueue.
+    if (status.ok()) {
+      windows_.erase(windows_.begin(),
+                     windows_.begin() + std::min<size_t>(call->windows, windows_.size()));
+      dropped_windows_ = 0;
+    }
+    fleet_->timers().At(next_periodic_, this);
+    if (requested_) fleet_->timers().At(earliest_, this);
+  }
+  fleet_->ReportFinished(status, call->after_watch, call->windows, latency_us);
+  delete call;
 }
 
 void SimulatedAgent::OnDone(const grpc::Status& status) {
@@ -504,17 +908,96 @@ double CpuPercent(const std::optional<ProcessUsage>& before,
   return 100.0 * (after->cpu_seconds - before->cpu_seconds) / wall;
 }
 
+// What a phase is measured between: csd's and the load generator's usage,
+// what the agents did, and csd's store counters from its /metrics.
+struct Mark {
+  Clock::time_point at;
+  std::optional<ProcessUsage> csd, self;
+  Fleet::Counters agents;
+  std::optional<double> writes, revision, write_seconds;
+};
+
+Mark TakeMark(pid_t csd_pid, const Fleet& fleet, const std::string& metrics) {
+  Mark mark;
+  if (!metrics.empty()) {
+    auto text = HttpGet(metrics, "/metrics");
+    if (text.ok()) {
+      mark.writes = SumOfMetric(*text, "cosched_store_writes_total");
+      mark.revision = SumOfMetric(*text, "cosched_store_revision");
+      mark.write_seconds = SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
+    } else {
+      std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
+                   std::string(text.status().message()).c_str());
+    }
+  }
+  // Read after the scrape: a phase then holds exactly one scrape's cost to
+  // csd (its ending mark's), a few ms in a phase of tens of seconds.
+  mark.at = Clock::now();
+  mark.csd = Usage(csd_pid);
+  mark.self = Usage(getpid());
+  mark.agents = fleet.counters();
+  return mark;
+}
+
+// One line per figure of the phase between two marks.
+void PrintPhase(const char* name, const Mark& a, const Mark& b) {
+  const double s = std::chrono::duration<double>(b.at - a.at).count();
+  if (s <= 0) return;
+  auto rate = [s](double before, double after) { return (after - before) / s; };
+  std::printf("%s, %.1f s:\n", name, s);
+  if (a.csd && b.csd) {
+    std::printf("  csd CPU %.1f%% of one core (load generator %.1f%%)\n",
+                CpuPercent(a.csd, b.csd, s), CpuPercent(a.self, b.self, s));
+  }
+  std::printf(
+      "  Reports accepted %.1f/s (%.1f/s after a watch message), failed %lld; "
+      "stats windows %.1f/s; watch messages %.1f/s\n",
+      rate(a.agents.reports_ok, b.agents.reports_ok),
+      rate(a.agents.reports_after_watch, b.agents.reports_after_watch),
+      static_cast<long long>(b.agents.reports_failed - a.agents.reports_failed),
+      rate(a.agents.windows, b.agents.windows), rate(a.agents.messages, b.agents.messages));
+  if (a.writes && b.writes && a.revision && b.revision) {
+    const double writes = *b.writes - *a.writes;
+    std::printf(
+        "  store writes %.2f/s (mean %.1f ms from submission to durable), revisions "
+        "%.2f/s (revision %.0f -> %.0f)\n",
+        rate(*a.writes, *b.writes),
+        writes > 0 ? 1000 * (*b.write_seconds - *a.write_seconds) / writes : 0.0,
+        rate(*a.revision, *b.revision), *a.revision, *b.revision);
+  }
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"csd fan-out load generator"};
   Fleet::Options fleet_options;
   fleet_options.agents = 10000;
-  std::string server, csd_binary = CSD_BINARY;
+  std::string server, metrics, csd_binary = CSD_BINARY;
   int csd_pid = 0;
   double rate = 500, duration = 30, idle_seconds = 5, timeout = 10;
+  double report_interval = 0, min_report_gap = 1, window_seconds = 0, warmup_seconds = -1;
+  bool no_stats = false;
   app.add_option("--agents", fleet_options.agents, "simulated agents (hosts)")
       ->check(CLI::Range(1, 60000));
   app.add_option("--vms-per-host", fleet_options.vms_per_host, "VMs each agent reports")
       ->check(CLI::Range(1, 100));
+  app.add_option("--cores-per-host", fleet_options.reporting.cores,
+                 "cores (of two CPUs) each agent registers, and reports shares of")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--report-interval", report_interval,
+                 "seconds between an agent's Reports, as cs-agent's report_interval; "
+                 "agents also Report after every watch message. 0: one Report at setup only")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--min-report-gap", min_report_gap,
+                 "least seconds between two Reports of an agent (cs-agent's min_report_gap)")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--window-seconds", window_seconds,
+                 "stats window length; 0: the report interval, as cs-agent")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_flag("--no-stats", no_stats, "Reports carry no stats windows");
+  app.add_option("--warmup-seconds", warmup_seconds,
+                 "after setup, before measuring, with reporting on; default: one "
+                 "interval and 3 s, so that every agent reports on its own schedule")
+      ->check(CLI::Range(-1.0, 3600.0));
   app.add_option("--connections", fleet_options.connections,
                  "HTTP/2 connections carrying the agents; 0: one per agent, as real agents")
       ->check(CLI::Range(0, 60000));
@@ -531,12 +1014,25 @@ int Run(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--server", server, "csd to load; default: run --csd on a temporary data dir");
   app.add_option("--csd-pid", csd_pid, "pid of the --server csd, to read its memory and CPU");
+  app.add_option("--metrics", metrics,
+                 "HOST:PORT of the --server csd's /metrics, for its store writes and revision");
   app.add_option("--csd", csd_binary, "csd binary to run");
   CLI11_PARSE(app, argc, argv);
+  // Runs take minutes: show each phase as it ends, also into a file.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (fleet_options.connections == 0 ||
       fleet_options.connections > fleet_options.agents) {
     fleet_options.connections = fleet_options.agents;
   }
+  ReportingOptions& reporting = fleet_options.reporting;
+  reporting.interval = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(report_interval));
+  reporting.min_gap = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(min_report_gap));
+  reporting.window_ns = static_cast<int64_t>(
+      (window_seconds > 0 ? window_seconds : report_interval) * 1e9);
+  reporting.stats = !no_stats && reporting.on();
+  if (warmup_seconds < 0) warmup_seconds = reporting.on() ? report_interval + 3 : 0;
   // One socket per connection in each process (csd inherits the limit).
   absl::Status raised = RaiseOpenFileLimit(fleet_options.connections + 1024);
   if (!raised.ok()) {
@@ -547,7 +1043,8 @@ int Run(int argc, char** argv) {
 
   std::unique_ptr<CsdProcess> csd;
   if (server.empty()) {
-    auto started = CsdProcess::Start(csd_binary);
+    // With its /metrics on: the store's writes and revision are read there.
+    auto started = CsdProcess::Start(csd_binary, /*serve_metrics=*/true);
     if (!started.ok()) {
       std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
                    std::string(started.status().message()).c_str());
@@ -556,16 +1053,30 @@ int Run(int argc, char** argv) {
     csd = std::move(*started);
     server = csd->address();
     csd_pid = csd->pid();
+    metrics = csd->metrics_address();
   }
   // Fresh hosts and VMs per run, so runs against one --server do not mix.
   fleet_options.run = absl::StrCat(std::random_device()() % 1000000);
   fleet_options.server = server;
   std::printf(
-      "csd at %s (%s, pid %d); %d agents over %d connections, %d VMs each; "
-      "TagVM at %.0f/s for %.0f s\n",
+      "csd at %s (%s, pid %d); %d agents over %d connections, %d VMs and %d "
+      "cores each; TagVM at %.0f/s for %.0f s\n",
       server.c_str(), csd ? "spawned, SQLite synchronous=FULL" : "external",
       csd_pid, fleet_options.agents, fleet_options.connections,
-      fleet_options.vms_per_host, rate, duration);
+      fleet_options.vms_per_host, reporting.cores, rate, duration);
+  if (reporting.on()) {
+    std::printf(
+        "agents Report every %.1f s, after every watch message, at least %.1f s "
+        "apart; %s\n",
+        report_interval, min_report_gap,
+        reporting.stats
+            ? absl::StrCat("a stats window of every VM and core each ",
+                           reporting.window_ns / 1e9, " s")
+                  .c_str()
+            : "no stats windows");
+  } else {
+    std::printf("agents Report once, at setup\n");
+  }
 
   auto control = v1::ControlPlane::NewStub(
       grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
@@ -595,36 +1106,44 @@ int Run(int argc, char** argv) {
   std::this_thread::sleep_for(seconds(2));
   auto after = Usage(csd_pid);
   auto self_after = Usage(getpid());
+  auto per_agent = [&](int64_t kib) {
+    return static_cast<double>(kib - before->rss_kib) / fleet_options.agents;
+  };
   if (before && after) {
     std::printf(
         "csd RSS: %lld KiB before agents, %lld KiB with %d watching: %.1f KiB "
         "per agent (peak %lld KiB, %d threads)\n",
         static_cast<long long>(before->rss_kib),
         static_cast<long long>(after->rss_kib), fleet_options.agents,
-        static_cast<double>(after->rss_kib - before->rss_kib) / fleet_options.agents,
-        static_cast<long long>(after->peak_rss_kib), after->threads);
+        per_agent(after->rss_kib), static_cast<long long>(after->peak_rss_kib),
+        after->threads);
   }
   if (self_before && self_after) {
     std::printf("load generator RSS: %.1f KiB per agent (the client side)\n",
                 static_cast<double>(self_after->rss_kib - self_before->rss_kib) /
                     fleet_options.agents);
   }
+  if (warmup_seconds > 0) {
+    std::printf("warm-up: %.0f s\n", warmup_seconds);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(warmup_seconds));
+  }
   if (idle_seconds > 0) {
-    auto idle_begin = Usage(csd_pid);
+    Mark idle_begin = TakeMark(csd_pid, fleet, metrics);
     std::this_thread::sleep_for(std::chrono::duration<double>(idle_seconds));
-    auto idle_end = Usage(csd_pid);
-    if (idle_begin && idle_end) {
-      std::printf("csd CPU idle with %d agents: %.1f%% of one core over %.0f s\n",
-                  fleet_options.agents, CpuPercent(idle_begin, idle_end, idle_seconds),
-                  idle_seconds);
-    }
+    Mark idle_end = TakeMark(csd_pid, fleet, metrics);
+    PrintPhase(reporting.on() ? "steady state, agents reporting, nothing tagged"
+                              : "idle, every agent watching, nothing tagged",
+               idle_begin, idle_end);
   }
 
-  auto tag_begin = Usage(csd_pid);
+  fleet.RecordReportLatencies();
+  Mark tag_begin = TakeMark(csd_pid, fleet, metrics);
   int64_t no_vm_free = 0;
   double tag_s = RunTagger(control.get(), &ledger, fleet_options.run,
                            fleet_options.vms_per_host, rate, duration, &no_vm_free);
-  auto tag_end = Usage(csd_pid);
+  Mark tag_end = TakeMark(csd_pid, fleet, metrics);
+  std::vector<int64_t> report_us = fleet.TakeReportLatencies();
   auto drain_deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(timeout));
@@ -636,21 +1155,33 @@ int Run(int argc, char** argv) {
               "%zu failed, %zu unanswered; %lld skipped (every VM had a tag in flight)\n",
               totals.sent, tag_s, totals.sent / tag_s, totals.acknowledged,
               totals.failed, totals.unanswered, static_cast<long long>(no_vm_free));
-  if (tag_begin && tag_end) {
-    std::printf("csd CPU while tagging: %.1f%% of one core (RSS %lld KiB, %d threads)\n",
-                CpuPercent(tag_begin, tag_end, tag_s),
-                static_cast<long long>(tag_end->rss_kib), tag_end->threads);
+  PrintPhase(reporting.on() ? "steady state, agents reporting, tagging"
+                            : "tagging, every agent watching",
+             tag_begin, tag_end);
+  if (tag_end.csd) {
+    std::printf("  csd RSS %lld KiB: %.1f KiB per agent over csd before agents (%d threads)\n",
+                static_cast<long long>(tag_end.csd->rss_kib),
+                before ? per_agent(tag_end.csd->rss_kib) : 0.0, tag_end.csd->threads);
   }
   PrintLatency("TagVM acknowledged", Summarize(totals.ack_us));
   PrintLatency("fan-out (tag->delta)", Summarize(totals.fanout_us));
+  std::printf("fan-out p99 / max by 10 s of tagging, ms:");
+  for (const auto& slice : totals.fanout_us_by_slice) {
+    LatencySummary s = Summarize(slice);
+    std::printf(" %.0f/%.0f", s.p99_ms, s.max_ms);
+  }
+  std::printf("\n");
+  if (reporting.on()) PrintLatency("Report answered", Summarize(std::move(report_us)));
   std::printf("deltas lost (none within %.0f s of the end): %zu; watch streams broken: %d\n",
               timeout, totals.lost, fleet.broken_streams());
-  if (fleet.broken_streams() > 0) {
-    std::printf("first error: %s\n", fleet.first_error().c_str());
+  const int64_t reports_failed = fleet.counters().reports_failed;
+  if (fleet.broken_streams() > 0 || reports_failed > 0) {
+    std::printf("Reports failed: %lld; first error: %s\n",
+                static_cast<long long>(reports_failed), fleet.first_error().c_str());
   }
   fleet.Stop();
   bool clean = totals.lost == 0 && totals.failed == 0 && totals.unanswered == 0 &&
-               fleet.broken_streams() == 0;
+               fleet.broken_streams() == 0 && reports_failed == 0;
   return clean ? 0 : 1;
 }
 

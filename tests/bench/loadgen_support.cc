@@ -1,6 +1,7 @@
 #include "tests/bench/loadgen_support.h"
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -129,8 +131,80 @@ absl::StatusOr<int> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+absl::StatusOr<std::string> HttpGet(const std::string& address,
+                                    const std::string& path) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not HOST:PORT"));
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not an IPv4 address"));
+  }
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", "a TCP socket");
+  // A scrape of a busy csd takes a while; a hung one must not hang the run.
+  timeval timeout{.tv_sec = 30, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoStatus(err, "cannot connect to", address);
+  }
+  // HTTP/1.0 and Connection: close, so the body ends with the connection.
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address,
+                   "\r\nConnection: close\r\n\r\n");
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    int err = errno;
+    close(fd);
+    return ErrnoStatus(err, "cannot send a request to", address);
+  }
+  std::string response;
+  char buffer[65536];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return ErrnoStatus(err, "cannot read the answer of", address);
+    }
+    if (n == 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos ||
+      response.find(" 200 ") > response.find("\r\n")) {
+    return absl::UnavailableError(absl::StrCat(
+        "GET ", path, " from ", address, ": ", response.substr(0, response.find("\r\n"))));
+  }
+  return response.substr(body + 4);
+}
+
+double SumOfMetric(const std::string& text, const std::string& name) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, name)) continue;
+    // "name 1", "name{labels} 1"; not "name_suffix ...".
+    if (line.empty() || (line.front() != ' ' && line.front() != '{')) continue;
+    const size_t space = line.rfind(' ');
+    double value = 0;
+    if (space != absl::string_view::npos &&
+        absl::SimpleAtod(line.substr(space + 1), &value)) {
+      sum += value;
+    }
+  }
+  return sum;
+}
+
 absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
-    const std::string& binary) {
+    const std::string& binary, bool serve_metrics) {
   std::string pattern = "/tmp/csd-load-XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) {
     return ErrnoStatus(errno, "cannot create", pattern);
@@ -140,6 +214,11 @@ absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
   csd->log_path_ = csd->dir_ + "/csd.log";
   ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
   csd->address_ = absl::StrCat("127.0.0.1:", port);
+  std::string metrics_listen = "off";
+  if (serve_metrics) {
+    ASSIGN_OR_RETURN(int metrics_port, FreeLoopbackPort());
+    csd->metrics_address_ = metrics_listen = absl::StrCat("127.0.0.1:", metrics_port);
+  }
   const std::string data_dir = csd->dir_ + "/data";
   int log = open(csd->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (log < 0) return ErrnoStatus(errno, "cannot create", csd->log_path_);
@@ -148,7 +227,7 @@ absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
     execl(binary.c_str(), "csd", "--listen", csd->address_.c_str(),
-          "--data-dir", data_dir.c_str(), "--metrics-listen", "off",
+          "--data-dir", data_dir.c_str(), "--metrics-listen", metrics_listen.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }

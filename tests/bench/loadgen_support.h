@@ -44,21 +44,34 @@ absl::Status RaiseOpenFileLimit(uint64_t wanted);
 // A loopback port that was free a moment ago.
 absl::StatusOr<int> FreeLoopbackPort();
 
+// The body of GET http://<address><path> (address "127.0.0.1:PORT"), read
+// to the end of the connection; for scraping a Prometheus /metrics page.
+absl::StatusOr<std::string> HttpGet(const std::string& address,
+                                    const std::string& path);
+
+// The sum of every sample of metric `name` (all label sets) in Prometheus
+// text; 0 when it has none.
+double SumOfMetric(const std::string& text, const std::string& name);
+
 // The csd binary serving plaintext on a free loopback port, on a fresh data
 // dir under /tmp, with its log in <dir>/csd.log. SIGTERM, then the dir is
 // removed, on destruction.
 class CsdProcess {
  public:
   // UNAVAILABLE (with the end of csd's log) when csd exits or does not
-  // answer health checks within 20 s.
+  // answer health checks within 20 s. With `serve_metrics`, csd also serves
+  // /metrics on another free loopback port (metrics_address()); without,
+  // its metrics server is off, so it costs nothing.
   static absl::StatusOr<std::unique_ptr<CsdProcess>> Start(
-      const std::string& binary);
+      const std::string& binary, bool serve_metrics = false);
   ~CsdProcess();
   CsdProcess(const CsdProcess&) = delete;
   CsdProcess& operator=(const CsdProcess&) = delete;
 
   pid_t pid() const { return pid_; }
   const std::string& address() const { return address_; }
+  // "127.0.0.1:PORT" of /metrics; empty unless started with serve_metrics.
+  const std::string& metrics_address() const { return metrics_address_; }
   const std::string& log_path() const { return log_path_; }
   // The last 2000 bytes of csd's log.
   std::string LogTail() const;
@@ -69,6 +82,7 @@ class CsdProcess {
   pid_t pid_ = -1;
   std::string dir_;
   std::string address_;
+  std::string metrics_address_;
   std::string log_path_;
 };
 
