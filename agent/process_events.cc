@@ -208,8 +208,10 @@ void ProcConnectorEvents::Run(ProcessEventListener listener) {
     }
     if (fds[1].revents) return;
     bool received = false;
-    // A bounded number of calls, so that Stop is still seen in a storm.
-    for (int call = 0; call < 64 && (fds[0].revents & POLLIN); ++call) {
+    // A bounded number of calls, so that Stop is still seen in a storm. An
+    // overrun shows as POLLERR alone, which the receive reports (ENOBUFS)
+    // and clears.
+    for (int call = 0; call < 64 && fds[0].revents != 0; ++call) {
       for (int i = 0; i < kDatagrams; ++i) {
         iov[i] = {buffer.data() + i * kDatagramBytes, kDatagramBytes};
         messages[i] = {};
