@@ -52,6 +52,14 @@ void ParseProcConnectorDatagram(const char* data, size_t length,
         out.tgid = ev.event_data.exit.process_tgid;
         out.tid = ev.event_data.exit.process_pid;
         break;
+      case proc_event::PROC_EVENT_COMM: {
+        out.kind = ProcessEventKind::kComm;
+        out.tgid = ev.event_data.comm.process_tgid;
+        out.tid = ev.event_data.comm.process_pid;
+        const char* name = ev.event_data.comm.comm;
+        out.comm.assign(name, strnlen(name, sizeof(ev.event_data.comm.comm)));
+        break;
+      }
       default:
         continue;
     }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,6 +23,11 @@ enum class ProcessEventKind {
   kFork,  // a process or thread was created
   kExec,
   kExit,
+  // A task took a new name (PR_SET_NAME, exec, or kthread_create naming
+  // a kernel thread): how a vhost kernel thread of a VM (Linux < 6.4,
+  // "vhost-<qemu pid>", a child of kthreadd) is first recognisable. Its
+  // fork comes from kthreadd under kthreadd's name, like every kworker's.
+  kComm,
   kLost,  // events were dropped (buffer overrun): rescan everything
 };
 
@@ -40,6 +46,8 @@ struct ProcessEvent {
   // busy hypervisor need no pass. True when it may be (or the source cannot
   // tell).
   bool may_be_qemu = true;
+  // For comm events: the new name (at most 15 characters, so no allocation).
+  std::string comm;
 };
 
 using ProcessEventListener = std::function<void(const ProcessEvent&)>;
@@ -52,7 +60,7 @@ class ProcessEventSource {
   virtual void Stop() = 0;
 };
 
-// Calls `listener` for each fork, exec and exit event in one datagram of
+// Calls `listener` for each fork, exec, exit and comm event in one datagram of
 // the netlink proc connector; other events are skipped. Pure: tested on
 // bytes built in the test.
 void ParseProcConnectorDatagram(const char* data, size_t length,

@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/validation.h"
@@ -105,6 +107,17 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
         // A VM's process ending (its threads come and go all the time).
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
+      case ProcessEventKind::kComm: {
+        // A vhost worker of a known VM named itself: on Linux < 6.4 a
+        // kernel thread outside the VM's thread group, born untagged,
+        // which no fork event of the VM announces. Every exec renames its
+        // task too, so this is a prefix test and a set lookup.
+        int owner = 0;
+        relevant = absl::StartsWith(event.comm, "vhost-") &&
+                   absl::SimpleAtoi(absl::string_view(event.comm).substr(6), &owner) &&
+                   vm_pids_.count(owner) > 0;
+        break;
+      }
     }
     if (relevant) {
       TriggerLocked(PassTrigger::kProcessEvent,

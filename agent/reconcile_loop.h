@@ -99,8 +99,9 @@ class ReconcileLoop {
   // A process event from the kernel: a pass is triggered when it concerns a
   // VM (a thread or child of a known QEMU process, or one exiting, or
   // exec'ing another program), may start one (an exec that may be of QEMU:
-  // event.may_be_qemu), or events were lost. Any other exec, the bulk of
-  // them on a busy host, costs a set lookup.
+  // event.may_be_qemu), a task named itself "vhost-<pid of a known VM>"
+  // (a vhost kernel thread, Linux < 6.4), or events were lost. Any other
+  // exec or rename, the bulk of them on a busy host, costs a set lookup.
   void NoteProcessEvent(const ProcessEvent& event);
 
   // What to report: one observation per VM of the last pass. UNAVAILABLE

@@ -61,6 +61,18 @@ TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
   d = Datagram(exit);
   ParseProcConnectorDatagram(d.data(), d.size(), listener);
 
+  proc_event comm{};
+  comm.what = proc_event::PROC_EVENT_COMM;
+  comm.event_data.comm.process_pid = 160;
+  comm.event_data.comm.process_tgid = 160;
+  std::memcpy(comm.event_data.comm.comm, "vhost-100", 10);
+  d = Datagram(comm);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  // A name of the full 16 bytes has no terminating NUL.
+  std::memcpy(comm.event_data.comm.comm, "0123456789abcdef", 16);
+  d = Datagram(comm);
+  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+
   proc_event uid{};
   uid.what = proc_event::PROC_EVENT_UID;
   d = Datagram(uid);
@@ -68,7 +80,12 @@ TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
   // A truncated datagram is ignored, not read past its end.
   ParseProcConnectorDatagram(d.data(), 10, listener);
 
-  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[3].kind, ProcessEventKind::kComm);
+  EXPECT_EQ(seen[3].tid, 160);
+  EXPECT_EQ(seen[3].tgid, 160);
+  EXPECT_EQ(seen[3].comm, "vhost-100");
+  EXPECT_EQ(seen[4].comm, "0123456789abcdef");
   EXPECT_EQ(seen[0].kind, ProcessEventKind::kFork);
   EXPECT_EQ(seen[0].tgid, 100);
   EXPECT_EQ(seen[0].tid, 150);
@@ -451,6 +468,37 @@ TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
   EXPECT_FALSE(loop->WaitForPasses(3, 200ms));
   stop = true;
   storm.join();
+}
+
+// Linux < 6.4: a NIC added to a tagged VM gets a vhost worker that is a
+// kernel thread, forked by kthreadd under kthreadd's name and then named
+// vhost-<qemu pid>. No fork event names the VM; the rename does.
+TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsRename) {
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  const uint64_t cookie = kernel_.CookieOf(100);
+  ASSERT_NE(cookie, 0u);
+  // kthreadd's children and renames that are no VM's worker: no pass.
+  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 160, 160, 2});
+  for (const char* other : {"kworker/0:1", "vhost-999", "vhost-", "vhost-100x", "bash"}) {
+    ProcessEvent rename{ProcessEventKind::kComm, 160, 160, 0};
+    rename.comm = other;
+    loop->NoteProcessEvent(rename);
+  }
+  EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
+  DiscoveredVm vm;
+  vm.vm_id = "vm-1";
+  vm.qemu_pid = 100;
+  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
+                {160, 160, "vhost-100", DiscoveredThread::Kind::kVhostWorker}};
+  kernel_.AddTask(160, 160);
+  discovery_.SetVms({vm});
+  ProcessEvent named{ProcessEventKind::kComm, 160, 160, 0};
+  named.comm = "vhost-100";
+  loop->NoteProcessEvent(named);
+  ASSERT_TRUE(loop->WaitForPasses(2, 5s));
+  EXPECT_EQ(kernel_.CookieOf(160), cookie);
 }
 
 TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
