@@ -8,6 +8,8 @@
 //       [--cpus LIST]           affinity of the whole process (e.g. 0-3)
 //       [--vcpu-cpus LIST]      vCPU n pinned to the n-th CPU of LIST (like vcpupin)
 //       [--vhost-process]       also a separate process "vhost-<pid>"
+//       [--vhost-net N]         N real vhost-net workers (/dev/vhost-net)
+//                               instead of the stand-in thread
 //       [-pidfile FILE]         written once every thread exists and is named
 //       [-m X -machine X -accel X -cpu X -display X -nodefaults -S ...] ignored
 //
@@ -22,15 +24,25 @@
 // starts with the cookie QEMU had at start (normally none), and it dies with
 // its parent.
 //
+// --vhost-net N opens /dev/vhost-net N times and issues VHOST_SET_OWNER on
+// each from the main thread, so the kernel makes N real vhost workers named
+// "vhost-<pid>": threads of this process that inherit the main thread's
+// cookie on Linux >= 6.4, kernel threads (children of kthreadd, cookie 0)
+// before. They replace the stand-in "vhost-<pid>" thread. SIGUSR2 adds one
+// more, from the main thread too (a NIC added later); it works without
+// --vhost-net as well. The pidfile is written after the first N exist.
+//
 // SIGUSR1 adds one vCPU thread "CPU k/KVM" (hotplug stand-in). The main thread
 // creates it, so it inherits the main thread's cookie: when the whole thread
 // group was tagged it starts tagged (gap 0); when only vCPU threads were
 // tagged (scope vcpus) it starts with the main thread's cookie, normally none.
 // SIGTERM, SIGINT, SIGHUP: clean exit (threads joined, child reaped, status 0).
 // Prints nothing except on error.
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +64,10 @@
 
 namespace {
 
+// VHOST_SET_OWNER from <linux/vhost.h>, written out: that header pulls in
+// <linux/virtio_ring.h>, whose inline functions are C that C++ rejects.
+constexpr unsigned long kVhostSetOwner = _IO(0xAF, 0x01);
+
 struct Options {
   std::string name;
   std::string uuid;
@@ -60,6 +76,7 @@ struct Options {
   std::vector<int> cpus;
   std::vector<int> vcpu_cpus;
   bool vhost_process = false;
+  int vhost_net = 0;
   std::string pidfile;
 };
 
@@ -132,6 +149,9 @@ Options Parse(int argc, char** argv) {
       o.vcpu_cpus = cpu_list(value());
     } else if (a == "--vhost-process") {
       o.vhost_process = true;
+    } else if (a == "--vhost-net") {
+      o.vhost_net = atoi(value().c_str());
+      if (o.vhost_net < 1 || o.vhost_net > 64) Die("--vhost-net takes 1..64");
     } else if (a == "-pidfile") {
       o.pidfile = value();
     } else if (kIgnoredWithValue.count(a)) {
@@ -186,7 +206,7 @@ class FakeQemu {
   int Run() {
     sigset_t set;
     sigemptyset(&set);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGCHLD}) sigaddset(&set, s);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) sigaddset(&set, s);
     // Blocked before any thread exists, so only sigwaitinfo below sees them.
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     if (!o_.cpus.empty() && !SetAffinity(0, o_.cpus)) Die(std::string("--cpus: ") + strerror(errno));
@@ -195,7 +215,11 @@ class FakeQemu {
     std::string vhost_name = "vhost-" + std::to_string(getpid());
     for (int i = 0; i < o_.vcpus; ++i) AddVcpu();
     Start("IO iothread0", {}, [] { WorkerLoop(20'000'000); });
-    Start(vhost_name, {}, [] { WorkerLoop(5'000'000); });
+    if (o_.vhost_net > 0) {
+      for (int i = 0; i < o_.vhost_net; ++i) AddVhostNet(/*fatal=*/true);
+    } else {
+      Start(vhost_name, {}, [] { WorkerLoop(5'000'000); });
+    }
     WaitNamed();
     if (!o_.pidfile.empty()) {
       std::ofstream f(o_.pidfile);
@@ -210,6 +234,8 @@ class FakeQemu {
       if (sig == SIGUSR1) {
         AddVcpu();
         WaitNamed();
+      } else if (sig == SIGUSR2) {
+        AddVhostNet(/*fatal=*/false);
       } else if (sig == SIGCHLD) {
         ReapChild(WNOHANG);
       } else {
@@ -223,6 +249,7 @@ class FakeQemu {
       ReapChild(0);
     }
     if (!o_.pidfile.empty()) unlink(o_.pidfile.c_str());
+    for (int fd : vhost_fds_) close(fd);  // each worker stops with its device
     return 0;
   }
 
@@ -252,6 +279,27 @@ class FakeQemu {
     for (int n = named_.load(); n < expected_named_; n = named_.load()) named_.wait(n);
   }
 
+  // One real vhost worker: the kernel creates it inside VHOST_SET_OWNER,
+  // named after the calling thread's tid (this main thread: the pid). At
+  // start a failure is fatal (the scenario asked for real workers); on
+  // SIGUSR2 it is printed and the process goes on, so a test sees no new
+  // worker rather than a dead VM.
+  void AddVhostNet(bool fatal) {
+    int fd = open("/dev/vhost-net", O_RDWR | O_CLOEXEC);
+    std::string error;
+    if (fd < 0) {
+      error = std::string("open /dev/vhost-net: ") + strerror(errno);
+    } else if (ioctl(fd, kVhostSetOwner) != 0) {
+      error = std::string("VHOST_SET_OWNER: ") + strerror(errno);
+      close(fd);
+    } else {
+      vhost_fds_.push_back(fd);
+      return;
+    }
+    if (fatal) Die(error);
+    fprintf(stderr, "qemu-system-x86_64 (fake): %s\n", error.c_str());
+  }
+
   void StartVhostProcess() {
     std::string argv0 = "vhost-" + std::to_string(getpid());
     child_ = fork();
@@ -279,6 +327,7 @@ class FakeQemu {
   int expected_named_ = 0;
   int next_vcpu_ = 0;
   pid_t child_ = 0;
+  std::vector<int> vhost_fds_;
 };
 
 }  // namespace

@@ -3,8 +3,8 @@
 # software emulation with 2 cores x 2 SMT siblings, and turns the guest's
 # verdict into an exit status (0: PASS).
 #
-#   run_lab.sh SCENARIO [--out DIR] [--timeout SECONDS] [BINARY...]
-#   run_lab.sh --root9p SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]
+#   run_lab.sh SCENARIO [--kernel VERSION] [--no-trust-cpu] [--out DIR] [--timeout SECONDS] [BINARY...]
+#   run_lab.sh --root9p SCENARIO [--kernel VERSION] [--build DIR] [--out DIR] [--timeout SECONDS]
 #
 # SCENARIO is tests/lab/scenarios/SCENARIO.sh (or a path to a script). Every BINARY (and every path
 # in $LAB_BINARIES, separated by spaces or colons) is copied to the guest's
@@ -13,8 +13,17 @@
 # failure): verdict, results.txt (the scenario's figures), console.log, and
 # whatever the scenario writes to $LAB_OUT.
 #
-# Environment: COSCHED_LAB_KERNEL (default: <repo>/../shared/kernel/bzImage,
-# rebuilt with ../shared/kernel/build.sh when missing), LAB_TIMEOUT (seconds
+# --kernel VERSION picks the lab kernel (lab_kernel below): 6.12 (default,
+# vhost workers are threads of their QEMU) or 6.1 (vhost workers are kernel
+# threads, children of kthreadd). 6.1 boots with the two changes
+# ../shared/kernel/README.md gives: `-cpu max,vendor=GenuineIntel` (else it
+# finds no SMT siblings) and `random.trust_cpu=on` (else its
+# PR_SCHED_CORE_GET reads 0 for tagged tasks until its pointer-hash key is
+# ready); --no-trust-cpu leaves the latter out, to show that window.
+#
+# Environment: COSCHED_LAB_KERNEL (the 6.12 kernel; default
+# <repo>/../shared/kernel/bzImage, rebuilt with ../shared/kernel/build.sh
+# when missing), COSCHED_LAB_KERNEL_6_1 (the same for 6.1), LAB_TIMEOUT (seconds
 # per boot, default 240), LAB_QEMU (default qemu-system-x86_64 from PATH),
 # LAB_BINARIES, LAB_KEEP=1 keeps the work folder.
 #
@@ -35,6 +44,8 @@ die() { echo "run_lab: $*" >&2; exit 2; }
 
 [ $# -ge 1 ] || die "usage: run_lab.sh SCENARIO [--out DIR] [--timeout SECONDS] [BINARY...]"
 root9p=0
+kernel_version=6.12
+trust_cpu=1
 if [ "$1" = --root9p ]; then root9p=1; shift; fi
 [ $# -ge 1 ] || die "usage: run_lab.sh --root9p SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]"
 scenario=$1; shift
@@ -45,6 +56,8 @@ binaries=()
 while [ $# -gt 0 ]; do
   case $1 in
     --root9p) root9p=1; shift ;;
+    --kernel) kernel_version=$2; shift 2 ;;
+    --no-trust-cpu) trust_cpu=0; shift ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
@@ -77,23 +90,40 @@ done
 [ -n "$busybox" ] || die "no static busybox (scripts/install-deps.sh installs busybox-static)"
 
 # --- the kernel -------------------------------------------------------------
-kernel=${COSCHED_LAB_KERNEL:-}
-if [ -z "$kernel" ]; then
-  kernel_dir="$repo/../shared/kernel"
-  kernel="$kernel_dir/bzImage"
-  if [ ! -f "$kernel" ]; then
-    [ -x "$kernel_dir/build.sh" ] || die "no lab kernel at $kernel and no $kernel_dir/build.sh to build it"
-    if [ ! -w "$kernel_dir" ]; then
-      kernel="${XDG_CACHE_HOME:-$HOME/.cache}/cosched-lab/bzImage"
-      mkdir -p "$(dirname "$kernel")"
-    fi
+# lab_kernel VERSION: the one place that knows the lab kernels. Sets
+# `kernel` (the bzImage, built with ../shared/kernel/build.sh when missing),
+# `kernel_cpu` (the -cpu model) and `kernel_append` (extra command line).
+lab_kernel() {
+  local version=$1 kernel_dir="$repo/../shared/kernel" file override
+  case $version in
+    6.12) file=bzImage; override=${COSCHED_LAB_KERNEL:-}
+          kernel_cpu=max; kernel_append="" ;;
+    # 6.1 takes an AMD CPU without topoext for one without SMT siblings;
+    # without trust_cpu its pointer-hash key waits for entropy the emulated
+    # guest lacks (../shared/kernel/README.md).
+    6.1)  file=bzImage-6.1; override=${COSCHED_LAB_KERNEL_6_1:-}
+          kernel_cpu=max,vendor=GenuineIntel
+          kernel_append=""; [ $trust_cpu = 0 ] || kernel_append="random.trust_cpu=on" ;;
+    *) die "unknown lab kernel '$version' (--kernel 6.12 or 6.1)" ;;
+  esac
+  kernel=$override
+  if [ -z "$kernel" ]; then
+    kernel="$kernel_dir/$file"
     if [ ! -f "$kernel" ]; then
-      echo "run_lab: no lab kernel; building $kernel with $kernel_dir/build.sh (about 6 minutes)"
-      "$kernel_dir/build.sh" "$kernel"
+      [ -x "$kernel_dir/build.sh" ] || die "no lab kernel at $kernel and no $kernel_dir/build.sh to build it"
+      if [ ! -w "$kernel_dir" ]; then
+        kernel="${XDG_CACHE_HOME:-$HOME/.cache}/cosched-lab/$file"
+        mkdir -p "$(dirname "$kernel")"
+      fi
+      if [ ! -f "$kernel" ]; then
+        echo "run_lab: no lab kernel $version; building $kernel with $kernel_dir/build.sh (about 6 minutes)"
+        LINUX_VERSION=$version "$kernel_dir/build.sh" "$kernel"
+      fi
     fi
   fi
-fi
-[ -f "$kernel" ] || die "lab kernel $kernel not found"
+  [ -f "$kernel" ] || die "lab kernel $kernel not found"
+}
+lab_kernel "$kernel_version"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cosched-lab.XXXXXX")
 cleanup() { [ "${LAB_KEEP:-0}" = 1 ] || rm -rf "$work"; }
@@ -200,10 +230,10 @@ if [ $root9p = 1 ]; then
   guest_args=(-m 2048
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
     -kernel "$kernel"
-    -append "console=ttyS0 panic=-1 quiet root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro init=/bin/sh -- $here/guest/init_root9p.sh")
+    -append "console=ttyS0 panic=-1 quiet${kernel_append:+ $kernel_append} root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro init=/bin/sh -- $here/guest/init_root9p.sh")
 else
   guest_args=(-m 1024 -kernel "$kernel" -initrd "$work/initramfs.cpio.gz"
-    -append "console=ttyS0 panic=-1 quiet")
+    -append "console=ttyS0 panic=-1 quiet${kernel_append:+ $kernel_append}")
 fi
 
 # run_once ATTEMPT_DIR: 0 PASS, 1 FAIL (verdict), 2 no verdict, 3 guest oops,
@@ -217,7 +247,7 @@ run_once() {
   fi
   start=$(date +%s.%N)
   timeout -k 10 "$timeout_s" $nice_cmd "$qemu" \
-    -accel tcg,thread=multi -cpu max -smp 4,sockets=1,cores=2,threads=2 \
+    -accel tcg,thread=multi -cpu "$kernel_cpu" -smp 4,sockets=1,cores=2,threads=2 \
     -nographic -no-reboot -nic none \
     -virtfs "local,path=$dir,mount_tag=host0,security_model=none" \
     "${guest_args[@]}" </dev/null >"$dir/console.log" 2>&1 || rc=$?
