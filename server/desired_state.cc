@@ -702,18 +702,24 @@ void DesiredState::AddReportStats(
 }
 
 std::string DesiredState::ReportContent(const v1::ReportRequest& request) {
-  v1::ReportRequest content;
-  content.set_host_id(request.host_id());
-  content.set_applied_revision(request.applied_revision());
-  *content.mutable_vms() = request.vms();
-  for (v1::VMObservation& o : *content.mutable_vms()) {
-    o.mutable_enforcement()->clear_report_time();
-  }
+  // This runs for every Report: one scratch message is reused for the VMs
+  // (its fields keep their capacity) instead of a copy of the whole list.
+  // Agents stamp report_time on every Report; csd stamps its own, so it is
+  // no part of what changed.
   std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  google::protobuf::io::CodedOutputStream out(&stream);
-  out.SetSerializationDeterministic(true);
-  content.SerializeToCodedStream(&out);
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
+    v1::VMObservation scratch;
+    for (const v1::VMObservation& o : request.vms()) {
+      scratch.CopyFrom(o);
+      scratch.mutable_enforcement()->clear_report_time();
+      out.WriteVarint64(scratch.ByteSizeLong());
+      scratch.SerializeWithCachedSizes(&out);
+    }
+  }
   return bytes;
 }
 

@@ -1,6 +1,7 @@
 // A VM on more than one host (live migration), idempotent Reports, and the
 // host lifecycle (drain, undrain, remove) with Place's rules of which hosts
 // it may choose.
+#include <atomic>
 #include <future>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "server/desired_state.h"
+#include "server/instrumented_store.h"
 #include "server/vm_presence.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
@@ -39,7 +41,9 @@ class MobilityTest : public ::testing::Test {
     options.data_dir = dir_.Sub("data");
     auto store = store::SqliteStore::Open(options);
     ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    // Counts the writes that reach the store: an unchanged Report must not.
+    store_ = std::make_unique<InstrumentedStore>(
+        std::move(*store), [this](absl::StatusCode, double) { ++writes_; });
     state_ = std::make_unique<DesiredState>(store_.get());
     state_->set_connected_check([this](absl::string_view host) {
       return connected_.count(std::string(host)) > 0;
@@ -83,6 +87,8 @@ class MobilityTest : public ::testing::Test {
       o->set_vm_id(s.vm_id);
       o->set_uuid(s.uuid);
       o->set_run_state(s.state);
+      // As cs-agent does: every Report carries its own time, 10 s apart.
+      o->mutable_enforcement()->mutable_report_time()->set_seconds(10 * ++reports_);
     }
     return Wait<v1::ReportResponse>([&](auto done) {
              state_->ApplyReport(request, std::move(done));
@@ -147,6 +153,8 @@ class MobilityTest : public ::testing::Test {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<DesiredState> state_;
   std::set<std::string> connected_;
+  std::atomic<int> writes_{0};
+  int64_t reports_ = 0;
 };
 
 // The case a new user hit: one QEMU seen by two agents (procfs, both say
@@ -160,11 +168,16 @@ TEST_F(MobilityTest, TwoHostsReportingOneVmDoNotFlap) {
   ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}).ok());
   ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}).ok());
   const int64_t settled = store_->CurrentRevision();
+  // Each host's applied revision moves once, to `settled`.
+  ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}, settled).ok());
+  ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}, settled).ok());
+  const int writes = writes_;
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}, settled).ok());
     ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}, settled).ok());
   }
   EXPECT_EQ(store_->CurrentRevision(), settled);
+  EXPECT_EQ(writes_, writes) << "unchanged Reports were written";
   EXPECT_EQ(Get("vm-1").host_id(), "hv-a");  // the first to report it
   EXPECT_EQ(Get("vm-1").presence_size(), 2);
   // Both sides enforce the VM's group, and neither is sent a removal.
@@ -250,7 +263,9 @@ TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
       google::protobuf::util::TimeUtil::TimestampToNanoseconds(
           state_->GetHost(get)->last_seen_time());
   absl::SleepFor(absl::Milliseconds(5));
+  const int writes = writes_;
   ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  EXPECT_EQ(writes_, writes) << "an unchanged Report was written";
   EXPECT_EQ(store_->CurrentRevision(), revision);
   auto update = state_->WatchUpdate("hv-a", revision);
   ASSERT_TRUE(update.ok());
@@ -261,6 +276,7 @@ TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
             first_seen);
   // A VM that goes is a change.
   ASSERT_TRUE(Report("hv-a", {}).ok());
+  EXPECT_EQ(writes_, writes + 1);
   EXPECT_EQ(Get("vm-1").host_id(), "");
   EXPECT_GT(store_->CurrentRevision(), revision);
 }
