@@ -24,9 +24,15 @@
 //    hears the real fork, exec and exit events of every one. The rate the
 //    agent saw is printed.
 //  - synthetic: a thread of this process hands the agent's listener, every
-//    millisecond, the fork, exec and exit events that rate would give (the
-//    exec's pid is a real, live, unrelated process, so whatever the agent
-//    reads about it is a real read). It stands in for the connector's
+//    ProcConnectorEvents::kBatchInterval (as often as the connector's thread
+//    takes events in a storm), the fork, exec and exit events that rate
+//    would give,
+//    through the connector's own DelayedExecClassifier, as the connector's
+//    thread does. With --lifetime short each process exits a batch after
+//    its exec, as `true`, `grep` or a health check does (the pid is
+//    one no process has); with long it outlives the classifier's delay and
+//    is a real, live, unrelated process, so each exec costs a real read of
+//    its /proc/<pid>/cmdline. The thread stands in for the connector's
 //    receive thread and is counted as agent CPU, without the recv calls:
 //    compare connector and synthetic at 1 000/s for what those cost.
 //
@@ -45,6 +51,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,6 +162,7 @@ double CpuSeconds() {
 struct Counts {
   std::atomic<long> execs{0};
   std::atomic<long> lost{0};
+  std::atomic<long> reads{0};  // synthetic: execs classified by a read
   std::mutex mu;
   long passes = 0;
   std::chrono::nanoseconds pass_time{0};
@@ -165,6 +173,7 @@ struct Figures {
   double passes_per_s = 0;
   double cpu_percent = 0;
   double ms_per_pass = 0;
+  double reads_per_s = -1;  // unknown for the connector
   long lost = 0;
 };
 
@@ -204,7 +213,7 @@ class Host {
 
 // One measured run: the agent's pipeline from start, `seconds` of storm at
 // `rate` after one second of settling, and the figures of that span.
-Figures Measure(Host& host, bool connector, int rate, double seconds) {
+Figures Measure(Host& host, bool connector, bool long_lived, int rate, double seconds) {
   ReconcilerOptions reconciler_options;
   reconciler_options.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
   CookieReconciler reconciler(&host.kernel(), reconciler_options);
@@ -226,8 +235,15 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
         return a;
       },
       nullptr);
-  ProcessEventListener listener = [&counts, &loop](const ProcessEvent& event) {
-    if (event.kind == ProcessEventKind::kExec) counts.execs.fetch_add(1, std::memory_order_relaxed);
+  // Connector: the spawner's children, by their fork events (the
+  // classifier drops most of their execs unread, so those cannot be
+  // counted here). Synthetic: every exec made.
+  std::atomic<int> spawner{0};
+  ProcessEventListener listener = [&counts, &loop, &spawner](const ProcessEvent& event) {
+    if (event.kind == ProcessEventKind::kFork && event.tgid != event.parent_tgid &&
+        event.parent_tgid == spawner.load(std::memory_order_relaxed)) {
+      counts.execs.fetch_add(1, std::memory_order_relaxed);
+    }
     if (event.kind == ProcessEventKind::kLost) counts.lost.fetch_add(1, std::memory_order_relaxed);
     loop.NoteProcessEvent(event);
   };
@@ -240,7 +256,6 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
   ProcConnectorEvents events;
   std::atomic<bool> stop{false};
   std::thread synthetic;
-  pid_t spawner = 0;
   if (connector) {
     if (absl::Status started = events.Start(listener); !started.ok()) {
       std::fprintf(stderr, "%s\n", std::string(started.message()).c_str());
@@ -248,19 +263,30 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
     }
     spawner = SpawnSelf("spawner:" + std::to_string(rate), {"exec-storm"});
   } else {
-    synthetic = std::thread([&stop, &listener, rate, pid = host.bystander()] {
+    synthetic = std::thread([&stop, &listener, &counts, long_lived, rate,
+                             bystander = host.bystander()] {
+      DelayedExecClassifier execs(std::make_shared<discovery::RealProcFs>(),
+                                  ProcConnectorEvents::kExecDelay, listener);
       const auto start = Clock::now();
       long sent = 0;
       int next_child = 1 << 22;  // pids no process has here
+      std::vector<int> exiting;  // short-lived processes of the last tick
       while (!stop.load()) {
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const auto now = Clock::now();
+        for (int pid : exiting) execs.Add(ProcessEvent{ProcessEventKind::kExit, pid, pid, 0}, now);
+        exiting.clear();
+        const double elapsed = std::chrono::duration<double>(now - start).count();
         for (const long due = static_cast<long>(elapsed * rate); sent < due; ++sent) {
           const int child = next_child++;
-          listener(ProcessEvent{ProcessEventKind::kFork, child, child, 1});
-          listener(ProcessEvent{ProcessEventKind::kExec, pid, pid, 0});
-          listener(ProcessEvent{ProcessEventKind::kExit, child, child, 0});
+          const int pid = long_lived ? bystander : child;
+          execs.Add(ProcessEvent{ProcessEventKind::kFork, child, child, 1}, now);
+          execs.Add(ProcessEvent{ProcessEventKind::kExec, pid, pid, 0}, now);
+          counts.execs.fetch_add(1, std::memory_order_relaxed);
+          if (!long_lived) exiting.push_back(child);
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        execs.Flush(now);
+        counts.reads.store(execs.classified(), std::memory_order_relaxed);
+        std::this_thread::sleep_for(ProcConnectorEvents::kBatchInterval);
       }
     });
   }
@@ -273,6 +299,7 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
   const auto [passes0, time0] = snapshot();
   const long execs0 = counts.execs.load();
   const long lost0 = counts.lost.load();
+  const long reads0 = counts.reads.load();
   const double cpu0 = CpuSeconds();
   const auto wall0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -281,10 +308,11 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
   const auto [passes1, time1] = snapshot();
   const long execs = counts.execs.load() - execs0;
   const long lost = counts.lost.load() - lost0;
+  const long reads = counts.reads.load() - reads0;
 
   if (connector) {
-    kill(spawner, SIGKILL);
-    waitpid(spawner, nullptr, 0);
+    kill(spawner.load(), SIGKILL);
+    waitpid(spawner.load(), nullptr, 0);
     events.Stop();
   } else {
     stop = true;
@@ -301,6 +329,7 @@ Figures Measure(Host& host, bool connector, int rate, double seconds) {
                             static_cast<double>(passes1 - passes0)
                       : 0;
   f.lost = lost;
+  if (!connector) f.reads_per_s = reads / wall;
   return f;
 }
 
@@ -329,6 +358,7 @@ int Main(int argc, char** argv) {
   double seconds = 10;
   std::string connector_rates = "1000";
   std::string synthetic_rates = "1000,5000";
+  std::string lifetimes = "short,long";
   app.add_option("--vms", vms, "VM stand-ins (real processes that look like QEMU)");
   app.add_option("--threads", threads, "vCPU threads per VM (besides its main thread)");
   app.add_option("--seconds", seconds, "length of each measured run");
@@ -337,23 +367,30 @@ int Main(int argc, char** argv) {
                  "empty: none)");
   app.add_option("--synthetic-rates", synthetic_rates,
                  "execs/s handed to the agent's listener directly (comma-separated; empty: none)");
+  app.add_option("--lifetime", lifetimes,
+                 "synthetic processes: short (exit 1 ms after exec), long (outlive the "
+                 "classifier's delay), or both: short,long");
   CLI11_PARSE(app, argc, argv);
   FLAGS_minloglevel = google::GLOG_WARNING;  // the pass lines would drown the table
 
   Host host(vms, threads);
   std::printf("%d VMs x %d threads; %.0f s per run; agent CPU in %% of one core\n", vms,
               threads + 1, seconds);
-  std::printf("%-10s %8s %10s %10s %10s %10s %6s\n", "source", "target", "execs/s", "passes/s",
-              "agent_cpu%", "ms/pass", "lost");
-  auto run = [&](bool connector, int rate) {
-    Figures f = Measure(host, connector, rate, seconds);
-    std::printf("%-10s %8d %10.0f %10.1f %10.2f %10.2f %6ld\n",
-                connector ? "connector" : "synthetic", rate, f.execs_per_s, f.passes_per_s,
-                f.cpu_percent, f.ms_per_pass, f.lost);
+  std::printf("%-11s %8s %10s %10s %10s %10s %10s %6s\n", "source", "target", "execs/s",
+              "reads/s", "passes/s", "agent_cpu%", "ms/pass", "lost");
+  auto run = [&](bool connector, bool long_lived, int rate) {
+    Figures f = Measure(host, connector, long_lived, rate, seconds);
+    const std::string reads = f.reads_per_s < 0 ? "-" : std::to_string(std::lround(f.reads_per_s));
+    std::printf("%-11s %8d %10.0f %10s %10.1f %10.2f %10.2f %6ld\n",
+                connector ? "connector" : long_lived ? "synth-long" : "synth-short", rate,
+                f.execs_per_s, reads.c_str(), f.passes_per_s, f.cpu_percent, f.ms_per_pass, f.lost);
     std::fflush(stdout);
   };
-  for (int rate : ParseRates(connector_rates)) run(true, rate);
-  for (int rate : ParseRates(synthetic_rates)) run(false, rate);
+  for (int rate : ParseRates(connector_rates)) run(true, false, rate);
+  for (const std::string& lifetime : {std::string("short"), std::string("long")}) {
+    if (lifetimes.find(lifetime) == std::string::npos) continue;
+    for (int rate : ParseRates(synthetic_rates)) run(false, lifetime == "long", rate);
+  }
   return 0;
 }
 
