@@ -22,8 +22,8 @@ constexpr std::array<const char*, 4> kCoreStates = {"both_busy", "one_idle",
                                                     "both_idle", "unknown"};
 constexpr std::array<const char*, 3> kStateUnusableReasons = {
     "corrupt", "unreadable", "state_dir"};
-constexpr std::array<const char*, 4> kThreadStatus = {"found", "tagged",
-                                                      "wrong", "untaggable"};
+constexpr std::array<const char*, 5> kThreadStatus = {
+    "found", "tagged", "wrong", "untaggable", "unverified"};
 
 // A pass takes from a few hundred microseconds (nothing to write) to
 // seconds (thousands of threads to move).
@@ -50,8 +50,20 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
       threads_(prometheus::BuildGauge()
                    .Name("cosched_agent_threads")
                    .Help("Threads of VMs in scope by status (found, tagged, "
-                         "wrong, untaggable), as of the last reconcile pass.")
+                         "wrong, untaggable, unverified: given their cookie "
+                         "while the kernel reads cookies back as 0), as of "
+                         "the last reconcile pass.")
                    .Register(*registry_)),
+      readback_blind_(
+          prometheus::BuildGauge()
+              .Name("cosched_agent_cookie_readback_blind")
+              .Help("1 while the kernel reads every cookie back as 0 (a cookie "
+                    "just created reads 0: Linux 6.1's PR_SCHED_CORE_GET "
+                    "before its pointer-hash key is ready, early after boot "
+                    "on a host short of entropy). Cookies are then set once "
+                    "per thread and cannot be verified; VMs show pending.")
+              .Register(*registry_)
+              .Add({})),
       prctl_writes_(prometheus::BuildCounter()
                         .Name("cosched_agent_prctl_writes_total")
                         .Help("prctl(PR_SCHED_CORE) calls that change a cookie "
@@ -191,7 +203,7 @@ void AgentMetrics::RecordReconcilePass(const PassRecord& pass) {
   }
   const ReconcileResult& result = *pass.result;
   std::map<v1::EnforcementState, int> by_state;
-  std::array<int64_t, 4> threads{};
+  std::array<int64_t, kThreadStatus.size()> threads{};
   std::set<std::string> present;
   for (const VmOutcome& vm : result.vms) {
     const v1::VMEnforcement& e = vm.enforcement;
@@ -202,6 +214,8 @@ void AgentMetrics::RecordReconcilePass(const PassRecord& pass) {
     threads[3] += e.threads_untaggable();
     present.insert(vm.vm_id);
   }
+  threads[4] = result.stats.threads_unverified;
+  readback_blind_.Set(result.stats.readback_blind ? 1 : 0);
   for (v1::EnforcementState state : kStates) {
     vms_.Add({{"state", EnforcementStateName(state)}}).Set(by_state[state]);
   }

@@ -57,6 +57,15 @@ void NoteError(v1::VMEnforcement& e, const absl::Status& status) {
   e.set_last_error(std::string(status.message()));
 }
 
+std::string BlindReadbackMessage(int unverified) {
+  return absl::StrCat(
+      "cookies cannot be verified: the kernel reads every cookie back as 0 "
+      "(PR_SCHED_CORE_GET before its pointer-hash key is ready: Linux 6.1 "
+      "early after boot, short of entropy); ",
+      unverified, " threads were given the group's cookie once and are not "
+      "rewritten; rechecked every pass");
+}
+
 }  // namespace
 
 std::string FailClosedGroup(const DiscoveredVm& vm) {
@@ -79,6 +88,11 @@ bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope) {
 
 CookieReconciler::CookieReconciler(CoreSched* kernel, ReconcilerOptions options)
     : kernel_(kernel), options_(std::move(options)) {}
+
+bool CookieReconciler::WrittenAs(int tid, const std::string& group) const {
+  auto it = written_.find(tid);
+  return it != written_.end() && it->second == group;
+}
 
 std::string CookieReconciler::HostUnsupportedMessage() const {
   if (!options_.smt_active) {
@@ -161,6 +175,7 @@ ReconcileResult CookieReconciler::Reconcile(
     Verify(plans, result.stats);
   }
   result.stats.vms = static_cast<int>(plans.size());
+  result.stats.readback_blind = readback_blind_;
   for (VmPlan& plan : plans) result.vms.push_back(std::move(plan.outcome));
   result.stats.duration = std::chrono::steady_clock::now() - started;
   return result;
@@ -168,6 +183,7 @@ ReconcileResult CookieReconciler::Reconcile(
 
 void CookieReconciler::ReadCookies(std::vector<VmPlan>& plans,
                                    ReconcileStats& stats) {
+  bool any_cookie = false;
   for (VmPlan& plan : plans) {
     if (!plan.managed) continue;
     for (ThreadState& t : plan.threads) {
@@ -175,6 +191,7 @@ void CookieReconciler::ReadCookies(std::vector<VmPlan>& plans,
       auto cookie = kernel_->Get(t.tid);
       if (cookie.ok()) {
         t.actual = *cookie;
+        any_cookie = any_cookie || *cookie != 0;
       } else if (absl::IsNotFound(cookie.status())) {
         t.alive = false;  // exited since discovery: normal
       } else {
@@ -182,6 +199,18 @@ void CookieReconciler::ReadCookies(std::vector<VmPlan>& plans,
       }
     }
     stats.threads += static_cast<int>(plan.threads.size());
+  }
+  if (readback_blind_ && any_cookie) {
+    // The key is ready: hashes are real from now on. The groups' hashes
+    // (0) are forgotten, so each group adopts the cookie its threads hold,
+    // which is the one given them while blind.
+    LOG(INFO) << "cookies read back again (the kernel's pointer-hash key is "
+                 "ready); verifying what was set while they read 0";
+    readback_blind_ = false;
+    written_.clear();
+    for (auto it = cookies_.begin(); it != cookies_.end();) {
+      it = it->second.hash == 0 ? cookies_.erase(it) : std::next(it);
+    }
   }
 }
 
@@ -204,6 +233,36 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
   // them; forget groups no longer on the host.
   std::map<std::string, GroupCookie> kept;
   std::set<uint64_t> claimed;
+  if (readback_blind_) {
+    // Hashes say nothing: a group keeps its cookie while a live member
+    // holds it by this reconciler's own record (the anchor, else another).
+    for (auto& [group, cookie] : cookies_) {
+      auto it = members.find(group);
+      if (it == members.end()) continue;
+      int anchor = 0;
+      for (ThreadState* t : it->second) {
+        if (WrittenAs(t->tid, group) && (anchor == 0 || t->tid == cookie.anchor_tid)) {
+          anchor = t->tid;
+        }
+      }
+      if (anchor != 0) kept[group] = GroupCookie{0, anchor};
+    }
+    // A group that lost its cookie gets a new one below: what its threads
+    // were given no longer counts. Nor does the record of a thread that is
+    // gone, whose tid may come back as a new thread.
+    std::set<int> alive;
+    for (const VmPlan& plan : plans) {
+      for (const ThreadState& t : plan.threads) {
+        if (t.alive) alive.insert(t.tid);
+      }
+    }
+    for (auto it = written_.begin(); it != written_.end();) {
+      const bool stale = (!it->second.empty() && kept.count(it->second) == 0) ||
+                         alive.count(it->first) == 0;
+      it = stale ? written_.erase(it) : std::next(it);
+    }
+    cookies_.clear();
+  }
   for (auto& [group, cookie] : cookies_) {
     auto it = members.find(group);
     if (it == members.end()) continue;
@@ -275,6 +334,16 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
       seed->error = hash.status();
       continue;
     }
+    if (*hash == 0 && !readback_blind_) {
+      // It holds the cookie just made, yet reads 0: every 0 read is
+      // meaningless until the kernel can hash again.
+      LOG(WARNING) << "a cookie just created on thread " << seed->tid
+                   << " reads back as 0: the kernel cannot report cookies yet "
+                      "(pointer-hash key not ready); setting each thread once "
+                      "and waiting for read-back";
+      readback_blind_ = true;
+    }
+    if (readback_blind_) written_[seed->tid] = group;
     seed->actual = *hash;
     seed->changed = true;
     cookies_[group] = GroupCookie{*hash, seed->tid};
@@ -299,8 +368,10 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
         continue;
       }
       if (!t.in_scope || group.empty()) {
-        if (t.actual != 0) moves[""].push_back(&t);
-      } else if (cookie != cookies_.end() && t.actual != cookie->second.hash) {
+        if (readback_blind_ ? !WrittenAs(t.tid, "") : t.actual != 0) moves[""].push_back(&t);
+      } else if (cookie != cookies_.end() &&
+                 (readback_blind_ ? !WrittenAs(t.tid, group)
+                                  : t.actual != cookie->second.hash)) {
         // (No cookie: its creation failed, which Verify reports.)
         moves[group].push_back(&t);
       }
@@ -339,6 +410,7 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
         if (gave.ok()) {
           t->changed = true;
           ++stats.threads_changed;
+          if (readback_blind_) written_[t->tid] = group;
         } else if (absl::IsNotFound(gave)) {
           t->alive = false;
         } else {
@@ -365,7 +437,7 @@ void CookieReconciler::Verify(std::vector<VmPlan>& plans,
       if (have_cookie) want = it->second.hash;
     }
     out.cookie = want;
-    int found = 0, tagged = 0, untaggable = 0;
+    int found = 0, tagged = 0, untaggable = 0, unverified = 0;
     for (ThreadState& t : plan.threads) {
       if (t.alive && t.changed && t.error.ok()) {
         ++stats.cookie_reads;
@@ -388,15 +460,26 @@ void CookieReconciler::Verify(std::vector<VmPlan>& plans,
       if (!t.error.ok()) {
         ++untaggable;
         NoteError(e, t.error);
+      } else if (plan.managed && readback_blind_) {
+        // A 0 read back proves nothing either way.
+        if (have_cookie && WrittenAs(t.tid, out.group)) ++unverified;
       } else if (plan.managed && have_cookie && t.actual == want) {
         ++tagged;
       }
     }
     e.set_threads_found(found);
     if (!plan.managed) continue;
+    const int wrong = found - tagged - untaggable - unverified;
     e.set_threads_tagged(tagged);
     e.set_threads_untaggable(untaggable);
-    e.set_threads_wrong(found - tagged - untaggable);
+    e.set_threads_wrong(wrong);
+    if (unverified > 0) {
+      stats.threads_unverified += unverified;
+      e.set_last_error(e.last_error().empty()
+                           ? BlindReadbackMessage(unverified)
+                           : absl::StrCat(BlindReadbackMessage(unverified), "; ",
+                                          e.last_error()));
+    }
     e.set_applied_trust_group(out.assigned ? out.group : "");
     if (!have_cookie && e.last_error().empty()) {
       e.set_last_error("no cookie could be made for the group yet");
@@ -407,6 +490,9 @@ void CookieReconciler::Verify(std::vector<VmPlan>& plans,
     } else if (found == 0) {
       e.set_state(v1::ENFORCEMENT_STATE_PENDING);
       if (e.last_error().empty()) e.set_last_error("no threads found");
+    } else if (unverified > 0 && wrong == 0 && untaggable == 0) {
+      // Set, as far as the kernel let the agent do it, not yet seen.
+      e.set_state(v1::ENFORCEMENT_STATE_PENDING);
     } else {
       e.set_state(tagged > 0 ? v1::ENFORCEMENT_STATE_PARTIAL
                              : v1::ENFORCEMENT_STATE_FAILED);

@@ -11,6 +11,16 @@
 // dies with it, so no agent thread keeps a VM's cookie. A restarted agent
 // adopts the cookies it finds in the kernel rather than creating new ones,
 // so no VM thread is untagged or regrouped by the restart.
+//
+// Read-back can be blind: Linux 6.1's PR_SCHED_CORE_GET writes 0 for every
+// task, tagged or not, until the kernel's pointer-hash key is ready
+// (__ptr_to_hashval -EBUSY; early after boot on a host short of entropy).
+// A CREATE that succeeded and still reads 0 shows it. Taking those zeros
+// for untagged threads would make a new cookie and rewrite every thread on
+// every pass, and report cookie 0 as the group's. Instead the reconciler
+// remembers which threads it gave which group's cookie, writes each once,
+// reports them as unverified (not enforced), and goes back to read-back as
+// soon as any GET gives a non-zero hash.
 #ifndef COSCHED_AGENT_COOKIE_RECONCILER_H_
 #define COSCHED_AGENT_COOKIE_RECONCILER_H_
 
@@ -67,6 +77,10 @@ struct ReconcileStats {
   int cookie_reads = 0;
   int cookie_writes = 0;
   int threads_changed = 0;
+  // The kernel reads tagged tasks back as 0 (see above): `threads_unverified`
+  // threads were given their group's cookie but cannot be checked.
+  bool readback_blind = false;
+  int threads_unverified = 0;
   std::chrono::nanoseconds duration{0};
 };
 
@@ -103,10 +117,17 @@ class CookieReconciler {
   void MoveThreads(std::vector<VmPlan>& plans, ReconcileStats& stats);
   void Verify(std::vector<VmPlan>& plans, ReconcileStats& stats);
   std::string HostUnsupportedMessage() const;
+  // While read-back is blind: whether this reconciler gave `tid` the cookie
+  // of `group` ("" = none).
+  bool WrittenAs(int tid, const std::string& group) const;
 
   CoreSched* const kernel_;
   const ReconcilerOptions options_;
   std::map<std::string, GroupCookie> cookies_;
+  // Read-back is blind (GET reads 0 for tagged tasks); its groups' hashes
+  // are 0, and `written_` says which thread was given which group's cookie.
+  bool readback_blind_ = false;
+  std::map<int, std::string> written_;
 };
 
 }  // namespace cosched::agent

@@ -56,6 +56,11 @@ void FakeCoreSched::SetTaskErrno(int tid, int err) {
   }
 }
 
+void FakeCoreSched::SetReadbackBlind(bool blind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  readback_blind_ = blind;
+}
+
 uint64_t FakeCoreSched::CookieOf(int tid) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tasks_.find(tid);
@@ -123,7 +128,7 @@ absl::StatusOr<uint64_t> FakeCoreSched::Get(int tid) {
   if (int err = CheckLocked(target)) {
     return CoreSchedErrnoStatus(err, "GET", tid);
   }
-  return tasks_.at(target).cookie;
+  return readback_blind_ ? 0 : tasks_.at(target).cookie;
 }
 
 absl::Status FakeCoreSched::Create(int pid, CoreSchedScope scope) {

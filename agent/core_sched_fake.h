@@ -43,6 +43,9 @@ class FakeCoreSched : public CoreSched {
   void SetMode(Mode mode);
   // Calls that target `tid` fail with `err` (0 clears).
   void SetTaskErrno(int tid, int err);
+  // Linux 6.1 before its pointer-hash key is ready: GET succeeds and reads
+  // 0 for every task, cookies or not; everything else works.
+  void SetReadbackBlind(bool blind);
 
   // The cookie task `tid` holds, 0 for none or an unknown task.
   uint64_t CookieOf(int tid) const;
@@ -80,6 +83,7 @@ class FakeCoreSched : public CoreSched {
   const int default_caller_tid_;
   mutable std::mutex mu_;
   Mode mode_ = Mode::kSupported;
+  bool readback_blind_ = false;
   std::map<int, Task> tasks_;
   std::map<int, int> task_errno_;
   std::map<std::thread::id, int> caller_tids_;

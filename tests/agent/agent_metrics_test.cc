@@ -217,6 +217,23 @@ TEST(AgentMetrics, ReconcilePassesSetEnforcementGauges) {
   EXPECT_EQ(SampleValue(again, "cosched_agent_vms", {{"state", "enforced"}}), 0);
   EXPECT_EQ(SampleValue(again, "cosched_agent_threads", {{"status", "wrong"}}), 1);
   EXPECT_EQ(SampleValue(again, "cosched_agent_threads", {{"status", "untaggable"}}), 1);
+  EXPECT_EQ(SampleValue(again, "cosched_agent_cookie_readback_blind"), 0);
+  EXPECT_EQ(SampleValue(again, "cosched_agent_threads", {{"status", "unverified"}}), 0);
+
+  // The kernel reads cookies back as 0 (6.1 before its hash key is ready).
+  ReconcileResult blind;
+  blind.vms = {Outcome("vm-c", v1::ENFORCEMENT_STATE_PENDING, 5, 0, 0, 0)};
+  blind.stats.readback_blind = true;
+  blind.stats.threads_unverified = 5;
+  pass.result = &blind;
+  metrics.RecordReconcilePass(pass);
+  const std::string unverified = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(unverified, "cosched_agent_cookie_readback_blind"), 1);
+  EXPECT_EQ(SampleValue(unverified, "cosched_agent_threads", {{"status", "unverified"}}), 5);
+  EXPECT_EQ(SampleValue(unverified, "cosched_agent_vms", {{"state", "pending"}}), 1);
+  blind.stats = {};
+  metrics.RecordReconcilePass(pass);
+  EXPECT_EQ(SampleValue(ScrapeText(metrics.collectables()), "cosched_agent_cookie_readback_blind"), 0);
 }
 
 // A host of two cores with two CPUs each, SMT on.

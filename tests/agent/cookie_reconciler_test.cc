@@ -359,5 +359,97 @@ TEST_F(CookieReconcilerTest, HostWithoutSmtSaysSoForEachVm) {
   }
 }
 
+// Linux 6.1 before its pointer-hash key is ready: GET reads 0 for every
+// task. The agent must neither take that for "untagged" (a new cookie and
+// every thread rewritten each pass) nor report the VM enforced at cookie 0.
+TEST_F(CookieReconcilerTest, BlindReadBackSetsEachThreadOnceAndSaysSo) {
+  kernel_.SetReadbackBlind(true);
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  const uint64_t c1 = OnlyCookie(vms[0]), c2 = OnlyCookie(vms[1]);
+  EXPECT_NE(c1, 0u);
+  EXPECT_NE(c2, 0u);
+  EXPECT_NE(c1, c2);
+  EXPECT_EQ(kernel_.CookieOf(kAgentTid), 0u);
+  EXPECT_TRUE(r.stats.readback_blind);
+  EXPECT_EQ(r.stats.threads_unverified, 10);
+  for (const VmOutcome& vm : r.vms) {
+    const v1::VMEnforcement& e = vm.enforcement;
+    EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_PENDING) << vm.vm_id;
+    EXPECT_EQ(e.threads_found(), 5) << vm.vm_id;
+    EXPECT_EQ(e.threads_tagged(), 0) << vm.vm_id;
+    EXPECT_EQ(e.threads_wrong(), 0) << vm.vm_id;
+    EXPECT_NE(e.last_error().find("cannot be verified"), std::string::npos) << e.last_error();
+    EXPECT_NE(e.last_error().find("5 threads"), std::string::npos) << e.last_error();
+  }
+  // Later passes read the same zeros and write nothing.
+  for (int pass = 0; pass < 3; ++pass) {
+    kernel_.ResetCallCounts();
+    r = reconciler.Reconcile(vms, Lookup());
+    EXPECT_EQ(kernel_.write_calls(), 0) << "pass " << pass;
+    EXPECT_TRUE(r.stats.readback_blind);
+    EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_PENDING);
+  }
+  EXPECT_EQ(OnlyCookie(vms[0]), c1);
+  EXPECT_EQ(OnlyCookie(vms[1]), c2);
+}
+
+TEST_F(CookieReconcilerTest, BlindReadBackStillTagsNewThreadsOnceAndSurvivesTheAnchor) {
+  kernel_.SetReadbackBlind(true);
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  CookieReconciler reconciler(&kernel_, Options());
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t cookie = OnlyCookie(vms[0]);
+  // A vhost kernel thread of a NIC added later, outside QEMU's group.
+  kernel_.AddTask(160, 160);
+  vms[0].threads.push_back(DiscoveredThread{160, 160, "vhost-100", Kind::kVhostWorker});
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.CookieOf(160), cookie);
+  EXPECT_EQ(kernel_.write_calls(), 2);  // SHARE_FROM the anchor, SHARE_TO it
+  kernel_.ResetCallCounts();
+  reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  // The anchor (QEMU's main thread, where the cookie was made) exits: the
+  // group keeps its cookie through another thread it was given to.
+  kernel_.RemoveTask(100);
+  vms[0].threads.erase(vms[0].threads.begin());
+  kernel_.AddTask(170, 100);
+  vms[0].threads.push_back(DiscoveredThread{170, 100, "CPU 2/KVM", Kind::kVcpu});
+  kernel_.ResetCallCounts();
+  r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 2);
+  EXPECT_EQ(OnlyCookie(vms[0]), cookie);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_PENDING);
+}
+
+TEST_F(CookieReconcilerTest, ReadBackThatReturnsVerifiesWhatWasSetBlind) {
+  kernel_.SetReadbackBlind(true);
+  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                   FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  CookieReconciler reconciler(&kernel_, Options());  // vm-2 fails closed
+  reconciler.Reconcile(vms, Lookup());
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t c1 = OnlyCookie(vms[0]), c2 = OnlyCookie(vms[1]);
+  kernel_.SetReadbackBlind(false);  // the key is ready
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_FALSE(r.stats.readback_blind);
+  EXPECT_EQ(r.stats.threads_unverified, 0);
+  EXPECT_EQ(r.vms[0].cookie, c1);
+  EXPECT_EQ(r.vms[1].cookie, c2);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(r.vms[0].enforcement.threads_tagged(), 5);
+  EXPECT_EQ(r.vms[0].enforcement.last_error(), "");
+  EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+}
+
 }  // namespace
 }  // namespace cosched::agent
