@@ -304,7 +304,8 @@ def check_main(argv):
     --to. With cookie samples: every thread of each --cookie-pid holds one
     and the same non-zero cookie in every sample until its process is gone,
     the same value throughout, and each --same-cookie A=B pair (a VM copy
-    and a peer of its trust group on its host) holds equal cookies."""
+    and a peer of its trust group on its host) holds equal cookies. The
+    first sample of each kind must precede --event migrate=MS."""
     p = argparse.ArgumentParser(prog="live_migration.py check")
     p.add_argument("--samples", required=True)
     p.add_argument("--from", dest="source", required=True)
@@ -317,6 +318,7 @@ def check_main(argv):
     p.add_argument("--audit", required=True)
     p.add_argument("--event", action="append", help="NAME=WALL_MS")
     p.add_argument("--same-cookie", action="append", help="NAME=NAME")
+    p.add_argument("--min-ctl-samples", type=int, default=10)
     a = p.parse_args(argv)
     with open(a.samples) as f:
         samples = [json.loads(line) for line in f if line.strip()]
@@ -324,12 +326,16 @@ def check_main(argv):
     cookies = [s for s in samples if s["kind"] == "cookies"]
     events = {k: int(v) for k, v in named(a.event).items()}
     bad = Violations()
+    # The watch must have seen the VM before the migration started.
+    for kind, got in (("ctl", ctl), ("cookies", cookies)):
+        if got and "migrate" in events and got[0]["t"] >= events["migrate"]:
+            bad.append(f"the first {kind} sample is {got[0]['t'] - events['migrate']} ms after the migration started")
     t0 = ctl[0]["t"] if ctl else 0
 
     def at(s):
         return f"+{s['t'] - t0} ms"
 
-    if len(ctl) < 10:
+    if len(ctl) < a.min_ctl_samples:
         bad.append(f"only {len(ctl)} csctl samples")
     owners = []
     group = ""

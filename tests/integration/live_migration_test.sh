@@ -181,7 +181,10 @@ echo "vm-mig on hv-a and hv-b, both agents hold its assignment ($group): $((t_bo
   --protoc protoc --proto-dir "$repo/proto" --pid "source=$src" --pid "dest=$dst" \
   >"$work/watch.log" 2>&1 &
 watcher=$!
-sleep 1  # the overlap before the migration, sampled too
+# The migration starts once the watch has sampled the overlap.
+first_samples() { grep -q '"kind": "ctl"' "$work/samples.jsonl"; }
+wait_until 60 first_samples || fail "the watcher took no sample: $(tail -5 "$work"/watch.log)"
+sleep 1
 
 # 128 KiB/s: this VM (no guest OS) sends ~0.5 MB, so the migration takes a
 # few seconds, long enough to sample its middle.
