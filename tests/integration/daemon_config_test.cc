@@ -1,13 +1,19 @@
-// csd and cs-agent, run as an operator runs them, with a config file whose
-// values are wrong: they must exit 2 (a usage error, like a bad key) with
-// one line naming the file, the line and the rule, and start nothing.
-#include <sys/wait.h>
-
-#include <cstdio>
+// csd's and cs-agent's mains, run in process as an operator runs them, with
+// a config file whose values are wrong: they must exit 2 (a usage error,
+// like a bad key) with one line naming the file, the line and the rule, and
+// start nothing. And csd's main started and stopped through its
+// environment, as the process's signals would.
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "agent/agent_main.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "server/csd_main.h"
+#include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched {
@@ -18,17 +24,31 @@ struct Exit {
   std::string output;
 };
 
-// Runs `command` with stderr captured; a daemon that starts anyway is
-// stopped by `timeout` (exit 124).
-Exit RunCommand(const std::string& command) {
-  FILE* out = popen(("timeout 20 " + command + " 2>&1").c_str(), "r");
-  if (out == nullptr) return {};
+// Runs `main` over `args` (argv[0] first) as a process would, but in this one.
+template <typename Main, typename Env>
+Exit RunMain(Main main, const Env& env, std::vector<std::string> args) {
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
   Exit exit;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, out)) > 0;) exit.output.append(buf, n);
-  const int status = pclose(out);
-  if (WIFEXITED(status)) exit.code = WEXITSTATUS(status);
+  exit.code = main(static_cast<int>(argv.size()), argv.data(), env, out, err);
+  exit.output = out.str() + err.str();
   return exit;
+}
+
+Exit Csd(std::vector<std::string> args) {
+  args.insert(args.begin(), "csd");
+  server::CsdMainEnvironment env;
+  // A csd that starts anyway stops at once (and the test fails on its code).
+  env.serve_until_stopped = [](server::CsdServer&) {};
+  return RunMain(server::RunCsdMain, env, std::move(args));
+}
+
+Exit Agent(std::vector<std::string> args) {
+  args.insert(args.begin(), "cs-agent");
+  agent::AgentMainEnvironment env;
+  env.run_until_stopped = [](agent::Agent&) {};
+  return RunMain(agent::RunAgentMain, env, std::move(args));
 }
 
 // A refusal as operators see it: exit 2 and the one line they need.
@@ -56,7 +76,7 @@ TEST_F(DaemonConfigTest, CsdNamesTheLineOfABadValueAndExits2) {
                                    "roles:\n"
                                    "  - role: superuser\n"
                                    "    spiffe_ids: [spiffe://cosched/ops]\n");
-  ExpectUsageError(RunCommand(std::string(CSD_BINARY) + " --config " + config),
+  ExpectUsageError(Csd({"--config", config}),
                    "csd: " + config + ":5: roles[0].role 'superuser' is not a role");
   EXPECT_FALSE(std::ifstream(data + "/cosched.db").good()) << "csd opened its store";
 }
@@ -64,12 +84,42 @@ TEST_F(DaemonConfigTest, CsdNamesTheLineOfABadValueAndExits2) {
 TEST_F(DaemonConfigTest, CsdFlagValuesAreNotBlamedOnTheFile) {
   const std::string config = Write("csd.yaml", "listen: 127.0.0.1:0\n"
                                                "audit_retention_days: -7\n");
-  const std::string csd = std::string(CSD_BINARY) + " --config " + config +
-                          " --metrics-listen off --data-dir " + dir_.Sub("data");
-  ExpectUsageError(RunCommand(csd + " --listen 127.0.0.1:99999"),
-                   "csd: listen '127.0.0.1:99999'");
-  ExpectUsageError(RunCommand(csd),
-                   "csd: " + config + ":2: audit_retention_days must be -1");
+  const std::vector<std::string> csd = {"--config", config, "--metrics-listen", "off",
+                                        "--data-dir", dir_.Sub("data")};
+  std::vector<std::string> with_listen = csd;
+  with_listen.insert(with_listen.end(), {"--listen", "127.0.0.1:99999"});
+  ExpectUsageError(Csd(with_listen), "csd: listen '127.0.0.1:99999'");
+  ExpectUsageError(Csd(csd), "csd: " + config + ":2: audit_retention_days must be -1");
+}
+
+TEST_F(DaemonConfigTest, CsdBadFlagsAndABadFileAreUsageErrors) {
+  ExpectUsageError(Csd({"--no-such-flag"}), "--no-such-flag");
+  const std::string config = Write("csd.yaml", "listen: [1, 2\n");
+  ExpectUsageError(Csd({"--config", config}), config);
+  EXPECT_EQ(Csd({"--help"}).code, 0);
+}
+
+// The whole life of a csd through its main: it serves until its
+// environment says stop, then closes its store, so a second csd can open
+// the same data dir.
+TEST_F(DaemonConfigTest, CsdServesUntilItsEnvironmentStopsIt) {
+  const std::string data = dir_.Sub("data");
+  for (int run = 0; run < 2; ++run) {
+    bool served = false;
+    server::CsdMainEnvironment env;
+    env.serve_until_stopped = [&](server::CsdServer& csd) {
+      auto stub = v1::ControlPlane::NewStub(
+          grpc::CreateChannel(csd.address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      v1::ListHostsResponse hosts;
+      served = stub->ListHosts(&context, v1::ListHostsRequest(), &hosts).ok();
+    };
+    Exit e = RunMain(server::RunCsdMain, env,
+                 {"csd", "--listen", "127.0.0.1:0", "--data-dir", data, "--metrics-listen",
+                  "off"});
+    EXPECT_EQ(e.code, 0) << e.output;
+    EXPECT_TRUE(served) << "run " << run;
+  }
 }
 
 TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {
@@ -79,9 +129,10 @@ TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {
                                    "telemetry:\n"
                                    "  enabled: true\n"
                                    "  poll_interval_ms: -5\n");
-  ExpectUsageError(RunCommand(std::string(CS_AGENT_BINARY) + " --config " + config),
+  ExpectUsageError(Agent({"--config", config}),
                    "cs-agent: " + config +
                        ":5: telemetry.poll_interval_ms must be positive, got -5");
+  ExpectUsageError(Agent({"--config", config, "--bogus"}), "--bogus");
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+#include "agent/agent_main.h"
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/string_view.h"
+#include "agent/agent.h"
+#include "agent/discovery_setup.h"
+#include "agent/host_probe.h"
+#include "common/config_loader.h"
+#include "cosched/v1/config.pb.h"
+#include "glog/logging.h"
+
+namespace cosched::agent {
+namespace {
+
+// Everything the steps share.
+struct AgentRun {
+  std::string config_file, server, host_id, state_dir, discovery_mode, metrics_listen;
+  bool insecure = false;
+  v1::AgentConfig config;
+  ConfigLocations locations;
+  AgentOptions options;
+  // libvirt events arrive on libvirt's thread, possibly before the agent
+  // exists: they reach it through this pointer once it does.
+  std::shared_ptr<std::atomic<Agent*>> running =
+      std::make_shared<std::atomic<Agent*>>(nullptr);
+  std::unique_ptr<Agent> agent;
+};
+
+struct StepFailure {
+  int code = kAgentExitOk;
+  std::string message;
+};
+using Step = std::function<StepFailure(AgentRun&)>;
+
+StepFailure LoadConfig(AgentRun& run) {
+  if (run.config_file.empty()) return {};
+  absl::Status loaded = LoadYamlConfigFile(run.config_file, &run.config, &run.locations);
+  if (!loaded.ok()) return {kAgentExitUsage, std::string(loaded.message())};
+  return {};
+}
+
+// Flags override the file; an error about one of them names no line.
+StepFailure ApplyFlags(AgentRun& run) {
+  auto apply = [&run](const std::string& flag, absl::string_view key,
+                      void (v1::AgentConfig::*set)(const std::string&)) {
+    if (flag.empty()) return;
+    (run.config.*set)(flag);
+    run.locations.Forget(std::string(key));
+  };
+  apply(run.server, "server", &v1::AgentConfig::set_server);
+  apply(run.host_id, "host_id", &v1::AgentConfig::set_host_id);
+  apply(run.state_dir, "state_dir", &v1::AgentConfig::set_state_dir);
+  apply(run.discovery_mode, "discovery", &v1::AgentConfig::set_discovery);
+  apply(run.metrics_listen, "metrics_listen", &v1::AgentConfig::set_metrics_listen);
+  if (run.insecure) run.config.set_insecure(true);
+  return {};
+}
+
+// A bad value is a usage error like a bad key, with the line of the file
+// that set it.
+StepFailure CheckOptions(AgentRun& run) {
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(run.config);
+  if (!options.ok()) return {kAgentExitUsage, run.locations.Locate(options.status().message())};
+  run.options = std::move(*options);
+  return {};
+}
+
+StepFailure SetUpDiscovery(AgentRun& run) {
+  run.options.process_events = std::make_shared<ProcConnectorEvents>();
+  DiscoverySetup discovery;
+  discovery.mode = run.config.discovery();
+  if (!run.config.libvirt_uri().empty()) discovery.libvirt_uri = run.config.libvirt_uri();
+  discovery.on_domain_event = [running = run.running] {
+    if (Agent* agent = running->load()) agent->TriggerReconcile();
+  };
+  auto vms = MakeVmDiscovery(discovery);
+  if (!vms.ok()) return {kAgentExitUsage, std::string(vms.status().message())};
+  run.options.vm_discovery = *vms;
+  return {};
+}
+
+StepFailure StartAgent(AgentRun& run) {
+  run.agent = std::make_unique<Agent>(std::move(run.options));
+  absl::Status started = run.agent->Start();
+  if (!started.ok()) return {kAgentExitStartFailed, started.ToString()};
+  *run.running = run.agent.get();
+  return {};
+}
+
+}  // namespace
+
+AgentMainEnvironment ProcessAgentEnvironment() {
+  auto signals = std::make_shared<sigset_t>();
+  sigemptyset(signals.get());
+  sigaddset(signals.get(), SIGINT);
+  sigaddset(signals.get(), SIGTERM);
+  AgentMainEnvironment env;
+  // Blocked before any thread starts, so only sigwait below receives them.
+  env.before_start = [signals] { pthread_sigmask(SIG_BLOCK, signals.get(), nullptr); };
+  env.run_until_stopped = [signals](Agent&) {
+    int received = 0;
+    sigwait(signals.get(), &received);
+    LOG(INFO) << "cs-agent stopping on signal " << received;
+  };
+  return env;
+}
+
+int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& env,
+                 std::ostream& out, std::ostream& err) {
+  AgentRun run;
+  bool probe = false;
+  CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
+  app.add_option("--config", run.config_file, "YAML file (cosched.v1.AgentConfig)");
+  app.add_option("--server", run.server, "csd address, HOST:PORT (default 127.0.0.1:7443)");
+  app.add_option("--host-id", run.host_id, "this host's id (default: the hostname)");
+  app.add_option("--state-dir", run.state_dir,
+                 "where assignments are kept (default /var/lib/cs-agent)");
+  app.add_flag("--insecure", run.insecure, "allow plaintext to a non-loopback csd");
+  app.add_option("--discovery", run.discovery_mode,
+                 "where VMs are found: auto, libvirt, procfs (default auto)");
+  app.add_option("--metrics-listen", run.metrics_listen,
+                 "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9464)");
+  app.add_flag("--probe", probe,
+               "print what this host can do (topology, SMT, core scheduling) and exit: "
+               "0 when it can do core scheduling, 3 when it cannot");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e, out, err) == 0 ? kAgentExitOk : kAgentExitUsage;
+  }
+  if (!google::IsGoogleLoggingInitialized()) {
+    google::InitGoogleLogging(argc > 0 ? argv[0] : "cs-agent");
+    FLAGS_logtostderr = true;
+  }
+  if (probe) return PrintHostProbe(out);
+
+  const std::vector<std::pair<absl::string_view, Step>> steps = {
+      {"load the config file", LoadConfig},
+      {"apply the flags", ApplyFlags},
+      {"check the options", CheckOptions},
+      {"prepare the process",
+       [&env](AgentRun&) -> StepFailure {
+         if (env.before_start) env.before_start();
+         return {};
+       }},
+      {"set up VM discovery", SetUpDiscovery},
+      {"start the agent", StartAgent},
+  };
+  for (const auto& [name, step] : steps) {
+    StepFailure failed = step(run);
+    if (failed.code == kAgentExitOk) continue;
+    if (failed.code == kAgentExitStartFailed) {
+      LOG(ERROR) << failed.message;
+    } else {
+      err << "cs-agent: " << failed.message << "\n";
+    }
+    return failed.code;
+  }
+  if (env.run_until_stopped) env.run_until_stopped(*run.agent);
+  // Teardown, in reverse: libvirt's events no longer reach the agent, then
+  // it stops (its threads joined, the state file saved).
+  *run.running = nullptr;
+  run.agent->Stop();
+  return kAgentExitOk;
+}
+
+}  // namespace cosched::agent

@@ -1,0 +1,152 @@
+#include "server/csd_main.h"
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/config_loader.h"
+#include "cosched/v1/config.pb.h"
+#include "glog/logging.h"
+#include "server/csd_server.h"
+
+namespace cosched::server {
+namespace {
+
+// Everything the steps share.
+struct CsdRun {
+  std::string config_file, listen, data_dir, metrics_listen;
+  bool insecure = false;
+  v1::CsdConfig config;
+  ConfigLocations locations;
+  CsdOptions options;
+  std::unique_ptr<CsdServer> server;
+};
+
+// A step's failure: the exit code and the line to print.
+struct StepFailure {
+  int code = kCsdExitOk;
+  std::string message;
+};
+using Step = std::function<StepFailure(CsdRun&)>;
+
+StepFailure LoadConfig(CsdRun& run) {
+  if (run.config_file.empty()) return {};
+  absl::Status loaded = LoadYamlConfigFile(run.config_file, &run.config, &run.locations);
+  if (!loaded.ok()) return {kCsdExitUsage, std::string(loaded.message())};
+  return {};
+}
+
+// Flags override the file; an error about one of them names no line.
+StepFailure ApplyFlags(CsdRun& run) {
+  if (!run.metrics_listen.empty()) {
+    run.config.set_metrics_listen(run.metrics_listen);
+    run.locations.Forget("metrics_listen");
+  }
+  run.options = CsdOptionsFromConfig(run.config);
+  if (!run.listen.empty()) {
+    run.options.listen = run.listen;
+    run.locations.Forget("listen");
+  }
+  if (!run.data_dir.empty()) {
+    run.options.data_dir = run.data_dir;
+    run.locations.Forget("data_dir");
+  }
+  if (run.insecure) run.options.insecure = true;
+  return {};
+}
+
+// A bad value is a usage error like a bad key, with the line of the file
+// that set it.
+StepFailure CheckOptions(CsdRun& run) {
+  if (absl::Status valid = ValidateCsdOptions(run.options); !valid.ok()) {
+    return {kCsdExitUsage, run.locations.Locate(valid.message())};
+  }
+  return {};
+}
+
+StepFailure StartServer(CsdRun& run) {
+  auto server = CsdServer::Start(run.options);
+  if (!server.ok()) {
+    return {kCsdExitStartFailed, run.locations.Locate(server.status().message())};
+  }
+  run.server = std::move(*server);
+  return {};
+}
+
+}  // namespace
+
+CsdMainEnvironment ProcessCsdEnvironment() {
+  auto signals = std::make_shared<sigset_t>();
+  sigemptyset(signals.get());
+  sigaddset(signals.get(), SIGINT);
+  sigaddset(signals.get(), SIGTERM);
+  CsdMainEnvironment env;
+  // Signals are taken by one thread with sigwait, never by a handler:
+  // blocked before any thread starts, so every thread inherits the mask.
+  env.before_start = [signals] { pthread_sigmask(SIG_BLOCK, signals.get(), nullptr); };
+  env.serve_until_stopped = [signals](CsdServer& server) {
+    std::thread stopper([&] {
+      int sig = 0;
+      sigwait(signals.get(), &sig);
+      LOG(INFO) << "signal " << sig << ": shutting down";
+      server.Shutdown();
+    });
+    server.Wait();
+    stopper.join();
+  };
+  return env;
+}
+
+int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
+               std::ostream& out, std::ostream& err) {
+  CsdRun run;
+  CLI::App app{"csd: the cosched server"};
+  app.add_option("--config", run.config_file, "YAML config file (cosched.v1.CsdConfig)");
+  app.add_option("--listen", run.listen, "host:port to serve on (default 127.0.0.1:7443)");
+  app.add_option("--data-dir", run.data_dir, "where the store lives (default /var/lib/cosched)");
+  app.add_flag("--insecure", run.insecure, "allow plaintext on a non-loopback address");
+  app.add_option("--metrics-listen", run.metrics_listen,
+                 "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9465)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" that exit 0 and print to out.
+    return app.exit(e, out, err) == 0 ? kCsdExitOk : kCsdExitUsage;
+  }
+
+  if (!google::IsGoogleLoggingInitialized()) {
+    FLAGS_logtostderr = true;
+    google::InitGoogleLogging(argc > 0 ? argv[0] : "csd");
+  }
+
+  const std::vector<std::pair<absl::string_view, Step>> steps = {
+      {"load the config file", LoadConfig},
+      {"apply the flags", ApplyFlags},
+      {"check the options", CheckOptions},
+      {"prepare the process",
+       [&env](CsdRun&) -> StepFailure {
+         if (env.before_start) env.before_start();
+         return {};
+       }},
+      {"start csd", StartServer},
+  };
+  for (const auto& [name, step] : steps) {
+    StepFailure failed = step(run);
+    if (failed.code != kCsdExitOk) {
+      VLOG(1) << "csd: step '" << name << "' failed";
+      err << "csd: " << failed.message << "\n";
+      return failed.code;
+    }
+  }
+  if (env.serve_until_stopped) env.serve_until_stopped(*run.server);
+  // Teardown: stops serving, drains the store's writes.
+  run.server.reset();
+  return kCsdExitOk;
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,45 @@
+// csd's command line: flags over the config file, checks, start, and the
+// wait for a stop, as one function that csd's main calls and tests call in
+// process. Start-up is an ordered list of named steps over one state, as in
+// Falco's app: each step says what it did wrong, and the first failure ends
+// the run with its exit code.
+#ifndef COSCHED_SERVER_CSD_MAIN_H_
+#define COSCHED_SERVER_CSD_MAIN_H_
+
+#include <functional>
+#include <ostream>
+
+namespace cosched::server {
+
+class CsdServer;
+
+// Exit codes of RunCsdMain.
+inline constexpr int kCsdExitOk = 0;
+// The server could not start (a TLS file, an address in use, the store).
+inline constexpr int kCsdExitStartFailed = 1;
+// Bad flags, a bad config file or a bad value in it: nothing was started.
+inline constexpr int kCsdExitUsage = 2;
+
+// What the process gives RunCsdMain; tests give their own.
+struct CsdMainEnvironment {
+  // Runs once csd serves, and returns when it is to stop. The process's
+  // default (ProcessCsdEnvironment) blocks SIGINT and SIGTERM before csd
+  // starts and waits for one of them.
+  std::function<void(CsdServer& server)> serve_until_stopped;
+  // Called before csd starts any thread (the process blocks its signals
+  // there, so that only serve_until_stopped receives them). May be empty.
+  std::function<void()> before_start;
+};
+
+CsdMainEnvironment ProcessCsdEnvironment();
+
+// `csd [--config F] [--listen A] [--data-dir D] [--insecure]
+// [--metrics-listen A|off]`: flags override the file. Prints errors as one
+// line on `err` ("csd: <file>:<line>: <rule>" when the file set the value)
+// and returns the exit code.
+int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
+               std::ostream& out, std::ostream& err);
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_CSD_MAIN_H_
