@@ -106,6 +106,26 @@ lab_share_field() { awk -v g="$2" -v f="$3" '$1 == g {print $f}' "$1"; }
 lab_float_cmp() { awk -v a="$1" -v b="$3" -v op="$2" 'BEGIN{
   r = (op == "<") ? a < b : (op == "<=") ? a <= b : (op == ">") ? a > b : a >= b; exit !r }'; }
 
+# lab_foreign_verdict TAGGED UNTAGGED: empty when a tagged VM's foreign share
+# (%) passes, else why not. It is judged against the VM's untagged share
+# measured in the same run, not against a fixed figure: under software
+# emulation the windows in which a core switches cookies stretch with the
+# build machine's load (ARCHITECTURE.md, "What the lab can and cannot
+# show"), and correct agents measured 1.5-3% on an idle 2-core machine
+# where untagged was 93-95%. Passing takes both:
+# - UNTAGGED over 50%: the VMs did share cores, so the base means something;
+# - TAGGED at least 20x below UNTAGGED, and at most 10%. A real leak (a VM
+#   left at cookie 0 beside another untagged task, two tenants on one
+#   cookie) lets the VMs share siblings as untagged ones do, which both
+#   rules catch; the ceiling names that case when the ratio alone would
+#   only say "too close".
+lab_foreign_verdict() {
+  lab_float_cmp "$2" ">" 50 || { echo "untagged foreign $2% is not over 50%: the VMs did not share cores"; return; }
+  lab_float_cmp "$1" "<=" 10 || { echo "tagged foreign $1% is over the 10% ceiling: a leak"; return; }
+  lab_float_cmp "$(awk -v a="$1" 'BEGIN { print a * 20 }')" "<=" "$2" ||
+    echo "tagged foreign $1% is not 20x below untagged $2% of this run"
+}
+
 # --- the cosched stack in the guest -------------------------------------
 
 export CSCTL_SERVER=127.0.0.1:7443
