@@ -142,14 +142,18 @@ lab_start_csd() {
 # collector runs, with 1 s windows, polling every 500 ms (it is a host task
 # too, and the guest is slow). Without it the agent only tags: the
 # collector and the lab's trace make the slow guest slower, and scenarios
-# that measure foreign time to 2% run without them (agent_telemetry
-# measures it with them).
+# that judge foreign time against untagged run without them (agent_telemetry
+# measures it with them). $LAB_AGENT_CONFIG, when set, is more YAML for
+# the agent's config file (one setting a line).
 lab_start_agent() {
-  if [ "${LAB_CROSSCHECK:-0}" = 1 ]; then
-    printf 'report_interval_s: 1\ntelemetry:\n  enabled: true\n  buffer_size_kb: 2048\n  poll_interval_ms: 500\n'
-  else
-    printf 'telemetry:\n  enabled: false\n'
-  fi >/tmp/agent-lab.yaml
+  {
+    if [ "${LAB_CROSSCHECK:-0}" = 1 ]; then
+      printf 'report_interval_s: 1\ntelemetry:\n  enabled: true\n  buffer_size_kb: 2048\n  poll_interval_ms: 500\n'
+    else
+      printf 'telemetry:\n  enabled: false\n'
+    fi
+    [ -z "${LAB_AGENT_CONFIG:-}" ] || printf '%s\n' "$LAB_AGENT_CONFIG"
+  } >/tmp/agent-lab.yaml
   cs-agent --config /tmp/agent-lab.yaml --server "$CSCTL_SERVER" --host-id lab \
     --state-dir /tmp/agent --discovery procfs "$@" >>/tmp/agent.log 2>&1 &
   AGENT_PID=$!
