@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "discovery/procfs_discovery.h"
 #include "glog/logging.h"
@@ -87,8 +88,27 @@ DelayedExecClassifier::DelayedExecClassifier(std::shared_ptr<const discovery::Pr
                                              ProcessEventListener listener)
     : proc_fs_(std::move(proc_fs)), delay_(delay), listener_(std::move(listener)) {}
 
+namespace {
+
+// kthreadd's pid: the parent of every kernel thread.
+constexpr int kKthreadd = 2;
+// How often a kernel thread's name is looked for (every `delay`): it is
+// named by kthread_create once the new thread has run, which a busy or
+// emulated host may take a while to get to.
+constexpr int kKthreadNameTries = 40;
+
+bool IsKthreadFork(const ProcessEvent& event) {
+  return event.kind == ProcessEventKind::kFork && event.parent_tgid == kKthreadd &&
+         event.tid == event.tgid;
+}
+
+}  // namespace
+
 void DelayedExecClassifier::Add(const ProcessEvent& event, Clock::time_point now) {
-  if (event.kind == ProcessEventKind::kExec) {
+  // A kernel thread is forked under kthreadd's name and named just after:
+  // held like an exec, then passed on with its name (event.comm), so that a
+  // vhost worker of a VM (Linux < 6.4) can be told from a kworker.
+  if (event.kind == ProcessEventKind::kExec || IsKthreadFork(event)) {
     held_.push_back({event, now + delay_});
     last_held_[event.tgid] = &held_.back();
     return;
@@ -115,7 +135,19 @@ std::optional<DelayedExecClassifier::Clock::time_point> DelayedExecClassifier::F
       continue;
     }
     ++classified_;
-    ClassifyExec(*proc_fs_, held.event);
+    if (held.event.kind == ProcessEventKind::kFork) {
+      absl::StatusOr<std::string> comm =
+          proc_fs_->ReadFile(absl::StrCat(held.event.tid, "/comm"));
+      held.event.comm = comm.ok() ? std::string(absl::StripTrailingAsciiWhitespace(*comm)) : "";
+      if (held.event.comm == "kthreadd" && ++held.name_tries < kKthreadNameTries) {
+        held.due = now + delay_;  // not named yet
+        held_.push_back(held);
+        last_held_[held.event.tgid] = &held_.back();
+        continue;
+      }
+    } else {
+      ClassifyExec(*proc_fs_, held.event);
+    }
     listener_(held.event);
   }
   if (held_.empty()) return std::nullopt;

@@ -23,10 +23,10 @@ enum class ProcessEventKind {
   kFork,  // a process or thread was created
   kExec,
   kExit,
-  // A task took a new name (PR_SET_NAME, exec, or kthread_create naming
-  // a kernel thread): how a vhost kernel thread of a VM (Linux < 6.4,
-  // "vhost-<qemu pid>", a child of kthreadd) is first recognisable. Its
-  // fork comes from kthreadd under kthreadd's name, like every kworker's.
+  // A task took a new name with PR_SET_NAME or /proc/<pid>/comm (not by
+  // exec, and not kthread_create naming a kernel thread: a vhost kernel
+  // thread is recognised by its fork from kthreadd, see
+  // DelayedExecClassifier).
   kComm,
   kLost,  // events were dropped (buffer overrun): rescan everything
 };
@@ -46,7 +46,9 @@ struct ProcessEvent {
   // busy hypervisor need no pass. True when it may be (or the source cannot
   // tell).
   bool may_be_qemu = true;
-  // For comm events: the new name (at most 15 characters, so no allocation).
+  // For comm events: the new name; for a fork by kthreadd (a kernel
+  // thread), its name shortly after (see DelayedExecClassifier). At most
+  // 15 characters, so no allocation.
   std::string comm;
 };
 
@@ -72,7 +74,9 @@ void ParseProcConnectorDatagram(const char* data, size_t length,
 // that cannot be read for another reason may be.
 void ClassifyExec(const discovery::ProcFs& proc_fs, ProcessEvent& event);
 
-// Passes events on in the kernel's order, except execs: each is held for
+// Passes events on in the kernel's order, except execs and forks of kernel
+// threads (by kthreadd): a fork is held until the thread has its name
+// (event.comm), read every `delay` for a while. Each exec is held for
 // `delay` and then classified (ClassifyExec), or dropped when its process
 // exits first. Most execs of a storm are short commands (`true`, `grep`,
 // health checks) that are gone within milliseconds, and a dropped exec
@@ -105,6 +109,7 @@ class DelayedExecClassifier {
     ProcessEvent event;
     Clock::time_point due;
     bool exited = false;
+    int name_tries = 0;  // a kernel thread's fork: reads of its comm
   };
 
   const std::shared_ptr<const discovery::ProcFs> proc_fs_;

@@ -86,15 +86,25 @@ void ReconcileLoop::Trigger() {
   wake_.notify_all();
 }
 
+bool ReconcileLoop::NamesVhostOfKnownVmLocked(const std::string& comm) const {
+  int owner = 0;
+  return absl::StartsWith(comm, "vhost-") &&
+         absl::SimpleAtoi(absl::string_view(comm).substr(6), &owner) &&
+         vm_pids_.count(owner) > 0;
+}
+
 void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
   bool relevant = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     switch (event.kind) {
       case ProcessEventKind::kFork:
-        // A new thread of a VM, or a helper process it starts.
+        // A new thread of a VM, or a helper process it starts, or (Linux
+        // < 6.4) a vhost kernel thread of one, forked by kthreadd (2) and
+        // named by the time the source passes it on.
         relevant = vm_pids_.count(event.tgid) > 0 ||
-                   vm_pids_.count(event.parent_tgid) > 0;
+                   vm_pids_.count(event.parent_tgid) > 0 ||
+                   (event.parent_tgid == 2 && NamesVhostOfKnownVmLocked(event.comm));
         break;
       case ProcessEventKind::kExec:
         // A new QEMU, or a VM's process turning into another program.
@@ -108,14 +118,10 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
       case ProcessEventKind::kComm: {
-        // A vhost worker of a known VM named itself: on Linux < 6.4 a
-        // kernel thread outside the VM's thread group, born untagged,
-        // which no fork event of the VM announces. Every exec renames its
-        // task too, so this is a prefix test and a set lookup.
-        int owner = 0;
-        relevant = absl::StartsWith(event.comm, "vhost-") &&
-                   absl::SimpleAtoi(absl::string_view(event.comm).substr(6), &owner) &&
-                   vm_pids_.count(owner) > 0;
+        // A task named itself vhost-<pid of a known VM> (PR_SET_NAME or
+        // /proc/<pid>/comm; kthread_create's naming sends no event, see
+        // kFork).
+        relevant = NamesVhostOfKnownVmLocked(event.comm);
         break;
       }
     }

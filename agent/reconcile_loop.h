@@ -99,8 +99,9 @@ class ReconcileLoop {
   // A process event from the kernel: a pass is triggered when it concerns a
   // VM (a thread or child of a known QEMU process, or one exiting, or
   // exec'ing another program), may start one (an exec that may be of QEMU:
-  // event.may_be_qemu), a task named itself "vhost-<pid of a known VM>"
-  // (a vhost kernel thread, Linux < 6.4), or events were lost. Any other
+  // event.may_be_qemu), a kernel thread or task is named
+  // "vhost-<pid of a known VM>" (a vhost kernel thread, Linux < 6.4, forked
+  // by kthreadd: event.comm), or events were lost. Any other
   // exec or rename, the bulk of them on a busy host, costs a set lookup.
   void NoteProcessEvent(const ProcessEvent& event);
 
@@ -125,6 +126,8 @@ class ReconcileLoop {
  private:
   void Run();
   void Pass(PassTrigger trigger);
+  // Whether `comm` is "vhost-<pid of a VM of the last pass>"; mu_ held.
+  bool NamesVhostOfKnownVmLocked(const std::string& comm) const;
   // Marks a pass as wanted for `trigger`, to start no sooner than
   // `not_before` unless something else wants it sooner; mu_ held.
   void TriggerLocked(PassTrigger trigger,

@@ -472,20 +472,27 @@ TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
 
 // Linux < 6.4: a NIC added to a tagged VM gets a vhost worker that is a
 // kernel thread, forked by kthreadd under kthreadd's name and then named
-// vhost-<qemu pid>. No fork event names the VM; the rename does.
-TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsRename) {
+// vhost-<qemu pid>. No fork event of the VM announces it; the source passes
+// kthreadd's fork on with the name it got.
+TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
   auto loop = MakeLoop(1h);
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
   const uint64_t cookie = kernel_.CookieOf(100);
   ASSERT_NE(cookie, 0u);
-  // kthreadd's children and renames that are no VM's worker: no pass.
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 160, 160, 2});
-  for (const char* other : {"kworker/0:1", "vhost-999", "vhost-", "vhost-100x", "bash"}) {
+  // kthreadd's other children, and renames that are no VM's worker: no pass.
+  for (const char* other : {"kworker/0:1", "vhost-999", "vhost-", "vhost-100x", "kthreadd"}) {
+    ProcessEvent fork{ProcessEventKind::kFork, 160, 160, 2};
+    fork.comm = other;
+    loop->NoteProcessEvent(fork);
     ProcessEvent rename{ProcessEventKind::kComm, 160, 160, 0};
     rename.comm = other;
     loop->NoteProcessEvent(rename);
   }
+  // A user process forking a child it names like a worker: not kthreadd's.
+  ProcessEvent user{ProcessEventKind::kFork, 170, 170, 300};
+  user.comm = "vhost-100";
+  loop->NoteProcessEvent(user);
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   DiscoveredVm vm;
   vm.vm_id = "vm-1";
@@ -494,11 +501,40 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsRename) {
                 {160, 160, "vhost-100", DiscoveredThread::Kind::kVhostWorker}};
   kernel_.AddTask(160, 160);
   discovery_.SetVms({vm});
-  ProcessEvent named{ProcessEventKind::kComm, 160, 160, 0};
+  ProcessEvent named{ProcessEventKind::kFork, 160, 160, 2};
   named.comm = "vhost-100";
   loop->NoteProcessEvent(named);
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   EXPECT_EQ(kernel_.CookieOf(160), cookie);
+  // The same by PR_SET_NAME (a process renaming itself).
+  ProcessEvent rename{ProcessEventKind::kComm, 160, 160, 0};
+  rename.comm = "vhost-100";
+  loop->NoteProcessEvent(rename);
+  EXPECT_TRUE(loop->WaitForPasses(3, 5s));
+}
+
+// kthreadd's forks are held until the kernel thread has its name.
+TEST(DelayedExecClassifier, KernelThreadForksArePassedOnWithTheirName) {
+  auto fs = std::make_shared<discovery::FakeProcFs>();
+  fs->SetFile("160/comm", "kthreadd\n");
+  std::vector<ProcessEvent> out;
+  DelayedExecClassifier execs(fs, 5ms, [&](const ProcessEvent& e) { out.push_back(e); });
+  const auto t0 = DelayedExecClassifier::Clock::now();
+  execs.Add(ProcessEvent{ProcessEventKind::kFork, 160, 160, 2}, t0);
+  execs.Add(ProcessEvent{ProcessEventKind::kFork, 161, 161, 2}, t0);
+  execs.Add(ProcessEvent{ProcessEventKind::kExit, 161, 161, 0}, t0);  // a kworker gone
+  execs.Add(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100}, t0);  // not kthreadd's
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].tid, 150);
+  // Not named yet: held again.
+  EXPECT_TRUE(execs.Flush(t0 + 5ms).has_value());
+  EXPECT_EQ(out.size(), 2u);
+  fs->SetFile("160/comm", "vhost-100\n");
+  EXPECT_FALSE(execs.Flush(t0 + 10ms).has_value());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(out[2].tid, 160);
+  EXPECT_EQ(out[2].comm, "vhost-100");
 }
 
 TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
