@@ -21,7 +21,20 @@ using agent::DiscoveredThread;
 using agent::DiscoveredVm;
 using Kind = DiscoveredThread::Kind;
 
-constexpr int kKthreadd = 2;
+// kthreadd's pid in the initial PID namespace: every kernel thread is its
+// child.
+constexpr int kKthreaddPid = 2;
+
+// kthreadd's pid as this /proc shows it, or -1 when it shows none. In any
+// other PID namespace (a container, two agents on one machine in a test)
+// pid 2 is an ordinary process, perhaps QEMU itself, and kernel threads are
+// not visible at all; kthreadd is the pid 2 without a parent.
+int KthreaddPid(const ProcFs& fs) {
+  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(kKthreaddPid, "/stat"));
+  if (!text.ok()) return -1;
+  absl::StatusOr<ProcStat> stat = ParseProcStat(*text);
+  return stat.ok() && stat->ppid == 0 ? kKthreaddPid : -1;
+}
 
 struct Process {
   ProcStat stat;
@@ -101,6 +114,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
                         absl::StrCat("cannot scan procfs: ", names.status().message()));
   }
 
+  const int kthreadd = KthreaddPid(fs);
   // One pass over every process: what it is and who its parent is.
   std::map<int, Process> processes;
   for (const std::string& name : *names) {
@@ -119,7 +133,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     if (stat->state == 'Z' || stat->state == 'X') continue;  // no threads left to tag
     Process process{std::move(*stat), ""};
     // Kernel threads have no command line.
-    if (process.stat.ppid != kKthreadd && pid != kKthreadd) {
+    if (process.stat.ppid != kthreadd && pid != kthreadd) {
       absl::StatusOr<std::string> cmdline = fs.ReadFile(absl::StrCat(pid, "/cmdline"));
       if (!cmdline.ok()) {
         NoteSkipped(cmdline.status());
@@ -168,7 +182,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
   if (options_.include_helpers) {
     if (!qemu_cgroups.empty()) {
       for (const auto& [pid, process] : processes) {
-        if (qemus.count(pid) || process.stat.ppid == kKthreadd || pid == kKthreadd) continue;
+        if (qemus.count(pid) || process.stat.ppid == kthreadd || pid == kthreadd) continue;
         if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
           cgroup_members[*cgroup].push_back(pid);
         }
@@ -200,7 +214,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
         // or, as the lab's stand-in is, children of that QEMU; any other
         // process that names itself vhost-<pid> must not get the VM's cookie.
         const int ppid = processes.at(pid).stat.ppid;
-        if (ppid != kKthreadd && ppid != qemu_pid) continue;
+        if (ppid != kthreadd && ppid != qemu_pid) continue;
         if (!taken.insert(pid).second) continue;
         for (Thread& t : ListThreads(fs, pid)) {
           Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "discovery/proc_fs.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
@@ -113,7 +114,7 @@ const DiscoveredVm* FindVm(const std::vector<DiscoveredVm>& vms, int qemu_pid) {
 TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
   ProcfsDiscovery discovery(FakeHost());
   auto vms = discovery.Discover();
-  ASSERT_TRUE(vms.ok()) << vms.status();
+  ASSERT_OK(vms);
   ASSERT_EQ(vms->size(), 2u);
 
   const DiscoveredVm& vm = (*vms)[0];
@@ -150,7 +151,7 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
 TEST(ProcfsDiscovery, WithoutHelpers) {
   ProcfsDiscovery discovery(FakeHost(), {.include_helpers = false});
   auto vms = discovery.Discover();
-  ASSERT_TRUE(vms.ok()) << vms.status();
+  ASSERT_OK(vms);
   for (const DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
   EXPECT_EQ((*vms)[0].threads.size(), 7u);
   // The VM's cgroup is found without helpers too: forced idle needs it.
@@ -174,6 +175,27 @@ TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
   EXPECT_EQ(vm->vm_id, "wrapped");
   EXPECT_EQ(vm->threads.size(), 2u);
   EXPECT_EQ(FindVm(*with_known, 4242), nullptr);
+}
+
+// In a PID namespace of its own (a container, or one "host" of a test with
+// two agents on one machine) pid 2 is whatever started second, here QEMU;
+// kernel threads are not visible there at all.
+TEST(ProcfsDiscovery, QemuAsPid2OfAPidNamespaceIsAVm) {
+  auto fs = std::make_shared<FakeProcFs>();
+  AddProcess(*fs, 1, 0, "sh", Cmdline({"/bin/sh"}), "0::/\n");
+  AddProcess(*fs, 2, 1, "qemu-system-x86",
+             Cmdline({"qemu-system-x86_64", "-name", "guest=vm-ns", "-uuid",
+                      "11111111-2222-3333-4444-555555555555"}),
+             "0::/\n", {{2, "qemu-system-x86"}, {3, "CPU 0/TCG"}});
+  AddProcess(*fs, 4, 2, "vhost-2", Cmdline({"./pose"}), "0::/\n");
+  AddProcess(*fs, 5, 1, "cs-agent", Cmdline({"cs-agent"}), "0::/\n");
+  ProcfsDiscovery discovery(fs);
+  auto vms = discovery.Discover();
+  ASSERT_OK(vms);
+  const DiscoveredVm* vm = FindVm(*vms, 2);
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(vm->vm_id, "vm-ns");
+  EXPECT_EQ(vm->threads.size(), 3u);  // its two threads and its child
 }
 
 TEST(ProcfsDiscovery, UnreadableProcIsAnError) {
@@ -214,7 +236,7 @@ TEST(FakeProcFs, ListsImpliedDirectories) {
 TEST(RealProcFs, ReadsAndMapsVanishedTasksToNotFound) {
   RealProcFs fs;
   auto self = fs.ReadFile(absl::StrCat(getpid(), "/stat"));
-  ASSERT_TRUE(self.ok()) << self.status();
+  ASSERT_OK(self);
   EXPECT_EQ(self->substr(0, std::to_string(getpid()).size()), std::to_string(getpid()));
   EXPECT_EQ(fs.ReadFile("999999999/comm").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(fs.ListDir("999999999/task").status().code(), absl::StatusCode::kNotFound);
@@ -263,7 +285,7 @@ TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
   ASSERT_TRUE(fake.ready()) << "the fake VM process did not start";
   ProcfsDiscovery discovery(std::make_shared<RealProcFs>());
   auto vms = discovery.Discover();
-  ASSERT_TRUE(vms.ok()) << vms.status();
+  ASSERT_OK(vms);
   const DiscoveredVm* vm = FindVm(*vms, fake.pid());
   ASSERT_NE(vm, nullptr) << "pid " << fake.pid() << " not found among " << vms->size() << " VMs";
   EXPECT_EQ(vm->vm_id, "vm-real");
