@@ -6,6 +6,7 @@
 
 #include "cosched/v1/config.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -21,7 +22,7 @@ tls:
   cert_file: /etc/cosched/csd.crt
   key_file: /etc/cosched/csd.key
 )", "csd.yaml", &config);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(config.listen(), "0.0.0.0:7443");
   EXPECT_EQ(config.data_dir(), "/var/lib/cosched");
   EXPECT_TRUE(config.insecure());

@@ -3,6 +3,7 @@
 #include "common/config_loader.h"
 #include "cosched/v1/config.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -12,7 +13,7 @@ const std::string kConfigDir = COSCHED_DEPLOY_CONFIG_DIR;
 TEST(ExampleConfigs, CsdLoads) {
   v1::CsdConfig config;
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/csd.yaml", &config);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(config.listen(), "127.0.0.1:7443");
   EXPECT_EQ(config.trust_domain(), "cosched");
   EXPECT_EQ(config.plaintext_role(), "admin");
@@ -26,7 +27,7 @@ TEST(ExampleConfigs, CsdLoads) {
 TEST(ExampleConfigs, AgentLoads) {
   v1::AgentConfig config;
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/cs-agent.yaml", &config);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(config.report_interval_s(), 10);
   EXPECT_TRUE(config.telemetry().enabled());
   EXPECT_EQ(config.telemetry().buffer_size_kb(), 1024);
@@ -36,7 +37,7 @@ TEST(ExampleConfigs, AgentLoads) {
 TEST(ExampleConfigs, CsctlLoads) {
   v1::CsctlConfig config;
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/csctl.yaml", &config);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(config.server(), "127.0.0.1:7443");
 }
 

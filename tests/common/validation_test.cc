@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -64,7 +65,7 @@ TEST(ValidateClasses, DuplicatesDoNotCountAgainstTheLimit) {
   for (int i = 0; i < 40; ++i) *repeated.Add() = i % 2 ? "avx512" : "batch";
   std::vector<std::string> out;
   absl::Status s = ValidateClasses("interference_classes", repeated, &out);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(out, (std::vector<std::string>{"avx512", "batch"}));
   google::protobuf::RepeatedPtrField<std::string> huge;
   for (int i = 0; i < 100000; ++i) *huge.Add() = "a";

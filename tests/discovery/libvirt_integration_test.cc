@@ -39,6 +39,7 @@
 #include "discovery/libvirt_status_xml.h"
 #include "discovery/proc_fs.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
@@ -386,7 +387,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   auto discover_once = Clock::now();
   auto again = discovery.Discover();
   double one_discover_ms = MsSince(discover_once);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
 
   const DiscoveredVm& vm = *found;
   std::cout << "domain " << name << " uuid " << uuid << (boot ? " (booting " : " (paused, no ")
@@ -439,7 +440,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   }
   // ... and as libvirt's status XML has them.
   auto status = ParseLibvirtStatusXml(ReadFile(absl::StrCat("/run/libvirt/qemu/", name, ".xml")));
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(status->pid, vm.qemu_pid);
   for (const LibvirtDomainStatus::Vcpu& v : status->vcpus) {
     EXPECT_EQ(monitor_vcpus[v.id], v.tid);
@@ -469,9 +470,9 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   {
     agent::LocalHostFs host_fs;
     auto topology = agent::ReadTopology(host_fs, "/sys");
-    ASSERT_TRUE(topology.ok()) << topology.status();
+    ASSERT_OK(topology);
     auto smt = agent::ReadSmtActive(host_fs, "/sys", *topology);
-    ASSERT_TRUE(smt.ok()) << smt.status();
+    ASSERT_OK(smt);
     agent::PrctlCoreSched kernel;
     agent::ReconcilerOptions reconciler_options;
     reconciler_options.smt_active = *smt;
@@ -550,7 +551,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     EXPECT_EQ(down.status().code(), absl::StatusCode::kUnavailable) << down.status();
     std::cout << "libvirtd stopped; Discover(): " << down.status() << "\n";
     auto fallback = combined.Discover();
-    ASSERT_TRUE(fallback.ok()) << fallback.status();
+    ASSERT_OK(fallback);
     const DiscoveredVm* from_procfs = FindByName(*fallback, name);
     ASSERT_NE(from_procfs, nullptr) << "CombinedDiscovery lost the VM while libvirtd was down";
     EXPECT_EQ(from_procfs->uuid, uuid);
@@ -597,7 +598,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
               << " ms after the call to virDomainDestroy (which took " << destroy_ms << " ms)\n";
   }
   auto after_stop = discovery.Discover();
-  ASSERT_TRUE(after_stop.ok()) << after_stop.status();
+  ASSERT_OK(after_stop);
   EXPECT_EQ(FindByName(*after_stop, name), nullptr);
   std::cout << "events: " << events.Summary() << "\n";
   if (HasFailure() && own_libvirtd.running()) {

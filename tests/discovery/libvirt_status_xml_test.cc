@@ -1,6 +1,7 @@
 #include "discovery/libvirt_status_xml.h"
 
 #include <gtest/gtest.h>
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
@@ -64,7 +65,7 @@ or other application using the libvirt API.
 
 TEST(LibvirtStatusXml, RealLibvirt90Output) {
   auto status = ParseLibvirtStatusXml(kStatusXml);
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(status->name, "cosched-exp2");
   EXPECT_EQ(status->uuid, "a4c5e430-d04a-4e7e-a5e2-ae60b295b691");
   EXPECT_EQ(status->state, "paused");
@@ -84,12 +85,12 @@ TEST(LibvirtStatusXml, AsyncJobOfAMigration) {
   </job>
   <domain type='qemu'><name>vm-1</name></domain>
 </domstatus>)");
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_EQ(status->async_job, "migration in");
   auto idle = ParseLibvirtStatusXml(
       "<domstatus pid='7'><job type='destroy' async='none'/><domain><name>a</name></domain>"
       "</domstatus>");
-  ASSERT_TRUE(idle.ok()) << idle.status();
+  ASSERT_OK(idle);
   EXPECT_EQ(idle->async_job, "");
 }
 
@@ -99,7 +100,7 @@ TEST(LibvirtStatusXml, IothreadIdsAndNoVcpuThreads) {
         <iothreads>2</iothreads>
         <iothreadids><iothread id='3'/><iothread id='7'/></iothreadids>
       </domain></domstatus>)");
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   EXPECT_TRUE(status->vcpus.empty());
   EXPECT_EQ(status->iothread_ids, (std::vector<int>{3, 7}));
 }
@@ -133,7 +134,7 @@ TEST(LibvirtStatusXml, RefusesAnIothreadCountNoDomainHas) {
   auto many = ParseLibvirtStatusXml(
       "<domstatus pid='5'><domain><name>a</name><iothreads>65536</iothreads>"
       "</domain></domstatus>");
-  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_OK(many);
   EXPECT_EQ(many->iothread_ids.size(), 65536u);
 }
 

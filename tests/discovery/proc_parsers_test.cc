@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
@@ -83,14 +84,14 @@ TEST(ClassifyQemuThread, Names) {
 
 TEST(ProcStat, CommWithSpacesAndParentheses) {
   auto stat = ParseProcStat("4242 (CPU 0/KVM) S 4200 4200 4200 0 -1 4194560 1 0 0 0\n");
-  ASSERT_TRUE(stat.ok()) << stat.status();
+  ASSERT_OK(stat);
   EXPECT_EQ(stat->pid, 4242);
   EXPECT_EQ(stat->comm, "CPU 0/KVM");
   EXPECT_EQ(stat->state, 'S');
   EXPECT_EQ(stat->ppid, 4200);
 
   stat = ParseProcStat("77 (a) b) (c) R 1 77 77 0 -1 0");
-  ASSERT_TRUE(stat.ok()) << stat.status();
+  ASSERT_OK(stat);
   EXPECT_EQ(stat->comm, "a) b) (c");
   EXPECT_EQ(stat->state, 'R');
   EXPECT_EQ(stat->ppid, 1);
@@ -118,7 +119,7 @@ TEST(Cgroup, HybridAsLibvirtPlacesQemu) {
       "2:cpuacct:/\n"
       "1:cpu:/machine/qemu-1-cosched-exp.libvirt-qemu/emulator\n"
       "0::/machine/qemu-1-cosched-exp.libvirt-qemu/emulator\n");
-  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_OK(entries);
   ASSERT_EQ(entries->size(), 7u);
   EXPECT_EQ((*entries)[0].controllers, std::vector<std::string>{"name=systemd"});
   EXPECT_EQ((*entries)[6].hierarchy, 0);
@@ -133,7 +134,7 @@ TEST(Cgroup, V1Only) {
       "11:cpu,cpuacct:/machine.slice/machine-qemu\\x2d3\\x2dvm1.scope/vcpu0\n"
       "10:memory:/machine.slice/machine-qemu\\x2d3\\x2dvm1.scope\n"
       "1:name=systemd:/machine.slice/machine-qemu\\x2d3\\x2dvm1.scope\n");
-  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_OK(entries);
   EXPECT_EQ((*entries)[0].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
   EXPECT_EQ(PlacementCgroup(*entries), "/machine.slice/machine-qemu\\x2d3\\x2dvm1.scope/vcpu0");
   EXPECT_EQ(VmCgroup(PlacementCgroup(*entries), {"/machine.slice"}),

@@ -22,6 +22,7 @@
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -62,7 +63,7 @@ class AuthzTest : public ::testing::Test {
       options.authz.tokens.push_back(token);
     }
     auto csd = server::CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
   }
 
@@ -81,7 +82,7 @@ class AuthzTest : public ::testing::Test {
     tls.set_cert_file(dir_.Sub(client + ".crt"));
     tls.set_key_file(dir_.Sub(client + ".key"));
     auto credentials = MakeChannelCredentials(csd_->address(), tls, false);
-    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    EXPECT_OK(credentials);
     return grpc::CreateChannel(csd_->address(), *credentials);
   }
 

@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/csd_server.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -28,7 +29,7 @@ std::unique_ptr<server::CsdServer> StartCsd(const std::string& data_dir) {
   options.listen = "127.0.0.1:0";
   options.data_dir = data_dir;
   auto csd = server::CsdServer::Start(options);
-  EXPECT_TRUE(csd.ok()) << csd.status();
+  EXPECT_OK(csd);
   return csd.ok() ? std::move(*csd) : nullptr;
 }
 

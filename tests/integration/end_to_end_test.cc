@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -84,7 +85,7 @@ class EndToEndTest : public ::testing::Test {
     options.listen = listen;
     options.data_dir = dir_.Sub("csd-data");
     auto csd = server::CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
     stub_ = v1::ControlPlane::NewStub(
         grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials()));

@@ -20,6 +20,7 @@
 #include "server/csd_server.h"
 #include "tests/testing/partition_proxy.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -80,7 +81,7 @@ class PartitionTest : public ::testing::Test {
     csd_options.listen = "127.0.0.1:0";
     csd_options.data_dir = dir_.Sub("csd");
     auto csd = server::CsdServer::Start(csd_options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
     stub_ = v1::ControlPlane::NewStub(
         grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials()));

@@ -20,6 +20,7 @@
 #include "policy/tradeoff.h"
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -38,7 +39,7 @@ class PlacementTest : public ::testing::Test {
     options.authz.plaintext_role = plaintext_role;
     options.class_conflicts = {{"avx512", "latency-critical"}};
     auto csd = server::CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
     auto channel =
         grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials());
@@ -392,7 +393,7 @@ TEST_F(PlacementTest, ExplainReturnsTheEnginesDecision) {
     scenario.tenants.push_back(spec);
   }
   auto plan = policy::PlanHost(scenario);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   const policy::VmDecision& d = plan->vms[1];
   ASSERT_EQ(d.vm, "web-1");
 

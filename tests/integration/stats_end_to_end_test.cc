@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -52,7 +53,7 @@ class StatsEndToEndTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("csd-data");
     auto csd = server::CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
     auto channel =
         grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials());

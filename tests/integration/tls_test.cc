@@ -13,6 +13,7 @@
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -42,7 +43,7 @@ class TlsTest : public ::testing::Test {
     viewers.add_spiffe_ids("spiffe://test/operator");
     options.authz.roles.push_back(viewers);
     auto csd = server::CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
   }
 
@@ -56,7 +57,7 @@ class TlsTest : public ::testing::Test {
       tls.set_key_file(dir_.Sub(client + ".key"));
     }
     auto credentials = MakeChannelCredentials(csd_->address(), tls, false);
-    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    EXPECT_OK(credentials);
     // A channel of its own: gRPC would otherwise reuse a connection that
     // an earlier channel to the same address made.
     grpc::ChannelArguments args;

@@ -13,6 +13,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 #include "tests/testing/metrics_scrape.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::metrics {
 namespace {
@@ -35,7 +36,7 @@ TEST(MetricsHttpServer, ServesEveryCollectableAtMetrics) {
   gauges->Add("cosched_test_level", "level", [&reads] { return ++reads; });
 
   auto server = MetricsHttpServer::Start("127.0.0.1:0", {registry, gauges});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   ASSERT_GT((*server)->port(), 0);
   EXPECT_EQ((*server)->address(),
             "127.0.0.1:" + std::to_string((*server)->port()));

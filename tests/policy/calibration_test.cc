@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "policy/scenario.h"
 #include "policy/tradeoff.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -33,7 +34,7 @@ std::map<Mode, double> Relative(const Scenario& s, std::vector<Mode> modes) {
   EXPECT_TRUE(smt.ok());
   for (Mode m : modes) {
     auto r = RunMode(s, m);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     out[m] = r->result.measured_throughput / smt->result.measured_throughput;
   }
   return out;

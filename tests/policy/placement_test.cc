@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -42,7 +43,7 @@ TEST(Place, DedicatedNeedsWholeFreeCores) {
   EXPECT_EQ(index.Place(r).status().code(), absl::StatusCode::kResourceExhausted);
   r.vcpus = 6;
   d = index.Place(r);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d);
   EXPECT_EQ(d->cores.size(), 3u);
 }
 
@@ -52,7 +53,7 @@ TEST(Place, OnAHostWithSmtOffAPinnedVmTakesACorePerVcpu) {
   PlacementRequest r = Request("gold", 3);
   r.isolation = v1::ISOLATION_LEVEL_DEDICATED;
   auto d = index.Place(r);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d);
   EXPECT_EQ(d->cores, (std::vector<int>{0, 1, 2}));
   EXPECT_THAT(d->reason, Not(HasSubstr("aligned")));
   ASSERT_TRUE(index.AddVm("nosmt", r, d->cores).ok());

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -31,7 +32,7 @@ vms:
 
 TEST(ParseScenarioYaml, ReadsTheMinimumKeys) {
   auto s = ParseScenarioYaml(kMinimal);
-  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_OK(s);
   EXPECT_EQ(s->name, "two");
   EXPECT_EQ(s->seed, 7u);
   EXPECT_EQ(s->cores, 4);
@@ -104,7 +105,7 @@ TEST(ParseScenarioYaml, TenantsAreValidatedAsPolicies) {
          "tenants:\n  - {name: acme, isolation: vm, allow: [vm, tenant],"
          " forced_idle_budget_pct: 5}\nconflicts: [[avx512, latency-critical]]\n";
   auto s = ParseScenarioYaml(yaml);
-  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_OK(s);
   ASSERT_EQ(s->tenants.size(), 1u);
   EXPECT_EQ(*s->tenants[0].forced_idle_budget_pct, 5);
   ASSERT_EQ(s->conflicts.size(), 1u);

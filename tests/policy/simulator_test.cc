@@ -1,6 +1,7 @@
 #include "policy/simulator.h"
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -36,7 +37,7 @@ SimResult RunIn(const Scenario& s, SmtMode mode, const SimConfig* base = nullptr
   SimConfig config = base != nullptr ? *base : SimConfig();
   config.mode = mode;
   auto r = Simulate(s, config);
-  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_OK(r);
   return r.ok() ? *r : SimResult();
 }
 

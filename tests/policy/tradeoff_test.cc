@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -12,7 +13,7 @@ using ::testing::HasSubstr;
 
 Scenario Parse(const std::string& yaml) {
   auto s = ParseScenarioYaml(yaml);
-  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_OK(s);
   return s.ok() ? *s : Scenario();
 }
 
@@ -37,7 +38,7 @@ vms:
 TEST(PlanHost, GroupsWithinTenantsNeverAcross) {
   Scenario s = Parse(kTwoTenants);
   auto plan = PlanHost(s);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   std::map<std::string, std::string> group;
   for (const auto& d : plan->vms) group[d.vm] = d.trust_group;
   EXPECT_EQ(group["a-0"], group["a-1"]);
@@ -74,7 +75,7 @@ TEST(PlanHost, DedicatedGetsWholeCoresNobodyElseUses) {
   gold.set_default_isolation(v1::ISOLATION_LEVEL_DEDICATED);
   s.tenants.push_back({gold, std::nullopt});
   auto plan = PlanHost(s);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   const VmDecision& d = plan->vms.back();
   EXPECT_EQ(d.isolation, v1::ISOLATION_LEVEL_DEDICATED);
   EXPECT_EQ(d.pin_cpus, (std::vector<int>{6, 7, 14, 15}));  // cores 6-7

@@ -3,6 +3,7 @@
 #include "common/config_loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -31,7 +32,7 @@ AuthzOptions Options() {
 
 Authorizer Make(const AuthzOptions& options = Options()) {
   auto authz = Authorizer::Create(options);
-  EXPECT_TRUE(authz.ok()) << authz.status();
+  EXPECT_OK(authz);
   return std::move(*authz);
 }
 
@@ -63,7 +64,7 @@ TEST(Authorizer, AgentCertificateIsItsHostOnly) {
   Authorizer authz = Make();
   auto caller =
       authz.Identify(Certificate({"spiffe://example.org/host/node-1"}, "node-1"));
-  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_OK(caller);
   EXPECT_EQ(caller->who, "spiffe://example.org/host/node-1");
   EXPECT_EQ(caller->host_id, "node-1");
   EXPECT_EQ(caller->role, Role::kNone);
@@ -124,7 +125,7 @@ TEST(Authorizer, BearerTokens) {
   Peer peer = Certificate({}, "stranger");
   peer.bearer_token = "viewer-token";
   auto caller = authz.Identify(peer);
-  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_OK(caller);
   EXPECT_EQ(caller->who, "token:dashboard");
   EXPECT_EQ(caller->role, Role::kViewer);
   EXPECT_TRUE(Authorizer::AllowControlPlane(*caller, "ListVMs").ok());
@@ -202,9 +203,9 @@ TEST(Authorizer, ExampleConfigIsAccepted) {
   v1::CsdConfig config;
   absl::Status loaded = LoadYamlConfigFile(
       std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml", &config);
-  ASSERT_TRUE(loaded.ok()) << loaded;
+  ASSERT_OK(loaded);
   auto authz = Authorizer::Create(AuthzOptionsFromConfig(config));
-  ASSERT_TRUE(authz.ok()) << authz.status();
+  ASSERT_OK(authz);
   auto admin = authz->Identify(Certificate({}, "platform-admin"));
   ASSERT_TRUE(admin.ok());
   EXPECT_EQ(admin->role, Role::kAdmin);
@@ -216,9 +217,9 @@ TEST(Authorizer, TokensFromYamlConfig) {
       "tokens:\n  - role: operator\n    name: ci\n    sha256: " +
           Sha256Hex("s3cret") + "\n",
       "test", &config);
-  ASSERT_TRUE(loaded.ok()) << loaded;
+  ASSERT_OK(loaded);
   auto authz = Authorizer::Create(AuthzOptionsFromConfig(config));
-  ASSERT_TRUE(authz.ok()) << authz.status();
+  ASSERT_OK(authz);
   Peer peer;
   peer.address = "ipv4:127.0.0.1:1";
   peer.bearer_token = "s3cret";

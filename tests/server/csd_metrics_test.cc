@@ -15,6 +15,7 @@
 #include "server/csd_server.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -67,7 +68,7 @@ class CsdMetricsTest : public ::testing::Test {
     options.data_dir = dir_.Sub("data");
     options.metrics_listen = "127.0.0.1:0";
     auto csd = CsdServer::Start(options);
-    ASSERT_TRUE(csd.ok()) << csd.status();
+    ASSERT_OK(csd);
     csd_ = std::move(*csd);
     ASSERT_GT(csd_->metrics_port(), 0);
     channel_ = grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials());
@@ -244,7 +245,7 @@ TEST(CsdMetricsServer, BusyMetricsAddressFailsStartNamingIt) {
   options.data_dir = dir.Sub("a");
   options.metrics_listen = "127.0.0.1:0";
   auto first = CsdServer::Start(options);
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   options.data_dir = dir.Sub("b");
   options.metrics_listen = "127.0.0.1:" + std::to_string((*first)->metrics_port());
   auto second = CsdServer::Start(options);

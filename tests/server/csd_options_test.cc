@@ -8,6 +8,7 @@
 #include "server/csd_server.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -16,7 +17,7 @@ TEST(CsdOptions, AuditIsKeptAYearUnlessTheConfigSaysOtherwise) {
   v1::CsdConfig config;
   absl::Status loaded = LoadYamlConfigFile(
       std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml", &config);
-  ASSERT_TRUE(loaded.ok()) << loaded;
+  ASSERT_OK(loaded);
   EXPECT_EQ(CsdOptionsFromConfig(config).audit_retention_days, 365);
   EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).audit_retention_days, 365);
   config.set_audit_retention_days(-1);
@@ -90,7 +91,7 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
     store::SqliteStoreOptions seed;
     seed.data_dir = dir.Sub("data");
     auto store = store::SqliteStore::Open(seed);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     absl::Status appended = (*store)->WriteSync([](store::Transaction& txn) {
       v1::AuditRecord old;
       old.set_who("spiffe://cosched/user/gone");
@@ -100,13 +101,13 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
       old.set_time_unix_ns(absl::ToUnixNanos(absl::Now() - absl::Hours(24 * 400)));
       return txn.AppendAudit(old);
     });
-    ASSERT_TRUE(appended.ok()) << appended;
+    ASSERT_OK(appended);
   }
   CsdOptions options;
   options.listen = "127.0.0.1:0";
   options.data_dir = dir.Sub("data");
   auto csd = CsdServer::Start(options);
-  ASSERT_TRUE(csd.ok()) << csd.status();
+  ASSERT_OK(csd);
   auto control = v1::ControlPlane::NewStub(
       grpc::CreateChannel((*csd)->address(), grpc::InsecureChannelCredentials()));
 

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -25,7 +26,7 @@ class DesiredStateTest : public ::testing::Test {
     store::SqliteStoreOptions options;
     options.data_dir = dir_.Sub("data");
     auto store = store::SqliteStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     store_ = std::move(*store);
     state_ = std::make_unique<DesiredState>(store_.get());
   }
@@ -76,7 +77,7 @@ class DesiredStateTest : public ::testing::Test {
 
 TEST_F(DesiredStateTest, TagWithNothingButAnIdUsesDefaultTenantAndVmLevel) {
   auto r = Tag("vm-123");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->changed());
   EXPECT_EQ(r->vm().tenant_id(), "default");
   EXPECT_EQ(r->vm().assignment().isolation(), v1::ISOLATION_LEVEL_VM);
@@ -113,7 +114,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto policy = Wait<v1::TenantPolicy>(
       [&](auto done) { state_->SetTenantPolicy(set, kTester, std::move(done)); });
-  ASSERT_TRUE(policy.ok()) << policy.status();
+  ASSERT_OK(policy);
   EXPECT_TRUE(policy->explicitly_set());
 
   auto none = Tag("vm-1", "bank", v1::ISOLATION_LEVEL_NONE);
@@ -260,7 +261,7 @@ TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
   std::vector<std::string> ids;
   do {
     auto page = state_->ListVms(request);
-    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_OK(page);
     for (const auto& vm : page->vms()) ids.push_back(vm.vm_id());
     request.set_page_token(page->next_page_token());
   } while (!request.page_token().empty());
@@ -326,7 +327,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   v1::GetStatsRequest by_vm;
   by_vm.set_vm_id(uuid);
   auto r = state_->GetStats(by_vm);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   ASSERT_EQ(r->vms_size(), 1);
   EXPECT_EQ(r->vms(0).vm_id(), uuid);
   EXPECT_EQ(r->total().idle_ns(), 100);
@@ -335,7 +336,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   by_tenant.set_tenant("acme");
   by_tenant.set_window_seconds(60);
   r = state_->GetStats(by_tenant);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->total().run_ns(), 100);
 
   // Retagged for another tenant: its recent history goes with it.
@@ -348,7 +349,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   EXPECT_EQ(state_->GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
   by_tenant.set_tenant("globex");
   r = state_->GetStats(by_tenant);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->total().run_ns(), 100);
 }
 
@@ -373,7 +374,7 @@ TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhol
   v1::GetHostRequest get;
   get.set_host_id("host-a");
   auto host = state_->GetHost(get);
-  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_OK(host);
   EXPECT_EQ(host->vm_count(), 0);
   v1::GetStatsRequest by_vm;
   by_vm.set_vm_id("vm-1");
@@ -396,7 +397,7 @@ std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
   request.set_subject(subject);
   request.set_page_size(1000);
   auto page = state.ListAuditRecords(request);
-  EXPECT_TRUE(page.ok()) << page.status();
+  EXPECT_OK(page);
   return {page->records().begin(), page->records().end()};
 }
 
@@ -478,7 +479,7 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
   std::vector<std::string> subjects;
   do {
     auto page = state_->ListAuditRecords(request);
-    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_OK(page);
     for (const auto& r : page->records()) subjects.push_back(r.subject());
     request.set_page_token(page->next_page_token());
   } while (!request.page_token().empty());

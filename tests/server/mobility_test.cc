@@ -15,6 +15,7 @@
 #include "server/vm_presence.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -40,7 +41,7 @@ class MobilityTest : public ::testing::Test {
     store::SqliteStoreOptions options;
     options.data_dir = dir_.Sub("data");
     auto store = store::SqliteStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     // Counts the writes that reach the store: an unchanged Report must not.
     store_ = std::make_unique<InstrumentedStore>(
         std::move(*store), [this](absl::StatusCode, double) { ++writes_; });
@@ -55,7 +56,7 @@ class MobilityTest : public ::testing::Test {
     request.set_vm_id(vm);
     auto r = Wait<v1::TagVMResponse>(
         [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
   }
 
   // A host of `cores` cores of two siblings each, SMT on, with core
@@ -74,7 +75,7 @@ class MobilityTest : public ::testing::Test {
     auto r = Wait<v1::RegisterResponse>([&](auto done) {
       state_->RegisterHost(request, kTester, std::move(done));
     });
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
   }
 
   absl::Status Report(const std::string& host, const std::vector<Seen>& vms,
@@ -99,14 +100,14 @@ class MobilityTest : public ::testing::Test {
     v1::GetVMRequest request;
     request.set_vm_id(vm);
     auto r = state_->GetVm(request);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     return r.ok() ? *r : v1::VM();
   }
 
   // The VM ids of the host's snapshot: what its agent enforces.
   std::vector<std::string> Enforced(const std::string& host) {
     auto snapshot = state_->FirstWatchMessage(host, 0);
-    EXPECT_TRUE(snapshot.ok()) << snapshot.status();
+    EXPECT_OK(snapshot);
     std::vector<std::string> ids;
     if (snapshot.ok()) {
       for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
@@ -119,7 +120,7 @@ class MobilityTest : public ::testing::Test {
     request.set_subject(subject);
     request.set_page_size(1000);
     auto r = state_->ListAuditRecords(request);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     int n = 0;
     if (r.ok()) {
       for (const auto& record : r->records()) n += record.method() == method;
@@ -326,12 +327,12 @@ TEST_F(MobilityTest, DrainedHostsAreNotChosenAndKeepTheirVmsEnforced) {
   ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
   ASSERT_TRUE(Report("hv-b", {}).ok());
   auto drained = Drain("hv-b");
-  ASSERT_TRUE(drained.ok()) << drained.status();
+  ASSERT_OK(drained);
   EXPECT_TRUE(drained->draining());
   EXPECT_EQ(drained->unplaceable_reason(), "draining");
   for (int i = 0; i < 3; ++i) {
     auto placed = Place(1);
-    ASSERT_TRUE(placed.ok()) << placed.status();
+    ASSERT_OK(placed);
     EXPECT_EQ(placed->host_id(), "hv-a");
   }
   ASSERT_TRUE(Drain("hv-a").ok());
@@ -345,7 +346,7 @@ TEST_F(MobilityTest, DrainedHostsAreNotChosenAndKeepTheirVmsEnforced) {
   EXPECT_EQ(AuditCount("DrainHost", "hv-a"), 1);
   ASSERT_TRUE(Drain("hv-b", false).ok());
   auto placed = Place(1);
-  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_OK(placed);
   EXPECT_EQ(placed->host_id(), "hv-b");
 }
 
@@ -360,7 +361,7 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   ASSERT_TRUE(Report("no-kernel", {}).ok());
   ASSERT_TRUE(Report("good", {}).ok());
   auto placed = Place(1);
-  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_OK(placed);
   EXPECT_EQ(placed->host_id(), "good");
   ASSERT_EQ(placed->candidates_size(), 1);
   v1::GetHostRequest get;
@@ -382,7 +383,7 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   untagged.set_isolation(v1::ISOLATION_LEVEL_NONE);
   untagged.set_pin(false);
   auto any = state_->Place(untagged);
-  ASSERT_TRUE(any.ok()) << any.status();
+  ASSERT_OK(any);
   EXPECT_EQ(any->host_id(), "no-kernel");
 }
 
@@ -390,7 +391,7 @@ TEST_F(MobilityTest, PinnedPlacementLeavesOneCoreSharedLikeTheAgent) {
   Register("hv-a", 2);
   ASSERT_TRUE(Report("hv-a", {}).ok());
   auto one = Place(2, /*pin=*/true);  // one core of two
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one);
   EXPECT_EQ(one->cores_size(), 1);
   auto both = Place(4, /*pin=*/true);  // both cores: the agent would refuse
   EXPECT_EQ(both.status().code(), absl::StatusCode::kResourceExhausted);
@@ -419,7 +420,7 @@ TEST_F(MobilityTest, RemoveIsRefusedWhileConnectedOrReportingVms) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "vm-1")) << r.status();
   ASSERT_TRUE(Report("hv-a", {}).ok());
   r = Remove("hv-a");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   v1::GetHostRequest get;
   get.set_host_id("hv-a");
   EXPECT_EQ(state_->GetHost(get).status().code(), absl::StatusCode::kNotFound);
@@ -437,7 +438,7 @@ TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
   state_->set_host_stale_after(absl::Milliseconds(100));
   absl::SleepFor(absl::Milliseconds(200));
   auto r = Remove("hv-a");  // its agent died with the VM in its last report
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(Get("vm-1").host_id(), "hv-b");
   EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
 }

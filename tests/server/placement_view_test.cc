@@ -14,6 +14,7 @@
 #include "server/desired_state.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -39,7 +40,7 @@ class PlacementViewTest : public ::testing::TestWithParam<int> {
     store::SqliteStoreOptions options;
     options.data_dir = dir_.Sub("data");
     auto store = store::SqliteStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     store_ = std::move(*store);
     state_ = std::make_unique<DesiredState>(store_.get(), nullptr, Options());
     ASSERT_TRUE(state_->LoadPlacement().ok());
@@ -230,7 +231,7 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
       << pinned.status();
   r.pinning = false;
   auto a = state.placement().Place(r);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_EQ(a->decision.host_id, "h");
   EXPECT_TRUE(a->decision.cores.empty());
 }
@@ -239,7 +240,7 @@ TEST(CsdOptions, ClassConflictsComeFromTheConfig) {
   v1::CsdConfig config;
   absl::Status loaded = LoadYamlConfigFile(
       std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml", &config);
-  ASSERT_TRUE(loaded.ok()) << loaded;
+  ASSERT_OK(loaded);
   CsdOptions options = CsdOptionsFromConfig(config);
   EXPECT_EQ(options.class_conflicts,
             (std::vector<std::pair<std::string, std::string>>{{"avx512", "latency-critical"}}));

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::store {
 namespace {
@@ -32,7 +33,7 @@ class AuditRetentionTest : public ::testing::Test {
     options.audit_retention = retention;
     options.audit_prune_rows = prune_rows;
     auto store = SqliteStore::Open(options);
-    EXPECT_TRUE(store.ok()) << store.status();
+    EXPECT_OK(store);
     return store.ok() ? std::move(*store) : nullptr;
   }
 
@@ -42,13 +43,13 @@ class AuditRetentionTest : public ::testing::Test {
       for (const v1::AuditRecord& r : records) RETURN_IF_ERROR(txn.AppendAudit(r));
       return absl::OkStatus();
     });
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
   }
 
   // A write that changes nothing but the audit trail's pruning.
   void Touch(Store& store) {
     absl::Status status = store.WriteSync([](Transaction&) { return absl::OkStatus(); });
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
   }
 
   // Subjects, oldest first, with their sequences.
@@ -58,7 +59,7 @@ class AuditRetentionTest : public ::testing::Test {
       ASSIGN_OR_RETURN(records, txn.ListAudit({}, 0, 1000));
       return absl::OkStatus();
     });
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     std::vector<std::pair<std::string, int64_t>> out;
     for (auto it = records.rbegin(); it != records.rend(); ++it) {
       out.emplace_back(it->subject(), it->sequence());

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/store/sqlite_store_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::store {
 namespace {
@@ -96,7 +97,7 @@ TEST_F(SqliteStoreTest, TransactionReadsItsOwnWrites) {
     if (!vm) return absl::InternalError("own write not visible");
     return absl::OkStatus();
   });
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_OK(status);
 }
 
 TEST_F(SqliteStoreTest, FailingWriteInABatchIsUndoneAlone) {
@@ -154,10 +155,10 @@ TEST_F(SqliteStoreTest, FailingWriteInABatchIsUndoneAlone) {
   release_blocker.count_down();
   done.wait();
 
-  EXPECT_TRUE(a.ok()) << a;
+  EXPECT_OK(a);
   EXPECT_TRUE(absl::IsAborted(b)) << b;
   EXPECT_EQ(b.message(), "b gives up");
-  EXPECT_TRUE(c.ok()) << c;
+  EXPECT_OK(c);
   EXPECT_TRUE(GetVm(*store, "vm-a").has_value());
   EXPECT_FALSE(GetVm(*store, "vm-b").has_value());
   EXPECT_TRUE(GetVm(*store, "vm-c").has_value());
@@ -338,7 +339,7 @@ TEST_F(SqliteStoreTest, ObservationsFoundByIdAndUuidLatestHostWins) {
                     std::vector<v1::VMObservation> vms) {
     absl::Status status = store->WriteSync(
         [&](Transaction& txn) { return txn.ReplaceObservations(host, vms); });
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
   };
 
   report("h1", {MakeObservation("vm-a", "uuid-a", "g-h1"),
@@ -723,7 +724,7 @@ TEST_F(SqliteStoreTest, WriterCommitsOnWhileAnAnswerRuns) {
     };
   };
   store->Write(put("vm-1"), [&](absl::Status s) {
-    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_OK(s);
     // Wait (bounded) for the second write to commit meanwhile.
     for (int i = 0; i < 500 && store->CurrentRevision() < 2; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

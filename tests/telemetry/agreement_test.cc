@@ -12,6 +12,7 @@
 #include "sibling_share.h"  // the lab's, tests/lab
 #include "tests/telemetry/trace_fixtures.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::telemetry {
 namespace {
@@ -79,7 +80,7 @@ TEST(Agreement, AnalyzeWithThreadsFileMatchesTheLab) {
   WriteFile(args.threads_path, trace.ThreadsText());
 
   auto product = cli::AnalyzeTrace(args);
-  ASSERT_TRUE(product.ok()) << product.status();
+  ASSERT_OK(product);
   EXPECT_EQ(product->counts.events, 200'000);
   EXPECT_EQ(product->counts.malformed, 0);
   std::map<int64_t, std::string> tid_group(trace.tid_vm.begin(), trace.tid_vm.end());
@@ -104,7 +105,7 @@ TEST(Agreement, AnalyzeByTgidMatchesTheLab) {
   WriteFile(args.topology_path, trace.TopologyText());
 
   auto product = cli::AnalyzeTrace(args);
-  ASSERT_TRUE(product.ok()) << product.status();
+  ASSERT_OK(product);
   EXPECT_EQ(product->grouping, "tgid");
   std::map<int64_t, std::string> tid_group;
   for (const auto& [tid, tgid] : trace.tid_tgid) tid_group[tid] = std::to_string(tgid);

@@ -9,6 +9,7 @@
 #include "cli/csctl.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::cli {
 namespace {
@@ -76,7 +77,7 @@ TEST_F(AnalyzeTest, FromToCountsOnlyTheSpanWithTheStateBeforeIt) {
   args.from = "100.001100";
   args.to = "100.0031";
   auto result = AnalyzeTrace(args);
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   ASSERT_EQ(result->groups.size(), 3u);
   // vm-a in [100.0011, 100.0031): tid 10 on cpu 0 for 2 ms, beside its own
   // tid 11 (1 ms) then the host task; tid 11 on cpu 1 for 1 ms beside tid
@@ -127,7 +128,7 @@ TEST_F(AnalyzeTest, WithoutThreadsFileEachThreadIsAGroup) {
   AnalyzeArgs args = Args();
   args.threads_path.clear();
   auto result = AnalyzeTrace(args);
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->grouping, "thread");
   ASSERT_EQ(result->groups.size(), 4u);  // 10, 11, 20, 21 by run time
   EXPECT_EQ(result->groups[0].vm, "10");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tests/telemetry/trace_fixtures.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::telemetry {
 namespace {
@@ -31,14 +32,14 @@ Read ReadAll(RingBufferPageReader& reader, const std::vector<uint8_t>& page, int
   if (status != nullptr) {
     *status = s;
   } else {
-    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_OK(s);
   }
   return r;
 }
 
 TEST(ParseEventFormat, ReadsFieldsAndId) {
   auto format = ParseEventFormat(kSchedSwitchFormat);
-  ASSERT_TRUE(format.ok()) << format.status();
+  ASSERT_OK(format);
   EXPECT_EQ(format->name, "sched_switch");
   EXPECT_EQ(format->id, 316);
   const FormatField* comm = format->Find("next_comm");
@@ -61,7 +62,7 @@ TEST(ParseEventFormat, NamesTheBadLine) {
 
 TEST(SchedSwitchLayout, ComesFromTheFormatText) {
   auto layout = SchedSwitchLayout::FromFormat(kSchedSwitchFormat);
-  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_OK(layout);
   EXPECT_EQ(layout->event_id, 316u);
   EXPECT_EQ(layout->prev_pid.offset, 24u);
   EXPECT_EQ(layout->prev_state.size, 8u);
@@ -76,7 +77,7 @@ TEST(SchedSwitchLayout, ComesFromTheFormatText) {
 
 TEST(PageHeaderLayout, ComesFromHeaderPage) {
   auto header = PageHeaderLayout::FromHeaderPage(kHeaderPage);
-  ASSERT_TRUE(header.ok()) << header.status();
+  ASSERT_OK(header);
   EXPECT_EQ(header->timestamp.offset, 0u);
   EXPECT_EQ(header->commit.offset, 8u);
   EXPECT_EQ(header->commit.size, 8u);
@@ -150,7 +151,7 @@ format:
 	field:pid_t prev_pid;	offset:16;	size:4;	signed:1;
 )";
   auto layout = SchedSwitchLayout::FromFormat(kMoved);
-  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_OK(layout);
   SchedSwitch ev{0, 0, 11, 22, 0x2};
   PageBuilder page(50);
   ASSERT_TRUE(page.AddRecord(1, EncodeSchedSwitch(*layout, 20, ev, "", "")));

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <vector>
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::telemetry {
 namespace {
@@ -21,14 +22,14 @@ TEST(ParseCpuList, RepeatedRangesGiveEachCpuOnce) {
   std::string list = "0-65535";
   for (int i = 0; i < 499; ++i) list += ",0-65535";
   auto cpus = ParseCpuList(list);
-  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  ASSERT_OK(cpus);
   EXPECT_EQ(cpus->size(), 65536u);
 }
 
 TEST(CpuTopology, GroupsSiblingsIntoCores) {
   // x86 numbering: CPU c and c + 2 share a core.
   auto t = CpuTopology::Parse("0,2\n1,3\n0,2\n1,3\n", "topo");
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   EXPECT_EQ(t->num_cpus(), 4);
   EXPECT_EQ(t->num_cores(), 2);
   EXPECT_EQ(t->core_of(2), 0);

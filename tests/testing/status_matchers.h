@@ -1,0 +1,44 @@
+// Assertions on absl::Status and absl::StatusOr<T> that print the status
+// when they fail:
+//   ASSERT_OK(store->WriteSync(fn));   EXPECT_OK(state.GetVm(request));
+//   EXPECT_THAT(result.status(), StatusIs(absl::StatusCode::kNotFound, "vm-1"));
+// The expression is evaluated once.
+#ifndef COSCHED_TESTS_TESTING_STATUS_MATCHERS_H_
+#define COSCHED_TESTS_TESTING_STATUS_MATCHERS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::testing {
+
+inline absl::Status StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+// A status of `code` whose message contains `substring`.
+MATCHER_P2(StatusIs, code, substring,
+           ::testing::PrintToString(code) + " containing \"" + std::string(substring) + "\"") {
+  const absl::Status status = ::cosched::testing::StatusOf(arg);
+  *result_listener << "which is " << status;
+  return status.code() == code && absl::StrContains(status.message(), substring);
+}
+
+}  // namespace cosched::testing
+
+#define COSCHED_STATUS_OK_(expr, fail)                                                 \
+  if (const ::absl::Status cosched_status_ = ::cosched::testing::StatusOf(expr);       \
+      cosched_status_.ok()) {                                                          \
+  } else                                                                               \
+    fail("Expected " #expr " to be OK") << "got " << cosched_status_
+
+#define ASSERT_OK(expr) COSCHED_STATUS_OK_(expr, GTEST_FATAL_FAILURE_)
+#define EXPECT_OK(expr) COSCHED_STATUS_OK_(expr, GTEST_NONFATAL_FAILURE_)
+
+#endif  // COSCHED_TESTS_TESTING_STATUS_MATCHERS_H_
