@@ -29,7 +29,7 @@ struct SchedTraceOptions {
   // 0 keeps the kernel's (one page). Ignored, with a log line, elsewhere.
   // 16 KiB: a quarter of the reads of 4 KiB pages for the same events,
   // and each read's cost is mostly per call, not per byte
-  // (tests/bench/collector_cpu_bench.cc, README "Sibling-sharing collector").
+  // (tests/bench/collector_cpu_bench.cc, docs/telemetry.md, "Sibling-sharing collector").
   int subbuf_size_kb = 16;
 };
 

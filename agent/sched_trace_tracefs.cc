@@ -1,7 +1,7 @@
 // SchedTrace over the kernel's tracefs.
 //
 // The clock is `mono`: like `global` it is consistent across CPUs (which
-// the per-core merge needs, ARCHITECTURE.md), and unlike `global` it is
+// the per-core merge needs, docs/architecture.md), and unlike `global` it is
 // CLOCK_MONOTONIC, which userspace reads too. So "now" in the trace's own
 // clock (the watermark up to which every buffer is complete) is one
 // clock_gettime, and windows map to wall-clock time by one offset.

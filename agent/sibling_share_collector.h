@@ -7,7 +7,7 @@
 //
 // Groups: the calculator's groups are VMs (stats are per VM) and their
 // sharing keys are trust groups, so "same" means the sibling ran a VM of
-// the same trust group (ARCHITECTURE.md). A VM without a cookie group
+// the same trust group (docs/architecture.md). A VM without a cookie group
 // (level none, fail-open) shares with no other VM. Threads of no VM are the
 // host's; the host is not reported.
 #ifndef COSCHED_AGENT_SIBLING_SHARE_COLLECTOR_H_
@@ -62,7 +62,7 @@ struct SiblingShareCollectorOptions {
   // sub-buffers took the collector from 0.75-1.18% to 0.63-0.83% of a core
   // at 155 k switches/s on the build machine's kernel, and from 3.1% to
   // 1.2-1.6% priced at a 96-CPU node's density per CPU
-  // (tests/bench/collector_cpu_bench.cc; README, "Sibling-sharing
+  // (tests/bench/collector_cpu_bench.cc; docs/telemetry.md, "Sibling-sharing
   // collector"). The windows (10 s) do not depend on it.
   std::chrono::milliseconds poll_interval{500};
   // After a poll that found some CPU's buffer at least a quarter full, the

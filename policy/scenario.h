@@ -67,7 +67,7 @@ struct VmSpec {
   bool measure = true;
   // Whether its threads are the vCPUs of one guest, which wait for each
   // other (SimParams::vcpu_coupling). False for a group of independent
-  // processes (CALIBRATION.md B's cgroups). Default true.
+  // processes (docs/scenarios.md B's cgroups). Default true.
   bool coupled = true;
 };
 

@@ -25,7 +25,7 @@ struct SimParams {
   double tick_ms = 0.25;
   // Speed of a thread while its sibling runs another thread, as a share of
   // its speed alone on the core. Scalar integer code (cpu and periodic
-  // workloads): 0.85, 1.7x per pair, from CALIBRATION.md B at 64/64, where
+  // workloads): 0.85, 1.7x per pair, from docs/scenarios.md B at 64/64, where
   // every thread is paired and each group gets half the machine in every
   // mode, so coresched / nosmt for sysbench is 2 x this share (published
   // 17022 / 9990 = 1.70). sysbench's trial division waits on the divider's

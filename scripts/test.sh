@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of cosched: unit, integration, libvirt and the lab (a
-# core-scheduling kernel under QEMU), then the fuzzers (README.md,
-# "Fuzzing"). Installs what it needs first. Arguments go to the first ctest.
+# core-scheduling kernel under QEMU), then the fuzzers
+# (docs/fuzzing.md). Installs what it needs first. Arguments go to the first ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,7 +1,7 @@
 // Sibling sharing, computed as sched_switch events stream in: for each group
 // of threads (a VM, or its trust group), over the time its threads run on a
 // CPU, what the CPU's SMT sibling runs meanwhile. The definitions are those
-// of ARCHITECTURE.md, "Co-scheduling statistics". The live collector of
+// of docs/architecture.md, "Co-scheduling statistics". The live collector of
 // cs-agent and `csctl analyze` share this code; only the input differs.
 #ifndef COSCHED_TELEMETRY_SIBLING_SHARE_CALCULATOR_H_
 #define COSCHED_TELEMETRY_SIBLING_SHARE_CALCULATOR_H_

@@ -1,5 +1,5 @@
 // The policy engine's speed: the simulator in simulated seconds per wall
-// second on CALIBRATION.md's A1 (goal >= 100x), and placement decisions per
+// second on docs/scenarios.md's A1 (goal >= 100x), and placement decisions per
 // second and their p99 latency with 10 000 hosts and 200 000 VMs in memory
 // (goal >= 5 000/s, p99 < 2 ms). Prints figures, asserts nothing.
 //

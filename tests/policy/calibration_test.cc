@@ -1,4 +1,4 @@
-// The simulator against CALIBRATION.md, with the default (global)
+// The simulator against docs/scenarios.md, with the default (global)
 // parameters and the shipped scenarios: directions and rough sizes as
 // issue 5 asks. Deterministic (fixed seeds); runs shortened to 8 s. The
 // figures each run gives are in docs/scenarios.md, "Calibration".
