@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -33,6 +35,321 @@ CLI::Option* AddListOption(CLI::App* app, const std::string& name,
   return app->add_option(name, *values, description)
       ->delimiter(',')
       ->allow_extra_args(false);
+}
+
+// What a parsed command runs. Offline commands need neither csd nor the
+// connection settings; they return nullopt when the arguments ask for csd
+// after all (explain without --scenario).
+using OfflineCommand =
+    std::function<std::optional<int>(OutputFormat, std::ostream&, std::ostream&)>;
+using OnlineCommand =
+    std::function<int(Stub&, const CommandOptions&, std::ostream&, std::ostream&)>;
+
+struct Command {
+  CLI::App* app;
+  OfflineCommand offline;
+  OnlineCommand online;
+};
+
+// Every argument of every command: they live as long as the parse.
+struct CsctlArgs {
+  ConnectionFlags flags;
+  std::string config_flag;
+  std::string output = "table";
+  double timeout_s = 10;
+  TagArgs tag;
+  std::string untag_vm, get_vm, policy_get_tenant, host_id;
+  ListArgs list;
+  PolicySetArgs policy_set;
+  AuditArgs audit;
+  StatsArgs stats;
+  AnalyzeArgs analyze;
+  SimulateArgs simulate;
+  ExplainArgs explain;
+  PlaceArgs place;
+};
+
+void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
+  app.add_option("--server", a.flags.server,
+                 "csd address HOST:PORT (else $CSCTL_SERVER, else the config "
+                 "file, else 127.0.0.1:7443)");
+  app.add_option("--config", a.config_flag,
+                 "YAML config file (else $CSCTL_CONFIG, else "
+                 "/etc/cosched/csctl.yaml if it exists)");
+  app.add_flag("--insecure", a.flags.insecure, "allow plaintext to a non-loopback address");
+  app.add_option("--ca", a.flags.ca_file, "CA certificate (PEM): use TLS");
+  app.add_option("--cert", a.flags.cert_file, "client certificate (PEM)");
+  app.add_option("--key", a.flags.key_file, "client private key (PEM)");
+  app.add_option("--token", a.flags.token,
+                 "bearer token for csd (else --token-file, else $CSCTL_TOKEN, "
+                 "else the config's token_file)");
+  app.add_option("--token-file", a.flags.token_file, "file whose first line is the bearer token");
+  app.add_option("-o,--output", a.output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout", a.timeout_s, "seconds to wait for each RPC (0.001-86400)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            double seconds = 0;
+            if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0.001 && seconds <= 86400)) {
+              return "must be a number of seconds from 0.001 to 86400, got " + value;
+            }
+            return "";
+          },
+          "SECONDS"));
+}
+
+void AddVmCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* tag = app.add_subcommand("tag", "tag a VM (create or update)");
+  tag->add_option("VM", a.tag.vm_id, "VM id")->required();
+  tag->add_option("--tenant", a.tag.tenant_id, "tenant id")->capture_default_str();
+  tag->add_option("--isolation", a.tag.isolation,
+                  "vm|tenant|none|dedicated (default: the tenant's default)");
+  AddListOption(tag, "--class", &a.tag.interference_classes,
+                "interference classes, comma-separated");
+  tag->add_option("--scope", a.tag.thread_scope, "vcpus|emulator|full (default: emulator)");
+  commands.push_back({tag, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                         std::ostream& err) { return RunTag(s, a.tag, o, out, err); }});
+
+  CLI::App* untag = app.add_subcommand("untag", "remove a VM's tagging");
+  untag->add_option("VM", a.untag_vm, "VM id")->required();
+  commands.push_back({untag, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                           std::ostream& err) {
+                        return RunUntag(s, a.untag_vm, o, out, err);
+                      }});
+
+  CLI::App* get = app.add_subcommand("get", "show a VM and its assignment");
+  get->add_option("VM", a.get_vm, "VM id")->required();
+  commands.push_back({get, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                         std::ostream& err) { return RunGet(s, a.get_vm, o, out, err); }});
+
+  CLI::App* ls = app.add_subcommand("ls", "list VMs");
+  ls->add_option("--tenant", a.list.tenant_id, "only this tenant's VMs");
+  ls->add_option("--host", a.list.host_id, "only VMs on this host");
+  ls->add_option("--trust-group", a.list.trust_group, "only VMs in this trust group");
+  ls->add_option("--limit", a.list.limit, "at most N VMs (0: all)");
+  commands.push_back({ls, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                        std::ostream& err) { return RunList(s, a.list, o, out, err); }});
+}
+
+void AddPolicyCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* policy = app.add_subcommand("policy", "tenant isolation policies");
+  policy->require_subcommand(1);
+  CLI::App* get = policy->add_subcommand("get", "show a tenant's policy");
+  get->add_option("TENANT", a.policy_get_tenant, "tenant id")->required();
+  commands.push_back({get, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                         std::ostream& err) {
+                        return RunPolicyGet(s, a.policy_get_tenant, o, out, err);
+                      }});
+  CLI::App* set = policy->add_subcommand("set", "set a tenant's policy");
+  set->add_option("TENANT", a.policy_set.tenant_id, "tenant id")->required();
+  set->add_option("--default", a.policy_set.default_isolation,
+                  "default level: vm|tenant|none|dedicated")
+      ->required();
+  AddListOption(set, "--allow", &a.policy_set.allowed_isolation,
+                "allowed levels, comma-separated (default: all)");
+  set->add_option("--forced-idle-budget", a.policy_set.forced_idle_budget_pct,
+                  "most predicted forced idle on a host with this tenant's "
+                  "VMs, percent of host CPU time 0-100 (default: none)");
+  commands.push_back({set, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                         std::ostream& err) {
+                        return RunPolicySet(s, a.policy_set, o, out, err);
+                      }});
+  CLI::App* ls = policy->add_subcommand("ls", "list tenant policies");
+  commands.push_back({ls, nullptr, [](Stub& s, const CommandOptions& o, std::ostream& out,
+                                      std::ostream& err) { return RunPolicyList(s, o, out, err); }});
+}
+
+void AddHostCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* hosts = app.add_subcommand("hosts", "hosts with a cs-agent");
+  hosts->require_subcommand(1);
+  CLI::App* ls = hosts->add_subcommand("ls", "list hosts");
+  commands.push_back({ls, nullptr, [](Stub& s, const CommandOptions& o, std::ostream& out,
+                                      std::ostream& err) { return RunHostList(s, o, out, err); }});
+  // The commands on one host: what each does with it.
+  const struct {
+    const char* name;
+    const char* help;
+    int (*run)(Stub&, const std::string&, const CommandOptions&, std::ostream&, std::ostream&);
+  } on_one[] = {
+      {"get", "show a host", RunHostGet},
+      {"drain", "Place chooses no new VMs for the host; its VMs stay enforced",
+       [](Stub& s, const std::string& h, const CommandOptions& o, std::ostream& out,
+          std::ostream& err) { return RunHostDrain(s, h, true, o, out, err); }},
+      {"undrain", "end a drain",
+       [](Stub& s, const std::string& h, const CommandOptions& o, std::ostream& out,
+          std::ostream& err) { return RunHostDrain(s, h, false, o, out, err); }},
+      {"rm", "forget a host (refused while its agent is connected or it reports VMs)",
+       RunHostRemove},
+  };
+  for (const auto& command : on_one) {
+    CLI::App* sub = hosts->add_subcommand(command.name, command.help);
+    sub->add_option("HOST", a.host_id, "host id")->required();
+    commands.push_back({sub, nullptr,
+                        [&a, run = command.run](Stub& s, const CommandOptions& o,
+                                                std::ostream& out, std::ostream& err) {
+                          return run(s, a.host_id, o, out, err);
+                        }});
+  }
+}
+
+void AddRecordCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* audit = app.add_subcommand("audit", "the audit trail of changes, newest first");
+  audit->add_option("--vm,--subject", a.audit.subject,
+                    "only changes of this vm (or tenant or host) id");
+  audit->add_option("--who", a.audit.who, "only changes by this caller (as in the WHO column)");
+  audit->add_option("--limit", a.audit.limit, "at most N records")->capture_default_str();
+  commands.push_back({audit, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                           std::ostream& err) {
+                        return RunAudit(s, a.audit, o, out, err);
+                      }});
+
+  CLI::App* stats = app.add_subcommand(
+      "stats", "sibling sharing measured by the agents: a VM, a host, a tenant or a trust group");
+  stats->add_option("VM", a.stats.vm_id, "VM id");
+  stats->add_option("--host", a.stats.host_id, "every VM of this host, and its cores");
+  stats->add_option("--tenant", a.stats.tenant, "every VM tagged for this tenant");
+  stats->add_option("--group", a.stats.trust_group, "every VM of this trust group");
+  stats->add_option("--window", a.stats.window, "the last 300s, 5m, 1h, ... up to 24h")
+      ->capture_default_str();
+  commands.push_back({stats, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                           std::ostream& err) {
+                        return RunStats(s, a.stats, o, out, err);
+                      }});
+}
+
+// analyze and simulate are offline; explain is offline with --scenario and
+// asks csd otherwise; place asks csd.
+void AddPolicyQuestions(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* analyze = app.add_subcommand(
+      "analyze", "sibling sharing per VM from a tracefs sched_switch trace (offline)");
+  analyze->add_option("TRACE", a.analyze.trace_path, "tracefs trace or trace_pipe text")
+      ->required();
+  analyze->add_option("--topology", a.analyze.topology_path,
+                      "one line per CPU, in CPU order: its thread_siblings_list")
+      ->required();
+  analyze->add_option("--threads", a.analyze.threads_path,
+                      "lines 'TID VM_ID' (default: group by tgid, else by thread)");
+  analyze->add_option("--from", a.analyze.from,
+                      "count from this trace timestamp on (seconds, e.g. 1234.567890)");
+  analyze->add_option("--to", a.analyze.to, "count up to this trace timestamp");
+  commands.push_back({analyze,
+                      [&a](OutputFormat f, std::ostream& out, std::ostream& err) {
+                        return std::optional<int>(RunAnalyze(a.analyze, f, out, err));
+                      },
+                      nullptr});
+
+  CLI::App* simulate = app.add_subcommand(
+      "simulate", "run a scenario file in the SMT simulator, modes side by side (offline)");
+  simulate->add_option("FILE", a.simulate.file, "scenario YAML (docs/scenarios.md)")->required();
+  AddListOption(simulate, "--modes", &a.simulate.modes,
+                "smt,nosmt,vm,tenant,policy (default: all)");
+  commands.push_back({simulate,
+                      [&a](OutputFormat f, std::ostream& out, std::ostream& err) {
+                        return std::optional<int>(RunSimulate(a.simulate, f, out, err));
+                      },
+                      nullptr});
+
+  CLI::App* explain = app.add_subcommand(
+      "explain",
+      "the policy engine's decision for a VM on its host, as csd knows it "
+      "(or, with --scenario, offline for a scenario's VMs)");
+  explain->add_option("VM", a.explain.vm, "VM id (with --scenario: instance name, default all)");
+  explain->add_option("--scenario", a.explain.file, "scenario YAML: explain offline, without csd");
+  commands.push_back(
+      {explain,
+       [&a](OutputFormat f, std::ostream& out, std::ostream& err) -> std::optional<int> {
+         if (!a.explain.file.empty()) return RunExplain(a.explain, f, out, err);
+         if (a.explain.vm.empty()) {
+           return PrintUsageError("explain needs a VM id (or --scenario FILE)", err);
+         }
+         return std::nullopt;
+       },
+       [&a](Stub& s, const CommandOptions& o, std::ostream& out, std::ostream& err) {
+         return RunExplainVm(s, a.explain.vm, o, out, err);
+       }});
+
+  CLI::App* place = app.add_subcommand("place", "rank hosts for a new VM (what-if: creates nothing)");
+  place->add_option("--vcpus", a.place.vcpus, "vCPUs of the VM (1-1024)")->required();
+  place->add_option("--tenant", a.place.tenant_id, "tenant id")->capture_default_str();
+  AddListOption(place, "--class", &a.place.interference_classes,
+                "interference classes, comma-separated");
+  place->add_option("--isolation", a.place.isolation,
+                    "vm|tenant|none|dedicated (default: the tenant's default)");
+  place->add_option("--load", a.place.load, "declared load per vCPU, 0-1 (default: 1)");
+  place->add_flag("--no-pin", a.place.no_pin,
+                  "the VM will not be pinned (dedicated is always pinned)");
+  commands.push_back({place, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                           std::ostream& err) {
+                        return RunPlace(s, a.place, o, out, err);
+                      }});
+}
+
+// Parses argv; the exit code when csctl is done (help printed, or a usage
+// error), nullopt to go on.
+std::optional<int> Parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out,
+                         std::ostream& err) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
+    // CLI11 says only that a subcommand is required when the command is
+    // misspelt: name it, and the commands there are.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && app.get_subcommands().empty()) {
+      for (const std::string& arg : app.remaining()) {
+        if (arg.empty() || arg[0] == '-') continue;
+        std::vector<std::string> names;
+        for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+        return PrintUsageError(absl::StrCat("unknown command '", arg, "' (commands: ",
+                                            absl::StrJoin(names, ", "), ")"),
+                               err);
+      }
+    }
+    return PrintUsageError(std::string(e.what()) + " (see csctl --help)", err);
+  }
+}
+
+// The stub and command options from flags, the environment and the config
+// file; a usage error's exit code when they do not make a connection.
+struct Connection {
+  std::unique_ptr<Stub> stub;
+  CommandOptions options;
+};
+std::variant<Connection, int> Connect(const CsctlArgs& a, const CsctlEnvironment& env,
+                                      std::ostream& err) {
+  std::optional<std::string> config_path = ResolveConfigPath(
+      a.config_flag, env.get_env(kConfigEnv), env.file_exists(kDefaultConfigPath));
+  v1::CsctlConfig config;
+  ConfigLocations locations;
+  if (config_path.has_value()) {
+    absl::Status loaded = LoadYamlConfigFile(*config_path, &config, &locations);
+    if (!loaded.ok()) return PrintUsageError(loaded.message(), err);
+    ExpandHomeInPaths(env.get_env("HOME"), &config);
+  }
+  // What flags and the environment override is never blamed on the file.
+  for (const auto& [given, key] :
+       {std::pair{!a.flags.server.empty() || !env.get_env(kServerEnv).empty(), "server"},
+        std::pair{!a.flags.ca_file.empty(), "tls.ca_file"},
+        std::pair{!a.flags.cert_file.empty(), "tls.cert_file"},
+        std::pair{!a.flags.key_file.empty(), "tls.key_file"}}) {
+    if (given) locations.Forget(key);
+  }
+  ConnectionSettings settings = ResolveConnectionSettings(a.flags, env.get_env(kServerEnv), config);
+  auto token = ResolveBearerToken(a.flags.token, a.flags.token_file, env.get_env(kTokenEnv),
+                                  config, settings);
+  if (!token.ok()) return PrintUsageError(locations.Locate(token.status().message()), err);
+  auto stub = env.make_stub(settings);
+  if (!stub.ok()) return PrintUsageError(locations.Locate(stub.status().message()), err);
+
+  Connection connection;
+  connection.stub = std::move(*stub);
+  connection.options.server = settings.server;
+  connection.options.format = a.output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+  connection.options.timeout =
+      std::max(std::chrono::milliseconds(1),
+               std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)));
+  connection.options.bearer_token = *token;
+  return connection;
 }
 
 }  // namespace
@@ -65,254 +382,27 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   CLI::App app("csctl: tag VMs for core scheduling and inspect csd", "csctl");
   app.fallthrough();  // global options may follow the command
   app.require_subcommand(1);
+  CsctlArgs args;
+  std::vector<Command> commands;
+  AddGlobalOptions(app, args);
+  AddVmCommands(app, args, commands);
+  AddPolicyCommands(app, args, commands);
+  AddRecordCommands(app, args, commands);
+  AddHostCommands(app, args, commands);
+  AddPolicyQuestions(app, args, commands);
+  if (std::optional<int> done = Parse(app, argc, argv, out, err)) return *done;
 
-  ConnectionFlags flags;
-  std::string config_flag;
-  std::string output = "table";
-  double timeout_s = 10;
-  app.add_option("--server", flags.server,
-                 "csd address HOST:PORT (else $CSCTL_SERVER, else the config "
-                 "file, else 127.0.0.1:7443)");
-  app.add_option("--config", config_flag,
-                 "YAML config file (else $CSCTL_CONFIG, else "
-                 "/etc/cosched/csctl.yaml if it exists)");
-  app.add_flag("--insecure", flags.insecure,
-               "allow plaintext to a non-loopback address");
-  app.add_option("--ca", flags.ca_file, "CA certificate (PEM): use TLS");
-  app.add_option("--cert", flags.cert_file, "client certificate (PEM)");
-  app.add_option("--key", flags.key_file, "client private key (PEM)");
-  app.add_option("--token", flags.token,
-                 "bearer token for csd (else --token-file, else $CSCTL_TOKEN, "
-                 "else the config's token_file)");
-  app.add_option("--token-file", flags.token_file,
-                 "file whose first line is the bearer token");
-  app.add_option("-o,--output", output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
-  app.add_option("--timeout", timeout_s, "seconds to wait for each RPC (0.001-86400)")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            double seconds = 0;
-            if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0.001 && seconds <= 86400)) {
-              return "must be a number of seconds from 0.001 to 86400, got " + value;
-            }
-            return "";
-          },
-          "SECONDS"));
-
-  TagArgs tag_args;
-  CLI::App* tag = app.add_subcommand("tag", "tag a VM (create or update)");
-  tag->add_option("VM", tag_args.vm_id, "VM id")->required();
-  tag->add_option("--tenant", tag_args.tenant_id, "tenant id")
-      ->capture_default_str();
-  tag->add_option("--isolation", tag_args.isolation,
-                  "vm|tenant|none|dedicated (default: the tenant's default)");
-  AddListOption(tag, "--class", &tag_args.interference_classes,
-                "interference classes, comma-separated");
-  tag->add_option("--scope", tag_args.thread_scope,
-                  "vcpus|emulator|full (default: emulator)");
-
-  std::string untag_vm;
-  CLI::App* untag = app.add_subcommand("untag", "remove a VM's tagging");
-  untag->add_option("VM", untag_vm, "VM id")->required();
-
-  std::string get_vm;
-  CLI::App* get = app.add_subcommand("get", "show a VM and its assignment");
-  get->add_option("VM", get_vm, "VM id")->required();
-
-  ListArgs list_args;
-  CLI::App* ls = app.add_subcommand("ls", "list VMs");
-  ls->add_option("--tenant", list_args.tenant_id, "only this tenant's VMs");
-  ls->add_option("--host", list_args.host_id, "only VMs on this host");
-  ls->add_option("--trust-group", list_args.trust_group,
-                 "only VMs in this trust group");
-  ls->add_option("--limit", list_args.limit, "at most N VMs (0: all)");
-
-  CLI::App* policy = app.add_subcommand("policy", "tenant isolation policies");
-  policy->require_subcommand(1);
-  std::string policy_get_tenant;
-  CLI::App* policy_get = policy->add_subcommand("get", "show a tenant's policy");
-  policy_get->add_option("TENANT", policy_get_tenant, "tenant id")->required();
-  PolicySetArgs policy_set_args;
-  CLI::App* policy_set = policy->add_subcommand("set", "set a tenant's policy");
-  policy_set->add_option("TENANT", policy_set_args.tenant_id, "tenant id")
-      ->required();
-  policy_set->add_option("--default", policy_set_args.default_isolation,
-                         "default level: vm|tenant|none|dedicated")
-      ->required();
-  AddListOption(policy_set, "--allow", &policy_set_args.allowed_isolation,
-                "allowed levels, comma-separated (default: all)");
-  policy_set->add_option("--forced-idle-budget", policy_set_args.forced_idle_budget_pct,
-                         "most predicted forced idle on a host with this tenant's "
-                         "VMs, percent of host CPU time 0-100 (default: none)");
-  CLI::App* policy_ls = policy->add_subcommand("ls", "list tenant policies");
-
-  AuditArgs audit_args;
-  CLI::App* audit = app.add_subcommand("audit", "the audit trail of changes, newest first");
-  audit->add_option("--vm,--subject", audit_args.subject,
-                    "only changes of this vm (or tenant or host) id");
-  audit->add_option("--who", audit_args.who,
-                    "only changes by this caller (as in the WHO column)");
-  audit->add_option("--limit", audit_args.limit, "at most N records")
-      ->capture_default_str();
-
-  CLI::App* hosts = app.add_subcommand("hosts", "hosts with a cs-agent");
-  hosts->require_subcommand(1);
-  CLI::App* hosts_ls = hosts->add_subcommand("ls", "list hosts");
-  std::string host_id;
-  CLI::App* hosts_get = hosts->add_subcommand("get", "show a host");
-  hosts_get->add_option("HOST", host_id, "host id")->required();
-  CLI::App* hosts_drain = hosts->add_subcommand(
-      "drain", "Place chooses no new VMs for the host; its VMs stay enforced");
-  hosts_drain->add_option("HOST", host_id, "host id")->required();
-  CLI::App* hosts_undrain = hosts->add_subcommand("undrain", "end a drain");
-  hosts_undrain->add_option("HOST", host_id, "host id")->required();
-  CLI::App* hosts_rm = hosts->add_subcommand(
-      "rm", "forget a host (refused while its agent is connected or it reports VMs)");
-  hosts_rm->add_option("HOST", host_id, "host id")->required();
-
-  StatsArgs stats_args;
-  CLI::App* stats = app.add_subcommand(
-      "stats", "sibling sharing measured by the agents: a VM, a host, a tenant or a trust group");
-  stats->add_option("VM", stats_args.vm_id, "VM id");
-  stats->add_option("--host", stats_args.host_id, "every VM of this host, and its cores");
-  stats->add_option("--tenant", stats_args.tenant, "every VM tagged for this tenant");
-  stats->add_option("--group", stats_args.trust_group, "every VM of this trust group");
-  stats->add_option("--window", stats_args.window,
-                    "the last 300s, 5m, 1h, ... up to 24h")
-      ->capture_default_str();
-
-  AnalyzeArgs analyze_args;
-  CLI::App* analyze = app.add_subcommand(
-      "analyze", "sibling sharing per VM from a tracefs sched_switch trace (offline)");
-  analyze->add_option("TRACE", analyze_args.trace_path, "tracefs trace or trace_pipe text")
-      ->required();
-  analyze->add_option("--topology", analyze_args.topology_path,
-                      "one line per CPU, in CPU order: its thread_siblings_list")
-      ->required();
-  analyze->add_option("--threads", analyze_args.threads_path,
-                      "lines 'TID VM_ID' (default: group by tgid, else by thread)");
-  analyze->add_option("--from", analyze_args.from,
-                      "count from this trace timestamp on (seconds, e.g. 1234.567890)");
-  analyze->add_option("--to", analyze_args.to, "count up to this trace timestamp");
-
-  SimulateArgs simulate_args;
-  CLI::App* simulate = app.add_subcommand(
-      "simulate", "run a scenario file in the SMT simulator, modes side by side (offline)");
-  simulate->add_option("FILE", simulate_args.file, "scenario YAML (docs/scenarios.md)")
-      ->required();
-  AddListOption(simulate, "--modes", &simulate_args.modes,
-                "smt,nosmt,vm,tenant,policy (default: all)");
-  ExplainArgs explain_args;
-  CLI::App* explain = app.add_subcommand(
-      "explain",
-      "the policy engine's decision for a VM on its host, as csd knows it "
-      "(or, with --scenario, offline for a scenario's VMs)");
-  explain->add_option("VM", explain_args.vm,
-                      "VM id (with --scenario: instance name, default all)");
-  explain->add_option("--scenario", explain_args.file,
-                      "scenario YAML: explain offline, without csd");
-
-  PlaceArgs place_args;
-  CLI::App* place = app.add_subcommand(
-      "place", "rank hosts for a new VM (what-if: creates nothing)");
-  place->add_option("--vcpus", place_args.vcpus, "vCPUs of the VM (1-1024)")->required();
-  place->add_option("--tenant", place_args.tenant_id, "tenant id")->capture_default_str();
-  AddListOption(place, "--class", &place_args.interference_classes,
-                "interference classes, comma-separated");
-  place->add_option("--isolation", place_args.isolation,
-                    "vm|tenant|none|dedicated (default: the tenant's default)");
-  place->add_option("--load", place_args.load,
-                    "declared load per vCPU, 0-1 (default: 1)");
-  place->add_flag("--no-pin", place_args.no_pin,
-                  "the VM will not be pinned (dedicated is always pinned)");
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
-    // CLI11 says only that a subcommand is required when the command is
-    // misspelt: name it, and the commands there are.
-    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && app.get_subcommands().empty()) {
-      for (const std::string& arg : app.remaining()) {
-        if (arg.empty() || arg[0] == '-') continue;
-        std::vector<std::string> names;
-        for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-        return PrintUsageError(absl::StrCat("unknown command '", arg, "' (commands: ",
-                                            absl::StrJoin(names, ", "), ")"),
-                               err);
-      }
-    }
-    return PrintUsageError(std::string(e.what()) + " (see csctl --help)", err);
+  auto parsed = std::find_if(commands.begin(), commands.end(),
+                             [](const Command& c) { return c.app->parsed(); });
+  if (parsed == commands.end()) return PrintUsageError("no command given (see csctl --help)", err);
+  if (parsed->offline) {
+    const OutputFormat format = args.output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+    if (std::optional<int> code = parsed->offline(format, out, err)) return *code;
   }
-
-  // Offline: needs neither csd nor the connection settings.
-  const OutputFormat offline_format =
-      output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
-  if (simulate->parsed()) return RunSimulate(simulate_args, offline_format, out, err);
-  if (explain->parsed() && !explain_args.file.empty()) {
-    return RunExplain(explain_args, offline_format, out, err);
-  }
-  if (explain->parsed() && explain_args.vm.empty()) {
-    return PrintUsageError("explain needs a VM id (or --scenario FILE)", err);
-  }
-  if (analyze->parsed()) return RunAnalyze(analyze_args, offline_format, out, err);
-
-  std::optional<std::string> config_path =
-      ResolveConfigPath(config_flag, env.get_env(kConfigEnv),
-                        env.file_exists(kDefaultConfigPath));
-  v1::CsctlConfig config;
-  ConfigLocations locations;
-  if (config_path.has_value()) {
-    absl::Status loaded = LoadYamlConfigFile(*config_path, &config, &locations);
-    if (!loaded.ok()) return PrintUsageError(loaded.message(), err);
-    ExpandHomeInPaths(env.get_env("HOME"), &config);
-  }
-  // What flags and the environment override is never blamed on the file.
-  for (const auto& [given, key] :
-       {std::pair{!flags.server.empty() || !env.get_env(kServerEnv).empty(), "server"},
-        std::pair{!flags.ca_file.empty(), "tls.ca_file"},
-        std::pair{!flags.cert_file.empty(), "tls.cert_file"},
-        std::pair{!flags.key_file.empty(), "tls.key_file"}}) {
-    if (given) locations.Forget(key);
-  }
-  ConnectionSettings settings =
-      ResolveConnectionSettings(flags, env.get_env(kServerEnv), config);
-  auto token = ResolveBearerToken(flags.token, flags.token_file,
-                                  env.get_env(kTokenEnv), config, settings);
-  if (!token.ok()) return PrintUsageError(locations.Locate(token.status().message()), err);
-  auto stub = env.make_stub(settings);
-  if (!stub.ok()) return PrintUsageError(locations.Locate(stub.status().message()), err);
-
-  CommandOptions options;
-  options.server = settings.server;
-  options.format = output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
-  options.timeout = std::max(
-      std::chrono::milliseconds(1),
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  options.bearer_token = *token;
-
-  Stub& s = **stub;
-  if (tag->parsed()) return RunTag(s, tag_args, options, out, err);
-  if (untag->parsed()) return RunUntag(s, untag_vm, options, out, err);
-  if (get->parsed()) return RunGet(s, get_vm, options, out, err);
-  if (ls->parsed()) return RunList(s, list_args, options, out, err);
-  if (policy_get->parsed()) {
-    return RunPolicyGet(s, policy_get_tenant, options, out, err);
-  }
-  if (policy_set->parsed()) {
-    return RunPolicySet(s, policy_set_args, options, out, err);
-  }
-  if (policy_ls->parsed()) return RunPolicyList(s, options, out, err);
-  if (hosts_ls->parsed()) return RunHostList(s, options, out, err);
-  if (hosts_get->parsed()) return RunHostGet(s, host_id, options, out, err);
-  if (hosts_drain->parsed()) return RunHostDrain(s, host_id, true, options, out, err);
-  if (hosts_undrain->parsed()) return RunHostDrain(s, host_id, false, options, out, err);
-  if (hosts_rm->parsed()) return RunHostRemove(s, host_id, options, out, err);
-  if (stats->parsed()) return RunStats(s, stats_args, options, out, err);
-  if (audit->parsed()) return RunAudit(s, audit_args, options, out, err);
-  if (place->parsed()) return RunPlace(s, place_args, options, out, err);
-  if (explain->parsed()) return RunExplainVm(s, explain_args.vm, options, out, err);
-  return PrintUsageError("no command given (see csctl --help)", err);
+  std::variant<Connection, int> connection = Connect(args, env, err);
+  if (const int* code = std::get_if<int>(&connection)) return *code;
+  Connection& c = std::get<Connection>(connection);
+  return parsed->online(*c.stub, c.options, out, err);
 }
 
 }  // namespace cosched::cli
