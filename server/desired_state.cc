@@ -296,6 +296,17 @@ DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
 }  // namespace
 
 template <typename T>
+DesiredState::Done<T> DesiredState::ForgettingReports(
+    std::shared_ptr<std::set<std::string>> hosts, Done<T> done) {
+  return [this, hosts, done = std::move(done)](absl::StatusOr<T> result) {
+    if (result.ok()) {
+      for (const std::string& host : *hosts) ForgetReport(host);
+    }
+    done(std::move(result));
+  };
+}
+
+template <typename T>
 DesiredState::Done<T> DesiredState::ApplyingPlacement(
     std::shared_ptr<PlacementDelta> delta, Done<T> done) {
   // Runs on the store's completion thread in commit order, so the view
@@ -334,11 +345,13 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
 
   auto audit = std::make_shared<v1::AuditRecord>();
   auto delta = std::make_shared<PlacementDelta>();
+  auto hosts = std::make_shared<std::set<std::string>>();
   WriteAndAnswer<v1::TagVMResponse>(
       store_,
-      [wanted = std::move(wanted), classes, actor, audit, delta](
+      [wanted = std::move(wanted), classes, actor, audit, delta, hosts](
           store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
         *delta = PlacementDelta();
+        hosts->clear();
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
         if (existing && existing->tenant_id() != wanted.tenant_id()) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -377,6 +390,7 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         vm.mutable_assignment()->set_revision(revision);
         RETURN_IF_ERROR(txn.PutVm(vm));
         RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
+        if (!existing) *hosts = HostsOf(vm);
         RETURN_IF_ERROR(Audit(txn, actor, "TagVM", vm.vm_id(),
                               existing ? &*existing : nullptr, &vm, revision,
                               audit.get()));
@@ -386,7 +400,7 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         out.set_changed(true);
         return absl::OkStatus();
       },
-      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
+      ApplyingPlacement(delta, LogAudit(audit, ForgettingReports(hosts, std::move(done)))));
 }
 
 void DesiredState::UntagVm(const v1::UntagVMRequest& request,
@@ -396,9 +410,10 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
   auto audit = std::make_shared<v1::AuditRecord>();
   auto delta = std::make_shared<PlacementDelta>();
   delta->removed_vms.push_back(request.vm_id());
+  auto hosts = std::make_shared<std::set<std::string>>();
   WriteAndAnswer<v1::UntagVMResponse>(
       store_,
-      [vm_id = request.vm_id(), actor, audit](
+      [vm_id = request.vm_id(), actor, audit, hosts](
           store::Transaction& txn, v1::UntagVMResponse& out) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(vm_id));
         if (!existing) {
@@ -407,12 +422,13 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         RETURN_IF_ERROR(txn.DeleteVm(vm_id));
         RETURN_IF_ERROR(RecordReceiverChanges(txn, &*existing, nullptr));
+        *hosts = HostsOf(*existing);
         RETURN_IF_ERROR(Audit(txn, actor, "UntagVM", vm_id, &*existing, nullptr,
                               revision, audit.get()));
         out.set_revision(revision);
         return absl::OkStatus();
       },
-      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
+      ApplyingPlacement(delta, LogAudit(audit, ForgettingReports(hosts, std::move(done)))));
 }
 
 void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
@@ -580,14 +596,14 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   // Shared by the write and its completion: stats can be large to copy.
   auto report = std::make_shared<const v1::ReportRequest>(request);
   const std::string content = ReportContent(request);
-  if (std::optional<int> cores = UnchangedReportCores(request.host_id(), content)) {
+  if (std::optional<ReportSeen> last = UnchangedReport(request.host_id(), content)) {
     // The same as the host's last committed Report: nothing to write, no
     // revision, no fan-out. Only its time and its stats windows are new.
     v1::Topology topology;
-    for (int i = 0; i < *cores; ++i) topology.add_cores();
+    for (int i = 0; i < last->cores; ++i) topology.add_cores();
     absl::Status stats_valid = ValidateStatsCores(request.stats(), topology);
     if (!stats_valid.ok()) return done(stats_valid);
-    return AddReportStats(report, {}, std::move(done));
+    return AddReportStats(report, std::move(last->tagged_id), std::move(done));
   }
 
   // Reported vm_id -> the id the VM is tagged under, where they differ;
@@ -675,7 +691,8 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         for (const std::string& move : *moves) {
           LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
         }
-        RememberReport(report->host_id(), content, *cores);
+        RememberReport(report->host_id(),
+                       ReportSeen{content, *cores, absl::Now(), *tagged_id});
         AddReportStats(report, std::move(*tagged_id), std::move(done));
       });
 }
@@ -723,23 +740,22 @@ std::string DesiredState::ReportContent(const v1::ReportRequest& request) {
   return bytes;
 }
 
-std::optional<int> DesiredState::UnchangedReportCores(absl::string_view host_id,
-                                                      const std::string& content) {
+std::optional<DesiredState::ReportSeen> DesiredState::UnchangedReport(
+    absl::string_view host_id, const std::string& content) {
   std::lock_guard<std::mutex> lock(reports_mu_);
   auto it = reports_.find(host_id);
   if (it == reports_.end()) return std::nullopt;
   it->second.last_report = absl::Now();
   if (it->second.content != content) return std::nullopt;
-  return it->second.cores;
+  ReportSeen seen;  // without the content: nobody needs a copy
+  seen.cores = it->second.cores;
+  seen.tagged_id = it->second.tagged_id;
+  return seen;
 }
 
-void DesiredState::RememberReport(const std::string& host_id, std::string content,
-                                  int cores) {
+void DesiredState::RememberReport(const std::string& host_id, ReportSeen seen) {
   std::lock_guard<std::mutex> lock(reports_mu_);
-  ReportSeen& seen = reports_[host_id];
-  seen.content = std::move(content);
-  seen.cores = cores;
-  seen.last_report = absl::Now();
+  reports_[host_id] = std::move(seen);
 }
 
 void DesiredState::ForgetReport(absl::string_view host_id) {

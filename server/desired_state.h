@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 #include <string>
@@ -167,15 +168,21 @@ class DesiredState {
     std::string content;  // ReportContent
     int cores = 0;        // of the topology it was checked against
     absl::Time last_report;
+    // Reported vm_id -> the id it is tagged under, where they differ: where
+    // an unchanged Report's stats windows go.
+    absl::flat_hash_map<std::string, std::string> tagged_id;
   };
   // The part of a Report that is written: everything but times and stats.
   static std::string ReportContent(const v1::ReportRequest& request);
-  // The registered core count when `content` is what the host last
-  // reported (the Report can be answered without a write); nullopt when
-  // something changed. Notes the report's time either way.
-  std::optional<int> UnchangedReportCores(absl::string_view host_id,
-                                          const std::string& content);
-  void RememberReport(const std::string& host_id, std::string content, int cores);
+  // What csd remembers of the host's last Report when `content` is what
+  // it reported then (the Report can be answered without a write); nullopt
+  // when something changed. Notes the report's time either way.
+  std::optional<ReportSeen> UnchangedReport(absl::string_view host_id,
+                                            const std::string& content);
+  void RememberReport(const std::string& host_id, ReportSeen seen);
+  // The next Report of the host is written whole: its topology changed, it
+  // was removed, or a VM it reports was tagged or untagged (whose id its
+  // stats go under).
   void ForgetReport(absl::string_view host_id);
   void AddReportStats(std::shared_ptr<const v1::ReportRequest> report,
                       absl::flat_hash_map<std::string, std::string> tagged_id,
@@ -193,6 +200,10 @@ class DesiredState {
   // `done`, after applying what a committed write changed to the view.
   template <typename T>
   Done<T> ApplyingPlacement(std::shared_ptr<PlacementDelta> delta, Done<T> done);
+  // `done`, after forgetting the last Report of `hosts` once the write
+  // committed: a VM they report was tagged or untagged.
+  template <typename T>
+  Done<T> ForgettingReports(std::shared_ptr<std::set<std::string>> hosts, Done<T> done);
 
   store::Store* store_;
   StatsAggregator stats_;

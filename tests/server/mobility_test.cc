@@ -282,6 +282,49 @@ TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
   EXPECT_GT(store_->CurrentRevision(), revision);
 }
 
+// The stats of a VM tagged by its UUID go under that id, whether the
+// Report that carried them was written or not; and a VM tagged after its
+// host last reported gets them too.
+TEST_F(MobilityTest, StatsOfUnchangedReportsGoUnderTheIdTheVmIsTaggedWith) {
+  Register("hv-a");
+  const std::string uuid = "4f1c2e9a-0000-4000-8000-000000000002";
+  const int64_t now_ns = absl::ToUnixNanos(absl::Now());
+  int64_t window = 0;
+  auto report = [&] {
+    v1::ReportRequest request;
+    request.set_host_id("hv-a");
+    auto* o = request.add_vms();
+    o->set_vm_id("guest-7");
+    o->set_uuid(uuid);
+    o->set_run_state(v1::VM_RUN_STATE_RUNNING);
+    auto* w = request.add_stats();
+    w->set_start_unix_ns(now_ns - 100'000'000'000 + window * 1'000'000'000);
+    w->set_end_unix_ns(now_ns - 100'000'000'000 + (window + 1) * 1'000'000'000);
+    ++window;
+    auto* vm = w->add_vms();
+    vm->set_vm_id("guest-7");
+    vm->mutable_share()->set_run_ns(100);
+    vm->mutable_share()->set_idle_ns(100);
+    return Wait<v1::ReportResponse>(
+               [&](auto done) { state_->ApplyReport(request, std::move(done)); })
+        .status();
+  };
+  ASSERT_OK(report());  // written; nobody has tagged it yet
+  Tag(uuid);
+  const int writes = writes_;
+  ASSERT_OK(report());
+  ASSERT_OK(report());
+  EXPECT_EQ(writes_, writes + 1) << "one write after the tag, then none";
+  v1::GetStatsRequest get;
+  get.set_vm_id(uuid);
+  auto stats = state_->GetStats(get);
+  ASSERT_OK(stats);
+  // The first window, from before the tag, counts too: a VM's recent
+  // history goes with its id.
+  EXPECT_EQ(stats->windows(), 3);
+  EXPECT_EQ(stats->total().run_ns(), 300);
+}
+
 TEST_F(MobilityTest, AnUnchangedReportIsStillCheckedAgainstTheTopology) {
   Register("hv-a", 1);
   ASSERT_TRUE(Report("hv-a", {}).ok());
