@@ -13,8 +13,9 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "discovery/procfs_discovery.h"
 #include "glog/logging.h"
 
@@ -160,7 +161,27 @@ ProcConnectorEvents::ProcConnectorEvents(std::shared_ptr<const discovery::ProcFs
 
 ProcConnectorEvents::~ProcConnectorEvents() { Stop(); }
 
+std::optional<bool> InInitialPidNamespace(std::string_view ns_link) {
+  // include/linux/proc_ns.h: PROC_PID_INIT_INO = 0xEFFFFFFC.
+  constexpr uint64_t kInitialPidNamespaceInode = 0xEFFFFFFCu;
+  absl::string_view link(ns_link.data(), ns_link.size());
+  uint64_t inode = 0;
+  if (!absl::ConsumePrefix(&link, "pid:[") || !absl::ConsumeSuffix(&link, "]") ||
+      !absl::SimpleAtoi(link, &inode)) {
+    return std::nullopt;
+  }
+  return inode == kInitialPidNamespaceInode;
+}
+
 absl::Status ProcConnectorEvents::Start(ProcessEventListener listener) {
+  // Subscribing would succeed and nothing would ever arrive: say so.
+  char link[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+  if (n > 0 && InInitialPidNamespace(std::string_view(link, n)) == false) {
+    return absl::UnavailableError(absl::StrCat(
+        "netlink proc connector: this agent runs in a PID namespace other than the initial "
+        "one (", absl::string_view(link, n), "), and the kernel sends process events only there"));
+  }
   socket_ = socket(PF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_CONNECTOR);
   if (socket_ < 0) {
     return absl::UnavailableError(absl::StrCat(

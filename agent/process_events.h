@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,6 +74,14 @@ void ParseProcConnectorDatagram(const char* data, size_t length,
 // are. A process already gone is not QEMU (nothing is left to tag); one
 // that cannot be read for another reason may be.
 void ClassifyExec(const discovery::ProcFs& proc_fs, ProcessEvent& event);
+
+// Whether the link /proc/<pid>/ns/pid ("pid:[4026531836]") names the
+// initial PID namespace, whose inode is fixed (PROC_PID_INIT_INO). The
+// kernel sends proc connector events only to listeners there and ignores a
+// subscription from any other, silently. (NSpid in /proc/self/status cannot
+// tell: a namespace with its own /proc mount shows one pid there too.)
+// nullopt when the text is not such a link.
+std::optional<bool> InInitialPidNamespace(std::string_view ns_link);
 
 // Passes events on in the kernel's order, except execs and forks of kernel
 // threads (by kthreadd): a fork is held until the thread has its name

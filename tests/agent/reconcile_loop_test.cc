@@ -592,5 +592,14 @@ TEST_F(ReconcileLoopTest, RescansOnItsOwn) {
   EXPECT_EQ(changes_, 1);  // the outcome did not change after the first
 }
 
+// The kernel ignores a proc connector subscription from outside the
+// initial PID namespace: the agent must know, not wait for events forever.
+TEST(InInitialPidNamespace, ReadsTheNamespaceLink) {
+  EXPECT_EQ(InInitialPidNamespace("pid:[4026531836]"), true);
+  EXPECT_EQ(InInitialPidNamespace("pid:[4026532178]"), false);
+  EXPECT_EQ(InInitialPidNamespace("net:[4026531836]"), std::nullopt);
+  EXPECT_EQ(InInitialPidNamespace("pid:[x]"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace cosched::agent
