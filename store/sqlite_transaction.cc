@@ -194,15 +194,7 @@ absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVms(
   int index = 1;
   for (absl::string_view arg : args) q.BindText(index++, arg);
   q.BindInt(index, ClampLimit(page.limit));
-  std::vector<v1::VM> vms;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    ASSIGN_OR_RETURN(v1::VM vm, ParseRecord<v1::VM>(q.ColumnBlob(1), "VM",
-                                                    q.ColumnText(0), db_));
-    vms.push_back(std::move(vm));
-  }
-  return vms;
+  return ReadVms(q);
 }
 
 absl::StatusOr<std::optional<v1::TenantPolicy>>
@@ -509,6 +501,18 @@ absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAudit(
   return records;
 }
 
+absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ReadVms(SqliteQuery& q) {
+  std::vector<v1::VM> vms;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(v1::VM vm, ParseRecord<v1::VM>(q.ColumnBlob(1), "VM",
+                                                    q.ColumnText(0), db_));
+    vms.push_back(std::move(vm));
+  }
+  return vms;
+}
+
 absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVmsReportedOn(
     absl::string_view host_id, const Page& page) {
   ASSIGN_OR_RETURN(
@@ -520,15 +524,7 @@ absl::StatusOr<std::vector<v1::VM>> SqliteTransaction::ListVmsReportedOn(
   q.BindText(1, host_id);
   q.BindText(2, page.after);
   q.BindInt(3, ClampLimit(page.limit));
-  std::vector<v1::VM> vms;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    ASSIGN_OR_RETURN(v1::VM vm, ParseRecord<v1::VM>(q.ColumnBlob(1), "VM",
-                                                    q.ColumnText(0), db_));
-    vms.push_back(std::move(vm));
-  }
-  return vms;
+  return ReadVms(q);
 }
 
 }  // namespace cosched::store

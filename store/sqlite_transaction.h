@@ -70,6 +70,8 @@ class SqliteTransaction final : public Transaction {
   absl::Status PutPresence(const v1::VM& vm);
   absl::StatusOr<std::vector<v1::VM>> ListVmsReportedOn(absl::string_view host_id,
                                                         const Page& page);
+  // The VMs of a query whose columns are (vm_id, record).
+  absl::StatusOr<std::vector<v1::VM>> ReadVms(SqliteQuery& q);
 
   absl::Status RequireWrite(absl::string_view op) const;
 
