@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "agent/core_sched_prctl.h"
-#include "agent/topology.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
+#include "host/core_sched_prctl.h"
+#include "host/topology.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -110,21 +110,22 @@ absl::Status Agent::CheckOptions() {
   if (options_.report_interval.count() <= 0) {
     return absl::InvalidArgumentError("report interval must be positive");
   }
-  if (!options_.host_fs) options_.host_fs = std::make_shared<LocalHostFs>();
-  if (!options_.state_fs) options_.state_fs = std::make_shared<LocalStateFs>();
+  if (!options_.host_fs) options_.host_fs = std::make_shared<host::LocalPseudoFs>();
+  if (!options_.state_fs) options_.state_fs = std::make_shared<host::LocalStateFs>();
   if (!options_.core_sched) {
-    options_.core_sched = std::make_shared<PrctlCoreSched>();
+    options_.core_sched = std::make_shared<host::PrctlCoreSched>();
   }
   if (!options_.cpu_affinity) {
-    options_.cpu_affinity = std::make_shared<LinuxCpuAffinity>();
+    options_.cpu_affinity = std::make_shared<host::LinuxCpuAffinity>();
   }
   if (options_.telemetry && !options_.sched_trace) {
-    options_.sched_trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent",
+    options_.sched_trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent",
                                                  options_.procfs_root);
   }
   if (!options_.vm_discovery) {
-    LOG(WARNING) << "no VM discovery configured: reporting no VMs";
-    options_.vm_discovery = std::make_shared<StaticVmDiscovery>();
+    // Reporting no VMs would tell csd that the host runs none.
+    return absl::InvalidArgumentError(
+        "AgentOptions.vm_discovery is required (discovery::MakeVmDiscovery makes the real one)");
   }
   return absl::OkStatus();
 }
@@ -168,13 +169,13 @@ void Agent::LoadAssignments() {
 }
 
 absl::Status Agent::DescribeHost() {
-  const HostFs& fs = *options_.host_fs;
+  const host::PseudoFs& fs = *options_.host_fs;
   ASSIGN_OR_RETURN(v1::Topology topology,
-                   ReadTopology(fs, options_.sysfs_root));
+                   host::ReadTopology(fs, options_.sysfs_root));
   ASSIGN_OR_RETURN(bool smt_active,
-                   ReadSmtActive(fs, options_.sysfs_root, topology));
+                   host::ReadSmtActive(fs, options_.sysfs_root, topology));
   ASSIGN_OR_RETURN(bool schedstats,
-                   ReadSchedstatsEnabled(fs, options_.procfs_root));
+                   host::ReadSchedstatsEnabled(fs, options_.procfs_root));
   probe_ = options_.core_sched->Probe();
 
   registration_.set_host_id(options_.host_id);
@@ -219,7 +220,7 @@ absl::Status Agent::Start() {
   loop_options.assignment_revision = [cache] { return cache->revision(); };
   loop_ = std::make_unique<ReconcileLoop>(
       loop_options, options_.vm_discovery.get(), reconciler_.get(),
-      [cache](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+      [cache](const discovery::DiscoveredVm& vm) -> std::optional<v1::Assignment> {
         // A VM is tagged under its name or its UUID.
         if (auto a = cache->Find(vm.vm_id)) return a;
         if (!vm.uuid.empty()) return cache->Find(vm.uuid);
@@ -259,7 +260,7 @@ absl::Status Agent::Start() {
   if (options_.process_events) {
     ReconcileLoop* loop = loop_.get();
     absl::Status events = options_.process_events->Start(
-        [loop](const ProcessEvent& event) { loop->NoteProcessEvent(event); });
+        [loop](const host::ProcessEvent& event) { loop->NoteProcessEvent(event); });
     if (!events.ok()) {
       LOG(WARNING) << events << "; new threads are found by the rescan every "
                    << options_.rescan_interval.count() << " ms";
@@ -359,7 +360,7 @@ void Agent::StartCollector() {
   capabilities->set_telemetry_detail("tracing sched_switch");
   // The collector may just have turned schedstats on.
   absl::StatusOr<bool> schedstats =
-      ReadSchedstatsEnabled(*options_.host_fs, options_.procfs_root);
+      host::ReadSchedstatsEnabled(*options_.host_fs, options_.procfs_root);
   if (schedstats.ok()) capabilities->set_schedstats_enabled(*schedstats);
   LOG(INFO) << "sibling-sharing telemetry on: windows of "
             << options_.report_interval.count() << " ms, schedstats "

@@ -17,20 +17,20 @@
 #include "agent/agent_metrics.h"
 #include "agent/assignment_cache.h"
 #include "agent/cookie_reconciler.h"
-#include "agent/core_sched.h"
-#include "agent/cpu_affinity.h"
 #include "agent/dedicated_cores.h"
-#include "agent/host_fs.h"
-#include "agent/process_events.h"
 #include "agent/reconcile_loop.h"
-#include "agent/sched_trace.h"
 #include "agent/server_session.h"
 #include "agent/sibling_share_collector.h"
-#include "agent/state_fs.h"
 #include "agent/stats_window_queue.h"
-#include "agent/vm_discovery.h"
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/types.pb.h"
+#include "discovery/vm_discovery.h"
+#include "host/core_sched.h"
+#include "host/cpu_affinity.h"
+#include "host/process_events.h"
+#include "host/pseudo_fs.h"
+#include "host/sched_trace.h"
+#include "host/state_fs.h"
 #include "metrics/metrics_http.h"
 
 namespace cosched::agent {
@@ -65,19 +65,18 @@ struct AgentOptions {
   std::string sysfs_root = "/sys";
   std::string procfs_root = "/proc";
 
-  // What the agent runs against; null picks the real one (LocalHostFs,
-  // PrctlCoreSched) or, for discovery, a StaticVmDiscovery with no VMs
-  // until the libvirt and procfs sources exist.
-  std::shared_ptr<HostFs> host_fs;
+  // What the agent runs against; null picks the real one (LocalPseudoFs,
+  // PrctlCoreSched, ...), except for vm_discovery, which must be set.
+  std::shared_ptr<host::PseudoFs> host_fs;
   // The state dir's files; null: LocalStateFs.
-  std::shared_ptr<StateFs> state_fs;
-  std::shared_ptr<CoreSched> core_sched;
+  std::shared_ptr<host::StateFs> state_fs;
+  std::shared_ptr<host::CoreSched> core_sched;
   // For the `dedicated` level's whole cores; null: LinuxCpuAffinity. It is
   // only used once some VM's assignment asks for dedicated cores.
-  std::shared_ptr<CpuAffinity> cpu_affinity;
-  std::shared_ptr<VmDiscovery> vm_discovery;
+  std::shared_ptr<host::CpuAffinity> cpu_affinity;
+  std::shared_ptr<discovery::VmDiscovery> vm_discovery;
   // Null: no event source; the periodic rescan alone finds new threads.
-  std::shared_ptr<ProcessEventSource> process_events;
+  std::shared_ptr<host::ProcessEventSource> process_events;
   // Full reconcile pass at least this often.
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
 
@@ -85,11 +84,11 @@ struct AgentOptions {
   // the trace cannot start the agent runs on without it and says why (log,
   // HostCapabilities.telemetry_detail).
   bool telemetry = false;
-  SchedTraceOptions trace;
+  host::SchedTraceOptions trace;
   bool enable_schedstats = false;
   std::chrono::milliseconds telemetry_poll_interval = SiblingShareCollectorOptions{}.poll_interval;
   // Null: the kernel's tracefs.
-  std::shared_ptr<SchedTrace> sched_trace;
+  std::shared_ptr<host::SchedTrace> sched_trace;
 
   // Called on the session's thread after each assignment message applied,
   // with the new revision. Must not call Agent::Stop.
@@ -147,7 +146,7 @@ class Agent {
   bool WaitForRevision(int64_t revision, std::chrono::milliseconds timeout);
 
   // Valid after a successful Start.
-  const CoreSchedProbe& probe() const { return probe_; }
+  const host::CoreSchedProbe& probe() const { return probe_; }
   const v1::Topology& topology() const { return registration_.topology(); }
   const v1::HostCapabilities& capabilities() const {
     return registration_.capabilities();
@@ -192,7 +191,7 @@ class Agent {
   std::unique_ptr<AssignmentCache> cache_;
   // False when the state dir cannot be used: nothing is loaded from it.
   bool state_dir_usable_ = false;
-  CoreSchedProbe probe_;
+  host::CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
   std::unique_ptr<CookieReconciler> reconciler_;
   std::unique_ptr<DedicatedCoreEnforcer> dedicated_;

@@ -10,10 +10,13 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/string_view.h"
 #include "agent/agent.h"
-#include "agent/discovery_setup.h"
 #include "agent/host_probe.h"
 #include "common/config_loader.h"
 #include "cosched/v1/config.pb.h"
+#include "discovery/discovery_factory.h"
+#include "discovery/exec_classifier.h"
+#include "host/process_events.h"
+#include "host/pseudo_fs.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -73,14 +76,19 @@ StepFailure CheckOptions(AgentRun& run) {
 }
 
 StepFailure SetUpDiscovery(AgentRun& run) {
-  run.options.process_events = std::make_shared<ProcConnectorEvents>();
-  DiscoverySetup discovery;
+  // Execs are held and classified before the agent hears of them, so that
+  // a storm of short commands costs no reconcile pass.
+  run.options.process_events = std::make_shared<host::ProcConnectorEvents>(
+      discovery::DelayedExecStage(std::make_shared<host::LocalPseudoFs>(),
+                                  run.options.procfs_root));
+  discovery::DiscoverySetup discovery;
+  discovery.procfs_root = run.options.procfs_root;
   discovery.mode = run.config.discovery();
   if (!run.config.libvirt_uri().empty()) discovery.libvirt_uri = run.config.libvirt_uri();
   discovery.on_domain_event = [running = run.running] {
     if (Agent* agent = running->load()) agent->TriggerReconcile();
   };
-  auto vms = MakeVmDiscovery(discovery);
+  auto vms = discovery::MakeVmDiscovery(discovery);
   if (!vms.ok()) return {kAgentExitUsage, std::string(vms.status().message())};
   run.options.vm_discovery = *vms;
   return {};

@@ -35,9 +35,9 @@ absl::Status Corrupt(absl::string_view source, absl::string_view why) {
 }  // namespace
 
 AssignmentCache::AssignmentCache(std::string state_file,
-                                 std::shared_ptr<StateFs> fs)
+                                 std::shared_ptr<host::StateFs> fs)
     : state_file_(std::move(state_file)),
-      fs_(fs != nullptr ? std::move(fs) : std::make_shared<LocalStateFs>()) {}
+      fs_(fs != nullptr ? std::move(fs) : std::make_shared<host::LocalStateFs>()) {}
 
 std::string AssignmentCache::Encode(int64_t revision,
                                     const AssignmentMap& assignments) {

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "agent/state_fs.h"
+#include "host/state_fs.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/types.pb.h"
 
@@ -37,7 +37,7 @@ class AssignmentCache {
   // `state_file`: where the assignments are kept; empty keeps them in
   // memory only. `fs` (null: LocalStateFs) is where it is read and written.
   explicit AssignmentCache(std::string state_file,
-                           std::shared_ptr<StateFs> fs = nullptr);
+                           std::shared_ptr<host::StateFs> fs = nullptr);
 
   // Reads the state file, replacing what the cache holds. OK (and empty)
   // when the file does not exist; DATA_LOSS naming the file when it is
@@ -95,7 +95,7 @@ class AssignmentCache {
 
  private:
   const std::string state_file_;
-  const std::shared_ptr<StateFs> fs_;
+  const std::shared_ptr<host::StateFs> fs_;
   mutable std::mutex mu_;
   int64_t revision_ = 0;
   int64_t saved_revision_ = 0;

@@ -22,7 +22,7 @@ struct CookieReconciler::ThreadState {
 };
 
 struct CookieReconciler::VmPlan {
-  const DiscoveredVm* vm = nullptr;
+  const discovery::DiscoveredVm* vm = nullptr;
   VmOutcome outcome;
   // False for a fail-open VM without assignment: left as it is.
   bool managed = true;
@@ -38,7 +38,7 @@ constexpr char kFailClosedPrefix[] = "~fail-closed/";
 // thread can be started (the host is out of pids or memory): the agent
 // reports that and goes on, rather than dying into a restart loop.
 template <typename Fn>
-absl::Status OnCourierThread(CoreSched* kernel, Fn fn) {
+absl::Status OnCourierThread(host::CoreSched* kernel, Fn fn) {
   try {
     std::thread courier([&] {
       kernel->OnCourierStart();
@@ -68,25 +68,25 @@ std::string BlindReadbackMessage(int unverified) {
 
 }  // namespace
 
-std::string FailClosedGroup(const DiscoveredVm& vm) {
+std::string FailClosedGroup(const discovery::DiscoveredVm& vm) {
   // A QEMU without a name still gets a cookie no other VM shares.
   if (vm.vm_id.empty()) return absl::StrCat(kFailClosedPrefix, "pid-", vm.qemu_pid);
   return absl::StrCat(kFailClosedPrefix, vm.vm_id);
 }
 
-bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope) {
+bool InScope(const discovery::DiscoveredThread& thread, v1::ThreadScope scope) {
   switch (scope) {
     case v1::THREAD_SCOPE_VCPUS:
-      return thread.kind == DiscoveredThread::Kind::kVcpu;
+      return thread.kind == discovery::DiscoveredThread::Kind::kVcpu;
     case v1::THREAD_SCOPE_FULL:
       return true;
     case v1::THREAD_SCOPE_EMULATOR:
     default:
-      return thread.kind != DiscoveredThread::Kind::kHelper;
+      return thread.kind != discovery::DiscoveredThread::Kind::kHelper;
   }
 }
 
-CookieReconciler::CookieReconciler(CoreSched* kernel, ReconcilerOptions options)
+CookieReconciler::CookieReconciler(host::CoreSched* kernel, ReconcilerOptions options)
     : kernel_(kernel), options_(std::move(options)) {}
 
 bool CookieReconciler::WrittenAs(int tid, const std::string& group) const {
@@ -104,12 +104,12 @@ std::string CookieReconciler::HostUnsupportedMessage() const {
 }
 
 ReconcileResult CookieReconciler::Reconcile(
-    const std::vector<DiscoveredVm>& vms, const AssignmentLookup& lookup) {
+    const std::vector<discovery::DiscoveredVm>& vms, const AssignmentLookup& lookup) {
   const auto started = std::chrono::steady_clock::now();
   ReconcileResult result;
   std::vector<VmPlan> plans;
   plans.reserve(vms.size());
-  for (const DiscoveredVm& vm : vms) {
+  for (const discovery::DiscoveredVm& vm : vms) {
     VmPlan plan;
     plan.vm = &vm;
     VmOutcome& out = plan.outcome;
@@ -137,12 +137,12 @@ ReconcileResult CookieReconciler::Reconcile(
       }
     }
     int vcpus = 0;
-    for (const DiscoveredThread& t : vm.threads) {
+    for (const discovery::DiscoveredThread& t : vm.threads) {
       ThreadState state;
       state.tid = t.tid;
       state.in_scope = InScope(t, scope);
       plan.threads.push_back(state);
-      if (t.kind == DiscoveredThread::Kind::kVcpu) ++vcpus;
+      if (t.kind == discovery::DiscoveredThread::Kind::kVcpu) ++vcpus;
     }
     // For csd's placement view and ExplainVM.
     out.enforcement.set_vcpus(vcpus);
@@ -218,7 +218,7 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
                                      ReconcileStats& stats) {
   // Threads of each group that can be read, and how many hold each cookie.
   std::map<std::string, std::vector<ThreadState*>> members;
-  std::map<std::string, const DiscoveredVm*> first_vm;
+  std::map<std::string, const discovery::DiscoveredVm*> first_vm;
   for (VmPlan& plan : plans) {
     if (!plan.managed || plan.outcome.group.empty()) continue;
     first_vm.try_emplace(plan.outcome.group, plan.vm);
@@ -317,7 +317,7 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
       if (t->tid == qemu_pid) seed = t;
     }
     ++stats.cookie_writes;
-    absl::Status created = kernel_->Create(seed->tid, CoreSchedScope::kThread);
+    absl::Status created = kernel_->Create(seed->tid, host::CoreSchedScope::kThread);
     if (!created.ok()) {
       if (absl::IsNotFound(created)) {
         seed->alive = false;
@@ -406,7 +406,7 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
       }
       for (ThreadState* t : targets) {
         ++stats.cookie_writes;
-        absl::Status gave = kernel_->ShareTo(t->tid, CoreSchedScope::kThread);
+        absl::Status gave = kernel_->ShareTo(t->tid, host::CoreSchedScope::kThread);
         if (gave.ok()) {
           t->changed = true;
           ++stats.threads_changed;

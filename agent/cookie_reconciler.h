@@ -32,15 +32,15 @@
 #include <string>
 #include <vector>
 
-#include "agent/core_sched.h"
-#include "agent/vm_discovery.h"
+#include "host/core_sched.h"
+#include "discovery/vm_discovery.h"
 #include "cosched/v1/types.pb.h"
 
 namespace cosched::agent {
 
 // The assignment of a discovered VM (matched by name or UUID), if any.
 using AssignmentLookup =
-    std::function<std::optional<v1::Assignment>(const DiscoveredVm&)>;
+    std::function<std::optional<v1::Assignment>(const discovery::DiscoveredVm&)>;
 
 struct ReconcilerOptions {
   // VMs without an assignment keep whatever cookie they have instead of
@@ -49,7 +49,7 @@ struct ReconcilerOptions {
   // Host facts: without SMT or without kernel support nothing is tagged and
   // every VM reports why.
   bool smt_active = true;
-  CoreSchedProbe probe;
+  host::CoreSchedProbe probe;
 };
 
 // The outcome of one pass for one VM.
@@ -90,18 +90,18 @@ struct ReconcileResult {
 };
 
 // The name of the group a VM without assignment gets when failing closed.
-std::string FailClosedGroup(const DiscoveredVm& vm);
+std::string FailClosedGroup(const discovery::DiscoveredVm& vm);
 
 // Whether `thread` carries its VM's cookie under `scope`.
-bool InScope(const DiscoveredThread& thread, v1::ThreadScope scope);
+bool InScope(const discovery::DiscoveredThread& thread, v1::ThreadScope scope);
 
 // Thread-compatible: one Reconcile at a time. Keeps the anchors of the
 // groups it saw in the last pass, nothing more.
 class CookieReconciler {
  public:
-  CookieReconciler(CoreSched* kernel, ReconcilerOptions options);
+  CookieReconciler(host::CoreSched* kernel, ReconcilerOptions options);
 
-  ReconcileResult Reconcile(const std::vector<DiscoveredVm>& vms,
+  ReconcileResult Reconcile(const std::vector<discovery::DiscoveredVm>& vms,
                             const AssignmentLookup& lookup);
 
  private:
@@ -121,7 +121,7 @@ class CookieReconciler {
   // of `group` ("" = none).
   bool WrittenAs(int tid, const std::string& group) const;
 
-  CoreSched* const kernel_;
+  host::CoreSched* const kernel_;
   const ReconcilerOptions options_;
   std::map<std::string, GroupCookie> cookies_;
   // Read-back is blind (GET reads 0 for tagged tasks); its groups' hashes

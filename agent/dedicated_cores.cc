@@ -13,7 +13,7 @@ namespace cosched::agent {
 namespace {
 
 std::string CoreList(const std::vector<int>& cores) {
-  return CpuSet(cores).ToString();
+  return host::CpuSet(cores).ToString();
 }
 
 std::string Plural(int n, absl::string_view word) {
@@ -86,7 +86,7 @@ DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
                                      std::vector<DedicatedCoreRequest> vms) {
   DedicatedCorePlan plan;
   const int n = topology.cores_size();
-  std::vector<CpuSet> core_cpus;
+  std::vector<host::CpuSet> core_cpus;
   int siblings = 1;
   for (const v1::Core& core : topology.cores()) {
     core_cpus.emplace_back(std::vector<int>(core.cpus().begin(), core.cpus().end()));
@@ -115,7 +115,7 @@ DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
     DedicatedPlacement p;
     p.vm_id = vm.vm_id;
     p.vcpus = vm.vcpus;
-    std::vector<int> held = CpuSet(vm.held_cores).cpus();
+    std::vector<int> held = host::CpuSet(vm.held_cores).cpus();
     for (int core : held) {
       if (p.cpus.size() >= vm.vcpus || claimed >= max_dedicated) break;
       if (core >= n || !owner[core].empty()) continue;
@@ -134,7 +134,7 @@ DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
     if (p.cpus.size() >= vm->vcpus) continue;
     const int room = max_dedicated - claimed;
     std::vector<int> take;
-    CpuSet got = p.cpus;
+    host::CpuSet got = p.cpus;
     for (int core = n - 1; core >= 0 && got.size() < vm->vcpus; --core) {
       if (!owner[core].empty()) continue;
       if (static_cast<int>(take.size()) >= room) break;
@@ -150,7 +150,7 @@ DedicatedCorePlan PlanDedicatedCores(const v1::Topology& topology,
     }
   }
 
-  CpuSet dedicated_cpus;
+  host::CpuSet dedicated_cpus;
   for (auto& [vm, p] : work) {
     std::sort(p.cores.begin(), p.cores.end());
     dedicated_cpus = dedicated_cpus.Union(p.cpus);
@@ -168,7 +168,7 @@ std::string DescribePlacement(const DedicatedPlacement& placement) {
                       placement.cpus.ToString(), ")");
 }
 
-DedicatedCoreEnforcer::DedicatedCoreEnforcer(CpuAffinity* affinity,
+DedicatedCoreEnforcer::DedicatedCoreEnforcer(host::CpuAffinity* affinity,
                                              v1::Topology topology)
     : affinity_(affinity), topology_(std::move(topology)) {}
 
@@ -220,16 +220,16 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
                                   DedicatedCoreResult& result) {
   DedicatedCoreStats& stats = result.stats;
   const bool active = plan.any_placed();
-  const CpuSet dedicated_cpus = plan.host_cpus.Minus(plan.shared);
+  const host::CpuSet dedicated_cpus = plan.host_cpus.Minus(plan.shared);
 
   struct Job {
     int tid = 0;
     size_t vm = 0;  // index into vms
     bool dedicated_vcpu = false;
-    CpuSet constraint;
+    host::CpuSet constraint;
     // After the pass:
     bool gone = false;
-    std::optional<CpuSet> affinity;  // unknown when it could not be read
+    std::optional<host::CpuSet> affinity;  // unknown when it could not be read
     absl::Status error;
   };
   std::vector<Job> jobs;
@@ -239,7 +239,7 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
       const DedicatedPlacement* p =
           vms[i].dedicated ? plan.Find(vms[i].vm_id) : nullptr;
       const bool placed = p != nullptr && !p->cores.empty();
-      const CpuSet& others = active ? plan.shared : plan.host_cpus;
+      const host::CpuSet& others = active ? plan.shared : plan.host_cpus;
       auto add = [&](int tid, bool dedicated_vcpu) {
         // Without dedicated cores only threads still carrying a change of
         // ours are visited, to give their CPUs back.
@@ -265,7 +265,7 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
   std::map<int, Change> kept;
   for (Job& job : jobs) {
     ++stats.affinity_reads;
-    absl::StatusOr<CpuSet> actual = affinity_->Get(job.tid);
+    absl::StatusOr<host::CpuSet> actual = affinity_->Get(job.tid);
     if (absl::IsNotFound(actual.status())) {
       job.gone = true;
       continue;
@@ -280,11 +280,11 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
     const Change* prev = (it != changes_.end() && it->second.applied == *actual)
                              ? &it->second
                              : nullptr;
-    const CpuSet before = prev ? prev->before : *actual;
-    CpuSet target = job.constraint;
+    const host::CpuSet before = prev ? prev->before : *actual;
+    host::CpuSet target = job.constraint;
     if (!job.dedicated_vcpu) {
       // Keep the thread's own pinning where it avoids the dedicated cores.
-      CpuSet narrowed = before.Intersect(job.constraint);
+      host::CpuSet narrowed = before.Intersect(job.constraint);
       if (!narrowed.empty()) target = std::move(narrowed);
     }
     job.affinity = *actual;
@@ -310,12 +310,12 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
       continue;
     }
     ++stats.affinity_reads;
-    absl::StatusOr<CpuSet> now = affinity_->Get(job.tid);
+    absl::StatusOr<host::CpuSet> now = affinity_->Get(job.tid);
     if (absl::IsNotFound(now.status())) {
       job.gone = true;
       continue;
     }
-    CpuSet applied = now.ok() ? *now : target;
+    host::CpuSet applied = now.ok() ? *now : target;
     if (now.ok()) {
       job.affinity = applied;
     } else {

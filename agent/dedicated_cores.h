@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "agent/cpu_affinity.h"
+#include "host/cpu_affinity.h"
 #include "cosched/v1/types.pb.h"
 
 namespace cosched::agent {
@@ -49,7 +49,7 @@ struct DedicatedPlacement {
   // Sorted core indices; empty when none could be given.
   std::vector<int> cores;
   // The CPUs of `cores`.
-  CpuSet cpus;
+  host::CpuSet cpus;
   // RESOURCE_EXHAUSTED when there are not enough free whole cores (a VM
   // that already held some keeps them and reports the shortfall).
   absl::Status status;
@@ -57,10 +57,10 @@ struct DedicatedPlacement {
 
 struct DedicatedCorePlan {
   // Every CPU of the topology.
-  CpuSet host_cpus;
+  host::CpuSet host_cpus;
   // What every thread but a placed dedicated VM's vCPUs is confined to: the
   // host's CPUs minus the dedicated cores. Never empty on a known topology.
-  CpuSet shared;
+  host::CpuSet shared;
   // One per dedicated VM, by VM id.
   std::vector<DedicatedPlacement> dedicated;
 
@@ -99,7 +99,7 @@ struct DedicatedVmOutcome {
   bool dedicated = false;
   // For a dedicated VM: its cores and their CPUs.
   std::vector<int> cores;
-  CpuSet cpus;
+  host::CpuSet cpus;
   // "dedicated cores 1,3 (CPUs 2-3,6-7)", or why it has none; empty for
   // other VMs.
   std::string note;
@@ -142,7 +142,7 @@ struct DedicatedCoreResult {
 // otherwise are confined to the shared CPUs.
 class DedicatedCoreEnforcer {
  public:
-  DedicatedCoreEnforcer(CpuAffinity* affinity, v1::Topology topology);
+  DedicatedCoreEnforcer(host::CpuAffinity* affinity, v1::Topology topology);
 
   // Plans with the VMs of this pass and applies the plan.
   DedicatedCoreResult Enforce(const std::vector<DedicatedVmThreads>& vms);
@@ -150,16 +150,16 @@ class DedicatedCoreEnforcer {
  private:
   // What the enforcer did to one thread.
   struct Change {
-    CpuSet before;  // the affinity it had before its first change
-    CpuSet target;  // what was last asked for
-    CpuSet applied;  // what the kernel then held (target, or a subset)
+    host::CpuSet before;  // the affinity it had before its first change
+    host::CpuSet target;  // what was last asked for
+    host::CpuSet applied;  // what the kernel then held (target, or a subset)
   };
 
   void Apply(const DedicatedCorePlan& plan,
              const std::vector<DedicatedVmThreads>& vms,
              DedicatedCoreResult& result);
 
-  CpuAffinity* const affinity_;
+  host::CpuAffinity* const affinity_;
   const v1::Topology topology_;
   std::map<std::string, std::vector<int>> held_;
   std::map<int, Change> changes_;

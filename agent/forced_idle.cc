@@ -67,7 +67,7 @@ absl::StatusOr<std::optional<int64_t>> ParseCgroupForceIdle(absl::string_view cp
   return std::optional<int64_t>();
 }
 
-ForcedIdleMeter::ForcedIdleMeter(const HostFs* fs, std::string procfs_root,
+ForcedIdleMeter::ForcedIdleMeter(const host::PseudoFs* fs, std::string procfs_root,
                                  std::string cgroupfs_root)
     : fs_(fs), procfs_root_(std::move(procfs_root)), cgroupfs_root_(std::move(cgroupfs_root)) {}
 

@@ -21,7 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "agent/host_fs.h"
+#include "host/pseudo_fs.h"
 
 namespace cosched::agent {
 
@@ -49,7 +49,7 @@ class ForcedIdleMeter {
  public:
   // `cgroupfs_root` is where cgroup v2 is mounted ("/sys/fs/cgroup"; on a
   // hybrid host its "unified" subdirectory is tried too).
-  ForcedIdleMeter(const HostFs* fs, std::string procfs_root, std::string cgroupfs_root);
+  ForcedIdleMeter(const host::PseudoFs* fs, std::string procfs_root, std::string cgroupfs_root);
 
   // For each VM: the growth of its cgroup's count since the previous Sample
   // when the cgroup has the field, else of its threads' core_forceidle_sum;
@@ -62,7 +62,7 @@ class ForcedIdleMeter {
   std::optional<int64_t> ReadCgroup(const std::string& cgroup) const;
   std::optional<int64_t> ReadThread(int tid) const;
 
-  const HostFs* const fs_;
+  const host::PseudoFs* const fs_;
   const std::string procfs_root_;
   const std::string cgroupfs_root_;
   absl::flat_hash_map<int, int64_t> last_tid_;

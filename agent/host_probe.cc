@@ -1,23 +1,23 @@
 #include "agent/host_probe.h"
 
 #include "absl/strings/str_join.h"
-#include "agent/core_sched_prctl.h"
-#include "agent/host_fs.h"
-#include "agent/topology.h"
+#include "host/core_sched_prctl.h"
+#include "host/pseudo_fs.h"
+#include "host/topology.h"
 #include "common/names.h"
 
 namespace cosched::agent {
 
 int PrintHostProbe(std::ostream& out) {
-  LocalHostFs fs;
-  auto topology = ReadTopology(fs, "/sys");
+  host::LocalPseudoFs fs;
+  auto topology = host::ReadTopology(fs, "/sys");
   if (!topology.ok()) {
     out << "cannot read the topology: " << topology.status().message() << "\n";
     return 1;
   }
-  auto smt = ReadSmtActive(fs, "/sys", *topology);
-  PrctlCoreSched kernel;
-  CoreSchedProbe probe = kernel.Probe();
+  auto smt = host::ReadSmtActive(fs, "/sys", *topology);
+  host::PrctlCoreSched kernel;
+  host::CoreSchedProbe probe = kernel.Probe();
   out << "cores:           " << topology->cores_size() << "\n";
   for (const v1::Core& core : topology->cores()) {
     out << "  core " << core.package_id() << "/" << core.core_id() << ": cpus "

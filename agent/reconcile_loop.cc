@@ -41,7 +41,7 @@ const char* PassTriggerName(PassTrigger trigger) {
 }
 
 ReconcileLoop::ReconcileLoop(ReconcileLoopOptions options,
-                             VmDiscovery* discovery,
+                             discovery::VmDiscovery* discovery,
                              CookieReconciler* reconciler,
                              AssignmentLookup lookup, ChangeListener on_change,
                              DedicatedCoreEnforcer* dedicated)
@@ -93,12 +93,12 @@ bool ReconcileLoop::NamesVhostOfKnownVmLocked(const std::string& comm) const {
          vm_pids_.count(owner) > 0;
 }
 
-void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
+void ReconcileLoop::NoteProcessEvent(const host::ProcessEvent& event) {
   bool relevant = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     switch (event.kind) {
-      case ProcessEventKind::kFork:
+      case host::ProcessEventKind::kFork:
         // A new thread of a VM, or a helper process it starts, or (Linux
         // < 6.4) a vhost kernel thread of one, forked by kthreadd (2) and
         // named by the time the source passes it on.
@@ -106,18 +106,18 @@ void ReconcileLoop::NoteProcessEvent(const ProcessEvent& event) {
                    vm_pids_.count(event.parent_tgid) > 0 ||
                    (event.parent_tgid == 2 && NamesVhostOfKnownVmLocked(event.comm));
         break;
-      case ProcessEventKind::kExec:
+      case host::ProcessEventKind::kExec:
         // A new QEMU, or a VM's process turning into another program.
         relevant = event.may_be_qemu || vm_pids_.count(event.tgid) > 0;
         break;
-      case ProcessEventKind::kLost:
+      case host::ProcessEventKind::kLost:
         relevant = true;  // any of the above may have been lost
         break;
-      case ProcessEventKind::kExit:
+      case host::ProcessEventKind::kExit:
         // A VM's process ending (its threads come and go all the time).
         relevant = event.tid == event.tgid && vm_pids_.count(event.tgid) > 0;
         break;
-      case ProcessEventKind::kComm: {
+      case host::ProcessEventKind::kComm: {
         // A task named itself vhost-<pid of a known VM> (PR_SET_NAME or
         // /proc/<pid>/comm; kthread_create's naming sends no event, see
         // kFork).
@@ -157,10 +157,10 @@ void ReconcileLoop::Run() {
   }
 }
 
-std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<DiscoveredVm>& vms) {
+std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<discovery::DiscoveredVm>& vms) {
   std::map<std::string, std::string> first;  // vm_id or uuid -> the first VM's id
   std::map<std::string, std::vector<int>> impostors;
-  for (DiscoveredVm& vm : vms) {
+  for (discovery::DiscoveredVm& vm : vms) {
     std::string claimed;
     for (const std::string* key : {&vm.vm_id, &vm.uuid}) {
       if (key->empty()) continue;
@@ -194,7 +194,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   const int64_t revision = options_.assignment_revision ? options_.assignment_revision() : 0;
   PassRecord record;
   record.trigger = trigger;
-  absl::StatusOr<std::vector<DiscoveredVm>> vms = discovery_->Discover();
+  absl::StatusOr<std::vector<discovery::DiscoveredVm>> vms = discovery_->Discover();
   if (!vms.ok()) {
     LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
                                 "are: " << vms.status();
@@ -245,7 +245,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     options_.on_pass(record);
   }
   std::set<int> pids;
-  for (const DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
+  for (const discovery::DiscoveredVm& vm : *vms) pids.insert(vm.qemu_pid);
   bool changed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -333,17 +333,17 @@ std::vector<DedicatedVmOutcome> ReconcileLoop::last_dedicated() const {
 }
 
 std::vector<DedicatedVmOutcome> ReconcileLoop::EnforceDedicatedCores(
-    const std::vector<DiscoveredVm>& vms, ReconcileResult& result) {
+    const std::vector<discovery::DiscoveredVm>& vms, ReconcileResult& result) {
   std::vector<DedicatedVmThreads> threads;
-  for (const DiscoveredVm& vm : vms) {
+  for (const discovery::DiscoveredVm& vm : vms) {
     DedicatedVmThreads t;
     t.vm_id = vm.vm_id;
     std::optional<v1::Assignment> assignment = lookup_(vm);
     t.dedicated = assignment.has_value() &&
                   (assignment->dedicated_cores() ||
                    assignment->isolation() == v1::ISOLATION_LEVEL_DEDICATED);
-    for (const DiscoveredThread& thread : vm.threads) {
-      (thread.kind == DiscoveredThread::Kind::kVcpu ? t.vcpu_tids
+    for (const discovery::DiscoveredThread& thread : vm.threads) {
+      (thread.kind == discovery::DiscoveredThread::Kind::kVcpu ? t.vcpu_tids
                                                     : t.other_tids)
           .push_back(thread.tid);
     }

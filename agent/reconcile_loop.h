@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "agent/cookie_reconciler.h"
 #include "agent/dedicated_cores.h"
-#include "agent/process_events.h"
-#include "agent/vm_discovery.h"
+#include "host/process_events.h"
+#include "discovery/vm_discovery.h"
 #include "cosched/v1/agent.pb.h"
 
 namespace cosched::agent {
@@ -51,7 +51,7 @@ struct PassRecord {
 // it; the others lose theirs, so that they fail closed on cookies of their
 // own and are not reported. Discovery lists libvirt's domains first.
 // Returns the pids set aside, by the id of the VM that kept it.
-std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<DiscoveredVm>& vms);
+std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<discovery::DiscoveredVm>& vms);
 
 struct ReconcileLoopOptions {
   // Full pass even when nothing said something changed.
@@ -85,7 +85,7 @@ class ReconcileLoop {
   // `dedicated`, when not null, runs after each cookie pass and keeps the
   // whole cores of VMs whose assignment has dedicated_cores; its outcome is
   // folded into their enforcement. Null: the level is not enforced.
-  ReconcileLoop(ReconcileLoopOptions options, VmDiscovery* discovery,
+  ReconcileLoop(ReconcileLoopOptions options, discovery::VmDiscovery* discovery,
                 CookieReconciler* reconciler, AssignmentLookup lookup,
                 ChangeListener on_change,
                 DedicatedCoreEnforcer* dedicated = nullptr);
@@ -103,7 +103,7 @@ class ReconcileLoop {
   // "vhost-<pid of a known VM>" (a vhost kernel thread, Linux < 6.4, forked
   // by kthreadd: event.comm), or events were lost. Any other
   // exec or rename, the bulk of them on a busy host, costs a set lookup.
-  void NoteProcessEvent(const ProcessEvent& event);
+  void NoteProcessEvent(const host::ProcessEvent& event);
 
   // What to report: one observation per VM of the last pass. UNAVAILABLE
   // before the first pass, and while discovery fails (reporting nothing
@@ -135,10 +135,10 @@ class ReconcileLoop {
   // Runs the dedicated-core enforcer over the pass's VMs and folds its
   // per-VM outcome into `result`.
   std::vector<DedicatedVmOutcome> EnforceDedicatedCores(
-      const std::vector<DiscoveredVm>& vms, ReconcileResult& result);
+      const std::vector<discovery::DiscoveredVm>& vms, ReconcileResult& result);
 
   const ReconcileLoopOptions options_;
-  VmDiscovery* const discovery_;
+  discovery::VmDiscovery* const discovery_;
   CookieReconciler* const reconciler_;
   DedicatedCoreEnforcer* const dedicated_;
   const AssignmentLookup lookup_;

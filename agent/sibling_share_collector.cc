@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "agent/topology.h"
+#include "host/topology.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -47,8 +47,8 @@ void CopyShare(const telemetry::SiblingShareStats& s, v1::SiblingShare* out) {
 }  // namespace
 
 SiblingShareCollector::SiblingShareCollector(SiblingShareCollectorOptions options,
-                                             v1::Topology topology, SchedTrace* trace,
-                                             const HostFs* fs, CollectedVmSource vms,
+                                             v1::Topology topology, host::SchedTrace* trace,
+                                             const host::PseudoFs* fs, CollectedVmSource vms,
                                              StatsWindowQueue* queue)
     : options_(std::move(options)),
       topology_(std::move(topology)),
@@ -286,7 +286,7 @@ void SiblingShareCollector::CloseWindow() {
 }
 
 void SiblingShareCollector::FinishWindow(const telemetry::SiblingShareWindow& window) {
-  absl::StatusOr<bool> schedstats = ReadSchedstatsEnabled(*fs_, options_.procfs_root);
+  absl::StatusOr<bool> schedstats = host::ReadSchedstatsEnabled(*fs_, options_.procfs_root);
   std::vector<std::optional<int64_t>> forced_idle(vms_.size());
   if (schedstats.ok() && *schedstats) {
     std::vector<ForcedIdleSource> sources;

@@ -28,8 +28,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/forced_idle.h"
-#include "agent/host_fs.h"
-#include "agent/sched_trace.h"
+#include "host/pseudo_fs.h"
+#include "host/sched_trace.h"
 #include "agent/stats_window_queue.h"
 #include "cosched/v1/types.pb.h"
 #include "telemetry/event_merge.h"
@@ -89,7 +89,7 @@ struct SiblingShareCollectorOptions {
   // (see vms_version) before its first events are counted. The agent uses
   // one poll interval; windows close that much later.
   std::chrono::milliseconds lag{0};
-  SchedTraceOptions trace;
+  host::SchedTraceOptions trace;
   // Turn the kernel's schedstats on at Open (for forced idle).
   bool enable_schedstats = false;
   std::string procfs_root = "/proc";
@@ -105,9 +105,9 @@ struct SiblingShareCollectorOptions {
 class SiblingShareCollector {
  public:
   // `trace`, `fs` and `queue` must outlive the collector. `topology` is the
-  // host's (agent/topology.h): CoreShare.core indexes its cores.
+  // host's (host/topology.h): CoreShare.core indexes its cores.
   SiblingShareCollector(SiblingShareCollectorOptions options, v1::Topology topology,
-                        SchedTrace* trace, const HostFs* fs, CollectedVmSource vms,
+                        host::SchedTrace* trace, const host::PseudoFs* fs, CollectedVmSource vms,
                         StatsWindowQueue* queue);
   ~SiblingShareCollector();
 
@@ -152,14 +152,14 @@ class SiblingShareCollector {
 
   const SiblingShareCollectorOptions options_;
   const v1::Topology topology_;
-  SchedTrace* const trace_;
-  const HostFs* const fs_;
+  host::SchedTrace* const trace_;
+  const host::PseudoFs* const fs_;
   const CollectedVmSource vms_source_;
   StatsWindowQueue* const queue_;
   ForcedIdleMeter forced_idle_;
 
   // Valid after Open.
-  SchedTraceFormat format_;
+  host::SchedTraceFormat format_;
   std::unique_ptr<telemetry::RingBufferPageReader> reader_;
   std::unique_ptr<telemetry::SchedSwitchMerger> merger_;
   std::unique_ptr<telemetry::SiblingShareCalculator> calculator_;

@@ -1,5 +1,5 @@
 // The CPU ids of a CPU list's ranges, for the three parsers of kernel CPU
-// lists (agent/topology.h, telemetry/topology.h, policy/scenario.h).
+// lists (host/topology.h, telemetry/topology.h, policy/scenario.h).
 // Header-only so that telemetry stays free of cosched_common's link
 // dependencies.
 #ifndef COSCHED_COMMON_CPU_RANGES_H_

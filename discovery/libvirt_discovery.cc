@@ -25,8 +25,6 @@
 namespace cosched::discovery {
 namespace {
 
-using agent::DiscoveredThread;
-using agent::DiscoveredVm;
 
 std::string LastLibvirtError() {
   const char* message = virGetLastErrorMessage();
@@ -322,10 +320,10 @@ absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLo
   return domains;
 }
 
-LibvirtDiscovery::LibvirtDiscovery(Options options, std::shared_ptr<const ProcFs> proc_fs)
+LibvirtDiscovery::LibvirtDiscovery(Options options, std::shared_ptr<const host::PseudoFs> fs)
     : state_(std::make_shared<State>(std::move(options))),
-      procfs_(proc_fs, state_->options.procfs),
-      proc_fs_(std::move(proc_fs)) {
+      procfs_(fs, state_->options.procfs),
+      fs_(std::move(fs)) {
   state_->self = state_;
   InitLibvirtOnce();
   EventLoop::Get().Acquire();
@@ -488,7 +486,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
         }
         // Created after the scan listed QEMU's threads (vCPU hotplug).
         absl::StatusOr<std::string> comm =
-            proc_fs_->ReadFile(absl::StrCat(vm.qemu_pid, "/task/", vcpu.tid, "/comm"));
+            fs_->ReadFile(absl::StrCat(state_->options.procfs.procfs_root, "/", vm.qemu_pid, "/task/", vcpu.tid, "/comm"));
         if (!comm.ok()) continue;  // gone again
         vm.threads.push_back({vcpu.tid, vm.qemu_pid, std::string(absl::StripSuffix(*comm, "\n")),
                               DiscoveredThread::Kind::kVcpu});

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "agent/vm_discovery.h"
+#include "discovery/vm_discovery.h"
 #include "cosched/v1/types.pb.h"
 #include "discovery/procfs_discovery.h"
 
@@ -80,7 +80,7 @@ using DomainEventListener = std::function<void(const DomainEvent&)>;
 // libvirt's own error printing to stderr is turned off; errors are
 // logged with glog and returned as statuses.
 // Thread-safe.
-class LibvirtDiscovery : public agent::VmDiscovery {
+class LibvirtDiscovery : public VmDiscovery {
  public:
   struct Options {
     std::string uri = "qemu:///system";
@@ -91,8 +91,9 @@ class LibvirtDiscovery : public agent::VmDiscovery {
     ProcfsDiscovery::Options procfs;
   };
 
-  // `proc_fs` is where QEMU's threads are read (RealProcFs normally).
-  LibvirtDiscovery(Options options, std::shared_ptr<const ProcFs> proc_fs);
+  // `fs` is where QEMU's threads are read (LocalPseudoFs normally), at
+  // `options.procfs.procfs_root`.
+  LibvirtDiscovery(Options options, std::shared_ptr<const host::PseudoFs> fs);
   ~LibvirtDiscovery() override;
   LibvirtDiscovery(const LibvirtDiscovery&) = delete;
   LibvirtDiscovery& operator=(const LibvirtDiscovery&) = delete;
@@ -100,35 +101,35 @@ class LibvirtDiscovery : public agent::VmDiscovery {
   // The libvirt-managed VMs: vm_id is the domain name, uuid libvirt's.
   // Errors: UNAVAILABLE when libvirtd cannot be reached (with libvirt's
   // message), the procfs scan's error when /proc cannot be read.
-  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover() override;
+  absl::StatusOr<std::vector<DiscoveredVm>> Discover() override;
 
   // As Discover(), plus, from the same procfs scan, the QEMU processes that
   // libvirt does not manage (after libvirt's domains, by QEMU pid).
-  absl::StatusOr<std::vector<agent::DiscoveredVm>> DiscoverWithUnmanaged();
+  absl::StatusOr<std::vector<DiscoveredVm>> DiscoverWithUnmanaged();
 
   // True while the connection to libvirtd is open.
   bool connected() const;
 
  private:
   struct State;
-  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover(bool include_unmanaged);
+  absl::StatusOr<std::vector<DiscoveredVm>> Discover(bool include_unmanaged);
 
   std::shared_ptr<State> state_;
   ProcfsDiscovery procfs_;
-  std::shared_ptr<const ProcFs> proc_fs_;
+  std::shared_ptr<const host::PseudoFs> fs_;
 };
 
 // libvirt's domains, and the QEMU processes it does not manage, in one
 // scan; when libvirtd cannot be reached, every QEMU process from procfs
 // alone (their -name is the domain name for libvirt's), so that an agent
 // keeps protecting its VMs while libvirtd restarts. Thread-safe.
-class CombinedDiscovery : public agent::VmDiscovery {
+class CombinedDiscovery : public VmDiscovery {
  public:
   CombinedDiscovery(std::unique_ptr<LibvirtDiscovery> libvirt,
                     std::unique_ptr<ProcfsDiscovery> procfs);
 
   // Errors: only the procfs scan's (the host's /proc cannot be read).
-  absl::StatusOr<std::vector<agent::DiscoveredVm>> Discover() override;
+  absl::StatusOr<std::vector<DiscoveredVm>> Discover() override;
 
  private:
   std::unique_ptr<LibvirtDiscovery> libvirt_;

@@ -14,7 +14,7 @@
 namespace cosched::discovery {
 namespace {
 
-using Kind = agent::DiscoveredThread::Kind;
+using Kind = DiscoveredThread::Kind;
 
 bool AllDigits(absl::string_view s) {
   if (s.empty()) return false;

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "agent/vm_discovery.h"
+#include "discovery/vm_discovery.h"
 
 namespace cosched::discovery {
 
@@ -40,7 +40,7 @@ std::optional<QemuCommandLine> ParseQemuCommandLine(absl::string_view cmdline);
 // The kind of a thread of QEMU process `qemu_pid` from its comm (without the
 // trailing newline): "CPU <n>/KVM", "CPU <n>/TCG" -> kVcpu; "IO <id>" ->
 // kIothread; "vhost-<qemu_pid>" -> kVhostWorker; else kEmulator.
-agent::DiscoveredThread::Kind ClassifyQemuThread(absl::string_view comm, int qemu_pid);
+DiscoveredThread::Kind ClassifyQemuThread(absl::string_view comm, int qemu_pid);
 
 // The comm of a vhost worker of QEMU process `qemu_pid`: "vhost-<qemu_pid>".
 std::string VhostWorkerName(int qemu_pid);

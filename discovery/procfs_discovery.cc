@@ -17,8 +17,6 @@
 namespace cosched::discovery {
 namespace {
 
-using agent::DiscoveredThread;
-using agent::DiscoveredVm;
 using Kind = DiscoveredThread::Kind;
 
 // kthreadd's pid in the initial PID namespace: every kernel thread is its
@@ -29,8 +27,8 @@ constexpr int kKthreaddPid = 2;
 // other PID namespace (a container, two agents on one machine in a test)
 // pid 2 is an ordinary process, perhaps QEMU itself, and kernel threads are
 // not visible at all; kthreadd is the pid 2 without a parent.
-int KthreaddPid(const ProcFs& fs) {
-  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(kKthreaddPid, "/stat"));
+int KthreaddPid(const host::PseudoFs& fs, absl::string_view root) {
+  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(root, "/", kKthreaddPid, "/stat"));
   if (!text.ok()) return -1;
   absl::StatusOr<ProcStat> stat = ParseProcStat(*text);
   return stat.ok() && stat->ppid == 0 ? kKthreaddPid : -1;
@@ -57,9 +55,9 @@ void NoteSkipped(const absl::Status& status) {
 }
 
 // The threads of process `pid` with their names; empty when it has exited.
-std::vector<Thread> ListThreads(const ProcFs& fs, int pid) {
+std::vector<Thread> ListThreads(const host::PseudoFs& fs, absl::string_view root, int pid) {
   std::vector<Thread> threads;
-  absl::StatusOr<std::vector<std::string>> tids = fs.ListDir(absl::StrCat(pid, "/task"));
+  absl::StatusOr<std::vector<std::string>> tids = fs.ListDirectory(absl::StrCat(root, "/", pid, "/task"));
   if (!tids.ok()) {
     NoteSkipped(tids.status());
     return threads;
@@ -67,7 +65,7 @@ std::vector<Thread> ListThreads(const ProcFs& fs, int pid) {
   for (const std::string& name : *tids) {
     int tid = 0;
     if (!absl::SimpleAtoi(name, &tid)) continue;
-    absl::StatusOr<std::string> comm = fs.ReadFile(absl::StrCat(pid, "/task/", tid, "/comm"));
+    absl::StatusOr<std::string> comm = fs.ReadFile(absl::StrCat(root, "/", pid, "/task/", tid, "/comm"));
     if (!comm.ok()) {
       NoteSkipped(comm.status());
       continue;
@@ -78,9 +76,9 @@ std::vector<Thread> ListThreads(const ProcFs& fs, int pid) {
 }
 
 // The VM cgroup of process `pid`, if it is placed in one.
-std::optional<std::string> ReadVmCgroup(const ProcFs& fs, int pid,
+std::optional<std::string> ReadVmCgroup(const host::PseudoFs& fs, absl::string_view root, int pid,
                                         const std::vector<std::string>& vm_parents) {
-  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(pid, "/cgroup"));
+  absl::StatusOr<std::string> text = fs.ReadFile(absl::StrCat(root, "/", pid, "/cgroup"));
   if (!text.ok()) {
     NoteSkipped(text.status());
     return std::nullopt;
@@ -95,11 +93,11 @@ std::optional<std::string> ReadVmCgroup(const ProcFs& fs, int pid,
 
 }  // namespace
 
-ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs)
-    : ProcfsDiscovery(std::move(proc_fs), Options()) {}
+ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const host::PseudoFs> fs)
+    : ProcfsDiscovery(std::move(fs), Options()) {}
 
-ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const ProcFs> proc_fs, Options options)
-    : proc_fs_(std::move(proc_fs)), options_(std::move(options)) {}
+ProcfsDiscovery::ProcfsDiscovery(std::shared_ptr<const host::PseudoFs> fs, Options options)
+    : fs_(std::move(fs)), options_(std::move(options)) {}
 
 absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover() {
   return Discover(std::span<const int>());
@@ -107,20 +105,21 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover() {
 
 absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     std::span<const int> known_qemu_pids) {
-  const ProcFs& fs = *proc_fs_;
-  absl::StatusOr<std::vector<std::string>> names = fs.ListDir("");
+  const host::PseudoFs& fs = *fs_;
+  const absl::string_view root = options_.procfs_root;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(root);
   if (!names.ok()) {
     return absl::Status(names.status().code(),
                         absl::StrCat("cannot scan procfs: ", names.status().message()));
   }
 
-  const int kthreadd = KthreaddPid(fs);
+  const int kthreadd = KthreaddPid(fs, root);
   // One pass over every process: what it is and who its parent is.
   std::map<int, Process> processes;
   for (const std::string& name : *names) {
     int pid = 0;
     if (!absl::SimpleAtoi(name, &pid) || pid <= 0) continue;
-    absl::StatusOr<std::string> stat_text = fs.ReadFile(absl::StrCat(pid, "/stat"));
+    absl::StatusOr<std::string> stat_text = fs.ReadFile(absl::StrCat(root, "/", pid, "/stat"));
     if (!stat_text.ok()) {
       NoteSkipped(stat_text.status());
       continue;
@@ -134,7 +133,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     Process process{std::move(*stat), ""};
     // Kernel threads have no command line.
     if (process.stat.ppid != kthreadd && pid != kthreadd) {
-      absl::StatusOr<std::string> cmdline = fs.ReadFile(absl::StrCat(pid, "/cmdline"));
+      absl::StatusOr<std::string> cmdline = fs.ReadFile(absl::StrCat(root, "/", pid, "/cmdline"));
       if (!cmdline.ok()) {
         NoteSkipped(cmdline.status());
         continue;
@@ -175,7 +174,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
   std::map<int, std::string> qemu_cgroups;
   std::map<std::string, std::vector<int>> cgroup_members;
   for (const auto& [pid, qemu] : qemus) {
-    if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
+    if (auto cgroup = ReadVmCgroup(fs, root, pid, options_.vm_cgroup_parents)) {
       qemu_cgroups.emplace(pid, *cgroup);
     }
   }
@@ -183,7 +182,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     if (!qemu_cgroups.empty()) {
       for (const auto& [pid, process] : processes) {
         if (qemus.count(pid) || process.stat.ppid == kthreadd || pid == kthreadd) continue;
-        if (auto cgroup = ReadVmCgroup(fs, pid, options_.vm_cgroup_parents)) {
+        if (auto cgroup = ReadVmCgroup(fs, root, pid, options_.vm_cgroup_parents)) {
           cgroup_members[*cgroup].push_back(pid);
         }
       }
@@ -192,7 +191,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
 
   std::vector<DiscoveredVm> vms;
   for (const auto& [qemu_pid, qemu] : qemus) {
-    std::vector<Thread> own = ListThreads(fs, qemu_pid);
+    std::vector<Thread> own = ListThreads(fs, root, qemu_pid);
     if (own.empty()) continue;  // exited during the scan
     DiscoveredVm vm;
     vm.vm_id = qemu.VmId();
@@ -216,7 +215,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
         const int ppid = processes.at(pid).stat.ppid;
         if (ppid != kthreadd && ppid != qemu_pid) continue;
         if (!taken.insert(pid).second) continue;
-        for (Thread& t : ListThreads(fs, pid)) {
+        for (Thread& t : ListThreads(fs, root, pid)) {
           Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;
           vm.threads.push_back({t.tid, pid, std::move(t.comm), kind});
         }
@@ -231,7 +230,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
       }
       for (int pid : helpers) {
         if (qemus.count(pid) || !taken.insert(pid).second) continue;
-        for (Thread& t : ListThreads(fs, pid)) {
+        for (Thread& t : ListThreads(fs, root, pid)) {
           vm.threads.push_back({t.tid, pid, std::move(t.comm), Kind::kHelper});
         }
       }
@@ -250,8 +249,9 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
   return vms;
 }
 
-absl::StatusOr<bool> RunsQemu(const ProcFs& proc_fs, int pid) {
-  absl::StatusOr<std::string> cmdline = proc_fs.ReadFile(absl::StrCat(pid, "/cmdline"));
+absl::StatusOr<bool> RunsQemu(const host::PseudoFs& fs, absl::string_view procfs_root, int pid) {
+  absl::StatusOr<std::string> cmdline =
+      fs.ReadFile(absl::StrCat(procfs_root, "/", pid, "/cmdline"));
   if (!cmdline.ok()) return cmdline.status();
   // ParseQemuCommandLine's test, without splitting the rest of the line.
   const absl::string_view text = *cmdline;

@@ -29,7 +29,7 @@ void FuzzOne(absl::string_view text, int qemu_pid) {
 
   ClassifyQemuThread(text, qemu_pid);
   Check(ClassifyQemuThread(VhostWorkerName(qemu_pid), qemu_pid) ==
-        agent::DiscoveredThread::Kind::kVhostWorker);
+        discovery::DiscoveredThread::Kind::kVhostWorker);
 
   absl::StatusOr<ProcStat> stat = ParseProcStat(text);
   if (stat.ok()) Check(stat->comm.size() <= text.size());

@@ -15,8 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "agent/host_fs.h"
-#include "agent/topology.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/pseudo_fs_fake.h"
+#include "host/topology.h"
 #include "policy/scenario.h"
 #include "telemetry/topology.h"
 
@@ -28,7 +29,7 @@ void Check(bool ok) {
 }
 
 void FuzzCpuLists(absl::string_view text) {
-  auto agent_list = agent::ParseCpuList(text);
+  auto agent_list = host::ParseCpuList(text);
   if (agent_list.ok()) Check(std::is_sorted(agent_list->begin(), agent_list->end()));
   auto telemetry_list = telemetry::ParseCpuList(std::string_view(text.data(), text.size()));
   if (telemetry_list.ok())
@@ -53,7 +54,7 @@ void FuzzCpuLists(absl::string_view text) {
 void FuzzSysfs(const std::vector<absl::string_view>& parts) {
   constexpr char kRoot[] = "/sys";
   const std::string cpu_dir = absl::StrCat(kRoot, "/devices/system/cpu");
-  agent::FakeHostFs fs;
+  host::FakePseudoFs fs;
   fs.SetFile(cpu_dir + "/online", parts[0]);
   size_t next = 1;
   for (int cpu = 0; next + 3 <= parts.size(); ++cpu, next += 3) {
@@ -64,7 +65,7 @@ void FuzzSysfs(const std::vector<absl::string_view>& parts) {
   }
   if (next < parts.size()) fs.SetFile(cpu_dir + "/smt/active", parts[next]);
 
-  auto topology = agent::ReadTopology(fs, kRoot);
+  auto topology = host::ReadTopology(fs, kRoot);
   if (!topology.ok()) return;
   std::vector<int> seen;
   for (const auto& core : topology->cores()) {
@@ -73,7 +74,7 @@ void FuzzSysfs(const std::vector<absl::string_view>& parts) {
   }
   std::sort(seen.begin(), seen.end());
   Check(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
-  (void)agent::ReadSmtActive(fs, kRoot, *topology);
+  (void)host::ReadSmtActive(fs, kRoot, *topology);
 }
 
 }  // namespace

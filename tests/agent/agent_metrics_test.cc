@@ -6,9 +6,11 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/core_sched_fake.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
@@ -237,8 +239,8 @@ TEST(AgentMetrics, ReconcilePassesSetEnforcementGauges) {
 }
 
 // A host of two cores with two CPUs each, SMT on.
-std::shared_ptr<FakeHostFs> SmtHost() {
-  auto fs = std::make_shared<FakeHostFs>();
+std::shared_ptr<host::FakePseudoFs> SmtHost() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
   const std::string cpu = "/sys/devices/system/cpu";
   fs->SetFile(cpu + "/online", "0-3\n");
   for (int i = 0; i < 4; ++i) {
@@ -282,17 +284,17 @@ class AgentMetricsServedTest : public ::testing::Test {
   }
 
   cosched::testing::TempDir dir_;
-  std::shared_ptr<FakeCoreSched> kernel_ = std::make_shared<FakeCoreSched>();
-  std::shared_ptr<StaticVmDiscovery> discovery_ =
-      std::make_shared<StaticVmDiscovery>();
+  std::shared_ptr<host::FakeCoreSched> kernel_ = std::make_shared<host::FakeCoreSched>();
+  std::shared_ptr<discovery::StaticVmDiscovery> discovery_ =
+      std::make_shared<discovery::StaticVmDiscovery>();
 };
 
 TEST_F(AgentMetricsServedTest, EnforcementReconcileAndCallsToCsdOnMetrics) {
-  DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
-                {101, 100, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu}};
+  vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator},
+                {101, 100, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu}};
   kernel_->AddTask(100, 100);
   kernel_->AddTask(101, 100);
   discovery_->SetVms({vm});

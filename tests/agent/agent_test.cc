@@ -7,11 +7,14 @@
 #include <memory>
 #include <thread>
 
-#include "agent/core_sched_fake.h"
-#include "agent/state_fs.h"
-#include "agent/sched_trace_fake.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "host/state_fs.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
+#include "host/testing/sched_trace_fake.h"
+#include "host/testing/state_fs_fake.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/telemetry/trace_fixtures.h"
 #include "tests/testing/metrics_scrape.h"
@@ -30,8 +33,8 @@ using testing::MakeSnapshot;
 using cosched::testing::TempDir;
 using namespace std::chrono_literals;
 
-std::shared_ptr<FakeHostFs> TwoByTwoHost() {
-  auto fs = std::make_shared<FakeHostFs>();
+std::shared_ptr<host::FakePseudoFs> TwoByTwoHost() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
   const std::string cpu = "/sys/devices/system/cpu";
   fs->SetFile(cpu + "/online", "0-3\n");
   for (int i = 0; i < 4; ++i) {
@@ -62,15 +65,15 @@ class AgentTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::shared_ptr<FakeHostFs> host_fs_ = TwoByTwoHost();
-  std::shared_ptr<FakeCoreSched> kernel_ = std::make_shared<FakeCoreSched>();
-  std::shared_ptr<StaticVmDiscovery> discovery_ =
-      std::make_shared<StaticVmDiscovery>();
+  std::shared_ptr<host::FakePseudoFs> host_fs_ = TwoByTwoHost();
+  std::shared_ptr<host::FakeCoreSched> kernel_ = std::make_shared<host::FakeCoreSched>();
+  std::shared_ptr<discovery::StaticVmDiscovery> discovery_ =
+      std::make_shared<discovery::StaticVmDiscovery>();
 };
 
 TEST_F(AgentTest, RegistersHostAndKeepsAssignmentsAcrossRestart) {
-  kernel_->SetMode(FakeCoreSched::Mode::kNoSmt);
-  DiscoveredVm vm;
+  kernel_->SetMode(host::FakeCoreSched::Mode::kNoSmt);
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   discovery_->SetVms({vm});
   FakeCsd csd;
@@ -145,14 +148,14 @@ TEST_F(AgentTest, StartsWithoutCsdAndConnectsLater) {
 // A VM as the kernel holds it after an agent restart: QEMU (pid 100) and
 // its vCPU in `cookie`, and a helper process (virtiofsd, pid 150) that an
 // assignment of full thread scope put in it too.
-DiscoveredVm TaggedVm(FakeCoreSched& kernel, uint64_t cookie) {
-  DiscoveredVm vm;
+discovery::DiscoveredVm TaggedVm(host::FakeCoreSched& kernel, uint64_t cookie) {
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
-                {101, 100, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu},
-                {150, 150, "virtiofsd", DiscoveredThread::Kind::kHelper}};
-  for (const DiscoveredThread& t : vm.threads) kernel.AddTask(t.tid, t.pid, t.pid, cookie);
+  vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator},
+                {101, 100, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu},
+                {150, 150, "virtiofsd", discovery::DiscoveredThread::Kind::kHelper}};
+  for (const discovery::DiscoveredThread& t : vm.threads) kernel.AddTask(t.tid, t.pid, t.pid, cookie);
   return vm;
 }
 
@@ -165,7 +168,7 @@ double StateUnusable(Agent& agent, const std::string& reason) {
 // The agent after a start without its kept state: running, holding
 // nothing, every VM fail-closed on the cookie it already had, which no
 // thread lost on the way.
-void ExpectFailedClosedOnKeptCookies(Agent& agent, const FakeCoreSched& kernel,
+void ExpectFailedClosedOnKeptCookies(Agent& agent, const host::FakeCoreSched& kernel,
                                      uint64_t cookie) {
   EXPECT_TRUE(agent.assignments().empty());
   EXPECT_EQ(agent.applied_revision(), 0);
@@ -214,7 +217,7 @@ TEST_F(AgentTest, CorruptStateFileIsMovedAsideAndVmsStayFailClosed) {
 
 TEST_F(AgentTest, UnreadableStateFileIsMovedAside) {
   discovery_->SetVms({TaggedVm(*kernel_, 77)});
-  auto fs = std::make_shared<FakeStateFs>();
+  auto fs = std::make_shared<host::FakeStateFs>();
   const std::string file = dir_.path() + "/state/assignments.pb";
   fs->SetFile(file, AssignmentCache::Encode(3, {{"vm-1", MakeAssignment("vm-1", "g1", 3)}}));
   fs->FailReads(file, absl::UnavailableError("cannot read: Input/output error"));
@@ -230,7 +233,7 @@ TEST_F(AgentTest, UnreadableStateFileIsMovedAside) {
 
 TEST_F(AgentTest, StateFileThatCannotBeMovedAsideIsLeftAndTheAgentStarts) {
   discovery_->SetVms({TaggedVm(*kernel_, 77)});
-  auto fs = std::make_shared<FakeStateFs>();
+  auto fs = std::make_shared<host::FakeStateFs>();
   const std::string file = dir_.path() + "/state/assignments.pb";
   fs->SetFile(file, "not a state file");
   fs->FailRenames(dir_.path(), absl::PermissionDeniedError("cannot rename: Read-only file system"));
@@ -248,7 +251,7 @@ TEST_F(AgentTest, UnusableStateDirStartsWithNoAssignments) {
   // file stands where the dir should be): nothing is loaded, and the agent
   // runs from memory.
   discovery_->SetVms({TaggedVm(*kernel_, 77)});
-  auto fs = std::make_shared<FakeStateFs>();
+  auto fs = std::make_shared<host::FakeStateFs>();
   const std::string file = dir_.path() + "/state/assignments.pb";
   fs->SetFile(file, AssignmentCache::Encode(3, {{"vm-1", MakeAssignment("vm-1", "g1", 3)}}));
   fs->FailDirectories(absl::PermissionDeniedError("cannot stat state: Permission denied"));
@@ -274,7 +277,7 @@ TEST_F(AgentTest, UnusableStateDirOnDiskDoesNotStopStart) {
 TEST_F(AgentTest, ReportsEachVmsRunState) {
   // What discovery says of each VM reaches csd: a destination's incoming
   // copy, a paused one, and a QEMU found through /proc (running).
-  DiscoveredVm incoming, paused, procfs;
+  discovery::DiscoveredVm incoming, paused, procfs;
   incoming.vm_id = "vm-in";
   incoming.qemu_pid = 100;
   incoming.run_state = v1::VM_RUN_STATE_MIGRATING_IN;
@@ -316,7 +319,7 @@ TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
   options.host_id = "bad id!";
   EXPECT_EQ(Agent(options).Start().code(), absl::StatusCode::kInvalidArgument);
 
-  host_fs_->RemoveFile("/sys/devices/system/cpu/online");
+  host_fs_->Remove("/sys/devices/system/cpu/online");
   absl::Status status = Agent(Options("127.0.0.1:1")).Start();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("describe host"));
@@ -384,8 +387,8 @@ TEST(AgentOptionsTest, TelemetryFromConfig) {
   EXPECT_THAT(bad.status().message(), HasSubstr("telemetry.poll_interval_ms"));
 }
 
-SchedTraceFormat FourCpuTraceFormat() {
-  SchedTraceFormat format;
+host::SchedTraceFormat FourCpuTraceFormat() {
+  host::SchedTraceFormat format;
   format.sched_switch_format = std::string(telemetry::testing::kSchedSwitchFormat);
   format.header_page = std::string(telemetry::testing::kHeaderPage);
   format.num_cpus = 4;
@@ -395,7 +398,7 @@ SchedTraceFormat FourCpuTraceFormat() {
 // Tagging does not depend on telemetry: a trace that cannot start is said
 // in the capabilities, and the agent runs on.
 TEST_F(AgentTest, TelemetryThatCannotStartIsReportedAndTaggingGoesOn) {
-  auto trace = std::make_shared<FakeSchedTrace>(FourCpuTraceFormat());
+  auto trace = std::make_shared<host::FakeSchedTrace>(FourCpuTraceFormat());
   trace->SetStartError(absl::PermissionDeniedError(
       "cannot create trace instance /sys/kernel/tracing/instances/cs-agent: Permission denied"));
   FakeCsd csd;
@@ -417,15 +420,15 @@ TEST_F(AgentTest, TelemetryThatCannotStartIsReportedAndTaggingGoesOn) {
 // Windows of the VMs the agent found reach csd in its reports, and the
 // newest is readable from the agent.
 TEST_F(AgentTest, TelemetryWindowsOfItsVmsReachCsd) {
-  DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads.push_back({100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator});
-  vm.threads.push_back({101, 100, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu});
+  vm.threads.push_back({100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator});
+  vm.threads.push_back({101, 100, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu});
   discovery_->SetVms({vm});
   kernel_->AddTask(100, 100);
   kernel_->AddTask(101, 100);
-  auto trace = std::make_shared<FakeSchedTrace>(FourCpuTraceFormat());
+  auto trace = std::make_shared<host::FakeSchedTrace>(FourCpuTraceFormat());
   FakeCsd csd;
   ASSERT_TRUE(csd.ok());
   csd.service().Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));

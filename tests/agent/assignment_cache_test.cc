@@ -7,10 +7,11 @@
 
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
-#include "agent/state_fs.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "host/state_fs.h"
+#include "host/testing/state_fs_fake.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/temp_dir.h"
 
@@ -222,7 +223,7 @@ TEST_F(AssignmentCacheTest, AMissingOrGoodFileIsNotSetAside) {
 TEST_F(AssignmentCacheTest, UnreadableFileIsMovedAside) {
   // EACCES, or EIO from a failing disk: the content is unknown, so the
   // cache does not trust it any more than a corrupt one.
-  auto fs = std::make_shared<FakeStateFs>();
+  auto fs = std::make_shared<host::FakeStateFs>();
   const std::string file = "/state/assignments.pb";
   fs->SetFile(file, AssignmentCache::Encode(3, {{"vm-1", MakeAssignment("vm-1", "g1", 3)}}));
   fs->FailReads(file, absl::PermissionDeniedError("cannot open /state/assignments.pb: "
@@ -242,7 +243,7 @@ TEST_F(AssignmentCacheTest, AFileThatCannotBeMovedIsLeftAndReplacedByCsdsState) 
   // The dir is read-only or unreadable: the rename fails too. The cache
   // still starts empty, and csd's next state overwrites the file once the
   // dir can be written.
-  auto fs = std::make_shared<FakeStateFs>();
+  auto fs = std::make_shared<host::FakeStateFs>();
   const std::string file = "/state/assignments.pb";
   fs->SetFile(file, "garbage");
   fs->FailRenames("/state/", absl::PermissionDeniedError("cannot rename: Permission denied"));

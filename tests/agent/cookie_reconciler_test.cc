@@ -2,25 +2,25 @@
 
 #include <map>
 
-#include "agent/core_sched_fake.h"
+#include "host/testing/core_sched_fake.h"
 #include "gtest/gtest.h"
 
 namespace cosched::agent {
 namespace {
 
-using Kind = DiscoveredThread::Kind;
+using Kind = discovery::DiscoveredThread::Kind;
 
 constexpr int kAgentTid = 1;
 
 // A fake QEMU: main thread, `vcpus` vCPU threads, an IO thread and a vhost
 // worker, with tids pid, pid+1, ...
-DiscoveredVm FakeVm(FakeCoreSched& kernel, const std::string& id, int pid,
+discovery::DiscoveredVm FakeVm(host::FakeCoreSched& kernel, const std::string& id, int pid,
                     int vcpus = 2, uint64_t cookie = 0) {
-  DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = id;
   vm.qemu_pid = pid;
   auto add = [&](int tid, const std::string& name, Kind kind) {
-    vm.threads.push_back(DiscoveredThread{tid, pid, name, kind});
+    vm.threads.push_back(discovery::DiscoveredThread{tid, pid, name, kind});
     kernel.AddTask(tid, pid, pid, cookie);
   };
   add(pid, "qemu-system-x86", Kind::kEmulator);
@@ -52,31 +52,31 @@ class CookieReconcilerTest : public ::testing::Test {
   }
 
   AssignmentLookup Lookup() {
-    return [this](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+    return [this](const discovery::DiscoveredVm& vm) -> std::optional<v1::Assignment> {
       auto it = assignments_.find(vm.vm_id);
       if (it == assignments_.end()) return std::nullopt;
       return it->second;
     };
   }
 
-  std::set<uint64_t> CookiesOf(const DiscoveredVm& vm) {
+  std::set<uint64_t> CookiesOf(const discovery::DiscoveredVm& vm) {
     std::set<uint64_t> cookies;
     for (const auto& t : vm.threads) cookies.insert(kernel_.CookieOf(t.tid));
     return cookies;
   }
 
-  uint64_t OnlyCookie(const DiscoveredVm& vm) {
+  uint64_t OnlyCookie(const discovery::DiscoveredVm& vm) {
     auto cookies = CookiesOf(vm);
     EXPECT_EQ(cookies.size(), 1u) << vm.vm_id;
     return cookies.empty() ? 0 : *cookies.begin();
   }
 
-  FakeCoreSched kernel_{kAgentTid};
+  host::FakeCoreSched kernel_{kAgentTid};
   std::map<std::string, v1::Assignment> assignments_;
 };
 
 TEST_F(CookieReconcilerTest, OneCookiePerGroupAndNothingLeftOnTheAgent) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
@@ -102,7 +102,7 @@ TEST_F(CookieReconcilerTest, OneCookiePerGroupAndNothingLeftOnTheAgent) {
 }
 
 TEST_F(CookieReconcilerTest, NothingChangedMeansNoWrites) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
@@ -116,7 +116,7 @@ TEST_F(CookieReconcilerTest, NothingChangedMeansNoWrites) {
 }
 
 TEST_F(CookieReconcilerTest, TenantGroupSharesOneCookie) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200),
                                    FakeVm(kernel_, "vm-3", 300)};
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
@@ -129,7 +129,7 @@ TEST_F(CookieReconcilerTest, TenantGroupSharesOneCookie) {
 }
 
 TEST_F(CookieReconcilerTest, LevelNoneClearsCookies) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, /*cookie=*/77)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, /*cookie=*/77)};
   assignments_["vm-1"] = Assign("vm-1", "", v1::ISOLATION_LEVEL_NONE);
   CookieReconciler reconciler(&kernel_, Options());
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
@@ -138,7 +138,7 @@ TEST_F(CookieReconcilerTest, LevelNoneClearsCookies) {
 }
 
 TEST_F(CookieReconcilerTest, UnassignedVmFailsClosedOrIsLeftWhenFailOpen) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   CookieReconciler closed(&kernel_, Options());
   ReconcileResult r = closed.Reconcile(vms, Lookup());
@@ -147,8 +147,8 @@ TEST_F(CookieReconcilerTest, UnassignedVmFailsClosedOrIsLeftWhenFailOpen) {
   EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
   EXPECT_EQ(r.vms[0].enforcement.applied_trust_group(), "");
 
-  FakeCoreSched other;
-  std::vector<DiscoveredVm> open_vms = {FakeVm(other, "vm-3", 300)};
+  host::FakeCoreSched other;
+  std::vector<discovery::DiscoveredVm> open_vms = {FakeVm(other, "vm-3", 300)};
   ReconcilerOptions o = Options();
   o.fail_open = true;
   CookieReconciler open(&other, o);
@@ -159,7 +159,7 @@ TEST_F(CookieReconcilerTest, UnassignedVmFailsClosedOrIsLeftWhenFailOpen) {
 
 TEST_F(CookieReconcilerTest, UnnamedQemusFailClosedApart) {
   // QEMU without -name or -uuid: no id, yet each gets a cookie of its own.
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "", 100), FakeVm(kernel_, "", 200)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "", 100), FakeVm(kernel_, "", 200)};
   CookieReconciler reconciler(&kernel_, Options());
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
   EXPECT_NE(OnlyCookie(vms[0]), 0u);
@@ -170,7 +170,7 @@ TEST_F(CookieReconcilerTest, UnnamedQemusFailClosedApart) {
 }
 
 TEST_F(CookieReconcilerTest, RestartedAgentAdoptsCookiesInTheKernel) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200),
                                    FakeVm(kernel_, "vm-3", 300)};
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
@@ -197,9 +197,9 @@ TEST_F(CookieReconcilerTest, RestartWithoutAssignmentsAdoptsAndClearsNothing) {
   // The agent lost its state file: it knows no assignment, yet the kernel
   // holds csd's groups. vm-1 and vm-2 share a tenant cookie; vm-1's
   // assignment had full scope, so its helper process is tagged too.
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200, 1)};
-  DiscoveredThread helper{150, 150, "virtiofsd", Kind::kHelper};
+  discovery::DiscoveredThread helper{150, 150, "virtiofsd", Kind::kHelper};
   vms[0].threads.push_back(helper);
   kernel_.AddTask(helper.tid, helper.pid);
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT,
@@ -236,7 +236,7 @@ TEST_F(CookieReconcilerTest, RestartWithoutAssignmentsAdoptsAndClearsNothing) {
 
 TEST_F(CookieReconcilerTest, MergesPerProcessCookiesWithoutFlapping) {
   // libvirt's sched_core="emulator" gives each QEMU process its own cookie.
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, 501),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100, 2, 501),
                                    FakeVm(kernel_, "vm-2", 200, 2, 502),
                                    FakeVm(kernel_, "vm-3", 300, 2, 503)};
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
@@ -254,7 +254,7 @@ TEST_F(CookieReconcilerTest, MergesPerProcessCookiesWithoutFlapping) {
 }
 
 TEST_F(CookieReconcilerTest, SplitsAGroupThatNoLongerShares) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
   assignments_["vm-2"] = Assign("vm-2", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
@@ -268,12 +268,12 @@ TEST_F(CookieReconcilerTest, SplitsAGroupThatNoLongerShares) {
 }
 
 TEST_F(CookieReconcilerTest, NewThreadIsTaggedAndOnlyItIsWritten) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   CookieReconciler reconciler(&kernel_, Options());
   reconciler.Reconcile(vms, Lookup());
   kernel_.AddTask(150, 100);  // a hot-added vCPU without the cookie
-  vms[0].threads.push_back(DiscoveredThread{150, 100, "CPU 2/KVM", Kind::kVcpu});
+  vms[0].threads.push_back(discovery::DiscoveredThread{150, 100, "CPU 2/KVM", Kind::kVcpu});
   kernel_.ResetCallCounts();
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
   EXPECT_EQ(OnlyCookie(vms[0]), r.vms[0].cookie);
@@ -282,7 +282,7 @@ TEST_F(CookieReconcilerTest, NewThreadIsTaggedAndOnlyItIsWritten) {
 }
 
 TEST_F(CookieReconcilerTest, AnchorExitingKeepsTheGroupCookie) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   CookieReconciler reconciler(&kernel_, Options());
   reconciler.Reconcile(vms, Lookup());
@@ -297,7 +297,7 @@ TEST_F(CookieReconcilerTest, AnchorExitingKeepsTheGroupCookie) {
 }
 
 TEST_F(CookieReconcilerTest, VcpuScopeTagsOnlyVcpus) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1", v1::ISOLATION_LEVEL_VM,
                                 v1::THREAD_SCOPE_VCPUS);
   CookieReconciler reconciler(&kernel_, Options());
@@ -311,7 +311,7 @@ TEST_F(CookieReconcilerTest, VcpuScopeTagsOnlyVcpus) {
 
 TEST_F(CookieReconcilerTest, NarrowingTheScopeClearsThreadsLeftOutside) {
   // Failed closed first (every thread tagged), then assigned at scope vcpus.
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   CookieReconciler reconciler(&kernel_, Options());
   reconciler.Reconcile(vms, Lookup());
   ASSERT_NE(kernel_.CookieOf(100), 0u);
@@ -327,7 +327,7 @@ TEST_F(CookieReconcilerTest, NarrowingTheScopeClearsThreadsLeftOutside) {
 }
 
 TEST_F(CookieReconcilerTest, ErrorsAreReportedPerVm) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   kernel_.SetTaskErrno(102, EPERM);
   kernel_.RemoveTask(103);  // exited between discovery and tagging: fine
@@ -342,7 +342,7 @@ TEST_F(CookieReconcilerTest, ErrorsAreReportedPerVm) {
 }
 
 TEST_F(CookieReconcilerTest, HostWithoutSmtSaysSoForEachVm) {
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   ReconcilerOptions o;
@@ -364,7 +364,7 @@ TEST_F(CookieReconcilerTest, HostWithoutSmtSaysSoForEachVm) {
 // every thread rewritten each pass) nor report the VM enforced at cookie 0.
 TEST_F(CookieReconcilerTest, BlindReadBackSetsEachThreadOnceAndSaysSo) {
   kernel_.SetReadbackBlind(true);
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   assignments_["vm-2"] = Assign("vm-2", "b/vm/vm-2");
@@ -400,14 +400,14 @@ TEST_F(CookieReconcilerTest, BlindReadBackSetsEachThreadOnceAndSaysSo) {
 
 TEST_F(CookieReconcilerTest, BlindReadBackStillTagsNewThreadsOnceAndSurvivesTheAnchor) {
   kernel_.SetReadbackBlind(true);
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   CookieReconciler reconciler(&kernel_, Options());
   reconciler.Reconcile(vms, Lookup());
   const uint64_t cookie = OnlyCookie(vms[0]);
   // A vhost kernel thread of a NIC added later, outside QEMU's group.
   kernel_.AddTask(160, 160);
-  vms[0].threads.push_back(DiscoveredThread{160, 160, "vhost-100", Kind::kVhostWorker});
+  vms[0].threads.push_back(discovery::DiscoveredThread{160, 160, "vhost-100", Kind::kVhostWorker});
   kernel_.ResetCallCounts();
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
   EXPECT_EQ(kernel_.CookieOf(160), cookie);
@@ -420,7 +420,7 @@ TEST_F(CookieReconcilerTest, BlindReadBackStillTagsNewThreadsOnceAndSurvivesTheA
   kernel_.RemoveTask(100);
   vms[0].threads.erase(vms[0].threads.begin());
   kernel_.AddTask(170, 100);
-  vms[0].threads.push_back(DiscoveredThread{170, 100, "CPU 2/KVM", Kind::kVcpu});
+  vms[0].threads.push_back(discovery::DiscoveredThread{170, 100, "CPU 2/KVM", Kind::kVcpu});
   kernel_.ResetCallCounts();
   r = reconciler.Reconcile(vms, Lookup());
   EXPECT_EQ(kernel_.write_calls(), 2);
@@ -430,7 +430,7 @@ TEST_F(CookieReconcilerTest, BlindReadBackStillTagsNewThreadsOnceAndSurvivesTheA
 
 TEST_F(CookieReconcilerTest, ReadBackThatReturnsVerifiesWhatWasSetBlind) {
   kernel_.SetReadbackBlind(true);
-  std::vector<DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                    FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   CookieReconciler reconciler(&kernel_, Options());  // vm-2 fails closed

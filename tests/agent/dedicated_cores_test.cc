@@ -8,9 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/core_sched_fake.h"
-#include "agent/cpu_affinity_fake.h"
 #include "agent/reconcile_loop.h"
+#include "discovery/testing/static_vm_discovery.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/cpu_affinity_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -55,9 +56,9 @@ TEST(PlanDedicatedCoresTest, TwoVcpusGetOneWholeCore) {
   EXPECT_EQ(p.vm_id, "vm-1");
   // Core 0 stays shared: the host's housekeeping usually runs there.
   EXPECT_THAT(p.cores, ElementsAre(1));
-  EXPECT_EQ(p.cpus, CpuSet({2, 3}));
-  EXPECT_EQ(plan.shared, CpuSet({0, 1}));
-  EXPECT_EQ(plan.host_cpus, CpuSet({0, 1, 2, 3}));
+  EXPECT_EQ(p.cpus, host::CpuSet({2, 3}));
+  EXPECT_EQ(plan.shared, host::CpuSet({0, 1}));
+  EXPECT_EQ(plan.host_cpus, host::CpuSet({0, 1, 2, 3}));
   EXPECT_TRUE(plan.any_placed());
   EXPECT_EQ(DescribePlacement(p), "dedicated core 1 (CPUs 2-3)");
 }
@@ -86,7 +87,7 @@ TEST(PlanDedicatedCoresTest, ShortageNamesWhoHoldsTheCores) {
             "dedicated: vm-7 needs 2 whole cores, 1 free of 4 (cores 0,2 held "
             "by vm-3; one core stays for the host and other VMs)");
   EXPECT_THAT(plan.dedicated[1].cores, IsEmpty());
-  EXPECT_EQ(plan.shared, CpuSet({1, 3, 5, 7}));
+  EXPECT_EQ(plan.shared, host::CpuSet({1, 3, 5, 7}));
 }
 
 TEST(PlanDedicatedCoresTest, TwoDedicatedVms) {
@@ -96,11 +97,11 @@ TEST(PlanDedicatedCoresTest, TwoDedicatedVms) {
   ASSERT_EQ(plan.dedicated.size(), 2u);
   EXPECT_EQ(plan.dedicated[0].vm_id, "vm-a");
   EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(3));
-  EXPECT_EQ(plan.dedicated[0].cpus, CpuSet({3, 7}));
+  EXPECT_EQ(plan.dedicated[0].cpus, host::CpuSet({3, 7}));
   EXPECT_EQ(plan.dedicated[1].vm_id, "vm-b");
   EXPECT_THAT(plan.dedicated[1].cores, ElementsAre(1, 2));
-  EXPECT_EQ(plan.dedicated[1].cpus, CpuSet({1, 2, 5, 6}));
-  EXPECT_EQ(plan.shared, CpuSet({0, 4}));
+  EXPECT_EQ(plan.dedicated[1].cpus, host::CpuSet({1, 2, 5, 6}));
+  EXPECT_EQ(plan.shared, host::CpuSet({0, 4}));
   EXPECT_EQ(DescribePlacement(plan.dedicated[1]),
             "dedicated cores 1-2 (CPUs 1-2,5-6)");
 }
@@ -126,14 +127,14 @@ TEST(PlanDedicatedCoresTest, OddVcpuCountRoundsUpToWholeCores) {
       PlanDedicatedCores(FourByTwo(), {Dedicated("vm-1", 3)});
   ASSERT_EQ(plan.dedicated.size(), 1u);
   EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(2, 3));
-  EXPECT_EQ(plan.dedicated[0].cpus, CpuSet({2, 3, 6, 7}));
+  EXPECT_EQ(plan.dedicated[0].cpus, host::CpuSet({2, 3, 6, 7}));
 }
 
 TEST(PlanDedicatedCoresTest, HeldCoresBeyondNeedAreGivenBack) {
   DedicatedCorePlan plan =
       PlanDedicatedCores(FourByTwo(), {Dedicated("vm-1", 2, {1, 2})});
   EXPECT_THAT(plan.dedicated[0].cores, ElementsAre(1));
-  EXPECT_EQ(plan.shared, CpuSet({0, 2, 3, 4, 6, 7}));
+  EXPECT_EQ(plan.shared, host::CpuSet({0, 2, 3, 4, 6, 7}));
 }
 
 TEST(PlanDedicatedCoresTest, NoDedicatedVmPlacesNothing) {
@@ -141,7 +142,7 @@ TEST(PlanDedicatedCoresTest, NoDedicatedVmPlacesNothing) {
       PlanDedicatedCores(TwoByTwo(), {Shared("vm-1", 2), Shared("vm-2", 2)});
   EXPECT_THAT(plan.dedicated, IsEmpty());
   EXPECT_FALSE(plan.any_placed());
-  EXPECT_EQ(plan.shared, CpuSet({0, 1, 2, 3}));
+  EXPECT_EQ(plan.shared, host::CpuSet({0, 1, 2, 3}));
 }
 
 TEST(PlanDedicatedCoresTest, SingleCoreHostHasNothingToDedicate) {
@@ -157,7 +158,7 @@ TEST(PlanDedicatedCoresTest, SingleCoreHostHasNothingToDedicate) {
 class DedicatedCoreEnforcerTest : public ::testing::Test {
  protected:
   DedicatedCoreEnforcerTest()
-      : kernel_(CpuSet{0, 1, 2, 3}), enforcer_(&kernel_, TwoByTwo()) {
+      : kernel_(host::CpuSet{0, 1, 2, 3}), enforcer_(&kernel_, TwoByTwo()) {
     for (int tid : {100, 101, 102, 200, 201}) kernel_.AddThread(tid);
   }
 
@@ -175,15 +176,15 @@ class DedicatedCoreEnforcerTest : public ::testing::Test {
     return r.vms.front();
   }
 
-  FakeCpuAffinity kernel_;
+  host::FakeCpuAffinity kernel_;
   DedicatedCoreEnforcer enforcer_;
 };
 
 TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
   DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
-  EXPECT_EQ(kernel_.CpusOf(101), CpuSet({2, 3}));
-  EXPECT_EQ(kernel_.CpusOf(102), CpuSet({2, 3}));
-  for (int tid : {100, 200, 201}) EXPECT_EQ(kernel_.CpusOf(tid), CpuSet({0, 1}));
+  EXPECT_EQ(kernel_.CpusOf(101), host::CpuSet({2, 3}));
+  EXPECT_EQ(kernel_.CpusOf(102), host::CpuSet({2, 3}));
+  for (int tid : {100, 200, 201}) EXPECT_EQ(kernel_.CpusOf(tid), host::CpuSet({0, 1}));
   EXPECT_EQ(r.stats.affinity_writes, 5);
   const DedicatedVmOutcome& d = Of(r, "vm-d");
   EXPECT_TRUE(d.status.ok()) << d.status;
@@ -204,26 +205,26 @@ TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
 }
 
 TEST_F(DedicatedCoreEnforcerTest, TouchesNothingWhenNoVmIsDedicated) {
-  kernel_.AddThread(200, CpuSet{3});  // pinned by another tool
+  kernel_.AddThread(200, host::CpuSet{3});  // pinned by another tool
   DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
   EXPECT_EQ(kernel_.read_calls(), 0);
   EXPECT_EQ(kernel_.write_calls(), 0);
-  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({3}));
+  EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({3}));
   ASSERT_EQ(r.vms.size(), 2u);
   for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
 }
 
 TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
-  kernel_.AddThread(200, CpuSet{0, 2});  // pinned by another tool
+  kernel_.AddThread(200, host::CpuSet{0, 2});  // pinned by another tool
   enforcer_.Enforce(Vms(true));
-  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({0}));  // its pinning, minus core 1
+  EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({0}));  // its pinning, minus core 1
 
   DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
   EXPECT_EQ(r.stats.threads_restored, 5);
   for (int tid : {100, 101, 102, 201}) {
-    EXPECT_EQ(kernel_.CpusOf(tid), CpuSet({0, 1, 2, 3})) << tid;
+    EXPECT_EQ(kernel_.CpusOf(tid), host::CpuSet({0, 1, 2, 3})) << tid;
   }
-  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({0, 2}));
+  EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({0, 2}));
   for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
 
   // Everything given back: later passes make no calls at all.
@@ -235,19 +236,19 @@ TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
 
 TEST_F(DedicatedCoreEnforcerTest, DoesNotFightALaterPinningByAnotherTool) {
   enforcer_.Enforce(Vms(true));
-  ASSERT_TRUE(kernel_.Set(200, CpuSet{1}).ok());  // someone re-pins it
+  ASSERT_TRUE(kernel_.Set(200, host::CpuSet{1}).ok());  // someone re-pins it
   kernel_.ResetCallCounts();
   enforcer_.Enforce(Vms(true));
   EXPECT_EQ(kernel_.write_calls(), 0);
   enforcer_.Enforce(Vms(false));
-  EXPECT_EQ(kernel_.CpusOf(200), CpuSet({1}));  // theirs, not restored
-  EXPECT_EQ(kernel_.CpusOf(201), CpuSet({0, 1, 2, 3}));
+  EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({1}));  // theirs, not restored
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({0, 1, 2, 3}));
 }
 
 TEST_F(DedicatedCoreEnforcerTest, ACpusetThatNarrowsTheSetDoesNotCauseRewrites) {
-  kernel_.SetAllowed(101, CpuSet{2});
+  kernel_.SetAllowed(101, host::CpuSet{2});
   enforcer_.Enforce(Vms(true));
-  EXPECT_EQ(kernel_.CpusOf(101), CpuSet({2}));
+  EXPECT_EQ(kernel_.CpusOf(101), host::CpuSet({2}));
   kernel_.ResetCallCounts();
   DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
   EXPECT_EQ(kernel_.write_calls(), 0);
@@ -314,7 +315,7 @@ TEST_F(DedicatedCoreEnforcerTest, NoFreeCoreFailsTheDedicatedVm) {
 }
 
 TEST(DedicatedCoreEnforcerStabilityTest, KeepsItsCoresWhenAnotherVmArrives) {
-  FakeCpuAffinity kernel(CpuSet{0, 1, 2, 3, 4, 5, 6, 7});
+  host::FakeCpuAffinity kernel(host::CpuSet{0, 1, 2, 3, 4, 5, 6, 7});
   for (int tid : {100, 101, 102, 301, 302}) kernel.AddThread(tid);
   DedicatedCoreEnforcer enforcer(&kernel, FourByTwo());
   DedicatedCoreResult r =
@@ -328,9 +329,9 @@ TEST(DedicatedCoreEnforcerStabilityTest, KeepsItsCoresWhenAnotherVmArrives) {
   EXPECT_THAT(r.vms[0].cores, ElementsAre(2));
   EXPECT_EQ(r.vms[0].note, "dedicated core 2 (CPUs 2,6)");
   EXPECT_THAT(r.vms[1].cores, ElementsAre(3));
-  EXPECT_EQ(kernel.CpusOf(301), CpuSet({2, 6}));
-  EXPECT_EQ(kernel.CpusOf(101), CpuSet({3, 7}));
-  EXPECT_EQ(kernel.CpusOf(100), CpuSet({0, 1, 4, 5}));
+  EXPECT_EQ(kernel.CpusOf(301), host::CpuSet({2, 6}));
+  EXPECT_EQ(kernel.CpusOf(101), host::CpuSet({3, 7}));
+  EXPECT_EQ(kernel.CpusOf(100), host::CpuSet({0, 1, 4, 5}));
 }
 
 TEST_F(DedicatedCoreEnforcerTest, ThreadsThatExitAreNotErrors) {
@@ -347,33 +348,33 @@ TEST_F(DedicatedCoreEnforcerTest, ThreadsThatExitAreNotErrors) {
 // outcome into the VMs' reports.
 TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
   using namespace std::chrono_literals;
-  FakeCoreSched cookies;
-  FakeCpuAffinity affinity(CpuSet{0, 1, 2, 3});
+  host::FakeCoreSched cookies;
+  host::FakeCpuAffinity affinity(host::CpuSet{0, 1, 2, 3});
   ReconcilerOptions o;
   o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
   CookieReconciler reconciler(&cookies, o);
   DedicatedCoreEnforcer enforcer(&affinity, TwoByTwo());
 
   auto vm = [&](const std::string& id, int pid, int vcpus) {
-    DiscoveredVm v;
+    discovery::DiscoveredVm v;
     v.vm_id = id;
     v.qemu_pid = pid;
     v.threads.push_back({pid, pid, "qemu-system-x86",
-                         DiscoveredThread::Kind::kEmulator});
+                         discovery::DiscoveredThread::Kind::kEmulator});
     cookies.AddTask(pid, pid);
     affinity.AddThread(pid);
     for (int i = 1; i <= vcpus; ++i) {
       v.threads.push_back({pid + i, pid, absl::StrCat("CPU ", i - 1, "/KVM"),
-                           DiscoveredThread::Kind::kVcpu});
+                           discovery::DiscoveredThread::Kind::kVcpu});
       cookies.AddTask(pid + i, pid);
       affinity.AddThread(pid + i);
     }
     return v;
   };
-  StaticVmDiscovery discovery;
+  discovery::StaticVmDiscovery discovery;
   // vm-a asks for 4 vCPUs' worth of cores: more than a 2-core host can give.
   discovery.SetVms({vm("vm-a", 300, 4), vm("vm-d", 100, 2), vm("vm-o", 200, 1)});
-  auto lookup = [](const DiscoveredVm& v) -> std::optional<v1::Assignment> {
+  auto lookup = [](const discovery::DiscoveredVm& v) -> std::optional<v1::Assignment> {
     v1::Assignment a;
     a.set_vm_id(v.vm_id);
     a.set_trust_group(absl::StrCat("t/", v.vm_id));
@@ -405,9 +406,9 @@ TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
   loop.Stop();
   EXPECT_EQ(affinity.write_calls(), 0);
 
-  EXPECT_EQ(affinity.CpusOf(101), CpuSet({2, 3}));
-  EXPECT_EQ(affinity.CpusOf(201), CpuSet({0, 1}));
-  EXPECT_EQ(affinity.CpusOf(301), CpuSet({0, 1}));
+  EXPECT_EQ(affinity.CpusOf(101), host::CpuSet({2, 3}));
+  EXPECT_EQ(affinity.CpusOf(201), host::CpuSet({0, 1}));
+  EXPECT_EQ(affinity.CpusOf(301), host::CpuSet({0, 1}));
   absl::StatusOr<std::vector<v1::VMObservation>> observations =
       loop.Observations();
   ASSERT_TRUE(observations.ok()) << observations.status();

@@ -1,4 +1,5 @@
 #include "agent/forced_idle.h"
+#include "host/testing/pseudo_fs_fake.h"
 
 #include <gtest/gtest.h>
 
@@ -42,7 +43,7 @@ TEST(ParseCoreForceidleSum, MalformedValueNamesTheLine) {
 }
 
 TEST(ForcedIdleMeter, GrowthPerVmFromItsThreads) {
-  FakeHostFs fs;
+  host::FakePseudoFs fs;
   auto set = [&](int tid, const char* value) {
     fs.SetFile("/proc/" + std::to_string(tid) + "/task/" + std::to_string(tid) + "/sched",
                std::string("core_forceidle_sum : ") + value + "\n");
@@ -63,7 +64,7 @@ TEST(ForcedIdleMeter, GrowthPerVmFromItsThreads) {
   EXPECT_EQ(second[0], 2'500'000);
   EXPECT_EQ(second[1], 0);
   // Thread 2 gone, thread 1's tid reused by a thread with a lower count.
-  fs.RemoveFile("/proc/2/task/2/sched");
+  fs.Remove("/proc/2/task/2/sched");
   set(1, "0.200000");
   auto third = meter.Sample(vms);
   EXPECT_EQ(third[0], 200'000);
@@ -103,7 +104,7 @@ TEST(ParseCgroupForceIdle, MalformedValueNamesTheField) {
 }
 
 TEST(ForcedIdleMeter, CgroupCountIsPreferredAndKeepsTimeOfEndedThreads) {
-  FakeHostFs fs;
+  host::FakePseudoFs fs;
   const std::string scope = "/machine.slice/machine-qemu\\x2d1\\x2dvm.scope";
   const std::string stat = "/sys/fs/cgroup" + scope + "/cpu.stat";
   auto set_thread = [&](int tid, const char* value) {
@@ -117,7 +118,7 @@ TEST(ForcedIdleMeter, CgroupCountIsPreferredAndKeepsTimeOfEndedThreads) {
   const std::vector<ForcedIdleSource> vms = {{&tids, &scope}};
   EXPECT_EQ(meter.Sample(vms)[0], 0);  // baseline
   // Thread 1 ended; the cgroup still counts its 3 ms.
-  fs.RemoveFile("/proc/1/task/1/sched");
+  fs.Remove("/proc/1/task/1/sched");
   fs.SetFile(stat, "usage_usec 9\ncore_sched.force_idle_usec 13000\n");
   EXPECT_EQ(meter.Sample(vms)[0], 3'000'000);
   // A kernel without the cgroup field: the threads' counts are used.
@@ -129,7 +130,7 @@ TEST(ForcedIdleMeter, CgroupCountIsPreferredAndKeepsTimeOfEndedThreads) {
 }
 
 TEST(ForcedIdleMeter, HybridHierarchyReadsTheUnifiedMount) {
-  FakeHostFs fs;
+  host::FakePseudoFs fs;
   const std::string scope = "/machine/vm-a.libvirt-qemu";
   fs.SetFile("/sys/fs/cgroup/unified" + scope + "/cpu.stat", "core_sched.force_idle_usec 7\n");
   ForcedIdleMeter meter(&fs, "/proc", "/sys/fs/cgroup");

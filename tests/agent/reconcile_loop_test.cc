@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "agent/core_sched_fake.h"
-#include "discovery/proc_fs.h"
+#include "discovery/exec_classifier.h"
+#include "discovery/testing/static_vm_discovery.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,8 +38,8 @@ std::vector<char> Datagram(proc_event ev) {
 }
 
 TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
-  std::vector<ProcessEvent> seen;
-  auto listener = [&](const ProcessEvent& e) { seen.push_back(e); };
+  std::vector<host::ProcessEvent> seen;
+  auto listener = [&](const host::ProcessEvent& e) { seen.push_back(e); };
 
   proc_event fork{};
   fork.what = proc_event::PROC_EVENT_FORK;
@@ -45,21 +48,21 @@ TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
   fork.event_data.fork.child_pid = 150;
   fork.event_data.fork.child_tgid = 100;
   auto d = Datagram(fork);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
 
   proc_event exec{};
   exec.what = proc_event::PROC_EVENT_EXEC;
   exec.event_data.exec.process_pid = 300;
   exec.event_data.exec.process_tgid = 300;
   d = Datagram(exec);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
 
   proc_event exit{};
   exit.what = proc_event::PROC_EVENT_EXIT;
   exit.event_data.exit.process_pid = 151;
   exit.event_data.exit.process_tgid = 100;
   d = Datagram(exit);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
 
   proc_event comm{};
   comm.what = proc_event::PROC_EVENT_COMM;
@@ -67,49 +70,49 @@ TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
   comm.event_data.comm.process_tgid = 160;
   std::memcpy(comm.event_data.comm.comm, "vhost-100", 10);
   d = Datagram(comm);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
   // A name of the full 16 bytes has no terminating NUL.
   std::memcpy(comm.event_data.comm.comm, "0123456789abcdef", 16);
   d = Datagram(comm);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
 
   proc_event uid{};
   uid.what = proc_event::PROC_EVENT_UID;
   d = Datagram(uid);
-  ParseProcConnectorDatagram(d.data(), d.size(), listener);
+  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
   // A truncated datagram is ignored, not read past its end.
-  ParseProcConnectorDatagram(d.data(), 10, listener);
+  host::ParseProcConnectorDatagram(d.data(), 10, listener);
 
   ASSERT_EQ(seen.size(), 5u);
-  EXPECT_EQ(seen[3].kind, ProcessEventKind::kComm);
+  EXPECT_EQ(seen[3].kind, host::ProcessEventKind::kComm);
   EXPECT_EQ(seen[3].tid, 160);
   EXPECT_EQ(seen[3].tgid, 160);
   EXPECT_EQ(seen[3].comm, "vhost-100");
   EXPECT_EQ(seen[4].comm, "0123456789abcdef");
-  EXPECT_EQ(seen[0].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(seen[0].kind, host::ProcessEventKind::kFork);
   EXPECT_EQ(seen[0].tgid, 100);
   EXPECT_EQ(seen[0].tid, 150);
   EXPECT_EQ(seen[0].parent_tgid, 100);
-  EXPECT_EQ(seen[1].kind, ProcessEventKind::kExec);
+  EXPECT_EQ(seen[1].kind, host::ProcessEventKind::kExec);
   EXPECT_EQ(seen[1].tgid, 300);
-  EXPECT_EQ(seen[2].kind, ProcessEventKind::kExit);
+  EXPECT_EQ(seen[2].kind, host::ProcessEventKind::kExit);
   EXPECT_EQ(seen[2].tid, 151);
 }
 
 TEST(ClassifyExec, OnlyAnExecOfQemuMayStartAVm) {
-  discovery::FakeProcFs fs;
+  host::FakePseudoFs fs;
   using namespace std::string_literals;
-  fs.SetFile("300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
-  fs.SetFile("301/cmdline", "/usr/libexec/qemu-kvm\0-uuid\0abc\0"s);
+  fs.SetFile("/proc/300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
+  fs.SetFile("/proc/301/cmdline", "/usr/libexec/qemu-kvm\0-uuid\0abc\0"s);
   // Discovery goes by argv[0], so a QEMU binary run under another name is
   // not one, and another program run as "qemu-system-x86_64" is.
-  fs.SetFile("302/cmdline", "check_disk\0/usr/bin/qemu-system-x86_64\0"s);
-  fs.SetFile("303/cmdline", "qemu-system-aarch64\0"s);
-  fs.SetFile("304/cmdline", "/bin/true\0"s);
-  fs.SetReadError("306/cmdline", absl::PermissionDeniedError("hidepid"));
+  fs.SetFile("/proc/302/cmdline", "check_disk\0/usr/bin/qemu-system-x86_64\0"s);
+  fs.SetFile("/proc/303/cmdline", "qemu-system-aarch64\0"s);
+  fs.SetFile("/proc/304/cmdline", "/bin/true\0"s);
+  fs.SetReadError("/proc/306/cmdline", absl::PermissionDeniedError("hidepid"));
   auto exec = [&](int pid) {
-    ProcessEvent event{ProcessEventKind::kExec, pid, pid, 0};
-    ClassifyExec(fs, event);
+    host::ProcessEvent event{host::ProcessEventKind::kExec, pid, pid, 0};
+    discovery::ClassifyExec(fs, "/proc", event);
     return event.may_be_qemu;
   };
   EXPECT_TRUE(exec(300));
@@ -120,34 +123,34 @@ TEST(ClassifyExec, OnlyAnExecOfQemuMayStartAVm) {
   EXPECT_FALSE(exec(305));  // gone before it was read: nothing to tag
   EXPECT_TRUE(exec(306));   // cannot tell: a pass finds out
   // Only execs are classified: a fork of pid 304 stays a possible VM event.
-  ProcessEvent fork{ProcessEventKind::kFork, 304, 304, 1};
-  ClassifyExec(fs, fork);
+  host::ProcessEvent fork{host::ProcessEventKind::kFork, 304, 304, 1};
+  discovery::ClassifyExec(fs, "/proc", fork);
   EXPECT_TRUE(fork.may_be_qemu);
 }
 
 TEST(DelayedExecClassifier, ClassifiesAnExecOnlyIfItsProcessOutlivesTheDelay) {
   using namespace std::string_literals;
-  auto fs = std::make_shared<discovery::FakeProcFs>();
-  fs->SetFile("300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
-  fs->SetFile("302/cmdline", "/usr/bin/qemu-system-x86_64\0"s);
+  auto fs = std::make_shared<host::FakePseudoFs>();
+  fs->SetFile("/proc/300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
+  fs->SetFile("/proc/302/cmdline", "/usr/bin/qemu-system-x86_64\0"s);
   // Read, this would make the exec one that may be of QEMU: it must not be.
-  fs->SetReadError("301/cmdline", absl::PermissionDeniedError("unreadable"));
-  std::vector<ProcessEvent> out;
-  DelayedExecClassifier execs(fs, 5ms, [&](const ProcessEvent& e) { out.push_back(e); });
-  const auto t0 = DelayedExecClassifier::Clock::now();
+  fs->SetReadError("/proc/301/cmdline", absl::PermissionDeniedError("unreadable"));
+  std::vector<host::ProcessEvent> out;
+  discovery::DelayedExecClassifier execs(fs, "/proc", 5ms, [&](const host::ProcessEvent& e) { out.push_back(e); });
+  const auto t0 = discovery::DelayedExecClassifier::Clock::now();
 
-  execs.Add(ProcessEvent{ProcessEventKind::kFork, 301, 301, 1}, t0);
-  execs.Add(ProcessEvent{ProcessEventKind::kExec, 300, 300, 0}, t0);
-  execs.Add(ProcessEvent{ProcessEventKind::kExec, 301, 301, 0}, t0);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 301, 301, 1}, t0);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 300, 300, 0}, t0);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 301, 301, 0}, t0);
   // A thread of 300 ending, and 301 itself, a short command, exiting.
-  execs.Add(ProcessEvent{ProcessEventKind::kExit, 300, 310, 0}, t0 + 1ms);
-  execs.Add(ProcessEvent{ProcessEventKind::kExit, 301, 301, 0}, t0 + 1ms);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 300, 310, 0}, t0 + 1ms);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 301, 301, 0}, t0 + 1ms);
   // The old leader of 302 ending as another of its threads execs.
-  execs.Add(ProcessEvent{ProcessEventKind::kExit, 302, 302, 0}, t0 + 2ms);
-  execs.Add(ProcessEvent{ProcessEventKind::kExec, 302, 302, 0}, t0 + 2ms);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 302, 302, 0}, t0 + 2ms);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 302, 302, 0}, t0 + 2ms);
   // Every other event is passed on at once, in order; execs are held.
   ASSERT_EQ(out.size(), 4u);
-  EXPECT_EQ(out[0].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(out[0].kind, host::ProcessEventKind::kFork);
   EXPECT_EQ(out[1].tid, 310);
   EXPECT_EQ(out[2].tgid, 301);
   EXPECT_EQ(out[3].tgid, 302);
@@ -156,7 +159,7 @@ TEST(DelayedExecClassifier, ClassifiesAnExecOnlyIfItsProcessOutlivesTheDelay) {
 
   EXPECT_EQ(execs.Flush(t0 + 5ms), t0 + 7ms);
   ASSERT_EQ(out.size(), 5u);
-  EXPECT_EQ(out[4].kind, ProcessEventKind::kExec);
+  EXPECT_EQ(out[4].kind, host::ProcessEventKind::kExec);
   EXPECT_EQ(out[4].tgid, 300);
   EXPECT_TRUE(out[4].may_be_qemu);
   EXPECT_EQ(execs.Flush(t0 + 7ms), std::nullopt);
@@ -173,10 +176,10 @@ class ReconcileLoopTest : public ::testing::Test {
     ReconcilerOptions o;
     o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
     reconciler_ = std::make_unique<CookieReconciler>(&kernel_, o);
-    DiscoveredVm vm;
+    discovery::DiscoveredVm vm;
     vm.vm_id = "vm-1";
     vm.qemu_pid = 100;
-    vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
     kernel_.AddTask(100, 100);
     discovery_.SetVms({vm});
   }
@@ -186,12 +189,12 @@ class ReconcileLoopTest : public ::testing::Test {
     options.rescan_interval = rescan;
     return std::make_unique<ReconcileLoop>(
         options, &discovery_, reconciler_.get(),
-        [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+        [](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(); },
         [this] { ++changes_; });
   }
 
-  FakeCoreSched kernel_;
-  StaticVmDiscovery discovery_;
+  host::FakeCoreSched kernel_;
+  discovery::StaticVmDiscovery discovery_;
   std::unique_ptr<CookieReconciler> reconciler_;
   std::atomic<int> changes_{0};
 };
@@ -215,10 +218,10 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   // csd refuses a whole Report holding an id it cannot take, so a QEMU
   // without a name, or with one outside the id rule, is left out of it.
   auto vm = [this](const std::string& id, int pid) {
-    DiscoveredVm v;
+    discovery::DiscoveredVm v;
     v.vm_id = id;
     v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
     kernel_.AddTask(pid, pid);
     return v;
   };
@@ -236,10 +239,10 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
 
 // Discovery that blocks while `hold` is set, as a /proc read of a process
 // in D state or a libvirtd that does not answer would.
-class BlockingDiscovery : public VmDiscovery {
+class BlockingDiscovery : public discovery::VmDiscovery {
  public:
-  explicit BlockingDiscovery(VmDiscovery* inner) : inner_(inner) {}
-  absl::StatusOr<std::vector<DiscoveredVm>> Discover() override {
+  explicit BlockingDiscovery(discovery::VmDiscovery* inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<discovery::DiscoveredVm>> Discover() override {
     std::unique_lock<std::mutex> lock(mu_);
     blocked_ = hold_;
     cv_.notify_all();
@@ -259,7 +262,7 @@ class BlockingDiscovery : public VmDiscovery {
   }
 
  private:
-  VmDiscovery* inner_;
+  discovery::VmDiscovery* inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool hold_ = false;
@@ -272,7 +275,7 @@ TEST_F(ReconcileLoopTest, AStuckPassWithholdsReportsInsteadOfPassingOffOldOnes) 
   options.rescan_interval = 1h;
   options.stuck_after = 50ms;
   ReconcileLoop loop(options, &discovery, reconciler_.get(),
-                     [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+                     [](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(); },
                      [] {});
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
@@ -298,7 +301,7 @@ TEST_F(ReconcileLoopTest, EnforcedRevisionIsTheOneAPassStartedFrom) {
   options.rescan_interval = 1h;
   options.assignment_revision = [&] { return revision.load(); };
   ReconcileLoop loop(options, &discovery_, reconciler_.get(),
-                     [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+                     [](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(); },
                      [this] { ++changes_; });
   EXPECT_EQ(loop.enforced_revision(), 0);
   loop.Start();
@@ -321,11 +324,11 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
   // own and not reported (csd refuses a Report naming a VM twice); the
   // first keeps the VM's assignment and says what happened.
   auto vm = [this](const std::string& id, const std::string& uuid, int pid) {
-    DiscoveredVm v;
+    discovery::DiscoveredVm v;
     v.vm_id = id;
     v.uuid = uuid;
     v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator}};
+    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
     kernel_.AddTask(pid, pid);
     return v;
   };
@@ -334,7 +337,7 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
   ReconcileLoopOptions options;
   options.rescan_interval = 1h;
   ReconcileLoop loop(options, &discovery_, reconciler_.get(),
-                     [](const DiscoveredVm& v) -> std::optional<v1::Assignment> {
+                     [](const discovery::DiscoveredVm& v) -> std::optional<v1::Assignment> {
                        if (v.vm_id != "vm-1" && v.uuid != "uuid-1") return std::nullopt;
                        v1::Assignment a;
                        a.set_vm_id("vm-1");
@@ -368,13 +371,13 @@ TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
   // A thread of an unrelated process: no pass.
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 999, 1000, 999});
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExit, 100, 101, 0});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 999, 1000, 999});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExit, 100, 101, 0});
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   // A new thread of the VM: a pass.
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
   EXPECT_TRUE(loop->WaitForPasses(2, 5s));
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, 300, 300, 0});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, 300, 300, 0});
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
 }
 
@@ -382,15 +385,15 @@ TEST_F(ReconcileLoopTest, ExecsOfOtherProgramsTriggerNoPass) {
   auto loop = MakeLoop(1h);
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
-  ProcessEvent cron_job{ProcessEventKind::kExec, 300, 300, 0};
+  host::ProcessEvent cron_job{host::ProcessEventKind::kExec, 300, 300, 0};
   cron_job.may_be_qemu = false;
   for (int i = 0; i < 1000; ++i) loop->NoteProcessEvent(cron_job);
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   // An exec that may be of QEMU: a pass.
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, 301, 301, 0});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, 301, 301, 0});
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   // A known VM's process running another program: a pass (the VM is gone).
-  ProcessEvent vm_exec{ProcessEventKind::kExec, 100, 100, 0};
+  host::ProcessEvent vm_exec{host::ProcessEventKind::kExec, 100, 100, 0};
   vm_exec.may_be_qemu = false;
   loop->NoteProcessEvent(vm_exec);
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
@@ -408,7 +411,7 @@ TEST_F(ReconcileLoopTest, ABurstOfEventsIsOnePass) {
     triggers.push_back(pass.trigger);
   };
   ReconcileLoop loop(options, &discovery_, reconciler_.get(),
-                     [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+                     [](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(); },
                      nullptr);
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
@@ -416,15 +419,15 @@ TEST_F(ReconcileLoopTest, ABurstOfEventsIsOnePass) {
   // among them: without settling, the first events would get a pass of
   // their own and the rest more.
   for (int tid = 101; tid <= 200; ++tid) {
-    loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, tid, 100});
-    if (tid % 10 == 0) loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kExec, tid, tid, 0});
+    loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, tid, 100});
+    if (tid % 10 == 0) loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, tid, tid, 0});
     std::this_thread::sleep_for(2ms);
   }
-  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kLost, 0, 0, 0});
+  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kLost, 0, 0, 0});
   ASSERT_TRUE(loop.WaitForPasses(2, 5s));
   EXPECT_FALSE(loop.WaitForPasses(3, 500ms));
   // A request does not wait for events to settle (well within `settle`).
-  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 201, 100});
+  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 201, 100});
   loop.Trigger();
   ASSERT_TRUE(loop.WaitForPasses(3, 500ms));
   EXPECT_FALSE(loop.WaitForPasses(4, 500ms));
@@ -445,24 +448,24 @@ TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
     // Each process of a cron job: its fork, its exec of another program,
     // its exit.
     for (int pid = 5000; !stop; pid = pid == 30000 ? 5000 : pid + 1) {
-      loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, pid, pid, 4000});
-      ProcessEvent exec{ProcessEventKind::kExec, pid, pid, 0};
+      loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, pid, pid, 4000});
+      host::ProcessEvent exec{host::ProcessEventKind::kExec, pid, pid, 0};
       exec.may_be_qemu = false;
       loop->NoteProcessEvent(exec);
-      loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kExit, pid, pid, 0});
+      loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExit, pid, pid, 0});
     }
   });
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   // The VM gets a vCPU: its thread starts at cookie 0 (no inheritance in
   // the fake), so only a pass gives it the VM's cookie.
-  DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
-                {150, 100, "CPU 1/KVM", DiscoveredThread::Kind::kVcpu}};
+  vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator},
+                {150, 100, "CPU 1/KVM", discovery::DiscoveredThread::Kind::kVcpu}};
   kernel_.AddTask(150, 100);
   discovery_.SetVms({vm});
-  loop->NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   EXPECT_EQ(kernel_.CookieOf(150), cookie);
   EXPECT_FALSE(loop->WaitForPasses(3, 200ms));
@@ -482,32 +485,32 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
   ASSERT_NE(cookie, 0u);
   // kthreadd's other children, and renames that are no VM's worker: no pass.
   for (const char* other : {"kworker/0:1", "vhost-999", "vhost-", "vhost-100x", "kthreadd"}) {
-    ProcessEvent fork{ProcessEventKind::kFork, 160, 160, 2};
+    host::ProcessEvent fork{host::ProcessEventKind::kFork, 160, 160, 2};
     fork.comm = other;
     loop->NoteProcessEvent(fork);
-    ProcessEvent rename{ProcessEventKind::kComm, 160, 160, 0};
+    host::ProcessEvent rename{host::ProcessEventKind::kComm, 160, 160, 0};
     rename.comm = other;
     loop->NoteProcessEvent(rename);
   }
   // A user process forking a child it names like a worker: not kthreadd's.
-  ProcessEvent user{ProcessEventKind::kFork, 170, 170, 300};
+  host::ProcessEvent user{host::ProcessEventKind::kFork, 170, 170, 300};
   user.comm = "vhost-100";
   loop->NoteProcessEvent(user);
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
-  DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads = {{100, 100, "qemu-system-x86", DiscoveredThread::Kind::kEmulator},
-                {160, 160, "vhost-100", DiscoveredThread::Kind::kVhostWorker}};
+  vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator},
+                {160, 160, "vhost-100", discovery::DiscoveredThread::Kind::kVhostWorker}};
   kernel_.AddTask(160, 160);
   discovery_.SetVms({vm});
-  ProcessEvent named{ProcessEventKind::kFork, 160, 160, 2};
+  host::ProcessEvent named{host::ProcessEventKind::kFork, 160, 160, 2};
   named.comm = "vhost-100";
   loop->NoteProcessEvent(named);
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   EXPECT_EQ(kernel_.CookieOf(160), cookie);
   // The same by PR_SET_NAME (a process renaming itself).
-  ProcessEvent rename{ProcessEventKind::kComm, 160, 160, 0};
+  host::ProcessEvent rename{host::ProcessEventKind::kComm, 160, 160, 0};
   rename.comm = "vhost-100";
   loop->NoteProcessEvent(rename);
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
@@ -515,24 +518,24 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
 
 // kthreadd's forks are held until the kernel thread has its name.
 TEST(DelayedExecClassifier, KernelThreadForksArePassedOnWithTheirName) {
-  auto fs = std::make_shared<discovery::FakeProcFs>();
-  fs->SetFile("160/comm", "kthreadd\n");
-  std::vector<ProcessEvent> out;
-  DelayedExecClassifier execs(fs, 5ms, [&](const ProcessEvent& e) { out.push_back(e); });
-  const auto t0 = DelayedExecClassifier::Clock::now();
-  execs.Add(ProcessEvent{ProcessEventKind::kFork, 160, 160, 2}, t0);
-  execs.Add(ProcessEvent{ProcessEventKind::kFork, 161, 161, 2}, t0);
-  execs.Add(ProcessEvent{ProcessEventKind::kExit, 161, 161, 0}, t0);  // a kworker gone
-  execs.Add(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100}, t0);  // not kthreadd's
+  auto fs = std::make_shared<host::FakePseudoFs>();
+  fs->SetFile("/proc/160/comm", "kthreadd\n");
+  std::vector<host::ProcessEvent> out;
+  discovery::DelayedExecClassifier execs(fs, "/proc", 5ms, [&](const host::ProcessEvent& e) { out.push_back(e); });
+  const auto t0 = discovery::DelayedExecClassifier::Clock::now();
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 160, 160, 2}, t0);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 161, 161, 2}, t0);
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 161, 161, 0}, t0);  // a kworker gone
+  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100}, t0);  // not kthreadd's
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1].tid, 150);
   // Not named yet: held again.
   EXPECT_TRUE(execs.Flush(t0 + 5ms).has_value());
   EXPECT_EQ(out.size(), 2u);
-  fs->SetFile("160/comm", "vhost-100\n");
+  fs->SetFile("/proc/160/comm", "vhost-100\n");
   EXPECT_FALSE(execs.Flush(t0 + 10ms).has_value());
   ASSERT_EQ(out.size(), 3u);
-  EXPECT_EQ(out[2].kind, ProcessEventKind::kFork);
+  EXPECT_EQ(out[2].kind, host::ProcessEventKind::kFork);
   EXPECT_EQ(out[2].tid, 160);
   EXPECT_EQ(out[2].comm, "vhost-100");
 }
@@ -566,11 +569,11 @@ TEST_F(ReconcileLoopTest, ReportsEachPassWithWhatTriggeredIt) {
   };
   ReconcileLoop loop(
       options, &discovery_, reconciler_.get(),
-      [](const DiscoveredVm&) { return std::optional<v1::Assignment>(); },
+      [](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(); },
       nullptr);
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
-  loop.NoteProcessEvent(ProcessEvent{ProcessEventKind::kFork, 100, 150, 100});
+  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
   ASSERT_TRUE(loop.WaitForPasses(2, 5s));
   discovery_.SetError(absl::UnavailableError("libvirt is down"));
   loop.Trigger();
@@ -595,10 +598,10 @@ TEST_F(ReconcileLoopTest, RescansOnItsOwn) {
 // The kernel ignores a proc connector subscription from outside the
 // initial PID namespace: the agent must know, not wait for events forever.
 TEST(InInitialPidNamespace, ReadsTheNamespaceLink) {
-  EXPECT_EQ(InInitialPidNamespace("pid:[4026531836]"), true);
-  EXPECT_EQ(InInitialPidNamespace("pid:[4026532178]"), false);
-  EXPECT_EQ(InInitialPidNamespace("net:[4026531836]"), std::nullopt);
-  EXPECT_EQ(InInitialPidNamespace("pid:[x]"), std::nullopt);
+  EXPECT_EQ(host::InInitialPidNamespace("pid:[4026531836]"), true);
+  EXPECT_EQ(host::InInitialPidNamespace("pid:[4026532178]"), false);
+  EXPECT_EQ(host::InInitialPidNamespace("net:[4026531836]"), std::nullopt);
+  EXPECT_EQ(host::InInitialPidNamespace("pid:[x]"), std::nullopt);
 }
 
 }  // namespace

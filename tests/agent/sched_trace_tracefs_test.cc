@@ -22,9 +22,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "agent/sched_trace.h"
+#include "host/sched_trace.h"
 #include "agent/sibling_share_collector.h"
-#include "agent/topology.h"
+#include "host/topology.h"
 #include "common/file_io.h"
 
 namespace cosched::agent {
@@ -45,8 +45,8 @@ const std::string kInstance = absl::StrCat("cs-agent-test-", getpid());
 
 TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
-  auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
-  absl::StatusOr<SchedTraceFormat> format = trace->Start(SchedTraceOptions{.buffer_size_kb = 256});
+  auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
+  absl::StatusOr<host::SchedTraceFormat> format = trace->Start(host::SchedTraceOptions{.buffer_size_kb = 256});
   ASSERT_TRUE(format.ok()) << format.status();
   EXPECT_TRUE(telemetry::SchedSwitchLayout::FromFormat(format->sched_switch_format).ok());
   EXPECT_TRUE(telemetry::PageHeaderLayout::FromHeaderPage(format->header_page).ok());
@@ -56,9 +56,9 @@ TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
   // Sub-buffers of the default size where the kernel can size them (6.8+),
   // else one page; a read returns one.
   if (Exists(dir + "/buffer_subbuf_size_kb")) {
-    EXPECT_EQ(format->page_size, SchedTraceOptions{}.subbuf_size_kb * 1024u);
+    EXPECT_EQ(format->page_size, host::SchedTraceOptions{}.subbuf_size_kb * 1024u);
     EXPECT_EQ(*ReadFileToString(dir + "/buffer_subbuf_size_kb"),
-              absl::StrCat(SchedTraceOptions{}.subbuf_size_kb, "\n"));
+              absl::StrCat(host::SchedTraceOptions{}.subbuf_size_kb, "\n"));
   } else {
     EXPECT_EQ(format->page_size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
   }
@@ -78,9 +78,9 @@ TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
 
 TEST(TracefsSchedTrace, NegativeSubBufferSizeIsRefused) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
-  auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
-  absl::StatusOr<SchedTraceFormat> format =
-      trace->Start(SchedTraceOptions{.buffer_size_kb = 256, .subbuf_size_kb = -4});
+  auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
+  absl::StatusOr<host::SchedTraceFormat> format =
+      trace->Start(host::SchedTraceOptions{.buffer_size_kb = 256, .subbuf_size_kb = -4});
   EXPECT_TRUE(absl::IsInvalidArgument(format.status())) << format.status();
   EXPECT_THAT(std::string(format.status().message()), ::testing::HasSubstr("subbuf_size_kb"));
   EXPECT_FALSE(Exists("/sys/kernel/tracing/instances/" + kInstance));
@@ -96,8 +96,8 @@ class CollectorOnTracefs : public ::testing::TestWithParam<int> {};
 
 TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
-  LocalHostFs fs;
-  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  host::LocalPseudoFs fs;
+  absl::StatusOr<v1::Topology> topology = host::ReadTopology(fs, "/sys");
   ASSERT_TRUE(topology.ok()) << topology.status();
   const v1::Core& last_core = topology->cores(topology->cores_size() - 1);
   const int cpu = last_core.cpus(0);
@@ -134,7 +134,7 @@ TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
       cv.wait(lock, [&] { return tid != 0; });
     }
 
-    auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
+    auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
     StatsWindowQueue queue;
     SiblingShareCollectorOptions options;
     options.trace.subbuf_size_kb = GetParam();
@@ -207,7 +207,7 @@ TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
 
 INSTANTIATE_TEST_SUITE_P(SubBufferKb, CollectorOnTracefs,
                          ::testing::Values(static_cast<int>(sysconf(_SC_PAGESIZE) / 1024),
-                                           SchedTraceOptions{}.subbuf_size_kb));
+                                           host::SchedTraceOptions{}.subbuf_size_kb));
 
 }  // namespace
 }  // namespace cosched::agent

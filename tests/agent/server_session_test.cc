@@ -1,11 +1,12 @@
 #include "agent/server_session.h"
-#include "agent/vm_discovery.h"
+#include "discovery/vm_discovery.h"
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 
 #include "agent/backoff.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
@@ -24,13 +25,13 @@ using testing::MakeSnapshot;
 using cosched::testing::TempDir;
 using namespace std::chrono_literals;
 
-DiscoveredVm Vm(const std::string& id, const std::string& uuid, int pid) {
-  DiscoveredVm vm;
+discovery::DiscoveredVm Vm(const std::string& id, const std::string& uuid, int pid) {
+  discovery::DiscoveredVm vm;
   vm.vm_id = id;
   vm.uuid = uuid;
   vm.qemu_pid = pid;
-  vm.threads.push_back({pid, pid, "qemu-system-x86", DiscoveredThread::Kind::kEmulator});
-  vm.threads.push_back({pid + 1, pid, "CPU 0/KVM", DiscoveredThread::Kind::kVcpu});
+  vm.threads.push_back({pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator});
+  vm.threads.push_back({pid + 1, pid, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu});
   return vm;
 }
 
@@ -64,7 +65,7 @@ class ServerSessionTest : public ::testing::Test {
     auto vms = discovery_.Discover();
     if (!vms.ok()) return vms.status();
     std::vector<v1::VMObservation> observations;
-    for (const DiscoveredVm& vm : *vms) {
+    for (const discovery::DiscoveredVm& vm : *vms) {
       v1::VMObservation o;
       o.set_vm_id(vm.vm_id);
       o.set_uuid(vm.uuid);
@@ -90,7 +91,7 @@ class ServerSessionTest : public ::testing::Test {
 
   TempDir dir_;
   AssignmentCache cache_;
-  StaticVmDiscovery discovery_;
+  discovery::StaticVmDiscovery discovery_;
   std::atomic<int64_t> last_notified_{0};
 };
 

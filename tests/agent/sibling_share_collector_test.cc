@@ -5,7 +5,8 @@
 
 #include <map>
 
-#include "agent/sched_trace_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
+#include "host/testing/sched_trace_fake.h"
 #include "tests/telemetry/trace_fixtures.h"
 
 namespace cosched::agent {
@@ -30,8 +31,8 @@ v1::Topology TwoByTwo(std::vector<std::vector<int>> cores) {
   return topology;
 }
 
-SchedTraceFormat Format(int num_cpus) {
-  SchedTraceFormat format;
+host::SchedTraceFormat Format(int num_cpus) {
+  host::SchedTraceFormat format;
   format.sched_switch_format = std::string(kSchedSwitchFormat);
   format.header_page = std::string(kHeaderPage);
   format.page_size = telemetry::testing::kPageSize;
@@ -78,8 +79,8 @@ class CollectorTest : public ::testing::Test {
     return nullptr;
   }
 
-  FakeSchedTrace trace_;
-  FakeHostFs fs_;
+  host::FakeSchedTrace trace_;
+  host::FakePseudoFs fs_;
   StatsWindowQueue queue_;
   std::vector<CollectedVm> vms_;
   absl::Status vms_status_;
@@ -498,9 +499,9 @@ TEST_F(CollectorTest, OpenFailsWithTheTracesErrorAndBadFormats) {
   absl::Status status = collector->Open();
   EXPECT_TRUE(absl::IsNotFound(status)) << status;
 
-  SchedTraceFormat bad = Format(4);
+  host::SchedTraceFormat bad = Format(4);
   bad.sched_switch_format = "name: sched_switch\nID: 5\nformat:\n";
-  FakeSchedTrace bad_trace(bad);
+  host::FakeSchedTrace bad_trace(bad);
   SiblingShareCollector other(
       {}, TwoByTwo({{0, 1}, {2, 3}}), &bad_trace, &fs_,
       [this]() -> absl::StatusOr<std::vector<CollectedVm>> { return vms_; }, &queue_);

@@ -54,11 +54,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "agent/host_fs.h"
-#include "agent/sched_trace.h"
+#include "host/pseudo_fs.h"
+#include "host/sched_trace.h"
 #include "agent/sibling_share_collector.h"
 #include "agent/stats_window_queue.h"
-#include "agent/topology.h"
+#include "host/topology.h"
 
 namespace cosched::agent {
 namespace {
@@ -267,8 +267,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  LocalHostFs fs;
-  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  host::LocalPseudoFs fs;
+  absl::StatusOr<v1::Topology> topology = host::ReadTopology(fs, "/sys");
   if (!topology.ok()) {
     std::fprintf(stderr, "topology: %s\n", topology.status().ToString().c_str());
     return 1;
@@ -294,8 +294,8 @@ int Main(int argc, char** argv) {
     for (int round = 0; round < 3; ++round) {
       const MaxRate p = RunFlatOut(cpus, max_seconds);
       if (p.passes_per_s > plain.passes_per_s) plain = p;
-      auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
-      absl::StatusOr<SchedTraceFormat> started = trace->Start(options.trace);
+      auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
+      absl::StatusOr<host::SchedTraceFormat> started = trace->Start(options.trace);
       if (!started.ok()) {
         std::fprintf(stderr, "trace: %s\n", started.status().ToString().c_str());
         return 1;
@@ -331,7 +331,7 @@ int Main(int argc, char** argv) {
   std::vector<CollectedVm> vms;
   for (size_t i = 0; i < workload.pairs().size(); ++i)
     vms.push_back({absl::StrCat("vm-", i), absl::StrCat("tg-", i), workload.pairs()[i]->tids(), ""});
-  auto trace = MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
+  auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-cpu-bench");
   StatsWindowQueue queue;
   SiblingShareCollector collector(
       options, *topology, trace.get(), &fs,

@@ -64,11 +64,12 @@
 
 #include "CLI/CLI.hpp"
 #include "agent/cookie_reconciler.h"
-#include "agent/core_sched_fake.h"
-#include "agent/process_events.h"
 #include "agent/reconcile_loop.h"
-#include "discovery/proc_fs.h"
+#include "discovery/exec_classifier.h"
 #include "discovery/procfs_discovery.h"
+#include "host/process_events.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/core_sched_fake.h"
 #include "glog/logging.h"
 
 extern char** environ;
@@ -142,9 +143,9 @@ pid_t SpawnSelf(const std::string& role, std::vector<std::string> args) {
 }
 
 std::vector<int> Tids(int pid) {
-  discovery::RealProcFs fs;
+  host::LocalPseudoFs fs;
   std::vector<int> tids;
-  auto names = fs.ListDir(std::to_string(pid) + "/task");
+  auto names = fs.ListDirectory("/proc/" + std::to_string(pid) + "/task");
   if (!names.ok()) return tids;
   for (const std::string& n : *names) tids.push_back(std::atoi(n.c_str()));
   return tids;
@@ -202,11 +203,11 @@ class Host {
     waitpid(bystander_, nullptr, 0);
   }
 
-  FakeCoreSched& kernel() { return kernel_; }
+  host::FakeCoreSched& kernel() { return kernel_; }
   int bystander() const { return bystander_; }
 
  private:
-  FakeCoreSched kernel_;
+  host::FakeCoreSched kernel_;
   std::vector<int> vm_pids_;
   int bystander_ = 0;
 };
@@ -217,7 +218,7 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
   ReconcilerOptions reconciler_options;
   reconciler_options.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
   CookieReconciler reconciler(&host.kernel(), reconciler_options);
-  discovery::ProcfsDiscovery discovery(std::make_shared<discovery::RealProcFs>());
+  discovery::ProcfsDiscovery discovery(std::make_shared<host::LocalPseudoFs>());
   Counts counts;
   ReconcileLoopOptions options;  // the agent's defaults
   options.on_pass = [&counts](const PassRecord& pass) {
@@ -227,7 +228,7 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
   };
   ReconcileLoop loop(
       options, &discovery, &reconciler,
-      [](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+      [](const discovery::DiscoveredVm& vm) -> std::optional<v1::Assignment> {
         v1::Assignment a;
         a.set_vm_id(vm.vm_id);
         a.set_trust_group("t/vm/" + vm.vm_id);
@@ -239,12 +240,12 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
   // classifier drops most of their execs unread, so those cannot be
   // counted here). Synthetic: every exec made.
   std::atomic<int> spawner{0};
-  ProcessEventListener listener = [&counts, &loop, &spawner](const ProcessEvent& event) {
-    if (event.kind == ProcessEventKind::kFork && event.tgid != event.parent_tgid &&
+  host::ProcessEventListener listener = [&counts, &loop, &spawner](const host::ProcessEvent& event) {
+    if (event.kind == host::ProcessEventKind::kFork && event.tgid != event.parent_tgid &&
         event.parent_tgid == spawner.load(std::memory_order_relaxed)) {
       counts.execs.fetch_add(1, std::memory_order_relaxed);
     }
-    if (event.kind == ProcessEventKind::kLost) counts.lost.fetch_add(1, std::memory_order_relaxed);
+    if (event.kind == host::ProcessEventKind::kLost) counts.lost.fetch_add(1, std::memory_order_relaxed);
     loop.NoteProcessEvent(event);
   };
   loop.Start();
@@ -253,7 +254,8 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
     std::exit(1);
   }
 
-  ProcConnectorEvents events;
+  host::ProcConnectorEvents events(
+      discovery::DelayedExecStage(std::make_shared<host::LocalPseudoFs>(), "/proc"));
   std::atomic<bool> stop{false};
   std::thread synthetic;
   if (connector) {
@@ -265,28 +267,29 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
   } else {
     synthetic = std::thread([&stop, &listener, &counts, long_lived, rate,
                              bystander = host.bystander()] {
-      DelayedExecClassifier execs(std::make_shared<discovery::RealProcFs>(),
-                                  ProcConnectorEvents::kExecDelay, listener);
+      discovery::DelayedExecClassifier execs(std::make_shared<host::LocalPseudoFs>(), "/proc",
+                                             discovery::DelayedExecClassifier::kDefaultDelay,
+                                             listener);
       const auto start = Clock::now();
       long sent = 0;
       int next_child = 1 << 22;  // pids no process has here
       std::vector<int> exiting;  // short-lived processes of the last tick
       while (!stop.load()) {
         const auto now = Clock::now();
-        for (int pid : exiting) execs.Add(ProcessEvent{ProcessEventKind::kExit, pid, pid, 0}, now);
+        for (int pid : exiting) execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, pid, pid, 0}, now);
         exiting.clear();
         const double elapsed = std::chrono::duration<double>(now - start).count();
         for (const long due = static_cast<long>(elapsed * rate); sent < due; ++sent) {
           const int child = next_child++;
           const int pid = long_lived ? bystander : child;
-          execs.Add(ProcessEvent{ProcessEventKind::kFork, child, child, 1}, now);
-          execs.Add(ProcessEvent{ProcessEventKind::kExec, pid, pid, 0}, now);
+          execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, child, child, 1}, now);
+          execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, pid, pid, 0}, now);
           counts.execs.fetch_add(1, std::memory_order_relaxed);
           if (!long_lived) exiting.push_back(child);
         }
         execs.Flush(now);
         counts.reads.store(execs.classified(), std::memory_order_relaxed);
-        std::this_thread::sleep_for(ProcConnectorEvents::kBatchInterval);
+        std::this_thread::sleep_for(host::ProcConnectorEvents::kBatchInterval);
       }
     });
   }

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "agent/cookie_reconciler.h"
-#include "agent/core_sched_fake.h"
+#include "host/testing/core_sched_fake.h"
 #include "benchmark/benchmark.h"
 
 namespace cosched::agent {
@@ -16,20 +16,20 @@ constexpr int kVms = 200;
 constexpr int kThreadsPerVm = 20;
 
 struct Host {
-  FakeCoreSched kernel;
-  std::vector<DiscoveredVm> vms;
+  host::FakeCoreSched kernel;
+  std::vector<discovery::DiscoveredVm> vms;
   std::map<std::string, v1::Assignment> assignments;
 
   Host() {
     for (int v = 0; v < kVms; ++v) {
-      DiscoveredVm vm;
+      discovery::DiscoveredVm vm;
       vm.vm_id = "vm-" + std::to_string(v);
       vm.qemu_pid = 10000 + v * 100;
       for (int t = 0; t < kThreadsPerVm; ++t) {
         int tid = vm.qemu_pid + t;
-        auto kind = t == 0 ? DiscoveredThread::Kind::kEmulator
-                           : t <= 8 ? DiscoveredThread::Kind::kVcpu
-                                    : DiscoveredThread::Kind::kEmulator;
+        auto kind = t == 0 ? discovery::DiscoveredThread::Kind::kEmulator
+                           : t <= 8 ? discovery::DiscoveredThread::Kind::kVcpu
+                                    : discovery::DiscoveredThread::Kind::kEmulator;
         vm.threads.push_back({tid, vm.qemu_pid, "t", kind});
         kernel.AddTask(tid, vm.qemu_pid);
       }
@@ -47,7 +47,7 @@ struct Host {
   }
 
   AssignmentLookup Lookup() {
-    return [this](const DiscoveredVm& vm) -> std::optional<v1::Assignment> {
+    return [this](const discovery::DiscoveredVm& vm) -> std::optional<v1::Assignment> {
       return assignments.at(vm.vm_id);
     };
   }

@@ -21,10 +21,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "agent/sched_trace.h"
-#include "agent/sched_trace_fake.h"
 #include "agent/sibling_share_collector.h"
 #include "benchmark/benchmark.h"
+#include "host/sched_trace.h"
+#include "host/testing/pseudo_fs_fake.h"
+#include "host/testing/sched_trace_fake.h"
 #include "telemetry/event_merge.h"
 #include "telemetry/ring_buffer.h"
 #include "telemetry/sibling_share_calculator.h"
@@ -323,15 +324,15 @@ void BM_LiveCollector155kPerSecond(benchmark::State& state) {
   }
   std::vector<agent::CollectedVm> vms;
   for (auto& [id, vm] : by_vm) vms.push_back(vm);
-  agent::SchedTraceFormat format;
+  host::SchedTraceFormat format;
   format.sched_switch_format = std::string(testing::kSchedSwitchFormat);
   format.header_page = std::string(testing::kHeaderPage);
   format.num_cpus = trace.num_cpus;
-  agent::FakeHostFs fs;
+  host::FakePseudoFs fs;
   fs.SetFile("/proc/sys/kernel/sched_schedstats", "0\n");
 
   for (auto _ : state) {
-    agent::FakeSchedTrace fake(format);
+    host::FakeSchedTrace fake(format);
     agent::StatsWindowQueue queue;
     agent::SiblingShareCollector collector(
         {}, topology, &fake, &fs,
@@ -367,8 +368,8 @@ BENCHMARK(BM_LiveCollector155kPerSecond)->Unit(benchmark::kMillisecond)->Iterati
 // empty read per CPU and poll (96 x 10/s): multiply.
 void BM_TracefsReadCost(benchmark::State& state) {
   for (auto _ : state) {
-    auto trace = agent::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-bench");
-    absl::StatusOr<agent::SchedTraceFormat> format = trace->Start({});
+    auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent-bench");
+    absl::StatusOr<host::SchedTraceFormat> format = trace->Start({});
     if (!format.ok()) {
       state.SkipWithError(std::string(format.status().message()).c_str());
       return;

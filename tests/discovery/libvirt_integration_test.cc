@@ -32,22 +32,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/cookie_reconciler.h"
-#include "agent/core_sched_prctl.h"
-#include "agent/host_fs.h"
-#include "agent/topology.h"
+#include "host/core_sched_prctl.h"
+#include "host/pseudo_fs.h"
+#include "host/topology.h"
 #include "discovery/libvirt_discovery.h"
 #include "discovery/libvirt_status_xml.h"
-#include "discovery/proc_fs.h"
+#include "host/pseudo_fs.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
 
-using agent::DiscoveredThread;
-using agent::DiscoveredVm;
+using discovery::DiscoveredThread;
+using discovery::DiscoveredVm;
 using Clock = std::chrono::steady_clock;
-using Kind = DiscoveredThread::Kind;
+using Kind = discovery::DiscoveredThread::Kind;
 
 constexpr char kUri[] = "qemu:///system";
 
@@ -271,8 +271,8 @@ class EventLog {
   std::vector<std::pair<DomainEvent, Clock::time_point>> events_;
 };
 
-const DiscoveredVm* FindByName(const std::vector<DiscoveredVm>& vms, const std::string& name) {
-  for (const DiscoveredVm& vm : vms) {
+const discovery::DiscoveredVm* FindByName(const std::vector<discovery::DiscoveredVm>& vms, const std::string& name) {
+  for (const discovery::DiscoveredVm& vm : vms) {
     if (vm.vm_id == name) return &vm;
   }
   return nullptr;
@@ -280,15 +280,15 @@ const DiscoveredVm* FindByName(const std::vector<DiscoveredVm>& vms, const std::
 
 // Polls `discover` until it lists `name` with `vcpus` vCPU threads.
 template <typename F>
-std::optional<DiscoveredVm> WaitForVm(F discover, const std::string& name, size_t vcpus,
+std::optional<discovery::DiscoveredVm> WaitForVm(F discover, const std::string& name, size_t vcpus,
                                       int timeout_ms) {
   auto start = Clock::now();
   do {
-    absl::StatusOr<std::vector<DiscoveredVm>> vms = discover();
+    absl::StatusOr<std::vector<discovery::DiscoveredVm>> vms = discover();
     if (vms.ok()) {
-      if (const DiscoveredVm* vm = FindByName(*vms, name)) {
+      if (const discovery::DiscoveredVm* vm = FindByName(*vms, name)) {
         size_t n = 0;
-        for (const DiscoveredThread& t : vm->threads) n += t.kind == Kind::kVcpu;
+        for (const discovery::DiscoveredThread& t : vm->threads) n += t.kind == Kind::kVcpu;
         if (n == vcpus) return *vm;
       }
     }
@@ -355,7 +355,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   EventLog events;
   LibvirtDiscovery::Options options;
   options.listener = [&events](const DomainEvent& e) { events.Add(e); };
-  auto proc_fs = std::make_shared<RealProcFs>();
+  auto proc_fs = std::make_shared<host::LocalPseudoFs>();
   LibvirtDiscovery discovery(options, proc_fs);
   ASSERT_TRUE(discovery.connected()) << "LibvirtDiscovery did not connect";
 
@@ -376,7 +376,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   double start_call_ms = MsSince(started);
   virDomainFree(dom);
 
-  std::optional<DiscoveredVm> found =
+  std::optional<discovery::DiscoveredVm> found =
       WaitForVm([&] { return discovery.Discover(); }, name, 2, 20000);
   double discovered_ms = MsSince(started);
   ASSERT_TRUE(found.has_value()) << "LibvirtDiscovery did not find " << name
@@ -389,7 +389,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   double one_discover_ms = MsSince(discover_once);
   ASSERT_OK(again);
 
-  const DiscoveredVm& vm = *found;
+  const discovery::DiscoveredVm& vm = *found;
   std::cout << "domain " << name << " uuid " << uuid << (boot ? " (booting " : " (paused, no ")
             << "kernel)\n"
             << "  virDomainCreate returned after " << start_call_ms << " ms\n"
@@ -402,7 +402,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
             << "  one Discover() takes " << one_discover_ms << " ms\n"
             << "found: vm_id=" << vm.vm_id << " uuid=" << vm.uuid << " qemu_pid=" << vm.qemu_pid
             << "\n";
-  for (const DiscoveredThread& t : vm.threads) {
+  for (const discovery::DiscoveredThread& t : vm.threads) {
     std::cout << "  tid " << t.tid << " pid " << t.pid << " " << ThreadKindName(t.kind) << " '"
               << t.name << "'\n";
   }
@@ -427,7 +427,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   }
   ASSERT_EQ(monitor_vcpus.size(), 2u) << cpus;
   std::map<int, int> found_vcpus;  // tid -> cpu index from the name
-  for (const DiscoveredThread& t : vm.threads) {
+  for (const discovery::DiscoveredThread& t : vm.threads) {
     if (t.kind != Kind::kVcpu) continue;
     EXPECT_EQ(t.pid, vm.qemu_pid);
     int index = -1;
@@ -454,7 +454,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   }
   std::set<int> found_qemu_threads;
   bool main_thread = false, iothread = false;
-  for (const DiscoveredThread& t : vm.threads) {
+  for (const discovery::DiscoveredThread& t : vm.threads) {
     if (t.pid != vm.qemu_pid) continue;
     found_qemu_threads.insert(t.tid);
     main_thread |= t.tid == vm.qemu_pid && t.kind == Kind::kEmulator;
@@ -468,12 +468,12 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   // and the host's real facts. The build machines have no SMT (and no
   // CONFIG_SCHED_CORE): every VM must say so, not be skipped silently.
   {
-    agent::LocalHostFs host_fs;
-    auto topology = agent::ReadTopology(host_fs, "/sys");
+    host::LocalPseudoFs host_fs;
+    auto topology = host::ReadTopology(host_fs, "/sys");
     ASSERT_OK(topology);
-    auto smt = agent::ReadSmtActive(host_fs, "/sys", *topology);
+    auto smt = host::ReadSmtActive(host_fs, "/sys", *topology);
     ASSERT_OK(smt);
-    agent::PrctlCoreSched kernel;
+    host::PrctlCoreSched kernel;
     agent::ReconcilerOptions reconciler_options;
     reconciler_options.smt_active = *smt;
     reconciler_options.probe = kernel.Probe();
@@ -484,7 +484,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     assignment.set_isolation(v1::ISOLATION_LEVEL_VM);
     assignment.set_thread_scope(v1::THREAD_SCOPE_EMULATOR);
     agent::ReconcileResult tagged = reconciler.Reconcile(
-        {vm}, [&](const DiscoveredVm&) { return std::optional<v1::Assignment>(assignment); });
+        {vm}, [&](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(assignment); });
     ASSERT_EQ(tagged.vms.size(), 1u);
     const v1::VMEnforcement& e = tagged.vms[0].enforcement;
     std::cout << "tagging " << name << " here: " << e.ShortDebugString() << "\n";
@@ -520,7 +520,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     auto run_state_now = [&]() -> v1::VMRunState {
       auto listed = discovery.Discover();
       if (!listed.ok()) return v1::VM_RUN_STATE_UNSPECIFIED;
-      const DiscoveredVm* it = FindByName(*listed, name);
+      const discovery::DiscoveredVm* it = FindByName(*listed, name);
       return it == nullptr ? v1::VM_RUN_STATE_UNSPECIFIED : it->run_state;
     };
     const bool running = boot;
@@ -552,14 +552,14 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     std::cout << "libvirtd stopped; Discover(): " << down.status() << "\n";
     auto fallback = combined.Discover();
     ASSERT_OK(fallback);
-    const DiscoveredVm* from_procfs = FindByName(*fallback, name);
+    const discovery::DiscoveredVm* from_procfs = FindByName(*fallback, name);
     ASSERT_NE(from_procfs, nullptr) << "CombinedDiscovery lost the VM while libvirtd was down";
     EXPECT_EQ(from_procfs->uuid, uuid);
     EXPECT_EQ(from_procfs->threads.size(), vm.threads.size());
 
     ASSERT_EQ(own_libvirtd.Start(), "") << "cannot restart libvirtd";
     auto restarted = Clock::now();
-    std::optional<DiscoveredVm> after =
+    std::optional<discovery::DiscoveredVm> after =
         WaitForVm([&] { return discovery.Discover(); }, name, 2, 20000);
     ASSERT_TRUE(after.has_value()) << "not found again after libvirtd restarted";
     std::cout << "libvirtd restarted; found again after " << MsSince(restarted) << " ms\n";

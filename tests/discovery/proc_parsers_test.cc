@@ -8,7 +8,7 @@
 namespace cosched::discovery {
 namespace {
 
-using Kind = agent::DiscoveredThread::Kind;
+using Kind = discovery::DiscoveredThread::Kind;
 
 std::string Cmdline(std::initializer_list<std::string> args) {
   std::string text;

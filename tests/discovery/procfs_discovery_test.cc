@@ -13,15 +13,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "discovery/proc_fs.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched::discovery {
 namespace {
 
-using agent::DiscoveredThread;
-using agent::DiscoveredVm;
-using Kind = DiscoveredThread::Kind;
+using discovery::DiscoveredThread;
+using discovery::DiscoveredVm;
+using Kind = discovery::DiscoveredThread::Kind;
 
 std::string Cmdline(std::initializer_list<std::string> args) {
   std::string text;
@@ -35,22 +36,22 @@ struct FakeThread {
 };
 
 // Adds a process the way procfs shows it.
-void AddProcess(FakeProcFs& fs, int pid, int ppid, const std::string& comm,
+void AddProcess(host::FakePseudoFs& fs, int pid, int ppid, const std::string& comm,
                 const std::string& cmdline, const std::string& cgroup,
                 std::vector<FakeThread> threads = {}) {
-  fs.SetFile(absl::StrCat(pid, "/stat"),
+  fs.SetFile(absl::StrCat("/proc/", pid, "/stat"),
              absl::StrCat(pid, " (", comm, ") S ", ppid, " ", pid, " ", pid, " 0 -1 4194560 0\n"));
-  fs.SetFile(absl::StrCat(pid, "/cmdline"), cmdline);
-  fs.SetFile(absl::StrCat(pid, "/cgroup"), cgroup);
+  fs.SetFile(absl::StrCat("/proc/", pid, "/cmdline"), cmdline);
+  fs.SetFile(absl::StrCat("/proc/", pid, "/cgroup"), cgroup);
   if (threads.empty()) threads.push_back({pid, comm});
   for (const FakeThread& t : threads) {
-    fs.SetFile(absl::StrCat(pid, "/task/", t.tid, "/comm"), t.comm + "\n");
+    fs.SetFile(absl::StrCat("/proc/", pid, "/task/", t.tid, "/comm"), t.comm + "\n");
   }
 }
 
 // A host with one libvirt-style QEMU VM and everything around it.
-std::shared_ptr<FakeProcFs> FakeHost() {
-  auto fs = std::make_shared<FakeProcFs>();
+std::shared_ptr<host::FakePseudoFs> FakeHost() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
   const std::string vm_cgroup = "0::/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope/libvirt/emulator\n";
   AddProcess(*fs, 1, 0, "init", Cmdline({"/sbin/init"}), "0::/init.scope\n");
   AddProcess(*fs, 2, 0, "kthreadd", "", "0::/\n");
@@ -65,7 +66,7 @@ std::shared_ptr<FakeProcFs> FakeHost() {
               {1004, "IO iothread0"},
               {1005, "vhost-1000"}});
   // A thread that exits between the listing of task/ and the read of comm.
-  fs->SetReadError("1000/task/1006/comm", absl::NotFoundError("ESRCH"));
+  fs->SetReadError("/proc/1000/task/1006/comm", absl::NotFoundError("ESRCH"));
   // Old-style vhost worker: a kernel thread of its own.
   AddProcess(*fs, 1100, 2, "vhost-1000", "", "0::/\n");
   // A user process posing as vm-1's old-style vhost worker: not a kernel
@@ -93,19 +94,19 @@ std::shared_ptr<FakeProcFs> FakeHost() {
              "0::/user.slice/session-1.scope\n", {{2000, "qemu-kvm"}, {2001, "CPU 0/TCG"}});
   AddProcess(*fs, 2100, 1, "sshd", Cmdline({"sshd"}), "0::/user.slice/session-1.scope\n");
   // A process that is gone by the time its files are read.
-  fs->SetReadError("3000/stat", absl::NotFoundError("ENOENT"));
+  fs->SetReadError("/proc/3000/stat", absl::NotFoundError("ENOENT"));
   // A QEMU whose threads are gone (exited after its stat was read).
   AddProcess(*fs, 3100, 1, "qemu-system-x86", Cmdline({"qemu-system-x86_64", "-name", "gone"}),
              "0::/\n");
-  fs->Remove("3100/task");
+  fs->Remove("/proc/3100/task");
   // A zombie QEMU.
-  fs->SetFile("3200/stat", "3200 (qemu-system-x86) Z 1 3200 3200 0 -1 0\n");
-  fs->SetFile("3200/cmdline", "");
+  fs->SetFile("/proc/3200/stat", "3200 (qemu-system-x86) Z 1 3200 3200 0 -1 0\n");
+  fs->SetFile("/proc/3200/cmdline", "");
   return fs;
 }
 
-const DiscoveredVm* FindVm(const std::vector<DiscoveredVm>& vms, int qemu_pid) {
-  for (const DiscoveredVm& vm : vms) {
+const discovery::DiscoveredVm* FindVm(const std::vector<discovery::DiscoveredVm>& vms, int qemu_pid) {
+  for (const discovery::DiscoveredVm& vm : vms) {
     if (vm.qemu_pid == qemu_pid) return &vm;
   }
   return nullptr;
@@ -117,13 +118,13 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
   ASSERT_OK(vms);
   ASSERT_EQ(vms->size(), 2u);
 
-  const DiscoveredVm& vm = (*vms)[0];
+  const discovery::DiscoveredVm& vm = (*vms)[0];
   EXPECT_EQ(vm.vm_id, "vm-1");
   EXPECT_EQ(vm.uuid, "11111111-2222-3333-4444-555555555555");
   EXPECT_EQ(vm.qemu_pid, 1000);
   // libvirt's inner "libvirt/emulator" groups belong to the VM's scope.
   EXPECT_EQ(vm.cgroup, "/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope");
-  std::vector<DiscoveredThread> expected = {
+  std::vector<discovery::DiscoveredThread> expected = {
       {1000, 1000, "qemu-system-x86", Kind::kEmulator},
       {1001, 1000, "call_rcu", Kind::kEmulator},
       {1002, 1000, "CPU 0/KVM", Kind::kVcpu},
@@ -138,12 +139,12 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
   };
   EXPECT_EQ(vm.threads, expected);
 
-  const DiscoveredVm& unmanaged = (*vms)[1];
+  const discovery::DiscoveredVm& unmanaged = (*vms)[1];
   EXPECT_EQ(unmanaged.vm_id, "99999999-8888-7777-6666-555555555555");
   EXPECT_EQ(unmanaged.qemu_pid, 2000);
   EXPECT_EQ(unmanaged.cgroup, "");
   // Its session cgroup is shared, so sshd and bash are not its helpers.
-  EXPECT_EQ(unmanaged.threads, (std::vector<DiscoveredThread>{
+  EXPECT_EQ(unmanaged.threads, (std::vector<discovery::DiscoveredThread>{
                                    {2000, 2000, "qemu-kvm", Kind::kEmulator},
                                    {2001, 2000, "CPU 0/TCG", Kind::kVcpu}}));
 }
@@ -152,7 +153,7 @@ TEST(ProcfsDiscovery, WithoutHelpers) {
   ProcfsDiscovery discovery(FakeHost(), {.include_helpers = false});
   auto vms = discovery.Discover();
   ASSERT_OK(vms);
-  for (const DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
+  for (const discovery::DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
   EXPECT_EQ((*vms)[0].threads.size(), 7u);
   // The VM's cgroup is found without helpers too: forced idle needs it.
   EXPECT_EQ((*vms)[0].cgroup, "/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope");
@@ -170,7 +171,7 @@ TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
   const int known[] = {4000, 4242};  // 4242 does not exist
   auto with_known = discovery.Discover(known);
   ASSERT_TRUE(with_known.ok());
-  const DiscoveredVm* vm = FindVm(*with_known, 4000);
+  const discovery::DiscoveredVm* vm = FindVm(*with_known, 4000);
   ASSERT_NE(vm, nullptr);
   EXPECT_EQ(vm->vm_id, "wrapped");
   EXPECT_EQ(vm->threads.size(), 2u);
@@ -181,7 +182,7 @@ TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
 // two agents on one machine) pid 2 is whatever started second, here QEMU;
 // kernel threads are not visible there at all.
 TEST(ProcfsDiscovery, QemuAsPid2OfAPidNamespaceIsAVm) {
-  auto fs = std::make_shared<FakeProcFs>();
+  auto fs = std::make_shared<host::FakePseudoFs>();
   AddProcess(*fs, 1, 0, "sh", Cmdline({"/bin/sh"}), "0::/\n");
   AddProcess(*fs, 2, 1, "qemu-system-x86",
              Cmdline({"qemu-system-x86_64", "-name", "guest=vm-ns", "-uuid",
@@ -192,20 +193,21 @@ TEST(ProcfsDiscovery, QemuAsPid2OfAPidNamespaceIsAVm) {
   ProcfsDiscovery discovery(fs);
   auto vms = discovery.Discover();
   ASSERT_OK(vms);
-  const DiscoveredVm* vm = FindVm(*vms, 2);
+  const discovery::DiscoveredVm* vm = FindVm(*vms, 2);
   ASSERT_NE(vm, nullptr);
   EXPECT_EQ(vm->vm_id, "vm-ns");
   EXPECT_EQ(vm->threads.size(), 3u);  // its two threads and its child
 }
 
 TEST(ProcfsDiscovery, UnreadableProcIsAnError) {
-  ProcfsDiscovery missing(std::make_shared<RealProcFs>("/nonexistent/proc"));
+  ProcfsDiscovery missing(std::make_shared<host::LocalPseudoFs>(),
+                          {.procfs_root = "/nonexistent/proc"});
   auto vms = missing.Discover();
   ASSERT_FALSE(vms.ok());
   EXPECT_EQ(vms.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(vms.status().message().find("cannot scan procfs"), std::string::npos);
 
-  auto fs = std::make_shared<FakeProcFs>();  // nothing at all
+  auto fs = std::make_shared<host::FakePseudoFs>();  // nothing at all
   EXPECT_FALSE(ProcfsDiscovery(fs).Discover().ok());
 }
 
@@ -213,33 +215,12 @@ TEST(ProcfsDiscovery, ThreadsInScope) {
   ProcfsDiscovery discovery(FakeHost());
   auto vms = discovery.Discover();
   ASSERT_TRUE(vms.ok());
-  const DiscoveredVm& vm = (*vms)[0];
+  const discovery::DiscoveredVm& vm = (*vms)[0];
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_VCPUS).size(), 2u);
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_EMULATOR).size(), 7u);
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_UNSPECIFIED).size(), 7u);
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_FULL).size(), 11u);
   EXPECT_STREQ(ThreadKindName(Kind::kVhostWorker), "vhost");
-}
-
-TEST(FakeProcFs, ListsImpliedDirectories) {
-  FakeProcFs fs;
-  fs.SetFile("10/task/11/comm", "a\n");
-  fs.SetFile("10/task/12/comm", "b\n");
-  fs.SetFile("9/stat", "x");
-  EXPECT_EQ(*fs.ListDir(""), (std::vector<std::string>{"10", "9"}));
-  EXPECT_EQ(*fs.ListDir("10/task"), (std::vector<std::string>{"11", "12"}));
-  EXPECT_EQ(fs.ListDir("10/task/13").status().code(), absl::StatusCode::kNotFound);
-  fs.Remove("10/task/11");
-  EXPECT_EQ(*fs.ListDir("10/task"), (std::vector<std::string>{"12"}));
-}
-
-TEST(RealProcFs, ReadsAndMapsVanishedTasksToNotFound) {
-  RealProcFs fs;
-  auto self = fs.ReadFile(absl::StrCat(getpid(), "/stat"));
-  ASSERT_OK(self);
-  EXPECT_EQ(self->substr(0, std::to_string(getpid()).size()), std::to_string(getpid()));
-  EXPECT_EQ(fs.ReadFile("999999999/comm").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(fs.ListDir("999999999/task").status().code(), absl::StatusCode::kNotFound);
 }
 
 // Runs the fake QEMU (fake_vm_process.cc, built as qemu-system-x86_64) and
@@ -283,10 +264,10 @@ class FakeVmProcess {
 TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
   FakeVmProcess fake("vm-real", "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f50");
   ASSERT_TRUE(fake.ready()) << "the fake VM process did not start";
-  ProcfsDiscovery discovery(std::make_shared<RealProcFs>());
+  ProcfsDiscovery discovery(std::make_shared<host::LocalPseudoFs>());
   auto vms = discovery.Discover();
   ASSERT_OK(vms);
-  const DiscoveredVm* vm = FindVm(*vms, fake.pid());
+  const discovery::DiscoveredVm* vm = FindVm(*vms, fake.pid());
   ASSERT_NE(vm, nullptr) << "pid " << fake.pid() << " not found among " << vms->size() << " VMs";
   EXPECT_EQ(vm->vm_id, "vm-real");
   EXPECT_EQ(vm->uuid, "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f50");
@@ -294,7 +275,7 @@ TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
   int pid = fake.pid();
   std::vector<std::pair<std::string, Kind>> seen;
   int helper_pid = 0;
-  for (const DiscoveredThread& t : vm->threads) {
+  for (const discovery::DiscoveredThread& t : vm->threads) {
     if (t.kind == Kind::kHelper) {
       helper_pid = t.pid;
       EXPECT_EQ(t.name, "fake-helper");

@@ -7,22 +7,24 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/core_sched_fake.h"
-#include "agent/host_fs.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/pseudo_fs.h"
 
 #include "cli/csctl.h"
 #include "common/transport.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "nlohmann/json.hpp"
 #include "server/authz.h"
 #include "server/csd_server.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"
-#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -147,7 +149,7 @@ class AuthzTest : public ::testing::Test {
   // An agent on a fake host of one core with two CPUs, over mutual TLS
   // with the certificate of `client`.
   agent::AgentOptions AgentOptionsWithCertOf(const std::string& client) {
-    auto fs = std::make_shared<agent::FakeHostFs>();
+    auto fs = std::make_shared<host::FakePseudoFs>();
     const std::string cpu = "/sys/devices/system/cpu";
     fs->SetFile(cpu + "/online", "0-1\n");
     for (int i = 0; i < 2; ++i) {
@@ -292,8 +294,8 @@ TEST_F(AuthzTest, ChangesAreInTheAuditTrailThatCsctlShows) {
 TEST_F(AuthzTest, AgentWithAnotherHostsIdIsToldToFixItsConfig) {
   agent::AgentOptions options = AgentOptionsWithCertOf("host-a");
   options.host_id = "host-b";
-  options.core_sched = std::make_shared<agent::FakeCoreSched>();
-  options.vm_discovery = std::make_shared<agent::StaticVmDiscovery>();
+  options.core_sched = std::make_shared<host::FakeCoreSched>();
+  options.vm_discovery = std::make_shared<discovery::StaticVmDiscovery>();
   agent::Agent agent(options);
   ASSERT_TRUE(agent.Start().ok());
   // Bounded poll for the first refused Register, not a timing assertion.
@@ -309,13 +311,13 @@ TEST_F(AuthzTest, AgentWithAnotherHostsIdIsToldToFixItsConfig) {
 }
 
 TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
-  auto kernel = std::make_shared<agent::FakeCoreSched>();
-  auto discovery = std::make_shared<agent::StaticVmDiscovery>();
-  agent::DiscoveredVm vm;
+  auto kernel = std::make_shared<host::FakeCoreSched>();
+  auto discovery = std::make_shared<discovery::StaticVmDiscovery>();
+  discovery::DiscoveredVm vm;
   vm.vm_id = "vm-1";
   vm.qemu_pid = 100;
-  vm.threads = {{100, 100, "qemu-system-x86", agent::DiscoveredThread::Kind::kEmulator},
-                {101, 100, "CPU 0/KVM", agent::DiscoveredThread::Kind::kVcpu}};
+  vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator},
+                {101, 100, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu}};
   for (const auto& t : vm.threads) kernel->AddTask(t.tid, 100);
   discovery->SetVms({vm});
 

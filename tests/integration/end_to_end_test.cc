@@ -6,23 +6,25 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/core_sched_fake.h"
-#include "agent/host_fs.h"
 #include "cli/commands.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "nlohmann/json.hpp"
 #include "server/csd_server.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::shared_ptr<agent::FakeHostFs> TwoCoresTwoSiblings() {
-  auto fs = std::make_shared<agent::FakeHostFs>();
+std::shared_ptr<host::FakePseudoFs> TwoCoresTwoSiblings() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
   const std::string cpu = "/sys/devices/system/cpu";
   fs->SetFile(cpu + "/online", "0-3\n");
   for (int i = 0; i < 4; ++i) {
@@ -36,12 +38,12 @@ std::shared_ptr<agent::FakeHostFs> TwoCoresTwoSiblings() {
 }
 
 // A VM of three threads (QEMU's main thread and two vCPUs) in `kernel`.
-agent::DiscoveredVm Vm(agent::FakeCoreSched& kernel, const std::string& id,
+discovery::DiscoveredVm Vm(host::FakeCoreSched& kernel, const std::string& id,
                        int pid) {
-  agent::DiscoveredVm vm;
+  discovery::DiscoveredVm vm;
   vm.vm_id = id;
   vm.qemu_pid = pid;
-  using Kind = agent::DiscoveredThread::Kind;
+  using Kind = discovery::DiscoveredThread::Kind;
   vm.threads = {{pid, pid, "qemu-system-x86", Kind::kEmulator},
                 {pid + 1, pid, "CPU 0/KVM", Kind::kVcpu},
                 {pid + 2, pid, "CPU 1/KVM", Kind::kVcpu}};
@@ -114,10 +116,10 @@ class EndToEndTest : public ::testing::Test {
   std::unique_ptr<server::CsdServer> csd_;
   std::unique_ptr<v1::ControlPlane::Stub> stub_;
   cli::CommandOptions cli_options_;
-  std::shared_ptr<agent::FakeCoreSched> kernel_ =
-      std::make_shared<agent::FakeCoreSched>();
-  std::shared_ptr<agent::StaticVmDiscovery> discovery_ =
-      std::make_shared<agent::StaticVmDiscovery>();
+  std::shared_ptr<host::FakeCoreSched> kernel_ =
+      std::make_shared<host::FakeCoreSched>();
+  std::shared_ptr<discovery::StaticVmDiscovery> discovery_ =
+      std::make_shared<discovery::StaticVmDiscovery>();
   std::unique_ptr<agent::Agent> agent_;
   std::string last_error_;
 };

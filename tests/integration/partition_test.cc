@@ -12,15 +12,17 @@
 #include <vector>
 
 #include "agent/agent.h"
-#include "agent/core_sched_fake.h"
-#include "agent/host_fs.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
+#include "discovery/testing/static_vm_discovery.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/core_sched_fake.h"
+#include "host/testing/pseudo_fs_fake.h"
 #include "server/csd_server.h"
 #include "tests/testing/partition_proxy.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched {
 namespace {
@@ -32,8 +34,8 @@ using namespace std::chrono_literals;
 // settings, not shortened ones.
 constexpr auto kPartition = 150s;
 
-std::shared_ptr<agent::FakeHostFs> TwoCoresTwoSiblings() {
-  auto fs = std::make_shared<agent::FakeHostFs>();
+std::shared_ptr<host::FakePseudoFs> TwoCoresTwoSiblings() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
   const std::string cpu = "/sys/devices/system/cpu";
   fs->SetFile(cpu + "/online", "0-3\n");
   for (int i = 0; i < 4; ++i) {
@@ -46,11 +48,11 @@ std::shared_ptr<agent::FakeHostFs> TwoCoresTwoSiblings() {
   return fs;
 }
 
-agent::DiscoveredVm Vm(agent::FakeCoreSched& kernel, const std::string& id, int pid) {
-  agent::DiscoveredVm vm;
+discovery::DiscoveredVm Vm(host::FakeCoreSched& kernel, const std::string& id, int pid) {
+  discovery::DiscoveredVm vm;
   vm.vm_id = id;
   vm.qemu_pid = pid;
-  using Kind = agent::DiscoveredThread::Kind;
+  using Kind = discovery::DiscoveredThread::Kind;
   vm.threads = {{pid, pid, "qemu-system-x86", Kind::kEmulator},
                 {pid + 1, pid, "CPU 0/KVM", Kind::kVcpu},
                 {pid + 2, pid, "CPU 1/KVM", Kind::kVcpu}};
@@ -69,7 +71,7 @@ bool Eventually(Condition condition, std::chrono::milliseconds timeout) {
 }
 
 // The cookie every thread of the VM at `pid` holds, or 0 when they differ.
-uint64_t VmCookie(agent::FakeCoreSched& kernel, int pid) {
+uint64_t VmCookie(host::FakeCoreSched& kernel, int pid) {
   const uint64_t c = kernel.CookieOf(pid);
   return kernel.CookieOf(pid + 1) == c && kernel.CookieOf(pid + 2) == c ? c : 0;
 }
@@ -151,10 +153,10 @@ class PartitionTest : public ::testing::Test {
   std::unique_ptr<server::CsdServer> csd_;
   std::unique_ptr<v1::ControlPlane::Stub> stub_;
   std::unique_ptr<testing::PartitionProxy> proxy_;
-  std::shared_ptr<agent::FakeCoreSched> kernel_ = std::make_shared<agent::FakeCoreSched>();
-  std::shared_ptr<agent::StaticVmDiscovery> discovery_ =
-      std::make_shared<agent::StaticVmDiscovery>();
-  std::vector<agent::DiscoveredVm> vms_;
+  std::shared_ptr<host::FakeCoreSched> kernel_ = std::make_shared<host::FakeCoreSched>();
+  std::shared_ptr<discovery::StaticVmDiscovery> discovery_ =
+      std::make_shared<discovery::StaticVmDiscovery>();
+  std::vector<discovery::DiscoveredVm> vms_;
   std::unique_ptr<agent::Agent> agent_;
   std::mutex mu_;
   std::vector<int64_t> applied_;

@@ -1,0 +1,41 @@
+// The host's CPU topology and the capabilities that depend on it, read from
+// sysfs and procfs through PseudoFs.
+#ifndef COSCHED_HOST_TOPOLOGY_H_
+#define COSCHED_HOST_TOPOLOGY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "host/pseudo_fs.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::host {
+
+// Parses a kernel CPU list ("0-3,8-11", "0,2", "" or "\n" for none) into
+// sorted, distinct CPU ids. INVALID_ARGUMENT quoting the text when malformed.
+absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text);
+
+// Reads <sysfs_root>/devices/system/cpu/online and, for each online CPU,
+// topology/{thread_siblings_list,core_id,physical_package_id}. CPUs that
+// list each other as siblings form one core; cores are ordered by their
+// first CPU. NOT_FOUND or INVALID_ARGUMENT naming the file that is missing or
+// malformed.
+absl::StatusOr<v1::Topology> ReadTopology(const PseudoFs& fs,
+                                          absl::string_view sysfs_root);
+
+// <sysfs_root>/devices/system/cpu/smt/active when the kernel has it, else
+// whether any core of `topology` has more than one CPU.
+absl::StatusOr<bool> ReadSmtActive(const PseudoFs& fs,
+                                   absl::string_view sysfs_root,
+                                   const v1::Topology& topology);
+
+// Whether <procfs_root>/sys/kernel/sched_schedstats is 1 (false when the
+// kernel has no schedstats at all).
+absl::StatusOr<bool> ReadSchedstatsEnabled(const PseudoFs& fs,
+                                           absl::string_view procfs_root);
+
+}  // namespace cosched::host
+
+#endif  // COSCHED_HOST_TOPOLOGY_H_

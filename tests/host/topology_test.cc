@@ -1,0 +1,199 @@
+#include "host/topology.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "host/pseudo_fs.h"
+#include "host/testing/pseudo_fs_fake.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::host {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::vector<int> Cpus(absl::string_view text) {
+  absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
+  EXPECT_TRUE(cpus.ok()) << cpus.status();
+  return cpus.ok() ? *cpus : std::vector<int>{};
+}
+
+TEST(ParseCpuListTest, Ranges) {
+  EXPECT_THAT(Cpus("0-1"), ElementsAre(0, 1));
+  EXPECT_THAT(Cpus("0,2"), ElementsAre(0, 2));
+  EXPECT_THAT(Cpus("0-3,8-11\n"), ElementsAre(0, 1, 2, 3, 8, 9, 10, 11));
+  EXPECT_THAT(Cpus("5"), ElementsAre(5));
+  EXPECT_THAT(Cpus("3,1,1-2"), ElementsAre(1, 2, 3));
+}
+
+TEST(ParseCpuListTest, EmptyMeansNone) {
+  EXPECT_THAT(Cpus(""), IsEmpty());
+  EXPECT_THAT(Cpus("\n"), IsEmpty());
+}
+
+TEST(ParseCpuListTest, Malformed) {
+  for (const char* bad : {"a", "1-", "-1", "3-1", "1,,2", "1-2-3", "+1",
+                          "0-99999999", "1 2", "0,"}) {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(bad);
+    EXPECT_EQ(cpus.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(cpus.status().message(), HasSubstr(bad));
+  }
+}
+
+constexpr char kCpuDir[] = "/sys/devices/system/cpu";
+
+void AddCpu(FakePseudoFs& fs, int cpu, const std::string& siblings, int core_id,
+            int package_id = 0) {
+  std::string dir = absl::StrCat(kCpuDir, "/cpu", cpu, "/topology");
+  fs.SetFile(dir + "/thread_siblings_list", siblings + "\n");
+  fs.SetFile(dir + "/core_id", absl::StrCat(core_id, "\n"));
+  fs.SetFile(dir + "/physical_package_id", absl::StrCat(package_id, "\n"));
+}
+
+// Two cores with two siblings each, numbered the way x86 does it: the
+// second sibling of core 0 is CPU 2.
+FakePseudoFs TwoCoresTwoSiblings() {
+  FakePseudoFs fs;
+  fs.SetFile(absl::StrCat(kCpuDir, "/online"), "0-3\n");
+  AddCpu(fs, 0, "0,2", 0);
+  AddCpu(fs, 1, "1,3", 1);
+  AddCpu(fs, 2, "0,2", 0);
+  AddCpu(fs, 3, "1,3", 1);
+  return fs;
+}
+
+TEST(ReadTopologyTest, TwoCoresTwoSiblings) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_EQ(topology->cores_size(), 2);
+  EXPECT_THAT(topology->cores(0).cpus(), ElementsAre(0, 2));
+  EXPECT_EQ(topology->cores(0).core_id(), 0);
+  EXPECT_THAT(topology->cores(1).cpus(), ElementsAre(1, 3));
+  EXPECT_EQ(topology->cores(1).core_id(), 1);
+  EXPECT_EQ(topology->cores(1).package_id(), 0);
+
+  absl::StatusOr<bool> smt = ReadSmtActive(fs, "/sys", *topology);
+  ASSERT_TRUE(smt.ok());
+  EXPECT_TRUE(*smt);
+}
+
+TEST(ReadTopologyTest, NoSmt) {
+  FakePseudoFs fs;
+  fs.SetFile(absl::StrCat(kCpuDir, "/online"), "0-1\n");
+  AddCpu(fs, 0, "0", 0);
+  AddCpu(fs, 1, "1", 1);
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_EQ(topology->cores_size(), 2);
+  EXPECT_THAT(topology->cores(0).cpus(), ElementsAre(0));
+  EXPECT_THAT(topology->cores(1).cpus(), ElementsAre(1));
+  absl::StatusOr<bool> smt = ReadSmtActive(fs, "/sys", *topology);
+  ASSERT_TRUE(smt.ok());
+  EXPECT_FALSE(*smt);
+}
+
+TEST(ReadTopologyTest, SmtActiveFileWins) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  fs.SetFile(absl::StrCat(kCpuDir, "/smt/active"), "0\n");
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok());
+  EXPECT_FALSE(*ReadSmtActive(fs, "/sys", *topology));
+}
+
+TEST(ReadTopologyTest, OfflineSiblingIsLeftOut) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  fs.SetFile(absl::StrCat(kCpuDir, "/online"), "0-2\n");
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_EQ(topology->cores_size(), 2);
+  EXPECT_THAT(topology->cores(1).cpus(), ElementsAre(1));
+}
+
+TEST(ReadTopologyTest, CoreIdsRepeatingAcrossDiesStayApart) {
+  FakePseudoFs fs;
+  fs.SetFile(absl::StrCat(kCpuDir, "/online"), "0-1\n");
+  AddCpu(fs, 0, "0", 0);
+  AddCpu(fs, 1, "1", 0);
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok());
+  EXPECT_EQ(topology->cores_size(), 2);
+}
+
+TEST(ReadTopologyTest, MissingFileIsNamed) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  fs.Remove(absl::StrCat(kCpuDir, "/cpu1/topology/core_id"));
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  EXPECT_EQ(topology.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(topology.status().message(), HasSubstr("cpu1/topology/core_id"));
+}
+
+TEST(ReadTopologyTest, MalformedSiblingsAreNamed) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  AddCpu(fs, 2, "0,x", 0);
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  EXPECT_EQ(topology.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(topology.status().message(),
+              HasSubstr("cpu2/topology/thread_siblings_list"));
+}
+
+TEST(ReadTopologyTest, DisagreeingSiblingListsAreAnError) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  AddCpu(fs, 2, "1,2", 0);
+  EXPECT_EQ(ReadTopology(fs, "/sys").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReadTopologyTest, OtherSysfsRoot) {
+  FakePseudoFs fs;
+  fs.SetFile("/fake/sys/devices/system/cpu/online", "0\n");
+  fs.SetFile("/fake/sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
+             "0\n");
+  fs.SetFile("/fake/sys/devices/system/cpu/cpu0/topology/core_id", "0\n");
+  fs.SetFile("/fake/sys/devices/system/cpu/cpu0/topology/physical_package_id",
+             "-1\n");
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/fake/sys");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  EXPECT_EQ(topology->cores(0).package_id(), -1);
+}
+
+TEST(SchedstatsTest, OnOffMissing) {
+  FakePseudoFs fs;
+  EXPECT_FALSE(*ReadSchedstatsEnabled(fs, "/proc"));
+  fs.SetFile("/proc/sys/kernel/sched_schedstats", "0\n");
+  EXPECT_FALSE(*ReadSchedstatsEnabled(fs, "/proc"));
+  fs.SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
+  EXPECT_TRUE(*ReadSchedstatsEnabled(fs, "/proc"));
+  fs.SetFile("/proc/sys/kernel/sched_schedstats", "yes\n");
+  EXPECT_EQ(ReadSchedstatsEnabled(fs, "/proc").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FakePseudoFsTest, ListsImpliedDirectories) {
+  FakePseudoFs fs = TwoCoresTwoSiblings();
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(kCpuDir);
+  ASSERT_TRUE(names.ok());
+  EXPECT_THAT(*names, ElementsAre("cpu0", "cpu1", "cpu2", "cpu3", "online"));
+  EXPECT_EQ(fs.ListDirectory("/nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(LocalPseudoFsTest, ReadsThisMachinesTopology) {
+  LocalPseudoFs fs;
+  absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  EXPECT_GT(topology->cores_size(), 0);
+  EXPECT_EQ(fs.ReadFile("/nonexistent/file").status().code(),
+            absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<std::string>> names =
+      fs.ListDirectory("/sys/devices/system/cpu");
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, ::testing::Contains("online"));
+}
+
+}  // namespace
+}  // namespace cosched::host
