@@ -21,13 +21,28 @@ lab_result() {
   echo "[lab] $name: $*"
 }
 
-# lab_wait_for SECONDS COMMAND...: polls COMMAND every 50 ms until it succeeds.
+# lab_uptime_cs: sets LAB_NOW_CS to the guest's uptime in centiseconds
+# (/proc/uptime; `read` is a builtin, so no program is started).
+lab_uptime_cs() {
+  local up rest
+  read -r up rest </proc/uptime
+  # "12.05": 12 * 100 + (105 - 100), so that a fraction "05" is not octal.
+  LAB_NOW_CS=$(( ${up%.*} * 100 + 1${up#*.} - 100 ))
+}
+
+# lab_wait_for SECONDS COMMAND...: polls COMMAND every 50 ms until it
+# succeeds, for at most SECONDS of elapsed time (a whole number). Bounded by
+# the clock, not by a count of polls: in the emulated guest one poll that
+# starts csctl takes far longer than the 50 ms between polls. COMMAND is
+# tried at least once; a poll that ends past the deadline is the last.
 lab_wait_for() {
-  local limit=$1 waited=0; shift
+  local deadline
+  lab_uptime_cs
+  deadline=$((LAB_NOW_CS + $1 * 100)); shift
   while ! "$@" 2>/dev/null; do
-    [ $waited -ge $((limit * 20)) ] && return 1
+    lab_uptime_cs
+    [ $LAB_NOW_CS -ge $deadline ] && return 1
     sleep 0.05
-    waited=$((waited + 1))
   done
 }
 
@@ -96,6 +111,26 @@ lab_check_topology() {
 
 # lab_cookies_of PID: the distinct cookie values of PID's threads, one a line.
 lab_cookies_of() { lab_cookies "$1" | awk '{print $3}' | sort -u; }
+
+# lab_vhost_workers PID: the tids of the real vhost-net workers of fake QEMU
+# PID (--vhost-net), one a line. Linux >= 6.4 (the 6.12 lab kernel) makes
+# them threads of PID, 6.1 kernel threads (children of kthreadd); both are
+# named vhost-PID (lab_cookies -n matches processes, not threads).
+lab_vhost_workers() {
+  lab_cookies "$1" | awk -v n="vhost-$1" '$4 == n {print $2}'
+  lab_cookies -n "vhost-$1" 2>/dev/null | awk '{print $2}'
+}
+
+# lab_vhost_kthreads PID: those of them that are kernel threads (6.1), not
+# threads of PID; none on 6.12.
+lab_vhost_kthreads() { lab_cookies -n "vhost-$1" 2>/dev/null | awk '{print $2}'; }
+
+# lab_vhost_worker_cookies PID: the distinct cookies of PID's vhost workers,
+# one a line.
+lab_vhost_worker_cookies() {
+  local t
+  for t in $(lab_vhost_workers "$1"); do lab_cookies "$t" | awk -v t="$t" '$2 == t {print $3}'; done | sort -u
+}
 
 # lab_share_field FILE GROUP FIELD: a figure from `lab_sibling_share --text`
 # output (fields: 2 run_ms, 3 same%, 4 idle%, 5 foreign%, 6 unknown%,

@@ -13,16 +13,9 @@ export LIBVIRT_DEFAULT_URI=qemu:///system
 LAB_LIBVIRTD_PIDFILE=/run/lab-libvirtd.pid
 LAB_LIBVIRTD_LOG=/var/log/libvirt/libvirtd.log
 
-# lab_wait_secs SECONDS COMMAND...: polls COMMAND every 50 ms until it
-# succeeds, for SECONDS of real time. (lab_wait_for counts polls, and in
-# this guest every poll that starts a program takes far longer than 50 ms.)
-lab_wait_secs() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  while ! "$@" 2>/dev/null; do
-    [ "$(date +%s)" -ge $deadline ] && return 1
-    sleep 0.05
-  done
-}
+# lab_wait_secs SECONDS COMMAND...: lab_wait_for (lib.sh), which is bounded
+# by elapsed time too; the older name the libvirt scenarios use.
+lab_wait_secs() { lab_wait_for "$@"; }
 
 # lab_wait_host_secs / lab_wait_enforced_secs VM SECONDS: lib.sh's checks,
 # bounded in real time.
