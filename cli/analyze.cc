@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "cli/output.h"
 #include "telemetry/topology.h"
 
@@ -70,10 +71,11 @@ absl::StatusOr<telemetry::TraceTextCounts> ReadTrace(const std::string& path, On
   return reader.counts();
 }
 
+// absl's strip on this file's std::string_views (absl 20220623 as Debian
+// builds it has its own string_view).
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
+  absl::string_view t = absl::StripAsciiWhitespace(absl::string_view(s.data(), s.size()));
+  return std::string_view(t.data(), t.size());
 }
 
 // Group ids handed out on first sight, with their names.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "host/pseudo_fs.h"
 #include "host/testing/pseudo_fs_fake.h"
+#include "common/cpu_list.h"
 #include "host/topology.h"
 #include "policy/scenario.h"
 #include "telemetry/topology.h"
@@ -29,14 +30,11 @@ void Check(bool ok) {
 }
 
 void FuzzCpuLists(absl::string_view text) {
-  auto agent_list = host::ParseCpuList(text);
-  if (agent_list.ok()) Check(std::is_sorted(agent_list->begin(), agent_list->end()));
-  auto telemetry_list = telemetry::ParseCpuList(std::string_view(text.data(), text.size()));
-  if (telemetry_list.ok())
-    Check(std::is_sorted(telemetry_list->begin(), telemetry_list->end()));
+  auto list = ParseCpuList(text);
+  if (list.ok()) Check(std::adjacent_find(list->begin(), list->end(), std::greater_equal<int>()) == list->end());
+  // The scenario's pins add only the field's name to the same rules.
   auto scenario_list = policy::ParseCpuList("pin.cpus", text);
-  if (scenario_list.ok())
-    Check(std::is_sorted(scenario_list->begin(), scenario_list->end()));
+  Check(scenario_list.ok() == (list.ok() && !list->empty()));
 
   auto topology = telemetry::CpuTopology::Parse(std::string_view(text.data(), text.size()),
                                                 "topo.txt");

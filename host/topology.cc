@@ -8,28 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/cpu_ranges.h"
+#include "common/cpu_list.h"
 #include "common/status_macros.h"
 
 namespace cosched::host {
 namespace {
-
-// Far above any kernel's NR_CPUS; bounds what a malformed range can allocate.
-constexpr int kMaxCpuId = 1 << 16;
-
-absl::Status BadCpuList(absl::string_view text, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("malformed CPU list \"", text, "\": ", why));
-}
-
-absl::StatusOr<int> ParseCpuId(absl::string_view whole, absl::string_view s) {
-  int id;
-  if (!absl::SimpleAtoi(s, &id) || id < 0 || id > kMaxCpuId ||
-      s.find_first_not_of("0123456789") != absl::string_view::npos) {
-    return BadCpuList(whole, absl::StrCat("\"", s, "\" is not a CPU id"));
-  }
-  return id;
-}
 
 absl::StatusOr<std::string> ReadTrimmed(const PseudoFs& fs,
                                         const std::string& path) {
@@ -52,29 +35,6 @@ std::string CpuDir(absl::string_view sysfs_root) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
-  absl::string_view list = absl::StripAsciiWhitespace(text);
-  std::vector<std::pair<int, int>> ranges;
-  if (list.empty()) return std::vector<int>();
-  for (absl::string_view item : absl::StrSplit(list, ',')) {
-    if (item.empty()) return BadCpuList(text, "empty item");
-    std::vector<absl::string_view> bounds = absl::StrSplit(item, '-');
-    if (bounds.size() > 2) {
-      return BadCpuList(text, absl::StrCat("\"", item, "\" is not a range"));
-    }
-    ASSIGN_OR_RETURN(int first, ParseCpuId(text, bounds[0]));
-    int last = first;
-    if (bounds.size() == 2) {
-      ASSIGN_OR_RETURN(last, ParseCpuId(text, bounds[1]));
-      if (last < first) {
-        return BadCpuList(text, absl::StrCat("range \"", item, "\" is reversed"));
-      }
-    }
-    ranges.emplace_back(first, last);
-  }
-  return ExpandCpuRanges(std::move(ranges));
-}
 
 absl::StatusOr<v1::Topology> ReadTopology(const PseudoFs& fs,
                                           absl::string_view sysfs_root) {

@@ -13,10 +13,6 @@
 
 namespace cosched::host {
 
-// Parses a kernel CPU list ("0-3,8-11", "0,2", "" or "\n" for none) into
-// sorted, distinct CPU ids. INVALID_ARGUMENT quoting the text when malformed.
-absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text);
-
 // Reads <sysfs_root>/devices/system/cpu/online and, for each online CPU,
 // topology/{thread_siblings_list,core_id,physical_package_id}. CPUs that
 // list each other as siblings form one core; cores are ordered by their

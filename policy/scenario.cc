@@ -8,7 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/cpu_ranges.h"
+#include "common/cpu_list.h"
+#include "common/status_macros.h"
 #include "common/names.h"
 #include "common/validation.h"
 #include "policy/trust_group.h"
@@ -103,19 +104,12 @@ absl::StatusOr<std::vector<std::string>> GetIdList(const YAML::Node& node,
   return out;
 }
 
-#define COSCHED_ASSIGN_OR_RETURN(lhs, expr) \
-  do {                                      \
-    auto _value = (expr);                   \
-    if (!_value.ok()) return _value.status(); \
-    lhs = *std::move(_value);               \
-  } while (0)
-
 absl::StatusOr<Workload> ParseWorkload(const YAML::Node& node,
                                        const std::string& field) {
   if (!node.IsMap()) return Invalid(field, "must be a map" + Line(node));
   if (!node["kind"]) return Invalid(field + ".kind", "is required");
   std::string kind;
-  COSCHED_ASSIGN_OR_RETURN(kind, GetString(node["kind"], field + ".kind"));
+  ASSIGN_OR_RETURN(kind, GetString(node["kind"], field + ".kind"));
   Workload w;
   std::set<std::string> keys = {"kind"};
   if (kind == "cpu" || kind == "avx") {
@@ -136,28 +130,28 @@ absl::StatusOr<Workload> ParseWorkload(const YAML::Node& node,
   absl::Status keys_ok = CheckKeys(node, field, keys);
   if (!keys_ok.ok()) return keys_ok;
   if (node["util"]) {
-    COSCHED_ASSIGN_OR_RETURN(w.util,
+    ASSIGN_OR_RETURN(w.util,
                              GetNumber(node["util"], field + ".util", 0, true, 1));
   }
   if (node["burst_ms"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         w.burst_ms, GetNumber(node["burst_ms"], field + ".burst_ms", 0, true, 1e6));
   }
   if (node["period_ms"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         w.period_ms,
         GetNumber(node["period_ms"], field + ".period_ms", 0, true, 1e7));
   }
   if (node["jitter"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         w.jitter, GetNumber(node["jitter"], field + ".jitter", 0, false, 1));
   }
   if (node["think_ms"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         w.think_ms, GetNumber(node["think_ms"], field + ".think_ms", 0, false, 1e7));
   }
   if (node["work_ms"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         w.work_ms, GetNumber(node["work_ms"], field + ".work_ms", 0, true, 1e6));
   }
   if (w.kind == WorkloadKind::kPeriodic && w.burst_ms > w.period_ms) {
@@ -177,9 +171,9 @@ absl::StatusOr<std::vector<int>> ParsePin(const YAML::Node& node,
   bool by_core = static_cast<bool>(node["cores"]);
   std::string sub = field + (by_core ? ".cores" : ".cpus");
   std::string list;
-  COSCHED_ASSIGN_OR_RETURN(list, GetString(node[by_core ? "cores" : "cpus"], sub));
+  ASSIGN_OR_RETURN(list, GetString(node[by_core ? "cores" : "cpus"], sub));
   std::vector<int> ids;
-  COSCHED_ASSIGN_OR_RETURN(ids, ParseCpuList(sub, list));
+  ASSIGN_OR_RETURN(ids, ParseCpuList(sub, list));
   int limit = by_core ? cores : 2 * cores;
   for (int id : ids) {
     if (id >= limit) {
@@ -207,35 +201,35 @@ absl::StatusOr<VmSpec> ParseVm(const YAML::Node& node, const std::string& field,
   for (const char* required : {"name", "vcpus", "tenant", "workload"}) {
     if (!node[required]) return Invalid(field + "." + required, "is required");
   }
-  COSCHED_ASSIGN_OR_RETURN(vm.name, GetString(node["name"], field + ".name"));
+  ASSIGN_OR_RETURN(vm.name, GetString(node["name"], field + ".name"));
   absl::Status id = ValidateId(field + ".name", vm.name);
   if (!id.ok()) return id;
   if (node["count"]) {
-    COSCHED_ASSIGN_OR_RETURN(vm.count, GetInt(node["count"], field + ".count", 1,
+    ASSIGN_OR_RETURN(vm.count, GetInt(node["count"], field + ".count", 1,
                                               kMaxInstances));
   }
-  COSCHED_ASSIGN_OR_RETURN(vm.vcpus,
+  ASSIGN_OR_RETURN(vm.vcpus,
                            GetInt(node["vcpus"], field + ".vcpus", 1, 4096));
-  COSCHED_ASSIGN_OR_RETURN(vm.tenant, GetString(node["tenant"], field + ".tenant"));
+  ASSIGN_OR_RETURN(vm.tenant, GetString(node["tenant"], field + ".tenant"));
   if (vm.tenant != kPerVmTenant) {
     id = ValidateId(field + ".tenant", vm.tenant);
     if (!id.ok()) return id;
   }
   if (node["classes"]) {
-    COSCHED_ASSIGN_OR_RETURN(vm.classes,
+    ASSIGN_OR_RETURN(vm.classes,
                              GetIdList(node["classes"], field + ".classes"));
   }
-  COSCHED_ASSIGN_OR_RETURN(vm.workload,
+  ASSIGN_OR_RETURN(vm.workload,
                            ParseWorkload(node["workload"], field + ".workload"));
   if (node["pin"]) {
-    COSCHED_ASSIGN_OR_RETURN(vm.pin_cpus,
+    ASSIGN_OR_RETURN(vm.pin_cpus,
                              ParsePin(node["pin"], field + ".pin", cores));
   }
   if (node["measure"]) {
-    COSCHED_ASSIGN_OR_RETURN(vm.measure, GetBool(node["measure"], field + ".measure"));
+    ASSIGN_OR_RETURN(vm.measure, GetBool(node["measure"], field + ".measure"));
   }
   if (node["coupled"]) {
-    COSCHED_ASSIGN_OR_RETURN(vm.coupled, GetBool(node["coupled"], field + ".coupled"));
+    ASSIGN_OR_RETURN(vm.coupled, GetBool(node["coupled"], field + ".coupled"));
   }
   return vm;
 }
@@ -248,15 +242,15 @@ absl::StatusOr<TenantSpec> ParseTenant(const YAML::Node& node,
   if (!node["name"]) return Invalid(field + ".name", "is required");
   TenantSpec tenant;
   std::string name;
-  COSCHED_ASSIGN_OR_RETURN(name, GetString(node["name"], field + ".name"));
+  ASSIGN_OR_RETURN(name, GetString(node["name"], field + ".name"));
   tenant.policy = DefaultTenantPolicy(name);
   tenant.policy.set_explicitly_set(true);
   if (node["isolation"]) {
     std::string level;
-    COSCHED_ASSIGN_OR_RETURN(level,
+    ASSIGN_OR_RETURN(level,
                              GetString(node["isolation"], field + ".isolation"));
     v1::IsolationLevel parsed;
-    COSCHED_ASSIGN_OR_RETURN(parsed, ParseIsolation(field + ".isolation", level));
+    ASSIGN_OR_RETURN(parsed, ParseIsolation(field + ".isolation", level));
     tenant.policy.set_default_isolation(parsed);
   }
   if (node["allow"]) {
@@ -265,9 +259,9 @@ absl::StatusOr<TenantSpec> ParseTenant(const YAML::Node& node,
     for (size_t i = 0; i < allow.size(); ++i) {
       std::string item = absl::StrCat(field, ".allow[", i, "]");
       std::string level;
-      COSCHED_ASSIGN_OR_RETURN(level, GetString(allow[i], item));
+      ASSIGN_OR_RETURN(level, GetString(allow[i], item));
       v1::IsolationLevel parsed;
-      COSCHED_ASSIGN_OR_RETURN(parsed, ParseIsolation(item, level));
+      ASSIGN_OR_RETURN(parsed, ParseIsolation(item, level));
       tenant.policy.add_allowed_isolation(parsed);
     }
   }
@@ -277,7 +271,7 @@ absl::StatusOr<TenantSpec> ParseTenant(const YAML::Node& node,
         absl::StrCat(field, ": ", valid.message()));
   }
   if (node["forced_idle_budget_pct"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         tenant.forced_idle_budget_pct,
         GetNumber(node["forced_idle_budget_pct"],
                   field + ".forced_idle_budget_pct", 0, false, 100));
@@ -296,26 +290,26 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
     if (!root[required]) return Invalid(required, "is required");
   }
   Scenario s;
-  COSCHED_ASSIGN_OR_RETURN(s.name, GetString(root["name"], "name"));
+  ASSIGN_OR_RETURN(s.name, GetString(root["name"], "name"));
   absl::Status id = ValidateId("name", s.name);
   if (!id.ok()) return id;
   if (root["description"]) {
-    COSCHED_ASSIGN_OR_RETURN(s.description,
+    ASSIGN_OR_RETURN(s.description,
                              GetString(root["description"], "description"));
   }
   int64_t seed = 0;
-  COSCHED_ASSIGN_OR_RETURN(seed, GetInt(root["seed"], "seed", 0, INT64_MAX));
+  ASSIGN_OR_RETURN(seed, GetInt(root["seed"], "seed", 0, INT64_MAX));
   s.seed = static_cast<uint64_t>(seed);
-  COSCHED_ASSIGN_OR_RETURN(
+  ASSIGN_OR_RETURN(
       s.duration_s, GetNumber(root["duration_s"], "duration_s", 0, true, kMaxDurationS));
 
   const YAML::Node& host = root["host"];
   keys = CheckKeys(host, "host", {"cores", "threads_per_core"});
   if (!keys.ok()) return keys;
   if (!host["cores"]) return Invalid("host.cores", "is required");
-  COSCHED_ASSIGN_OR_RETURN(s.cores, GetInt(host["cores"], "host.cores", 1, kMaxCores));
+  ASSIGN_OR_RETURN(s.cores, GetInt(host["cores"], "host.cores", 1, kMaxCores));
   if (host["threads_per_core"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         s.threads_per_core,
         GetInt(host["threads_per_core"], "host.threads_per_core", 2, 2));
   }
@@ -327,7 +321,7 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
   int instances = 0;
   for (size_t i = 0; i < vms.size(); ++i) {
     VmSpec vm;
-    COSCHED_ASSIGN_OR_RETURN(vm, ParseVm(vms[i], absl::StrCat("vms[", i, "]"), s.cores));
+    ASSIGN_OR_RETURN(vm, ParseVm(vms[i], absl::StrCat("vms[", i, "]"), s.cores));
     instances += vm.count;
     if (instances > kMaxInstances) {
       return Invalid("vms", absl::StrCat("must describe at most ", kMaxInstances,
@@ -351,7 +345,7 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
     for (size_t i = 0; i < tenants.size(); ++i) {
       TenantSpec tenant;
       std::string field = absl::StrCat("tenants[", i, "]");
-      COSCHED_ASSIGN_OR_RETURN(tenant, ParseTenant(tenants[i], field));
+      ASSIGN_OR_RETURN(tenant, ParseTenant(tenants[i], field));
       if (!seen.insert(tenant.policy.tenant_id()).second) {
         return Invalid(field + ".name", "repeats an earlier tenant");
       }
@@ -364,7 +358,7 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
     for (size_t i = 0; i < conflicts.size(); ++i) {
       std::string field = absl::StrCat("conflicts[", i, "]");
       std::vector<std::string> pair;
-      COSCHED_ASSIGN_OR_RETURN(pair, GetIdList(conflicts[i], field));
+      ASSIGN_OR_RETURN(pair, GetIdList(conflicts[i], field));
       if (pair.size() != 2 || conflicts[i].size() != 2) {
         return Invalid(field, "must be a list of two different classes");
       }
@@ -372,7 +366,7 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
     }
   }
   if (root["forced_idle_budget_pct"]) {
-    COSCHED_ASSIGN_OR_RETURN(
+    ASSIGN_OR_RETURN(
         s.forced_idle_budget_pct,
         GetNumber(root["forced_idle_budget_pct"], "forced_idle_budget_pct", 0,
                   false, 100));
@@ -381,7 +375,7 @@ absl::StatusOr<Scenario> ParseRoot(const YAML::Node& root) {
     keys = CheckKeys(root["policy"], "policy", {"pin"});
     if (!keys.ok()) return keys;
     if (root["policy"]["pin"]) {
-      COSCHED_ASSIGN_OR_RETURN(s.policy_may_pin,
+      ASSIGN_OR_RETURN(s.policy_may_pin,
                                GetBool(root["policy"]["pin"], "policy.pin"));
     }
   }
@@ -436,21 +430,12 @@ std::vector<VmInstance> ExpandInstances(const Scenario& scenario) {
 
 absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view field,
                                               absl::string_view list) {
-  std::vector<std::pair<int, int>> ranges;
-  for (absl::string_view part : absl::StrSplit(list, ',')) {
-    std::vector<absl::string_view> range = absl::StrSplit(part, '-');
-    int low = 0;
-    int high = 0;
-    bool ok = range.size() <= 2 && absl::SimpleAtoi(range[0], &low) &&
-              absl::SimpleAtoi(range.back(), &high) && low >= 0 &&
-              high >= low && high < 65536;
-    if (!ok) {
-      return Invalid(field, absl::StrCat("must be a list like 0-3,8 (bad part '",
-                                         part.substr(0, 32), "')"));
-    }
-    ranges.emplace_back(low, high);
+  absl::StatusOr<std::vector<int>> ids = cosched::ParseCpuList(list);
+  if (!ids.ok()) {
+    return Invalid(field, absl::StrCat("must be a list like 0-3,8 (", ids.status().message(), ")"));
   }
-  return ExpandCpuRanges(std::move(ranges));
+  if (ids->empty()) return Invalid(field, "must name at least one CPU, like 0-3,8");
+  return ids;
 }
 
 absl::StatusOr<Scenario> ParseScenarioYaml(absl::string_view yaml) {

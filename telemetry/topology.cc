@@ -4,7 +4,8 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
-#include "common/cpu_ranges.h"
+#include "absl/strings/strip.h"
+#include "common/cpu_list.h"
 
 namespace cosched::telemetry {
 namespace {
@@ -14,44 +15,7 @@ constexpr size_t kMaxThreadsPerCore = 8;
 
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string_view TrimSpace(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-    s.remove_suffix(1);
-  return s;
-}
-
-bool ParseCpu(std::string_view s, int* out) {
-  s = TrimSpace(s);
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return !s.empty() && ec == std::errc() && ptr == s.data() + s.size() && *out >= 0 && *out <= 65535;
-}
-
 }  // namespace
-
-absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
-  text = TrimSpace(text);
-  auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat("bad CPU list '", Absl(text), "'"));
-  };
-  std::vector<std::pair<int, int>> ranges;
-  if (text.empty()) return bad();
-  size_t pos = 0;
-  while (true) {
-    size_t comma = text.find(',', pos);
-    std::string_view item = text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
-    size_t dash = item.find('-');
-    int lo = 0, hi = 0;
-    if (!ParseCpu(item.substr(0, dash), &lo)) return bad();
-    hi = lo;
-    if (dash != std::string_view::npos && !ParseCpu(item.substr(dash + 1), &hi)) return bad();
-    if (hi < lo) return bad();
-    ranges.emplace_back(lo, hi);
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  return ExpandCpuRanges(std::move(ranges));
-}
 
 absl::StatusOr<CpuTopology> CpuTopology::FromSiblingLists(const std::vector<std::vector<int>>& lists) {
   const int n = static_cast<int>(lists.size());
@@ -101,13 +65,13 @@ absl::StatusOr<CpuTopology> CpuTopology::Parse(std::string_view text, std::strin
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
-    if (TrimSpace(line).empty()) {
+    if (absl::StripAsciiWhitespace(Absl(line)).empty()) {
       // Blank lines would shift every later CPU; only trailing ones are fine.
-      if (TrimSpace(text.substr(pos)).empty()) break;
+      if (absl::StripAsciiWhitespace(Absl(text.substr(pos))).empty()) break;
       return absl::InvalidArgumentError(absl::StrCat(
           Absl(source), ":", line_no, ": empty line (one line per CPU, in CPU order)"));
     }
-    auto list = ParseCpuList(line);
+    auto list = ParseCpuList(Absl(line));
     if (!list.ok())
       return absl::InvalidArgumentError(absl::StrCat(Absl(source), ":", line_no, ": cpu ",
                                                      lists.size(), ": ", list.status().message()));

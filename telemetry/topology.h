@@ -11,10 +11,6 @@
 
 namespace cosched::telemetry {
 
-// Parses a kernel CPU list: "0-1", "0,2", "0-3,8-11" (a trailing newline is
-// fine). INVALID_ARGUMENT for anything else, or CPUs above 65535.
-absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text);
-
 // CPUs 0..N-1 grouped into cores. Immutable; thread-safe to share.
 class CpuTopology {
  public:

@@ -16,34 +16,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-std::vector<int> Cpus(absl::string_view text) {
-  absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
-  EXPECT_TRUE(cpus.ok()) << cpus.status();
-  return cpus.ok() ? *cpus : std::vector<int>{};
-}
-
-TEST(ParseCpuListTest, Ranges) {
-  EXPECT_THAT(Cpus("0-1"), ElementsAre(0, 1));
-  EXPECT_THAT(Cpus("0,2"), ElementsAre(0, 2));
-  EXPECT_THAT(Cpus("0-3,8-11\n"), ElementsAre(0, 1, 2, 3, 8, 9, 10, 11));
-  EXPECT_THAT(Cpus("5"), ElementsAre(5));
-  EXPECT_THAT(Cpus("3,1,1-2"), ElementsAre(1, 2, 3));
-}
-
-TEST(ParseCpuListTest, EmptyMeansNone) {
-  EXPECT_THAT(Cpus(""), IsEmpty());
-  EXPECT_THAT(Cpus("\n"), IsEmpty());
-}
-
-TEST(ParseCpuListTest, Malformed) {
-  for (const char* bad : {"a", "1-", "-1", "3-1", "1,,2", "1-2-3", "+1",
-                          "0-99999999", "1 2", "0,"}) {
-    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(bad);
-    EXPECT_EQ(cpus.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(cpus.status().message(), HasSubstr(bad));
-  }
-}
-
 constexpr char kCpuDir[] = "/sys/devices/system/cpu";
 
 void AddCpu(FakePseudoFs& fs, int cpu, const std::string& siblings, int core_id,

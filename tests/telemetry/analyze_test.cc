@@ -138,7 +138,7 @@ TEST_F(AnalyzeTest, BadInputsNameFileAndLine) {
   struct Case {
     std::string topology, threads, message;
   } cases[] = {
-      {"0-1\nzz\n", "", "topology:2: cpu 1: bad CPU list 'zz'"},
+      {"0-1\nzz\n", "", "topology:2: cpu 1: malformed CPU list \"zz\": \"zz\" is not a CPU id"},
       {"0-1\n0-1\n", "10 vm-a\nten vm-b\n", "threads:2: TID must be a positive thread id"},
       {"0-1\n0-1\n", "10 vm-a\n10 vm-b\n", "threads:2: thread 10 is already mapped to VM 'vm-a'"},
       {"0-1\n0-1\n", "10\n", "threads:1: expected 'TID VM_ID'"},
