@@ -7,7 +7,6 @@
 //       [--duty PCT]            vCPUs busy PCT% of every 10 ms (default 100: spin)
 //       [--cpus LIST]           affinity of the whole process (e.g. 0-3)
 //       [--vcpu-cpus LIST]      vCPU n pinned to the n-th CPU of LIST (like vcpupin)
-//       [--vhost-process]       also a separate process "vhost-<pid>"
 //       [--vhost-net N]         N real vhost-net workers (/dev/vhost-net)
 //                               instead of the stand-in thread
 //       [-pidfile FILE]         written once every thread exists and is named
@@ -16,13 +15,6 @@
 // Threads: the main thread (comm qemu-system-x86), the vCPUs, "IO iothread0"
 // (wakes every 20 ms) and "vhost-<pid>" (wakes every 5 ms: the in-process
 // vhost worker of Linux >= 6.4). All are created by the main thread.
-//
-// --vhost-process adds a child process named "vhost-<pid>" that wakes every
-// 5 ms: the stand-in for the kernel-thread vhost model (a separate task outside
-// the thread group). Its command line is just "vhost-<pid>", not QEMU's, so a
-// scanner does not take it for a VM. It is forked before anything else, so it
-// starts with the cookie QEMU had at start (normally none), and it dies with
-// its parent.
 //
 // --vhost-net N opens /dev/vhost-net N times and issues VHOST_SET_OWNER on
 // each from the main thread, so the kernel makes N real vhost workers named
@@ -36,7 +28,7 @@
 // creates it, so it inherits the main thread's cookie: when the whole thread
 // group was tagged it starts tagged (gap 0); when only vCPU threads were
 // tagged (scope vcpus) it starts with the main thread's cookie, normally none.
-// SIGTERM, SIGINT, SIGHUP: clean exit (threads joined, child reaped, status 0).
+// SIGTERM, SIGINT, SIGHUP: clean exit (threads joined, status 0).
 // Prints nothing except on error.
 #include <fcntl.h>
 #include <pthread.h>
@@ -44,7 +36,6 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,7 +66,6 @@ struct Options {
   int duty_pct = 100;
   std::vector<int> cpus;
   std::vector<int> vcpu_cpus;
-  bool vhost_process = false;
   int vhost_net = 0;
   std::string pidfile;
 };
@@ -147,8 +137,6 @@ Options Parse(int argc, char** argv) {
       o.cpus = cpu_list(value());
     } else if (a == "--vcpu-cpus") {
       o.vcpu_cpus = cpu_list(value());
-    } else if (a == "--vhost-process") {
-      o.vhost_process = true;
     } else if (a == "--vhost-net") {
       o.vhost_net = atoi(value().c_str());
       if (o.vhost_net < 1 || o.vhost_net > 64) Die("--vhost-net takes 1..64");
@@ -184,21 +172,6 @@ void VcpuLoop(int duty_pct) {
   }
 }
 
-// The body of the --vhost-process child after its exec: argv[0] is
-// "vhost-<parent pid>".
-int VhostProcessMain(const char* argv0) {
-  sigset_t all;
-  sigemptyset(&all);
-  sigprocmask(SIG_SETMASK, &all, nullptr);  // the mask survives exec
-  pid_t parent = static_cast<pid_t>(atol(argv0 + 6));
-  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  if (getppid() != parent) return 0;
-  SetName(argv0);
-  signal(SIGTERM, [](int) { _exit(0); });
-  WorkerLoop(5'000'000);
-  return 0;
-}
-
 class FakeQemu {
  public:
   explicit FakeQemu(Options o) : o_(std::move(o)) {}
@@ -206,11 +179,10 @@ class FakeQemu {
   int Run() {
     sigset_t set;
     sigemptyset(&set);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) sigaddset(&set, s);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
     // Blocked before any thread exists, so only sigwaitinfo below sees them.
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     if (!o_.cpus.empty() && !SetAffinity(0, o_.cpus)) Die(std::string("--cpus: ") + strerror(errno));
-    if (o_.vhost_process) StartVhostProcess();
 
     std::string vhost_name = "vhost-" + std::to_string(getpid());
     for (int i = 0; i < o_.vcpus; ++i) AddVcpu();
@@ -236,18 +208,12 @@ class FakeQemu {
         WaitNamed();
       } else if (sig == SIGUSR2) {
         AddVhostNet(/*fatal=*/false);
-      } else if (sig == SIGCHLD) {
-        ReapChild(WNOHANG);
       } else {
         break;
       }
     }
     g_stop = true;
     for (auto& t : threads_) t.join();
-    if (child_ > 0) {
-      kill(child_, SIGTERM);
-      ReapChild(0);
-    }
     if (!o_.pidfile.empty()) unlink(o_.pidfile.c_str());
     for (int fd : vhost_fds_) close(fd);  // each worker stops with its device
     return 0;
@@ -300,41 +266,14 @@ class FakeQemu {
     fprintf(stderr, "qemu-system-x86_64 (fake): %s\n", error.c_str());
   }
 
-  void StartVhostProcess() {
-    std::string argv0 = "vhost-" + std::to_string(getpid());
-    child_ = fork();
-    if (child_ < 0) Die(std::string("fork: ") + strerror(errno));
-    if (child_ == 0) {
-      char* args[] = {argv0.data(), nullptr};
-      execv("/proc/self/exe", args);
-      fprintf(stderr, "qemu-system-x86_64 (fake): exec of vhost process: %s\n", strerror(errno));
-      _exit(127);
-    }
-  }
-
-  void ReapChild(int flags) {
-    if (child_ <= 0) return;
-    int status = 0;
-    if (waitpid(child_, &status, flags) == child_) {
-      if (!g_stop) fprintf(stderr, "qemu-system-x86_64 (fake): vhost process %d exited early\n", child_);
-      child_ = 0;
-    }
-  }
-
   Options o_;
   std::vector<std::thread> threads_;
   std::atomic<int> named_{0};
   int expected_named_ = 0;
   int next_vcpu_ = 0;
-  pid_t child_ = 0;
   std::vector<int> vhost_fds_;
 };
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const char* base = strrchr(argv[0], '/');
-  base = base ? base + 1 : argv[0];
-  if (strncmp(base, "vhost-", 6) == 0 && argc == 1) return VhostProcessMain(base);
-  return FakeQemu(Parse(argc, argv)).Run();
-}
+int main(int argc, char** argv) { return FakeQemu(Parse(argc, argv)).Run(); }

@@ -15,17 +15,8 @@ case $(uname -r) in
   *) model=thread ;;
 esac
 
-# workers PID: the tids of PID's vhost workers, threads of it or kernel
-# threads elsewhere (lab_cookies -n matches processes, not threads).
-workers() {
-  lab_cookies "$1" | awk -v n="vhost-$1" '$4 == n {print $2}'
-  lab_cookies -n "vhost-$1" 2>/dev/null | awk '{print $2}'
-}
-# worker_cookies PID: their cookies, one per line.
-worker_cookies() {
-  local t
-  for t in $(workers "$1"); do lab_cookies "$t" | awk -v t="$t" '$2 == t {print $3}'; done | sort -u
-}
+workers() { lab_vhost_workers "$@"; }
+worker_cookies() { lab_vhost_worker_cookies "$@"; }
 
 lab_start_vm vm-1 -smp 2 --duty 30 --vhost-net 1
 vm1=$LAB_PID

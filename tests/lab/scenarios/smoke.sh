@@ -104,15 +104,30 @@ new=$(lab_cookies "$vm1" | awk '$4 == "CPU" && $5 == "2/KVM" {print $3}')
 [ "$new" = "$c1" ] || lab_fail "hotplugged vCPU has cookie $new, not vm-1's $c1"
 lab_result "hotplugged vCPU" "inherited vm-1's cookie (gap 0)"
 
-lab_log "old vhost model: --vhost-process"
-lab_start_vm vm-3 -smp 1 --duty 5 --vhost-process
+lab_log "real vhost-net worker: --vhost-net 1"
+lab_start_vm vm-3 -smp 1 --duty 5 --vhost-net 1
 vm3=$LAB_PID
-lab_wait_for 5 sh -c "lab_cookies -n vhost-$vm3 >/dev/null" || lab_fail "no vhost-$vm3 process"
-vhost=$(lab_cookies -n "vhost-$vm3" | awk '{print $1}' | sort -u)
-[ "$vhost" != "$vm3" ] || lab_fail "the vhost process is QEMU itself"
+worker=$(lab_vhost_workers "$vm3")
+[ -n "$worker" ] && [ "$(echo "$worker" | wc -l)" = 1 ] || lab_fail "vm-3 has not one vhost worker: $(echo $worker)"
+ppid=$(awk '{print $4}' "/proc/$worker/stat")
 lab_cookie_set create "$vm3" group || lab_fail "lab_cookie_set create vm-3"
-[ "$(lab_cookies_of "$vhost")" = 0 ] || lab_fail "the vhost process got a cookie from a thread-group tag"
-lab_result "vhost process" "separate pid $vhost, untouched by thread-group tagging (cookie 0)"
+c3=$(lab_cookies_of "$vm3")
+[ "$(echo "$c3" | wc -l)" = 1 ] && [ "$c3" != 0 ] || lab_fail "vm-3 threads do not share one cookie: $(echo $c3)"
+case $(uname -r) in
+  6.1.*)
+    # A kernel thread: outside the thread group, so a thread-group tag
+    # leaves it at 0; SHARE_TO on the worker itself tags it.
+    [ "$ppid" = 2 ] && [ ! -d "/proc/$vm3/task/$worker" ] || lab_fail "6.1: vhost worker $worker is not a kernel thread (ppid $ppid)"
+    [ "$(lab_vhost_worker_cookies "$vm3")" = 0 ] || lab_fail "6.1: the kernel-thread worker got a cookie from a thread-group tag"
+    lab_cookie_set copy "$vm3" "$worker" thread || lab_fail "lab_cookie_set copy to the vhost worker"
+    [ "$(lab_vhost_worker_cookies "$vm3")" = "$c3" ] || lab_fail "6.1: SHARE_TO did not give the worker vm-3's cookie $c3"
+    lab_result "vhost worker" "6.1: kernel thread $worker (ppid 2), cookie 0 after the thread-group tag, $c3 after SHARE_TO on it" ;;
+  *)
+    # A thread of QEMU (Linux >= 6.4): the thread-group tag covers it.
+    [ -d "/proc/$vm3/task/$worker" ] || lab_fail "vhost worker $worker is not a thread of its QEMU $vm3"
+    [ "$(lab_vhost_worker_cookies "$vm3")" = "$c3" ] || lab_fail "the vhost worker thread did not get vm-3's cookie $c3 from a thread-group tag"
+    lab_result "vhost worker" "$(uname -r): thread $worker of QEMU $vm3, given vm-3's cookie $c3 by the thread-group tag" ;;
+esac
 
 for pid in "$vm1" "$vm2" "$vm3"; do lab_stop_vm "$pid"; done
 lab_log "done"
