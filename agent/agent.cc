@@ -40,43 +40,43 @@ absl::StatusOr<std::string> DefaultHostId() {
 absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     const v1::AgentConfig& config) {
   AgentOptions options;
-  if (!config.server().empty()) options.server_address = config.server();
+  if (!config.server().empty()) options.session.server_address = config.server();
   if (config.host_id().empty()) {
     ASSIGN_OR_RETURN(options.host_id, DefaultHostId());
   } else {
     options.host_id = config.host_id();
   }
   if (!config.state_dir().empty()) options.state_dir = config.state_dir();
-  options.tls = config.tls();
-  options.insecure = config.insecure();
+  options.session.tls = config.tls();
+  options.session.insecure = config.insecure();
   if (config.report_interval_s() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("report_interval_s must be positive, got ",
                      config.report_interval_s()));
   }
-  options.report_interval = std::chrono::seconds(
+  options.session.report_interval = std::chrono::seconds(
       config.report_interval_s() == 0 ? kDefaultReportIntervalS
                                       : config.report_interval_s());
-  options.fail_open = config.fail_open();
+  options.reconciler.fail_open = config.fail_open();
   if (config.rescan_interval_ms() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rescan_interval_ms must be positive, got ",
                      config.rescan_interval_ms()));
   }
   if (config.rescan_interval_ms() > 0) {
-    options.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
+    options.loop.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
   }
   if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
   const v1::TelemetryConfig& telemetry = config.telemetry();
   options.telemetry = telemetry.enabled();
-  options.enable_schedstats = telemetry.enable_schedstats();
+  options.collector.enable_schedstats = telemetry.enable_schedstats();
   if (telemetry.buffer_size_kb() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("telemetry.buffer_size_kb must be positive, got ",
                      telemetry.buffer_size_kb()));
   }
   if (telemetry.buffer_size_kb() > 0) {
-    options.trace.buffer_size_kb = telemetry.buffer_size_kb();
+    options.collector.trace.buffer_size_kb = telemetry.buffer_size_kb();
   }
   if (telemetry.poll_interval_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -84,7 +84,7 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
                      telemetry.poll_interval_ms()));
   }
   if (telemetry.poll_interval_ms() > 0) {
-    options.telemetry_poll_interval =
+    options.collector.poll_interval =
         std::chrono::milliseconds(telemetry.poll_interval_ms());
   }
   options.metrics_listen =
@@ -104,10 +104,10 @@ Agent::~Agent() { Stop(); }
 
 absl::Status Agent::CheckOptions() {
   RETURN_IF_ERROR(ValidateId("host_id", options_.host_id));
-  if (options_.server_address.empty()) {
+  if (options_.session.server_address.empty()) {
     return absl::InvalidArgumentError("server address must be set (host:port)");
   }
-  if (options_.report_interval.count() <= 0) {
+  if (options_.session.report_interval.count() <= 0) {
     return absl::InvalidArgumentError("report interval must be positive");
   }
   if (!options_.host_fs) options_.host_fs = std::make_shared<host::LocalPseudoFs>();
@@ -202,16 +202,14 @@ absl::Status Agent::Start() {
             << cache_->assignments().size()
             << " assignments kept at revision " << cache_->revision();
 
-  ReconcilerOptions reconciler_options;
-  reconciler_options.fail_open = options_.fail_open;
+  ReconcilerOptions reconciler_options = options_.reconciler;
   reconciler_options.smt_active = capabilities().smt_active();
   reconciler_options.probe = probe_;
   reconciler_ = std::make_unique<CookieReconciler>(options_.core_sched.get(),
                                                    reconciler_options);
   dedicated_ = std::make_unique<DedicatedCoreEnforcer>(
       options_.cpu_affinity.get(), registration_.topology());
-  ReconcileLoopOptions loop_options;
-  loop_options.rescan_interval = options_.rescan_interval;
+  ReconcileLoopOptions loop_options = options_.loop;
   AgentMetrics* agent_metrics = metrics_.get();
   loop_options.on_pass = [agent_metrics](const PassRecord& pass) {
     agent_metrics->RecordReconcilePass(pass);
@@ -233,14 +231,7 @@ absl::Status Agent::Start() {
 
   StartCollector();
 
-  ServerSessionOptions session_options;
-  session_options.server_address = options_.server_address;
-  session_options.tls = options_.tls;
-  session_options.insecure = options_.insecure;
-  session_options.report_interval = options_.report_interval;
-  session_options.rpc_timeout = options_.rpc_timeout;
-  session_options.backoff_initial = options_.backoff_initial;
-  session_options.backoff_max = options_.backoff_max;
+  ServerSessionOptions session_options = options_.session;
   session_options.applied_revision = [this] { return loop_->enforced_revision(); };
   session_options.interceptors = [agent_metrics] {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
@@ -263,7 +254,7 @@ absl::Status Agent::Start() {
         [loop](const host::ProcessEvent& event) { loop->NoteProcessEvent(event); });
     if (!events.ok()) {
       LOG(WARNING) << events << "; new threads are found by the rescan every "
-                   << options_.rescan_interval.count() << " ms";
+                   << options_.loop.rescan_interval.count() << " ms";
     }
   }
   return InStep("connect to csd", session_->Start());
@@ -309,15 +300,12 @@ void Agent::StartCollector() {
     capabilities->set_telemetry_detail("telemetry disabled in the config");
     return;
   }
-  SiblingShareCollectorOptions collector_options;
-  collector_options.poll_interval = options_.telemetry_poll_interval;
-  collector_options.window = options_.report_interval;
-  collector_options.trace = options_.trace;
-  collector_options.enable_schedstats = options_.enable_schedstats;
+  SiblingShareCollectorOptions collector_options = options_.collector;
+  collector_options.window = options_.session.report_interval;
   collector_options.procfs_root = options_.procfs_root;
   collector_options.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
   collector_options.vms_version = [loop = loop_.get()] { return int64_t{loop->passes()}; };
-  collector_options.lag = options_.telemetry_poll_interval;
+  collector_options.lag = options_.collector.poll_interval;
   ReconcileLoop* loop = loop_.get();
   AgentMetrics* agent_metrics = metrics_.get();
   collector_options.on_window = [loop, agent_metrics](const v1::StatsWindow& window) {
@@ -363,7 +351,7 @@ void Agent::StartCollector() {
       host::ReadSchedstatsEnabled(*options_.host_fs, options_.procfs_root);
   if (schedstats.ok()) capabilities->set_schedstats_enabled(*schedstats);
   LOG(INFO) << "sibling-sharing telemetry on: windows of "
-            << options_.report_interval.count() << " ms, schedstats "
+            << options_.session.report_interval.count() << " ms, schedstats "
             << (capabilities->schedstats_enabled() ? "on (forced idle measured)"
                                                    : "off (no forced idle)");
 }

@@ -41,24 +41,23 @@ inline constexpr char kDefaultStateDir[] = "/var/lib/cs-agent";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9464";
 
 struct AgentOptions {
-  // csd's host:port.
-  std::string server_address = kDefaultServerAddress;
   // Must follow the id rule (common/validation.h).
   std::string host_id;
+  // The link to csd: address (default kDefaultServerAddress), TLS, report
+  // interval, timeouts, backoff. The agent sets applied_revision and the
+  // interceptors itself.
+  ServerSessionOptions session = {.server_address = kDefaultServerAddress};
   // Holds assignments.pb; created (mode 0700) when missing. Empty keeps the
   // assignments in memory only (tests). When the dir or the file cannot be
   // used the agent starts all the same, with no assignments (Start()).
   std::string state_dir = kDefaultStateDir;
-  v1::TlsConfig tls;
-  // Allow plaintext to a non-loopback csd.
-  bool insecure = false;
-  std::chrono::milliseconds report_interval{std::chrono::seconds(10)};
-  std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
-  std::chrono::milliseconds backoff_initial{200};
-  std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
-  // Leave VMs without a known assignment untagged instead of giving each a
-  // cookie of its own (used by tagging, next).
-  bool fail_open = false;
+  // fail_open: leave VMs without a known assignment untagged instead of
+  // giving each a cookie of its own. The agent sets smt_active and the probe
+  // from the host.
+  ReconcilerOptions reconciler;
+  // rescan_interval: a full reconcile pass at least this often. The agent
+  // sets the callbacks.
+  ReconcileLoopOptions loop;
   // host:port of the Prometheus /metrics endpoint; empty: not served (the
   // metrics are still kept, see Agent::metrics()). Port 0 picks a free one.
   std::string metrics_listen;
@@ -77,16 +76,14 @@ struct AgentOptions {
   std::shared_ptr<discovery::VmDiscovery> vm_discovery;
   // Null: no event source; the periodic rescan alone finds new threads.
   std::shared_ptr<host::ProcessEventSource> process_events;
-  // Full reconcile pass at least this often.
-  std::chrono::milliseconds rescan_interval{std::chrono::seconds(5)};
 
-  // The sibling-sharing collector. Its windows last report_interval. When
-  // the trace cannot start the agent runs on without it and says why (log,
-  // HostCapabilities.telemetry_detail).
+  // The sibling-sharing collector, when `telemetry`. When the trace cannot
+  // start the agent runs on without it and says why (log,
+  // HostCapabilities.telemetry_detail). Of `collector`, poll_interval,
+  // trace and enable_schedstats are taken; its windows last
+  // session.report_interval, and the agent sets the roots and callbacks.
   bool telemetry = false;
-  host::SchedTraceOptions trace;
-  bool enable_schedstats = false;
-  std::chrono::milliseconds telemetry_poll_interval = SiblingShareCollectorOptions{}.poll_interval;
+  SiblingShareCollectorOptions collector;
   // Null: the kernel's tracefs.
   std::shared_ptr<host::SchedTrace> sched_trace;
 

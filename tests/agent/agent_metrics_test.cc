@@ -14,6 +14,7 @@
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -270,12 +271,12 @@ class AgentMetricsServedTest : public ::testing::Test {
  protected:
   AgentOptions Options(const std::string& server) {
     AgentOptions options;
-    options.server_address = server;
+    options.session.server_address = server;
     options.host_id = "host-a";
     options.state_dir = dir_.path() + "/state";
-    options.report_interval = 100ms;
-    options.backoff_initial = 10ms;
-    options.backoff_max = 200ms;
+    options.session.report_interval = 100ms;
+    options.session.backoff_initial = 10ms;
+    options.session.backoff_max = 200ms;
     options.host_fs = SmtHost();
     options.core_sched = kernel_;
     options.vm_discovery = discovery_;
@@ -303,7 +304,7 @@ TEST_F(AgentMetricsServedTest, EnforcementReconcileAndCallsToCsdOnMetrics) {
   csd.service().Push(testing::MakeSnapshot(3, {testing::MakeAssignment("vm-1", "g1", 3)}));
 
   Agent agent(Options(csd.address()));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   const int port = agent.metrics_port();
   ASSERT_GT(port, 0);
 
@@ -348,7 +349,7 @@ TEST_F(AgentMetricsServedTest, EnforcementReconcileAndCallsToCsdOnMetrics) {
 
 TEST_F(AgentMetricsServedTest, BusyMetricsAddressStopsStartNamingIt) {
   auto taken = metrics::MetricsHttpServer::Start("127.0.0.1:0", {});
-  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_OK(taken);
   AgentOptions options = Options("127.0.0.1:1");
   options.metrics_listen = (*taken)->address();
   absl::Status status = Agent(options).Start();

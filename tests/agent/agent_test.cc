@@ -19,6 +19,7 @@
 #include "tests/telemetry/trace_fixtures.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -52,12 +53,12 @@ class AgentTest : public ::testing::Test {
  protected:
   AgentOptions Options(const std::string& server) {
     AgentOptions options;
-    options.server_address = server;
+    options.session.server_address = server;
     options.host_id = "host-a";
     options.state_dir = dir_.path() + "/state";
-    options.report_interval = 100ms;
-    options.backoff_initial = 10ms;
-    options.backoff_max = 200ms;
+    options.session.report_interval = 100ms;
+    options.session.backoff_initial = 10ms;
+    options.session.backoff_max = 200ms;
     options.host_fs = host_fs_;
     options.core_sched = kernel_;
     options.vm_discovery = discovery_;
@@ -85,7 +86,7 @@ TEST_F(AgentTest, RegistersHostAndKeepsAssignmentsAcrossRestart) {
     AgentOptions options = Options(csd.address());
     options.on_assignments_changed = [&](int64_t revision) { notified = revision; };
     Agent agent(std::move(options));
-    ASSERT_TRUE(agent.Start().ok());
+    ASSERT_OK(agent.Start());
     EXPECT_EQ(agent.probe().support, v1::CORE_SCHED_SUPPORT_NO_SMT);
     EXPECT_EQ(agent.topology().cores_size(), 2);
     EXPECT_TRUE(agent.capabilities().smt_active());
@@ -119,7 +120,7 @@ TEST_F(AgentTest, RegistersHostAndKeepsAssignmentsAcrossRestart) {
 
   // A new agent on the same state dir starts from what it kept and resumes.
   Agent agent(Options(csd.address()));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(agent.applied_revision(), 6);
   EXPECT_TRUE(agent.FindAssignment("vm-2").has_value());
   const size_t watches = csd.service().watches().size();
@@ -135,7 +136,7 @@ TEST_F(AgentTest, StartsWithoutCsdAndConnectsLater) {
   probe_port.Shutdown();
 
   Agent agent(Options("127.0.0.1:" + std::to_string(port)));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   std::this_thread::sleep_for(300ms);
   EXPECT_FALSE(agent.session()->registered());
 
@@ -191,7 +192,7 @@ TEST_F(AgentTest, CorruptStateFileIsMovedAsideAndVmsStayFailClosed) {
   FakeCsd csd;
   ASSERT_TRUE(csd.ok());
   Agent agent(Options(csd.address()));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(StateUnusable(agent, "corrupt"), 1);
   EXPECT_EQ(StateUnusable(agent, "unreadable"), 0);
   std::vector<std::string> names;
@@ -211,7 +212,7 @@ TEST_F(AgentTest, CorruptStateFileIsMovedAsideAndVmsStayFailClosed) {
   EXPECT_EQ(csd.service().watches().at(0).resume_revision(), 0);
   agent.Stop();
   AssignmentCache kept(state + "/assignments.pb");
-  ASSERT_TRUE(kept.Load().ok());
+  ASSERT_OK(kept.Load());
   EXPECT_EQ(kept.revision(), 5);
 }
 
@@ -224,7 +225,7 @@ TEST_F(AgentTest, UnreadableStateFileIsMovedAside) {
   AgentOptions options = Options("127.0.0.1:1");
   options.state_fs = fs;
   Agent agent(std::move(options));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(StateUnusable(agent, "unreadable"), 1);
   ASSERT_EQ(fs->files().size(), 1u);
   EXPECT_THAT(fs->files().begin()->first, ::testing::StartsWith(file + ".unreadable-"));
@@ -240,7 +241,7 @@ TEST_F(AgentTest, StateFileThatCannotBeMovedAsideIsLeftAndTheAgentStarts) {
   AgentOptions options = Options("127.0.0.1:1");
   options.state_fs = fs;
   Agent agent(std::move(options));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(StateUnusable(agent, "corrupt"), 1);
   EXPECT_THAT(fs->files(), ElementsAre(Key(file)));
   ExpectFailedClosedOnKeptCookies(agent, *kernel_, 77);
@@ -258,7 +259,7 @@ TEST_F(AgentTest, UnusableStateDirStartsWithNoAssignments) {
   AgentOptions options = Options("127.0.0.1:1");
   options.state_fs = fs;
   Agent agent(std::move(options));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(StateUnusable(agent, "state_dir"), 1);
   EXPECT_EQ(StateUnusable(agent, "corrupt"), 0);
   EXPECT_THAT(fs->files(), ElementsAre(Key(file)));
@@ -269,7 +270,7 @@ TEST_F(AgentTest, UnusableStateDirOnDiskDoesNotStopStart) {
   // The real filesystem: a file where the state dir should be.
   { std::ofstream(dir_.path() + "/state") << "x"; }
   Agent agent(Options("127.0.0.1:1"));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_EQ(StateUnusable(agent, "state_dir"), 1);
   EXPECT_TRUE(agent.assignments().empty());
 }
@@ -290,7 +291,7 @@ TEST_F(AgentTest, ReportsEachVmsRunState) {
   FakeCsd csd;
   ASSERT_TRUE(csd.ok());
   Agent agent(Options(csd.address()));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   std::map<std::string, v1::VMRunState> reported;
   ASSERT_TRUE(csd.service().WaitFor([&] {
     const auto& reports = csd.service().reports_locked();
@@ -329,11 +330,11 @@ TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
 TEST(AgentOptionsTest, FromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
-  ASSERT_TRUE(defaults.ok());
-  EXPECT_EQ(defaults->server_address, "127.0.0.1:7443");
+  ASSERT_OK(defaults);
+  EXPECT_EQ(defaults->session.server_address, "127.0.0.1:7443");
   EXPECT_EQ(defaults->state_dir, "/var/lib/cs-agent");
   EXPECT_FALSE(defaults->host_id.empty());
-  EXPECT_EQ(defaults->report_interval, 10s);
+  EXPECT_EQ(defaults->session.report_interval, 10s);
 
   config.set_server("csd.example:7443");
   config.set_host_id("hv-7");
@@ -342,12 +343,12 @@ TEST(AgentOptionsTest, FromConfig) {
   config.set_insecure(true);
   config.set_sysfs_root("/fake/sys");
   absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
-  ASSERT_TRUE(options.ok());
-  EXPECT_EQ(options->server_address, "csd.example:7443");
+  ASSERT_OK(options);
+  EXPECT_EQ(options->session.server_address, "csd.example:7443");
   EXPECT_EQ(options->host_id, "hv-7");
   EXPECT_EQ(options->state_dir, "/tmp/x");
-  EXPECT_EQ(options->report_interval, 3s);
-  EXPECT_TRUE(options->insecure);
+  EXPECT_EQ(options->session.report_interval, 3s);
+  EXPECT_TRUE(options->session.insecure);
   EXPECT_EQ(options->sysfs_root, "/fake/sys");
 
   config.set_report_interval_s(-1);
@@ -359,23 +360,23 @@ TEST(AgentOptionsTest, FromConfig) {
 TEST(AgentOptionsTest, TelemetryFromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
-  ASSERT_TRUE(defaults.ok());
+  ASSERT_OK(defaults);
   EXPECT_FALSE(defaults->telemetry);
-  EXPECT_EQ(defaults->trace.buffer_size_kb, 1024);
-  EXPECT_EQ(defaults->telemetry_poll_interval, 500ms);
-  EXPECT_EQ(defaults->trace.subbuf_size_kb, 16);
-  EXPECT_FALSE(defaults->enable_schedstats);
+  EXPECT_EQ(defaults->collector.trace.buffer_size_kb, 1024);
+  EXPECT_EQ(defaults->collector.poll_interval, 500ms);
+  EXPECT_EQ(defaults->collector.trace.subbuf_size_kb, 16);
+  EXPECT_FALSE(defaults->collector.enable_schedstats);
 
   config.mutable_telemetry()->set_enabled(true);
   config.mutable_telemetry()->set_buffer_size_kb(4096);
   config.mutable_telemetry()->set_enable_schedstats(true);
   config.mutable_telemetry()->set_poll_interval_ms(50);
   absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
-  ASSERT_TRUE(options.ok());
+  ASSERT_OK(options);
   EXPECT_TRUE(options->telemetry);
-  EXPECT_EQ(options->trace.buffer_size_kb, 4096);
-  EXPECT_TRUE(options->enable_schedstats);
-  EXPECT_EQ(options->telemetry_poll_interval, 50ms);
+  EXPECT_EQ(options->collector.trace.buffer_size_kb, 4096);
+  EXPECT_TRUE(options->collector.enable_schedstats);
+  EXPECT_EQ(options->collector.poll_interval, 50ms);
 
   config.mutable_telemetry()->set_buffer_size_kb(-1);
   absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
@@ -408,7 +409,7 @@ TEST_F(AgentTest, TelemetryThatCannotStartIsReportedAndTaggingGoesOn) {
   options.telemetry = true;
   options.sched_trace = trace;
   Agent agent(std::move(options));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_FALSE(agent.capabilities().telemetry_active());
   EXPECT_THAT(agent.capabilities().telemetry_detail(), HasSubstr("Permission denied"));
   ASSERT_TRUE(agent.WaitForRevision(1, 10s));
@@ -435,9 +436,9 @@ TEST_F(AgentTest, TelemetryWindowsOfItsVmsReachCsd) {
   AgentOptions options = Options(csd.address());
   options.telemetry = true;
   options.sched_trace = trace;
-  options.telemetry_poll_interval = 5ms;
+  options.collector.poll_interval = 5ms;
   Agent agent(std::move(options));
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   EXPECT_TRUE(agent.capabilities().telemetry_active());
   EXPECT_TRUE(trace->started());
 

@@ -14,6 +14,7 @@
 #include "host/testing/state_fs_fake.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -51,28 +52,28 @@ TEST_F(AssignmentCacheTest, SnapshotReplacesDeltaMerges) {
   EXPECT_EQ(cache.Find("vm-1")->trust_group(), "g9");
   EXPECT_FALSE(cache.Find("vm-2").has_value());
 
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(9, {MakeAssignment("vm-4", "g4", 9)})).ok());
+  ASSERT_OK(cache.Apply(MakeSnapshot(9, {MakeAssignment("vm-4", "g4", 9)})));
   EXPECT_THAT(cache.assignments(), ElementsAre(Key("vm-4")));
 }
 
 TEST_F(AssignmentCacheTest, RevisionNeverGoesBack) {
   AssignmentCache cache("");
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
+  ASSERT_OK(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})));
   absl::Status back = cache.Apply(MakeDelta(4, {}, {"vm-1"}));
   EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(back.message(), HasSubstr("from 5 to 4"));
   EXPECT_EQ(cache.revision(), 5);
   EXPECT_TRUE(cache.Find("vm-1").has_value());
   // The same revision again is harmless (a resumed stream may repeat it).
-  EXPECT_TRUE(cache.Apply(MakeDelta(5, {}, {})).ok());
+  EXPECT_OK(cache.Apply(MakeDelta(5, {}, {})));
   EXPECT_EQ(cache.deltas_applied(), 1);
 }
 
 TEST_F(AssignmentCacheTest, SnapshotFromBehindIsFollowed) {
   // csd's store was restored from a backup: its snapshot is the truth.
   AssignmentCache cache("");
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(3, {MakeAssignment("vm-2", "g2", 2)})).ok());
+  ASSERT_OK(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})));
+  ASSERT_OK(cache.Apply(MakeSnapshot(3, {MakeAssignment("vm-2", "g2", 2)})));
   EXPECT_EQ(cache.revision(), 3);
   EXPECT_FALSE(cache.Find("vm-1").has_value());
   EXPECT_TRUE(cache.Find("vm-2").has_value());
@@ -92,10 +93,10 @@ TEST_F(AssignmentCacheTest, RejectsBadMessages) {
 TEST_F(AssignmentCacheTest, PersistsAndLoads) {
   {
     AssignmentCache cache(StateFile());
-    ASSERT_TRUE(cache.Load().ok());  // no file yet: empty
+    ASSERT_OK(cache.Load());  // no file yet: empty
     EXPECT_EQ(cache.revision(), 0);
-    ASSERT_TRUE(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})).ok());
-    ASSERT_TRUE(cache.Apply(MakeDelta(6, {MakeAssignment("vm-2", "g2", 6)}, {})).ok());
+    ASSERT_OK(cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)})));
+    ASSERT_OK(cache.Apply(MakeDelta(6, {MakeAssignment("vm-2", "g2", 6)}, {})));
   }
   EXPECT_FALSE(std::filesystem::exists(StateFile() + ".tmp"));
   struct stat st;
@@ -103,7 +104,7 @@ TEST_F(AssignmentCacheTest, PersistsAndLoads) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
   AssignmentCache loaded(StateFile());
-  ASSERT_TRUE(loaded.Load().ok());
+  ASSERT_OK(loaded.Load());
   EXPECT_EQ(loaded.revision(), 6);
   EXPECT_THAT(loaded.assignments(), ElementsAre(Key("vm-1"), Key("vm-2")));
   EXPECT_EQ(loaded.Find("vm-2")->trust_group(), "g2");
@@ -116,7 +117,7 @@ TEST_F(AssignmentCacheTest, AFailedSaveIsEnforcedFromMemoryAndSavedWithTheNext) 
   // taken all the same, and the failure is kept for the operator.
   absl::Status status =
       cache.Apply(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
-  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_OK(status) << status;
   EXPECT_EQ(cache.revision(), 5);
   EXPECT_EQ(cache.Find("vm-1")->trust_group(), "g1");
   EXPECT_THAT(cache.save_error().message(), HasSubstr("not-yet"));
@@ -127,24 +128,24 @@ TEST_F(AssignmentCacheTest, AFailedSaveIsEnforcedFromMemoryAndSavedWithTheNext) 
   delta.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
   delta.set_revision(6);
   *delta.add_assignments() = MakeAssignment("vm-2", "g2", 6);
-  ASSERT_TRUE(cache.Apply(delta).ok());
-  EXPECT_TRUE(cache.save_error().ok());
+  ASSERT_OK(cache.Apply(delta));
+  EXPECT_OK(cache.save_error());
   EXPECT_EQ(cache.saved_revision(), 6);
   AssignmentCache loaded(dir + "/assignments.pb");
-  ASSERT_TRUE(loaded.Load().ok());
+  ASSERT_OK(loaded.Load());
   EXPECT_EQ(loaded.revision(), 6);
   EXPECT_EQ(loaded.assignments().size(), 2u);
 }
 
 TEST_F(AssignmentCacheTest, AtomicWriteReplacesWholeFile) {
   const std::string path = dir_.path() + "/f";
-  ASSERT_TRUE(WriteFileAtomically(path, "a long first content").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, "short").ok());
+  ASSERT_OK(WriteFileAtomically(path, "a long first content"));
+  ASSERT_OK(WriteFileAtomically(path, "short"));
   EXPECT_EQ(*ReadFileToString(path), "short");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   // A leftover temporary file from a crash does not matter.
   { std::ofstream(path + ".tmp") << "half"; }
-  ASSERT_TRUE(WriteFileAtomically(path, "next").ok());
+  ASSERT_OK(WriteFileAtomically(path, "next"));
   EXPECT_EQ(*ReadFileToString(path), "next");
   EXPECT_EQ(ReadFileToString(dir_.path() + "/none").status().code(),
             absl::StatusCode::kNotFound);
@@ -175,7 +176,7 @@ TEST_F(AssignmentCacheTest, CorruptFileIsAnError) {
   // And the good one loads.
   { std::ofstream(StateFile(), std::ios::binary | std::ios::trunc) << good; }
   AssignmentCache cache(StateFile());
-  ASSERT_TRUE(cache.Load().ok());
+  ASSERT_OK(cache.Load());
   EXPECT_EQ(cache.revision(), 5);
 }
 
@@ -193,7 +194,7 @@ TEST_F(AssignmentCacheTest, CorruptFileIsMovedAsideAndTheCacheStartsEmpty) {
   EXPECT_EQ(aside->reason, "corrupt");
   EXPECT_EQ(aside->problem.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(aside->problem.message(), HasSubstr(StateFile()));
-  EXPECT_TRUE(aside->move_error.ok()) << aside->move_error;
+  EXPECT_OK(aside->move_error) << aside->move_error;
   const std::string moved = StateFile() + ".corrupt-20250102T030405.000006Z";
   EXPECT_EQ(aside->moved_to, moved);
   // Kept, byte for byte, for a person to look at; gone from its place.
@@ -203,7 +204,7 @@ TEST_F(AssignmentCacheTest, CorruptFileIsMovedAsideAndTheCacheStartsEmpty) {
   EXPECT_TRUE(cache.assignments().empty());
 
   // csd's snapshot is then saved as usual, and the next start loads it.
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(7, {MakeAssignment("vm-1", "g1", 7)})).ok());
+  ASSERT_OK(cache.Apply(MakeSnapshot(7, {MakeAssignment("vm-1", "g1", 7)})));
   AssignmentCache next(StateFile());
   EXPECT_FALSE(next.LoadOrSetAside(SetAsideTime()).has_value());
   EXPECT_EQ(next.revision(), 7);
@@ -257,10 +258,10 @@ TEST_F(AssignmentCacheTest, AFileThatCannotBeMovedIsLeftAndReplacedByCsdsState) 
   EXPECT_EQ(fs->files().at(file), "garbage");
   EXPECT_TRUE(cache.assignments().empty());
 
-  ASSERT_TRUE(cache.Apply(MakeSnapshot(4, {MakeAssignment("vm-2", "g2", 4)})).ok());
+  ASSERT_OK(cache.Apply(MakeSnapshot(4, {MakeAssignment("vm-2", "g2", 4)})));
   int64_t revision = 0;
   AssignmentMap saved;
-  ASSERT_TRUE(AssignmentCache::Decode(fs->files().at(file), file, &revision, &saved).ok());
+  ASSERT_OK(AssignmentCache::Decode(fs->files().at(file), file, &revision, &saved));
   EXPECT_EQ(revision, 4);
   EXPECT_THAT(saved, ElementsAre(Key("vm-2")));
 }

@@ -14,6 +14,7 @@
 #include "host/testing/cpu_affinity_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -52,7 +53,7 @@ TEST(PlanDedicatedCoresTest, TwoVcpusGetOneWholeCore) {
       TwoByTwo(), {Dedicated("vm-1", 2), Shared("vm-2", 4)});
   ASSERT_EQ(plan.dedicated.size(), 1u);
   const DedicatedPlacement& p = plan.dedicated[0];
-  EXPECT_TRUE(p.status.ok()) << p.status;
+  EXPECT_OK(p.status) << p.status;
   EXPECT_EQ(p.vm_id, "vm-1");
   // Core 0 stays shared: the host's housekeeping usually runs there.
   EXPECT_THAT(p.cores, ElementsAre(1));
@@ -187,13 +188,13 @@ TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
   for (int tid : {100, 200, 201}) EXPECT_EQ(kernel_.CpusOf(tid), host::CpuSet({0, 1}));
   EXPECT_EQ(r.stats.affinity_writes, 5);
   const DedicatedVmOutcome& d = Of(r, "vm-d");
-  EXPECT_TRUE(d.status.ok()) << d.status;
+  EXPECT_OK(d.status) << d.status;
   EXPECT_EQ(d.note, "dedicated core 1 (CPUs 2-3)");
   EXPECT_THAT(d.cores, ElementsAre(1));
   EXPECT_EQ(d.vcpus, 2);
   EXPECT_EQ(d.vcpus_confined, 2);
   EXPECT_EQ(d.threads_unconfined, 0);
-  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+  EXPECT_OK(Of(r, "vm-o").status);
   EXPECT_TRUE(Of(r, "vm-o").note.empty());
 
   kernel_.ResetCallCounts();
@@ -201,7 +202,7 @@ TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
   EXPECT_EQ(kernel_.write_calls(), 0);
   EXPECT_EQ(r.stats.affinity_writes, 0);
   EXPECT_EQ(kernel_.read_calls(), 5);
-  EXPECT_TRUE(Of(r, "vm-d").status.ok());
+  EXPECT_OK(Of(r, "vm-d").status);
 }
 
 TEST_F(DedicatedCoreEnforcerTest, TouchesNothingWhenNoVmIsDedicated) {
@@ -211,7 +212,7 @@ TEST_F(DedicatedCoreEnforcerTest, TouchesNothingWhenNoVmIsDedicated) {
   EXPECT_EQ(kernel_.write_calls(), 0);
   EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({3}));
   ASSERT_EQ(r.vms.size(), 2u);
-  for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
+  for (const DedicatedVmOutcome& o : r.vms) EXPECT_OK(o.status);
 }
 
 TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
@@ -225,7 +226,7 @@ TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
     EXPECT_EQ(kernel_.CpusOf(tid), host::CpuSet({0, 1, 2, 3})) << tid;
   }
   EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({0, 2}));
-  for (const DedicatedVmOutcome& o : r.vms) EXPECT_TRUE(o.status.ok());
+  for (const DedicatedVmOutcome& o : r.vms) EXPECT_OK(o.status);
 
   // Everything given back: later passes make no calls at all.
   kernel_.ResetCallCounts();
@@ -236,7 +237,7 @@ TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
 
 TEST_F(DedicatedCoreEnforcerTest, DoesNotFightALaterPinningByAnotherTool) {
   enforcer_.Enforce(Vms(true));
-  ASSERT_TRUE(kernel_.Set(200, host::CpuSet{1}).ok());  // someone re-pins it
+  ASSERT_OK(kernel_.Set(200, host::CpuSet{1}));  // someone re-pins it
   kernel_.ResetCallCounts();
   enforcer_.Enforce(Vms(true));
   EXPECT_EQ(kernel_.write_calls(), 0);
@@ -263,7 +264,7 @@ TEST_F(DedicatedCoreEnforcerTest, PermissionErrorIsReportedPerVm) {
   EXPECT_THAT(d.status.message(), HasSubstr("1 of 2 vCPU threads confined"));
   EXPECT_THAT(d.status.message(), HasSubstr("CAP_SYS_NICE"));
   EXPECT_EQ(d.vcpus_confined, 1);
-  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+  EXPECT_OK(Of(r, "vm-o").status);
 
   v1::VMEnforcement e;
   e.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
@@ -339,9 +340,9 @@ TEST_F(DedicatedCoreEnforcerTest, ThreadsThatExitAreNotErrors) {
   kernel_.RemoveThread(102);
   kernel_.RemoveThread(200);
   DedicatedCoreResult r = enforcer_.Enforce(Vms(true));
-  EXPECT_TRUE(Of(r, "vm-d").status.ok()) << Of(r, "vm-d").status;
+  EXPECT_OK(Of(r, "vm-d").status) << Of(r, "vm-d").status;
   EXPECT_EQ(Of(r, "vm-d").vcpus, 1);
-  EXPECT_TRUE(Of(r, "vm-o").status.ok());
+  EXPECT_OK(Of(r, "vm-o").status);
 }
 
 // The reconcile loop runs the enforcer after each cookie pass and folds its
@@ -411,7 +412,7 @@ TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
   EXPECT_EQ(affinity.CpusOf(301), host::CpuSet({0, 1}));
   absl::StatusOr<std::vector<v1::VMObservation>> observations =
       loop.Observations();
-  ASSERT_TRUE(observations.ok()) << observations.status();
+  ASSERT_OK(observations);
   std::map<std::string, v1::VMEnforcement> by_vm;
   for (const v1::VMObservation& obs : *observations) {
     by_vm[obs.vm_id()] = obs.enforcement();

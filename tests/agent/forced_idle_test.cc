@@ -1,5 +1,6 @@
 #include "agent/forced_idle.h"
 #include "host/testing/pseudo_fs_fake.h"
+#include "tests/testing/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +20,7 @@ nr_switches                                  :                 1234
 
 TEST(ParseCoreForceidleSum, ReadsMillisecondsWithSixDecimals) {
   auto sum = ParseCoreForceidleSum(kSched);
-  ASSERT_TRUE(sum.ok()) << sum.status();
+  ASSERT_OK(sum);
   EXPECT_EQ(**sum, 1'234'567'890);
   EXPECT_EQ(**ParseCoreForceidleSum("core_forceidle_sum : 0.5\n"), 500'000);
   EXPECT_EQ(**ParseCoreForceidleSum("core_forceidle_sum :  42\n"), 42);
@@ -27,7 +28,7 @@ TEST(ParseCoreForceidleSum, ReadsMillisecondsWithSixDecimals) {
 
 TEST(ParseCoreForceidleSum, NoLineIsNotAnError) {
   auto sum = ParseCoreForceidleSum("se.exec_start : 1.000000\ncore_forceidle_sum_x : 3\n");
-  ASSERT_TRUE(sum.ok());
+  ASSERT_OK(sum);
   EXPECT_FALSE(sum->has_value());
 }
 
@@ -82,13 +83,13 @@ throttled_usec 0
 
 TEST(ParseCgroupForceIdle, ReadsMicroseconds) {
   auto ns = ParseCgroupForceIdle(kCpuStat);
-  ASSERT_TRUE(ns.ok()) << ns.status();
+  ASSERT_OK(ns);
   EXPECT_EQ(**ns, 250'000'000);
 }
 
 TEST(ParseCgroupForceIdle, NoLineIsNotAnError) {
   auto ns = ParseCgroupForceIdle("usage_usec 1\ncore_sched.force_idle_usec_x 3\n");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_FALSE(ns->has_value());
 }
 

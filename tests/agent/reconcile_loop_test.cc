@@ -17,6 +17,7 @@
 #include "host/testing/pseudo_fs_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -205,7 +206,7 @@ TEST_F(ReconcileLoopTest, FirstPassRunsAtOnceAndFeedsReports) {
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
   auto observations = loop->Observations();
-  ASSERT_TRUE(observations.ok());
+  ASSERT_OK(observations);
   ASSERT_EQ(observations->size(), 1u);
   EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
   EXPECT_EQ((*observations)[0].enforcement().state(),
@@ -230,7 +231,7 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
   auto observations = loop->Observations();
-  ASSERT_TRUE(observations.ok());
+  ASSERT_OK(observations);
   ASSERT_EQ(observations->size(), 1u);
   EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
   EXPECT_NE(kernel_.CookieOf(200), 0u);
@@ -279,7 +280,7 @@ TEST_F(ReconcileLoopTest, AStuckPassWithholdsReportsInsteadOfPassingOffOldOnes) 
                      [] {});
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
-  ASSERT_TRUE(loop.Observations().ok());
+  ASSERT_OK(loop.Observations());
   discovery.Hold(true);
   loop.Trigger();
   ASSERT_TRUE(discovery.WaitUntilBlocked());
@@ -291,7 +292,7 @@ TEST_F(ReconcileLoopTest, AStuckPassWithholdsReportsInsteadOfPassingOffOldOnes) 
       << stuck.status();
   discovery.Hold(false);
   ASSERT_TRUE(loop.WaitForPasses(2, 5s));
-  EXPECT_TRUE(loop.Observations().ok());
+  EXPECT_OK(loop.Observations());
   loop.Stop();
 }
 
@@ -348,7 +349,7 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
   auto observations = loop.Observations();
-  ASSERT_TRUE(observations.ok());
+  ASSERT_OK(observations);
   ASSERT_EQ(observations->size(), 2u);
   EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
   EXPECT_EQ((*observations)[0].enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);

@@ -26,6 +26,7 @@
 #include "agent/sibling_share_collector.h"
 #include "host/topology.h"
 #include "common/file_io.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -47,9 +48,9 @@ TEST(TracefsSchedTrace, OwnInstanceWithTheKernelsFormatsRemovedOnStop) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
   auto trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", kInstance);
   absl::StatusOr<host::SchedTraceFormat> format = trace->Start(host::SchedTraceOptions{.buffer_size_kb = 256});
-  ASSERT_TRUE(format.ok()) << format.status();
-  EXPECT_TRUE(telemetry::SchedSwitchLayout::FromFormat(format->sched_switch_format).ok());
-  EXPECT_TRUE(telemetry::PageHeaderLayout::FromHeaderPage(format->header_page).ok());
+  ASSERT_OK(format);
+  EXPECT_OK(telemetry::SchedSwitchLayout::FromFormat(format->sched_switch_format));
+  EXPECT_OK(telemetry::PageHeaderLayout::FromHeaderPage(format->header_page));
   EXPECT_GE(format->num_cpus, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   const std::string dir = "/sys/kernel/tracing/instances/" + kInstance;
   ASSERT_TRUE(Exists(dir));
@@ -98,7 +99,7 @@ TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
   ASSERT_EQ(geteuid(), 0u) << "this test needs root (ctest label root)";
   host::LocalPseudoFs fs;
   absl::StatusOr<v1::Topology> topology = host::ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   const v1::Core& last_core = topology->cores(topology->cores_size() - 1);
   const int cpu = last_core.cpus(0);
 
@@ -146,7 +147,7 @@ TEST_P(CollectorOnTracefs, SeesABusyThreadsRunTime) {
         },
         &queue);
     absl::Status opened = collector.Open();
-    EXPECT_TRUE(opened.ok()) << opened;
+    EXPECT_OK(opened) << opened;
     {
       std::lock_guard<std::mutex> lock(mu);
       go = true;

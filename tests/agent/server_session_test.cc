@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -103,7 +104,7 @@ TEST_F(ServerSessionTest, RegistersWatchesAndReports) {
   service.Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
 
   std::unique_ptr<ServerSession> session = MakeSession(csd.address());
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(WaitForRevision(5));
   EXPECT_THAT(cache_.assignments(), ElementsAre(Key("vm-1")));
 
@@ -155,7 +156,7 @@ TEST_F(ServerSessionTest, ABurstOfWatchMessagesGivesOneReport) {
   service.Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));
   std::unique_ptr<ServerSession> session =
       MakeSession(csd.address(), nullptr, /*report_interval=*/60s, /*min_report_gap=*/2s);
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(service.WaitFor([&] { return !service.reports_locked().empty(); }));
   for (int64_t revision = 2; revision <= 21; ++revision) {
     service.Push(MakeDelta(revision, {MakeAssignment("vm-1", "g1", revision)}, {}));
@@ -179,7 +180,7 @@ TEST_F(ServerSessionTest, ResumesAfterStreamDropAndServerRestart) {
   const int port = csd.port();
   csd.service().Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
   std::unique_ptr<ServerSession> session = MakeSession(csd.address());
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(WaitForRevision(5));
 
   // csd ends the stream: the agent comes back asking from revision 5.
@@ -207,7 +208,7 @@ TEST_F(ServerSessionTest, ResumesAfterStreamDropAndServerRestart) {
 
   // What was received survives the agent.
   AssignmentCache reloaded(dir_.path() + "/assignments.pb");
-  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_OK(reloaded.Load());
   EXPECT_EQ(reloaded.revision(), 7);
 }
 
@@ -217,7 +218,7 @@ TEST_F(ServerSessionTest, StaleMessageMakesItReconnect) {
   csd.service().Push(MakeSnapshot(5, {MakeAssignment("vm-1", "g1", 5)}));
   csd.service().Push(MakeDelta(3, {}, {"vm-1"}));  // goes back: refused
   std::unique_ptr<ServerSession> session = MakeSession(csd.address());
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(csd.service().WaitFor(
       [&] { return csd.service().watches_locked().size() >= 2; }));
   EXPECT_EQ(csd.service().watches()[1].resume_revision(), 5);
@@ -232,7 +233,7 @@ TEST_F(ServerSessionTest, DiscoveryFailureSkipsTheReport) {
   ASSERT_TRUE(csd.ok());
   csd.service().Push(MakeSnapshot(1, {}));
   std::unique_ptr<ServerSession> session = MakeSession(csd.address());
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(WaitForRevision(1));
   std::this_thread::sleep_for(300ms);
   EXPECT_TRUE(csd.service().reports().empty());
@@ -257,7 +258,7 @@ TEST_F(ServerSessionTest, StatsWindowsLeaveOnlyWhenCsdAcceptedTheReport) {
   service.SetReportStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "csd store busy"));
   service.Push(MakeSnapshot(1, {}));
   std::unique_ptr<ServerSession> session = MakeSession(csd.address(), &stats);
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(service.WaitFor([&] { return service.reports_locked().size() >= 2; }));
   for (const v1::ReportRequest& report : service.reports()) {
     ASSERT_EQ(report.stats_size(), 2);
@@ -284,7 +285,7 @@ TEST_F(ServerSessionTest, StopIsPromptWhileStreaming) {
   ASSERT_TRUE(csd.ok());
   csd.service().Push(MakeSnapshot(1, {}));
   std::unique_ptr<ServerSession> session = MakeSession(csd.address());
-  ASSERT_TRUE(session->Start().ok());
+  ASSERT_OK(session->Start());
   ASSERT_TRUE(WaitForRevision(1));
   auto start = std::chrono::steady_clock::now();
   session->Stop();
@@ -300,7 +301,7 @@ TEST_F(ServerSessionTest, StopIsPromptWhileBackingOff) {
   ServerSession session(options, v1::RegisterRequest(), &cache_,
                         [this] { return Observe(); },
                         nullptr);
-  ASSERT_TRUE(session.Start().ok());
+  ASSERT_OK(session.Start());
   std::this_thread::sleep_for(200ms);
   auto start = std::chrono::steady_clock::now();
   session.Stop();

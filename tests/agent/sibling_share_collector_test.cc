@@ -8,6 +8,7 @@
 #include "host/testing/pseudo_fs_fake.h"
 #include "host/testing/sched_trace_fake.h"
 #include "tests/telemetry/trace_fixtures.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::agent {
 namespace {
@@ -99,7 +100,7 @@ std::vector<SchedSwitch> Scenario() {
 TEST_F(CollectorTest, SplitsEachVmsRunTimeBySiblingPerTrustGroup) {
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}));
   trace_.SetNowNs(kT - 1000);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   EXPECT_EQ(trace_.options().buffer_size_kb, 1024);
   Serve(Scenario());
   trace_.SetNowNs(kT + 3000 + 2'000'000);  // the watermark is 2 ms earlier
@@ -147,7 +148,7 @@ TEST_F(CollectorTest, SplitsEachVmsRunTimeBySiblingPerTrustGroup) {
 TEST_F(CollectorTest, SameNumbersWhenEventsArriveOverPollsOnInterleavedSiblings) {
   auto collector = Make(TwoByTwo({{0, 2}, {1, 3}}));
   trace_.SetNowNs(kT - 1000);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   // CPU n of the scenario becomes: 0 -> 0, 1 -> 2, 2 -> 1, 3 -> 3.
   const int renumber[] = {0, 2, 1, 3};
   std::vector<SchedSwitch> events = Scenario();
@@ -199,7 +200,7 @@ TEST_F(CollectorTest, WindowsAddUpToTheOfflineComputation) {
   options.window = std::chrono::milliseconds(50);
   auto collector = Make(TwoByTwo({{0, 2}, {1, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   const int64_t end = trace.events.back().ts_ns;
   size_t next = 0;
   for (int64_t now = kT; now <= end + 10'000'000; now += 7'000'000) {
@@ -274,7 +275,7 @@ TEST_F(CollectorTest, WindowsAddUpToTheOfflineComputation) {
 TEST_F(CollectorTest, CountsPagesAfterLossAndInconsistentEvents) {
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}));
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   const uint32_t size = (layout_.min_record_size + 3) & ~3u;
   PageBuilder page(kT + 10);
   // The kernel dropped events before this page: CPU 0 was last seen
@@ -301,7 +302,7 @@ TEST_F(CollectorTest, ClosesAWindowEachWindowLengthAndTheQueueStaysBounded) {
       options, TwoByTwo({{0, 1}, {2, 3}}), &trace_, &fs_,
       [this]() -> absl::StatusOr<std::vector<CollectedVm>> { return vms_; }, &small);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector.Open().ok());
+  ASSERT_OK(collector.Open());
   for (int i = 1; i <= 50; ++i) {
     trace_.SetNowNs(kT + i * 1'000'000 + 2'000'000);
     collector.Poll();
@@ -327,7 +328,7 @@ TEST_F(CollectorTest, WindowsFollowEachOtherExactlyWhileTheWallClockJitters) {
       options, TwoByTwo({{0, 1}, {2, 3}}), &trace_, &fs_,
       [this]() -> absl::StatusOr<std::vector<CollectedVm>> { return vms_; }, &queue);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector.Open().ok());
+  ASSERT_OK(collector.Open());
   for (int i = 1; i <= 50; ++i) {
     trace_.SetUnixOffsetNs(kUnixOffset + (i % 3 - 1) * 3000 + i);
     trace_.SetNowNs(kT + i * 1'000'000 + 2'000'000);
@@ -346,7 +347,7 @@ TEST_F(CollectorTest, ThreadsOfANewVmCountAsHostUntilTheVmListSaysSo) {
   options.vm_refresh_interval = std::chrono::hours(1);
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   vms_.push_back({"vm-new", "", {400}, ""});
   Serve({Ev(0, 0, 0, 400), Ev(100, 0, 400, 0)});
   trace_.SetNowNs(kT + 200 + 2'000'000);
@@ -362,7 +363,7 @@ TEST_F(CollectorTest, ANewReconcilePassRefreshesTheVmListAtTheNextPoll) {
   options.vms_version = [&passes] { return passes; };
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   // vm-a gains thread 102 and the agent's next pass finds it: its run
   // before that poll counts for vm-a already.
   vms_[0].tids.push_back(102);
@@ -384,7 +385,7 @@ TEST_F(CollectorTest, WithALagEventsWaitForTheNextPollSoANewThreadIsKnownByThen)
   options.vms_version = [&passes] { return passes; };
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   // Thread 102 starts running before the agent's pass has found it.
   Serve({Ev(0, 0, 0, 102), Ev(1000, 0, 102, 0)});
   trace_.SetNowNs(kT + 2000 + 2'000'000);
@@ -404,7 +405,7 @@ TEST_F(CollectorTest, TheFirstWindowStartsOnceTheVmsAreKnown) {
   vms_status_ = absl::UnavailableError("no reconcile pass yet");
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}));
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   // vm-a's thread runs before the agent has named any VM: not counted, and
   // no window (it would say the host ran everything).
   Serve({Ev(0, 0, 0, 100)});
@@ -440,7 +441,7 @@ TEST_F(CollectorTest, ForcedIdleIsTheGrowthOfTheVmsThreadCountsWhenSchedstatsAre
   options.enable_schedstats = true;
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   EXPECT_TRUE(trace_.schedstats_enabled());
   Serve({Ev(0, 0, 0, 100), Ev(0, 1, 0, 200)});
   trace_.SetNowNs(kT + 2'000'100);
@@ -478,7 +479,7 @@ TEST_F(CollectorTest, ForcedIdleOfAVmWithItsOwnCgroupComesFromTheCgroup) {
   options.cgroupfs_root = "/sys/fs/cgroup";
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   Serve({Ev(0, 0, 0, 100)});
   trace_.SetNowNs(kT + 2'000'100);
   collector->Poll();
@@ -516,7 +517,7 @@ TEST_F(CollectorTest, StartPollsOnItsThreadAndStopStopsTheTrace) {
   options.poll_interval = std::chrono::milliseconds(1);
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT);
-  ASSERT_TRUE(collector->Start().ok());
+  ASSERT_OK(collector->Start());
   Serve(Scenario());
   trace_.SetNowNs(kT + 3000 + 2'000'000);
   for (int i = 0; i < 5000 && trace_.unread_pages() > 0; ++i)
@@ -535,7 +536,7 @@ TEST_F(CollectorTest, PollsSoonerAfterFindingABufferAQuarterFull) {
   options.trace.buffer_size_kb = 32;
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT - 1000);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   EXPECT_EQ(collector->next_poll_delay(), std::chrono::milliseconds(500));
 
   Serve({Ev(0, 2, 0, 101)});  // one page
@@ -562,7 +563,7 @@ TEST_F(CollectorTest, BusyPollsNeverSlowerThanTheConfiguredInterval) {
   options.poll_interval = std::chrono::milliseconds(50);
   auto collector = Make(TwoByTwo({{0, 1}, {2, 3}}), options);
   trace_.SetNowNs(kT - 1000);
-  ASSERT_TRUE(collector->Open().ok());
+  ASSERT_OK(collector->Open());
   Serve({Ev(0, 2, 0, 101)});
   trace_.SetNowNs(kT + 3'000'000);
   EXPECT_EQ(collector->Poll(), 1);

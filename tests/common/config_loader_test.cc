@@ -32,8 +32,8 @@ tls:
 
 TEST(ParseYamlConfig, EmptyDocumentIsEmptyConfig) {
   v1::AgentConfig config;
-  EXPECT_TRUE(ParseYamlConfig("", "agent.yaml", &config).ok());
-  EXPECT_TRUE(ParseYamlConfig("# only a comment\n", "agent.yaml", &config).ok());
+  EXPECT_OK(ParseYamlConfig("", "agent.yaml", &config));
+  EXPECT_OK(ParseYamlConfig("# only a comment\n", "agent.yaml", &config));
 }
 
 TEST(ParseYamlConfig, UnknownKeyNamesKeyFileAndLine) {
@@ -103,7 +103,7 @@ TEST(LoadYamlConfigFile, ReadsAFile) {
   close(fd);
   std::ofstream(path) << "server: 127.0.0.1:9000\n";
   v1::CsctlConfig config;
-  ASSERT_TRUE(LoadYamlConfigFile(path, &config).ok());
+  ASSERT_OK(LoadYamlConfigFile(path, &config));
   EXPECT_EQ(config.server(), "127.0.0.1:9000");
   std::remove(path);
 }

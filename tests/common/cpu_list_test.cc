@@ -35,7 +35,7 @@ TEST(ExpandCpuRanges, RepeatedWholeRangesGiveEachIdOnce) {
 
 std::vector<int> Cpus(absl::string_view text) {
   absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
-  EXPECT_TRUE(cpus.ok()) << cpus.status();
+  EXPECT_OK(cpus);
   return cpus.ok() ? *cpus : std::vector<int>{};
 }
 

@@ -1,6 +1,7 @@
 #include "common/transport.h"
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -23,7 +24,7 @@ TEST(IsLoopbackAddress, KnowsLoopback) {
 
 TEST(ValidateListenAddress, NeedsAHostAndAPortOf0To65535) {
   for (const char* ok : {"127.0.0.1:7443", "0.0.0.0:0", "[::1]:65535", "localhost:1"}) {
-    EXPECT_TRUE(ValidateListenAddress("listen", ok).ok()) << ok;
+    EXPECT_OK(ValidateListenAddress("listen", ok)) << ok;
   }
   for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:",
                           ":7443", "127.0.0.1:-1", "127.0.0.1:+80", "127.0.0.1:80x", "::1:7443",
@@ -67,11 +68,11 @@ TEST(MakeChannelCredentials, ACertificateWithoutACaIsNotPlaintext) {
 
 TEST(MakeServerCredentials, PlaintextOnlyOnLoopbackUnlessInsecure) {
   v1::TlsConfig none;
-  EXPECT_TRUE(MakeServerCredentials("127.0.0.1:0", none, false).ok());
+  EXPECT_OK(MakeServerCredentials("127.0.0.1:0", none, false));
   auto refused = MakeServerCredentials("0.0.0.0:7443", none, false);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("--insecure"), std::string::npos);
-  EXPECT_TRUE(MakeServerCredentials("0.0.0.0:7443", none, true).ok());
+  EXPECT_OK(MakeServerCredentials("0.0.0.0:7443", none, true));
 }
 
 TEST(MakeServerCredentials, MissingCertificateFileIsNamed) {
@@ -85,7 +86,7 @@ TEST(MakeServerCredentials, MissingCertificateFileIsNamed) {
 
 TEST(MakeChannelCredentials, PlaintextRule) {
   v1::TlsConfig none;
-  EXPECT_TRUE(MakeChannelCredentials("localhost:7443", none, false).ok());
+  EXPECT_OK(MakeChannelCredentials("localhost:7443", none, false));
   EXPECT_FALSE(MakeChannelCredentials("10.1.1.1:7443", none, false).ok());
 }
 
@@ -95,7 +96,7 @@ TEST(StatusConversion, KeepsCodeAndMessage) {
   EXPECT_EQ(g.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(g.error_message(), "vm 'x' not found");
   EXPECT_EQ(FromGrpcStatus(g), s);
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_OK(ToGrpcStatus(absl::OkStatus()));
 }
 
 }  // namespace

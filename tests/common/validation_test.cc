@@ -11,9 +11,9 @@ namespace {
 TEST(ValidateId, AcceptsTheRule) {
   for (const char* id : {"vm-123", "a", "0", "550e8400-e29b-41d4-a716-446655440000",
                          "host.example.com", "t:a_b-c.d"}) {
-    EXPECT_TRUE(ValidateId("vm_id", id).ok()) << id;
+    EXPECT_OK(ValidateId("vm_id", id)) << id;
   }
-  EXPECT_TRUE(ValidateId("vm_id", std::string(128, 'a')).ok());
+  EXPECT_OK(ValidateId("vm_id", std::string(128, 'a')));
 }
 
 TEST(ValidateId, RejectsAndNamesFieldAndRule) {
@@ -41,7 +41,7 @@ TEST(ValidateClasses, SortsAndDeduplicates) {
   *in.Add() = "avx512";
   *in.Add() = "avx512";
   std::vector<std::string> out;
-  ASSERT_TRUE(ValidateClasses("interference_classes", in, &out).ok());
+  ASSERT_OK(ValidateClasses("interference_classes", in, &out));
   EXPECT_EQ(out, (std::vector<std::string>{"avx512", "latency-critical"}));
 }
 

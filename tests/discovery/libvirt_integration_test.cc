@@ -574,7 +574,7 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     EXPECT_TRUE(events.Wait("", DomainEvent::Kind::kReconnected, 5000).has_value())
         << "no 'reconnected' event; events: " << events.Summary();
     auto both = combined.Discover();
-    ASSERT_TRUE(both.ok());
+    ASSERT_OK(both);
     EXPECT_NE(FindByName(*both, name), nullptr);
     virConnectClose(conn);
     conn = virConnectOpen(kUri);

@@ -97,7 +97,7 @@ TEST(ProcStat, CommWithSpacesAndParentheses) {
   EXPECT_EQ(stat->ppid, 1);
 
   stat = ParseProcStat("2 (kthreadd) S 0 0 0 0 -1");
-  ASSERT_TRUE(stat.ok());
+  ASSERT_OK(stat);
   EXPECT_EQ(stat->ppid, 0);
 }
 
@@ -143,7 +143,7 @@ TEST(Cgroup, V1Only) {
 
 TEST(Cgroup, V2SystemdLibvirtLayout) {
   auto entries = ParseCgroupFile("0::/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope/libvirt/emulator\n");
-  ASSERT_TRUE(entries.ok());
+  ASSERT_OK(entries);
   EXPECT_EQ(VmCgroup(PlacementCgroup(*entries), {"/machine.slice"}),
             "/machine.slice/machine-qemu\\x2d1\\x2dvm\\x2d1.scope");
   // A helper that libvirt placed in the scope itself maps to the same VM.
@@ -162,12 +162,12 @@ TEST(Cgroup, SharedCgroupsAreNoVmCgroup) {
 
 TEST(Cgroup, PathWithColonAndMalformedLines) {
   auto entries = ParseCgroupFile("0::/a:b/c\n");
-  ASSERT_TRUE(entries.ok());
+  ASSERT_OK(entries);
   EXPECT_EQ((*entries)[0].path, "/a:b/c");
   EXPECT_FALSE(ParseCgroupFile("garbage\n").ok());
   EXPECT_FALSE(ParseCgroupFile("x:cpu:/\n").ok());
   EXPECT_FALSE(ParseCgroupFile("1:cpu:relative\n").ok());
-  EXPECT_TRUE(ParseCgroupFile("").ok());
+  EXPECT_OK(ParseCgroupFile(""));
 }
 
 }  // namespace

@@ -166,11 +166,11 @@ TEST(ProcfsDiscovery, KnownPidOfAWrapper) {
              {{4000, "kvm-wrapper"}, {4001, "CPU 0/KVM"}});
   ProcfsDiscovery discovery(fs);
   auto plain = discovery.Discover();
-  ASSERT_TRUE(plain.ok());
+  ASSERT_OK(plain);
   EXPECT_EQ(FindVm(*plain, 4000), nullptr);
   const int known[] = {4000, 4242};  // 4242 does not exist
   auto with_known = discovery.Discover(known);
-  ASSERT_TRUE(with_known.ok());
+  ASSERT_OK(with_known);
   const discovery::DiscoveredVm* vm = FindVm(*with_known, 4000);
   ASSERT_NE(vm, nullptr);
   EXPECT_EQ(vm->vm_id, "wrapped");
@@ -214,7 +214,7 @@ TEST(ProcfsDiscovery, UnreadableProcIsAnError) {
 TEST(ProcfsDiscovery, ThreadsInScope) {
   ProcfsDiscovery discovery(FakeHost());
   auto vms = discovery.Discover();
-  ASSERT_TRUE(vms.ok());
+  ASSERT_OK(vms);
   const discovery::DiscoveredVm& vm = (*vms)[0];
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_VCPUS).size(), 2u);
   EXPECT_EQ(ThreadsInScope(vm, v1::THREAD_SCOPE_EMULATOR).size(), 7u);

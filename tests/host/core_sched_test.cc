@@ -6,6 +6,7 @@
 #include "host/core_sched_prctl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::host {
 namespace {
@@ -14,7 +15,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 TEST(CoreSchedErrnoStatusTest, EachErrnoIsSpecific) {
-  EXPECT_TRUE(CoreSchedErrnoStatus(0, "GET", 5).ok());
+  EXPECT_OK(CoreSchedErrnoStatus(0, "GET", 5));
 
   absl::Status gone = CoreSchedErrnoStatus(ESRCH, "SHARE_TO", 42);
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
@@ -80,19 +81,19 @@ TEST(FakeCoreSchedTest, CreateShareAndGet) {
   kernel.AddTask(200, 200);
 
   EXPECT_EQ(*kernel.Get(100), 0u);
-  ASSERT_TRUE(kernel.Create(100, CoreSchedScope::kThreadGroup).ok());
+  ASSERT_OK(kernel.Create(100, CoreSchedScope::kThreadGroup));
   const uint64_t vm1 = *kernel.Get(100);
   EXPECT_NE(vm1, 0u);
   EXPECT_EQ(*kernel.Get(101), vm1);
   EXPECT_EQ(*kernel.Get(200), 0u);
 
   // Put 200 into 100's group the way the agent will: pull, then push.
-  ASSERT_TRUE(kernel.ShareFrom(100).ok());
+  ASSERT_OK(kernel.ShareFrom(100));
   EXPECT_EQ(*kernel.Get(0), vm1);
-  ASSERT_TRUE(kernel.ShareTo(200, CoreSchedScope::kThread).ok());
+  ASSERT_OK(kernel.ShareTo(200, CoreSchedScope::kThread));
   EXPECT_EQ(*kernel.Get(200), vm1);
 
-  ASSERT_TRUE(kernel.Create(200, CoreSchedScope::kThread).ok());
+  ASSERT_OK(kernel.Create(200, CoreSchedScope::kThread));
   EXPECT_NE(*kernel.Get(200), vm1);
   EXPECT_EQ(kernel.write_calls(), 4);
   EXPECT_EQ(kernel.get_calls(), 7);
@@ -105,7 +106,7 @@ TEST(FakeCoreSchedTest, CallerIsPerThread) {
   kernel.AddTask(100, 100, -1, /*cookie=*/7);
   std::thread helper([&] {
     kernel.SetCallerTid(50);
-    ASSERT_TRUE(kernel.ShareFrom(100).ok());
+    ASSERT_OK(kernel.ShareFrom(100));
   });
   helper.join();
   EXPECT_EQ(kernel.CookieOf(50), 7u);
@@ -125,7 +126,7 @@ TEST(FakeCoreSchedTest, ErrorsAreTheKernels) {
   EXPECT_EQ(kernel.Create(300, CoreSchedScope::kThread).code(),
             absl::StatusCode::kPermissionDenied);
   kernel.SetTaskErrno(300, 0);
-  EXPECT_TRUE(kernel.Create(300, CoreSchedScope::kThread).ok());
+  EXPECT_OK(kernel.Create(300, CoreSchedScope::kThread));
 
   kernel.SetMode(FakeCoreSched::Mode::kNoSmt);
   EXPECT_EQ(kernel.Probe().support, v1::CORE_SCHED_SUPPORT_NO_SMT);
@@ -145,7 +146,7 @@ TEST(FakeCoreSchedTest, ProcessGroupScope) {
   kernel.AddTask(100, 100, /*pgid=*/100);
   kernel.AddTask(110, 110, /*pgid=*/100);
   kernel.AddTask(120, 120, /*pgid=*/120);
-  ASSERT_TRUE(kernel.Create(100, CoreSchedScope::kProcessGroup).ok());
+  ASSERT_OK(kernel.Create(100, CoreSchedScope::kProcessGroup));
   EXPECT_EQ(kernel.CookieOf(100), kernel.CookieOf(110));
   EXPECT_EQ(kernel.CookieOf(120), 0u);
 }

@@ -11,6 +11,7 @@
 #include "host/testing/cpu_affinity_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::host {
 namespace {
@@ -54,25 +55,25 @@ TEST(CpuAffinityErrnoStatusTest, EachErrnoHasItsCode) {
       CpuAffinityErrnoStatus(EINVAL, "sched_setaffinity", 42)));
   EXPECT_TRUE(absl::IsInternal(
       CpuAffinityErrnoStatus(EFAULT, "sched_getaffinity", 42)));
-  EXPECT_TRUE(CpuAffinityErrnoStatus(0, "sched_getaffinity", 42).ok());
+  EXPECT_OK(CpuAffinityErrnoStatus(0, "sched_getaffinity", 42));
 }
 
 TEST(FakeCpuAffinityTest, BehavesLikeTheKernel) {
   FakeCpuAffinity fake(CpuSet{0, 1, 2, 3});
   fake.AddThread(10);
   EXPECT_EQ(*fake.Get(10), CpuSet({0, 1, 2, 3}));
-  ASSERT_TRUE(fake.Set(10, CpuSet{1, 3}).ok());
+  ASSERT_OK(fake.Set(10, CpuSet{1, 3}));
   EXPECT_EQ(fake.CpusOf(10), CpuSet({1, 3}));
 
   // A cpuset narrows what Set gives; nothing left is EINVAL.
   fake.SetAllowed(10, CpuSet{0, 1});
-  ASSERT_TRUE(fake.Set(10, CpuSet{1, 3}).ok());
+  ASSERT_OK(fake.Set(10, CpuSet{1, 3}));
   EXPECT_EQ(fake.CpusOf(10), CpuSet({1}));
   EXPECT_TRUE(absl::IsInvalidArgument(fake.Set(10, CpuSet{3})));
 
   fake.SetThreadErrno(10, EPERM);
   EXPECT_TRUE(absl::IsPermissionDenied(fake.Set(10, CpuSet{0})));
-  EXPECT_TRUE(fake.Get(10).ok());
+  EXPECT_OK(fake.Get(10));
 
   fake.RemoveThread(10);
   EXPECT_TRUE(absl::IsNotFound(fake.Get(10).status()));
@@ -100,14 +101,14 @@ TEST(LinuxCpuAffinityTest, SetsAndReadsBackOnThisMachine) {
   }
 
   absl::StatusOr<CpuSet> before = kernel.Get(tid);
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before);
   ASSERT_FALSE(before->empty());
   const CpuSet first{before->cpus().front()};
-  ASSERT_TRUE(kernel.Set(tid, first).ok());
+  ASSERT_OK(kernel.Set(tid, first));
   absl::StatusOr<CpuSet> after = kernel.Get(tid);
-  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_OK(after);
   EXPECT_EQ(*after, first) << after->ToString();
-  ASSERT_TRUE(kernel.Set(tid, *before).ok());
+  ASSERT_OK(kernel.Set(tid, *before));
   EXPECT_EQ(*kernel.Get(tid), *before);
 
   EXPECT_TRUE(absl::IsInvalidArgument(kernel.Set(tid, CpuSet())));

@@ -8,6 +8,7 @@
 #include "host/testing/pseudo_fs_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::host {
 namespace {
@@ -41,7 +42,7 @@ FakePseudoFs TwoCoresTwoSiblings() {
 TEST(ReadTopologyTest, TwoCoresTwoSiblings) {
   FakePseudoFs fs = TwoCoresTwoSiblings();
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_EQ(topology->cores_size(), 2);
   EXPECT_THAT(topology->cores(0).cpus(), ElementsAre(0, 2));
   EXPECT_EQ(topology->cores(0).core_id(), 0);
@@ -50,7 +51,7 @@ TEST(ReadTopologyTest, TwoCoresTwoSiblings) {
   EXPECT_EQ(topology->cores(1).package_id(), 0);
 
   absl::StatusOr<bool> smt = ReadSmtActive(fs, "/sys", *topology);
-  ASSERT_TRUE(smt.ok());
+  ASSERT_OK(smt);
   EXPECT_TRUE(*smt);
 }
 
@@ -60,12 +61,12 @@ TEST(ReadTopologyTest, NoSmt) {
   AddCpu(fs, 0, "0", 0);
   AddCpu(fs, 1, "1", 1);
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_EQ(topology->cores_size(), 2);
   EXPECT_THAT(topology->cores(0).cpus(), ElementsAre(0));
   EXPECT_THAT(topology->cores(1).cpus(), ElementsAre(1));
   absl::StatusOr<bool> smt = ReadSmtActive(fs, "/sys", *topology);
-  ASSERT_TRUE(smt.ok());
+  ASSERT_OK(smt);
   EXPECT_FALSE(*smt);
 }
 
@@ -73,7 +74,7 @@ TEST(ReadTopologyTest, SmtActiveFileWins) {
   FakePseudoFs fs = TwoCoresTwoSiblings();
   fs.SetFile(absl::StrCat(kCpuDir, "/smt/active"), "0\n");
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok());
+  ASSERT_OK(topology);
   EXPECT_FALSE(*ReadSmtActive(fs, "/sys", *topology));
 }
 
@@ -81,7 +82,7 @@ TEST(ReadTopologyTest, OfflineSiblingIsLeftOut) {
   FakePseudoFs fs = TwoCoresTwoSiblings();
   fs.SetFile(absl::StrCat(kCpuDir, "/online"), "0-2\n");
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_EQ(topology->cores_size(), 2);
   EXPECT_THAT(topology->cores(1).cpus(), ElementsAre(1));
 }
@@ -92,7 +93,7 @@ TEST(ReadTopologyTest, CoreIdsRepeatingAcrossDiesStayApart) {
   AddCpu(fs, 0, "0", 0);
   AddCpu(fs, 1, "1", 0);
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok());
+  ASSERT_OK(topology);
   EXPECT_EQ(topology->cores_size(), 2);
 }
 
@@ -129,7 +130,7 @@ TEST(ReadTopologyTest, OtherSysfsRoot) {
   fs.SetFile("/fake/sys/devices/system/cpu/cpu0/topology/physical_package_id",
              "-1\n");
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/fake/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   EXPECT_EQ(topology->cores(0).package_id(), -1);
 }
 
@@ -148,7 +149,7 @@ TEST(SchedstatsTest, OnOffMissing) {
 TEST(FakePseudoFsTest, ListsImpliedDirectories) {
   FakePseudoFs fs = TwoCoresTwoSiblings();
   absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(kCpuDir);
-  ASSERT_TRUE(names.ok());
+  ASSERT_OK(names);
   EXPECT_THAT(*names, ElementsAre("cpu0", "cpu1", "cpu2", "cpu3", "online"));
   EXPECT_EQ(fs.ListDirectory("/nope").status().code(),
             absl::StatusCode::kNotFound);
@@ -157,13 +158,13 @@ TEST(FakePseudoFsTest, ListsImpliedDirectories) {
 TEST(LocalPseudoFsTest, ReadsThisMachinesTopology) {
   LocalPseudoFs fs;
   absl::StatusOr<v1::Topology> topology = ReadTopology(fs, "/sys");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   EXPECT_GT(topology->cores_size(), 0);
   EXPECT_EQ(fs.ReadFile("/nonexistent/file").status().code(),
             absl::StatusCode::kNotFound);
   absl::StatusOr<std::vector<std::string>> names =
       fs.ListDirectory("/sys/devices/system/cpu");
-  ASSERT_TRUE(names.ok()) << names.status();
+  ASSERT_OK(names);
   EXPECT_THAT(*names, ::testing::Contains("online"));
 }
 

@@ -159,13 +159,13 @@ class AuthzTest : public ::testing::Test {
       fs->SetFile(dir + "/physical_package_id", "0\n");
     }
     agent::AgentOptions options;
-    options.server_address = csd_->address();
-    options.tls.set_ca_file(dir_.Sub("ca.crt"));
-    options.tls.set_cert_file(dir_.Sub(client + ".crt"));
-    options.tls.set_key_file(dir_.Sub(client + ".key"));
+    options.session.server_address = csd_->address();
+    options.session.tls.set_ca_file(dir_.Sub("ca.crt"));
+    options.session.tls.set_cert_file(dir_.Sub(client + ".crt"));
+    options.session.tls.set_key_file(dir_.Sub(client + ".key"));
     options.state_dir = dir_.Sub("agent-state");
-    options.backoff_initial = std::chrono::milliseconds(20);
-    options.backoff_max = std::chrono::milliseconds(200);
+    options.session.backoff_initial = std::chrono::milliseconds(20);
+    options.session.backoff_max = std::chrono::milliseconds(200);
     options.host_fs = fs;
     return options;
   }
@@ -179,7 +179,7 @@ TEST_F(AuthzTest, AgentCannotRegisterWatchOrReportForAnotherHost) {
   auto agent = v1::AgentService::NewStub(Channel("host-a"));
   v1::RegisterResponse registered;
   grpc::Status own = agent->Register(Context().get(), RegisterRequest("host-a"), &registered);
-  ASSERT_TRUE(own.ok()) << own.error_message();
+  ASSERT_OK(own) << own.error_message();
   // host-b exists, so only identity can refuse what follows.
   ASSERT_TRUE(v1::AgentService::NewStub(Channel("host-b"))
                   ->Register(Context().get(), RegisterRequest("host-b"), &registered)
@@ -206,7 +206,7 @@ TEST_F(AuthzTest, AgentCannotRegisterWatchOrReportForAnotherHost) {
   EXPECT_EQ(agent->Report(Context().get(), report, &reported).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
   report.set_host_id("host-a");
-  EXPECT_TRUE(agent->Report(Context().get(), report, &reported).ok());
+  EXPECT_OK(agent->Report(Context().get(), report, &reported));
 
   // Its own watch is served.
   watch.set_host_id("host-a");
@@ -224,23 +224,23 @@ TEST_F(AuthzTest, AgentCertificateHasNoControlPlaneRole) {
 }
 
 TEST_F(AuthzTest, ViewerReadsButCannotTagOperatorTagsOnlyAdminSetsPolicy) {
-  EXPECT_TRUE(ListVms("viewer").ok());
+  EXPECT_OK(ListVms("viewer"));
   grpc::Status viewer_tag = Tag("viewer", "vm-1");
   EXPECT_EQ(viewer_tag.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(viewer_tag.error_message(), HasSubstr("cn:viewer-1 has role viewer"));
 
-  EXPECT_TRUE(Tag("operator", "vm-1").ok());
+  EXPECT_OK(Tag("operator", "vm-1"));
   EXPECT_EQ(SetPolicy("operator").error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_TRUE(SetPolicy("admin").ok());
+  EXPECT_OK(SetPolicy("admin"));
   // A certificate that no binding names reads nothing.
   EXPECT_EQ(ListVms("cli").error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(AuthzTest, BearerTokenGivesItsRole) {
-  EXPECT_TRUE(ListVms("cli", "token-of-viewer").ok());
+  EXPECT_OK(ListVms("cli", "token-of-viewer"));
   EXPECT_EQ(Tag("cli", "vm-1", "token-of-viewer").error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_TRUE(Tag("cli", "vm-1", "token-of-operator").ok());
+  EXPECT_OK(Tag("cli", "vm-1", "token-of-operator"));
   EXPECT_EQ(ListVms("cli", "token-of-nobody").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 
@@ -252,9 +252,9 @@ TEST_F(AuthzTest, BearerTokenGivesItsRole) {
 }
 
 TEST_F(AuthzTest, ChangesAreInTheAuditTrailThatCsctlShows) {
-  ASSERT_TRUE(Tag("operator", "vm-1").ok());
-  ASSERT_TRUE(Tag("operator", "vm-1").ok());  // the same again: no change
-  ASSERT_TRUE(SetPolicy("admin").ok());
+  ASSERT_OK(Tag("operator", "vm-1"));
+  ASSERT_OK(Tag("operator", "vm-1"));  // the same again: no change
+  ASSERT_OK(SetPolicy("admin"));
   v1::RegisterResponse registered;
   ASSERT_TRUE(v1::AgentService::NewStub(Channel("host-a"))
                   ->Register(Context().get(), RegisterRequest("host-a"), &registered)
@@ -297,7 +297,7 @@ TEST_F(AuthzTest, AgentWithAnotherHostsIdIsToldToFixItsConfig) {
   options.core_sched = std::make_shared<host::FakeCoreSched>();
   options.vm_discovery = std::make_shared<discovery::StaticVmDiscovery>();
   agent::Agent agent(options);
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
   // Bounded poll for the first refused Register, not a timing assertion.
   auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (agent.csd_refusal().empty() && std::chrono::steady_clock::now() < give_up) {
@@ -323,12 +323,12 @@ TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
 
   agent::AgentOptions options = AgentOptionsWithCertOf("host-a");
   options.host_id = "host-a";
-  options.report_interval = std::chrono::milliseconds(100);
-  options.rescan_interval = std::chrono::milliseconds(100);
+  options.session.report_interval = std::chrono::milliseconds(100);
+  options.loop.rescan_interval = std::chrono::milliseconds(100);
   options.core_sched = kernel;
   options.vm_discovery = discovery;
   agent::Agent agent(options);
-  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_OK(agent.Start());
 
   // Once the agent's report placed vm-1 on host-a, a tag reaches it.
   auto admin = v1::ControlPlane::NewStub(Channel("admin"));
@@ -337,7 +337,7 @@ TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
     request.set_vm_id("vm-1");
     v1::TagVMResponse response;
     grpc::Status status = admin->TagVM(Context().get(), request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_OK(status) << status.error_message();
     return response.vm().host_id() == "host-a";
   };
   // Bounded poll for the agent's first report, not a timing assertion.
@@ -348,7 +348,7 @@ TEST_F(AuthzTest, AgentOverMutualTlsRegistersAndEnforcesItsHost) {
   v1::GetVMRequest get;
   get.set_vm_id("vm-1");
   v1::VM got;
-  ASSERT_TRUE(admin->GetVM(Context().get(), get, &got).ok());
+  ASSERT_OK(admin->GetVM(Context().get(), get, &got));
   ASSERT_EQ(got.host_id(), "host-a");
   EXPECT_TRUE(agent.WaitForRevision(got.assignment().revision(), std::chrono::seconds(30)));
   ASSERT_TRUE(agent.FindAssignment("vm-1").has_value());

@@ -61,7 +61,7 @@ std::set<std::string> ListAll(v1::ControlPlane::Stub& stub) {
     grpc::ClientContext context;
     v1::ListVMsResponse response;
     grpc::Status s = stub.ListVMs(&context, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_OK(s) << s.error_message();
     if (!s.ok()) break;
     for (const v1::VM& vm : response.vms()) ids.insert(vm.vm_id());
     request.set_page_token(response.next_page_token());
@@ -99,7 +99,7 @@ TEST(CsdDiskFull, WritesFailClearlyReadsGoOnAndNothingIsLostWhenSpaceReturns) {
 
     // Reads go on: every acknowledged tag, and not the refused one.
     EXPECT_EQ(ListAll(*stub), acknowledged);
-    EXPECT_TRUE(Get(*stub, *acknowledged.begin()).ok());
+    EXPECT_OK(Get(*stub, *acknowledged.begin()));
     EXPECT_EQ(Get(*stub, absl::StrCat("vm-", acknowledged.size())).error_code(),
               grpc::StatusCode::NOT_FOUND);
 
@@ -109,7 +109,7 @@ TEST(CsdDiskFull, WritesFailClearlyReadsGoOnAndNothingIsLostWhenSpaceReturns) {
     for (int i = 0; i < 5; ++i) {
       const std::string vm = absl::StrCat("vm-after-", i);
       grpc::Status s = Tag(*stub, vm);
-      EXPECT_TRUE(s.ok()) << vm << ": " << s.error_message();
+      EXPECT_OK(s) << vm << ": " << s.error_message();
       if (s.ok()) acknowledged.insert(vm);
     }
     csd->Shutdown();
@@ -122,7 +122,7 @@ TEST(CsdDiskFull, WritesFailClearlyReadsGoOnAndNothingIsLostWhenSpaceReturns) {
   auto stub = v1::ControlPlane::NewStub(
       grpc::CreateChannel(csd->address(), grpc::InsecureChannelCredentials()));
   EXPECT_EQ(ListAll(*stub), acknowledged);
-  EXPECT_TRUE(Tag(*stub, "vm-after-restart").ok());
+  EXPECT_OK(Tag(*stub, "vm-after-restart"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {
@@ -172,7 +173,7 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
   do {
     grpc::ClientContext context;
     v1::ListVMsResponse response;
-    ASSERT_TRUE(stub->ListVMs(&context, request, &response).ok());
+    ASSERT_OK(stub->ListVMs(&context, request, &response));
     for (const auto& vm : response.vms()) {
       stored[vm.vm_id()] = vm.assignment().trust_group();
       // No half-written record: the assignment is whole.

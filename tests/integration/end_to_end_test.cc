@@ -68,18 +68,18 @@ class EndToEndTest : public ::testing::Test {
     StartCsd("127.0.0.1:0");
     discovery_->SetVms({Vm(*kernel_, "vm-123", 100), Vm(*kernel_, "vm-456", 200)});
     agent::AgentOptions options;
-    options.server_address = csd_->address();
+    options.session.server_address = csd_->address();
     options.host_id = "hv-1";
     options.state_dir = dir_.Sub("agent-state");
-    options.report_interval = 100ms;
-    options.backoff_initial = 20ms;
-    options.backoff_max = 200ms;
+    options.session.report_interval = 100ms;
+    options.session.backoff_initial = 20ms;
+    options.session.backoff_max = 200ms;
     options.host_fs = TwoCoresTwoSiblings();
     options.core_sched = kernel_;
-    options.rescan_interval = 100ms;
+    options.loop.rescan_interval = 100ms;
     options.vm_discovery = discovery_;
     agent_ = std::make_unique<agent::Agent>(options);
-    ASSERT_TRUE(agent_->Start().ok());
+    ASSERT_OK(agent_->Start());
   }
 
   void StartCsd(const std::string& listen) {

@@ -93,20 +93,20 @@ class PartitionTest : public ::testing::Test {
     vms_ = {Vm(*kernel_, "vm-1", 100), Vm(*kernel_, "vm-2", 200), Vm(*kernel_, "vm-3", 300)};
     discovery_->SetVms(vms_);
     agent::AgentOptions options;
-    options.server_address = proxy_->address();
+    options.session.server_address = proxy_->address();
     options.host_id = "hv-1";
     options.state_dir = dir_.Sub("agent");
-    options.report_interval = 1s;
+    options.session.report_interval = 1s;
     options.host_fs = TwoCoresTwoSiblings();
     options.core_sched = kernel_;
-    options.rescan_interval = 100ms;
+    options.loop.rescan_interval = 100ms;
     options.vm_discovery = discovery_;
     options.on_assignments_changed = [this](int64_t revision) {
       std::lock_guard<std::mutex> lock(mu_);
       applied_.push_back(revision);
     };
     agent_ = std::make_unique<agent::Agent>(options);
-    ASSERT_TRUE(agent_->Start().ok());
+    ASSERT_OK(agent_->Start());
   }
 
   int64_t Tag(const std::string& vm, const std::string& tenant,
@@ -118,7 +118,7 @@ class PartitionTest : public ::testing::Test {
     v1::TagVMResponse response;
     grpc::ClientContext context;
     grpc::Status status = stub_->TagVM(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_OK(status) << status.error_message();
     return response.vm().assignment().revision();
   }
 
@@ -128,7 +128,7 @@ class PartitionTest : public ::testing::Test {
     v1::UntagVMResponse response;
     grpc::ClientContext context;
     grpc::Status status = stub_->UntagVM(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_OK(status) << status.error_message();
     return response.revision();
   }
 

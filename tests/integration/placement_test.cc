@@ -74,7 +74,7 @@ class PlacementTest : public ::testing::Test {
     grpc::ClientContext context;
     v1::RegisterResponse response;
     grpc::Status s = agent_->Register(&context, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
   }
 
   // The host's agent reports `vms` (id, vCPUs).
@@ -89,7 +89,7 @@ class PlacementTest : public ::testing::Test {
     grpc::ClientContext context;
     v1::ReportResponse response;
     grpc::Status s = agent_->Report(&context, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
   }
 
   void Tag(const std::string& vm, const std::string& tenant, v1::IsolationLevel level,
@@ -102,7 +102,7 @@ class PlacementTest : public ::testing::Test {
     grpc::ClientContext context;
     v1::TagVMResponse response;
     grpc::Status s = control_->TagVM(&context, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
   }
 
   void SetPolicy(const std::string& tenant, v1::IsolationLevel level,
@@ -114,7 +114,7 @@ class PlacementTest : public ::testing::Test {
     grpc::ClientContext context;
     v1::TenantPolicy response;
     grpc::Status s = control_->SetTenantPolicy(&context, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
   }
 
   grpc::Status Place(const v1::PlaceRequest& request, v1::PlaceResponse* response) {
@@ -173,7 +173,7 @@ class PlacementTest : public ::testing::Test {
 TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
   TwoHosts();
   v1::PlaceResponse r;
-  ASSERT_TRUE(Place(Request(4, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(Place(Request(4, v1::ISOLATION_LEVEL_DEDICATED), &r));
   // host-a has one core to give left; host-b has the two a 4-vCPU VM needs.
   EXPECT_EQ(r.host_id(), "host-b");
   EXPECT_THAT(r.cores(), ElementsAre(0, 1));
@@ -184,7 +184,7 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
   EXPECT_THAT(r.reason(), HasSubstr("aligned to whole cores"));
 
   // Two vCPUs fit the core left on host-a too: both are ranked.
-  ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r));
   EXPECT_EQ(r.candidates_size(), 2);
   // Best fit: host-a's last core to give (core 3: CPUs 3 and 8).
   EXPECT_EQ(r.host_id(), "host-a");
@@ -201,7 +201,7 @@ TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
 TEST_F(PlacementTest, DedicatedOnAHostWithSmtOffGetsACpuPerVcpu) {
   Register("nosmt", 3, /*smt=*/false);
   v1::PlaceResponse r;
-  ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r));
   EXPECT_EQ(r.host_id(), "nosmt");
   EXPECT_THAT(r.cores(), ElementsAre(0, 1));
   EXPECT_THAT(r.cpus(), ElementsAre(0, 1));
@@ -210,7 +210,7 @@ TEST_F(PlacementTest, DedicatedOnAHostWithSmtOffGetsACpuPerVcpu) {
   EXPECT_THAT(s.error_message(), HasSubstr("1 without enough whole free cores"));
   // SMT turned on at the next boot: the same host id, two CPUs per core.
   Register("nosmt", 3, /*smt=*/true);
-  ASSERT_TRUE(Place(Request(3, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(Place(Request(3, v1::ISOLATION_LEVEL_DEDICATED), &r));
   EXPECT_THAT(r.cpus(), ElementsAre(0, 1, 3, 4));
 }
 
@@ -219,7 +219,7 @@ TEST_F(PlacementTest, UntagAndMovesFreeCores) {
   // The dedicated VM leaves host-a (its agent no longer reports it).
   Report("host-a", {});
   v1::PlaceResponse r;
-  ASSERT_TRUE(Place(Request(8, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(Place(Request(8, v1::ISOLATION_LEVEL_DEDICATED), &r));
   EXPECT_EQ(r.host_id(), "host-a");
   EXPECT_EQ(r.cores_size(), 4);
   // It comes back, then is untagged: the cores are free again.
@@ -230,8 +230,8 @@ TEST_F(PlacementTest, UntagAndMovesFreeCores) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("gold");
   v1::UntagVMResponse ignored;
-  ASSERT_TRUE(control_->UntagVM(&context, untag, &ignored).ok());
-  EXPECT_TRUE(Place(Request(8, v1::ISOLATION_LEVEL_DEDICATED), &r).ok());
+  ASSERT_OK(control_->UntagVM(&context, untag, &ignored));
+  EXPECT_OK(Place(Request(8, v1::ISOLATION_LEVEL_DEDICATED), &r));
 }
 
 TEST_F(PlacementTest, UnpinnedVmsAvoidConflictingClasses) {
@@ -246,14 +246,14 @@ TEST_F(PlacementTest, UnpinnedVmsAvoidConflictingClasses) {
   v1::PlaceRequest request = Request(2, v1::ISOLATION_LEVEL_VM, {"latency-critical"});
   request.set_pin(false);
   v1::PlaceResponse r;
-  ASSERT_TRUE(Place(request, &r).ok());
+  ASSERT_OK(Place(request, &r));
   EXPECT_EQ(r.host_id(), "quiet-host");
   EXPECT_TRUE(r.cores().empty());
   ASSERT_EQ(r.candidates_size(), 1);
 
   // Without the conflicting class, the emptier avx-host wins.
   request.clear_interference_classes();
-  ASSERT_TRUE(Place(request, &r).ok());
+  ASSERT_OK(Place(request, &r));
   EXPECT_EQ(r.host_id(), "avx-host");
 
   // Only the conflicting host left: refused, naming the constraint.
@@ -262,7 +262,7 @@ TEST_F(PlacementTest, UnpinnedVmsAvoidConflictingClasses) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("batch");
   v1::UntagVMResponse ignored;
-  ASSERT_TRUE(control_->UntagVM(&context, untag, &ignored).ok());
+  ASSERT_OK(control_->UntagVM(&context, untag, &ignored));
   Register("quiet-host", 0);  // its agent now reports no topology
   request.add_interference_classes("latency-critical");
   grpc::Status s = Place(request, &r);
@@ -302,13 +302,13 @@ TEST_F(PlacementTest, RefusesBadInputNamingTheField) {
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
   grpc::ClientContext context;
   v1::TenantPolicy stored;
-  ASSERT_TRUE(control_->SetTenantPolicy(&context, set, &stored).ok());
+  ASSERT_OK(control_->SetTenantPolicy(&context, set, &stored));
   v1::PlaceResponse r;
   grpc::Status s = Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("'dedicated' is not allowed"));
   // Unset level: the tenant's default.
-  ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_UNSPECIFIED), &r).ok());
+  ASSERT_OK(Place(Request(2, v1::ISOLATION_LEVEL_UNSPECIFIED), &r));
   EXPECT_EQ(r.isolation(), v1::ISOLATION_LEVEL_VM);
 }
 
@@ -327,7 +327,7 @@ TEST_F(PlacementTest, ViewerMayExplainButNotPlace) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("Place needs role operator"));
   v1::ExplainVMResponse e;
-  EXPECT_TRUE(Explain("gold", &e).ok());
+  EXPECT_OK(Explain("gold", &e));
 }
 
 TEST_F(PlacementTest, PlacementViewSurvivesRestart) {
@@ -344,13 +344,13 @@ TEST_F(PlacementTest, PlacementViewSurvivesRestart) {
   std::vector<std::string> before;
   for (const auto& request : requests) {
     v1::PlaceResponse r;
-    ASSERT_TRUE(Place(request, &r).ok());
+    ASSERT_OK(Place(request, &r));
     before.push_back(r.ShortDebugString());
   }
   Restart();
   for (size_t i = 0; i < requests.size(); ++i) {
     v1::PlaceResponse r;
-    ASSERT_TRUE(Place(requests[i], &r).ok());
+    ASSERT_OK(Place(requests[i], &r));
     EXPECT_EQ(r.ShortDebugString(), before[i]) << i;
   }
 }
@@ -366,7 +366,7 @@ TEST_F(PlacementTest, ExplainReturnsTheEnginesDecision) {
 
   v1::ExplainVMResponse e;
   grpc::Status s = Explain("web-1", &e);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s) << s.error_message();
 
   // The same host as a scenario, planned by the engine directly.
   policy::Scenario scenario;
@@ -507,7 +507,7 @@ TEST_F(PlacementTest, CsctlHostsDrainUndrainAndRemove) {
   EXPECT_THAT(out, HasSubstr("DRAINING"));
   for (int i = 0; i < 3; ++i) {
     v1::PlaceResponse placed;
-    ASSERT_TRUE(Place(Request(2, v1::ISOLATION_LEVEL_VM), &placed).ok());
+    ASSERT_OK(Place(Request(2, v1::ISOLATION_LEVEL_VM), &placed));
     EXPECT_EQ(placed.host_id(), "host-a");
   }
   ASSERT_EQ(Csctl({"hosts", "undrain", "host-b"}, &out), 0) << out;
@@ -543,13 +543,13 @@ TEST_F(PlacementTest, HostsThatCannotIsolateAreNeverChosen) {
   {
     grpc::ClientContext context;
     v1::RegisterResponse response;
-    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+    ASSERT_OK(agent_->Register(&context, request, &response));
   }
   Register("small", 2);
   for (v1::IsolationLevel level : {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}) {
     v1::PlaceResponse placed;
     grpc::Status s = Place(Request(2, level), &placed);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
     EXPECT_EQ(placed.host_id(), "small");
   }
   v1::PlaceResponse placed;

@@ -116,7 +116,7 @@ class StatsEndToEndTest : public ::testing::Test {
 TEST_F(StatsEndToEndTest, AgentWindowsAreServedPerVmHostTenantAndGroup) {
   const std::string group_a = TrustGroupOf("vm-a", "acme");
   const std::string group_b = TrustGroupOf("vm-b", "globex");
-  ASSERT_TRUE(Register("hv-1").ok());
+  ASSERT_OK(Register("hv-1"));
 
   // Three 10 s windows ending 40, 30 and 20 s ago; vm-b runs in the last two.
   const int64_t now = NowNs();
@@ -141,9 +141,9 @@ TEST_F(StatsEndToEndTest, AgentWindowsAreServedPerVmHostTenantAndGroup) {
       core->set_both_idle_ns(3 * kSec);
     }
   }
-  ASSERT_TRUE(Report(report).ok());
+  ASSERT_OK(Report(report));
   // The agent did not hear the answer and sends the same Report again.
-  ASSERT_TRUE(Report(report).ok());
+  ASSERT_OK(Report(report));
 
   json vm = StatsJson({.vm_id = "vm-a"});
   EXPECT_EQ(vm["windows"], 3);
@@ -202,8 +202,8 @@ TEST_F(StatsEndToEndTest, AgentWindowsAreServedPerVmHostTenantAndGroup) {
 
 TEST_F(StatsEndToEndTest, AVmThatMovedIsSummedOverBothHosts) {
   TrustGroupOf("vm-a", "acme");
-  ASSERT_TRUE(Register("hv-1").ok());
-  ASSERT_TRUE(Register("hv-2").ok());
+  ASSERT_OK(Register("hv-1"));
+  ASSERT_OK(Register("hv-2"));
   const int64_t now = NowNs();
   for (const char* host : {"hv-1", "hv-2"}) {
     v1::ReportRequest report;
@@ -213,7 +213,7 @@ TEST_F(StatsEndToEndTest, AVmThatMovedIsSummedOverBothHosts) {
     w->set_end_unix_ns(now - (host == std::string("hv-1") ? 30 : 10) * kSec);
     w->set_start_unix_ns(w->end_unix_ns() - 10 * kSec);
     *w->add_vms() = VmShare("vm-a", kSec, kSec, 0, 0, 0);
-    ASSERT_TRUE(Report(report).ok());
+    ASSERT_OK(Report(report));
   }
   json vm = StatsJson({.vm_id = "vm-a"});
   EXPECT_EQ(vm["windows"], 2);

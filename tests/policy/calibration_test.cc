@@ -31,7 +31,7 @@ Scenario Load(const std::string& name) {
 std::map<Mode, double> Relative(const Scenario& s, std::vector<Mode> modes) {
   std::map<Mode, double> out;
   auto smt = RunMode(s, Mode::kSmt);
-  EXPECT_TRUE(smt.ok());
+  EXPECT_OK(smt);
   for (Mode m : modes) {
     auto r = RunMode(s, m);
     EXPECT_OK(r);

@@ -49,7 +49,7 @@ TEST(ParseScenarioYaml, ReadsTheMinimumKeys) {
 
 TEST(ExpandInstances, NamesCountsAndGivesPerVmTenants) {
   auto s = ParseScenarioYaml(kMinimal);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   auto vms = ExpandInstances(*s);
   ASSERT_EQ(vms.size(), 3u);
   EXPECT_EQ(vms[0].name, "web-0");
@@ -114,7 +114,7 @@ TEST(ParseScenarioYaml, TenantsAreValidatedAsPolicies) {
 
 TEST(ParseCpuList, RangesAndErrors) {
   auto cpus = ParseCpuList("pin", "0-2,8,5-5");
-  ASSERT_TRUE(cpus.ok());
+  ASSERT_OK(cpus);
   EXPECT_EQ(*cpus, (std::vector<int>{0, 1, 2, 5, 8}));
   EXPECT_FALSE(ParseCpuList("pin", "3-1").ok());
   EXPECT_FALSE(ParseCpuList("pin", "a").ok());

@@ -51,7 +51,7 @@ TEST(Simulate, IsDeterministicForASeed) {
   SimRun other;
   other.seed = 99;
   auto z = Simulate(s, SimConfig{SmtMode::kCoreSched, {}, {}}, SimParams(), other);
-  ASSERT_TRUE(z.ok());
+  ASSERT_OK(z);
   EXPECT_NE(z->context_switches, x.context_switches);
 }
 

@@ -57,7 +57,7 @@ TEST(PlanHost, GroupsWithinTenantsNeverAcross) {
 
 TEST(PlanHost, ExplainsEveryDecision) {
   auto plan = PlanHost(Parse(kTwoTenants));
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   for (const auto& d : plan->vms) EXPECT_FALSE(d.reasons.empty()) << d.vm;
   EXPECT_THAT(plan->vms[0].reasons[0], HasSubstr("tenant 'acme' allows `tenant`"));
   EXPECT_THAT(plan->vms[3].reasons, ::testing::Contains(HasSubstr("class 'latency-critical'")));
@@ -101,7 +101,7 @@ TEST(PlanHost, ForcedIdleBudgetIsReported) {
   Scenario s = Parse(kTwoTenants);
   s.forced_idle_budget_pct = 0;
   auto plan = PlanHost(s);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   ASSERT_TRUE(plan->forced_idle_budget_pct.has_value());
   EXPECT_THAT(plan->reasons.back(), HasSubstr("forced-idle budget 0.0%"));
   // The nosmt-like layout has no forced idle at all, so it is within.
@@ -118,7 +118,7 @@ TEST(PlanHost, ForcedIdleBudgetIsReported) {
 TEST(ParseMode, KnowsTheFiveModes) {
   for (const char* name : {"smt", "nosmt", "vm", "tenant", "policy"}) {
     auto m = ParseMode("--modes", name);
-    ASSERT_TRUE(m.ok());
+    ASSERT_OK(m);
     EXPECT_STREQ(ModeName(*m), name);
   }
   EXPECT_THAT(ParseMode("--modes", "fast").status().message(),

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
 namespace {
@@ -30,7 +31,7 @@ TEST(DecideTrustGroup, VmLevelGivesOneGroupPerVm) {
 TEST(DecideTrustGroup, UnspecifiedTakesTenantDefault) {
   auto policy = Policy("acme", v1::ISOLATION_LEVEL_TENANT);
   auto d = DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_UNSPECIFIED, {}, policy);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->isolation, v1::ISOLATION_LEVEL_TENANT);
   EXPECT_EQ(d->trust_group, "acme/tenant");
 }
@@ -38,7 +39,7 @@ TEST(DecideTrustGroup, UnspecifiedTakesTenantDefault) {
 TEST(DecideTrustGroup, DefaultPolicyIsVm) {
   auto d = DecideTrustGroup("vm-123", v1::ISOLATION_LEVEL_UNSPECIFIED, {},
                             DefaultTenantPolicy(kDefaultTenant));
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->isolation, v1::ISOLATION_LEVEL_VM);
   EXPECT_EQ(d->trust_group, "default/vm/vm-123");
 }
@@ -84,7 +85,7 @@ TEST(DecideTrustGroup, StableForSameInputs) {
 TEST(DecideTrustGroup, NoneHasNoGroup) {
   auto d = DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_NONE, {},
                             DefaultTenantPolicy("acme"));
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->isolation, v1::ISOLATION_LEVEL_NONE);
   EXPECT_TRUE(d->trust_group.empty());
   EXPECT_FALSE(d->dedicated_cores);
@@ -108,7 +109,7 @@ TEST(DecideTrustGroup, ForbiddenLevelIsFailedPrecondition) {
   ASSERT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(d.status().message().find("'none' is not allowed"), std::string::npos);
   EXPECT_NE(d.status().message().find("bank"), std::string::npos);
-  EXPECT_TRUE(DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_DEDICATED, {}, policy).ok());
+  EXPECT_OK(DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_DEDICATED, {}, policy));
 }
 
 TEST(DecideTrustGroup, UnknownLevelIsInvalid) {
@@ -118,7 +119,7 @@ TEST(DecideTrustGroup, UnknownLevelIsInvalid) {
 }
 
 TEST(ValidateTenantPolicy, AcceptsGoodPolicies) {
-  EXPECT_TRUE(ValidateTenantPolicy(DefaultTenantPolicy("acme")).ok());
+  EXPECT_OK(ValidateTenantPolicy(DefaultTenantPolicy("acme")));
   EXPECT_TRUE(ValidateTenantPolicy(Policy("acme", v1::ISOLATION_LEVEL_TENANT,
                                           {v1::ISOLATION_LEVEL_TENANT,
                                            v1::ISOLATION_LEVEL_VM}))
@@ -154,7 +155,7 @@ TEST(ValidateTenantPolicy, ForcedIdleBudgetIsAPercentage) {
   v1::TenantPolicy policy = DefaultTenantPolicy("acme");
   for (double ok : {0.0, 12.5, 100.0}) {
     policy.set_forced_idle_budget_pct(ok);
-    EXPECT_TRUE(ValidateTenantPolicy(policy).ok()) << ok;
+    EXPECT_OK(ValidateTenantPolicy(policy)) << ok;
   }
   for (double bad : {-0.1, 100.5, std::nan("")}) {
     policy.set_forced_idle_budget_pct(bad);

@@ -68,7 +68,7 @@ TEST(Authorizer, AgentCertificateIsItsHostOnly) {
   EXPECT_EQ(caller->who, "spiffe://example.org/host/node-1");
   EXPECT_EQ(caller->host_id, "node-1");
   EXPECT_EQ(caller->role, Role::kNone);
-  EXPECT_TRUE(Authorizer::AllowHost(*caller, "node-1").ok());
+  EXPECT_OK(Authorizer::AllowHost(*caller, "node-1"));
   absl::Status other = Authorizer::AllowHost(*caller, "node-2");
   EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(other.message()), HasSubstr("'node-1'"));
@@ -84,7 +84,7 @@ TEST(Authorizer, HostIdFromAnotherTrustDomainOrPathIsNoHost) {
                           "spiffe://example.org/host/node-1/extra",
                           "spiffe://example.org/host/"}) {
     auto caller = authz.Identify(Certificate({uri}, "x"));
-    ASSERT_TRUE(caller.ok());
+    ASSERT_OK(caller);
     EXPECT_EQ(caller->host_id, "") << uri;
     EXPECT_EQ(Authorizer::AllowHost(*caller, "node-1").code(),
               absl::StatusCode::kPermissionDenied)
@@ -95,27 +95,27 @@ TEST(Authorizer, HostIdFromAnotherTrustDomainOrPathIsNoHost) {
 TEST(Authorizer, RolesFromSpiffeIdOrCommonName) {
   Authorizer authz = Make();
   auto alice = authz.Identify(Certificate({"spiffe://example.org/user/alice"}, "a"));
-  ASSERT_TRUE(alice.ok());
+  ASSERT_OK(alice);
   EXPECT_EQ(alice->role, Role::kOperator);
-  EXPECT_TRUE(Authorizer::AllowControlPlane(*alice, "TagVM").ok());
+  EXPECT_OK(Authorizer::AllowControlPlane(*alice, "TagVM"));
   absl::Status denied = Authorizer::AllowControlPlane(*alice, "SetTenantPolicy");
   EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(denied.message()), HasSubstr("needs role admin"));
 
   auto bob = authz.Identify(Certificate({}, "bob"));
-  ASSERT_TRUE(bob.ok());
+  ASSERT_OK(bob);
   EXPECT_EQ(bob->who, "cn:bob");
   EXPECT_EQ(bob->role, Role::kOperator);
 
   auto root = authz.Identify(Certificate({}, "root-of-all"));
-  ASSERT_TRUE(root.ok());
-  EXPECT_TRUE(Authorizer::AllowControlPlane(*root, "SetTenantPolicy").ok());
+  ASSERT_OK(root);
+  EXPECT_OK(Authorizer::AllowControlPlane(*root, "SetTenantPolicy"));
   // A role never lets a caller act as a host.
   EXPECT_EQ(Authorizer::AllowHost(*root, "node-1").code(),
             absl::StatusCode::kPermissionDenied);
 
   auto stranger = authz.Identify(Certificate({}, "stranger"));
-  ASSERT_TRUE(stranger.ok());
+  ASSERT_OK(stranger);
   EXPECT_EQ(Authorizer::AllowControlPlane(*stranger, "GetVM").code(),
             absl::StatusCode::kPermissionDenied);
 }
@@ -128,7 +128,7 @@ TEST(Authorizer, BearerTokens) {
   ASSERT_OK(caller);
   EXPECT_EQ(caller->who, "token:dashboard");
   EXPECT_EQ(caller->role, Role::kViewer);
-  EXPECT_TRUE(Authorizer::AllowControlPlane(*caller, "ListVMs").ok());
+  EXPECT_OK(Authorizer::AllowControlPlane(*caller, "ListVMs"));
   EXPECT_EQ(Authorizer::AllowControlPlane(*caller, "TagVM").code(),
             absl::StatusCode::kPermissionDenied);
 
@@ -140,7 +140,7 @@ TEST(Authorizer, BearerTokens) {
   Peer local;
   local.address = "ipv4:127.0.0.1:5000";
   local.bearer_token = "viewer-token";
-  EXPECT_TRUE(authz.Identify(local).ok());
+  EXPECT_OK(authz.Identify(local));
   Peer remote;
   remote.address = "ipv4:192.0.2.1:5000";
   remote.bearer_token = "viewer-token";
@@ -153,15 +153,15 @@ TEST(Authorizer, PlaintextCallersGetPlaintextRoleAndAnyHost) {
   Peer local;
   local.address = "ipv6:%5B::1%5D:5000";
   auto caller = authz.Identify(local);
-  ASSERT_TRUE(caller.ok());
+  ASSERT_OK(caller);
   EXPECT_EQ(caller->role, Role::kAdmin);
   EXPECT_EQ(caller->who, "plaintext:ipv6:%5B::1%5D:5000");
-  EXPECT_TRUE(Authorizer::AllowHost(*caller, "any-host").ok());
+  EXPECT_OK(Authorizer::AllowHost(*caller, "any-host"));
 
   AuthzOptions viewer_only = Options();
   viewer_only.plaintext_role = "viewer";
   auto viewer = Make(viewer_only).Identify(local);
-  ASSERT_TRUE(viewer.ok());
+  ASSERT_OK(viewer);
   EXPECT_EQ(Authorizer::AllowControlPlane(*viewer, "TagVM").code(),
             absl::StatusCode::kPermissionDenied);
 
@@ -207,7 +207,7 @@ TEST(Authorizer, ExampleConfigIsAccepted) {
   auto authz = Authorizer::Create(AuthzOptionsFromConfig(config));
   ASSERT_OK(authz);
   auto admin = authz->Identify(Certificate({}, "platform-admin"));
-  ASSERT_TRUE(admin.ok());
+  ASSERT_OK(admin);
   EXPECT_EQ(admin->role, Role::kAdmin);
 }
 
@@ -224,7 +224,7 @@ TEST(Authorizer, TokensFromYamlConfig) {
   peer.address = "ipv4:127.0.0.1:1";
   peer.bearer_token = "s3cret";
   auto caller = authz->Identify(peer);
-  ASSERT_TRUE(caller.ok());
+  ASSERT_OK(caller);
   EXPECT_EQ(caller->who, "token:ci");
   EXPECT_EQ(caller->role, Role::kOperator);
 }

@@ -112,8 +112,8 @@ class CsdMetricsTest : public ::testing::Test {
 };
 
 TEST_F(CsdMetricsTest, RpcCountsByCodeAndLatency) {
-  ASSERT_TRUE(Tag("vm-1").ok());
-  ASSERT_TRUE(Tag("vm-2").ok());
+  ASSERT_OK(Tag("vm-1"));
+  ASSERT_OK(Tag("vm-2"));
   grpc::Status bad = Tag("not a valid id!");
   ASSERT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
@@ -141,7 +141,7 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
     v1::RegisterRequest request;
     request.set_host_id("hv-1");
     v1::RegisterResponse response;
-    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+    ASSERT_OK(agent_->Register(&context, request, &response));
   }
   v1::ReportRequest report;
   report.set_host_id("hv-1");
@@ -151,7 +151,7 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
   *report.add_stats() = Window(0, 1000, 900, 10, 15000);
   *report.add_stats() = Window(1, 1000, 1000, 0, 0);
   report.set_dropped_windows(2);
-  ASSERT_TRUE(Report(report).ok());
+  ASSERT_OK(Report(report));
 
   // An unregistered host is refused: nothing of it counts.
   v1::ReportRequest stranger = report;
@@ -192,7 +192,7 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
   v1::ReportRequest later;
   later.set_host_id("hv-1");
   *later.add_vms() = Observed("vm-1", v1::ENFORCEMENT_STATE_FAILED);
-  ASSERT_TRUE(Report(later).ok());
+  ASSERT_OK(Report(later));
   const std::string again = Scrape();
   EXPECT_EQ(SampleValue(again, "cosched_csd_vms", {{"state", "enforced"}}), 0);
   EXPECT_EQ(SampleValue(again, "cosched_csd_vms", {{"state", "failed"}}), 1);

@@ -116,7 +116,7 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
     v1::ListAuditRecordsResponse response;
     grpc::Status status =
         control->ListAuditRecords(&context, v1::ListAuditRecordsRequest(), &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_OK(status) << status.error_message();
     std::vector<std::string> subjects;
     for (const v1::AuditRecord& r : response.records()) subjects.push_back(r.subject());
     return subjects;
@@ -129,7 +129,7 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
   tag.set_tenant_id("acme");
   v1::TagVMResponse tagged;
   grpc::Status status = control->TagVM(&context, tag, &tagged);
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_OK(status) << status.error_message();
   EXPECT_EQ(list(), std::vector<std::string>{"vm-new"});
 }
 

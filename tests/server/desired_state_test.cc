@@ -94,13 +94,13 @@ TEST_F(DesiredStateTest, TagIsIdempotent) {
   EXPECT_EQ(first->vm().assignment().revision(), second->vm().assignment().revision());
   EXPECT_EQ(store_->CurrentRevision(), first->vm().assignment().revision());
   auto third = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM);
-  ASSERT_TRUE(third.ok());
+  ASSERT_OK(third);
   EXPECT_TRUE(third->changed());
   EXPECT_GT(third->vm().assignment().revision(), first->vm().assignment().revision());
 }
 
 TEST_F(DesiredStateTest, TagForAnotherTenantIsRefused) {
-  ASSERT_TRUE(Tag("vm-1", "acme").ok());
+  ASSERT_OK(Tag("vm-1", "acme"));
   auto r = Tag("vm-1", "globex");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("tenant 'acme'"), std::string::npos);
@@ -121,7 +121,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
 
   auto by_default = Tag("vm-2", "bank");
-  ASSERT_TRUE(by_default.ok());
+  ASSERT_OK(by_default);
   EXPECT_EQ(by_default->vm().assignment().trust_group(), "bank/vm/vm-2");
 
   // New default: the VM that follows the default moves to the tenant group.
@@ -132,12 +132,12 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   v1::GetVMRequest get;
   get.set_vm_id("vm-2");
   auto vm = state_->GetVm(get);
-  ASSERT_TRUE(vm.ok());
+  ASSERT_OK(vm);
   EXPECT_EQ(vm->assignment().trust_group(), "bank/tenant");
   EXPECT_GT(vm->assignment().revision(), by_default->vm().assignment().revision());
 
   // A policy that forbids a level in use is refused, naming the VM.
-  ASSERT_TRUE(Tag("vm-3", "bank", v1::ISOLATION_LEVEL_VM).ok());
+  ASSERT_OK(Tag("vm-3", "bank", v1::ISOLATION_LEVEL_VM));
   set.mutable_policy()->clear_allowed_isolation();
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto refused = Wait<v1::TenantPolicy>(
@@ -158,25 +158,25 @@ TEST_F(DesiredStateTest, UntagUnknownIsNotFound) {
 }
 
 TEST_F(DesiredStateTest, ReportPlacesTaggedVmsAndTagWaitsForAReport) {
-  ASSERT_TRUE(Register("host-a").ok());
-  ASSERT_TRUE(Tag("vm-1").ok());  // tagged before any agent reports it
+  ASSERT_OK(Register("host-a"));
+  ASSERT_OK(Tag("vm-1"));  // tagged before any agent reports it
   auto first = state_->FirstWatchMessage("host-a", 0);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   EXPECT_EQ(first->assignments_size(), 0);
   int64_t seen = first->revision();
 
-  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
   auto update = state_->WatchUpdate("host-a", seen);
-  ASSERT_TRUE(update.ok());
+  ASSERT_OK(update);
   ASSERT_TRUE(update->has_value());
   ASSERT_EQ((*update)->assignments_size(), 1);
   EXPECT_EQ((*update)->assignments(0).vm_id(), "vm-1");
   seen = (*update)->revision();
 
   // A VM reported before it is tagged is sent as soon as it is tagged.
-  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}, {"vm-2", ""}}).ok());
-  ASSERT_TRUE(Tag("vm-2").ok());
+  ASSERT_OK(Report("host-a", {{"vm-1", ""}, {"vm-2", ""}}));
+  ASSERT_OK(Tag("vm-2"));
   update = state_->WatchUpdate("host-a", seen);
   ASSERT_TRUE(update.ok() && update->has_value());
   ASSERT_EQ((*update)->assignments_size(), 1);
@@ -184,25 +184,25 @@ TEST_F(DesiredStateTest, ReportPlacesTaggedVmsAndTagWaitsForAReport) {
 }
 
 TEST_F(DesiredStateTest, VmTaggedByUuidIsMatched) {
-  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_OK(Register("host-a"));
   const std::string uuid = "550e8400-e29b-41d4-a716-446655440000";
-  ASSERT_TRUE(Tag(uuid).ok());
-  ASSERT_TRUE(Report("host-a", {{"instance-7", uuid}}).ok());
+  ASSERT_OK(Tag(uuid));
+  ASSERT_OK(Report("host-a", {{"instance-7", uuid}}));
   auto snapshot = state_->FirstWatchMessage("host-a", 0);
-  ASSERT_TRUE(snapshot.ok());
+  ASSERT_OK(snapshot);
   ASSERT_EQ(snapshot->assignments_size(), 1);
   EXPECT_EQ(snapshot->assignments(0).vm_id(), uuid);
 }
 
 TEST_F(DesiredStateTest, MigrationMovesTheAssignment) {
-  ASSERT_TRUE(Register("host-a").ok());
-  ASSERT_TRUE(Register("host-b").ok());
-  ASSERT_TRUE(Tag("vm-1").ok());
-  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Register("host-a"));
+  ASSERT_OK(Register("host-b"));
+  ASSERT_OK(Tag("vm-1"));
+  ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
   int64_t before = store_->CurrentRevision();
   // Live migration: both hosts run it for a while, then the source stops.
-  ASSERT_TRUE(Report("host-b", {{"vm-1", ""}}).ok());
-  ASSERT_TRUE(Report("host-a", {}).ok());
+  ASSERT_OK(Report("host-b", {{"vm-1", ""}}));
+  ASSERT_OK(Report("host-a", {}));
   auto a = state_->WatchUpdate("host-a", before);
   auto b = state_->WatchUpdate("host-b", before);
   ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
@@ -214,15 +214,15 @@ TEST_F(DesiredStateTest, MigrationMovesTheAssignment) {
 }
 
 TEST_F(DesiredStateTest, UntagSendsARemoval) {
-  ASSERT_TRUE(Register("host-a").ok());
-  ASSERT_TRUE(Tag("vm-1").ok());
-  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Register("host-a"));
+  ASSERT_OK(Tag("vm-1"));
+  ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
   int64_t before = store_->CurrentRevision();
   v1::UntagVMRequest untag;
   untag.set_vm_id("vm-1");
   auto r = Wait<v1::UntagVMResponse>(
       [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_GT(r->revision(), before);
   auto update = state_->WatchUpdate("host-a", before);
   ASSERT_TRUE(update.ok() && update->has_value());
@@ -231,17 +231,17 @@ TEST_F(DesiredStateTest, UntagSendsARemoval) {
 }
 
 TEST_F(DesiredStateTest, ResumeFromCurrentRevisionIsAnEmptyDelta) {
-  ASSERT_TRUE(Register("host-a").ok());
-  ASSERT_TRUE(Tag("vm-1").ok());
-  ASSERT_TRUE(Report("host-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Register("host-a"));
+  ASSERT_OK(Tag("vm-1"));
+  ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
   int64_t now = store_->CurrentRevision();
   auto first = state_->FirstWatchMessage("host-a", now);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
   EXPECT_EQ(first->assignments_size(), 0);
   // A revision from the future (another store?) gets a snapshot.
   auto future = state_->FirstWatchMessage("host-a", now + 1000);
-  ASSERT_TRUE(future.ok());
+  ASSERT_OK(future);
   EXPECT_EQ(future->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   EXPECT_EQ(future->assignments_size(), 1);
 }
@@ -254,7 +254,7 @@ TEST_F(DesiredStateTest, ReportFromUnregisteredHostIsRefused) {
 
 TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
   for (int i = 0; i < 25; ++i) {
-    ASSERT_TRUE(Tag("vm-" + std::to_string(100 + i), i % 2 ? "odd" : "even").ok());
+    ASSERT_OK(Tag("vm-" + std::to_string(100 + i), i % 2 ? "odd" : "even"));
   }
   v1::ListVMsRequest request;
   request.set_page_size(10);
@@ -271,29 +271,29 @@ TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
   v1::ListVMsRequest odd;
   odd.set_tenant_id("odd");
   auto page = state_->ListVms(odd);
-  ASSERT_TRUE(page.ok());
+  ASSERT_OK(page);
   EXPECT_EQ(page->vms_size(), 12);
   EXPECT_TRUE(page->next_page_token().empty());
 }
 
 TEST_F(DesiredStateTest, FullLastPageHasNoNextToken) {
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Tag("vm-" + std::to_string(100 + i)).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_OK(Tag("vm-" + std::to_string(100 + i)));
   v1::ListVMsRequest request;
   request.set_page_size(10);
   auto first = state_->ListVms(request);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   EXPECT_EQ(first->vms_size(), 10);
   ASSERT_FALSE(first->next_page_token().empty());
   request.set_page_token(first->next_page_token());
   auto second = state_->ListVms(request);
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   EXPECT_EQ(second->vms_size(), 10);
   EXPECT_TRUE(second->next_page_token().empty());
   // The largest page the API allows is served whole.
   v1::ListVMsRequest big;
   big.set_page_size(1000);
   auto all = state_->ListVms(big);
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   EXPECT_EQ(all->vms_size(), 20);
 }
 
@@ -312,8 +312,8 @@ v1::StatsWindow RecentWindow(int64_t end_ago_s, const std::string& vm_id) {
 
 TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   const std::string uuid = "4a3c0f0e-3f6b-4d1e-9c1a-0d2a5b7c9e11";
-  ASSERT_TRUE(Tag(uuid, "acme").ok());
-  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_OK(Tag(uuid, "acme"));
+  ASSERT_OK(Register("host-a"));
   v1::ReportRequest report;
   report.set_host_id("host-a");
   auto* o = report.add_vms();
@@ -345,7 +345,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
                 untag.set_vm_id(uuid);
                 state_->UntagVm(untag, kTester, std::move(done));
               }).ok());
-  ASSERT_TRUE(Tag(uuid, "globex").ok());
+  ASSERT_OK(Tag(uuid, "globex"));
   EXPECT_EQ(state_->GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
   by_tenant.set_tenant("globex");
   r = state_->GetStats(by_tenant);
@@ -354,7 +354,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
 }
 
 TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhole) {
-  ASSERT_TRUE(Register("host-a").ok());  // one core: index 0
+  ASSERT_OK(Register("host-a"));  // one core: index 0
   v1::ReportRequest report;
   report.set_host_id("host-a");
   report.add_vms()->set_vm_id("vm-1");
@@ -386,9 +386,9 @@ TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhol
                 state_->ApplyReport(report, std::move(done));
               }).ok());
   host = state_->GetHost(get);
-  ASSERT_TRUE(host.ok());
+  ASSERT_OK(host);
   EXPECT_EQ(host->vm_count(), 1);
-  EXPECT_TRUE(state_->GetStats(by_vm).ok());
+  EXPECT_OK(state_->GetStats(by_vm));
 }
 
 std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
@@ -402,10 +402,10 @@ std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
 }
 
 TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
-  ASSERT_TRUE(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM).ok());
-  ASSERT_TRUE(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM).ok());  // no change
+  ASSERT_OK(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM));
+  ASSERT_OK(Tag("vm-1", "acme", v1::ISOLATION_LEVEL_VM));  // no change
   auto retag = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT);
-  ASSERT_TRUE(retag.ok());
+  ASSERT_OK(retag);
   auto records = AuditOf(*state_, "vm-1");
   ASSERT_EQ(records.size(), 2u);  // newest first; the no-op left none
   EXPECT_EQ(records[0].method(), "TagVM");
@@ -421,7 +421,7 @@ TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
   untag.set_vm_id("vm-1");
   auto removed = Wait<v1::UntagVMResponse>(
       [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
-  ASSERT_TRUE(removed.ok());
+  ASSERT_OK(removed);
   records = AuditOf(*state_, "vm-1");
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0].method(), "UntagVM");
@@ -443,8 +443,8 @@ TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
 }
 
 TEST_F(DesiredStateTest, OnlyANewHostsRegistrationIsAudited) {
-  ASSERT_TRUE(Register("host-a").ok());
-  ASSERT_TRUE(Register("host-a").ok());
+  ASSERT_OK(Register("host-a"));
+  ASSERT_OK(Register("host-a"));
   auto records = AuditOf(*state_, "host-a");
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].method(), "Register");
@@ -452,7 +452,7 @@ TEST_F(DesiredStateTest, OnlyANewHostsRegistrationIsAudited) {
 }
 
 TEST_F(DesiredStateTest, RefusedChangeLeavesNoAuditRecord) {
-  ASSERT_TRUE(Tag("vm-1", "a").ok());
+  ASSERT_OK(Tag("vm-1", "a"));
   EXPECT_EQ(Tag("vm-1", "b").status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(AuditOf(*state_).size(), 1u);
 }
@@ -473,7 +473,7 @@ TEST_F(DesiredStateTest, ChangeWhoseAuditRecordFailsIsNotWritten) {
 }
 
 TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Tag("vm-" + std::to_string(i)).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_OK(Tag("vm-" + std::to_string(i)));
   v1::ListAuditRecordsRequest request;
   request.set_page_size(2);
   std::vector<std::string> subjects;
@@ -489,7 +489,7 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
   v1::ListAuditRecordsRequest by_who;
   by_who.set_who("someone-else");
   auto none = state_->ListAuditRecords(by_who);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(none->records_size(), 0);
   by_who.set_who(kTester.who);
   EXPECT_EQ(state_->ListAuditRecords(by_who)->records_size(), 5);

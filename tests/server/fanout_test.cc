@@ -7,6 +7,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server/csd_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -21,7 +22,7 @@ class FanoutTest : public CsdFixture {
     v1::RegisterRequest request;
     request.set_host_id(host);
     v1::RegisterResponse response;
-    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+    ASSERT_OK(agent_->Register(&context, request, &response));
   }
   void Report(const std::string& host, std::vector<std::string> vms) {
     grpc::ClientContext context;
@@ -30,14 +31,14 @@ class FanoutTest : public CsdFixture {
     for (auto& vm : vms) request.add_vms()->set_vm_id(vm);
     v1::ReportResponse response;
     auto s = agent_->Report(&context, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s) << s.error_message();
   }
   void Tag(const std::string& vm) {
     grpc::ClientContext context;
     v1::TagVMRequest request;
     request.set_vm_id(vm);
     v1::TagVMResponse response;
-    ASSERT_TRUE(control_->TagVM(&context, request, &response).ok());
+    ASSERT_OK(control_->TagVM(&context, request, &response));
   }
 };
 
@@ -74,7 +75,7 @@ TEST_F(FanoutTest, SnapshotThenDeltasToTheRightHost) {
   v1::GetHostRequest get;
   get.set_host_id("host-a");
   v1::Host host;
-  ASSERT_TRUE(control_->GetHost(&get_context, get, &host).ok());
+  ASSERT_OK(control_->GetHost(&get_context, get, &host));
   EXPECT_TRUE(host.connected());
   context.TryCancel();
 }
@@ -112,7 +113,7 @@ TEST_F(FanoutTest, ServesHealthChecks) {
   grpc::ClientContext context;
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
-  ASSERT_TRUE(health->Check(&context, request, &response).ok());
+  ASSERT_OK(health->Check(&context, request, &response));
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 

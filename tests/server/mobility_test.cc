@@ -166,16 +166,16 @@ TEST_F(MobilityTest, TwoHostsReportingOneVmDoNotFlap) {
   Register("hv-a");
   Register("hv-b");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}).ok());
-  ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", "u-1"}}));
+  ASSERT_OK(Report("hv-b", {{"vm-1", "u-1"}}));
   const int64_t settled = store_->CurrentRevision();
   // Each host's applied revision moves once, to `settled`.
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}, settled).ok());
-  ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}, settled).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", "u-1"}}, settled));
+  ASSERT_OK(Report("hv-b", {{"vm-1", "u-1"}}, settled));
   const int writes = writes_;
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(Report("hv-a", {{"vm-1", "u-1"}}, settled).ok());
-    ASSERT_TRUE(Report("hv-b", {{"vm-1", "u-1"}}, settled).ok());
+    ASSERT_OK(Report("hv-a", {{"vm-1", "u-1"}}, settled));
+    ASSERT_OK(Report("hv-b", {{"vm-1", "u-1"}}, settled));
   }
   EXPECT_EQ(store_->CurrentRevision(), settled);
   EXPECT_EQ(writes_, writes) << "unchanged Reports were written";
@@ -185,7 +185,7 @@ TEST_F(MobilityTest, TwoHostsReportingOneVmDoNotFlap) {
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
   EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
   auto update = state_->WatchUpdate("hv-b", settled);
-  ASSERT_TRUE(update.ok());
+  ASSERT_OK(update);
   EXPECT_FALSE(update->has_value());
   EXPECT_EQ(AuditCount("ChangeOwner", "vm-1"), 0);
 }
@@ -198,12 +198,12 @@ TEST_F(MobilityTest, LiveMigrationMovesOwnershipOnceWhenTheSourceStops) {
   Register("hv-b");
   Tag("vm-1");
   const std::string u = "4f1c2e9a-0000-4000-8000-000000000001";
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", u}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", u}}));
   const int64_t start = store_->CurrentRevision();
   std::vector<std::string> owners;
   auto step = [&](const std::vector<Seen>& a, const std::vector<Seen>& b) {
-    ASSERT_TRUE(Report("hv-b", b).ok());
-    ASSERT_TRUE(Report("hv-a", a).ok());
+    ASSERT_OK(Report("hv-b", b));
+    ASSERT_OK(Report("hv-a", a));
     const v1::VM vm = Get("vm-1");
     if (owners.empty() || owners.back() != vm.host_id()) owners.push_back(vm.host_id());
     // Wherever it runs, its agent is sent its assignment: never fail-closed.
@@ -232,8 +232,8 @@ TEST_F(MobilityTest, OneNameWithTwoUuidsIsAConflictThatFailsClosedOnBothSides) {
   Register("hv-a");
   Register("hv-b");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", "uuid-one"}}).ok());
-  ASSERT_TRUE(Report("hv-b", {{"vm-1", "uuid-two"}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", "uuid-one"}}));
+  ASSERT_OK(Report("hv-b", {{"vm-1", "uuid-two"}}));
   v1::VM vm = Get("vm-1");
   EXPECT_TRUE(absl::StrContains(vm.conflict(), "uuid-one")) << vm.conflict();
   EXPECT_TRUE(absl::StrContains(vm.conflict(), "uuid-two")) << vm.conflict();
@@ -243,12 +243,12 @@ TEST_F(MobilityTest, OneNameWithTwoUuidsIsAConflictThatFailsClosedOnBothSides) {
   // Nothing flaps while it lasts.
   const int64_t during = store_->CurrentRevision();
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(Report("hv-a", {{"vm-1", "uuid-one"}}).ok());
-    ASSERT_TRUE(Report("hv-b", {{"vm-1", "uuid-two"}}).ok());
+    ASSERT_OK(Report("hv-a", {{"vm-1", "uuid-one"}}));
+    ASSERT_OK(Report("hv-b", {{"vm-1", "uuid-two"}}));
   }
   EXPECT_EQ(store_->CurrentRevision(), during);
   // The impostor goes: the VM is enforced where it is again.
-  ASSERT_TRUE(Report("hv-b", {}).ok());
+  ASSERT_OK(Report("hv-b", {}));
   EXPECT_EQ(Get("vm-1").conflict(), "");
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
 }
@@ -256,7 +256,7 @@ TEST_F(MobilityTest, OneNameWithTwoUuidsIsAConflictThatFailsClosedOnBothSides) {
 TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
   Register("hv-a");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
   const int64_t revision = store_->CurrentRevision();
   v1::GetHostRequest get;
   get.set_host_id("hv-a");
@@ -265,18 +265,18 @@ TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
           state_->GetHost(get)->last_seen_time());
   absl::SleepFor(absl::Milliseconds(5));
   const int writes = writes_;
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
   EXPECT_EQ(writes_, writes) << "an unchanged Report was written";
   EXPECT_EQ(store_->CurrentRevision(), revision);
   auto update = state_->WatchUpdate("hv-a", revision);
-  ASSERT_TRUE(update.ok());
+  ASSERT_OK(update);
   EXPECT_FALSE(update->has_value());
   // The host's time still moves, from memory.
   EXPECT_GT(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
                 state_->GetHost(get)->last_seen_time()),
             first_seen);
   // A VM that goes is a change.
-  ASSERT_TRUE(Report("hv-a", {}).ok());
+  ASSERT_OK(Report("hv-a", {}));
   EXPECT_EQ(writes_, writes + 1);
   EXPECT_EQ(Get("vm-1").host_id(), "");
   EXPECT_GT(store_->CurrentRevision(), revision);
@@ -327,7 +327,7 @@ TEST_F(MobilityTest, StatsOfUnchangedReportsGoUnderTheIdTheVmIsTaggedWith) {
 
 TEST_F(MobilityTest, AnUnchangedReportIsStillCheckedAgainstTheTopology) {
   Register("hv-a", 1);
-  ASSERT_TRUE(Report("hv-a", {}).ok());
+  ASSERT_OK(Report("hv-a", {}));
   v1::ReportRequest request;
   request.set_host_id("hv-a");
   auto* window = request.add_stats();
@@ -342,8 +342,8 @@ TEST_F(MobilityTest, AnUnchangedReportIsStillCheckedAgainstTheTopology) {
 TEST_F(MobilityTest, TaggingAVmAlreadyReportedOnTwoHostsSendsItToBoth) {
   Register("hv-a");
   Register("hv-b");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
-  ASSERT_TRUE(Report("hv-b", {{"vm-1", "", v1::VM_RUN_STATE_MIGRATING_IN}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
+  ASSERT_OK(Report("hv-b", {{"vm-1", "", v1::VM_RUN_STATE_MIGRATING_IN}}));
   Tag("vm-1");
   EXPECT_EQ(Get("vm-1").host_id(), "hv-a");
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
@@ -367,8 +367,8 @@ TEST_F(MobilityTest, DrainedHostsAreNotChosenAndKeepTheirVmsEnforced) {
   Register("hv-a");
   Register("hv-b");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
-  ASSERT_TRUE(Report("hv-b", {}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
+  ASSERT_OK(Report("hv-b", {}));
   auto drained = Drain("hv-b");
   ASSERT_OK(drained);
   EXPECT_TRUE(drained->draining());
@@ -378,16 +378,16 @@ TEST_F(MobilityTest, DrainedHostsAreNotChosenAndKeepTheirVmsEnforced) {
     ASSERT_OK(placed);
     EXPECT_EQ(placed->host_id(), "hv-a");
   }
-  ASSERT_TRUE(Drain("hv-a").ok());
+  ASSERT_OK(Drain("hv-a"));
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
   auto none = Place(1);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(none.status().message(), "2 draining"))
       << none.status();
   EXPECT_EQ(AuditCount("DrainHost", "hv-a"), 1);
-  ASSERT_TRUE(Drain("hv-a").ok());  // idempotent: no second record
+  ASSERT_OK(Drain("hv-a"));  // idempotent: no second record
   EXPECT_EQ(AuditCount("DrainHost", "hv-a"), 1);
-  ASSERT_TRUE(Drain("hv-b", false).ok());
+  ASSERT_OK(Drain("hv-b", false));
   auto placed = Place(1);
   ASSERT_OK(placed);
   EXPECT_EQ(placed->host_id(), "hv-b");
@@ -397,12 +397,12 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   Register("no-kernel", 2, v1::CORE_SCHED_SUPPORT_NO_KERNEL_SUPPORT);
   Register("quiet");
   Register("good");
-  ASSERT_TRUE(Report("no-kernel", {}).ok());
-  ASSERT_TRUE(Report("good", {}).ok());
+  ASSERT_OK(Report("no-kernel", {}));
+  ASSERT_OK(Report("good", {}));
   state_->set_host_stale_after(absl::Milliseconds(200));
   absl::SleepFor(absl::Milliseconds(300));
-  ASSERT_TRUE(Report("no-kernel", {}).ok());
-  ASSERT_TRUE(Report("good", {}).ok());
+  ASSERT_OK(Report("no-kernel", {}));
+  ASSERT_OK(Report("good", {}));
   auto placed = Place(1);
   ASSERT_OK(placed);
   EXPECT_EQ(placed->host_id(), "good");
@@ -413,7 +413,7 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   connected_.insert("quiet");  // a connected agent is live however quiet
   EXPECT_EQ(state_->GetHost(get)->unplaceable_reason(), "");
   connected_.clear();
-  ASSERT_TRUE(Drain("good").ok());
+  ASSERT_OK(Drain("good"));
   auto none = Place(1);
   ASSERT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string why(none.status().message());
@@ -432,7 +432,7 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
 
 TEST_F(MobilityTest, PinnedPlacementLeavesOneCoreSharedLikeTheAgent) {
   Register("hv-a", 2);
-  ASSERT_TRUE(Report("hv-a", {}).ok());
+  ASSERT_OK(Report("hv-a", {}));
   auto one = Place(2, /*pin=*/true);  // one core of two
   ASSERT_OK(one);
   EXPECT_EQ(one->cores_size(), 1);
@@ -452,7 +452,7 @@ TEST_F(MobilityTest, HostLifecycleOfAnUnknownHostIsNotFound) {
 TEST_F(MobilityTest, RemoveIsRefusedWhileConnectedOrReportingVms) {
   Register("hv-a");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
   connected_.insert("hv-a");
   auto r = Remove("hv-a");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -461,7 +461,7 @@ TEST_F(MobilityTest, RemoveIsRefusedWhileConnectedOrReportingVms) {
   r = Remove("hv-a");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(r.status().message(), "vm-1")) << r.status();
-  ASSERT_TRUE(Report("hv-a", {}).ok());
+  ASSERT_OK(Report("hv-a", {}));
   r = Remove("hv-a");
   ASSERT_OK(r);
   v1::GetHostRequest get;
@@ -475,8 +475,8 @@ TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
   Register("hv-a");
   Register("hv-b");
   Tag("vm-1");
-  ASSERT_TRUE(Report("hv-a", {{"vm-1", ""}}).ok());
-  ASSERT_TRUE(Report("hv-b", {{"vm-1", ""}}).ok());
+  ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
+  ASSERT_OK(Report("hv-b", {{"vm-1", ""}}));
   EXPECT_EQ(Get("vm-1").host_id(), "hv-a");
   state_->set_host_stale_after(absl::Milliseconds(100));
   absl::SleepFor(absl::Milliseconds(200));

@@ -43,7 +43,7 @@ class PlacementViewTest : public ::testing::TestWithParam<int> {
     ASSERT_OK(store);
     store_ = std::move(*store);
     state_ = std::make_unique<DesiredState>(store_.get(), nullptr, Options());
-    ASSERT_TRUE(state_->LoadPlacement().ok());
+    ASSERT_OK(state_->LoadPlacement());
   }
 
   // The answers of `view` to a fixed set of requests, cores left out: a
@@ -78,7 +78,7 @@ class PlacementViewTest : public ::testing::TestWithParam<int> {
 
   void ExpectViewMatchesStore() {
     PlacementView fresh(Options());
-    ASSERT_TRUE(fresh.Load(*store_).ok());
+    ASSERT_OK(fresh.Load(*store_));
     EXPECT_EQ(state_->placement().VmsByHost(), fresh.VmsByHost());
     EXPECT_EQ(state_->placement().host_count(), fresh.host_count());
     EXPECT_EQ(Answers(state_->placement()), Answers(fresh));
@@ -185,9 +185,9 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
   store::SqliteStoreOptions options;
   options.data_dir = dir.Sub("data");
   auto store = store::SqliteStore::Open(options);
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
   DesiredState state(store->get(), nullptr, Options());
-  ASSERT_TRUE(state.LoadPlacement().ok());
+  ASSERT_OK(state.LoadPlacement());
 
   v1::RegisterRequest reg;
   reg.set_host_id("h");

@@ -5,6 +5,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server/csd_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -34,7 +35,7 @@ class BadInputTest : public CsdFixture {
     v1::RegisterRequest request;
     request.set_host_id(host);
     v1::RegisterResponse response;
-    ASSERT_TRUE(agent_->Register(&context, request, &response).ok());
+    ASSERT_OK(agent_->Register(&context, request, &response));
   }
 
 };
@@ -71,7 +72,7 @@ TEST_F(BadInputTest, TagVM) {
   // Nothing was written by any of them.
   grpc::ClientContext context;
   v1::ListVMsResponse list;
-  ASSERT_TRUE(control_->ListVMs(&context, v1::ListVMsRequest(), &list).ok());
+  ASSERT_OK(control_->ListVMs(&context, v1::ListVMsRequest(), &list));
   EXPECT_EQ(list.vms_size(), 0);
 }
 
@@ -290,7 +291,7 @@ TEST_F(BadInputTest, ReportStatsRefusedWholeChangeNothing) {
   v1::GetHostRequest get_host;
   get_host.set_host_id("host-a");
   v1::Host host;
-  ASSERT_TRUE(control_->GetHost(&context, get_host, &host).ok());
+  ASSERT_OK(control_->GetHost(&context, get_host, &host));
   EXPECT_EQ(host.vm_count(), 0);
   v1::GetStatsRequest stats;
   stats.set_vm_id("vm-1");

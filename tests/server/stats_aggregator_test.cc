@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::server {
 namespace {
@@ -58,7 +59,7 @@ class StatsAggregatorTest : public ::testing::Test {
               int64_t dropped = 0,
               const absl::flat_hash_map<std::string, std::string>& aliases = {}) {
     Windows w = Of(std::move(windows));
-    EXPECT_TRUE(ValidateStatsWindows(w, dropped).ok());
+    EXPECT_OK(ValidateStatsWindows(w, dropped));
     return stats_.Add(host, w, dropped, aliases);
   }
 
@@ -335,7 +336,7 @@ absl::Status Validate(std::vector<v1::StatsWindow> windows, int64_t dropped = 0)
 TEST(ValidateStatsWindowsTest, NamesTheFieldPathAndTheRule) {
   v1::StatsWindow good = Window(10);
   AddVm(good, "vm-a", Share(100, 50, 50, 0));
-  EXPECT_TRUE(Validate({good}).ok());
+  EXPECT_OK(Validate({good}));
 
   v1::StatsWindow w = good;
   w.mutable_vms(0)->mutable_share()->set_same_ns(-1);
@@ -389,7 +390,7 @@ TEST(ValidateStatsWindowsTest, HugeFiguresDoNotOverflowTheSumCheck) {
   EXPECT_THAT(Validate({w}).message(), HasSubstr("must not exceed run_ns"));
   v1::StatsWindow ok = Window(10);
   AddVm(ok, "vm-b", Share(max, max, 0, 0));
-  EXPECT_TRUE(Validate({ok}).ok());
+  EXPECT_OK(Validate({ok}));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "store/sqlite_db.h"
 #include "tests/store/sqlite_store_fixture.h"
+#include "tests/testing/status_matchers.h"
 
 namespace cosched::store {
 namespace {
@@ -242,7 +243,7 @@ TEST(SqliteStatusTest, MapsResultCodes) {
               HasSubstr("commit failed on store /d/x.db"));
   EXPECT_TRUE(
       absl::IsUnavailable(SqliteStatus(SQLITE_READONLY, "ro", "commit", "/d")));
-  EXPECT_TRUE(SqliteStatus(SQLITE_OK, "", "x", "/d").ok());
+  EXPECT_OK(SqliteStatus(SQLITE_OK, "", "x", "/d"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Assertions on absl::Status and absl::StatusOr<T> that print the status
-// when they fail:
+// Assertions on absl::Status, absl::StatusOr<T> and grpc::Status that print
+// the status when they fail:
 //   ASSERT_OK(store->WriteSync(fn));   EXPECT_OK(state.GetVm(request));
 //   EXPECT_THAT(result.status(), StatusIs(absl::StatusCode::kNotFound, "vm-1"));
 // The expression is evaluated once.
@@ -20,6 +20,17 @@ inline absl::Status StatusOf(const absl::Status& status) { return status; }
 template <typename T>
 absl::Status StatusOf(const absl::StatusOr<T>& result) {
   return result.status();
+}
+// A grpc::Status (without this header needing gRPC's): its codes are
+// absl's.
+template <typename GrpcStatus>
+  requires requires(const GrpcStatus& s) {
+    s.error_code();
+    s.error_message();
+  }
+absl::Status StatusOf(const GrpcStatus& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
 }
 
 // A status of `code` whose message contains `substring`.
