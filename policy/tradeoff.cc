@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/names.h"
+#include "common/status_macros.h"
 #include "policy/trust_group.h"
 
 namespace cosched::policy {
@@ -121,16 +122,14 @@ SimConfig ModeConfig(const Scenario& scenario, Mode mode) {
   return config;
 }
 
-absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
-                                  const SimParams& params,
-                                  const PlanOptions& options) {
-  const std::vector<VmInstance> vms = ExpandInstances(scenario);
-  const auto policies = TenantPolicies(scenario);
-  const int cores = scenario.cores;
-  HostPlan plan;
+namespace {
 
-  // 1. Trust groups: the most relaxed level each tenant allows, never
-  //    `none` unless it is all the tenant allows.
+// Step 1 of PlanHost: each VM's level and trust group, the most relaxed
+// level its tenant allows (never `none` unless that is all it allows), with
+// the reasons.
+absl::Status DecideGroups(const Scenario& scenario, const std::vector<VmInstance>& vms,
+                          HostPlan& plan) {
+  const auto policies = TenantPolicies(scenario);
   std::map<std::string, int> group_sizes;
   for (const VmInstance& vm : vms) {
     auto it = policies.find(vm.tenant);
@@ -197,12 +196,31 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
   for (const VmDecision& d : plan.vms) groups.push_back(d.trust_group);
   plan.config.mode = SmtMode::kCoreSched;
   plan.config.cookie = CookiesOf(groups);
+  return absl::OkStatus();
+}
 
-  // 2. Dedicated VMs get whole cores from the top, nobody else uses them.
+// Where each VM may run before any layout is tried.
+struct BaseLayout {
   std::vector<int> all_cpus;
+  // Cores [top, cores) are given to dedicated VMs; the CPUs of the others.
+  int top = 0;
+  std::vector<int> shared_cpus;
+  std::vector<std::vector<int>> pins;
+};
+
+// Step 2: dedicated VMs get whole cores from the top, which nobody else
+// uses; the others keep what they asked for, within the shared cores.
+absl::StatusOr<BaseLayout> GiveDedicatedCores(const Scenario& scenario,
+                                              const std::vector<VmInstance>& vms,
+                                              HostPlan& plan) {
+  const int cores = scenario.cores;
+  BaseLayout base;
+  std::vector<int>& all_cpus = base.all_cpus;
   for (int c = 0; c < 2 * cores; ++c) all_cpus.push_back(c);
-  std::vector<std::vector<int>> base_pins(vms.size());
-  int top = cores;  // cores [top, cores) are dedicated
+  std::vector<std::vector<int>>& base_pins = base.pins;
+  base_pins.resize(vms.size());
+  int& top = base.top;
+  top = cores;
   for (size_t v = 0; v < vms.size(); ++v) {
     if (plan.vms[v].isolation != v1::ISOLATION_LEVEL_DEDICATED) continue;
     int need = (vms[v].vcpus + 1) / 2;
@@ -218,7 +236,7 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
         "dedicated: whole cores ", top, "-", top + need - 1, " (CPUs ",
         CpuListString(base_pins[v]), "), used by no other VM"));
   }
-  const std::vector<int> shared_cpus = [&] {
+  base.shared_cpus = [&] {
     std::vector<int> cpus;
     for (int c = 0; c < 2 * cores; ++c) {
       if (c % cores < top) cpus.push_back(c);
@@ -232,18 +250,30 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
       continue;
     }
     base_pins[v] = Intersect(vms[v].pin_cpus.empty() ? all_cpus : vms[v].pin_cpus,
-                             shared_cpus);
+                             base.shared_cpus);
     if (base_pins[v].empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "VM '", vms[v].name, "' is pinned only to cores given to dedicated VMs"));
     }
   }
 
-  // 3. Candidate layouts.
+  return base;
+}
+
+// Step 3: the layouts to predict. `busy` gets the VMs that a whole-core
+// layout pins, largest first.
+std::vector<Candidate> CandidateLayouts(const Scenario& scenario,
+                                        const std::vector<VmInstance>& vms,
+                                        const HostPlan& plan, const BaseLayout& base,
+                                        std::vector<size_t>& busy) {
+  const int cores = scenario.cores;
+  const std::vector<std::vector<int>>& base_pins = base.pins;
+  const std::vector<int>& all_cpus = base.all_cpus;
+  const std::vector<int>& shared_cpus = base.shared_cpus;
+  const int top = base.top;
   std::vector<Candidate> candidates;
   candidates.push_back({"groups", base_pins,
                         "groups only: no pinning beyond what was asked"});
-  std::vector<size_t> busy;
   for (size_t v = 0; v < vms.size(); ++v) {
     if (!vms[v].pin_cpus.empty() ||
         plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) {
@@ -308,7 +338,16 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
     candidates.push_back(std::move(cand));
   }
 
-  // 4. Predict each and choose.
+  return candidates;
+}
+
+// Step 4: predicts each layout and chooses: the best throughput within the
+// tenants' forced-idle budget (by at least min_gain over the simplest),
+// else the least forced idle. Returns each layout's prediction.
+absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
+    const Scenario& scenario, const SimParams& params, const PlanOptions& options,
+    const std::vector<VmInstance>& vms, const std::vector<Candidate>& candidates,
+    HostPlan& plan, size_t& chosen) {
   std::optional<double> budget = scenario.forced_idle_budget_pct;
   std::set<std::string> tenants_here;
   for (const VmInstance& vm : vms) tenants_here.insert(vm.tenant);
@@ -338,7 +377,7 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
     plan.candidates.push_back(score);
     predicted.push_back(*std::move(result));
   }
-  size_t chosen = 0;
+  chosen = 0;
   bool any_within = false;
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     any_within = any_within || plan.candidates[i].within_budget;
@@ -376,6 +415,14 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
                               "chose the one with the least forced idle",
                               *budget));
   }
+  return predicted;
+}
+
+// Why each VM is pinned where the chosen layout puts it.
+void ExplainPins(const std::vector<VmInstance>& vms, const BaseLayout& base,
+                 const std::vector<size_t>& busy, const std::vector<SimResult>& predicted,
+                 size_t chosen, HostPlan& plan) {
+  const std::vector<std::vector<int>>& base_pins = base.pins;
   for (size_t v = 0; v < vms.size(); ++v) {
     VmDecision& d = plan.vms[v];
     d.pin_cpus = plan.config.pin_cpus[v];
@@ -403,6 +450,23 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
           r.throughput, r.same_pct, r.idle_pct, r.foreign_pct));
     }
   }
+}
+
+}  // namespace
+
+absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
+                                  const SimParams& params,
+                                  const PlanOptions& options) {
+  const std::vector<VmInstance> vms = ExpandInstances(scenario);
+  HostPlan plan;
+  RETURN_IF_ERROR(DecideGroups(scenario, vms, plan));
+  ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
+  std::vector<size_t> busy;
+  const std::vector<Candidate> candidates = CandidateLayouts(scenario, vms, plan, base, busy);
+  size_t chosen = 0;
+  ASSIGN_OR_RETURN(std::vector<SimResult> predicted,
+                   PredictAndChoose(scenario, params, options, vms, candidates, plan, chosen));
+  ExplainPins(vms, base, busy, predicted, chosen, plan);
   return plan;
 }
 
