@@ -46,7 +46,11 @@ struct AgentOptions {
   // The link to csd: address (default kDefaultServerAddress), TLS, report
   // interval, timeouts, backoff. The agent sets applied_revision and the
   // interceptors itself.
-  ServerSessionOptions session = {.server_address = kDefaultServerAddress};
+  ServerSessionOptions session = [] {
+    ServerSessionOptions defaults;
+    defaults.server_address = kDefaultServerAddress;
+    return defaults;
+  }();
   // Holds assignments.pb; created (mode 0700) when missing. Empty keeps the
   // assignments in memory only (tests). When the dir or the file cannot be
   // used the agent starts all the same, with no assignments (Start()).

@@ -215,25 +215,121 @@ DedicatedCoreResult DedicatedCoreEnforcer::Enforce(
   return result;
 }
 
-void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
-                                  const std::vector<DedicatedVmThreads>& vms,
-                                  DedicatedCoreResult& result) {
-  DedicatedCoreStats& stats = result.stats;
+struct DedicatedCoreEnforcer::AffinityJob {
+  int tid = 0;
+  size_t vm = 0;  // index into vms
+  bool dedicated_vcpu = false;
+  host::CpuSet constraint;
+  // After the pass:
+  bool gone = false;
+  std::optional<host::CpuSet> affinity;  // unknown when it could not be read
+  absl::Status error;
+};
+
+DedicatedVmOutcome DedicatedCoreEnforcer::OutcomeOf(
+    size_t i, const DedicatedVmThreads& vm, const DedicatedCorePlan& plan,
+    const std::vector<AffinityJob>& jobs, const std::map<int, const AffinityJob*>& job_of) {
   const bool active = plan.any_placed();
   const host::CpuSet dedicated_cpus = plan.host_cpus.Minus(plan.shared);
-
-  struct Job {
-    int tid = 0;
-    size_t vm = 0;  // index into vms
-    bool dedicated_vcpu = false;
-    host::CpuSet constraint;
-    // After the pass:
-    bool gone = false;
-    std::optional<host::CpuSet> affinity;  // unknown when it could not be read
-    absl::Status error;
+  DedicatedVmOutcome o;
+  o.vm_id = vm.vm_id;
+  o.dedicated = vm.dedicated;
+  std::vector<std::string> problems;
+  absl::Status first_error;
+  auto note_error = [&](const absl::Status& s) {
+    if (first_error.ok()) first_error = s;
   };
-  std::vector<Job> jobs;
-  // Others first: dedicated cores are cleared before their VM moves in.
+  const DedicatedPlacement* p = vm.dedicated ? plan.Find(vm.vm_id) : nullptr;
+  const bool placed = p != nullptr && !p->cores.empty();
+  if (p != nullptr) {
+    o.cores = p->cores;
+    o.cpus = p->cpus;
+    if (placed) {
+      o.note = DescribePlacement(*p);
+    } else if (!p->status.ok()) {
+      o.note = std::string(p->status.message());
+    } else {
+      o.note = "dedicated: no vCPU threads found yet";
+    }
+    if (!p->status.ok()) {
+      problems.push_back(std::string(p->status.message()));
+      note_error(p->status);
+    }
+  }
+
+  if (vm.dedicated) {
+    for (int tid : vm.vcpu_tids) {
+      auto it = job_of.find(tid);
+      if (it == job_of.end()) {
+        ++o.vcpus;  // not visited: nothing to confine it to
+        continue;
+      }
+      const AffinityJob& job = *it->second;
+      if (job.gone) continue;
+      ++o.vcpus;
+      if (placed && job.affinity && job.affinity->IsSubsetOf(p->cpus)) {
+        ++o.vcpus_confined;
+      }
+      if (!job.error.ok()) note_error(job.error);
+    }
+    if (placed && o.vcpus_confined < o.vcpus) {
+      problems.push_back(absl::StrCat(
+          "dedicated: ", o.vcpus_confined, " of ", o.vcpus,
+          " vCPU threads confined to CPUs ", p->cpus.ToString(),
+          first_error.ok() ? ""
+                           : absl::StrCat(": ", first_error.message())));
+    }
+    if (placed) {
+      // Everyone else's threads must be off this VM's cores.
+      absl::Status why;
+      for (const AffinityJob& job : jobs) {
+        if (job.gone || (job.vm == i && job.dedicated_vcpu)) continue;
+        const bool on_cores =
+            job.affinity ? !job.affinity->Intersect(p->cpus).empty() : true;
+        if (!on_cores) continue;
+        ++o.threads_unconfined;
+        if (why.ok()) why = job.error;
+      }
+      if (o.threads_unconfined > 0) {
+        note_error(why);
+        problems.push_back(absl::StrCat(
+            "dedicated: ", Plural(o.threads_unconfined, "other thread"),
+            " may still run on CPUs ", p->cpus.ToString(),
+            why.ok() ? "" : absl::StrCat(": ", why.message())));
+      }
+    }
+  } else if (active) {
+    absl::Status why;
+    auto check = [&](int tid) {
+      auto it = job_of.find(tid);
+      if (it == job_of.end() || it->second->gone) return;
+      const AffinityJob& job = *it->second;
+      const bool on_dedicated =
+          job.affinity ? !job.affinity->Intersect(dedicated_cpus).empty()
+                       : true;
+      if (!on_dedicated) return;
+      ++o.threads_unconfined;
+      if (why.ok()) why = job.error;
+    };
+    for (int tid : vm.vcpu_tids) check(tid);
+    for (int tid : vm.other_tids) check(tid);
+    if (o.threads_unconfined > 0) {
+      note_error(why);
+      problems.push_back(absl::StrCat(
+          "dedicated cores: ", Plural(o.threads_unconfined, "thread"),
+          " could not be kept off CPUs ", dedicated_cpus.ToString(),
+          why.ok() ? "" : absl::StrCat(": ", why.message())));
+    }
+  }
+  if (!problems.empty()) {
+    o.status = WithMessage(first_error, absl::StrJoin(problems, "; "));
+  }
+  return o;}
+
+std::vector<DedicatedCoreEnforcer::AffinityJob> DedicatedCoreEnforcer::AffinityJobs(
+    const DedicatedCorePlan& plan, const std::vector<DedicatedVmThreads>& vms) const {
+  const bool active = plan.any_placed();
+  std::vector<AffinityJob> jobs;
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < vms.size(); ++i) {
       const DedicatedPlacement* p =
@@ -244,7 +340,7 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
         // Without dedicated cores only threads still carrying a change of
         // ours are visited, to give their CPUs back.
         if (!active && !changes_.count(tid)) return;
-        Job job;
+        AffinityJob job;
         job.tid = tid;
         job.vm = i;
         job.dedicated_vcpu = dedicated_vcpu;
@@ -262,8 +358,12 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
     }
   }
 
+  return jobs;
+}
+
+void DedicatedCoreEnforcer::RunJobs(std::vector<AffinityJob>& jobs, DedicatedCoreStats& stats) {
   std::map<int, Change> kept;
-  for (Job& job : jobs) {
+  for (AffinityJob& job : jobs) {
     ++stats.affinity_reads;
     absl::StatusOr<host::CpuSet> actual = affinity_->Get(job.tid);
     if (absl::IsNotFound(actual.status())) {
@@ -331,105 +431,17 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
   // Threads not seen in this pass are gone (their ids may be reused).
   changes_ = std::move(kept);
 
-  // Per-VM outcomes.
-  std::map<int, const Job*> job_of;
-  for (const Job& job : jobs) job_of[job.tid] = &job;
-  for (size_t i = 0; i < vms.size(); ++i) {
-    const DedicatedVmThreads& vm = vms[i];
-    DedicatedVmOutcome o;
-    o.vm_id = vm.vm_id;
-    o.dedicated = vm.dedicated;
-    std::vector<std::string> problems;
-    absl::Status first_error;
-    auto note_error = [&](const absl::Status& s) {
-      if (first_error.ok()) first_error = s;
-    };
-    const DedicatedPlacement* p = vm.dedicated ? plan.Find(vm.vm_id) : nullptr;
-    const bool placed = p != nullptr && !p->cores.empty();
-    if (p != nullptr) {
-      o.cores = p->cores;
-      o.cpus = p->cpus;
-      if (placed) {
-        o.note = DescribePlacement(*p);
-      } else if (!p->status.ok()) {
-        o.note = std::string(p->status.message());
-      } else {
-        o.note = "dedicated: no vCPU threads found yet";
-      }
-      if (!p->status.ok()) {
-        problems.push_back(std::string(p->status.message()));
-        note_error(p->status);
-      }
-    }
+}
 
-    if (vm.dedicated) {
-      for (int tid : vm.vcpu_tids) {
-        auto it = job_of.find(tid);
-        if (it == job_of.end()) {
-          ++o.vcpus;  // not visited: nothing to confine it to
-          continue;
-        }
-        const Job& job = *it->second;
-        if (job.gone) continue;
-        ++o.vcpus;
-        if (placed && job.affinity && job.affinity->IsSubsetOf(p->cpus)) {
-          ++o.vcpus_confined;
-        }
-        if (!job.error.ok()) note_error(job.error);
-      }
-      if (placed && o.vcpus_confined < o.vcpus) {
-        problems.push_back(absl::StrCat(
-            "dedicated: ", o.vcpus_confined, " of ", o.vcpus,
-            " vCPU threads confined to CPUs ", p->cpus.ToString(),
-            first_error.ok() ? ""
-                             : absl::StrCat(": ", first_error.message())));
-      }
-      if (placed) {
-        // Everyone else's threads must be off this VM's cores.
-        absl::Status why;
-        for (const Job& job : jobs) {
-          if (job.gone || (job.vm == i && job.dedicated_vcpu)) continue;
-          const bool on_cores =
-              job.affinity ? !job.affinity->Intersect(p->cpus).empty() : true;
-          if (!on_cores) continue;
-          ++o.threads_unconfined;
-          if (why.ok()) why = job.error;
-        }
-        if (o.threads_unconfined > 0) {
-          note_error(why);
-          problems.push_back(absl::StrCat(
-              "dedicated: ", Plural(o.threads_unconfined, "other thread"),
-              " may still run on CPUs ", p->cpus.ToString(),
-              why.ok() ? "" : absl::StrCat(": ", why.message())));
-        }
-      }
-    } else if (active) {
-      absl::Status why;
-      auto check = [&](int tid) {
-        auto it = job_of.find(tid);
-        if (it == job_of.end() || it->second->gone) return;
-        const Job& job = *it->second;
-        const bool on_dedicated =
-            job.affinity ? !job.affinity->Intersect(dedicated_cpus).empty()
-                         : true;
-        if (!on_dedicated) return;
-        ++o.threads_unconfined;
-        if (why.ok()) why = job.error;
-      };
-      for (int tid : vm.vcpu_tids) check(tid);
-      for (int tid : vm.other_tids) check(tid);
-      if (o.threads_unconfined > 0) {
-        note_error(why);
-        problems.push_back(absl::StrCat(
-            "dedicated cores: ", Plural(o.threads_unconfined, "thread"),
-            " could not be kept off CPUs ", dedicated_cpus.ToString(),
-            why.ok() ? "" : absl::StrCat(": ", why.message())));
-      }
-    }
-    if (!problems.empty()) {
-      o.status = WithMessage(first_error, absl::StrJoin(problems, "; "));
-    }
-    result.vms.push_back(std::move(o));
+void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
+                                  const std::vector<DedicatedVmThreads>& vms,
+                                  DedicatedCoreResult& result) {
+  std::vector<AffinityJob> jobs = AffinityJobs(plan, vms);
+  RunJobs(jobs, result.stats);
+  std::map<int, const AffinityJob*> job_of;
+  for (const AffinityJob& job : jobs) job_of[job.tid] = &job;
+  for (size_t i = 0; i < vms.size(); ++i) {
+    result.vms.push_back(OutcomeOf(i, vms[i], plan, jobs, job_of));
   }
 }
 

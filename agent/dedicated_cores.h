@@ -155,9 +155,29 @@ class DedicatedCoreEnforcer {
     host::CpuSet applied;  // what the kernel then held (target, or a subset)
   };
 
+  // One thread to visit in a pass, and what the visit found.
+  struct AffinityJob;
+
+  // Applies `plan`: the threads to visit, their affinities set, then each
+  // VM's outcome.
   void Apply(const DedicatedCorePlan& plan,
              const std::vector<DedicatedVmThreads>& vms,
              DedicatedCoreResult& result);
+  // Every thread the plan concerns, others before dedicated vCPUs, so that
+  // dedicated cores are cleared before their VM moves in. Without dedicated
+  // cores only threads still carrying a change of ours.
+  std::vector<AffinityJob> AffinityJobs(const DedicatedCorePlan& plan,
+                                        const std::vector<DedicatedVmThreads>& vms) const;
+  // Reads, sets and reads back each job's affinity; remembers the changes
+  // that stand (and forgets threads not visited, whose ids may be reused).
+  void RunJobs(std::vector<AffinityJob>& jobs, DedicatedCoreStats& stats);
+  // VM `i`'s outcome of the pass: its placement, how many of its vCPUs are
+  // confined to its cores, and whose threads may still run where they
+  // should not, with the first error that explains it.
+  static DedicatedVmOutcome OutcomeOf(size_t i, const DedicatedVmThreads& vm,
+                                      const DedicatedCorePlan& plan,
+                                      const std::vector<AffinityJob>& jobs,
+                                      const std::map<int, const AffinityJob*>& job_of);
 
   host::CpuAffinity* const affinity_;
   const v1::Topology topology_;
