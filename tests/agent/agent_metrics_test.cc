@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "host/testing/core_sched_fake.h"
+#include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/metrics_scrape.h"
@@ -241,18 +242,7 @@ TEST(AgentMetrics, ReconcilePassesSetEnforcementGauges) {
 
 // A host of two cores with two CPUs each, SMT on.
 std::shared_ptr<host::FakePseudoFs> SmtHost() {
-  auto fs = std::make_shared<host::FakePseudoFs>();
-  const std::string cpu = "/sys/devices/system/cpu";
-  fs->SetFile(cpu + "/online", "0-3\n");
-  for (int i = 0; i < 4; ++i) {
-    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-    fs->SetFile(dir + "/thread_siblings_list", i % 2 == 0 ? "0,2\n" : "1,3\n");
-    fs->SetFile(dir + "/core_id", std::to_string(i % 2) + "\n");
-    fs->SetFile(dir + "/physical_package_id", "0\n");
-  }
-  fs->SetFile(cpu + "/smt/active", "1\n");
-  fs->SetFile("/proc/sys/kernel/sched_schedstats", "0\n");
-  return fs;
+  return host::MakeFakeHost({.schedstats = false});
 }
 
 // Scrapes /metrics until `done` holds for the text; false after 10 s.

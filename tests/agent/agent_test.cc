@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "host/state_fs.h"
 #include "host/testing/core_sched_fake.h"
+#include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "host/testing/sched_trace_fake.h"
 #include "host/testing/state_fs_fake.h"
@@ -35,18 +36,7 @@ using cosched::testing::TempDir;
 using namespace std::chrono_literals;
 
 std::shared_ptr<host::FakePseudoFs> TwoByTwoHost() {
-  auto fs = std::make_shared<host::FakePseudoFs>();
-  const std::string cpu = "/sys/devices/system/cpu";
-  fs->SetFile(cpu + "/online", "0-3\n");
-  for (int i = 0; i < 4; ++i) {
-    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-    fs->SetFile(dir + "/thread_siblings_list", i % 2 == 0 ? "0,2\n" : "1,3\n");
-    fs->SetFile(dir + "/core_id", std::to_string(i % 2) + "\n");
-    fs->SetFile(dir + "/physical_package_id", "0\n");
-  }
-  fs->SetFile(cpu + "/smt/active", "1\n");
-  fs->SetFile("/proc/sys/kernel/sched_schedstats", "1\n");
-  return fs;
+  return host::MakeFakeHost({.schedstats = true});
 }
 
 class AgentTest : public ::testing::Test {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "host/pseudo_fs.h"
+#include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -53,6 +54,23 @@ TEST(ReadTopologyTest, TwoCoresTwoSiblings) {
   absl::StatusOr<bool> smt = ReadSmtActive(fs, "/sys", *topology);
   ASSERT_OK(smt);
   EXPECT_TRUE(*smt);
+}
+
+TEST(FakeHostTest, BothSiblingNumberingsReadAsTheirShape) {
+  absl::StatusOr<v1::Topology> x86 =
+      ReadTopology(*MakeFakeHost({.cores = 3, .threads_per_core = 2}), "/sys");
+  ASSERT_OK(x86);
+  ASSERT_EQ(x86->cores_size(), 3);
+  EXPECT_THAT(x86->cores(1).cpus(), ElementsAre(1, 4));
+  absl::StatusOr<v1::Topology> adjacent = ReadTopology(
+      *MakeFakeHost({.cores = 2, .threads_per_core = 4, .interleaved = false}), "/sys");
+  ASSERT_OK(adjacent);
+  ASSERT_EQ(adjacent->cores_size(), 2);
+  EXPECT_THAT(adjacent->cores(1).cpus(), ElementsAre(4, 5, 6, 7));
+  auto fs = MakeFakeHost({.smt_active = false});
+  absl::StatusOr<bool> smt = ReadSmtActive(*fs, "/sys", *ReadTopology(*fs, "/sys"));
+  ASSERT_OK(smt);
+  EXPECT_FALSE(*smt);
 }
 
 TEST(ReadTopologyTest, NoSmt) {

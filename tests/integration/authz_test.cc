@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "nlohmann/json.hpp"
 #include "server/authz.h"
@@ -149,15 +150,7 @@ class AuthzTest : public ::testing::Test {
   // An agent on a fake host of one core with two CPUs, over mutual TLS
   // with the certificate of `client`.
   agent::AgentOptions AgentOptionsWithCertOf(const std::string& client) {
-    auto fs = std::make_shared<host::FakePseudoFs>();
-    const std::string cpu = "/sys/devices/system/cpu";
-    fs->SetFile(cpu + "/online", "0-1\n");
-    for (int i = 0; i < 2; ++i) {
-      const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-      fs->SetFile(dir + "/thread_siblings_list", "0-1\n");
-      fs->SetFile(dir + "/core_id", "0\n");
-      fs->SetFile(dir + "/physical_package_id", "0\n");
-    }
+    auto fs = host::MakeFakeHost({.cores = 1, .smt_active = std::nullopt});
     agent::AgentOptions options;
     options.session.server_address = csd_->address();
     options.session.tls.set_ca_file(dir_.Sub("ca.crt"));

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "host/pseudo_fs.h"
 #include "host/testing/core_sched_fake.h"
+#include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "nlohmann/json.hpp"
 #include "server/csd_server.h"
@@ -24,17 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 std::shared_ptr<host::FakePseudoFs> TwoCoresTwoSiblings() {
-  auto fs = std::make_shared<host::FakePseudoFs>();
-  const std::string cpu = "/sys/devices/system/cpu";
-  fs->SetFile(cpu + "/online", "0-3\n");
-  for (int i = 0; i < 4; ++i) {
-    const std::string dir = cpu + "/cpu" + std::to_string(i) + "/topology";
-    fs->SetFile(dir + "/thread_siblings_list", i < 2 ? "0-1\n" : "2-3\n");
-    fs->SetFile(dir + "/core_id", std::to_string(i / 2) + "\n");
-    fs->SetFile(dir + "/physical_package_id", "0\n");
-  }
-  fs->SetFile(cpu + "/smt/active", "1\n");
-  return fs;
+  return host::MakeFakeHost({.interleaved = false});
 }
 
 // A VM of three threads (QEMU's main thread and two vCPUs) in `kernel`.
