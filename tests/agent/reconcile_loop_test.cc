@@ -1,16 +1,11 @@
 #include "agent/reconcile_loop.h"
 
-#include <linux/cn_proc.h>
-#include <linux/connector.h>
-#include <linux/netlink.h>
 
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "discovery/exec_classifier.h"
 #include "discovery/testing/static_vm_discovery.h"
 #include "host/pseudo_fs.h"
 #include "host/testing/core_sched_fake.h"
@@ -25,152 +20,6 @@ namespace {
 using namespace std::chrono_literals;
 
 // One netlink datagram carrying one proc connector event.
-std::vector<char> Datagram(proc_event ev) {
-  std::vector<char> buffer(NLMSG_SPACE(sizeof(cn_msg) + sizeof(proc_event)));
-  auto* nl = reinterpret_cast<nlmsghdr*>(buffer.data());
-  nl->nlmsg_len = NLMSG_LENGTH(sizeof(cn_msg) + sizeof(proc_event));
-  nl->nlmsg_type = NLMSG_DONE;
-  auto* cn = reinterpret_cast<cn_msg*>(NLMSG_DATA(nl));
-  cn->id.idx = CN_IDX_PROC;
-  cn->id.val = CN_VAL_PROC;
-  cn->len = sizeof(proc_event);
-  std::memcpy(cn->data, &ev, sizeof(ev));
-  return buffer;
-}
-
-TEST(ParseProcConnectorDatagram, ForkExecExitAndOthers) {
-  std::vector<host::ProcessEvent> seen;
-  auto listener = [&](const host::ProcessEvent& e) { seen.push_back(e); };
-
-  proc_event fork{};
-  fork.what = proc_event::PROC_EVENT_FORK;
-  fork.event_data.fork.parent_pid = 100;
-  fork.event_data.fork.parent_tgid = 100;
-  fork.event_data.fork.child_pid = 150;
-  fork.event_data.fork.child_tgid = 100;
-  auto d = Datagram(fork);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-
-  proc_event exec{};
-  exec.what = proc_event::PROC_EVENT_EXEC;
-  exec.event_data.exec.process_pid = 300;
-  exec.event_data.exec.process_tgid = 300;
-  d = Datagram(exec);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-
-  proc_event exit{};
-  exit.what = proc_event::PROC_EVENT_EXIT;
-  exit.event_data.exit.process_pid = 151;
-  exit.event_data.exit.process_tgid = 100;
-  d = Datagram(exit);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-
-  proc_event comm{};
-  comm.what = proc_event::PROC_EVENT_COMM;
-  comm.event_data.comm.process_pid = 160;
-  comm.event_data.comm.process_tgid = 160;
-  std::memcpy(comm.event_data.comm.comm, "vhost-100", 10);
-  d = Datagram(comm);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-  // A name of the full 16 bytes has no terminating NUL.
-  std::memcpy(comm.event_data.comm.comm, "0123456789abcdef", 16);
-  d = Datagram(comm);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-
-  proc_event uid{};
-  uid.what = proc_event::PROC_EVENT_UID;
-  d = Datagram(uid);
-  host::ParseProcConnectorDatagram(d.data(), d.size(), listener);
-  // A truncated datagram is ignored, not read past its end.
-  host::ParseProcConnectorDatagram(d.data(), 10, listener);
-
-  ASSERT_EQ(seen.size(), 5u);
-  EXPECT_EQ(seen[3].kind, host::ProcessEventKind::kComm);
-  EXPECT_EQ(seen[3].tid, 160);
-  EXPECT_EQ(seen[3].tgid, 160);
-  EXPECT_EQ(seen[3].comm, "vhost-100");
-  EXPECT_EQ(seen[4].comm, "0123456789abcdef");
-  EXPECT_EQ(seen[0].kind, host::ProcessEventKind::kFork);
-  EXPECT_EQ(seen[0].tgid, 100);
-  EXPECT_EQ(seen[0].tid, 150);
-  EXPECT_EQ(seen[0].parent_tgid, 100);
-  EXPECT_EQ(seen[1].kind, host::ProcessEventKind::kExec);
-  EXPECT_EQ(seen[1].tgid, 300);
-  EXPECT_EQ(seen[2].kind, host::ProcessEventKind::kExit);
-  EXPECT_EQ(seen[2].tid, 151);
-}
-
-TEST(ClassifyExec, OnlyAnExecOfQemuMayStartAVm) {
-  host::FakePseudoFs fs;
-  using namespace std::string_literals;
-  fs.SetFile("/proc/300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
-  fs.SetFile("/proc/301/cmdline", "/usr/libexec/qemu-kvm\0-uuid\0abc\0"s);
-  // Discovery goes by argv[0], so a QEMU binary run under another name is
-  // not one, and another program run as "qemu-system-x86_64" is.
-  fs.SetFile("/proc/302/cmdline", "check_disk\0/usr/bin/qemu-system-x86_64\0"s);
-  fs.SetFile("/proc/303/cmdline", "qemu-system-aarch64\0"s);
-  fs.SetFile("/proc/304/cmdline", "/bin/true\0"s);
-  fs.SetReadError("/proc/306/cmdline", absl::PermissionDeniedError("hidepid"));
-  auto exec = [&](int pid) {
-    host::ProcessEvent event{host::ProcessEventKind::kExec, pid, pid, 0};
-    discovery::ClassifyExec(fs, "/proc", event);
-    return event.may_be_qemu;
-  };
-  EXPECT_TRUE(exec(300));
-  EXPECT_TRUE(exec(301));
-  EXPECT_FALSE(exec(302));
-  EXPECT_TRUE(exec(303));
-  EXPECT_FALSE(exec(304));
-  EXPECT_FALSE(exec(305));  // gone before it was read: nothing to tag
-  EXPECT_TRUE(exec(306));   // cannot tell: a pass finds out
-  // Only execs are classified: a fork of pid 304 stays a possible VM event.
-  host::ProcessEvent fork{host::ProcessEventKind::kFork, 304, 304, 1};
-  discovery::ClassifyExec(fs, "/proc", fork);
-  EXPECT_TRUE(fork.may_be_qemu);
-}
-
-TEST(DelayedExecClassifier, ClassifiesAnExecOnlyIfItsProcessOutlivesTheDelay) {
-  using namespace std::string_literals;
-  auto fs = std::make_shared<host::FakePseudoFs>();
-  fs->SetFile("/proc/300/cmdline", "/usr/bin/qemu-system-x86_64\0-name\0guest=vm-1\0"s);
-  fs->SetFile("/proc/302/cmdline", "/usr/bin/qemu-system-x86_64\0"s);
-  // Read, this would make the exec one that may be of QEMU: it must not be.
-  fs->SetReadError("/proc/301/cmdline", absl::PermissionDeniedError("unreadable"));
-  std::vector<host::ProcessEvent> out;
-  discovery::DelayedExecClassifier execs(fs, "/proc", 5ms, [&](const host::ProcessEvent& e) { out.push_back(e); });
-  const auto t0 = discovery::DelayedExecClassifier::Clock::now();
-
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 301, 301, 1}, t0);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 300, 300, 0}, t0);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 301, 301, 0}, t0);
-  // A thread of 300 ending, and 301 itself, a short command, exiting.
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 300, 310, 0}, t0 + 1ms);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 301, 301, 0}, t0 + 1ms);
-  // The old leader of 302 ending as another of its threads execs.
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 302, 302, 0}, t0 + 2ms);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, 302, 302, 0}, t0 + 2ms);
-  // Every other event is passed on at once, in order; execs are held.
-  ASSERT_EQ(out.size(), 4u);
-  EXPECT_EQ(out[0].kind, host::ProcessEventKind::kFork);
-  EXPECT_EQ(out[1].tid, 310);
-  EXPECT_EQ(out[2].tgid, 301);
-  EXPECT_EQ(out[3].tgid, 302);
-  EXPECT_EQ(execs.Flush(t0 + 4ms), t0 + 5ms);
-  EXPECT_EQ(out.size(), 4u);
-
-  EXPECT_EQ(execs.Flush(t0 + 5ms), t0 + 7ms);
-  ASSERT_EQ(out.size(), 5u);
-  EXPECT_EQ(out[4].kind, host::ProcessEventKind::kExec);
-  EXPECT_EQ(out[4].tgid, 300);
-  EXPECT_TRUE(out[4].may_be_qemu);
-  EXPECT_EQ(execs.Flush(t0 + 7ms), std::nullopt);
-  ASSERT_EQ(out.size(), 6u);
-  EXPECT_EQ(out[5].tgid, 302);
-  EXPECT_TRUE(out[5].may_be_qemu);
-  EXPECT_EQ(execs.classified(), 2);
-  EXPECT_EQ(execs.dropped(), 1);
-}
-
 class ReconcileLoopTest : public ::testing::Test {
  protected:
   ReconcileLoopTest() {
@@ -518,29 +367,6 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
 }
 
 // kthreadd's forks are held until the kernel thread has its name.
-TEST(DelayedExecClassifier, KernelThreadForksArePassedOnWithTheirName) {
-  auto fs = std::make_shared<host::FakePseudoFs>();
-  fs->SetFile("/proc/160/comm", "kthreadd\n");
-  std::vector<host::ProcessEvent> out;
-  discovery::DelayedExecClassifier execs(fs, "/proc", 5ms, [&](const host::ProcessEvent& e) { out.push_back(e); });
-  const auto t0 = discovery::DelayedExecClassifier::Clock::now();
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 160, 160, 2}, t0);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 161, 161, 2}, t0);
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, 161, 161, 0}, t0);  // a kworker gone
-  execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100}, t0);  // not kthreadd's
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[1].tid, 150);
-  // Not named yet: held again.
-  EXPECT_TRUE(execs.Flush(t0 + 5ms).has_value());
-  EXPECT_EQ(out.size(), 2u);
-  fs->SetFile("/proc/160/comm", "vhost-100\n");
-  EXPECT_FALSE(execs.Flush(t0 + 10ms).has_value());
-  ASSERT_EQ(out.size(), 3u);
-  EXPECT_EQ(out[2].kind, host::ProcessEventKind::kFork);
-  EXPECT_EQ(out[2].tid, 160);
-  EXPECT_EQ(out[2].comm, "vhost-100");
-}
-
 TEST_F(ReconcileLoopTest, DiscoveryFailureWithholdsTheReport) {
   auto loop = MakeLoop(1h);
   loop->Start();
@@ -598,12 +424,5 @@ TEST_F(ReconcileLoopTest, RescansOnItsOwn) {
 
 // The kernel ignores a proc connector subscription from outside the
 // initial PID namespace: the agent must know, not wait for events forever.
-TEST(InInitialPidNamespace, ReadsTheNamespaceLink) {
-  EXPECT_EQ(host::InInitialPidNamespace("pid:[4026531836]"), true);
-  EXPECT_EQ(host::InInitialPidNamespace("pid:[4026532178]"), false);
-  EXPECT_EQ(host::InInitialPidNamespace("net:[4026531836]"), std::nullopt);
-  EXPECT_EQ(host::InInitialPidNamespace("pid:[x]"), std::nullopt);
-}
-
 }  // namespace
 }  // namespace cosched::agent
