@@ -18,6 +18,12 @@ inline constexpr int GiveableCores(int cores) {
   return std::max(0, cores - kSharedCoresKept);
 }
 
+// Whole cores a VM of `vcpus` vCPUs holds on cores of `threads_per_core`
+// hardware threads: ceil(vcpus / threads_per_core).
+inline constexpr int CoresFor(int vcpus, int threads_per_core) {
+  return (vcpus + threads_per_core - 1) / threads_per_core;
+}
+
 }  // namespace cosched
 
 #endif  // COSCHED_COMMON_CORE_BUDGET_H_

@@ -50,11 +50,6 @@ std::vector<int> ChooseCores(const std::vector<int32_t>& owner, int need) {
   return cores;
 }
 
-// Whole cores a pinned VM of `vcpus` takes.
-int CoresFor(int vcpus, int threads_per_core) {
-  return (vcpus + threads_per_core - 1) / threads_per_core;
-}
-
 }  // namespace
 
 PlacementIndex::PlacementIndex(PlacementOptions options)
