@@ -1,12 +1,14 @@
 #include "server/stats_aggregator.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/sibling_share.h"
 #include "common/validation.h"
 
 namespace cosched::server {
@@ -27,63 +29,32 @@ constexpr int kFineBuckets = kFineSpanNs / kMinuteNs + 2;
 constexpr int kCoarseBuckets = kKeepNs / kHourNs + 2;
 constexpr int64_t kSweepEveryNs = 10 * kMinuteNs;
 
-// Figures are summed over up to a day of many VMs: saturate, never wrap.
-int64_t SatAdd(int64_t a, int64_t b) {
-  int64_t sum;
-  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max()
-                                            : sum;
-}
-
+// A share's figures by their index in kSiblingShareFields: the rings hold
+// thousands of these, so plain integers rather than a proto each.
 struct ShareSums {
-  int64_t run_ns = 0;
-  int64_t same_ns = 0;
-  int64_t idle_ns = 0;
-  int64_t foreign_ns = 0;
-  int64_t unknown_ns = 0;
-  int64_t foreign_intervals = 0;
-  int64_t longest_foreign_ns = 0;
-  int64_t forced_idle_ns = 0;
+  std::array<int64_t, kSiblingShareFields.size()> figures{};
   bool forced_idle_known = false;
 
   void Add(const ShareSums& o) {
-    run_ns = SatAdd(run_ns, o.run_ns);
-    same_ns = SatAdd(same_ns, o.same_ns);
-    idle_ns = SatAdd(idle_ns, o.idle_ns);
-    foreign_ns = SatAdd(foreign_ns, o.foreign_ns);
-    unknown_ns = SatAdd(unknown_ns, o.unknown_ns);
-    foreign_intervals = SatAdd(foreign_intervals, o.foreign_intervals);
-    longest_foreign_ns = std::max(longest_foreign_ns, o.longest_foreign_ns);
-    // Forced idle only counts where it was measured.
-    if (o.forced_idle_known) {
-      forced_idle_ns = SatAdd(forced_idle_ns, o.forced_idle_ns);
-      forced_idle_known = true;
+    for (size_t i = 0; i < figures.size(); ++i) {
+      // Forced idle only counts where it was measured.
+      if (i == kForcedIdleField && !o.forced_idle_known) continue;
+      figures[i] = MergeFigure(kSiblingShareFields[i].merge, figures[i], o.figures[i]);
     }
+    forced_idle_known = forced_idle_known || o.forced_idle_known;
   }
 };
 
 ShareSums FromProto(const v1::SiblingShare& s) {
   ShareSums r;
-  r.run_ns = s.run_ns();
-  r.same_ns = s.same_ns();
-  r.idle_ns = s.idle_ns();
-  r.foreign_ns = s.foreign_ns();
-  r.unknown_ns = s.unknown_ns();
-  r.foreign_intervals = s.foreign_intervals();
-  r.longest_foreign_ns = s.longest_foreign_ns();
+  for (size_t i = 0; i < r.figures.size(); ++i) r.figures[i] = (s.*kSiblingShareFields[i].get)();
   r.forced_idle_known = s.forced_idle_known();
-  r.forced_idle_ns = s.forced_idle_known() ? s.forced_idle_ns() : 0;
+  if (!r.forced_idle_known) r.figures[kForcedIdleField] = 0;
   return r;
 }
 
 void ToProto(const ShareSums& s, v1::SiblingShare* out) {
-  out->set_run_ns(s.run_ns);
-  out->set_same_ns(s.same_ns);
-  out->set_idle_ns(s.idle_ns);
-  out->set_foreign_ns(s.foreign_ns);
-  out->set_unknown_ns(s.unknown_ns);
-  out->set_foreign_intervals(s.foreign_intervals);
-  out->set_longest_foreign_ns(s.longest_foreign_ns);
-  out->set_forced_idle_ns(s.forced_idle_ns);
+  for (size_t i = 0; i < s.figures.size(); ++i) (out->*kSiblingShareFields[i].set)(s.figures[i]);
   out->set_forced_idle_known(s.forced_idle_known);
 }
 
@@ -94,10 +65,10 @@ struct CoreSums {
   int64_t unknown_ns = 0;
 
   void Add(const CoreSums& o) {
-    both_busy_ns = SatAdd(both_busy_ns, o.both_busy_ns);
-    one_idle_ns = SatAdd(one_idle_ns, o.one_idle_ns);
-    both_idle_ns = SatAdd(both_idle_ns, o.both_idle_ns);
-    unknown_ns = SatAdd(unknown_ns, o.unknown_ns);
+    both_busy_ns = SaturatingAdd(both_busy_ns, o.both_busy_ns);
+    one_idle_ns = SaturatingAdd(one_idle_ns, o.one_idle_ns);
+    both_idle_ns = SaturatingAdd(both_idle_ns, o.both_idle_ns);
+    unknown_ns = SaturatingAdd(unknown_ns, o.unknown_ns);
   }
 };
 
@@ -132,7 +103,7 @@ struct HostBucket : BucketHeader {
   void Add(const v1::StatsWindow& w) {
     Cover(w);
     ++windows;
-    lost_events = SatAdd(lost_events, w.lost_events());
+    lost_events = SaturatingAdd(lost_events, w.lost_events());
     for (const v1::CoreShare& c : w.cores()) {
       if (static_cast<size_t>(c.core()) >= cores.size()) cores.resize(c.core() + 1);
       cores[c.core()].Add({c.both_busy_ns(), c.one_idle_ns(), c.both_idle_ns(),
@@ -238,29 +209,6 @@ absl::Status Invalid(absl::string_view field, absl::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", rule));
 }
 
-absl::Status ValidateShare(const std::string& field, const v1::SiblingShare& s) {
-  const std::pair<const char*, int64_t> figures[] = {
-      {"run_ns", s.run_ns()},
-      {"same_ns", s.same_ns()},
-      {"idle_ns", s.idle_ns()},
-      {"foreign_ns", s.foreign_ns()},
-      {"unknown_ns", s.unknown_ns()},
-      {"foreign_intervals", s.foreign_intervals()},
-      {"longest_foreign_ns", s.longest_foreign_ns()},
-      {"forced_idle_ns", s.forced_idle_ns()}};
-  for (const auto& [name, value] : figures) {
-    if (value < 0) return Invalid(absl::StrCat(field, ".", name), "must not be negative");
-  }
-  // Each part is at most run_ns here, so the sum cannot overflow in 128 bits.
-  const __int128 parts = static_cast<__int128>(s.same_ns()) + s.idle_ns() +
-                         s.foreign_ns() + s.unknown_ns();
-  if (parts > s.run_ns()) {
-    return Invalid(field,
-                   "same_ns + idle_ns + foreign_ns + unknown_ns must not exceed run_ns");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateWindow(const std::string& field, const v1::StatsWindow& w) {
   if (w.start_unix_ns() < 0) {
     return Invalid(absl::StrCat(field, ".start_unix_ns"), "must not be negative");
@@ -288,7 +236,7 @@ absl::Status ValidateWindow(const std::string& field, const v1::StatsWindow& w) 
       return Invalid(absl::StrCat(vm_field, ".vm_id"),
                      absl::StrCat("'", v.vm_id(), "' appears twice in the window"));
     }
-    if (absl::Status s = ValidateShare(absl::StrCat(vm_field, ".share"), v.share()); !s.ok()) {
+    if (absl::Status s = ValidateSiblingShare(absl::StrCat(vm_field, ".share"), v.share()); !s.ok()) {
       return s;
     }
   }
@@ -444,7 +392,7 @@ int64_t StatsAggregator::Add(
         if (b == nullptr) continue;
         b->Add(w);
         // The Report's dropped windows were just before its first window.
-        if (first) b->dropped_windows = SatAdd(b->dropped_windows, dropped_windows);
+        if (first) b->dropped_windows = SaturatingAdd(b->dropped_windows, dropped_windows);
       }
       first = false;
       for (const v1::VMStats& v : w.vms()) {
@@ -550,8 +498,8 @@ v1::GetStatsResponse StatsAggregator::QueryVms(const std::vector<std::string>& v
     host->rings.For(span_ns).ForEachSince(now, since, [&](const HostBucket& b) {
       g.Cover(b);
       g.windows += b.windows;
-      g.lost_events = SatAdd(g.lost_events, b.lost_events);
-      g.dropped_windows = SatAdd(g.dropped_windows, b.dropped_windows);
+      g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+      g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
     });
   }
   return g.ToResponse();
@@ -575,8 +523,8 @@ v1::GetStatsResponse StatsAggregator::QueryHost(absl::string_view host_id,
   host->rings.For(span_ns).ForEachSince(now, since, [&](const HostBucket& b) {
     g.Cover(b);
     g.windows += b.windows;
-    g.lost_events = SatAdd(g.lost_events, b.lost_events);
-    g.dropped_windows = SatAdd(g.dropped_windows, b.dropped_windows);
+    g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+    g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
     if (b.cores.size() > g.cores.size()) g.cores.resize(b.cores.size());
     for (size_t i = 0; i < b.cores.size(); ++i) g.cores[i].Add(b.cores[i]);
   });
