@@ -191,6 +191,77 @@ absl::StatusOr<std::vector<int>> PlacementIndex::FreeCoresFor(
   return ChooseCores(host.core_owner, count);
 }
 
+// Inline: Place calls it for every host of the fleet (BM_Place).
+inline std::optional<PlacementIndex::Scored> PlacementIndex::Score(size_t h,
+                                                            const PlacementRequest& request,
+                                                            const RequestShape& shape,
+                                                            const RuleOut& rule_out,
+                                                            Tally& tally) const {
+  const Host& host = hosts_[h];
+  if (rule_out) {
+    std::string why = rule_out(host.host_id);
+    if (!why.empty()) {
+      ++tally.ruled_out[why];
+      return std::nullopt;
+    }
+  }
+  const int tpc = host.threads_per_core;
+  if (tpc != 2) ++tally.odd_hosts;
+  const double threads = 1.0 * tpc * host.cores;
+  if (host.vcpus + request.vcpus > options_.max_vcpus_per_thread * threads) {
+    ++tally.full;
+    return std::nullopt;
+  }
+  const double demand = shape.demand;
+  if (shape.pinned) {
+    // What pinned VMs may still take here: never the last shared cores.
+    const int giveable = host.free_cores - (host.cores - GiveableCores(host.cores));
+    const int need = CoresFor(request.vcpus, tpc);
+    if (giveable < need) {
+      ++tally.no_cores;
+      return std::nullopt;
+    }
+    // Its own whole cores: no forced idle for it. The unpinned VMs lose
+    // the cores it takes.
+    const double before = 1.0 * tpc * host.free_cores;
+    const double after = 1.0 * tpc * (host.free_cores - need);
+    double imposed = 0;
+    if (host.unpinned_load > 0) {
+      double rho_before = std::min(1.0, host.unpinned_load / before);
+      double rho_after = after > 0 ? std::min(1.0, host.unpinned_load / after) : 1.0;
+      imposed = (rho_after - rho_before) * kConflictShare * host.unpinned_load /
+                std::max(demand, 1e-3);
+      if (host.unpinned_load > after) {
+        imposed += (host.unpinned_load - after) / std::max(demand, 1e-3);
+      }
+    }
+    return Scored{h, imposed + kWastedThreadCost * (tpc * need - request.vcpus),
+                  host.free_cores - need};
+  }
+  if (host.free_cores == 0) {
+    ++tally.no_cores;
+    return std::nullopt;
+  }
+  if (shape.conflicts & host.unpinned_classes) {
+    ++tally.conflicted;
+    return std::nullopt;
+  }
+  const double pool = 1.0 * tpc * host.free_cores;
+  double same = 0;
+  if (shape.same_group != nullptr) {
+    auto it = shape.same_group->find(h);
+    if (it != shape.same_group->end()) same = it->second;
+  }
+  const double foreign = host.unpinned_load - same;
+  const double total = host.unpinned_load + demand;
+  double rho = std::min(1.0, foreign / pool);
+  // Its own loss, and what it makes the others lose (per unit of its
+  // demand: the same sibling conflicts, seen from the other side).
+  double cost = 2 * rho * kConflictShare;
+  if (total > pool) cost += (total - pool) / total;
+  return Scored{h, cost, host.free_cores};
+}
+
 absl::StatusOr<PlacementDecision> PlacementIndex::Place(
     const PlacementRequest& request, const RuleOut& rule_out) const {
   absl::Status valid = ValidateId("vm_id", request.vm_id);
@@ -201,124 +272,59 @@ absl::StatusOr<PlacementDecision> PlacementIndex::Place(
   if (!(request.load >= 0 && request.load <= 1)) {
     return absl::InvalidArgumentError("load must be in [0, 1]");
   }
-  const bool dedicated = request.isolation == v1::ISOLATION_LEVEL_DEDICATED;
-  const bool pinned = dedicated || request.pinning;
-  const double demand = request.vcpus * request.load;
-  const uint64_t conflicts = ConflictMask(ClassMask(request.classes));
-  const int group = request.isolation == v1::ISOLATION_LEVEL_TENANT
-                        ? GroupId(request)
-                        : -1;
-  const std::unordered_map<size_t, double>* same_group = nullptr;
-  if (group >= 0) {
-    auto it = group_load_.find(group);
-    if (it != group_load_.end()) same_group = &it->second;
+  RequestShape shape;
+  shape.pinned = request.isolation == v1::ISOLATION_LEVEL_DEDICATED || request.pinning;
+  shape.demand = request.vcpus * request.load;
+  shape.conflicts = ConflictMask(ClassMask(request.classes));
+  if (request.isolation == v1::ISOLATION_LEVEL_TENANT) {
+    auto it = group_load_.find(GroupId(request));
+    if (it != group_load_.end()) shape.same_group = &it->second;
   }
 
-  int no_cores = 0, full = 0, conflicted = 0;
-  int odd_hosts = 0;  // hosts without 2 threads per core
-  struct Scored {
-    size_t host;
-    double cost;
-    int leftover;
-  };
+  Tally tally;
   std::vector<Scored> best;  // sorted, at most kRanked
-  std::map<std::string, int> ruled_out;
+  auto better = [](const Scored& a, const Scored& b) {
+    if (a.cost != b.cost) return a.cost < b.cost;
+    if (a.leftover != b.leftover) return a.leftover < b.leftover;
+    return a.host < b.host;
+  };
   for (size_t h = 0; h < hosts_.size(); ++h) {
-    const Host& host = hosts_[h];
-    if (rule_out) {
-      std::string why = rule_out(host.host_id);
-      if (!why.empty()) {
-        ++ruled_out[why];
-        continue;
-      }
-    }
-    const int tpc = host.threads_per_core;
-    // What pinned VMs may still take here: never the last shared cores.
-    const int giveable =
-        host.free_cores - (host.cores - GiveableCores(host.cores));
-    if (tpc != 2) ++odd_hosts;
-    const int need = CoresFor(request.vcpus, tpc);
-    const double threads = 1.0 * tpc * host.cores;
-    if (host.vcpus + request.vcpus > options_.max_vcpus_per_thread * threads) {
-      ++full;
-      continue;
-    }
-    double cost;
-    int leftover;
-    if (pinned) {
-      if (giveable < need) {
-        ++no_cores;
-        continue;
-      }
-      // Its own whole cores: no forced idle for it. The unpinned VMs lose
-      // the cores it takes.
-      const double before = 1.0 * tpc * host.free_cores;
-      const double after = 1.0 * tpc * (host.free_cores - need);
-      double imposed = 0;
-      if (host.unpinned_load > 0) {
-        double rho_before = std::min(1.0, host.unpinned_load / before);
-        double rho_after = after > 0 ? std::min(1.0, host.unpinned_load / after) : 1.0;
-        imposed = (rho_after - rho_before) * kConflictShare * host.unpinned_load /
-                  std::max(demand, 1e-3);
-        if (host.unpinned_load > after) {
-          imposed += (host.unpinned_load - after) / std::max(demand, 1e-3);
-        }
-      }
-      cost = imposed + kWastedThreadCost * (tpc * need - request.vcpus);
-      leftover = host.free_cores - need;
-    } else {
-      if (host.free_cores == 0) {
-        ++no_cores;
-        continue;
-      }
-      if (conflicts & host.unpinned_classes) {
-        ++conflicted;
-        continue;
-      }
-      const double pool = 1.0 * tpc * host.free_cores;
-      double same = 0;
-      if (same_group != nullptr) {
-        auto it = same_group->find(h);
-        if (it != same_group->end()) same = it->second;
-      }
-      const double foreign = host.unpinned_load - same;
-      const double total = host.unpinned_load + demand;
-      double rho = std::min(1.0, foreign / pool);
-      // Its own loss, and what it makes the others lose (per unit of its
-      // demand: the same sibling conflicts, seen from the other side).
-      cost = 2 * rho * kConflictShare;
-      if (total > pool) cost += (total - pool) / total;
-      leftover = host.free_cores;
-    }
-    Scored s{h, cost, leftover};
-    auto better = [](const Scored& a, const Scored& b) {
-      if (a.cost != b.cost) return a.cost < b.cost;
-      if (a.leftover != b.leftover) return a.leftover < b.leftover;
-      return a.host < b.host;
-    };
-    if (best.size() < kRanked || better(s, best.back())) {
-      best.insert(std::upper_bound(best.begin(), best.end(), s, better), s);
+    std::optional<Scored> s = Score(h, request, shape, rule_out, tally);
+    if (!s) continue;
+    if (best.size() < kRanked || better(*s, best.back())) {
+      best.insert(std::upper_bound(best.begin(), best.end(), *s, better), *s);
       if (best.size() > kRanked) best.pop_back();
     }
   }
-  if (best.empty()) {
-    std::string why = absl::StrCat(
-        "no host can take a ", request.vcpus, "-vCPU VM: ", full,
-        " at their vCPU limit, ", no_cores, " without ",
-        !pinned ? std::string("a free core")
-        : odd_hosts == 0
-            ? absl::StrCat(CoresFor(request.vcpus, 2), " whole free cores")
-            : absl::StrCat("enough whole free cores (", CoresFor(request.vcpus, 2),
-                           " with 2 threads per core, ", request.vcpus, " with 1)"));
-    if (!pinned) absl::StrAppend(&why, ", ", conflicted, " with a conflicting class");
-    if (pinned) {
-      absl::StrAppend(&why, " (", kSharedCoresKept, " core of each host stays shared)");
-    }
-    for (const auto& [reason, count] : ruled_out) {
-      absl::StrAppend(&why, ", ", count, " ", reason);
-    }
-    return absl::ResourceExhaustedError(why);
+  if (best.empty()) return NoHost(request, shape, tally);
+  return Decide(request, shape, best);
+}
+
+absl::Status PlacementIndex::NoHost(const PlacementRequest& request, const RequestShape& shape,
+                                    const Tally& tally) const {
+  const bool pinned = shape.pinned;
+  std::string why = absl::StrCat(
+      "no host can take a ", request.vcpus, "-vCPU VM: ", tally.full,
+      " at their vCPU limit, ", tally.no_cores, " without ",
+      !pinned ? std::string("a free core")
+      : tally.odd_hosts == 0
+          ? absl::StrCat(CoresFor(request.vcpus, 2), " whole free cores")
+          : absl::StrCat("enough whole free cores (", CoresFor(request.vcpus, 2),
+                         " with 2 threads per core, ", request.vcpus, " with 1)"));
+  if (!pinned) absl::StrAppend(&why, ", ", tally.conflicted, " with a conflicting class");
+  if (pinned) {
+    absl::StrAppend(&why, " (", kSharedCoresKept, " core of each host stays shared)");
   }
+  for (const auto& [reason, count] : tally.ruled_out) {
+    absl::StrAppend(&why, ", ", count, " ", reason);
+  }
+  return absl::ResourceExhaustedError(why);
+}
+
+PlacementDecision PlacementIndex::Decide(const PlacementRequest& request,
+                                         const RequestShape& shape,
+                                         const std::vector<Scored>& best) const {
+  const bool pinned = shape.pinned;
   PlacementDecision decision;
   const Host& chosen = hosts_[best[0].host];
   decision.host_id = chosen.host_id;

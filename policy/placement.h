@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -123,6 +124,35 @@ class PlacementIndex {
     uint64_t unpinned_classes = 0;
     std::vector<Vm> vms;
   };
+
+  // What Place derives from a request once, for every host it scores.
+  struct RequestShape {
+    bool pinned = false;
+    double demand = 0;     // vCPUs x load
+    uint64_t conflicts = 0;  // classes it must not share a core with
+    // Unpinned load of its tenant group per host (level tenant only).
+    const std::unordered_map<size_t, double>* same_group = nullptr;
+  };
+  struct Scored {
+    size_t host;
+    double cost;
+    int leftover;  // free cores left: fewer wins a tie (packing)
+  };
+  // Hosts that could not take the request, by reason, for the error.
+  struct Tally {
+    int no_cores = 0, full = 0, conflicted = 0;
+    int odd_hosts = 0;  // hosts without 2 threads per core
+    std::map<std::string, int> ruled_out;
+  };
+  // Place's steps: the request's cost on one host (or why it does not fit
+  // there), the error when it fits nowhere, and the decision.
+  std::optional<Scored> Score(size_t h, const PlacementRequest& request,
+                              const RequestShape& shape, const RuleOut& rule_out,
+                              Tally& tally) const;
+  absl::Status NoHost(const PlacementRequest& request, const RequestShape& shape,
+                      const Tally& tally) const;
+  PlacementDecision Decide(const PlacementRequest& request, const RequestShape& shape,
+                           const std::vector<Scored>& best) const;
 
   int GroupId(const PlacementRequest& request) const;
   uint64_t ClassMask(const std::vector<std::string>& classes) const;
