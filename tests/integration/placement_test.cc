@@ -18,8 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "policy/tradeoff.h"
-#include "server/csd_server.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/mini_cluster.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched {
@@ -33,26 +32,22 @@ class PlacementTest : public ::testing::Test {
   void SetUp() override { Start(); }
 
   void Start(const std::string& plaintext_role = "admin") {
-    server::CsdOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.Sub("data");
-    options.authz.plaintext_role = plaintext_role;
-    options.class_conflicts = {{"avx512", "latency-critical"}};
-    auto csd = server::CsdServer::Start(options);
-    ASSERT_OK(csd);
-    csd_ = std::move(*csd);
-    auto channel =
-        grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials());
-    control_ = v1::ControlPlane::NewStub(channel);
-    agent_ = v1::AgentService::NewStub(channel);
+    testing::MiniClusterOptions options;
+    options.csd.authz.plaintext_role = plaintext_role;
+    options.csd.class_conflicts = {{"avx512", "latency-critical"}};
+    auto cluster = testing::MiniCluster::Start(std::move(options));
+    ASSERT_OK(cluster);
+    cluster_ = std::move(*cluster);
   }
 
+  // csd again on the same data dir, with another plaintext role.
   void Restart(const std::string& plaintext_role = "admin") {
-    control_.reset();
-    agent_.reset();
-    csd_.reset();
-    Start(plaintext_role);
+    cluster_->csd_options().authz.plaintext_role = plaintext_role;
+    ASSERT_OK(cluster_->RestartCsd());
   }
+
+  v1::ControlPlane::Stub& control() { return cluster_->control(); }
+  v1::AgentService::Stub& agent_service() { return cluster_->agent_service(); }
 
   // `cores` cores of two siblings, numbered like Linux on x86 (core c has
   // CPUs c and c + cores), so that CPU ids differ from core indexes.
@@ -73,7 +68,7 @@ class PlacementTest : public ::testing::Test {
         smt ? v1::CORE_SCHED_SUPPORT_SUPPORTED : v1::CORE_SCHED_SUPPORT_NO_SMT);
     grpc::ClientContext context;
     v1::RegisterResponse response;
-    grpc::Status s = agent_->Register(&context, request, &response);
+    grpc::Status s = agent_service().Register(&context, request, &response);
     ASSERT_OK(s) << s.error_message();
   }
 
@@ -88,7 +83,7 @@ class PlacementTest : public ::testing::Test {
     }
     grpc::ClientContext context;
     v1::ReportResponse response;
-    grpc::Status s = agent_->Report(&context, request, &response);
+    grpc::Status s = agent_service().Report(&context, request, &response);
     ASSERT_OK(s) << s.error_message();
   }
 
@@ -101,7 +96,7 @@ class PlacementTest : public ::testing::Test {
     for (auto& c : classes) request.add_interference_classes(c);
     grpc::ClientContext context;
     v1::TagVMResponse response;
-    grpc::Status s = control_->TagVM(&context, request, &response);
+    grpc::Status s = control().TagVM(&context, request, &response);
     ASSERT_OK(s) << s.error_message();
   }
 
@@ -113,20 +108,20 @@ class PlacementTest : public ::testing::Test {
     if (budget) request.mutable_policy()->set_forced_idle_budget_pct(*budget);
     grpc::ClientContext context;
     v1::TenantPolicy response;
-    grpc::Status s = control_->SetTenantPolicy(&context, request, &response);
+    grpc::Status s = control().SetTenantPolicy(&context, request, &response);
     ASSERT_OK(s) << s.error_message();
   }
 
   grpc::Status Place(const v1::PlaceRequest& request, v1::PlaceResponse* response) {
     grpc::ClientContext context;
-    return control_->Place(&context, request, response);
+    return control().Place(&context, request, response);
   }
 
   grpc::Status Explain(const std::string& vm, v1::ExplainVMResponse* response) {
     grpc::ClientContext context;
     v1::ExplainVMRequest request;
     request.set_vm_id(vm);
-    return control_->ExplainVM(&context, request, response);
+    return control().ExplainVM(&context, request, response);
   }
 
   static v1::PlaceRequest Request(int vcpus, v1::IsolationLevel level,
@@ -140,7 +135,7 @@ class PlacementTest : public ::testing::Test {
   }
 
   int Csctl(std::vector<std::string> args, std::string* out) {
-    std::vector<std::string> argv = {"csctl", "--server", csd_->address()};
+    std::vector<std::string> argv = {"csctl", "--server", cluster_->csd_address()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<const char*> raw;
     for (const auto& a : argv) raw.push_back(a.c_str());
@@ -164,10 +159,7 @@ class PlacementTest : public ::testing::Test {
     Report("host-a", {{"gold", 6}});
   }
 
-  cosched::testing::TempDir dir_;
-  std::unique_ptr<server::CsdServer> csd_;
-  std::unique_ptr<v1::ControlPlane::Stub> control_;
-  std::unique_ptr<v1::AgentService::Stub> agent_;
+  std::unique_ptr<testing::MiniCluster> cluster_;
 };
 
 TEST_F(PlacementTest, DedicatedGoesWhereWholeCoresAreFree) {
@@ -230,7 +222,7 @@ TEST_F(PlacementTest, UntagAndMovesFreeCores) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("gold");
   v1::UntagVMResponse ignored;
-  ASSERT_OK(control_->UntagVM(&context, untag, &ignored));
+  ASSERT_OK(control().UntagVM(&context, untag, &ignored));
   EXPECT_OK(Place(Request(8, v1::ISOLATION_LEVEL_DEDICATED), &r));
 }
 
@@ -262,7 +254,7 @@ TEST_F(PlacementTest, UnpinnedVmsAvoidConflictingClasses) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("batch");
   v1::UntagVMResponse ignored;
-  ASSERT_OK(control_->UntagVM(&context, untag, &ignored));
+  ASSERT_OK(control().UntagVM(&context, untag, &ignored));
   Register("quiet-host", 0);  // its agent now reports no topology
   request.add_interference_classes("latency-critical");
   grpc::Status s = Place(request, &r);
@@ -302,7 +294,7 @@ TEST_F(PlacementTest, RefusesBadInputNamingTheField) {
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
   grpc::ClientContext context;
   v1::TenantPolicy stored;
-  ASSERT_OK(control_->SetTenantPolicy(&context, set, &stored));
+  ASSERT_OK(control().SetTenantPolicy(&context, set, &stored));
   v1::PlaceResponse r;
   grpc::Status s = Place(Request(2, v1::ISOLATION_LEVEL_DEDICATED), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -543,7 +535,7 @@ TEST_F(PlacementTest, HostsThatCannotIsolateAreNeverChosen) {
   {
     grpc::ClientContext context;
     v1::RegisterResponse response;
-    ASSERT_OK(agent_->Register(&context, request, &response));
+    ASSERT_OK(agent_service().Register(&context, request, &response));
   }
   Register("small", 2);
   for (v1::IsolationLevel level : {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}) {

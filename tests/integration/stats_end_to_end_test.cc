@@ -10,8 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/csd_server.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/mini_cluster.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched {
@@ -49,17 +48,10 @@ v1::VMStats VmShare(const std::string& id, int64_t run, int64_t same, int64_t id
 class StatsEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server::CsdOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.Sub("csd-data");
-    auto csd = server::CsdServer::Start(options);
-    ASSERT_OK(csd);
-    csd_ = std::move(*csd);
-    auto channel =
-        grpc::CreateChannel(csd_->address(), grpc::InsecureChannelCredentials());
-    control_ = v1::ControlPlane::NewStub(channel);
-    agent_ = v1::AgentService::NewStub(channel);
-    cli_options_.server = csd_->address();
+    auto cluster = testing::MiniCluster::Start();
+    ASSERT_OK(cluster);
+    cluster_ = std::move(*cluster);
+    cli_options_.server = cluster_->csd_address();
   }
 
   // Runs `csctl stats` with `args`; returns the exit code, output in out_.
@@ -68,7 +60,7 @@ class StatsEndToEndTest : public ::testing::Test {
     options.format = format;
     out_.str("");
     err_.str("");
-    return cli::RunStats(*control_, args, options, out_, err_);
+    return cli::RunStats(cluster_->control(), args, options, out_, err_);
   }
 
   json StatsJson(cli::StatsArgs args) {
@@ -80,7 +72,7 @@ class StatsEndToEndTest : public ::testing::Test {
     std::ostringstream out, err;
     cli::CommandOptions options = cli_options_;
     options.format = cli::OutputFormat::kJson;
-    EXPECT_EQ(cli::RunTag(*control_, {.vm_id = vm, .tenant_id = tenant}, options, out, err),
+    EXPECT_EQ(cli::RunTag(cluster_->control(), {.vm_id = vm, .tenant_id = tenant}, options, out, err),
               cli::kExitOk)
         << err.str();
     return json::parse(out.str())["trust_group"];
@@ -96,19 +88,16 @@ class StatsEndToEndTest : public ::testing::Test {
       core->add_cpus(2 * c + 1);
     }
     v1::RegisterResponse response;
-    return agent_->Register(&context, request, &response);
+    return cluster_->agent_service().Register(&context, request, &response);
   }
 
   grpc::Status Report(const v1::ReportRequest& request) {
     grpc::ClientContext context;
     v1::ReportResponse response;
-    return agent_->Report(&context, request, &response);
+    return cluster_->agent_service().Report(&context, request, &response);
   }
 
-  cosched::testing::TempDir dir_;
-  std::unique_ptr<server::CsdServer> csd_;
-  std::unique_ptr<v1::ControlPlane::Stub> control_;
-  std::unique_ptr<v1::AgentService::Stub> agent_;
+  std::unique_ptr<testing::MiniCluster> cluster_;
   cli::CommandOptions cli_options_;
   std::ostringstream out_, err_;
 };
