@@ -103,20 +103,15 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover() {
   return Discover(std::span<const int>());
 }
 
-absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
-    std::span<const int> known_qemu_pids) {
-  const host::PseudoFs& fs = *fs_;
-  const absl::string_view root = options_.procfs_root;
-  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(root);
-  if (!names.ok()) {
-    return absl::Status(names.status().code(),
-                        absl::StrCat("cannot scan procfs: ", names.status().message()));
-  }
+namespace {
 
-  const int kthreadd = KthreaddPid(fs, root);
-  // One pass over every process: what it is and who its parent is.
+// Every process of the procfs: what it is and who its parent is. Zombies
+// are left out (no threads left to tag), and so is a process that goes
+// away or cannot be read during the scan.
+std::map<int, Process> ScanProcesses(const host::PseudoFs& fs, absl::string_view root,
+                                     const std::vector<std::string>& names, int kthreadd) {
   std::map<int, Process> processes;
-  for (const std::string& name : *names) {
+  for (const std::string& name : names) {
     int pid = 0;
     if (!absl::SimpleAtoi(name, &pid) || pid <= 0) continue;
     absl::StatusOr<std::string> stat_text = fs.ReadFile(absl::StrCat(root, "/", pid, "/stat"));
@@ -129,7 +124,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
       LOG_EVERY_N(WARNING, 100) << "discovery: pid " << pid << ": " << stat.status();
       continue;
     }
-    if (stat->state == 'Z' || stat->state == 'X') continue;  // no threads left to tag
+    if (stat->state == 'Z' || stat->state == 'X') continue;
     Process process{std::move(*stat), ""};
     // Kernel threads have no command line.
     if (process.stat.ppid != kthreadd && pid != kthreadd) {
@@ -142,109 +137,155 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
     }
     processes.emplace(pid, std::move(process));
   }
+  return processes;
+}
 
-  std::set<int> known(known_qemu_pids.begin(), known_qemu_pids.end());
-  std::map<int, QemuCommandLine> qemus;
+// The scanned processes, indexed the ways a VM's threads are found.
+struct ProcessTree {
+  int kthreadd = 0;
+  std::map<int, Process> processes;
+  std::map<int, QemuCommandLine> qemus;  // the VMs
   std::map<int, std::vector<int>> children;
-  std::map<std::string, std::vector<int>> by_comm;
-  for (const auto& [pid, process] : processes) {
+  std::map<std::string, std::vector<int>> vhost_by_comm;  // "vhost-<pid>" -> pids
+  // Each VM's own cgroup, and (with helpers) every other process in one.
+  std::map<int, std::string> qemu_cgroups;
+  std::map<std::string, std::vector<int>> cgroup_members;
+};
+
+void FindQemus(const std::set<int>& known, ProcessTree& tree) {
+  for (const auto& [pid, process] : tree.processes) {
     if (std::optional<QemuCommandLine> qemu = ParseQemuCommandLine(process.cmdline)) {
-      qemus.emplace(pid, std::move(*qemu));
+      tree.qemus.emplace(pid, std::move(*qemu));
     } else if (known.count(pid)) {
-      qemus.emplace(pid, ParseQemuArguments(process.cmdline));
+      tree.qemus.emplace(pid, ParseQemuArguments(process.cmdline));
     }
-    children[process.stat.ppid].push_back(pid);
-    if (absl::StartsWith(process.stat.comm, "vhost-")) by_comm[process.stat.comm].push_back(pid);
+    tree.children[process.stat.ppid].push_back(pid);
+    if (absl::StartsWith(process.stat.comm, "vhost-")) {
+      tree.vhost_by_comm[process.stat.comm].push_back(pid);
+    }
   }
   // A child that QEMU forked without exec shows QEMU's command line: it is
   // a helper of that VM, not a VM of its own.
-  for (auto it = qemus.begin(); it != qemus.end();) {
-    const Process& process = processes.at(it->first);
-    auto parent = processes.find(process.stat.ppid);
-    if (!known.count(it->first) && qemus.count(process.stat.ppid) &&
-        parent != processes.end() && parent->second.cmdline == process.cmdline) {
-      it = qemus.erase(it);
+  for (auto it = tree.qemus.begin(); it != tree.qemus.end();) {
+    const Process& process = tree.processes.at(it->first);
+    auto parent = tree.processes.find(process.stat.ppid);
+    if (!known.count(it->first) && tree.qemus.count(process.stat.ppid) &&
+        parent != tree.processes.end() && parent->second.cmdline == process.cmdline) {
+      it = tree.qemus.erase(it);
     } else {
       ++it;
     }
   }
+}
 
-  // Each VM's own cgroup (forced idle is read there). Helpers by cgroup:
-  // only read every process's cgroup when some VM has a cgroup of its own.
-  std::map<int, std::string> qemu_cgroups;
-  std::map<std::string, std::vector<int>> cgroup_members;
-  for (const auto& [pid, qemu] : qemus) {
-    if (auto cgroup = ReadVmCgroup(fs, root, pid, options_.vm_cgroup_parents)) {
-      qemu_cgroups.emplace(pid, *cgroup);
+// Each VM's own cgroup (forced idle is read there). Helpers by cgroup: only
+// read every process's cgroup when some VM has a cgroup of its own.
+void FindCgroups(const host::PseudoFs& fs, absl::string_view root,
+                 const ProcfsDiscovery::Options& options, ProcessTree& tree) {
+  for (const auto& [pid, qemu] : tree.qemus) {
+    if (auto cgroup = ReadVmCgroup(fs, root, pid, options.vm_cgroup_parents)) {
+      tree.qemu_cgroups.emplace(pid, *cgroup);
     }
   }
-  if (options_.include_helpers) {
-    if (!qemu_cgroups.empty()) {
-      for (const auto& [pid, process] : processes) {
-        if (qemus.count(pid) || process.stat.ppid == kthreadd || pid == kthreadd) continue;
-        if (auto cgroup = ReadVmCgroup(fs, root, pid, options_.vm_cgroup_parents)) {
-          cgroup_members[*cgroup].push_back(pid);
-        }
+  if (!options.include_helpers || tree.qemu_cgroups.empty()) return;
+  for (const auto& [pid, process] : tree.processes) {
+    if (tree.qemus.count(pid) || process.stat.ppid == tree.kthreadd || pid == tree.kthreadd) {
+      continue;
+    }
+    if (auto cgroup = ReadVmCgroup(fs, root, pid, options.vm_cgroup_parents)) {
+      tree.cgroup_members[*cgroup].push_back(pid);
+    }
+  }
+}
+
+// The VM of QEMU `qemu_pid` and every thread that carries its cookie: its
+// own, its vhost kernel threads and (with helpers) its children and the
+// other processes of its cgroup. Nullopt when QEMU exited during the scan.
+std::optional<DiscoveredVm> BuildVm(const host::PseudoFs& fs, absl::string_view root,
+                                    const ProcfsDiscovery::Options& options,
+                                    const ProcessTree& tree, int qemu_pid,
+                                    const QemuCommandLine& qemu) {
+  std::vector<Thread> own = ListThreads(fs, root, qemu_pid);
+  if (own.empty()) return std::nullopt;
+  DiscoveredVm vm;
+  vm.vm_id = qemu.VmId();
+  vm.uuid = qemu.uuid;
+  vm.qemu_pid = qemu_pid;
+  auto own_cgroup = tree.qemu_cgroups.find(qemu_pid);
+  if (own_cgroup != tree.qemu_cgroups.end()) vm.cgroup = own_cgroup->second;
+  for (Thread& t : own) {
+    Kind kind = ClassifyQemuThread(t.comm, qemu_pid);
+    vm.threads.push_back({t.tid, qemu_pid, std::move(t.comm), kind});
+  }
+
+  // vhost workers outside QEMU's thread group (kernel threads).
+  std::set<int> taken = {qemu_pid};
+  auto vhost = tree.vhost_by_comm.find(VhostWorkerName(qemu_pid));
+  if (vhost != tree.vhost_by_comm.end()) {
+    for (int pid : vhost->second) {
+      // vhost workers before Linux 6.4 are kernel threads (children of
+      // kthreadd); a child of that QEMU is the VM's own process either way.
+      // Any other process that names itself vhost-<pid> must not get the
+      // VM's cookie.
+      const int ppid = tree.processes.at(pid).stat.ppid;
+      if (ppid != tree.kthreadd && ppid != qemu_pid) continue;
+      if (!taken.insert(pid).second) continue;
+      for (Thread& t : ListThreads(fs, root, pid)) {
+        Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;
+        vm.threads.push_back({t.tid, pid, std::move(t.comm), kind});
       }
     }
   }
 
+  if (options.include_helpers) {
+    std::set<int> helpers;
+    if (auto kids = tree.children.find(qemu_pid); kids != tree.children.end()) {
+      helpers.insert(kids->second.begin(), kids->second.end());
+    }
+    if (auto members = tree.cgroup_members.find(vm.cgroup);
+        !vm.cgroup.empty() && members != tree.cgroup_members.end()) {
+      helpers.insert(members->second.begin(), members->second.end());
+    }
+    for (int pid : helpers) {
+      if (tree.qemus.count(pid) || !taken.insert(pid).second) continue;
+      for (Thread& t : ListThreads(fs, root, pid)) {
+        vm.threads.push_back({t.tid, pid, std::move(t.comm), Kind::kHelper});
+      }
+    }
+  }
+
+  std::sort(vm.threads.begin(), vm.threads.end(),
+            [](const DiscoveredThread& a, const DiscoveredThread& b) {
+              return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid);
+            });
+  if (vm.vm_id.empty()) {
+    LOG_EVERY_N(WARNING, 100) << "discovery: QEMU pid " << qemu_pid
+                              << " has neither -name nor -uuid";
+  }
+  return vm;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
+    std::span<const int> known_qemu_pids) {
+  const host::PseudoFs& fs = *fs_;
+  const absl::string_view root = options_.procfs_root;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(root);
+  if (!names.ok()) {
+    return absl::Status(names.status().code(),
+                        absl::StrCat("cannot scan procfs: ", names.status().message()));
+  }
+  ProcessTree tree;
+  tree.kthreadd = KthreaddPid(fs, root);
+  tree.processes = ScanProcesses(fs, root, *names, tree.kthreadd);
+  FindQemus(std::set<int>(known_qemu_pids.begin(), known_qemu_pids.end()), tree);
+  FindCgroups(fs, root, options_, tree);
   std::vector<DiscoveredVm> vms;
-  for (const auto& [qemu_pid, qemu] : qemus) {
-    std::vector<Thread> own = ListThreads(fs, root, qemu_pid);
-    if (own.empty()) continue;  // exited during the scan
-    DiscoveredVm vm;
-    vm.vm_id = qemu.VmId();
-    vm.uuid = qemu.uuid;
-    vm.qemu_pid = qemu_pid;
-    auto own_cgroup = qemu_cgroups.find(qemu_pid);
-    if (own_cgroup != qemu_cgroups.end()) vm.cgroup = own_cgroup->second;
-    for (Thread& t : own) {
-      Kind kind = ClassifyQemuThread(t.comm, qemu_pid);
-      vm.threads.push_back({t.tid, qemu_pid, std::move(t.comm), kind});
+  for (const auto& [qemu_pid, qemu] : tree.qemus) {
+    if (std::optional<DiscoveredVm> vm = BuildVm(fs, root, options_, tree, qemu_pid, qemu)) {
+      vms.push_back(std::move(*vm));
     }
-
-    // vhost workers outside QEMU's thread group (kernel threads).
-    std::set<int> taken = {qemu_pid};
-    auto vhost = by_comm.find(VhostWorkerName(qemu_pid));
-    if (vhost != by_comm.end()) {
-      for (int pid : vhost->second) {
-        // Old-style vhost workers are kernel threads (children of kthreadd),
-        // or, as the lab's stand-in is, children of that QEMU; any other
-        // process that names itself vhost-<pid> must not get the VM's cookie.
-        const int ppid = processes.at(pid).stat.ppid;
-        if (ppid != kthreadd && ppid != qemu_pid) continue;
-        if (!taken.insert(pid).second) continue;
-        for (Thread& t : ListThreads(fs, root, pid)) {
-          Kind kind = t.comm == vhost->first ? Kind::kVhostWorker : Kind::kHelper;
-          vm.threads.push_back({t.tid, pid, std::move(t.comm), kind});
-        }
-      }
-    }
-
-    if (options_.include_helpers) {
-      std::set<int> helpers;
-      for (int pid : children[qemu_pid]) helpers.insert(pid);
-      if (!vm.cgroup.empty()) {
-        for (int pid : cgroup_members[vm.cgroup]) helpers.insert(pid);
-      }
-      for (int pid : helpers) {
-        if (qemus.count(pid) || !taken.insert(pid).second) continue;
-        for (Thread& t : ListThreads(fs, root, pid)) {
-          vm.threads.push_back({t.tid, pid, std::move(t.comm), Kind::kHelper});
-        }
-      }
-    }
-
-    std::sort(vm.threads.begin(), vm.threads.end(),
-              [](const DiscoveredThread& a, const DiscoveredThread& b) {
-                return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid);
-              });
-    if (vm.vm_id.empty()) {
-      LOG_EVERY_N(WARNING, 100) << "discovery: QEMU pid " << qemu_pid
-                                << " has neither -name nor -uuid";
-    }
-    vms.push_back(std::move(vm));
   }
   return vms;
 }
