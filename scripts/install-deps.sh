@@ -18,6 +18,8 @@ PACKAGES=(
   # lab and integration tests: a core-scheduling kernel under emulation, real libvirt
   qemu-system-x86 busybox-static libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
   cpio gzip openssl procps iproute2
+  # the etcd store backend (store/etcd_store.h): its tests start their own etcd members
+  etcd-server
 )
 
 missing=()

@@ -142,6 +142,9 @@ void WriteAndAnswer(store::Store* store,
   auto result = std::make_shared<T>();
   store->Write(
       [fn = std::move(fn), result](store::Transaction& txn) {
+        // A store may run the function again (EtcdStore, after losing a
+        // race): each run answers afresh.
+        *result = T();
         return fn(txn, *result);
       },
       [done = std::move(done), result](absl::Status status) {

@@ -1,5 +1,6 @@
-// The durable store of csd's desired state, behind an interface that a
-// distributed store (etcd) will implement too.
+// The durable store of csd's desired state, behind one interface with two
+// implementations: SqliteStore (store/sqlite_store.h, embedded, the default)
+// and EtcdStore (store/etcd_store.h, in etcd, shared by csd replicas).
 #ifndef COSCHED_STORE_STORE_H_
 #define COSCHED_STORE_STORE_H_
 
@@ -70,7 +71,8 @@ class Transaction {
 
   // The revision this transaction writes at: allocated on first call,
   // greater than every committed revision, the same for later calls within
-  // one write function. Errors in read-only transactions.
+  // one write function (and, in EtcdStore, for every function committed in
+  // the same etcd Txn). Errors in read-only transactions.
   virtual absl::StatusOr<int64_t> WriteRevision() = 0;
 
   // VMs: stored whole (host_id and presence included, enforcement ignored).
@@ -147,8 +149,16 @@ class Store {
   // Runs `fn` in a transaction. When `fn` fails, its writes are undone and
   // `done` gets its status. Otherwise `done` gets OK only once the writes are
   // durable, or UNAVAILABLE / RESOURCE_EXHAUSTED when the commit failed
-  // (nothing written). `done` runs on the store's completion thread, in
+  // (nothing written), or ABORTED when it lost too many races with other
+  // writers (EtcdStore). `done` runs on the store's completion thread, in
   // commit order: keep it short.
+  //
+  // `fn` may run more than once: EtcdStore runs it again on a new snapshot
+  // when another writer committed first. Only the last run's writes and
+  // status count, so a function must reset whatever it fills outside the
+  // transaction when it starts. EtcdStore's UNAVAILABLE after a commit
+  // whose answer was lost, when etcd could not be asked afterwards either,
+  // says the outcome is unknown.
   virtual void Write(TxnFn fn, DoneFn done) = 0;
 
   // Blocking form of Write.

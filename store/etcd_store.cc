@@ -1,0 +1,357 @@
+// EtcdStore: the writer thread that runs write functions in batches on a
+// snapshot and commits each batch as one etcd Txn (see etcd_store.h for why
+// one compare on <prefix>/meta), resolving commits whose answer was lost,
+// and snapshot reads. The records themselves are in etcd_transaction.cc.
+#include "store/etcd_store.h"
+
+#include <glog/logging.h>
+
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "store/etcd_transaction.h"
+
+namespace cosched::store {
+namespace {
+
+uint64_t NewCommitId() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  uint64_t id = 0;
+  while (id == 0) id = random();
+  return id;
+}
+
+absl::Status ValidatePrefix(const std::string& prefix) {
+  if (prefix.empty()) {
+    return absl::InvalidArgumentError(
+        "store.etcd.prefix is empty: it must be an absolute key prefix such as /cosched");
+  }
+  if (prefix[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.prefix '", prefix, "' is relative: it must start with '/' (e.g. /cosched)"));
+  }
+  if (prefix.size() > 1 && prefix.back() == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store.etcd.prefix '", prefix, "' must not end with '/'"));
+  }
+  if (prefix == "/") {
+    return absl::InvalidArgumentError(
+        "store.etcd.prefix '/' would make csd own every key: name a prefix such as /cosched");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOptions& options) {
+  RETURN_IF_ERROR(ValidatePrefix(options.prefix));
+  if (options.max_batch < 1 || options.max_attempts < 1) {
+    return absl::InvalidArgumentError("etcd store max_batch and max_attempts must be positive");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client, etcd::Client::Create(options.client));
+  ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client, options.prefix));
+  std::unique_ptr<EtcdStore> store(new EtcdStore(options, std::move(client)));
+  store->committed_revision_.store(snapshot.meta_revision);
+  store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  LOG(INFO) << "store: etcd at " << store->client_->endpoint() << " under "
+            << options.prefix << ", revision " << snapshot.meta_revision;
+  return store;
+}
+
+EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client)
+    : options_(std::move(options)), client_(std::move(client)) {}
+
+EtcdStore::~EtcdStore() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    completer_stopping_ = true;
+  }
+  completion_cv_.notify_all();
+  if (completer_.joinable()) completer_.join();
+}
+
+void EtcdStore::Write(TxnFn fn, DoneFn done) {
+  bool accepted = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    const std::thread::id self = std::this_thread::get_id();
+    if (!stopping_ || self == writer_.get_id() || self == completer_.get_id()) {
+      queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
+      accepted = true;
+    }
+  }
+  if (accepted) {
+    queue_cv_.notify_one();
+  } else if (done) {
+    done(absl::UnavailableError(
+        absl::StrCat("etcd store under ", options_.prefix, " is closing")));
+  }
+}
+
+void EtcdStore::SetCommitObserver(CommitObserver observer) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  observer_ = std::move(observer);
+}
+
+int64_t EtcdStore::CurrentRevision() const {
+  return committed_revision_.load(std::memory_order_acquire);
+}
+
+void EtcdStore::NoteRevision(int64_t revision) {
+  int64_t seen = committed_revision_.load();
+  while (revision > seen && !committed_revision_.compare_exchange_weak(seen, revision)) {
+  }
+}
+
+void EtcdStore::WriterLoop() {
+  while (true) {
+    std::vector<PendingWrite> batch;
+    CommitObserver observer;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [this] {
+        return !queue_.empty() || (stopping_ && completions_pending_ == 0);
+      });
+      if (queue_.empty()) return;
+      size_t n = std::min(queue_.size(), static_cast<size_t>(options_.max_batch));
+      for (size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      observer = observer_;
+    }
+    std::vector<absl::Status> results;
+    std::set<std::string> hosts;
+    RunBatch(batch, results, hosts);
+    const int64_t revision = CurrentRevision();
+    std::function<void()> completion =
+        [batch = std::move(batch), results = std::move(results),
+         hosts = std::vector<std::string>(hosts.begin(), hosts.end()),
+         observer = hosts.empty() ? nullptr : std::move(observer), revision]() mutable {
+          for (size_t i = 0; i < batch.size(); ++i) {
+            if (batch[i].done) batch[i].done(std::move(results[i]));
+          }
+          if (observer) observer(hosts, revision);
+        };
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      completions_.push_back(std::move(completion));
+      ++completions_pending_;
+    }
+    completion_cv_.notify_one();
+  }
+}
+
+void EtcdStore::CompletionLoop() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  while (true) {
+    completion_cv_.wait(lock, [this] { return completer_stopping_ || !completions_.empty(); });
+    if (completions_.empty()) return;
+    std::function<void()> completion = std::move(completions_.front());
+    completions_.pop_front();
+    lock.unlock();
+    completion();
+    completion = nullptr;
+    lock.lock();
+    if (--completions_pending_ == 0) queue_cv_.notify_all();
+  }
+}
+
+void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
+                         std::set<std::string>& hosts) {
+  results.assign(batch.size(), absl::OkStatus());
+  // Indexes still to run, in submission order: a round runs them on one
+  // snapshot, commits those that fit, and leaves the rest (and, after a
+  // lost race, all of them) to the next round.
+  std::vector<size_t> pending(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) pending[i] = i;
+  std::mt19937 jitter{std::random_device{}()};
+  while (!pending.empty()) {
+    absl::StatusOr<EtcdSnapshot> snapshot = TakeSnapshot(*client_, options_.prefix);
+    if (!snapshot.ok()) {
+      for (size_t i : pending) results[i] = snapshot.status();
+      return;
+    }
+    NoteRevision(snapshot->meta_revision);
+    EtcdWriteState state;
+    state.meta = snapshot->meta;
+    std::vector<size_t> ran, later;
+    const uint64_t commit_id = NewCommitId();
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const size_t i = pending[k];
+      if (!later.empty()) {
+        later.push_back(i);  // after one that waits, to keep submission order
+        continue;
+      }
+      EtcdWriteState saved = state;
+      EtcdTransaction txn(*snapshot, &state);
+      absl::Status status = batch[i].fn(txn);
+      if (status.ok()) {
+        absl::Status fits = client_->CheckTxnLimits(CommitRequest(*snapshot, state, commit_id));
+        if (!fits.ok()) {
+          state = std::move(saved);
+          if (ran.empty()) {
+            // Alone it does not fit: atomic, it cannot be split.
+            status = absl::ResourceExhaustedError(absl::StrCat(
+                "this write is too large for one etcd transaction, and a write is never "
+                "split: ", fits.message(), "; raise the limit on every etcd member and in "
+                "store.etcd (max_txn_ops, max_request_bytes)"));
+          } else {
+            later.push_back(i);
+            continue;
+          }
+        }
+      } else {
+        state = std::move(saved);
+      }
+      results[i] = std::move(status);
+      ran.push_back(i);
+    }
+    const bool writes = !state.writes.empty() || state.revision_taken ||
+                        state.meta.audit_sequence() != snapshot->meta.audit_sequence() ||
+                        state.meta.observation_sequence() != snapshot->meta.observation_sequence();
+    if (!writes) {
+      // Nothing to commit: what the functions read was one consistent
+      // snapshot, and what they answered stands.
+      pending = std::move(later);
+      continue;
+    }
+    const etcdserverpb::TxnRequest request = CommitRequest(*snapshot, state, commit_id);
+    absl::StatusOr<etcdserverpb::TxnResponse> response = client_->Txn(request);
+    int64_t committed = 0;
+    bool lost_race = false;
+    absl::Status failure;
+    if (response.ok()) {
+      if (response->succeeded()) {
+        committed = response->header().revision();
+      } else {
+        lost_race = true;
+      }
+    } else if (absl::IsUnavailable(response.status())) {
+      // Sent or not, applied or not: ask etcd before answering anyone.
+      absl::StatusOr<int64_t> resolved =
+          ResolveCommit(snapshot->meta_revision, snapshot->meta_value, commit_id);
+      if (resolved.ok() && *resolved > 0) {
+        committed = *resolved;
+      } else if (resolved.ok()) {
+        failure = response.status();
+      } else {
+        failure = absl::UnavailableError(absl::StrCat(
+            response.status().message(), "; whether the write was applied is unknown: ",
+            resolved.status().message()));
+      }
+    } else {
+      failure = response.status();  // refused by etcd: nothing was applied
+    }
+    if (committed > 0) {
+      if (committed != snapshot->revision + 1) {
+        VLOG(1) << "etcd store: commit at revision " << committed << ", snapshot "
+                << snapshot->revision << ": keys outside csd's writes changed in between";
+      }
+      NoteRevision(committed);
+      hosts.insert(state.changed_hosts.begin(), state.changed_hosts.end());
+      pending = std::move(later);
+      continue;
+    }
+    if (lost_race) {
+      // Another writer committed after the snapshot: every function of the
+      // round runs again on what it wrote, its own failures included (they
+      // may not hold any more).
+      std::vector<size_t> again;
+      for (size_t i : ran) {
+        if (++batch[i].attempts >= options_.max_attempts) {
+          results[i] = absl::AbortedError(absl::StrCat(
+              "etcd store: the write lost ", batch[i].attempts,
+              " races in a row with other writers under ", options_.prefix, "; retry it"));
+        } else {
+          again.push_back(i);
+        }
+      }
+      again.insert(again.end(), later.begin(), later.end());
+      pending = std::move(again);
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          std::uniform_int_distribution<int>(0, 2000)(jitter)));
+      continue;
+    }
+    for (size_t i : ran) {
+      if (results[i].ok()) results[i] = failure;
+    }
+    for (size_t i : later) results[i] = failure;
+    return;
+  }
+}
+
+absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
+                                                 const std::string& meta_value,
+                                                 uint64_t commit_id) {
+  const std::string meta_key = absl::StrCat(options_.prefix, "/meta");
+  // Our commit can only ever apply as the first change of meta after
+  // meta_revision. A fence that rewrites meta unchanged, under the same
+  // compare, makes sure it never will; when the fence loses, meta's
+  // history says whether ours was the change that beat it.
+  EtcdMeta fence_meta;
+  if (!meta_value.empty() && !fence_meta.ParseFromString(meta_value)) {
+    return absl::DataLossError(absl::StrCat("etcd store: value of key ", meta_key,
+                                            " does not parse as the store's metadata"));
+  }
+  fence_meta.set_layout_version(kLayoutVersion);
+  fence_meta.set_commit_id(NewCommitId());
+  etcdserverpb::TxnRequest fence;
+  etcdserverpb::Compare* compare = fence.add_compare();
+  compare->set_key(meta_key);
+  compare->set_target(etcdserverpb::Compare::MOD);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_mod_revision(meta_revision);
+  etcdserverpb::PutRequest* put = fence.add_success()->mutable_request_put();
+  put->set_key(meta_key);
+  put->set_value(fence_meta.SerializeAsString());
+  fence.add_failure()->mutable_request_range()->set_key(meta_key);
+
+  absl::Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    absl::StatusOr<etcdserverpb::TxnResponse> fenced = client_->Txn(fence);
+    if (!fenced.ok()) {
+      last = fenced.status();
+      continue;  // the fence's own outcome is as unknown: ask again
+    }
+    if (fenced->succeeded()) return 0;
+    const auto& kvs = fenced->responses(0).response_range().kvs();
+    if (kvs.empty()) return 0;
+    mvccpb::KeyValue kv = kvs[0];
+    // Back through meta's versions to the first one after meta_revision.
+    for (int step = 0; step < 64 && kv.mod_revision() > meta_revision; ++step) {
+      EtcdMeta meta;
+      if (meta.ParseFromString(kv.value()) && meta.commit_id() == commit_id) {
+        return kv.mod_revision();
+      }
+      absl::StatusOr<etcd::RangeResult> older =
+          client_->Range(meta_key, "", kv.mod_revision() - 1);
+      if (!older.ok()) return older.status();
+      if (older->kvs.empty()) return 0;
+      kv = older->kvs[0];
+    }
+    return 0;
+  }
+  return last;
+}
+
+absl::Status EtcdStore::Read(const TxnFn& fn) {
+  ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client_, options_.prefix));
+  NoteRevision(snapshot.meta_revision);
+  EtcdTransaction txn(snapshot, nullptr);
+  return fn(txn);
+}
+
+}  // namespace cosched::store

@@ -1,0 +1,147 @@
+// The replicated store: csd's desired state in etcd, under one key prefix,
+// so that several csd replicas can share it (issue #16).
+#ifndef COSCHED_STORE_ETCD_STORE_H_
+#define COSCHED_STORE_ETCD_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "etcd/client.h"
+#include "store/store.h"
+
+namespace cosched::store {
+
+struct EtcdStoreOptions {
+  // Members, TLS, deadline and the limits the members run with.
+  etcd::ClientOptions client;
+  // Every key of the store begins with "<prefix>/". Absolute ("/cosched"),
+  // without a trailing '/'. The prefix belongs to csd: nothing else may
+  // write under it.
+  std::string prefix = "/cosched";
+  // Write functions committed together at most (fewer when etcd's limits
+  // are reached first).
+  int max_batch = 64;
+  // Runs of a write function that lost a race before it fails ABORTED.
+  int max_attempts = 20;
+};
+
+// Store on etcd. Layout under the prefix (values are serialized protos):
+//   meta                      EtcdMeta, written by every commit
+//   vms/<vm_id>               v1::VM
+//   policies/<tenant_id>      v1::TenantPolicy
+//   hosts/<host_id>           v1::Host
+//   reports/<host_id>         EtcdReport: the host's observations
+//   obs/<vm key>/<host_id>    empty: the index of reports by VM id and UUID
+//   changes/<host_id>/<vm_id> empty: its mod_revision is when the VM's
+//                             assignment last changed for that host
+//   audit/<~sequence, hex>    v1::AuditRecord, newest first in key order
+//
+// Concurrency, optimistic as etcd's STM: a write function reads a snapshot
+// at revision R (every read is a Range at R, over the function's own
+// buffered writes) and its writes commit as one Txn only if <prefix>/meta
+// still has the mod_revision it had at R; otherwise the function runs again
+// on a new snapshot, up to max_attempts times. Every commit rewrites meta,
+// so one compare orders all writers on the prefix, in this process or
+// another csd: a commit is serializable, range reads included (a per-key
+// compare could not see a key created or deleted inside a range it read),
+// and the audit sequence and report numbers in meta are unique and
+// increasing across writers. The price is that two replicas' writes to
+// different VMs also conflict and one retries; a retry is one snapshot
+// read plus the function, and a batch carries up to max_batch writes.
+//
+// Revisions are etcd's. The revision a commit produces is only known when
+// it is applied, so WriteRevision() is R + 1: greater than every csd commit
+// before it (they are at or below R), at most the commit's revision, and
+// equal to it unless a key outside csd's writes changed in between (a lease
+// expiring, another user of the etcd cluster). CurrentRevision() and the
+// change log use the commit's real revision (the change log is keys whose
+// mod_revision etcd sets), so an agent's resume revision is an etcd
+// revision that means the same on every replica, and a revision recorded in
+// a record is never above the commit that wrote it.
+//
+// Writes run on one writer thread per store, a batch at a time; done
+// callbacks and the commit observer run on a completion thread in commit
+// order. A batch that does not fit etcd's limits is committed in several
+// Txns at write-function boundaries (each stays atomic; the later ones run
+// again on the first one's result); a single function that does not fit is
+// refused with RESOURCE_EXHAUSTED naming the limit.
+//
+// Thread-safe. Not to be called from a write function, a done callback or
+// the commit observer with WriteSync (each would wait for its own thread).
+class EtcdStore final : public Store {
+ public:
+  // Connects and reads <prefix>/meta. INVALID_ARGUMENT for a bad prefix or
+  // options; FAILED_PRECONDITION for plaintext off loopback, unreadable TLS
+  // files or a layout newer than this code; UNAVAILABLE naming etcd when it
+  // cannot be reached; DATA_LOSS when meta does not parse.
+  static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options);
+
+  // Commits what was submitted, then stops the writer.
+  ~EtcdStore() override;
+
+  void Write(TxnFn fn, DoneFn done) override;
+  absl::Status Read(const TxnFn& fn) override;
+  int64_t CurrentRevision() const override;
+  void SetCommitObserver(CommitObserver observer) override;
+
+  etcd::Client& client() { return *client_; }
+  const std::string& prefix() const { return options_.prefix; }
+
+  // The layout version this code writes in <prefix>/meta.
+  static constexpr int kLayoutVersion = 1;
+
+ private:
+  struct PendingWrite {
+    TxnFn fn;
+    DoneFn done;
+    int attempts = 0;
+  };
+  struct Outcome;
+
+  EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client);
+
+  void WriterLoop();
+  void CompletionLoop();
+  // Runs and commits one batch; `results` gets each write's status, and
+  // `hosts` the hosts whose assignments changed in what committed.
+  void RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
+                std::set<std::string>& hosts);
+  // After a commit whose answer was lost: makes sure it can no longer apply
+  // and says whether it did (its revision) or not (0). UNAVAILABLE when
+  // etcd cannot tell.
+  absl::StatusOr<int64_t> ResolveCommit(int64_t meta_revision, const std::string& meta_value,
+                                        uint64_t commit_id);
+  void NoteRevision(int64_t revision);
+
+  const EtcdStoreOptions options_;
+  std::unique_ptr<etcd::Client> client_;
+  std::atomic<int64_t> committed_revision_{0};
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<PendingWrite> queue_;  // guarded by queue_mu_
+  bool stopping_ = false;           // guarded by queue_mu_
+  CommitObserver observer_;         // guarded by queue_mu_
+  std::condition_variable completion_cv_;
+  std::deque<std::function<void()>> completions_;  // guarded by queue_mu_
+  int completions_pending_ = 0;
+  bool completer_stopping_ = false;
+
+  std::thread completer_;
+  std::thread writer_;
+};
+
+}  // namespace cosched::store
+
+#endif  // COSCHED_STORE_ETCD_STORE_H_

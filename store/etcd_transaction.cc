@@ -1,0 +1,510 @@
+// EtcdTransaction: csd's records as keys under the prefix (the layout is in
+// etcd_store.h), read at the batch's revision over its buffered writes.
+#include "store/etcd_transaction.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace cosched::store {
+namespace {
+
+constexpr int kMaxPageLimit = 1000;
+
+int ClampLimit(int limit) { return std::clamp(limit, 1, kMaxPageLimit); }
+
+bool TrustGroupOfTenant(absl::string_view group, absl::string_view tenant) {
+  return !tenant.empty() && group.size() > tenant.size() && absl::StartsWith(group, tenant) &&
+         group[tenant.size()] == '/';
+}
+
+// Newest first in key order: the key of sequence s sorts before s - 1's.
+std::string AuditId(int64_t sequence) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64,
+                std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(sequence));
+  return buf;
+}
+
+template <typename Message>
+std::string Serialized(const Message& message) {
+  std::string out;
+  message.SerializeToString(&out);
+  return out;
+}
+
+// The last path component of a key: the id it is for.
+absl::string_view LastPart(absl::string_view key) {
+  return key.substr(key.rfind('/') + 1);
+}
+
+// A key component may not contain '/' where a range over a parent would
+// then take in another id's keys (ids never do: common/validation.h).
+absl::Status CheckComponent(absl::string_view what, absl::string_view id) {
+  if (absl::StrContains(id, '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "' contains '/'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix) {
+  EtcdSnapshot snap;
+  snap.client = &client;
+  snap.prefix = prefix;
+  const std::string key = absl::StrCat(prefix, "/meta");
+  ASSIGN_OR_RETURN(etcd::RangeResult meta, client.Range(key, ""));
+  snap.revision = meta.revision;
+  if (!meta.kvs.empty()) {
+    snap.meta_revision = meta.kvs[0].mod_revision();
+    snap.meta_value = meta.kvs[0].value();
+    if (!snap.meta.ParseFromString(snap.meta_value)) {
+      return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
+                                              " does not parse as the store's metadata"));
+    }
+    if (snap.meta.layout_version() > 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "etcd store under ", prefix, " has layout version ", snap.meta.layout_version(),
+          " but this program knows version 1: it was written by a newer release"));
+    }
+  }
+  return snap;
+}
+
+etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
+                                       const EtcdWriteState& state, uint64_t commit_id) {
+  etcdserverpb::TxnRequest request;
+  const std::string meta_key = absl::StrCat(snapshot.prefix, "/meta");
+  etcdserverpb::Compare* compare = request.add_compare();
+  compare->set_key(meta_key);
+  compare->set_target(etcdserverpb::Compare::MOD);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_mod_revision(snapshot.meta_revision);  // 0: still absent
+  for (const auto& [key, value] : state.writes) {
+    etcdserverpb::RequestOp* op = request.add_success();
+    if (value) {
+      op->mutable_request_put()->set_key(key);
+      op->mutable_request_put()->set_value(*value);
+    } else {
+      op->mutable_request_delete_range()->set_key(key);
+    }
+  }
+  EtcdMeta meta = state.meta;
+  meta.set_layout_version(1);
+  meta.set_commit_id(commit_id);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(meta_key);
+  put->set_value(Serialized(meta));
+  return request;
+}
+
+std::string EtcdTransaction::Key(absl::string_view kind, absl::string_view id) const {
+  return absl::StrCat(snap_.prefix, "/", kind, "/", id);
+}
+
+template <typename Message>
+absl::StatusOr<Message> EtcdTransaction::Parse(const std::string& key, const std::string& value,
+                                               absl::string_view kind) const {
+  Message message;
+  if (!message.ParseFromString(value)) {
+    return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
+                                            " does not parse as a ", kind, " record"));
+  }
+  return message;
+}
+
+absl::Status EtcdTransaction::RequireWrite(absl::string_view op) const {
+  if (write_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(op, " is not allowed in a read-only transaction"));
+}
+
+absl::StatusOr<std::optional<std::string>> EtcdTransaction::Get(const std::string& key) {
+  if (write_ != nullptr) {
+    auto it = write_->writes.find(key);
+    if (it != write_->writes.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(etcd::RangeResult result, snap_.client->Range(key, "", snap_.revision));
+  if (result.kvs.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(*result.kvs[0].mutable_value()));
+}
+
+void EtcdTransaction::Put(std::string key, std::string value) {
+  write_->writes[std::move(key)] = std::move(value);
+}
+
+void EtcdTransaction::Delete(std::string key) {
+  write_->writes[std::move(key)] = std::nullopt;
+}
+
+absl::Status EtcdTransaction::Scan(const std::string& begin, const std::string& end, int limit,
+                                   const Visit& visit) {
+  const int64_t page = snap_.client->options().range_page;
+  std::string from = begin;
+  int counted = 0;
+  while (true) {
+    etcdserverpb::RangeRequest request;
+    request.set_key(from);
+    request.set_range_end(end);
+    request.set_revision(snap_.revision);
+    request.set_limit(page);
+    ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
+    const bool more = response.more() && response.kvs_size() > 0;
+    // Buffered writes up to what this page covers: its last key, or the
+    // range's end when it is the last page.
+    std::map<std::string, std::optional<std::string>>::const_iterator buffered, buffered_end;
+    if (write_ != nullptr) {
+      buffered = write_->writes.lower_bound(from);
+      buffered_end = more ? write_->writes.upper_bound(response.kvs().rbegin()->key())
+                          : write_->writes.lower_bound(end);
+    }
+    int i = 0;
+    while (true) {
+      const bool have_snap = i < response.kvs_size();
+      const bool have_buf = write_ != nullptr && buffered != buffered_end;
+      if (!have_snap && !have_buf) break;
+      const std::string* key;
+      const std::string* value;
+      if (have_buf && (!have_snap || buffered->first <= response.kvs(i).key())) {
+        if (have_snap && buffered->first == response.kvs(i).key()) ++i;  // shadowed
+        key = &buffered->first;
+        value = buffered->second ? &*buffered->second : nullptr;
+        ++buffered;
+      } else {
+        key = &response.kvs(i).key();
+        value = &response.kvs(i).value();
+        ++i;
+      }
+      if (value == nullptr) continue;  // deleted in this transaction
+      ASSIGN_OR_RETURN(bool count, visit(*key, *value));
+      if (count && limit > 0 && ++counted >= limit) return absl::OkStatus();
+    }
+    if (!more) return absl::OkStatus();
+    from = response.kvs().rbegin()->key() + std::string(1, '\0');
+  }
+}
+
+absl::StatusOr<int64_t> EtcdTransaction::WriteRevision() {
+  RETURN_IF_ERROR(RequireWrite("WriteRevision"));
+  // The commit's own revision is known only once etcd applies it; R + 1 is
+  // above every csd commit (see etcd_store.h) and at most the commit's.
+  write_->revision_taken = true;
+  return snap_.revision + 1;
+}
+
+absl::StatusOr<std::optional<v1::VM>> EtcdTransaction::GetVm(absl::string_view vm_id) {
+  const std::string key = Key("vms", vm_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return std::optional<v1::VM>();
+  ASSIGN_OR_RETURN(v1::VM vm, Parse<v1::VM>(key, *value, "VM"));
+  return std::optional<v1::VM>(std::move(vm));
+}
+
+absl::Status EtcdTransaction::PutVm(const v1::VM& vm) {
+  RETURN_IF_ERROR(RequireWrite("PutVm"));
+  if (vm.vm_id().empty()) return absl::InvalidArgumentError("PutVm: vm_id is empty");
+  const std::string& group = vm.assignment().trust_group();
+  if (!group.empty() && !TrustGroupOfTenant(group, vm.tenant_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutVm: trust group '", group, "' of VM ", vm.vm_id(),
+                     " does not begin with its tenant '", vm.tenant_id(), "/'"));
+  }
+  v1::VM stored = vm;
+  stored.clear_enforcement();
+  Put(Key("vms", vm.vm_id()), Serialized(stored));
+  return absl::OkStatus();
+}
+
+absl::Status EtcdTransaction::DeleteVm(absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteVm"));
+  const std::string key = Key("vms", vm_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return absl::NotFoundError(absl::StrCat("VM ", vm_id, " not found"));
+  Delete(key);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& filter,
+                                                             const Page& page) {
+  if (!filter.reported_on.empty() &&
+      (!filter.tenant_id.empty() || !filter.host_id.empty() || !filter.trust_group.empty())) {
+    return absl::InvalidArgumentError(
+        "ListVms: reported_on cannot be combined with other filters");
+  }
+  // A scan of every VM after page.after, filtered here: etcd has no
+  // secondary index. Hot filtered reads belong to a watched in-memory view
+  // of the prefix (issue #16, part 2), not to a range per request.
+  std::vector<v1::VM> vms;
+  const std::string base = Key("vms", "");
+  const std::string begin = page.after.empty() ? base : Key("vms", page.after) + '\0';
+  RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(page.limit),
+                       [&](const std::string& key, const std::string& value) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(v1::VM vm, Parse<v1::VM>(key, value, "VM"));
+    bool match;
+    if (!filter.reported_on.empty()) {
+      match = std::any_of(vm.presence().begin(), vm.presence().end(),
+                          [&](const v1::VMPresence& p) { return p.host_id() == filter.reported_on; });
+    } else {
+      match = (filter.tenant_id.empty() || vm.tenant_id() == filter.tenant_id) &&
+              (filter.host_id.empty() || vm.host_id() == filter.host_id) &&
+              (filter.trust_group.empty() || vm.assignment().trust_group() == filter.trust_group);
+    }
+    if (match) vms.push_back(std::move(vm));
+    return match;
+  }));
+  return vms;
+}
+
+absl::StatusOr<std::optional<v1::TenantPolicy>> EtcdTransaction::GetTenantPolicy(
+    absl::string_view tenant_id) {
+  const std::string key = Key("policies", tenant_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return std::optional<v1::TenantPolicy>();
+  ASSIGN_OR_RETURN(auto policy, Parse<v1::TenantPolicy>(key, *value, "tenant policy"));
+  return std::optional<v1::TenantPolicy>(std::move(policy));
+}
+
+absl::Status EtcdTransaction::PutTenantPolicy(const v1::TenantPolicy& policy) {
+  RETURN_IF_ERROR(RequireWrite("PutTenantPolicy"));
+  if (policy.tenant_id().empty()) {
+    return absl::InvalidArgumentError("PutTenantPolicy: tenant_id is empty");
+  }
+  Put(Key("policies", policy.tenant_id()), Serialized(policy));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::TenantPolicy>> EtcdTransaction::ListTenantPolicies(
+    const Page& page) {
+  std::vector<v1::TenantPolicy> policies;
+  const std::string base = Key("policies", "");
+  const std::string begin = page.after.empty() ? base : Key("policies", page.after) + '\0';
+  RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(page.limit),
+                       [&](const std::string& key, const std::string& value) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(auto policy, Parse<v1::TenantPolicy>(key, value, "tenant policy"));
+    policies.push_back(std::move(policy));
+    return true;
+  }));
+  return policies;
+}
+
+absl::StatusOr<std::optional<v1::Host>> EtcdTransaction::GetHost(absl::string_view host_id) {
+  const std::string key = Key("hosts", host_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return std::optional<v1::Host>();
+  ASSIGN_OR_RETURN(v1::Host host, Parse<v1::Host>(key, *value, "host"));
+  return std::optional<v1::Host>(std::move(host));
+}
+
+absl::Status EtcdTransaction::PutHost(const v1::Host& host) {
+  RETURN_IF_ERROR(RequireWrite("PutHost"));
+  if (host.host_id().empty()) return absl::InvalidArgumentError("PutHost: host_id is empty");
+  RETURN_IF_ERROR(CheckComponent("PutHost: host_id", host.host_id()));
+  // A stored `connected` or `unplaceable_reason` would outlive the moment
+  // it describes.
+  v1::Host stored = host;
+  stored.clear_connected();
+  stored.clear_unplaceable_reason();
+  Put(Key("hosts", host.host_id()), Serialized(stored));
+  return absl::OkStatus();
+}
+
+absl::Status EtcdTransaction::DeleteHost(absl::string_view host_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteHost"));
+  const std::string key = Key("hosts", host_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return absl::NotFoundError(absl::StrCat("host ", host_id, " not found"));
+  Delete(key);
+  RETURN_IF_ERROR(ReplaceObservations(host_id, {}));
+  Delete(Key("reports", host_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Host>> EtcdTransaction::ListHosts(const Page& page) {
+  std::vector<v1::Host> hosts;
+  const std::string base = Key("hosts", "");
+  const std::string begin = page.after.empty() ? base : Key("hosts", page.after) + '\0';
+  RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(page.limit),
+                       [&](const std::string& key, const std::string& value) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(v1::Host host, Parse<v1::Host>(key, value, "host"));
+    hosts.push_back(std::move(host));
+    return true;
+  }));
+  return hosts;
+}
+
+absl::StatusOr<std::optional<EtcdReport>> EtcdTransaction::GetReport(absl::string_view host_id) {
+  const std::string key = Key("reports", host_id);
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return std::optional<EtcdReport>();
+  ASSIGN_OR_RETURN(EtcdReport report, Parse<EtcdReport>(key, *value, "host report"));
+  return std::optional<EtcdReport>(std::move(report));
+}
+
+absl::Status EtcdTransaction::ReplaceObservations(absl::string_view host_id,
+                                                  const std::vector<v1::VMObservation>& vms) {
+  RETURN_IF_ERROR(RequireWrite("ReplaceObservations"));
+  if (host_id.empty()) return absl::InvalidArgumentError("ReplaceObservations: host_id is empty");
+  RETURN_IF_ERROR(CheckComponent("ReplaceObservations: host_id", host_id));
+  // The report is one key; the index keys of the VMs it names change only
+  // when a VM appears or goes, so a steady report is two puts (report and
+  // meta) whatever its size.
+  std::set<std::string> before, after;
+  ASSIGN_OR_RETURN(std::optional<EtcdReport> old, GetReport(host_id));
+  if (old) {
+    for (const v1::VMObservation& vm : old->vms()) {
+      for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
+        if (!key->empty()) before.insert(*key);
+      }
+    }
+  }
+  EtcdReport report;
+  report.set_sequence(write_->meta.observation_sequence() + 1);
+  write_->meta.set_observation_sequence(report.sequence());
+  for (const v1::VMObservation& vm : vms) {
+    for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
+      if (key->empty()) continue;
+      RETURN_IF_ERROR(CheckComponent("ReplaceObservations: VM key", *key));
+      after.insert(*key);
+    }
+    *report.add_vms() = vm;
+  }
+  for (const std::string& key : before) {
+    if (!after.count(key)) Delete(absl::StrCat(Key("obs", key), "/", host_id));
+  }
+  for (const std::string& key : after) {
+    if (!before.count(key)) Put(absl::StrCat(Key("obs", key), "/", host_id), "");
+  }
+  Put(Key("reports", host_id), Serialized(report));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Observation>> EtcdTransaction::ListObservations(
+    absl::string_view key) {
+  std::vector<std::pair<int64_t, Observation>> found;
+  const std::string base = Key("obs", key) + "/";
+  absl::Status scanned = Scan(base, etcd::PrefixEnd(base), 0,
+                              [&](const std::string& index, const std::string&) -> absl::StatusOr<bool> {
+    const std::string host_id(LastPart(index));
+    ASSIGN_OR_RETURN(std::optional<EtcdReport> report, GetReport(host_id));
+    if (!report) return false;  // an index key without its report: nothing to show
+    for (const v1::VMObservation& vm : report->vms()) {
+      if (vm.vm_id() == key || vm.uuid() == key) {
+        found.push_back({report->sequence(), Observation{host_id, vm}});
+        break;
+      }
+    }
+    return true;
+  });
+  RETURN_IF_ERROR(scanned);
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Observation> all;
+  for (auto& [seq, observation] : found) all.push_back(std::move(observation));
+  return all;
+}
+
+absl::StatusOr<std::optional<Observation>> EtcdTransaction::FindObservation(
+    absl::string_view key) {
+  ASSIGN_OR_RETURN(std::vector<Observation> all, ListObservations(key));
+  if (all.empty()) return std::optional<Observation>();
+  return std::optional<Observation>(std::move(all.front()));
+}
+
+absl::Status EtcdTransaction::RecordChange(absl::string_view host_id, absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("RecordChange"));
+  RETURN_IF_ERROR(WriteRevision().status());
+  if (host_id.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckComponent("RecordChange: host_id", host_id));
+  // One key per host and VM: etcd sets its mod_revision to the commit's
+  // real revision, which is what ChangesSince compares.
+  Put(absl::StrCat(Key("changes", host_id), "/", vm_id), "");
+  write_->changed_hosts.insert(std::string(host_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostChanges> EtcdTransaction::ChangesSince(absl::string_view host_id,
+                                                          int64_t revision) {
+  HostChanges changes;
+  // "Current" as this transaction sees it: the last commit at its snapshot,
+  // or its own revision once it took one.
+  const int64_t current = write_ != nullptr && write_->revision_taken ? snap_.revision + 1
+                                                                      : snap_.meta_revision;
+  if (revision > current || revision < snap_.meta.changes_horizon()) return changes;
+  if (revision < snap_.revision) {
+    // Once etcd compacted past the revision, this replica cannot tell what
+    // an agent at it has (the store may have been restored or migrated
+    // since): a snapshot is the safe answer.
+    etcdserverpb::RangeRequest probe;
+    probe.set_key(absl::StrCat(snap_.prefix, "/meta"));
+    probe.set_revision(std::max<int64_t>(revision, 1));
+    probe.set_count_only(true);
+    absl::StatusOr<etcdserverpb::RangeResponse> probed = snap_.client->RangeOnce(probe);
+    if (absl::IsOutOfRange(probed.status())) return changes;
+    RETURN_IF_ERROR(probed.status());
+  }
+  const std::string base = Key("changes", host_id) + "/";
+  etcdserverpb::RangeRequest request;
+  request.set_key(base);
+  request.set_range_end(etcd::PrefixEnd(base));
+  request.set_revision(snap_.revision);
+  request.set_keys_only(true);
+  // etcd reads the whole range to apply this filter anyway: no paging.
+  request.set_min_mod_revision(revision + 1);
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
+  std::set<std::string> ids;
+  for (const mvccpb::KeyValue& kv : response.kvs()) {
+    ids.insert(std::string(kv.key().substr(base.size())));
+  }
+  if (write_ != nullptr) {
+    // Its own changes are at its revision, after any it can be asked about.
+    for (auto it = write_->writes.lower_bound(base);
+         it != write_->writes.end() && absl::StartsWith(it->first, base); ++it) {
+      ids.insert(it->first.substr(base.size()));
+    }
+  }
+  changes.vm_ids.assign(ids.begin(), ids.end());
+  changes.complete = true;
+  return changes;
+}
+
+absl::Status EtcdTransaction::AppendAudit(const v1::AuditRecord& record) {
+  RETURN_IF_ERROR(RequireWrite("AppendAudit"));
+  if (record.who().empty() || record.method().empty()) {
+    return absl::InvalidArgumentError("AppendAudit: who or method is empty");
+  }
+  // From meta, which every commit compares: unique and increasing across
+  // every csd on the prefix.
+  const int64_t sequence = write_->meta.audit_sequence() + 1;
+  write_->meta.set_audit_sequence(sequence);
+  v1::AuditRecord stored = record;
+  stored.set_sequence(sequence);
+  Put(Key("audit", AuditId(sequence)), Serialized(stored));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::AuditRecord>> EtcdTransaction::ListAudit(
+    const AuditFilter& filter, int64_t before_sequence, int limit) {
+  std::vector<v1::AuditRecord> records;
+  const std::string base = Key("audit", "");
+  const std::string begin =
+      before_sequence > 0 ? Key("audit", AuditId(before_sequence)) + '\0' : base;
+  RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(limit),
+                       [&](const std::string& key, const std::string& value) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(auto record, Parse<v1::AuditRecord>(key, value, "audit"));
+    const bool match = (filter.subject.empty() || record.subject() == filter.subject) &&
+                       (filter.who.empty() || record.who() == filter.who) &&
+                       record.time_unix_ns() >= filter.since_unix_ns;
+    if (match) records.push_back(std::move(record));
+    return match;
+  }));
+  return records;
+}
+
+}  // namespace cosched::store

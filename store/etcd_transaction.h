@@ -1,0 +1,115 @@
+// Internal to cosched_store: EtcdTransaction, the Transaction EtcdStore
+// hands to write and read functions: reads at one etcd revision over the
+// writes the function (and the batch before it) buffered.
+#ifndef COSCHED_STORE_ETCD_TRANSACTION_H_
+#define COSCHED_STORE_ETCD_TRANSACTION_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "etcd/client.h"
+#include "store/store.h"
+
+namespace cosched::store {
+
+// The revision a batch reads at and what <prefix>/meta was then.
+struct EtcdSnapshot {
+  etcd::Client* client = nullptr;
+  std::string prefix;
+  int64_t revision = 0;       // R: every read is at it
+  int64_t meta_revision = 0;  // mod_revision of meta at R; 0 when absent
+  std::string meta_value;     // its bytes, for a fence (EtcdStore)
+  EtcdMeta meta;
+};
+
+// Reads <prefix>/meta linearizably: the snapshot of a new transaction.
+// DATA_LOSS when meta does not parse, FAILED_PRECONDITION when its layout
+// is newer than this code.
+absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix);
+
+// What the write functions of one batch did so far. Copied before each
+// function and put back when it fails, as SQLite's savepoints.
+struct EtcdWriteState {
+  EtcdMeta meta;  // counters as the batch advanced them
+  // Key -> value, or nullopt for a delete; ordered, to merge with ranges.
+  std::map<std::string, std::optional<std::string>> writes;
+  bool revision_taken = false;
+  std::set<std::string> changed_hosts;
+};
+
+// The TxnRequest that commits `state` read at `snapshot`: compare meta's
+// mod_revision, then every write and the new meta with `commit_id`.
+etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
+                                       const EtcdWriteState& state, uint64_t commit_id);
+
+// Lives for one call of a TxnFn; read-only when `write` is null.
+class EtcdTransaction final : public Transaction {
+ public:
+  EtcdTransaction(const EtcdSnapshot& snapshot, EtcdWriteState* write)
+      : snap_(snapshot), write_(write) {}
+
+  absl::StatusOr<int64_t> WriteRevision() override;
+  absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) override;
+  absl::Status PutVm(const v1::VM& vm) override;
+  absl::Status DeleteVm(absl::string_view vm_id) override;
+  absl::StatusOr<std::vector<v1::VM>> ListVms(const VmFilter& filter,
+                                              const Page& page) override;
+  absl::StatusOr<std::optional<v1::TenantPolicy>> GetTenantPolicy(
+      absl::string_view tenant_id) override;
+  absl::Status PutTenantPolicy(const v1::TenantPolicy& policy) override;
+  absl::StatusOr<std::vector<v1::TenantPolicy>> ListTenantPolicies(
+      const Page& page) override;
+  absl::StatusOr<std::optional<v1::Host>> GetHost(absl::string_view host_id) override;
+  absl::Status PutHost(const v1::Host& host) override;
+  absl::Status DeleteHost(absl::string_view host_id) override;
+  absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) override;
+  absl::Status ReplaceObservations(absl::string_view host_id,
+                                   const std::vector<v1::VMObservation>& vms) override;
+  absl::StatusOr<std::optional<Observation>> FindObservation(absl::string_view key) override;
+  absl::StatusOr<std::vector<Observation>> ListObservations(absl::string_view key) override;
+  absl::Status RecordChange(absl::string_view host_id, absl::string_view vm_id) override;
+  absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
+                                           int64_t revision) override;
+  absl::Status AppendAudit(const v1::AuditRecord& record) override;
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const AuditFilter& filter,
+                                                         int64_t before_sequence,
+                                                         int limit) override;
+
+ private:
+  // Called with each key and value in order; returns whether the record
+  // counts against the limit.
+  using Visit = std::function<absl::StatusOr<bool>(const std::string& key,
+                                                   const std::string& value)>;
+
+  std::string Key(absl::string_view kind, absl::string_view id) const;
+  // The value of `key` in this transaction: buffered, else at the snapshot.
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key);
+  // Keys in [begin, end) in order, buffered writes merged in, until `limit`
+  // visits counted (0: all).
+  absl::Status Scan(const std::string& begin, const std::string& end, int limit,
+                    const Visit& visit);
+  void Put(std::string key, std::string value);
+  void Delete(std::string key);
+  absl::Status RequireWrite(absl::string_view op) const;
+  absl::StatusOr<std::optional<EtcdReport>> GetReport(absl::string_view host_id);
+
+  template <typename Message>
+  absl::StatusOr<Message> Parse(const std::string& key, const std::string& value,
+                                absl::string_view kind) const;
+
+  const EtcdSnapshot& snap_;
+  EtcdWriteState* write_;
+};
+
+}  // namespace cosched::store
+
+#endif  // COSCHED_STORE_ETCD_TRANSACTION_H_

@@ -1,0 +1,326 @@
+// What only EtcdStore does, against a real etcd member: replicas racing on
+// one record, etcd's compaction, values that do not parse, etcd's request
+// limits, etcd going away, and the prefix rule. The Store contract both
+// backends keep is in store_contract_test.cc.
+#include "store/etcd_store.h"
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/store/store_test_records.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/status_matchers.h"
+
+namespace cosched::store {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(etcd_.Start()); }
+
+  // A replica: a store of its own on the shared prefix.
+  std::unique_ptr<EtcdStore> OpenReplica(const std::string& prefix = "/cosched") {
+    EtcdStoreOptions options;
+    options.client = etcd_.ClientOptions();
+    options.prefix = prefix;
+    auto store = EtcdStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  testing::EtcdMember etcd_;
+};
+
+// Read-modify-write of host h1's counter (its agent_version).
+absl::Status Increment(Transaction& txn, std::atomic<int>* runs) {
+  if (runs) ++*runs;
+  ASSIGN_OR_RETURN(auto host, txn.GetHost("h1"));
+  v1::Host updated;
+  updated.set_host_id("h1");
+  updated.set_agent_version(std::to_string(host ? std::stoi(host->agent_version()) + 1 : 1));
+  return txn.PutHost(updated);
+}
+
+int Counter(Store& store) {
+  int value = -1;
+  EXPECT_OK(store.Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto host, txn.GetHost("h1"));
+    value = host ? std::stoi(host->agent_version()) : 0;
+    return absl::OkStatus();
+  }));
+  return value;
+}
+
+// The loser of a race runs again on what the winner wrote, and sees it.
+TEST_F(EtcdStoreTest, LoserOfARaceRunsAgainOnTheWinnersWrite) {
+  auto a = OpenReplica();
+  auto b = OpenReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::latch a_read(1), b_committed(1);
+  std::vector<std::string> seen_by_a;
+  std::atomic<int> a_runs{0};
+  a->Write(
+      [&](Transaction& txn) -> absl::Status {
+        ASSIGN_OR_RETURN(auto vm, txn.GetVm("vm-1"));
+        seen_by_a.push_back(vm ? vm->assignment().trust_group() : "none");
+        if (a_runs++ == 0) {
+          a_read.count_down();
+          b_committed.wait();  // b commits between a's read and its commit
+        }
+        v1::VM next = MakeVm("vm-1", "t1", "h1",
+                             vm ? vm->assignment().trust_group() + "+a" : "t1/a");
+        return txn.PutVm(next);
+      },
+      nullptr);
+  a_read.wait();
+  ASSERT_OK(b->WriteSync(
+      [](Transaction& txn) { return txn.PutVm(MakeVm("vm-1", "t1", "h1", "t1/b")); }));
+  b_committed.count_down();
+  ASSERT_OK(a->WriteSync([](Transaction&) { return absl::OkStatus(); }));  // after a's
+  EXPECT_EQ(a_runs.load(), 2);
+  EXPECT_THAT(seen_by_a, ::testing::ElementsAre("none", "t1/b"));
+  // Neither update is lost: a's is on top of b's.
+  EXPECT_EQ(GetVm(*b, "vm-1")->assignment().trust_group(), "t1/b+a");
+}
+
+TEST_F(EtcdStoreTest, ReplicasIncrementingOneRecordLoseNoUpdate) {
+  auto a = OpenReplica();
+  auto b = OpenReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kPerThread = 40;
+  std::atomic<int> acknowledged{0}, runs{0};
+  std::vector<std::thread> threads;
+  for (EtcdStore* store : {a.get(), b.get(), a.get(), b.get()}) {
+    threads.emplace_back([&, store] {
+      for (int i = 0; i < kPerThread; ++i) {
+        absl::Status s = store->WriteSync([&](Transaction& txn) { return Increment(txn, &runs); });
+        if (s.ok()) ++acknowledged;
+        else ADD_FAILURE() << s;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(acknowledged.load(), 4 * kPerThread);
+  EXPECT_EQ(Counter(*a), acknowledged.load());
+  EXPECT_EQ(Counter(*b), acknowledged.load());
+  // The replicas did race: some functions ran again after losing.
+  EXPECT_GT(runs.load(), acknowledged.load());
+}
+
+TEST_F(EtcdStoreTest, AuditSequencesAreUniqueAndIncreasingAcrossReplicas) {
+  auto a = OpenReplica();
+  auto b = OpenReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<std::thread> threads;
+  for (EtcdStore* store : {a.get(), b.get()}) {
+    threads.emplace_back([store] {
+      for (int i = 0; i < 30; ++i) {
+        EXPECT_OK(store->WriteSync([i](Transaction& txn) {
+          return txn.AppendAudit(MakeAudit("alice", absl::StrCat("vm-", i), i));
+        }));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<v1::AuditRecord> all;
+  ASSERT_OK(a->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(all, txn.ListAudit({}, 0, 1000));
+    return absl::OkStatus();
+  }));
+  ASSERT_EQ(all.size(), 60u);
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_GT(all[i - 1].sequence(), all[i].sequence()) << i;  // newest first, no repeat
+  }
+}
+
+// The store's revisions are etcd's: what one replica commits, the other
+// reports once it reads.
+TEST_F(EtcdStoreTest, RevisionsAreEtcdRevisionsOnEveryReplica) {
+  auto a = OpenReplica();
+  auto b = OpenReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  int64_t written = 0;
+  ASSERT_OK(a->WriteSync([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(written, txn.WriteRevision());
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-1", "t1", "h1")));
+    return txn.RecordChange("h1", "vm-1");
+  }));
+  auto head = a->client().Range("/cosched/meta", "");
+  ASSERT_OK(head.status());
+  EXPECT_EQ(a->CurrentRevision(), head->revision);
+  EXPECT_EQ(written, head->revision);  // nothing else wrote to this etcd
+  EXPECT_EQ(head->kvs[0].mod_revision(), head->revision);
+  EXPECT_LT(b->CurrentRevision(), written);
+  HostChanges changes = ChangesSince(*b, "h1", written - 1);
+  EXPECT_TRUE(changes.complete);
+  EXPECT_THAT(changes.vm_ids, ::testing::ElementsAre("vm-1"));
+  EXPECT_EQ(b->CurrentRevision(), written);
+  EXPECT_TRUE(ChangesSince(*b, "h1", written).vm_ids.empty());
+}
+
+TEST_F(EtcdStoreTest, ChangesSinceACompactedRevisionIsIncomplete) {
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  std::vector<int64_t> revisions;
+  for (int i = 0; i < 5; ++i) {
+    revisions.push_back(PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1")));
+  }
+  EXPECT_TRUE(ChangesSince(*store, "h1", revisions[0]).complete);
+  ASSERT_OK(store->client().Compact(revisions[3]));
+  EXPECT_FALSE(ChangesSince(*store, "h1", 0).complete);
+  EXPECT_FALSE(ChangesSince(*store, "h1", revisions[1]).complete);
+  HostChanges recent = ChangesSince(*store, "h1", revisions[3]);
+  EXPECT_TRUE(recent.complete);
+  EXPECT_THAT(recent.vm_ids, ::testing::ElementsAre("vm-4"));
+}
+
+TEST_F(EtcdStoreTest, AValueThatDoesNotParseIsDataLossNamingItsKey) {
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-0")); }));
+  ASSERT_OK(store->client().Put("/cosched/vms/vm-bad", "\xff\xff\xff not a VM").status());
+  absl::Status got = store->Read([](Transaction& txn) { return txn.GetVm("vm-bad").status(); });
+  EXPECT_TRUE(absl::IsDataLoss(got)) << got;
+  EXPECT_THAT(std::string(got.message()), HasSubstr("/cosched/vms/vm-bad"));
+  absl::Status listed = store->Read([](Transaction& txn) {
+    return txn.ListVms({}, {.after = "", .limit = 100}).status();
+  });
+  EXPECT_TRUE(absl::IsDataLoss(listed)) << listed;
+  // A write that reads it fails the same way and writes nothing.
+  absl::Status write = store->WriteSync([](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-2")));
+    return txn.ListVms({}, {.after = "", .limit = 100}).status();
+  });
+  EXPECT_TRUE(absl::IsDataLoss(write)) << write;
+  EXPECT_FALSE(GetVm(*store, "vm-2").has_value());
+
+  // Damaged metadata: the store does not open.
+  ASSERT_OK(store->client().Put("/cosched/meta", "\xff\xff").status());
+  EtcdStoreOptions options;
+  options.client = etcd_.ClientOptions();
+  absl::Status opened = EtcdStore::Open(options).status();
+  EXPECT_TRUE(absl::IsDataLoss(opened)) << opened;
+  EXPECT_THAT(std::string(opened.message()), HasSubstr("/cosched/meta"));
+}
+
+TEST_F(EtcdStoreTest, AWriteOverEtcdsLimitsIsRefusedNamingTheLimit) {
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  absl::Status many = store->WriteSync([](Transaction& txn) -> absl::Status {
+    for (int i = 0; i < 200; ++i) RETURN_IF_ERROR(txn.PutVm(MakeVm(absl::StrCat("vm-", i))));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(absl::IsResourceExhausted(many)) << many;
+  EXPECT_THAT(std::string(many.message()), HasSubstr("limit of 128 operations"));
+  EXPECT_THAT(std::string(many.message()), HasSubstr("--max-txn-ops"));
+  EXPECT_FALSE(GetVm(*store, "vm-0").has_value());
+
+  absl::Status big = store->WriteSync([](Transaction& txn) {
+    v1::VM vm = MakeVm("vm-big");
+    vm.set_conflict(std::string(2 << 20, 'x'));
+    return txn.PutVm(vm);
+  });
+  EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
+  EXPECT_THAT(std::string(big.message()), HasSubstr("--max-request-bytes"));
+  EXPECT_FALSE(GetVm(*store, "vm-big").has_value());
+}
+
+// Many small writes queued together are more than one Txn can hold: the
+// batch is committed in several, each write whole.
+TEST_F(EtcdStoreTest, ABatchOverTheLimitsIsSplitBetweenWrites) {
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  std::latch started(1), release(1);
+  store->Write([&](Transaction&) {
+                 started.count_down();
+                 release.wait();
+                 return absl::OkStatus();
+               },
+               nullptr);
+  started.wait();
+  constexpr int kWrites = 60;  // 3 keys each: 180 operations
+  std::latch done(kWrites);
+  std::atomic<int> failed{0};
+  for (int i = 0; i < kWrites; ++i) {
+    store->Write(
+        [i](Transaction& txn) -> absl::Status {
+          std::string id = absl::StrCat("vm-", i);
+          RETURN_IF_ERROR(txn.PutVm(MakeVm(id, "t1", "h1")));
+          RETURN_IF_ERROR(txn.RecordChange("h1", id));
+          return txn.AppendAudit(MakeAudit("alice", id, i));
+        },
+        [&](absl::Status s) {
+          if (!s.ok()) ++failed;
+          done.count_down();
+        });
+  }
+  const int64_t before = store->CurrentRevision();
+  release.count_down();
+  done.wait();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 1000}).size(), size_t{kWrites});
+  EXPECT_EQ(ChangesSince(*store, "h1", before).vm_ids.size(), size_t{kWrites});
+  EXPECT_GE(store->CurrentRevision(), before + 2);  // at least two commits
+}
+
+TEST_F(EtcdStoreTest, WithEtcdGoneWritesFailUnavailableQuicklyNamingEtcd) {
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-1")); }));
+  etcd_.Kill();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status write =
+      store->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-2")); });
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(absl::IsUnavailable(write)) << write;
+  EXPECT_THAT(std::string(write.message()), HasSubstr(absl::StrCat("etcd at ", etcd_.endpoint())));
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  absl::Status read = store->Read([](Transaction& txn) { return txn.GetVm("vm-1").status(); });
+  EXPECT_TRUE(absl::IsUnavailable(read)) << read;
+
+  // Back once etcd is.
+  ASSERT_OK(etcd_.Restart());
+  ASSERT_OK(store->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-3")); }));
+  EXPECT_TRUE(GetVm(*store, "vm-1").has_value());
+  EXPECT_FALSE(GetVm(*store, "vm-2").has_value());
+}
+
+TEST_F(EtcdStoreTest, PrefixMustBeAbsolute) {
+  for (const char* prefix : {"", "cosched", "/cosched/", "/"}) {
+    EtcdStoreOptions options;
+    options.client = etcd_.ClientOptions();
+    options.prefix = prefix;
+    absl::Status opened = EtcdStore::Open(options).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(opened)) << prefix << ": " << opened;
+    EXPECT_THAT(std::string(opened.message()), HasSubstr("store.etcd.prefix"));
+  }
+}
+
+// Two prefixes on one etcd are two stores.
+TEST_F(EtcdStoreTest, PrefixesKeepStoresApart) {
+  auto a = OpenReplica("/a");
+  auto ab = OpenReplica("/ab");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(ab, nullptr);
+  ASSERT_OK(ab->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-1")); }));
+  EXPECT_TRUE(ListVms(*a, {}, {.after = "", .limit = 10}).empty());
+  EXPECT_EQ(ListVms(*ab, {}, {.after = "", .limit = 10}).size(), 1u);
+}
+
+}  // namespace
+}  // namespace cosched::store

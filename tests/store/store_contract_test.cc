@@ -1,0 +1,693 @@
+// The Store contract (store/store.h) on both backends: records, revisions,
+// the change log, observations, the audit trail, batching and concurrency.
+// Each test runs on SQLite (a fresh data dir) and on etcd (a real etcd
+// member of its own, tests/testing/etcd_member.h). What only one backend
+// does is in sqlite_store_test.cc and etcd_store_test.cc.
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/store/store_contract_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace cosched::store {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
+
+TEST_P(StoreContractTest, PutGetDeleteRoundtrip) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+
+  v1::VM vm = MakeVm("vm-1", "t1", "h1", "t1/g1");
+  vm.mutable_enforcement()->set_last_error("not stored");
+  ASSERT_TRUE(
+      store->WriteSync([&](Transaction& txn) { return txn.PutVm(vm); }).ok());
+
+  std::optional<v1::VM> got = GetVm(*store, "vm-1");
+  ASSERT_TRUE(got.has_value());
+  v1::VM expected = vm;
+  expected.clear_enforcement();
+  EXPECT_EQ(got->DebugString(), expected.DebugString());
+  EXPECT_FALSE(GetVm(*store, "vm-2").has_value());
+
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction& txn) { return txn.DeleteVm("vm-1"); })
+          .ok());
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+  absl::Status again =
+      store->WriteSync([](Transaction& txn) { return txn.DeleteVm("vm-1"); });
+  EXPECT_TRUE(absl::IsNotFound(again)) << again;
+
+  v1::TenantPolicy policy;
+  policy.set_tenant_id("t1");
+  policy.set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
+  v1::Host host;
+  host.set_host_id("h1");
+  host.set_agent_version("1.2");
+  host.set_connected(true);
+  ASSERT_TRUE(store
+                  ->WriteSync([&](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.PutTenantPolicy(policy));
+                    return txn.PutHost(host);
+                  })
+                  .ok());
+  ASSERT_TRUE(
+      store
+          ->Read([&](Transaction& txn) -> absl::Status {
+            ASSIGN_OR_RETURN(auto got_policy, txn.GetTenantPolicy("t1"));
+            EXPECT_TRUE(got_policy.has_value());
+            if (got_policy) {
+              EXPECT_EQ(got_policy->DebugString(), policy.DebugString());
+            }
+            ASSIGN_OR_RETURN(auto got_host, txn.GetHost("h1"));
+            EXPECT_TRUE(got_host.has_value());
+            if (got_host) {
+              EXPECT_EQ(got_host->agent_version(), "1.2");
+              EXPECT_FALSE(got_host->connected());
+            }
+            ASSIGN_OR_RETURN(auto no_host, txn.GetHost("h2"));
+            EXPECT_FALSE(no_host.has_value());
+            return absl::OkStatus();
+          })
+          .ok());
+}
+
+TEST_P(StoreContractTest, TransactionReadsItsOwnWrites) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::Status status = store->WriteSync([](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-1")));
+    ASSIGN_OR_RETURN(auto vm, txn.GetVm("vm-1"));
+    if (!vm) return absl::InternalError("own write not visible");
+    return absl::OkStatus();
+  });
+  EXPECT_OK(status);
+}
+
+TEST_P(StoreContractTest, FailingWriteInABatchIsUndoneAlone) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::vector<std::string>> observed;
+  store->SetCommitObserver([&](const std::vector<std::string>& hosts, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    observed.push_back(hosts);
+  });
+
+  // Holding the writer inside a first write makes the next three one batch.
+  std::latch blocker_started(1);
+  std::latch release_blocker(1);
+  store->Write(
+      [&](Transaction&) {
+        blocker_started.count_down();
+        release_blocker.wait();
+        return absl::OkStatus();
+      },
+      nullptr);
+  blocker_started.wait();
+
+  std::latch done(3);
+  absl::Status a, b, c;
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-a", "t1", "ha")));
+        return txn.RecordChange("ha", "vm-a");
+      },
+      [&](absl::Status s) {
+        a = s;
+        done.count_down();
+      });
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-b", "t1", "hb")));
+        RETURN_IF_ERROR(txn.RecordChange("hb", "vm-b"));
+        return absl::AbortedError("b gives up");
+      },
+      [&](absl::Status s) {
+        b = s;
+        done.count_down();
+      });
+  store->Write(
+      [](Transaction& txn) -> absl::Status {
+        RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-c", "t1", "hc")));
+        return txn.RecordChange("hc", "vm-c");
+      },
+      [&](absl::Status s) {
+        c = s;
+        done.count_down();
+      });
+  release_blocker.count_down();
+  done.wait();
+
+  EXPECT_OK(a);
+  EXPECT_TRUE(absl::IsAborted(b)) << b;
+  EXPECT_EQ(b.message(), "b gives up");
+  EXPECT_OK(c);
+  EXPECT_TRUE(GetVm(*store, "vm-a").has_value());
+  EXPECT_FALSE(GetVm(*store, "vm-b").has_value());
+  EXPECT_TRUE(GetVm(*store, "vm-c").has_value());
+  EXPECT_TRUE(ChangesSince(*store, "hb", 0).vm_ids.empty());
+
+  // A write after the batch runs after its observer call.
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction&) { return absl::OkStatus(); }).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(observed.size(), 1u);
+  EXPECT_THAT(observed[0], UnorderedElementsAre("ha", "hc"));
+}
+
+TEST_P(StoreContractTest, ConcurrentBatchesWithFailuresKeepOnlySuccesses) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 4;
+  constexpr int kWrites = 100;
+  std::latch done(kThreads * kWrites);
+  std::atomic<int> wrong_status{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kWrites; ++i) {
+        const bool fail = i % 3 == 1;
+        std::string id = absl::StrCat("vm-", t, "-", i);
+        store->Write(
+            [id, fail](Transaction& txn) -> absl::Status {
+              RETURN_IF_ERROR(txn.PutVm(MakeVm(id, "t1", "h1")));
+              RETURN_IF_ERROR(txn.RecordChange("h1", id));
+              if (fail) return absl::FailedPreconditionError("planned failure");
+              return absl::OkStatus();
+            },
+            [&, fail](absl::Status s) {
+              if (fail ? !absl::IsFailedPrecondition(s) : !s.ok())
+                ++wrong_status;
+              done.count_down();
+            });
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  done.wait();
+  EXPECT_EQ(wrong_status.load(), 0);
+
+  std::set<std::string> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kWrites; ++i) {
+      if (i % 3 != 1) expected.insert(absl::StrCat("vm-", t, "-", i));
+    }
+  }
+  std::vector<std::string> present =
+      VmIds(ListVms(*store, {}, {.after = "", .limit = 1000}));
+  EXPECT_THAT(present, UnorderedElementsAreArray(expected));
+  EXPECT_THAT(ChangesSince(*store, "h1", 0).vm_ids,
+              UnorderedElementsAreArray(expected));
+}
+
+TEST_P(StoreContractTest, DataSurvivesReopen) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 20; ++i) {
+      PutAndRecord(*store, MakeVm(absl::StrCat("vm-", i), "t1", "h1", "t1/g1"));
+    }
+    std::vector<v1::VMObservation> vms = {MakeObservation("vm-1", "u-1", "g1")};
+    ASSERT_TRUE(store
+                    ->WriteSync([&](Transaction& txn) {
+                      return txn.ReplaceObservations("h1", vms);
+                    })
+                    .ok());
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 100}).size(), 20u);
+  EXPECT_EQ(ChangesSince(*store, "h1", 0).vm_ids.size(), 20u);
+  std::optional<Observation> observation = FindObservation(*store, "u-1");
+  ASSERT_TRUE(observation.has_value());
+  EXPECT_EQ(observation->host_id, "h1");
+}
+
+TEST_P(StoreContractTest, ChangesSinceIsCompleteWithinTheLog) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  int64_t r1 = PutAndRecord(*store, MakeVm("vm-1", "t1", "h1"));
+  int64_t r2 = PutAndRecord(*store, MakeVm("vm-2", "t1", "h1"));
+  PutAndRecord(*store, MakeVm("vm-3", "t1", "h2"));
+  PutAndRecord(*store, MakeVm("vm-1", "t1", "h1"));  // vm-1 again
+
+  HostChanges all = ChangesSince(*store, "h1", 0);
+  EXPECT_TRUE(all.complete);
+  EXPECT_THAT(all.vm_ids, UnorderedElementsAre("vm-1", "vm-2"));
+  HostChanges after_r1 = ChangesSince(*store, "h1", r1);
+  EXPECT_TRUE(after_r1.complete);
+  EXPECT_THAT(after_r1.vm_ids, UnorderedElementsAre("vm-1", "vm-2"));
+  HostChanges after_r2 = ChangesSince(*store, "h1", r2);
+  EXPECT_THAT(after_r2.vm_ids, UnorderedElementsAre("vm-1"));
+  HostChanges none = ChangesSince(*store, "h1", store->CurrentRevision());
+  EXPECT_TRUE(none.complete);
+  EXPECT_TRUE(none.vm_ids.empty());
+  EXPECT_TRUE(ChangesSince(*store, "h-unknown", 0).complete);
+
+  // A revision the store never reached means the agent saw another store.
+  EXPECT_FALSE(
+      ChangesSince(*store, "h1", store->CurrentRevision() + 1).complete);
+}
+
+TEST_P(StoreContractTest, ObservationsFoundByIdAndUuidLatestHostWins) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto report = [&](const std::string& host,
+                    std::vector<v1::VMObservation> vms) {
+    absl::Status status = store->WriteSync(
+        [&](Transaction& txn) { return txn.ReplaceObservations(host, vms); });
+    ASSERT_OK(status);
+  };
+
+  report("h1", {MakeObservation("vm-a", "uuid-a", "g-h1"),
+                MakeObservation("vm-b", "", "g-b")});
+  for (const char* key : {"vm-a", "uuid-a"}) {
+    std::optional<Observation> found = FindObservation(*store, key);
+    ASSERT_TRUE(found.has_value()) << key;
+    EXPECT_EQ(found->host_id, "h1");
+    EXPECT_EQ(found->vm.enforcement().applied_trust_group(), "g-h1");
+    EXPECT_EQ(found->vm.enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  }
+  EXPECT_TRUE(FindObservation(*store, "vm-b").has_value());
+  EXPECT_FALSE(FindObservation(*store, "").has_value());
+
+  // vm-a migrated to h2.
+  report("h2", {MakeObservation("vm-a", "uuid-a", "g-h2")});
+  EXPECT_EQ(FindObservation(*store, "uuid-a")->host_id, "h2");
+  EXPECT_EQ(FindObservation(*store, "vm-a")->vm.enforcement().applied_trust_group(),
+            "g-h2");
+
+  // h1's next report replaces its earlier one.
+  report("h1", {MakeObservation("vm-c", "", "g-c")});
+  EXPECT_FALSE(FindObservation(*store, "vm-b").has_value());
+  EXPECT_TRUE(FindObservation(*store, "vm-c").has_value());
+  EXPECT_EQ(FindObservation(*store, "vm-a")->host_id, "h2");
+
+  report("h2", {});
+  EXPECT_FALSE(FindObservation(*store, "vm-a").has_value());
+  EXPECT_FALSE(FindObservation(*store, "uuid-a").has_value());
+}
+
+TEST_P(StoreContractTest, TrustGroupMustBelongToTheVmsTenant) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (const char* group : {"g1", "t2/vm/vm-1", "t1", "t1x/vm/vm-1", "/t1"}) {
+    absl::Status s = store->WriteSync(
+        [&](Transaction& txn) { return txn.PutVm(MakeVm("vm-1", "t1", "h1", group)); });
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << group << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("does not begin with its tenant 't1/'"));
+  }
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+  for (const char* group : {"", "t1/vm/vm-1", "t1/tenant"}) {
+    EXPECT_TRUE(store
+                    ->WriteSync([&](Transaction& txn) {
+                      return txn.PutVm(MakeVm("vm-1", "t1", "h1", group));
+                    })
+                    .ok())
+        << group;
+  }
+}
+
+TEST_P(StoreContractTest, ListsPageAndFilter) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    for (int i = 0; i < 25; ++i) {
+                      std::string id =
+                          absl::StrCat("vm-", i < 10 ? "0" : "", i);
+                      const std::string tenant = i % 2 ? "odd" : "even";
+                      RETURN_IF_ERROR(txn.PutVm(MakeVm(id, tenant, absl::StrCat("h", i % 3),
+                                                       absl::StrCat(tenant, "/g", i % 5))));
+                    }
+                    for (const char* id : {"t-b", "t-a", "t-c"}) {
+                      v1::TenantPolicy policy;
+                      policy.set_tenant_id(id);
+                      RETURN_IF_ERROR(txn.PutTenantPolicy(policy));
+                      v1::Host host;
+                      host.set_host_id(absl::StrCat("host-", id));
+                      RETURN_IF_ERROR(txn.PutHost(host));
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+
+  std::vector<std::string> all;
+  Page page{.after = "", .limit = 10};
+  std::vector<size_t> sizes;
+  while (true) {
+    std::vector<v1::VM> vms = ListVms(*store, {}, page);
+    if (vms.empty()) break;
+    sizes.push_back(vms.size());
+    for (const v1::VM& vm : vms) all.push_back(vm.vm_id());
+    page.after = vms.back().vm_id();
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(10u, 10u, 5u));
+  ASSERT_EQ(all.size(), 25u);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end()));
+  EXPECT_EQ(all.front(), "vm-00");
+
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 0}).size(), 1u);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = -5}).size(), 1u);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 1000000}).size(), 25u);
+
+  EXPECT_EQ(ListVms(*store, Filter("odd", "", ""), {.after = "", .limit = 100})
+                .size(),
+            12u);
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("odd", "h0", ""),
+                            {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-03", "vm-09", "vm-15", "vm-21"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "even/g4"),
+                            {.after = "vm-04", .limit = 100})),
+              ::testing::ElementsAre("vm-14", "vm-24"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("", "", "odd/g4"), {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-09", "vm-19"));
+  EXPECT_THAT(VmIds(ListVms(*store, Filter("even", "h2", "even/g0"),
+                            {.after = "", .limit = 100})),
+              ::testing::ElementsAre("vm-20"));
+  // A group is one tenant's: with another tenant, or a name that is no
+  // tenant's group, nothing matches.
+  EXPECT_TRUE(
+      ListVms(*store, Filter("odd", "", "even/g0"), {.after = "", .limit = 100}).empty());
+  EXPECT_TRUE(ListVms(*store, Filter("", "", "g0"), {.after = "", .limit = 100}).empty());
+  EXPECT_TRUE(
+      ListVms(*store, Filter("nobody", "", ""), {.after = "", .limit = 100})
+          .empty());
+
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(
+                        auto policies,
+                        txn.ListTenantPolicies({.after = "t-a", .limit = 1}));
+                    EXPECT_EQ(policies.size(), 1u);
+                    if (!policies.empty()) {
+                      EXPECT_EQ(policies[0].tenant_id(), "t-b");
+                    }
+                    ASSIGN_OR_RETURN(auto hosts,
+                                     txn.ListHosts({.after = "", .limit = 10}));
+                    EXPECT_EQ(hosts.size(), 3u);
+                    if (hosts.size() == 3) {
+                      EXPECT_EQ(hosts[2].host_id(), "host-t-c");
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+TEST_P(StoreContractTest, AuditAppendsAndListsNewestFirstWithFilters) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-1", 100)));
+                    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("bob", "vm-2", 200)));
+                    return txn.AppendAudit(MakeAudit("alice", "vm-2", 300));
+                  })
+                  .ok());
+  // A failed write takes its audit record with it.
+  EXPECT_FALSE(store
+                   ->WriteSync([](Transaction& txn) -> absl::Status {
+                     RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("eve", "vm-3", 400)));
+                     return absl::AbortedError("change failed");
+                   })
+                   .ok());
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(auto all, txn.ListAudit({}, 0, 10));
+                    EXPECT_EQ(all.size(), 3u);
+                    if (all.size() != 3u) return absl::OkStatus();
+                    EXPECT_EQ(all[0].time_unix_ns(), 300);
+                    EXPECT_EQ(all[2].time_unix_ns(), 100);
+                    EXPECT_GT(all[0].sequence(), all[1].sequence());
+                    ASSIGN_OR_RETURN(auto older, txn.ListAudit({}, all[0].sequence(), 1));
+                    EXPECT_EQ(older.size(), 1u);
+                    if (!older.empty()) {
+                      EXPECT_EQ(older[0].time_unix_ns(), 200);
+                    }
+                    AuditFilter alice;
+                    alice.who = "alice";
+                    ASSIGN_OR_RETURN(auto by_who, txn.ListAudit(alice, 0, 10));
+                    EXPECT_EQ(by_who.size(), 2u);
+                    AuditFilter vm2_since;
+                    vm2_since.subject = "vm-2";
+                    vm2_since.since_unix_ns = 250;
+                    ASSIGN_OR_RETURN(auto recent, txn.ListAudit(vm2_since, 0, 10));
+                    EXPECT_EQ(recent.size(), 1u);
+                    EXPECT_FALSE(txn.AppendAudit(MakeAudit("x", "y", 1)).ok());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+TEST_P(StoreContractTest, ReadOnlyTransactionRefusesWrites) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<absl::Status> results;
+  ASSERT_TRUE(store
+                  ->Read([&](Transaction& txn) {
+                    results.push_back(txn.WriteRevision().status());
+                    results.push_back(txn.PutVm(MakeVm("vm-1")));
+                    results.push_back(txn.DeleteVm("vm-1"));
+                    results.push_back(txn.PutTenantPolicy(v1::TenantPolicy()));
+                    results.push_back(txn.PutHost(v1::Host()));
+                    results.push_back(txn.ReplaceObservations("h1", {}));
+                    results.push_back(txn.RecordChange("h1", "vm-1"));
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  for (const absl::Status& status : results) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  }
+  EXPECT_FALSE(GetVm(*store, "vm-1").has_value());
+}
+
+TEST_P(StoreContractTest, CommitObserverGetsHostsAndRevision) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::pair<std::vector<std::string>, int64_t>> calls;
+  store->SetCommitObserver(
+      [&](const std::vector<std::string>& hosts, int64_t revision) {
+        std::lock_guard<std::mutex> lock(mu);
+        calls.emplace_back(hosts, revision);
+      });
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.RecordChange("h1", "vm-1"));
+                    RETURN_IF_ERROR(txn.RecordChange("h2", "vm-2"));
+                    return txn.RecordChange("h1", "vm-3");
+                  })
+                  .ok());
+  const int64_t revision = store->CurrentRevision();
+  // Neither a write without changes nor a failed one is observed; each
+  // WriteSync also waits for the observer call of the batch before it.
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) {
+                    return txn.PutVm(MakeVm("vm-9"));
+                  })
+                  .ok());
+  EXPECT_FALSE(store
+                   ->WriteSync([](Transaction& txn) -> absl::Status {
+                     RETURN_IF_ERROR(txn.RecordChange("h3", "vm-4"));
+                     return absl::AbortedError("no");
+                   })
+                   .ok());
+  ASSERT_TRUE(
+      store->WriteSync([](Transaction&) { return absl::OkStatus(); }).ok());
+
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_THAT(calls[0].first, UnorderedElementsAre("h1", "h2"));
+  EXPECT_EQ(calls[0].second, revision);
+  EXPECT_GT(revision, 0);
+}
+
+TEST_P(StoreContractTest, ManyConcurrentWritersAreAllAcknowledgedAndPresent) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kWrites = 500;
+  const int64_t revision_before = store->CurrentRevision();
+  std::atomic<int> failures{0};
+  std::latch done(kThreads * kWrites);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kWrites; ++i) {
+        std::string id = absl::StrCat("vm-", t, "-", i);
+        std::string host = absl::StrCat("h", t);
+        auto fn = [id, host](Transaction& txn) -> absl::Status {
+          RETURN_IF_ERROR(txn.PutVm(MakeVm(id, "t1", host)));
+          return txn.RecordChange(host, id);
+        };
+        // Half wait for each write, half pipeline them.
+        if (t % 2 == 0) {
+          if (!store->WriteSync(fn).ok()) ++failures;
+          done.count_down();
+        } else {
+          store->Write(fn, [&](absl::Status s) {
+            if (!s.ok()) ++failures;
+            done.count_down();
+          });
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  done.wait();
+  EXPECT_EQ(failures.load(), 0);
+  // Every write took a revision; SQLite gives each its own, etcd one per
+  // batch committed together.
+  EXPECT_GE(store->CurrentRevision(), revision_before + 1);
+  EXPECT_LE(store->CurrentRevision(), revision_before + kThreads * kWrites + 1);
+
+  size_t count = 0;
+  Page page{.after = "", .limit = 1000};
+  while (true) {
+    std::vector<v1::VM> vms = ListVms(*store, {}, page);
+    if (vms.empty()) break;
+    count += vms.size();
+    page.after = vms.back().vm_id();
+  }
+  EXPECT_EQ(count, static_cast<size_t>(kThreads * kWrites));
+  EXPECT_EQ(ChangesSince(*store, "h3", 0).vm_ids.size(),
+            static_cast<size_t>(kWrites));
+}
+
+TEST_P(StoreContractTest, ReadersSeeWholeWritesOnly) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        absl::Status status =
+            store->Read([&](Transaction& txn) -> absl::Status {
+              ASSIGN_OR_RETURN(auto vms,
+                               txn.ListVms({}, {.after = "", .limit = 1000}));
+              if (vms.size() % 2 != 0) ++torn;
+              return absl::OkStatus();
+            });
+        if (!status.ok()) ++torn;
+      }
+    });
+  }
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(store
+                    ->WriteSync([i](Transaction& txn) -> absl::Status {
+                      RETURN_IF_ERROR(txn.PutVm(MakeVm(absl::StrCat("a-", i))));
+                      return txn.PutVm(MakeVm(absl::StrCat("b-", i)));
+                    })
+                    .ok());
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+}
+
+TEST_P(StoreContractTest, DestructorCommitsPendingWrites) {
+  std::atomic<int> acknowledged{0};
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 50; ++i) {
+      store->Write(
+          [i](Transaction& txn) {
+            return txn.PutVm(MakeVm(absl::StrCat("vm-", i)));
+          },
+          [&](absl::Status s) {
+            if (s.ok()) ++acknowledged;
+          });
+    }
+  }
+  EXPECT_EQ(acknowledged.load(), 50);
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ListVms(*store, {}, {.after = "", .limit = 100}).size(), 50u);
+}
+
+TEST_P(StoreContractTest, DoneCallbacksMayChainWritesWhileTheStoreCloses) {
+  std::atomic<int> acknowledged{0};
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    Store* s = store.get();
+    s->Write([](Transaction& txn) { return txn.PutVm(MakeVm("vm-first")); },
+             [&, s](absl::Status first) {
+               if (!first.ok()) return;
+               ++acknowledged;
+               s->Write([](Transaction& txn) { return txn.PutVm(MakeVm("vm-chained")); },
+                        [&](absl::Status chained) {
+                          if (chained.ok()) ++acknowledged;
+                        });
+             });
+  }  // closes while the first answer may not have run yet
+  EXPECT_EQ(acknowledged.load(), 2);
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(GetVm(*store, "vm-chained").has_value());
+}
+
+
+// Answers run apart from the writer: a slow done callback does not hold the
+// next commit back, and answers still come in commit order.
+TEST_P(StoreContractTest, WriterCommitsOnWhileAnAnswerRuns) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::atomic<int64_t> revision_seen_in_first_answer{0};
+  auto put = [](const std::string& id) {
+    return [id](Transaction& txn) -> absl::Status {
+      RETURN_IF_ERROR(txn.WriteRevision().status());
+      return txn.PutVm(MakeVm(id));
+    };
+  };
+  const int64_t base = store->CurrentRevision();
+  std::atomic<int64_t> first_committed{0};
+  store->Write(put("vm-1"), [&](absl::Status s) {
+    ASSERT_OK(s);
+    first_committed = store->CurrentRevision();
+    // Wait (bounded) for the second write to commit meanwhile.
+    for (int i = 0; i < 500 && store->CurrentRevision() <= first_committed; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    revision_seen_in_first_answer = store->CurrentRevision();
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back("vm-1");
+  });
+  // Queued once the first batch is being answered.
+  while (store->CurrentRevision() <= base) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(store->WriteSync([&](Transaction& txn) -> absl::Status {
+                RETURN_IF_ERROR(put("vm-2")(txn));
+                std::lock_guard<std::mutex> lock(mu);
+                order.push_back("vm-2 written");
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_GT(revision_seen_in_first_answer.load(), first_committed.load());
+  EXPECT_EQ(revision_seen_in_first_answer.load(), store->CurrentRevision());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"vm-2 written", "vm-1"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreContractTest, ::testing::Values("sqlite", "etcd"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace cosched::store
