@@ -38,6 +38,11 @@ StepFailure LoadConfig(CsdRun& run) {
   if (run.config_file.empty()) return {};
   absl::Status loaded = LoadYamlConfigFile(run.config_file, &run.config, &run.locations);
   if (!loaded.ok()) return {kCsdExitUsage, std::string(loaded.message())};
+  if (run.config.has_store() && !run.config.store().has_etcd()) {
+    return {kCsdExitUsage,
+            run.locations.Locate("store must name its kind: etcd (leave store out for the "
+                                 "embedded SQLite store in data_dir)")};
+  }
   return {};
 }
 

@@ -1,8 +1,13 @@
 #include "server/csd_server.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
 #include "glog/logging.h"
@@ -37,8 +42,91 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   for (const v1::ClassConflict& c : config.class_conflicts()) {
     options.class_conflicts.emplace_back(c.a(), c.b());
   }
+  if (config.store().has_etcd()) {
+    const v1::EtcdStoreConfig& etcd = config.store().etcd();
+    store::EtcdStoreOptions store;
+    store.client.endpoints.assign(etcd.endpoints().begin(), etcd.endpoints().end());
+    store.client.tls = etcd.tls();
+    store.client.insecure = etcd.insecure();
+    if (etcd.timeout_ms() != 0) store.client.timeout = absl::Milliseconds(etcd.timeout_ms());
+    if (etcd.max_txn_ops() != 0) store.client.max_txn_ops = etcd.max_txn_ops();
+    if (etcd.max_request_bytes() != 0) {
+      store.client.max_request_bytes = etcd.max_request_bytes();
+    }
+    store.prefix = etcd.prefix();
+    options.etcd_store = std::move(store);
+  }
   return options;
 }
+
+namespace {
+
+// The store.etcd checks: each error starts with the field it is about.
+absl::Status ValidateEtcdStoreOptions(const store::EtcdStoreOptions& etcd) {
+  if (etcd.client.endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "store.etcd.endpoints is required: list at least one etcd member as host:port");
+  }
+  const v1::TlsConfig& tls = etcd.client.tls;
+  if (tls.ca_file().empty() && (!tls.cert_file().empty() || !tls.key_file().empty())) {
+    return absl::InvalidArgumentError(
+        "store.etcd.tls.ca_file is required with cert_file or key_file: the members' "
+        "certificates are verified against it");
+  }
+  if (tls.cert_file().empty() != tls.key_file().empty()) {
+    return absl::InvalidArgumentError(
+        "store.etcd.tls.cert_file and store.etcd.tls.key_file go together");
+  }
+  for (const auto& [key, path] : {std::pair{"ca_file", &tls.ca_file()},
+                                  std::pair{"cert_file", &tls.cert_file()},
+                                  std::pair{"key_file", &tls.key_file()}}) {
+    if (!path->empty() && access(path->c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("store.etcd.tls.", key, " '", *path,
+                                                     "' cannot be read: ", std::strerror(errno)));
+    }
+  }
+  for (size_t i = 0; i < etcd.client.endpoints.size(); ++i) {
+    const std::string field = absl::StrCat("store.etcd.endpoints[", i, "]");
+    const std::string& endpoint = etcd.client.endpoints[i];
+    RETURN_IF_ERROR(ValidateListenAddress(field, endpoint));
+    if (etcd.client.tls.ca_file().empty() && !etcd.client.insecure &&
+        !IsLoopbackAddress(endpoint)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " '", endpoint, "' is not a loopback address: plaintext to it is refused; set "
+          "store.etcd.tls.ca_file (and cert_file, key_file for mutual TLS), or "
+          "store.etcd.insecure"));
+    }
+  }
+  if (etcd.prefix.empty()) {
+    return absl::InvalidArgumentError(
+        "store.etcd.prefix is required: an absolute key prefix such as /cosched");
+  }
+  if (etcd.prefix[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.prefix '", etcd.prefix, "' is relative: it must start with '/'"));
+  }
+  if (etcd.prefix == "/" || etcd.prefix.back() == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.prefix '", etcd.prefix, "' must not end with '/' (e.g. /cosched)"));
+  }
+  if (etcd.client.timeout < absl::Milliseconds(10) || etcd.client.timeout > absl::Minutes(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.timeout_ms must be 10 to 60000 (unset: 2000), got ",
+        absl::ToInt64Milliseconds(etcd.client.timeout)));
+  }
+  if (etcd.client.max_txn_ops < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.max_txn_ops must be at least 2 (unset: 128), got ", etcd.client.max_txn_ops));
+  }
+  if (etcd.client.max_request_bytes < 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store.etcd.max_request_bytes must be at least 4096 (unset: 1572864), got ",
+                     etcd.client.max_request_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateCsdOptions(const CsdOptions& options) {
   if (absl::Status valid = ValidateListenAddress("listen", options.listen); !valid.ok()) {
@@ -68,6 +156,7 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
       if (!valid.ok()) return valid;
     }
   }
+  if (options.etcd_store) RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
   return Authorizer::Create(options.authz).status();
 }
 
@@ -86,7 +175,14 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   store_options.changelog_retention = options.changelog_retention;
   store_options.audit_retention = audit_days == -1 ? absl::InfiniteDuration()
                                                    : absl::Hours(24 * audit_days);
-  auto store = store::SqliteStore::Open(store_options);
+  absl::StatusOr<std::unique_ptr<store::Store>> store;
+  if (options.etcd_store) {
+    // Retention is the SQLite store's own job; on etcd, compaction and
+    // audit pruning are a leader's (issue #16, part 3).
+    store = store::EtcdStore::Open(*options.etcd_store);
+  } else {
+    store = store::SqliteStore::Open(store_options);
+  }
   if (!store.ok()) return store.status();
 
   std::unique_ptr<CsdServer> csd(new CsdServer());

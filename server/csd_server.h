@@ -5,6 +5,7 @@
 #define COSCHED_SERVER_CSD_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "server/csd_metrics.h"
 #include "server/desired_state.h"
 #include "server/services.h"
+#include "store/etcd_store.h"
 #include "store/store.h"
 
 namespace cosched::server {
@@ -48,6 +50,8 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
+  // The store in etcd; unset: SQLite in data_dir.
+  std::optional<store::EtcdStoreOptions> etcd_store;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
@@ -57,7 +61,8 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
 // audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
-// roles[i], tokens[i]) and the rule. Files named by tls are read by Start.
+// roles[i], tokens[i], store.etcd.*) and the rule. Files named by tls are read by Start;
+// those named by store.etcd.tls must be readable here.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
 
 // Thread-safe. Shutdown() (or the destructor) stops serving, ends every

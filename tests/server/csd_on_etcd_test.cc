@@ -1,0 +1,115 @@
+// Two csd replicas on one etcd (a real member): what one writes, the other
+// serves, and a race between them on one tenant loses nothing.
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "server/csd_server.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+class CsdOnEtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(etcd_.Start()); }
+
+  std::unique_ptr<CsdServer> StartReplica() {
+    CsdOptions options;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir_.Sub("unused");
+    options.metrics_listen = "";
+    store::EtcdStoreOptions store;
+    store.client = etcd_.ClientOptions();
+    store.prefix = "/cosched";
+    options.etcd_store = store;
+    auto csd = CsdServer::Start(options);
+    EXPECT_TRUE(csd.ok()) << csd.status();
+    return csd.ok() ? std::move(*csd) : nullptr;
+  }
+
+  static std::unique_ptr<v1::ControlPlane::Stub> Stub(CsdServer& csd) {
+    return v1::ControlPlane::NewStub(
+        grpc::CreateChannel(csd.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  testing::EtcdMember etcd_;
+  testing::TempDir dir_;
+};
+
+TEST_F(CsdOnEtcdTest, AReplicaServesWhatAnotherWrote) {
+  auto a = StartReplica();
+  auto b = StartReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto stub_a = Stub(*a);
+  auto stub_b = Stub(*b);
+  v1::TagVMRequest tag;
+  tag.set_vm_id("vm-1");
+  tag.set_tenant_id("acme");
+  tag.set_isolation(v1::ISOLATION_LEVEL_VM);
+  v1::TagVMResponse tagged;
+  {
+    grpc::ClientContext context;
+    grpc::Status s = stub_a->TagVM(&context, tag, &tagged);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-1");
+  v1::VM got;
+  grpc::ClientContext context;
+  grpc::Status s = stub_b->GetVM(&context, get, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.assignment().trust_group(), tagged.vm().assignment().trust_group());
+  EXPECT_EQ(got.assignment().revision(), tagged.vm().assignment().revision());
+  // The revision is etcd's: the one a's commit made.
+  EXPECT_EQ(tagged.vm().assignment().revision(), a->revision());
+}
+
+// Both replicas tag VMs of one tenant at once (each TagVM reads the
+// tenant's policy and writes an audit record): every tag is acknowledged and
+// there.
+TEST_F(CsdOnEtcdTest, ReplicasRacingOnOneTenantLoseNoTag) {
+  auto a = StartReplica();
+  auto b = StartReplica();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kPerReplica = 30;
+  std::vector<std::thread> threads;
+  std::atomic<int> acknowledged{0};
+  for (CsdServer* csd : {a.get(), b.get()}) {
+    threads.emplace_back([&, csd] {
+      auto stub = Stub(*csd);
+      for (int i = 0; i < kPerReplica; ++i) {
+        v1::TagVMRequest tag;
+        tag.set_vm_id(absl::StrCat(csd == a.get() ? "a-" : "b-", i));
+        tag.set_tenant_id("acme");
+        tag.set_isolation(i % 2 ? v1::ISOLATION_LEVEL_TENANT : v1::ISOLATION_LEVEL_VM);
+        v1::TagVMResponse tagged;
+        grpc::ClientContext context;
+        if (stub->TagVM(&context, tag, &tagged).ok()) ++acknowledged;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(acknowledged.load(), 2 * kPerReplica);
+  auto stub = Stub(*b);
+  v1::ListVMsRequest list;
+  list.set_tenant_id("acme");
+  list.set_page_size(1000);
+  v1::ListVMsResponse listed;
+  grpc::ClientContext context;
+  grpc::Status s = stub->ListVMs(&context, list, &listed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(listed.vms_size(), 2 * kPerReplica);
+}
+
+}  // namespace
+}  // namespace cosched::server

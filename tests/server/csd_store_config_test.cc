@@ -1,0 +1,135 @@
+// csd's `store` config: SQLite stays the default, `store: {etcd: ...}`
+// selects etcd, and a bad store section is a usage error (exit 2) naming the
+// file, the line and the field, before anything starts.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/config_loader.h"
+#include "gtest/gtest.h"
+#include "server/csd_main.h"
+#include "server/csd_server.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+struct Exit {
+  int code = -1;
+  std::string output;
+};
+
+class CsdStoreConfigTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    std::string path = dir_.Sub("csd.yaml");
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  Exit Csd(const std::string& yaml) {
+    std::vector<std::string> args = {"csd",           "--config", Write(yaml), "--listen",
+                                     "127.0.0.1:0",   "--data-dir", dir_.Sub("data"),
+                                     "--metrics-listen", "off"};
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    CsdMainEnvironment env;
+    env.serve_until_stopped = [](CsdServer&) {};  // one that starts anyway stops at once
+    std::ostringstream out, err;
+    Exit e;
+    e.code = RunCsdMain(static_cast<int>(argv.size()), argv.data(), env, out, err);
+    e.output = out.str() + err.str();
+    return e;
+  }
+
+  void ExpectUsageError(const std::string& yaml, const std::string& says) {
+    SCOPED_TRACE(yaml);
+    Exit e = Csd(yaml);
+    EXPECT_EQ(e.code, kCsdExitUsage) << e.output;
+    EXPECT_NE(e.output.find(says), std::string::npos) << "no '" << says << "' in: " << e.output;
+  }
+
+  cosched::testing::TempDir dir_;
+};
+
+TEST_F(CsdStoreConfigTest, SqliteStaysTheDefault) {
+  v1::CsdConfig config;
+  ASSERT_TRUE(ParseYamlConfig("listen: 127.0.0.1:0\n", "csd.yaml", &config).ok());
+  EXPECT_FALSE(CsdOptionsFromConfig(config).etcd_store.has_value());
+}
+
+TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
+  v1::CsdConfig config;
+  absl::Status parsed = ParseYamlConfig(R"(store:
+  etcd:
+    endpoints: ["127.0.0.1:2479", "127.0.0.2:2479"]
+    prefix: /fleet-a
+    timeout_ms: 1500
+    max_txn_ops: 512
+)", "csd.yaml", &config);
+  ASSERT_TRUE(parsed.ok()) << parsed;
+  CsdOptions options = CsdOptionsFromConfig(config);
+  ASSERT_TRUE(options.etcd_store.has_value());
+  EXPECT_EQ(options.etcd_store->client.endpoints,
+            (std::vector<std::string>{"127.0.0.1:2479", "127.0.0.2:2479"}));
+  EXPECT_EQ(options.etcd_store->prefix, "/fleet-a");
+  EXPECT_EQ(options.etcd_store->client.timeout, absl::Milliseconds(1500));
+  EXPECT_EQ(options.etcd_store->client.max_txn_ops, 512);
+  EXPECT_EQ(options.etcd_store->client.max_request_bytes, etcd::kDefaultMaxRequestBytes);
+  EXPECT_TRUE(ValidateCsdOptions(options).ok());
+}
+
+TEST_F(CsdStoreConfigTest, AnUnknownStoreKindExits2) {
+  ExpectUsageError("store:\n  consul:\n    endpoints: [127.0.0.1:8500]\n", "consul");
+  ExpectUsageError("store: {}\n", "store must name its kind: etcd");
+}
+
+TEST_F(CsdStoreConfigTest, MissingEndpointsExit2NamingTheLine) {
+  ExpectUsageError("store:\n  etcd:\n    prefix: /cosched\n",
+                   "store.etcd.endpoints is required");
+}
+
+TEST_F(CsdStoreConfigTest, AnEmptyOrRelativePrefixExits2) {
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n",
+                   "store.etcd.prefix is required");
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: \"\"\n",
+                   "store.etcd.prefix is required");
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: cosched\n",
+                   "csd.yaml:4: store.etcd.prefix 'cosched' is relative: it must start with '/'");
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: /cosched/\n",
+                   "must not end with '/'");
+}
+
+TEST_F(CsdStoreConfigTest, UnreadableTlsFilesExit2NamingTheField) {
+  const std::string head =
+      "store:\n  etcd:\n    endpoints: [10.0.0.5:2379]\n    prefix: /cosched\n    tls:\n";
+  ExpectUsageError(head + "      ca_file: /nonexistent/ca.pem\n",
+                   "store.etcd.tls.ca_file '/nonexistent/ca.pem' cannot be read");
+  const std::string ca = dir_.Sub("ca.pem");
+  std::ofstream(ca) << "not checked here";
+  ExpectUsageError(head + "      ca_file: " + ca + "\n      cert_file: " + ca +
+                       "\n      key_file: /nonexistent/key.pem\n",
+                   "store.etcd.tls.key_file '/nonexistent/key.pem' cannot be read");
+  ExpectUsageError(head + "      cert_file: " + ca + "\n      key_file: " + ca + "\n",
+                   "store.etcd.tls.ca_file is required");
+}
+
+TEST_F(CsdStoreConfigTest, PlaintextToAnotherHostIsRefused) {
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [127.0.0.1:2479, 10.0.0.5:2379]\n"
+                   "    prefix: /cosched\n",
+                   "store.etcd.endpoints[1] '10.0.0.5:2379' is not a loopback address");
+  ExpectUsageError("store:\n  etcd:\n    endpoints: [nohost]\n    prefix: /cosched\n",
+                   "store.etcd.endpoints[0] 'nohost'");
+}
+
+// etcd not there: csd does not start (not a usage error: the file is fine).
+TEST_F(CsdStoreConfigTest, AnUnreachableEtcdFailsTheStartNamingIt) {
+  Exit e = Csd("store:\n  etcd:\n    endpoints: [127.0.0.1:1]\n    prefix: /cosched\n"
+               "    timeout_ms: 300\n");
+  EXPECT_EQ(e.code, kCsdExitStartFailed) << e.output;
+  EXPECT_NE(e.output.find("etcd at 127.0.0.1:1 is unavailable"), std::string::npos) << e.output;
+}
+
+}  // namespace
+}  // namespace cosched::server
