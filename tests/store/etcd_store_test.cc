@@ -19,6 +19,8 @@
 #include "tests/store/store_test_records.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/test_pki.h"
 
 namespace cosched::store {
 namespace {
@@ -320,6 +322,44 @@ TEST_F(EtcdStoreTest, PrefixesKeepStoresApart) {
   ASSERT_OK(ab->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-1")); }));
   EXPECT_TRUE(ListVms(*a, {}, {.after = "", .limit = 10}).empty());
   EXPECT_EQ(ListVms(*ab, {}, {.after = "", .limit = 10}).size(), 1u);
+}
+
+
+// Mutual TLS to etcd, as the agent link: with the CA and a client
+// certificate the store works; without the certificate, or in plaintext, the
+// member refuses it and the error names etcd.
+TEST(EtcdStoreTlsTest, MutualTlsToEtcd) {
+  testing::TempDir dir;
+  testing::TestPki pki(dir.path());
+  ASSERT_TRUE(pki.MakeCa("ca"));
+  ASSERT_TRUE(pki.MakeCert("ca", "server", "IP:127.0.0.1"));
+  ASSERT_TRUE(pki.MakeCert("ca", "csd", "URI:spiffe://cosched/csd"));
+  testing::EtcdMemberOptions member_options;
+  member_options.ca = dir.Sub("ca.crt");
+  member_options.server_cert = dir.Sub("server.crt");
+  member_options.server_key = dir.Sub("server.key");
+  member_options.client_cert = dir.Sub("csd.crt");
+  member_options.client_key = dir.Sub("csd.key");
+  testing::EtcdMember etcd(member_options);
+  ASSERT_OK(etcd.Start());
+
+  EtcdStoreOptions options;
+  options.client = etcd.ClientOptions();
+  auto store = EtcdStore::Open(options);
+  ASSERT_OK(store.status());
+  ASSERT_OK((*store)->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-1")); }));
+  EXPECT_TRUE(GetVm(**store, "vm-1").has_value());
+
+  options.client.timeout = absl::Milliseconds(500);
+  options.client.tls.clear_cert_file();
+  options.client.tls.clear_key_file();
+  absl::Status no_cert = EtcdStore::Open(options).status();
+  EXPECT_TRUE(absl::IsUnavailable(no_cert)) << no_cert;
+  EXPECT_THAT(std::string(no_cert.message()), HasSubstr("etcd at " + etcd.endpoint()));
+
+  options.client.tls.Clear();
+  absl::Status plaintext = EtcdStore::Open(options).status();
+  EXPECT_TRUE(absl::IsUnavailable(plaintext)) << plaintext;
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ struct EtcdMemberOptions {
   int max_txn_ops = 128;
   // How long Start waits for the member to answer.
   std::chrono::milliseconds start_timeout{15000};
+  // With server_cert set: clients must speak TLS and present a
+  // certificate signed by ca (etcd's --client-cert-auth); the member's own
+  // probe uses client_cert.
+  std::string ca, server_cert, server_key, client_cert, client_key;
 };
 
 // Not thread-safe; one per test.
@@ -97,6 +101,7 @@ class EtcdMember {
   }
 
   bool running() const { return pid_ > 0; }
+  bool tls() const { return !options_.server_cert.empty(); }
   std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
   std::string log_path() const { return dir_.Sub("etcd.log"); }
 
@@ -104,12 +109,17 @@ class EtcdMember {
     etcd::ClientOptions options;
     options.endpoints = {endpoint()};
     options.max_txn_ops = options_.max_txn_ops;
+    if (tls()) {
+      options.tls.set_ca_file(options_.ca);
+      options.tls.set_cert_file(options_.client_cert);
+      options.tls.set_key_file(options_.client_key);
+    }
     return options;
   }
 
  private:
   absl::Status Launch() {
-    const std::string client_url = absl::StrCat("http://", endpoint());
+    const std::string client_url = absl::StrCat(tls() ? "https://" : "http://", endpoint());
     const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
     std::vector<std::string> args = {
         kEtcdBinary,
@@ -126,6 +136,14 @@ class EtcdMember {
         "--logger", "zap",
         "--log-level", "warn",
     };
+    if (tls()) {
+      for (const std::string& arg :
+           {std::string("--cert-file"), options_.server_cert, std::string("--key-file"),
+            options_.server_key, std::string("--trusted-ca-file"), options_.ca,
+            std::string("--client-cert-auth")}) {
+        args.push_back(arg);
+      }
+    }
     const std::string log = log_path();
     // posix_spawn, not fork: gRPC's fork handlers, run by fork in a process
     // that already uses gRPC, left the test's own connections waiting for
