@@ -92,6 +92,10 @@ class EtcdStore final : public Store {
 
   void Write(TxnFn fn, DoneFn done) override;
   absl::Status Read(const TxnFn& fn) override;
+  // The revision of the last csd commit on the prefix that this store knows
+  // of: its own, or another replica's once a read or write snapshot saw it
+  // (a replica that only serves streams learns of others' commits when it
+  // next reads; a watch of the prefix, issue #16 part 2, keeps it current).
   int64_t CurrentRevision() const override;
   void SetCommitObserver(CommitObserver observer) override;
 
