@@ -111,5 +111,26 @@ TEST_F(CsdOnEtcdTest, ReplicasRacingOnOneTenantLoseNoTag) {
   EXPECT_EQ(listed.vms_size(), 2 * kPerReplica);
 }
 
+
+// A record under the prefix that does not parse: csd does not start on a
+// half-read state, and says which key.
+TEST_F(CsdOnEtcdTest, AValueThatDoesNotParseKeepsCsdFromStarting) {
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client.status());
+  ASSERT_OK((*client)->Put("/cosched/vms/vm-bad", "\xff\xff garbage").status());
+  CsdOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "";
+  store::EtcdStoreOptions store;
+  store.client = etcd_.ClientOptions();
+  store.prefix = "/cosched";
+  options.etcd_store = store;
+  auto csd = CsdServer::Start(options);
+  ASSERT_FALSE(csd.ok());
+  EXPECT_TRUE(absl::IsDataLoss(csd.status())) << csd.status();
+  EXPECT_NE(csd.status().message().find("/cosched/vms/vm-bad"), std::string::npos)
+      << csd.status();
+}
+
 }  // namespace
 }  // namespace cosched::server
