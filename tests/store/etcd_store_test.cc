@@ -4,6 +4,11 @@
 // backends keep is in store_contract_test.cc.
 #include "store/etcd_store.h"
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <latch>
@@ -300,6 +305,121 @@ TEST_F(EtcdStoreTest, WithEtcdGoneWritesFailUnavailableQuicklyNamingEtcd) {
   ASSERT_OK(store->WriteSync([](Transaction& txn) { return txn.PutVm(MakeVm("vm-3")); }));
   EXPECT_TRUE(GetVm(*store, "vm-1").has_value());
   EXPECT_FALSE(GetVm(*store, "vm-2").has_value());
+}
+
+// A loopback TCP proxy to etcd that can hold etcd's answers back (it stops
+// reading them; nothing is lost or reordered, they arrive late): a commit
+// then reaches etcd and is applied while its answer comes after the
+// client's deadline, as when a network drops the way back.
+class AnswerDelayProxy {
+ public:
+  explicit AnswerDelayProxy(int target_port) : target_port_(target_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    bind(listener_, reinterpret_cast<sockaddr*>(&addr), len);
+    listen(listener_, 8);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~AnswerDelayProxy() {
+    stop_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    acceptor_.join();
+    for (std::thread& t : links_) t.join();
+  }
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
+  void HoldAnswers(bool hold) { hold_ = hold; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      int client = accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(target_port_);
+      if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      links_.emplace_back([this, client, server] { Pump(client, server); });
+    }
+  }
+  // One connection until either side closes or the proxy stops.
+  void Pump(int client, int server) {
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {server, static_cast<short>(hold_ ? 0 : POLLIN), 0}};
+      if (poll(fds, 2, 20) < 0) break;
+      bool open = true;
+      for (int i = 0; i < 2 && open; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = read(fds[i].fd, buf, sizeof buf);
+        if (n <= 0) open = false;
+        for (ssize_t off = 0; open && off < n;) {
+          ssize_t w = write(fds[1 - i].fd, buf + off, n - off);
+          if (w <= 0) open = false;
+          off += w;
+        }
+      }
+      if (!open) break;
+    }
+    close(client);
+    close(server);
+  }
+
+  const int target_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false}, hold_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> links_;  // the acceptor's only, until the destructor
+};
+
+// A commit applied by etcd whose answer came too late: the store finds its
+// commit in etcd before it answers, so the write is OK (not UNAVAILABLE for
+// something that was written), and it is written once.
+TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostIsFoundAndAnsweredOk) {
+  AnswerDelayProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  EtcdStoreOptions options;
+  options.client = etcd_.ClientOptions();
+  options.client.endpoints = {proxy.endpoint()};
+  options.client.timeout = absl::Milliseconds(500);
+  auto store = EtcdStore::Open(options);
+  ASSERT_OK(store.status());
+  std::atomic<int> runs{0};
+  std::thread release;
+  absl::Status written = (*store)->WriteSync([&](Transaction& txn) -> absl::Status {
+    if (runs++ == 0) {
+      // The snapshot is read; hold back the answer to the commit, and let
+      // answers through again once its deadline has passed.
+      proxy.HoldAnswers(true);
+      release = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(800));
+        proxy.HoldAnswers(false);
+      });
+    }
+    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-1", 1)));
+    return txn.PutVm(MakeVm("vm-1", "t1", "h1"));
+  });
+  release.join();
+  EXPECT_OK(written);
+  EXPECT_EQ(runs.load(), 1);  // found, not run again
+  EXPECT_TRUE(GetVm(**store, "vm-1").has_value());
+  std::vector<v1::AuditRecord> audit;
+  ASSERT_OK((*store)->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(audit, txn.ListAudit({}, 0, 10));
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(audit.size(), 1u);
 }
 
 TEST_F(EtcdStoreTest, PrefixMustBeAbsolute) {
