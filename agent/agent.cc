@@ -67,6 +67,9 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     options.loop.rescan_interval = std::chrono::milliseconds(config.rescan_interval_ms());
   }
   if (!config.sysfs_root().empty()) options.sysfs_root = config.sysfs_root();
+  options.allow_hazards.assign(config.allow_hazards().begin(), config.allow_hazards().end());
+  RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options.allow_hazards));
+  options.sched_ext_dir = config.sched_ext_dir();
   const v1::TelemetryConfig& telemetry = config.telemetry();
   options.telemetry = telemetry.enabled();
   options.collector.enable_schedstats = telemetry.enable_schedstats();
@@ -121,6 +124,10 @@ absl::Status Agent::CheckOptions() {
   if (options_.telemetry && !options_.sched_trace) {
     options_.sched_trace = host::MakeTracefsSchedTrace("/sys/kernel/tracing", "cs-agent",
                                                  options_.procfs_root);
+  }
+  RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options_.allow_hazards));
+  if (options_.hazard_poll.count() <= 0) {
+    return absl::InvalidArgumentError("hazard_poll must be positive");
   }
   if (!options_.vm_discovery) {
     // Reporting no VMs would tell csd that the host runs none.
@@ -186,6 +193,25 @@ absl::Status Agent::DescribeHost() {
   capabilities->set_core_sched_detail(probe_.detail);
   capabilities->set_schedstats_enabled(schedstats);
   registration_.set_agent_version(kAgentVersion);
+
+  HazardWatchOptions watch;
+  watch.paths.sysfs_root = options_.sysfs_root;
+  watch.paths.procfs_root = options_.procfs_root;
+  watch.paths.sched_ext_dir = options_.sched_ext_dir.empty()
+                                  ? options_.sysfs_root + "/kernel/sched_ext"
+                                  : options_.sched_ext_dir;
+  watch.paths.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
+  watch.allow.insert(options_.allow_hazards.begin(), options_.allow_hazards.end());
+  watch.poll = options_.hazard_poll;
+  hazard_watch_ = std::make_unique<HazardWatch>(options_.host_fs, std::move(watch), [this] {
+    // A hazard came or went: the next pass holds or resumes tagging, and
+    // csd hears of it at once.
+    if (loop_) loop_->Trigger();
+    if (session_) session_->RequestReport();
+  });
+  // Before the first pass: a host unsafe at start never gets a cookie.
+  hazard_watch_->ReadNow();
+  *capabilities->mutable_preflight() = hazard_watch_->preflight();
   return absl::OkStatus();
 }
 
@@ -205,6 +231,8 @@ absl::Status Agent::Start() {
   ReconcilerOptions reconciler_options = options_.reconciler;
   reconciler_options.smt_active = capabilities().smt_active();
   reconciler_options.probe = probe_;
+  HazardWatch* hazard_watch = hazard_watch_.get();
+  reconciler_options.hazards = [hazard_watch] { return hazard_watch->hazards(); };
   reconciler_ = std::make_unique<CookieReconciler>(options_.core_sched.get(),
                                                    reconciler_options);
   dedicated_ = std::make_unique<DedicatedCoreEnforcer>(
@@ -233,6 +261,7 @@ absl::Status Agent::Start() {
 
   ServerSessionOptions session_options = options_.session;
   session_options.applied_revision = [this] { return loop_->enforced_revision(); };
+  session_options.preflight = [hazard_watch] { return hazard_watch->preflight(); };
   session_options.interceptors = [agent_metrics] {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
         interceptors;
@@ -248,6 +277,7 @@ absl::Status Agent::Start() {
   RETURN_IF_ERROR(InStep("serve metrics", ServeMetrics()));
   // Enforce what is known before csd answers (restart, csd away).
   loop_->Start();
+  hazard_watch_->Start();
   if (options_.process_events) {
     ReconcileLoop* loop = loop_.get();
     absl::Status events = options_.process_events->Start(
@@ -361,6 +391,8 @@ void Agent::Stop() {
   metrics_server_.reset();
   if (options_.process_events) options_.process_events->Stop();
   if (collector_) collector_->Stop();
+  // Its callback reaches the loop and the session.
+  if (hazard_watch_) hazard_watch_->Stop();
   if (session_) session_->Stop();
   if (loop_) loop_->Stop();
 }

@@ -17,6 +17,7 @@
 #include "agent/agent_metrics.h"
 #include "agent/assignment_cache.h"
 #include "agent/cookie_reconciler.h"
+#include "agent/hazard_watch.h"
 #include "agent/dedicated_cores.h"
 #include "agent/reconcile_loop.h"
 #include "agent/server_session.h"
@@ -67,6 +68,13 @@ struct AgentOptions {
   std::string metrics_listen;
   std::string sysfs_root = "/sys";
   std::string procfs_root = "/proc";
+  // The safety preflight (docs/agent.md, "Preflight"): hazards the operator
+  // allows (host::ValidateHazardNames), where the sched_ext state is read
+  // (empty: <sysfs_root>/kernel/sched_ext; tests give a stand-in) and how
+  // often.
+  std::vector<std::string> allow_hazards;
+  std::string sched_ext_dir;
+  std::chrono::milliseconds hazard_poll{250};
 
   // What the agent runs against; null picks the real one (LocalPseudoFs,
   // PrctlCoreSched, ...), except for vm_discovery, which must be set.
@@ -194,6 +202,7 @@ class Agent {
   bool state_dir_usable_ = false;
   host::CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
+  std::unique_ptr<HazardWatch> hazard_watch_;
   std::unique_ptr<CookieReconciler> reconciler_;
   std::unique_ptr<DedicatedCoreEnforcer> dedicated_;
   std::unique_ptr<ReconcileLoop> loop_;

@@ -124,6 +124,7 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
                  std::ostream& out, std::ostream& err) {
   AgentRun run;
   bool probe = false;
+  std::string probe_output = "text";
   CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
   app.add_option("--config", run.config_file, "YAML file (cosched.v1.AgentConfig)");
   app.add_option("--server", run.server, "csd address, HOST:PORT (default 127.0.0.1:7443)");
@@ -136,8 +137,11 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
   app.add_option("--metrics-listen", run.metrics_listen,
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9464)");
   app.add_flag("--probe", probe,
-               "print what this host can do (topology, SMT, core scheduling) and exit: "
-               "0 when it can do core scheduling, 3 when it cannot");
+               "print what this host can do (topology, SMT, core scheduling) and whether "
+               "tagging is safe (the preflight's hazards), and exit: 0 when it can tag, "
+               "3 when it cannot");
+  app.add_option("-o,--output", probe_output, "--probe's format: text or json")
+      ->check(CLI::IsMember({"text", "json"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -147,7 +151,7 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
     google::InitGoogleLogging(argc > 0 ? argv[0] : "cs-agent");
     FLAGS_logtostderr = true;
   }
-  if (probe) return PrintHostProbe(out);
+  if (probe) return PrintHostProbe(out, probe_output == "json");
 
   const std::vector<std::pair<absl::string_view, Step>> steps = {
       {"load the config file", LoadConfig},

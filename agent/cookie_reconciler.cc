@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -169,16 +170,53 @@ ReconcileResult CookieReconciler::Reconcile(
       result.stats.threads += found;
     }
   } else {
+    held_why_ = HazardMessage();
     ReadCookies(plans, result.stats);
-    ChooseCookies(plans, result.stats);
-    MoveThreads(plans, result.stats);
-    Verify(plans, result.stats);
+    if (held_why_.empty()) {
+      // Every write asks MayWrite first: a hazard that appears during the
+      // pass stops it before its next write.
+      ChooseCookies(plans, result.stats);
+      MoveThreads(plans, result.stats);
+      Verify(plans, result.stats);
+    }
+    if (!held_why_.empty()) Hold(plans, held_why_);
   }
   result.stats.vms = static_cast<int>(plans.size());
   result.stats.readback_blind = readback_blind_;
   for (VmPlan& plan : plans) result.vms.push_back(std::move(plan.outcome));
   result.stats.duration = std::chrono::steady_clock::now() - started;
   return result;
+}
+
+std::string CookieReconciler::HazardMessage() const {
+  if (!options_.hazards) return "";
+  std::vector<std::string> each;
+  for (const v1::Hazard& h : options_.hazards()) each.push_back(h.detail());
+  if (each.empty()) return "";
+  return absl::StrCat("tagging held: ", absl::StrJoin(each, "; "),
+                      "; the VM's threads keep the cookies they have");
+}
+
+bool CookieReconciler::MayWrite() {
+  if (held_why_.empty()) held_why_ = HazardMessage();
+  return held_why_.empty();
+}
+
+void CookieReconciler::Hold(std::vector<VmPlan>& plans, const std::string& why) {
+  LOG_EVERY_T(ERROR, 60) << why << " (" << plans.size() << " VMs)";
+  for (VmPlan& plan : plans) {
+    plan.outcome.tids.clear();
+    int found = 0;
+    for (const ThreadState& t : plan.threads) {
+      if (!t.alive || !t.in_scope) continue;
+      plan.outcome.tids.push_back(t.tid);
+      ++found;
+    }
+    v1::VMEnforcement& e = plan.outcome.enforcement;
+    e.set_threads_found(found);
+    e.set_state(v1::ENFORCEMENT_STATE_HELD);
+    e.set_last_error(why);
+  }
 }
 
 void CookieReconciler::ReadCookies(std::vector<VmPlan>& plans,
@@ -316,6 +354,7 @@ void CookieReconciler::ChooseCookies(std::vector<VmPlan>& plans,
     for (ThreadState* t : threads) {
       if (t->tid == qemu_pid) seed = t;
     }
+    if (!MayWrite()) return;
     ++stats.cookie_writes;
     absl::Status created = kernel_->Create(seed->tid, host::CoreSchedScope::kThread);
     if (!created.ok()) {
@@ -378,6 +417,7 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
     }
   }
   for (auto& move : moves) {
+    if (!MayWrite()) return;
     // Named references, not a structured binding: clang 14 (the fuzz build)
     // cannot capture bindings in a lambda.
     const std::string& group = move.first;

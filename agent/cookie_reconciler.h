@@ -50,6 +50,9 @@ struct ReconcilerOptions {
   // every VM reports why.
   bool smt_active = true;
   host::CoreSchedProbe probe;
+  // The hazards present now (HazardWatch); null: none. While any is, a pass
+  // reads cookies and writes none: every VM is HELD with the hazard named.
+  std::function<std::vector<v1::Hazard>()> hazards;
 };
 
 // The outcome of one pass for one VM.
@@ -117,6 +120,13 @@ class CookieReconciler {
   void MoveThreads(std::vector<VmPlan>& plans, ReconcileStats& stats);
   void Verify(std::vector<VmPlan>& plans, ReconcileStats& stats);
   std::string HostUnsupportedMessage() const;
+  // Empty when tagging is safe; else why not, naming each hazard.
+  std::string HazardMessage() const;
+  // Whether a cookie may be written now; false from the first hazard seen
+  // in this pass on (held_why_ says why).
+  bool MayWrite();
+  // Every VM of the pass HELD: nothing written, the cookies read reported.
+  void Hold(std::vector<VmPlan>& plans, const std::string& why);
   // While read-back is blind: whether this reconciler gave `tid` the cookie
   // of `group` ("" = none).
   bool WrittenAs(int tid, const std::string& group) const;
@@ -128,6 +138,8 @@ class CookieReconciler {
   // are 0, and `written_` says which thread was given which group's cookie.
   bool readback_blind_ = false;
   std::map<int, std::string> written_;
+  // Non-empty once a hazard stopped this pass's writes.
+  std::string held_why_;
 };
 
 }  // namespace cosched::agent

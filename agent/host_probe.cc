@@ -1,14 +1,56 @@
 #include "agent/host_probe.h"
 
+#include <string>
+
 #include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "cosched/v1/types.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "host/core_sched_prctl.h"
+#include "host/preflight.h"
 #include "host/pseudo_fs.h"
 #include "host/topology.h"
-#include "common/names.h"
 
 namespace cosched::agent {
+namespace {
 
-int PrintHostProbe(std::ostream& out) {
+void PrintText(const v1::Host& host, std::ostream& out) {
+  const v1::HostCapabilities& caps = host.capabilities();
+  const v1::HostPreflight& p = caps.preflight();
+  out << "cores:           " << host.topology().cores_size() << "\n";
+  for (const v1::Core& core : host.topology().cores()) {
+    out << "  core " << core.package_id() << "/" << core.core_id() << ": cpus "
+        << absl::StrJoin(core.cpus(), ",") << "\n";
+  }
+  auto or_unknown = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
+  out << "smt active:      " << (caps.smt_active() ? "yes" : "no") << " (control "
+      << or_unknown(p.smt_control()) << ")\n"
+      << "core scheduling: " << CoreSchedSupportName(caps.core_sched()) << " ("
+      << caps.core_sched_detail() << ")\n"
+      << "kernel:          " << or_unknown(p.kernel_release()) << "\n"
+      << "sched_ext:       "
+      << (p.sched_ext_state().empty() ? "not in this kernel" : p.sched_ext_state())
+      << (p.sched_ext_ops().empty() ? "" : " (" + p.sched_ext_ops() + ")") << "\n"
+      << "nested guest:    " << (p.nested() ? "yes (" + p.nested_detail() + ")" : "no") << "\n"
+      << "forced idle:     cgroup " << (p.cgroup_forced_idle() ? "yes" : "no")
+      << ", schedstats " << (caps.schedstats_enabled() ? "on" : "off") << "\n";
+  std::vector<std::string> affected, clear;
+  for (const v1::CpuVulnerability& v : p.vulnerabilities()) {
+    if (!v.smt_relevant()) continue;
+    (v.affected() ? affected : clear).push_back(v.name());
+  }
+  out << "smt cpu issues:  "
+      << (affected.empty() ? "none affected" : "affected: " + absl::StrJoin(affected, ", "))
+      << (clear.empty() ? "" : "; not affected: " + absl::StrJoin(clear, ", ")) << "\n";
+  if (p.hazards_size() == 0) out << "hazards:         none\n";
+  for (const v1::Hazard& h : p.hazards()) {
+    out << "hazard:          " << h.name() << ": " << h.detail() << "\n";
+  }
+}
+
+}  // namespace
+
+int PrintHostProbe(std::ostream& out, bool json) {
   host::LocalPseudoFs fs;
   auto topology = host::ReadTopology(fs, "/sys");
   if (!topology.ok()) {
@@ -16,17 +58,33 @@ int PrintHostProbe(std::ostream& out) {
     return 1;
   }
   auto smt = host::ReadSmtActive(fs, "/sys", *topology);
+  auto schedstats = host::ReadSchedstatsEnabled(fs, "/proc");
   host::PrctlCoreSched kernel;
-  host::CoreSchedProbe probe = kernel.Probe();
-  out << "cores:           " << topology->cores_size() << "\n";
-  for (const v1::Core& core : topology->cores()) {
-    out << "  core " << core.package_id() << "/" << core.core_id() << ": cpus "
-        << absl::StrJoin(core.cpus(), ",") << "\n";
+  const host::CoreSchedProbe probe = kernel.Probe();
+  v1::Host host;
+  *host.mutable_topology() = *topology;
+  v1::HostCapabilities* caps = host.mutable_capabilities();
+  caps->set_smt_active(smt.ok() && *smt);
+  caps->set_core_sched(probe.support);
+  caps->set_core_sched_detail(probe.detail);
+  caps->set_schedstats_enabled(schedstats.ok() && *schedstats);
+  *caps->mutable_preflight() = host::ReadPreflight(fs, host::PreflightPaths());
+  host::FindHazards({}, *caps->mutable_preflight());
+  if (json) {
+    std::string text;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(host, &text, options);
+    out << text;
+  } else {
+    PrintText(host, out);
   }
-  out << "smt active:      " << (smt.ok() && *smt ? "yes" : "no") << "\n"
-      << "core scheduling: " << CoreSchedSupportName(probe.support) << " ("
-      << probe.detail << ")\n";
-  return smt.ok() && *smt && probe.support == v1::CORE_SCHED_SUPPORT_SUPPORTED ? 0 : 3;
+  const bool can_tag = caps->smt_active() &&
+                       probe.support == v1::CORE_SCHED_SUPPORT_SUPPORTED &&
+                       caps->preflight().hazards_size() == 0;
+  return can_tag ? 0 : 3;
 }
 
 }  // namespace cosched::agent

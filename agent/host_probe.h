@@ -1,4 +1,5 @@
-// `cs-agent --probe`: what this host can do, for people and scripts.
+// `cs-agent --probe`: what this host can do and whether tagging is safe
+// here, for people (text) and programs (JSON).
 #ifndef COSCHED_AGENT_HOST_PROBE_H_
 #define COSCHED_AGENT_HOST_PROBE_H_
 
@@ -6,10 +7,11 @@
 
 namespace cosched::agent {
 
-// Prints the topology, whether SMT is active and whether the kernel does
-// core scheduling. Returns 0 when the agent can tag here, 3 when it cannot,
-// 1 when the host could not be read.
-int PrintHostProbe(std::ostream& out);
+// Prints the topology, SMT, core-scheduling support and the safety
+// preflight (host/preflight.h) with its hazards. Returns 0 when the agent
+// can tag here, 3 when it cannot (no SMT, no core scheduling, a hazard), 1
+// when the host could not be read.
+int PrintHostProbe(std::ostream& out, bool json);
 
 }  // namespace cosched::agent
 

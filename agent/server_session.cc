@@ -235,8 +235,11 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     call.context()->set_deadline(std::chrono::system_clock::now() +
                                  options_.rpc_timeout);
     v1::RegisterResponse response;
-    grpc::Status status =
-        stub_->Register(call.context(), registration_, &response);
+    v1::RegisterRequest registration = registration_;
+    if (options_.preflight) {
+      *registration.mutable_capabilities()->mutable_preflight() = options_.preflight();
+    }
+    grpc::Status status = stub_->Register(call.context(), registration, &response);
     if (!status.ok()) {
       if (Refusal(status)) *failure = ConnectFailure::kRefused;
       return Annotate(FromGrpcStatus(status), "Register");
@@ -349,6 +352,7 @@ absl::Status ServerSession::SendReport() {
       options_.applied_revision ? options_.applied_revision() : cache_->revision();
   v1::ReportRequest request =
       MakeReportRequest(registration_.host_id(), applied, std::move(*observations));
+  if (options_.preflight) *request.mutable_preflight() = options_.preflight();
   StatsBatch batch;
   if (stats_ != nullptr) {
     batch = stats_->Peek();

@@ -48,6 +48,10 @@ struct ServerSessionOptions {
   // The assignment revision the agent has enforced, sent in each Report as
   // applied_revision (null: the cache's, whether enforced yet or not).
   std::function<int64_t()> applied_revision;
+  // The host's preflight now, sent with Register (in the capabilities) and
+  // each Report, so that csd hears of a hazard that appears later; null:
+  // none sent beyond the registration's.
+  std::function<v1::HostPreflight()> preflight;
   // Interceptors of the channel to csd (the agent's RPC metrics); null for
   // none.
   std::function<std::vector<

@@ -165,6 +165,47 @@ json TenantPolicyToJson(const v1::TenantPolicy& policy) {
   };
 }
 
+// "safe", "unsafe: <hazard>, ..." (the agent tags nothing), with the
+// hazards an operator allowed.
+std::string SafetyText(const v1::HostPreflight& p) {
+  auto names = [](const auto& hazards) {
+    std::vector<std::string> out;
+    for (const v1::Hazard& h : hazards) out.push_back(h.name());
+    return absl::StrJoin(out, ",");
+  };
+  std::string text = p.hazards_size() > 0 ? absl::StrCat("unsafe: ", names(p.hazards())) : "safe";
+  if (p.allowed_hazards_size() > 0) {
+    absl::StrAppend(&text, " (allowed: ", names(p.allowed_hazards()), ")");
+  }
+  return text;
+}
+
+json PreflightToJson(const v1::HostPreflight& p) {
+  auto hazards = [](const auto& list) {
+    json out = json::array();
+    for (const v1::Hazard& h : list) out.push_back({{"name", h.name()}, {"detail", h.detail()}});
+    return out;
+  };
+  json vulnerabilities = json::array();
+  for (const v1::CpuVulnerability& v : p.vulnerabilities()) {
+    vulnerabilities.push_back({{"name", v.name()},
+                               {"status", v.status()},
+                               {"affected", v.affected()},
+                               {"smt_relevant", v.smt_relevant()}});
+  }
+  return {{"safe", p.hazards_size() == 0},
+          {"hazards", hazards(p.hazards())},
+          {"allowed_hazards", hazards(p.allowed_hazards())},
+          {"kernel_release", p.kernel_release()},
+          {"smt_control", p.smt_control()},
+          {"sched_ext_state", p.sched_ext_state()},
+          {"sched_ext_ops", p.sched_ext_ops()},
+          {"nested", p.nested()},
+          {"nested_detail", p.nested_detail()},
+          {"cgroup_forced_idle", p.cgroup_forced_idle()},
+          {"vulnerabilities", vulnerabilities}};
+}
+
 json HostToJson(const v1::Host& host) {
   json cores = json::array();
   for (const v1::Core& core : host.topology().cores()) {
@@ -192,7 +233,8 @@ json HostToJson(const v1::Host& host) {
         {"core_sched_detail", caps.core_sched_detail()},
         {"schedstats_enabled", caps.schedstats_enabled()},
         {"telemetry_active", caps.telemetry_active()},
-        {"telemetry_detail", caps.telemetry_detail()}}},
+        {"telemetry_detail", caps.telemetry_detail()},
+        {"preflight", PreflightToJson(caps.preflight())}}},
       {"topology", {{"cores", cores}}},
   };
 }
@@ -321,7 +363,21 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"connected", YesNo(host.connected())},
           {"draining", YesNo(host.draining())},
           {"placeable", PlaceableText(host)},
+          {"safety", SafetyText(caps.preflight())},
           {"agent version", OrDash(host.agent_version())},
+          {"kernel", OrDash(caps.preflight().kernel_release())},
+          {"sched_ext", OrDash(caps.preflight().sched_ext_state())},
+          {"nested", caps.preflight().nested()
+                         ? absl::StrCat("yes (", caps.preflight().nested_detail(), ")")
+                         : "no"},
+          {"smt cpu issues", [&] {
+             std::vector<std::string> affected;
+             for (const v1::CpuVulnerability& v : caps.preflight().vulnerabilities()) {
+               if (v.smt_relevant() && v.affected()) affected.push_back(v.name());
+             }
+             return affected.empty() ? std::string("none affected")
+                                     : absl::StrJoin(affected, ", ");
+           }()},
           {"core scheduling", core_sched},
           {"smt active", YesNo(caps.smt_active())},
           {"schedstats", YesNo(caps.schedstats_enabled())},
@@ -342,11 +398,12 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
 }
 
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
-  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SMT", "CORES",
+  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "SMT", "CORES",
                    "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
   for (const v1::Host& h : hosts) {
     table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
+                  SafetyText(h.capabilities().preflight()),
                   h.capabilities().smt_active() ? "on" : "off",
                   absl::StrCat(h.topology().cores_size()),
                   absl::StrCat(CpuCount(h.topology())),

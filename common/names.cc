@@ -60,6 +60,7 @@ std::string EnforcementStateName(v1::EnforcementState state) {
     case v1::ENFORCEMENT_STATE_FAILED: return "failed";
     case v1::ENFORCEMENT_STATE_FAIL_CLOSED: return "fail-closed";
     case v1::ENFORCEMENT_STATE_PENDING: return "pending";
+    case v1::ENFORCEMENT_STATE_HELD: return "held";
     default: return "unknown";
   }
 }

@@ -195,7 +195,7 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
       "VMs on reporting hosts by enforcement state, as their agents last "
       "reported.",
       [this] {
-        std::array<int, 6> by_state{};
+        std::array<int, v1::EnforcementState_ARRAYSIZE> by_state{};
         FreshHosts(nullptr, &by_state);
         std::vector<metrics::ScrapeGauges::Sample> samples;
         for (int state = 0; state < static_cast<int>(by_state.size()); ++state) {
@@ -248,7 +248,8 @@ void CsdMetrics::RecordStoreWrite(absl::StatusCode code, double seconds) {
       .Increment();
 }
 
-void CsdMetrics::FreshHosts(int* hosts, std::array<int, 6>* vms_by_state) {
+void CsdMetrics::FreshHosts(int* hosts,
+                            std::array<int, v1::EnforcementState_ARRAYSIZE>* vms_by_state) {
   const auto oldest = Now() - options_.report_staleness;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = hosts_.begin(); it != hosts_.end();) {

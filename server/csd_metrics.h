@@ -45,7 +45,7 @@ struct CsdMetricsOptions {
 struct ReportSummary {
   std::string host_id;
   // VMs by EnforcementState (index: the enum value).
-  std::array<int, 6> vms_by_state{};
+  std::array<int, v1::EnforcementState_ARRAYSIZE> vms_by_state{};
   int64_t windows = 0;
   int64_t dropped_windows = 0;
   // Sums over the windows' VMs, in ns: run, same, idle, foreign, unknown,
@@ -87,13 +87,13 @@ class CsdMetrics {
 
  private:
   struct HostReport {
-    std::array<int, 6> vms_by_state{};
+    std::array<int, v1::EnforcementState_ARRAYSIZE> vms_by_state{};
     std::chrono::steady_clock::time_point at;
   };
 
   std::chrono::steady_clock::time_point Now() const;
   // Hosts with a fresh report, and their VMs by state; drops stale hosts.
-  void FreshHosts(int* hosts, std::array<int, 6>* vms_by_state);
+  void FreshHosts(int* hosts, std::array<int, v1::EnforcementState_ARRAYSIZE>* vms_by_state);
 
   const CsdMetricsOptions options_;
   const std::shared_ptr<prometheus::Registry> registry_;

@@ -133,6 +133,53 @@ constexpr int kMaxCpuId = 65535;
 constexpr int kMaxVcpus = 4096;
 constexpr size_t kMaxVersionLength = 64;
 constexpr size_t kMaxErrorLength = 1024;
+// What an agent's preflight may hold (host/preflight.cc keeps far less).
+constexpr int kMaxHazards = 32;
+constexpr int kMaxVulnerabilities = 128;
+constexpr size_t kMaxPreflightValue = 1024;
+
+// INVALID_ARGUMENT naming `field`.<what> when a preflight (Register's
+// capabilities, each Report) holds more than csd keeps.
+absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight& p) {
+  auto too_long = [&](const std::string& what, const std::string& value) -> absl::Status {
+    if (value.size() <= kMaxPreflightValue) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(field, ".", what, " must be at most ",
+                                                   kMaxPreflightValue, " bytes"));
+  };
+  if (p.hazards_size() > kMaxHazards || p.allowed_hazards_size() > kMaxHazards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".hazards must have at most ", kMaxHazards, " entries"));
+  }
+  if (p.vulnerabilities_size() > kMaxVulnerabilities) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".vulnerabilities must have at most ", kMaxVulnerabilities, " entries"));
+  }
+  for (const auto& [what, value] :
+       {std::pair<const char*, const std::string*>{"kernel_release", &p.kernel_release()},
+        {"smt_control", &p.smt_control()},
+        {"sched_ext_state", &p.sched_ext_state()},
+        {"sched_ext_ops", &p.sched_ext_ops()},
+        {"nested_detail", &p.nested_detail()}}) {
+    RETURN_IF_ERROR(too_long(what, *value));
+  }
+  for (const auto& [name, list] :
+       {std::pair{"hazards", &p.hazards()}, {"allowed_hazards", &p.allowed_hazards()}}) {
+    for (int i = 0; i < list->size(); ++i) {
+      const std::string at = absl::StrCat(name, "[", i, "]");
+      if ((*list)[i].name().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".", at, ".name must be set"));
+      }
+      RETURN_IF_ERROR(too_long(at + ".name", (*list)[i].name()));
+      RETURN_IF_ERROR(too_long(at + ".detail", (*list)[i].detail()));
+    }
+  }
+  for (int i = 0; i < p.vulnerabilities_size(); ++i) {
+    const std::string at = absl::StrCat("vulnerabilities[", i, "]");
+    RETURN_IF_ERROR(too_long(at + ".name", p.vulnerabilities(i).name()));
+    RETURN_IF_ERROR(too_long(at + ".status", p.vulnerabilities(i).status()));
+  }
+  return absl::OkStatus();
+}
 
 // Runs `done` with the outcome of a write whose result `fn` fills in.
 template <typename T>
@@ -524,6 +571,9 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         "capabilities.core_sched_detail must be at most ", kMaxDetailLength,
         " bytes"));
   }
+  if (valid.ok()) {
+    valid = ValidatePreflight("capabilities.preflight", request.capabilities().preflight());
+  }
   if (valid.ok() && request.agent_version().size() > kMaxVersionLength) {
     valid = absl::InvalidArgumentError(absl::StrCat(
         "agent_version must be at most ", kMaxVersionLength, " bytes"));
@@ -548,6 +598,23 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         host.clear_connected();
         RETURN_IF_ERROR(txn.PutHost(host));
         delta->hosts.push_back(host);
+        // An operator's override of a hazard (allow_hazards) is on record
+        // whenever it starts to apply or changes.
+        const auto& allowed = host.capabilities().preflight().allowed_hazards();
+        const bool override_changed =
+            !existing ||
+            !std::equal(allowed.begin(), allowed.end(),
+                        existing->capabilities().preflight().allowed_hazards().begin(),
+                        existing->capabilities().preflight().allowed_hazards().end(),
+                        [](const v1::Hazard& a, const v1::Hazard& b) {
+                          return a.name() == b.name();
+                        });
+        if (!allowed.empty() && override_changed) {
+          v1::AuditRecord logged;
+          RETURN_IF_ERROR(Audit(txn, actor, "AllowHazards", host.host_id(),
+                                existing ? &existing->capabilities().preflight() : nullptr,
+                                &host.capabilities().preflight(), 0, &logged));
+        }
         // Re-registration of a known host is routine (every agent start).
         if (existing) return absl::OkStatus();
         return Audit(txn, actor, "Register", host.host_id(), nullptr, &host, 0,
@@ -594,6 +661,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
     }
   }
   if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
+  if (valid.ok()) valid = ValidatePreflight("preflight", request.preflight());
   if (!valid.ok()) return done(valid);
 
   // Shared by the write and its completion: stats can be large to copy.
@@ -685,6 +753,13 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         *host->mutable_last_seen_time() = now;
         host->set_applied_revision(request.applied_revision());
         host->set_vm_count(request.vms_size());
+        if (request.has_preflight() &&
+            !google::protobuf::util::MessageDifferencer::Equals(
+                host->capabilities().preflight(), request.preflight())) {
+          // A hazard came or went: Place must see it at once.
+          *host->mutable_capabilities()->mutable_preflight() = request.preflight();
+          delta->hosts.push_back(*host);
+        }
         return txn.PutHost(*host);
       },
       [this, report, content, tagged_id, delta, moves, cores,
@@ -738,6 +813,11 @@ std::string DesiredState::ReportContent(const v1::ReportRequest& request) {
       scratch.mutable_enforcement()->clear_report_time();
       out.WriteVarint64(scratch.ByteSizeLong());
       scratch.SerializeWithCachedSizes(&out);
+    }
+    // A hazard that comes or goes changes the host, so it is content.
+    if (request.has_preflight()) {
+      out.WriteVarint64(request.preflight().ByteSizeLong());
+      request.preflight().SerializeWithCachedSizes(&out);
     }
   }
   return bytes;

@@ -47,6 +47,10 @@ bool DesiredState::IsLive(const v1::Host& host) const {
 std::string DesiredState::UnplaceableReason(const v1::Host& host,
                                             bool needs_isolation) const {
   if (host.draining()) return "draining";
+  // Its agent creates no cookies while a hazard lasts.
+  if (needs_isolation && host.capabilities().preflight().hazards_size() > 0) {
+    return absl::StrCat("unsafe (", host.capabilities().preflight().hazards(0).name(), ")");
+  }
   // Where siblings exist, only cookies keep strangers off them.
   if (needs_isolation && host.capabilities().smt_active() &&
       host.capabilities().core_sched() != v1::CORE_SCHED_SUPPORT_SUPPORTED) {

@@ -27,6 +27,8 @@ policy::PlacementRequest RequestOf(const PlacedVm& vm) {
 v1::Host RecordOf(const v1::Host& host) {
   v1::Host record = host;
   record.clear_topology();
+  // Placement needs the hazards, not the per-CPU-issue details.
+  record.mutable_capabilities()->mutable_preflight()->clear_vulnerabilities();
   return record;
 }
 

@@ -15,7 +15,9 @@ MiniHost::MiniHost(MiniHostOptions options, std::string default_server,
       server_address_(options_.server_address.empty() ? std::move(default_server)
                                                       : options_.server_address),
       state_dir_(std::move(state_dir)),
-      fs_(host::MakeFakeHost(options_.shape)) {}
+      fs_(host::MakeFakeHost(options_.shape)) {
+  for (const auto& [path, content] : options_.extra_files) fs_->SetFile(path, content);
+}
 
 MiniHost::~MiniHost() { Stop(); }
 
@@ -33,6 +35,7 @@ absl::Status MiniHost::Start() {
   options.core_sched = kernel_;
   options.vm_discovery = discovery_;
   options.on_assignments_changed = options_.on_assignments_changed;
+  options.allow_hazards = options_.allow_hazards;
   agent_ = std::make_unique<agent::Agent>(std::move(options));
   return agent_->Start();
 }

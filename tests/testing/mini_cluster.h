@@ -47,6 +47,11 @@ struct MiniHostOptions {
   std::chrono::milliseconds backoff_initial = std::chrono::milliseconds(20);
   std::chrono::milliseconds backoff_max = std::chrono::milliseconds(200);
   std::function<void(int64_t revision)> on_assignments_changed;
+  // Files of the fake host beyond its topology, written before the agent
+  // starts (e.g. /sys/kernel/sched_ext/state for a hazard at start).
+  std::map<std::string, std::string> extra_files;
+  // AgentOptions::allow_hazards.
+  std::vector<std::string> allow_hazards;
 };
 
 // A fake host and the cs-agent that runs on it.
