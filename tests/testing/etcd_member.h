@@ -27,6 +27,7 @@
 namespace cosched::testing {
 
 inline constexpr char kEtcdBinary[] = "/usr/bin/etcd";
+inline constexpr char kSetpriv[] = "/usr/bin/setpriv";
 
 // A port that was free a moment ago (bound to port 0, then closed). Another
 // process may take it before etcd binds it: Start retries with new ports.
@@ -153,11 +154,21 @@ class EtcdMember {
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                      0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    // Through setpriv (util-linux, always on Debian) with a parent-death
+    // signal: a test that crashes, or is killed by ctest's timeout, takes
+    // its etcd with it instead of leaving it running. (The signal follows
+    // the thread that started the member: tests start it from SetUp, on
+    // the main thread.)
+    const char* program = kEtcdBinary;
+    if (access(kSetpriv, X_OK) == 0) {
+      program = kSetpriv;
+      args.insert(args.begin(), {kSetpriv, "--pdeathsig", "KILL"});
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = -1;
-    const int spawned = posix_spawn(&pid, kEtcdBinary, &actions, nullptr, argv.data(), environ);
+    const int spawned = posix_spawn(&pid, program, &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     if (spawned != 0) {
       return absl::InternalError(absl::StrCat("cannot start ", kEtcdBinary, ": errno ", spawned));
