@@ -70,6 +70,7 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
   options.allow_hazards.assign(config.allow_hazards().begin(), config.allow_hazards().end());
   RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options.allow_hazards));
   options.sched_ext_dir = config.sched_ext_dir();
+  options.nested_is_hazard = config.nested_is_hazard();
   const v1::TelemetryConfig& telemetry = config.telemetry();
   options.telemetry = telemetry.enabled();
   options.collector.enable_schedstats = telemetry.enable_schedstats();
@@ -201,7 +202,8 @@ absl::Status Agent::DescribeHost() {
                                   ? options_.sysfs_root + "/kernel/sched_ext"
                                   : options_.sched_ext_dir;
   watch.paths.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
-  watch.allow.insert(options_.allow_hazards.begin(), options_.allow_hazards.end());
+  watch.rules.allow.insert(options_.allow_hazards.begin(), options_.allow_hazards.end());
+  watch.rules.nested = options_.nested_is_hazard;
   watch.poll = options_.hazard_poll;
   hazard_watch_ = std::make_unique<HazardWatch>(options_.host_fs, std::move(watch), [this] {
     // A hazard came or went: the next pass holds or resumes tagging, and

@@ -73,6 +73,8 @@ struct AgentOptions {
   // (empty: <sysfs_root>/kernel/sched_ext; tests give a stand-in) and how
   // often.
   std::vector<std::string> allow_hazards;
+  // Running as a guest (nested virtualization) is a hazard too.
+  bool nested_is_hazard = false;
   std::string sched_ext_dir;
   std::chrono::milliseconds hazard_poll{250};
 

@@ -33,7 +33,7 @@ HazardWatch::~HazardWatch() { Stop(); }
 
 void HazardWatch::ReadNow() {
   v1::HostPreflight read = host::ReadPreflight(*fs_, options_.paths);
-  host::FindHazards(options_.allow, read);
+  host::FindHazards(options_.rules, read);
   for (const v1::Hazard& h : read.hazards()) {
     LOG(ERROR) << "hazard " << h.name() << ": " << h.detail()
                << "; creating and moving no cookies while it lasts";
@@ -75,7 +75,7 @@ std::vector<v1::Hazard> HazardWatch::hazards() const {
 bool HazardWatch::Refresh() {
   v1::HostPreflight next = preflight();
   host::ReadSchedExt(*fs_, options_.paths, next);
-  host::FindHazards(options_.allow, next);
+  host::FindHazards(options_.rules, next);
   std::lock_guard<std::mutex> lock(mu_);
   const bool changed = !SameHazards(preflight_, next);
   if (changed) {

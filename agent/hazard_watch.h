@@ -25,8 +25,7 @@ namespace cosched::agent {
 
 struct HazardWatchOptions {
   host::PreflightPaths paths;
-  // Hazards the operator allows (allow_hazards): reported, not acted on.
-  std::set<std::string> allow;
+  host::HazardRules rules;
   std::chrono::milliseconds poll{250};
 };
 

@@ -69,7 +69,7 @@ int PrintHostProbe(std::ostream& out, bool json) {
   caps->set_core_sched_detail(probe.detail);
   caps->set_schedstats_enabled(schedstats.ok() && *schedstats);
   *caps->mutable_preflight() = host::ReadPreflight(fs, host::PreflightPaths());
-  host::FindHazards({}, *caps->mutable_preflight());
+  host::FindHazards(host::HazardRules(), *caps->mutable_preflight());
   if (json) {
     std::string text;
     google::protobuf::util::JsonPrintOptions options;

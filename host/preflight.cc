@@ -100,10 +100,10 @@ void ReadVulnerabilities(const PseudoFs& fs, const PreflightPaths& paths,
 
 absl::Status ValidateHazardNames(absl::string_view field, const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != kHazardSchedExt) {
+    if (names[i] != kHazardSchedExt && names[i] != kHazardNested) {
       return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] '", names[i],
                                                      "' is not a hazard; known: ",
-                                                     kHazardSchedExt));
+                                                     kHazardSchedExt, ", ", kHazardNested));
     }
   }
   return absl::OkStatus();
@@ -135,22 +135,29 @@ v1::HostPreflight ReadPreflight(const PseudoFs& fs, const PreflightPaths& paths)
   return out;
 }
 
-void FindHazards(const std::set<std::string>& allow, v1::HostPreflight& preflight) {
+void FindHazards(const HazardRules& rules, v1::HostPreflight& preflight) {
   preflight.clear_hazards();
   preflight.clear_allowed_hazards();
+  auto add = [&](const char* name, std::string detail) {
+    v1::Hazard hazard;
+    hazard.set_name(name);
+    hazard.set_detail(std::move(detail));
+    *(rules.allow.count(name) ? preflight.add_allowed_hazards() : preflight.add_hazards()) =
+        std::move(hazard);
+  };
   const std::string& state = preflight.sched_ext_state();
   if (!state.empty() && state != "disabled") {
-    v1::Hazard hazard;
-    hazard.set_name(kHazardSchedExt);
-    hazard.set_detail(absl::StrCat(
-        "sched_ext state '", state, "'",
-        preflight.sched_ext_ops().empty()
-            ? std::string()
-            : absl::StrCat(", scheduler '", preflight.sched_ext_ops(), "'"),
-        ": sched_ext with core-scheduling cookies can hang an SMT host (sched-ext/scx "
-        "issue 3715)"));
-    *(allow.count(kHazardSchedExt) ? preflight.add_allowed_hazards() : preflight.add_hazards()) =
-        std::move(hazard);
+    add(kHazardSchedExt,
+        absl::StrCat("sched_ext state '", state, "'",
+                     preflight.sched_ext_ops().empty()
+                         ? std::string()
+                         : absl::StrCat(", scheduler '", preflight.sched_ext_ops(), "'"),
+                     ": sched_ext with core-scheduling cookies can hang an SMT host "
+                     "(sched-ext/scx issue 3715)"));
+  }
+  if (rules.nested && preflight.nested()) {
+    add(kHazardNested, absl::StrCat("the host is itself a guest (", preflight.nested_detail(),
+                                    ") and nested_is_hazard is set"));
   }
 }
 

@@ -30,6 +30,10 @@ struct PreflightPaths {
 
 // Hazard names an operator may allow (allow_hazards).
 inline constexpr char kHazardSchedExt[] = "sched_ext";
+// The host is itself a guest, where the operator says that is a hazard
+// (Cloud Hypervisor issue 7792: core scheduling made VMMs segfault in a
+// nested setup).
+inline constexpr char kHazardNested[] = "nested";
 // INVALID_ARGUMENT naming `field`[i] for a name that is not a hazard.
 absl::Status ValidateHazardNames(absl::string_view field, const std::vector<std::string>& names);
 
@@ -47,10 +51,17 @@ v1::HostPreflight ReadPreflight(const PseudoFs& fs, const PreflightPaths& paths)
 // (sysfs attributes do not notify inotify).
 void ReadSchedExt(const PseudoFs& fs, const PreflightPaths& paths, v1::HostPreflight& preflight);
 
-// Fills preflight.hazards (and allowed_hazards: those named in `allow`)
-// from its facts. A sched_ext state other than "disabled" is a hazard: a
-// scheduler being enabled or disabled is as unsafe as one running.
-void FindHazards(const std::set<std::string>& allow, v1::HostPreflight& preflight);
+struct HazardRules {
+  // Hazards present but allowed: reported apart, not acted on.
+  std::set<std::string> allow;
+  // Running nested (HostPreflight.nested) is a hazard.
+  bool nested = false;
+};
+
+// Fills preflight.hazards (and allowed_hazards) from its facts. A sched_ext
+// state other than "disabled" is a hazard: a scheduler being enabled or
+// disabled is as unsafe as one running.
+void FindHazards(const HazardRules& rules, v1::HostPreflight& preflight);
 
 }  // namespace cosched::host
 

@@ -49,7 +49,7 @@ TEST(PreflightTest, ReadsEveryFactOfABareMetalHost) {
   EXPECT_FALSE(p.vulnerabilities(1).affected());
   EXPECT_FALSE(p.vulnerabilities(1).smt_relevant());
   EXPECT_TRUE(p.cgroup_forced_idle());
-  FindHazards({}, p);
+  FindHazards(HazardRules(), p);
   EXPECT_EQ(p.hazards_size(), 0);
 }
 
@@ -62,7 +62,7 @@ TEST(PreflightTest, EveryFileMissingLeavesItsFieldEmpty) {
   EXPECT_FALSE(p.nested());
   EXPECT_EQ(p.vulnerabilities_size(), 0);
   EXPECT_FALSE(p.cgroup_forced_idle());
-  FindHazards({}, p);
+  FindHazards(HazardRules(), p);
   EXPECT_EQ(p.hazards_size(), 0);
 }
 
@@ -110,7 +110,7 @@ TEST(PreflightTest, AnActiveSchedExtIsAHazardNamingTheScheduler) {
   fs.SetFile("/sys/kernel/sched_ext/state", "enabled\n");
   fs.SetFile("/sys/kernel/sched_ext/root/ops", "rusty_1.0.4\n");
   v1::HostPreflight p = ReadPreflight(fs, PreflightPaths());
-  FindHazards({}, p);
+  FindHazards(HazardRules(), p);
   ASSERT_EQ(p.hazards_size(), 1);
   EXPECT_EQ(p.hazards(0).name(), "sched_ext");
   EXPECT_THAT(p.hazards(0).detail(),
@@ -120,16 +120,35 @@ TEST(PreflightTest, AnActiveSchedExtIsAHazardNamingTheScheduler) {
   for (const char* state : {"enabling", "disabling", "garbage"}) {
     fs.SetFile("/sys/kernel/sched_ext/state", state);
     v1::HostPreflight q = ReadPreflight(fs, PreflightPaths());
-    FindHazards({}, q);
+    FindHazards(HazardRules(), q);
     EXPECT_EQ(q.hazards_size(), 1) << state;
   }
+}
+
+TEST(PreflightTest, NestedIsAHazardOnlyWhereConfigured) {
+  FakePseudoFs fs = BareMetal();
+  fs.SetFile("/proc/cpuinfo", "flags\t\t: fpu hypervisor\n");
+  v1::HostPreflight p = ReadPreflight(fs, PreflightPaths());
+  FindHazards(HazardRules(), p);
+  EXPECT_EQ(p.hazards_size(), 0);
+  FindHazards({.nested = true}, p);
+  ASSERT_EQ(p.hazards_size(), 1);
+  EXPECT_EQ(p.hazards(0).name(), "nested");
+  EXPECT_THAT(p.hazards(0).detail(), HasSubstr("cpu flag 'hypervisor'"));
+  FindHazards({.allow = {"nested"}, .nested = true}, p);
+  EXPECT_EQ(p.hazards_size(), 0);
+  EXPECT_EQ(p.allowed_hazards_size(), 1);
+  // On bare metal the rule finds nothing.
+  v1::HostPreflight metal = ReadPreflight(BareMetal(), PreflightPaths());
+  FindHazards({.nested = true}, metal);
+  EXPECT_EQ(metal.hazards_size(), 0);
 }
 
 TEST(PreflightTest, AnAllowedHazardIsListedApart) {
   FakePseudoFs fs = BareMetal();
   fs.SetFile("/sys/kernel/sched_ext/state", "enabled\n");
   v1::HostPreflight p = ReadPreflight(fs, PreflightPaths());
-  FindHazards({"sched_ext"}, p);
+  FindHazards({.allow = {"sched_ext"}}, p);
   EXPECT_EQ(p.hazards_size(), 0);
   ASSERT_EQ(p.allowed_hazards_size(), 1);
   EXPECT_EQ(p.allowed_hazards(0).name(), "sched_ext");
@@ -147,9 +166,11 @@ TEST(PreflightTest, SchedExtAloneFollowsItsStandInDirectory) {
 
 TEST(PreflightTest, UnknownHazardNamesAreRefused) {
   EXPECT_OK(ValidateHazardNames("allow_hazards", {"sched_ext"}));
-  absl::Status s = ValidateHazardNames("allow_hazards", {"sched_ext", "nested"});
+  EXPECT_OK(ValidateHazardNames("allow_hazards", {"sched_ext", "nested"}));
+  absl::Status s = ValidateHazardNames("allow_hazards", {"nested", "smt"});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("allow_hazards[1] 'nested' is not a hazard; known: sched_ext"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("allow_hazards[1] 'smt' is not a hazard; known: sched_ext, nested"));
 }
 
 // The probe reads this machine's own vulnerability files, all of them.
