@@ -121,7 +121,9 @@ EOF
   ns_pids+=("$unshare_pid")
   wait_until 10 pgrep -P "$unshare_pid" >/dev/null || fail "no namespace init for $host"
   NS_INIT=$(pgrep -P "$unshare_pid")
-  host_connected() { csctl hosts get "$1" -o json | grep -q '"connected": true'; }
+  # grep without -q reads to the end: with pipefail, a grep that quits at
+  # the first match can fail the pipeline with csctl's SIGPIPE.
+  host_connected() { csctl hosts get "$1" -o json | grep '"connected": true' >/dev/null; }
   wait_until 30 host_connected "$host" || fail "$host's agent did not connect to csd"
 }
 
@@ -156,7 +158,7 @@ start_host hv-b
 init_b=$NS_INIT
 # hv-b's first (empty) Report, then at least one minimum Report gap (1 s):
 # the baseline holds everything before the destination's QEMU exists.
-reported() { csctl hosts get hv-b -o json | grep -q '"last_seen_time"'; }
+reported() { csctl hosts get hv-b -o json | grep '"last_seen_time"' >/dev/null; }
 wait_until 30 reported || fail "hv-b's agent never reported"
 sleep 1.5
 rev_base=$(metric "$csd_metrics" cosched_store_revision)

@@ -176,7 +176,7 @@ copy_with_libs() {  # FILE DEST_NAME
   # link; cp would otherwise write through the link over busybox itself.
   rm -f "$root/usr/bin/$name"
   cp -L "$file" "$root/usr/bin/$name"
-  if ldd "$file" 2>/dev/null | grep -q 'not found'; then
+  if ldd "$file" 2>/dev/null | grep 'not found' >/dev/null; then
     die "$file needs libraries this machine lacks: $(ldd "$file" | grep 'not found' | tr -s ' \t\n' ' ')"
   fi
   # ldd prints "libx.so.1 => /path/libx.so.1 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)".
