@@ -24,6 +24,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
+#include "server/agent_input.h"
 #include "server/desired_state_internal.h"
 #include "server/vm_presence.h"
 
@@ -121,65 +122,16 @@ using internal::kMaxPageSize;
 using internal::kMaxTrustGroupLength;
 using internal::PolicyOf;
 using internal::RecordReceiverChanges;
+using internal::ValidateEnforcement;
+using internal::ValidatePreflight;
+using internal::ValidateStatsCores;
+using internal::ValidateTopology;
 using internal::ValidateOptionalId;
 
 using google::protobuf::util::TimeUtil;
 
 constexpr int kMaxReportedVms = 10000;
-constexpr int kMaxCores = 4096;
-constexpr int kMaxSiblings = 8;
-constexpr int kMaxCpuId = 65535;
-// KVM's limit of vCPUs per VM on x86.
-constexpr int kMaxVcpus = 4096;
 constexpr size_t kMaxVersionLength = 64;
-constexpr size_t kMaxErrorLength = 1024;
-// What an agent's preflight may hold (host/preflight.cc keeps far less).
-constexpr int kMaxHazards = 32;
-constexpr int kMaxVulnerabilities = 128;
-constexpr size_t kMaxPreflightValue = 1024;
-
-// INVALID_ARGUMENT naming `field`.<what> when a preflight (Register's
-// capabilities, each Report) holds more than csd keeps.
-absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight& p) {
-  auto too_long = [&](const std::string& what, const std::string& value) -> absl::Status {
-    if (value.size() <= kMaxPreflightValue) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(field, ".", what, " must be at most ",
-                                                   kMaxPreflightValue, " bytes"));
-  };
-  if (p.hazards_size() > kMaxHazards || p.allowed_hazards_size() > kMaxHazards) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".hazards must have at most ", kMaxHazards, " entries"));
-  }
-  if (p.vulnerabilities_size() > kMaxVulnerabilities) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".vulnerabilities must have at most ", kMaxVulnerabilities, " entries"));
-  }
-  for (const auto& [what, value] :
-       {std::pair<const char*, const std::string*>{"kernel_release", &p.kernel_release()},
-        {"smt_control", &p.smt_control()},
-        {"sched_ext_state", &p.sched_ext_state()},
-        {"sched_ext_ops", &p.sched_ext_ops()},
-        {"nested_detail", &p.nested_detail()}}) {
-    RETURN_IF_ERROR(too_long(what, *value));
-  }
-  for (const auto& [name, list] :
-       {std::pair{"hazards", &p.hazards()}, {"allowed_hazards", &p.allowed_hazards()}}) {
-    for (int i = 0; i < list->size(); ++i) {
-      const std::string at = absl::StrCat(name, "[", i, "]");
-      if ((*list)[i].name().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".", at, ".name must be set"));
-      }
-      RETURN_IF_ERROR(too_long(at + ".name", (*list)[i].name()));
-      RETURN_IF_ERROR(too_long(at + ".detail", (*list)[i].detail()));
-    }
-  }
-  for (int i = 0; i < p.vulnerabilities_size(); ++i) {
-    const std::string at = absl::StrCat("vulnerabilities[", i, "]");
-    RETURN_IF_ERROR(too_long(at + ".name", p.vulnerabilities(i).name()));
-    RETURN_IF_ERROR(too_long(at + ".status", p.vulnerabilities(i).status()));
-  }
-  return absl::OkStatus();
-}
 
 // Runs `done` with the outcome of a write whose result `fn` fills in.
 template <typename T>
@@ -207,84 +159,6 @@ absl::Status ValidateIsolationEnum(absl::string_view field, int value) {
   if (!v1::IsolationLevel_IsValid(value)) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, " must be one of vm, tenant, none, dedicated (or unset)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateTopology(const v1::Topology& topology) {
-  if (topology.cores_size() > kMaxCores) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("topology.cores has ", topology.cores_size(),
-                     " entries; at most ", kMaxCores, " are allowed"));
-  }
-  std::set<int> seen;
-  for (int i = 0; i < topology.cores_size(); ++i) {
-    const v1::Core& core = topology.cores(i);
-    if (core.cpus_size() < 1 || core.cpus_size() > kMaxSiblings) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("topology.cores[", i, "].cpus must list 1 to ",
-                       kMaxSiblings, " CPU ids"));
-    }
-    for (int cpu : core.cpus()) {
-      if (cpu < 0 || cpu > kMaxCpuId) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "topology.cores[", i, "].cpus has ", cpu,
-            "; CPU ids must be between 0 and ", kMaxCpuId));
-      }
-      if (!seen.insert(cpu).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "topology.cores[", i, "].cpus has CPU ", cpu,
-            " which another core lists too"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// A window's core figures index the topology the host registered; one
-// past it would be summed into a core csd cannot name. A host that
-// registered no cores cannot be checked (and has no core figures to show).
-absl::Status ValidateStatsCores(
-    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
-    const v1::Topology& topology) {
-  if (topology.cores().empty()) return absl::OkStatus();
-  for (int i = 0; i < stats.size(); ++i) {
-    for (int j = 0; j < stats[i].cores_size(); ++j) {
-      const int32_t core = stats[i].cores(j).core();
-      if (core >= topology.cores_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "stats[", i, "].cores[", j, "].core is ", core,
-            "; it must index the host's registered topology, which has ",
-            topology.cores_size(), " cores (register again after a CPU change)"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateEnforcement(absl::string_view field,
-                                 const v1::VMEnforcement& e) {
-  if (!v1::EnforcementState_IsValid(e.state())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".state is not a known enforcement state"));
-  }
-  if (e.threads_found() < 0 || e.threads_tagged() < 0 ||
-      e.threads_wrong() < 0 || e.threads_untaggable() < 0 || e.vcpus() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " thread and vcpus counts must not be negative"));
-  }
-  if (e.vcpus() > kMaxVcpus) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".vcpus must be at most ", kMaxVcpus));
-  }
-  if (e.last_error().size() > kMaxErrorLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".last_error must be at most ", kMaxErrorLength, " bytes"));
-  }
-  if (e.applied_trust_group().size() > kMaxErrorLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".applied_trust_group must be at most ", kMaxErrorLength,
-        " bytes"));
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,35 @@
+// The checks of what agents send csd (Register, Report): every figure and
+// string an agent reports is bounded and named in the error, so a broken or
+// hostile agent cannot make csd store garbage or grow without bound.
+#ifndef COSCHED_SERVER_AGENT_INPUT_H_
+#define COSCHED_SERVER_AGENT_INPUT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/agent.pb.h"
+#include "cosched/v1/types.pb.h"
+
+namespace cosched::server::internal {
+
+// At most 4096 cores of 1-8 CPUs, ids 0-65535, none listed twice.
+absl::Status ValidateTopology(const v1::Topology& topology);
+
+// A window's core figures index the topology the host registered; one
+// past it would be summed into a core csd cannot name. A host that
+// registered no cores cannot be checked (and has no core figures to show).
+absl::Status ValidateStatsCores(
+    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+    const v1::Topology& topology);
+
+// A known state, counts not negative, vcpus and strings bounded.
+absl::Status ValidateEnforcement(absl::string_view field, const v1::VMEnforcement& e);
+
+// INVALID_ARGUMENT naming `field`.<what> when a preflight (Register's
+// capabilities, each Report) holds more than csd keeps.
+absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight& p);
+
+}  // namespace cosched::server::internal
+
+#endif  // COSCHED_SERVER_AGENT_INPUT_H_
