@@ -17,8 +17,11 @@
 // sample could not keep up under emulation), prints every change of a
 // thread's cookie between two samples ("change +MS pid tid OLD -> NEW comm")
 // and a last line "samples N changes C threads_appeared A threads_gone G".
-// Threads that appear or go are counted, not changes. Exit: 0 no change,
-// 1 some change (or a process is gone), 2 usage.
+// Threads that appear or go are counted, not changes. SIGTERM ends the
+// sampling early, after the sample in progress, with the same last line: a
+// scenario stops the sampler once what it watches is over, instead of
+// waiting out a SECONDS long enough for the slowest machine. Exit: 0 no
+// change, 1 some change (or a process is gone), 2 usage.
 //
 //   lab_cookies --kill-on-cookie PID VICTIM TIMEOUT_MS
 //
@@ -122,8 +125,15 @@ int Usage() {
   return 2;
 }
 
+volatile sig_atomic_t g_stop_watch = 0;
+void StopWatch(int) { g_stop_watch = 1; }
+
 int Watch(int interval_ms, int seconds, const std::vector<long>& pids) {
   using Clock = std::chrono::steady_clock;
+  struct sigaction stop {};
+  stop.sa_handler = StopWatch;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGTERM, &stop, nullptr);
   auto sample = [&pids](bool* gone) {
     std::map<std::pair<long, long>, ThreadCookie> m;
     std::vector<ThreadCookie> rows;
@@ -150,7 +160,7 @@ int Watch(int interval_ms, int seconds, const std::vector<long>& pids) {
   auto next = start;
   while (true) {
     next += std::chrono::milliseconds(interval_ms);
-    if (next > end) break;
+    if (next > end || g_stop_watch) break;
     std::this_thread::sleep_until(next);
     auto now = sample(&gone);
     ++samples;

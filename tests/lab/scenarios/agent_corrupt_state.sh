@@ -14,8 +14,9 @@
 set -u
 trap lab_keep_logs EXIT
 
-# How long the sampler runs; the scenario fails if it ends before csd's
-# state is back, since then the end was not watched.
+# The longest the sampler may run: it is stopped once csd's state is back,
+# and the scenario fails if it ended before that, since then the end was
+# not watched.
 watch_s=120
 
 lab_start_vm vm-1 -smp 2 --duty 30
@@ -114,6 +115,7 @@ lab_wait_for 10 sh -c "head -c 20 $state | grep -q cs-agent-assignments" ||
   lab_fail "the sampler ended before csd's state was back: raise watch_s"
 lab_result "csd back" "every VM enforced, vm-1 and vm-2 share $(lab_cookies_of "$vm1") again"
 
+kill -TERM "$sampler"
 wait "$sampler"
 cp /tmp/watch.txt "$LAB_OUT/" 2>/dev/null
 lab_result "sampler" "$(tail -1 /tmp/watch.txt)"

@@ -54,6 +54,10 @@ done_at=$(cut -d' ' -f1 /proc/uptime)
 cookie=$(lab_one_cookie "$vm")
 lab_result "after restart" "all $threads threads hold $cookie, $(awk -v a="$started" -v b="$done_at" 'BEGIN{printf "%.2f", b - a}') s after the agent restarted"
 lab_wait_enforced vm-big
+# A second more of samples past enforcement, then the sampler stops (30 s
+# is its limit, not the time it needs).
+sleep 1
+kill -TERM "$sampler"
 wait "$sampler"
 cp /tmp/watch.txt "$LAB_OUT/" 2>/dev/null
 summary=$(tail -1 /tmp/watch.txt)
