@@ -1,31 +1,70 @@
 #!/usr/bin/env bash
 # Runs every test of cosched: unit, integration, libvirt and the lab (a
-# core-scheduling kernel under QEMU), then the fuzzers
-# (docs/fuzzing.md). Installs what it needs first. Arguments go to the first ctest.
+# core-scheduling kernel under QEMU), then the fuzzers (docs/fuzzing.md).
+# Installs what it needs first. With arguments, runs only `ctest ARGS` in
+# build/ (a label, a name: docs/lab.md), without the fuzzers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$(nproc)"
-# Lab and libvirt tests are RUN_SERIAL (they need the whole machine).
-stamp=$(mktemp)
-status=0
-(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@") || status=$?
-# What the lab scenarios of this run measured (ctest shows a passing test's
-# output only with -V): foreign shares before and after tagging, tagging
-# gaps, reconcile times, the libvirt side-by-side table.
-find build/tests/lab/out -name results.txt -newer "$stamp" 2>/dev/null | sort |
-  while read -r figures; do
-    echo "--- lab.$(basename "$(dirname "$figures")") figures ---"
-    cat "$figures"
-  done
-rm -f "$stamp"
-[ "$status" = 0 ] || exit "$status"
 
-# The libFuzzer targets, in a build of their own (clang, ASan, UBSan): each
-# fuzzes ~30 s from its seeds and replays its regressions, two at a time.
-cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++-14 -DCOSCHED_FUZZ=ON
-cmake --build build-fuzz -j"$(nproc)" --target cosched_fuzzers
-(cd build-fuzz && ctest --output-on-failure -j2 -L fuzz)
+# What the lab scenarios of a ctest run measured (ctest shows a passing
+# test's output only with -V): foreign shares before and after tagging,
+# tagging gaps, reconcile times, the libvirt side-by-side table.
+show_lab_figures() {  # STAMP: results written after it
+  find build/tests/lab/out -name results.txt -newer "$1" 2>/dev/null | sort |
+    while read -r figures; do
+      echo "--- lab.$(basename "$(dirname "$figures")") figures ---"
+      cat "$figures"
+    done
+}
+run_ctest() { (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@"); }
+
+stamp=$(mktemp)
+trap 'rm -f "$stamp"' EXIT
+if [ $# -gt 0 ]; then
+  status=0
+  run_ctest "$@" || status=$?
+  show_lab_figures "$stamp"
+  exit "$status"
+fi
+
+# The libFuzzer targets need a build of their own (clang, ASan, UBSan). It
+# runs at low priority beside the tests that are not the lab: those mostly
+# wait (partition_test alone holds a partition for 150 s) and leave the CPUs
+# idle. The lab waits for it: its RUN_SERIAL scenarios want the machine.
+fuzz_log=$(mktemp)
+(
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER=clang++-14 -DCOSCHED_FUZZ=ON &&
+    nice -n 10 cmake --build build-fuzz -j"$(nproc)" --target cosched_fuzzers
+) >"$fuzz_log" 2>&1 &
+fuzz_build=$!
+
+failed=()
+run_ctest -LE lab || failed+=("ctest -LE lab")
+fuzz_status=0
+wait "$fuzz_build" || fuzz_status=$?
+if [ "$fuzz_status" != 0 ]; then
+  echo "--- the fuzz build failed (status $fuzz_status) ---"
+  tail -n 60 "$fuzz_log"
+  failed+=("fuzz build")
+fi
+rm -f "$fuzz_log"
+
+run_ctest -L lab || failed+=("ctest -L lab")
+show_lab_figures "$stamp"
+
+# Each fuzzer runs ~30 s from its seeds and replays its regressions, two at
+# a time.
+if [ "$fuzz_status" = 0 ]; then
+  (cd build-fuzz && ctest --output-on-failure -j2 -L fuzz) || failed+=("fuzzers")
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: failed: ${failed[*]}"
+  exit 1
+fi
+echo "test.sh: every test passed"
