@@ -68,7 +68,19 @@ absl::Status ValidateTenantPolicy(const v1::TenantPolicy& policy) {
         "policy.forced_idle_budget_pct must be between 0 and 100 (percent of "
         "host CPU time), or unset for no budget");
   }
+  if (!v1::PolicyMode_IsValid(policy.mode())) {
+    return absl::InvalidArgumentError(
+        "policy.mode must be fixed or auto (or unset for fixed)");
+  }
   return absl::OkStatus();
+}
+
+bool IsAuto(const v1::TenantPolicy& policy) {
+  return policy.mode() == v1::POLICY_MODE_AUTO;
+}
+
+bool Applies(const v1::TenantPolicy& policy) {
+  return !policy.has_apply() || policy.apply();
 }
 
 bool IsAllowed(const v1::TenantPolicy& policy, v1::IsolationLevel level) {

@@ -33,8 +33,17 @@ v1::TenantPolicy DefaultTenantPolicy(absl::string_view tenant_id);
 
 // INVALID_ARGUMENT naming the field: bad tenant id, UNSPECIFIED or unknown
 // levels, duplicates, a default level that is not allowed, or a
-// forced_idle_budget_pct outside 0-100 (or NaN).
+// forced_idle_budget_pct outside 0-100 (or NaN), or an unknown mode. A
+// tenant in mode auto that allows only `none` is valid: there is nothing
+// for the engine to decide.
 absl::Status ValidateTenantPolicy(const v1::TenantPolicy& policy);
+
+// Mode auto: the engine decides the levels of the tenant's VMs tagged
+// without one.
+bool IsAuto(const v1::TenantPolicy& policy);
+// The engine writes its decisions for the tenant (apply unset or true);
+// false is a dry run.
+bool Applies(const v1::TenantPolicy& policy);
 
 // True when `policy` allows `level` (an empty allowed list allows all).
 bool IsAllowed(const v1::TenantPolicy& policy, v1::IsolationLevel level);

@@ -42,6 +42,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   for (const v1::ClassConflict& c : config.class_conflicts()) {
     options.class_conflicts.emplace_back(c.a(), c.b());
   }
+  options.engine = EngineOptionsFromConfig(config.engine());
   if (config.store().has_etcd()) {
     const v1::EtcdStoreConfig& etcd = config.store().etcd();
     store::EtcdStoreOptions store;
@@ -157,6 +158,7 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
     }
   }
   if (options.etcd_store) RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
+  RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
   return Authorizer::Create(options.authz).status();
 }
 

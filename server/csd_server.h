@@ -18,6 +18,7 @@
 #include "server/authz.h"
 #include "server/csd_metrics.h"
 #include "server/desired_state.h"
+#include "server/engine_options.h"
 #include "server/services.h"
 #include "store/etcd_store.h"
 #include "store/store.h"
@@ -52,6 +53,8 @@ struct CsdOptions {
   int64_t host_stale_after_s = 60;
   // The store in etcd; unset: SQLite in data_dir.
   std::optional<store::EtcdStoreOptions> etcd_store;
+  // The policy engine's loop (tenants in mode auto).
+  EngineOptions engine;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
@@ -61,7 +64,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
 // audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
-// roles[i], tokens[i], store.etcd.*) and the rule. Files named by tls are read by Start;
+// roles[i], tokens[i], store.etcd.*, engine.*) and the rule. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
 

@@ -167,5 +167,28 @@ TEST(ValidateTenantPolicy, ForcedIdleBudgetIsAPercentage) {
   }
 }
 
+TEST(ValidateTenantPolicy, ModeIsFixedOrAutoAndAutoWithOnlyNoneIsValid) {
+  v1::TenantPolicy policy = DefaultTenantPolicy("acme");
+  EXPECT_FALSE(IsAuto(policy));
+  EXPECT_TRUE(Applies(policy));
+  policy.set_mode(v1::POLICY_MODE_AUTO);
+  EXPECT_OK(ValidateTenantPolicy(policy));
+  EXPECT_TRUE(IsAuto(policy));
+  policy.set_apply(false);
+  EXPECT_FALSE(Applies(policy));
+  policy.set_mode(v1::POLICY_MODE_FIXED);
+  EXPECT_OK(ValidateTenantPolicy(policy));
+  EXPECT_FALSE(IsAuto(policy));
+
+  v1::TenantPolicy none_only = Policy("acme", v1::ISOLATION_LEVEL_NONE, {v1::ISOLATION_LEVEL_NONE});
+  none_only.set_mode(v1::POLICY_MODE_AUTO);
+  EXPECT_OK(ValidateTenantPolicy(none_only));
+
+  policy.set_mode(static_cast<v1::PolicyMode>(7));
+  absl::Status s = ValidateTenantPolicy(policy);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("policy.mode must be fixed or auto"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace cosched::policy

@@ -133,5 +133,49 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
   EXPECT_EQ(list(), std::vector<std::string>{"vm-new"});
 }
 
+TEST(CsdOptions, TheEngineBlockComesFromTheConfigWithDefaults) {
+  EngineOptions defaults = CsdOptionsFromConfig(v1::CsdConfig()).engine;
+  EXPECT_EQ(defaults.replan_interval, std::chrono::seconds(60));
+  EXPECT_EQ(defaults.hysteresis.min_gain, 0.03);
+  EXPECT_EQ(defaults.hysteresis.min_dwell, std::chrono::seconds(600));
+  EXPECT_EQ(defaults.hysteresis.max_changes_per_hour, 4);
+  EXPECT_EQ(defaults.budget.windows, 3);
+  EXPECT_OK(ValidateEngineOptions(defaults));
+
+  v1::CsdConfig config;
+  ASSERT_OK(ParseYamlConfig("engine:\n  replan_interval_s: 30\n  min_gain: 0\n"
+                            "  min_dwell_s: 0\n  max_changes_per_hour: 10\n"
+                            "  budget_windows: 5\n",
+                            "csd.yaml", &config));
+  EngineOptions set = CsdOptionsFromConfig(config).engine;
+  EXPECT_EQ(set.replan_interval, std::chrono::seconds(30));
+  EXPECT_EQ(set.hysteresis.min_gain, 0);
+  EXPECT_EQ(set.hysteresis.min_dwell, std::chrono::seconds(0));
+  EXPECT_EQ(set.hysteresis.max_changes_per_hour, 10);
+  EXPECT_EQ(set.budget.windows, 5);
+  EXPECT_OK(ValidateCsdOptions(CsdOptionsFromConfig(config)));
+}
+
+TEST(CsdOptions, AnEngineSettingOutOfRangeIsRefusedNamingTheFieldAndTheRule) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"replan_interval_s: 5", "engine.replan_interval_s must be 10 to 86400 seconds"},
+      {"replan_interval_s: 86401", "engine.replan_interval_s must be 10 to 86400 seconds"},
+      {"min_gain: 1.5", "engine.min_gain must be between 0 and 1"},
+      {"min_gain: -0.1", "engine.min_gain must be between 0 and 1"},
+      {"min_dwell_s: -1", "engine.min_dwell_s must be 0 to 86400 seconds"},
+      {"max_changes_per_hour: 0", "engine.max_changes_per_hour must be between 1 and 60"},
+      {"max_changes_per_hour: 61", "engine.max_changes_per_hour must be between 1 and 60"},
+      {"budget_windows: 0", "engine.budget_windows must be between 1 and 100"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    SCOPED_TRACE(yaml);
+    v1::CsdConfig config;
+    ASSERT_OK(ParseYamlConfig("engine:\n  " + yaml + "\n", "csd.yaml", &config));
+    absl::Status valid = ValidateCsdOptions(CsdOptionsFromConfig(config));
+    EXPECT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(valid.message().find(message), std::string::npos) << valid;
+  }
+}
+
 }  // namespace
 }  // namespace cosched::server

@@ -1,0 +1,41 @@
+#include "server/engine_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace cosched::server {
+
+EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config) {
+  EngineOptions options;
+  if (config.has_replan_interval_s()) {
+    options.replan_interval = std::chrono::seconds(config.replan_interval_s());
+  }
+  if (config.has_min_gain()) options.hysteresis.min_gain = config.min_gain();
+  if (config.has_min_dwell_s()) {
+    options.hysteresis.min_dwell = std::chrono::seconds(config.min_dwell_s());
+  }
+  if (config.has_max_changes_per_hour()) {
+    options.hysteresis.max_changes_per_hour = config.max_changes_per_hour();
+  }
+  if (config.has_budget_windows()) options.budget.windows = config.budget_windows();
+  return options;
+}
+
+absl::Status ValidateEngineOptions(const EngineOptions& options) {
+  const int64_t interval = options.replan_interval.count();
+  if (interval < 10 || interval > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.replan_interval_s must be 10 to 86400 seconds (unset: 60), got ", interval));
+  }
+  // Checked here under its config name; ValidateHysteresis knows it as a
+  // duration.
+  const int64_t dwell = options.hysteresis.min_dwell.count();
+  if (dwell < 0 || dwell > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.min_dwell_s must be 0 to 86400 seconds (unset: 600), got ", dwell));
+  }
+  RETURN_IF_ERROR(policy::ValidateHysteresis(options.hysteresis, "engine"));
+  return policy::ValidateBudgetWatch(options.budget, "engine.budget_windows");
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,38 @@
+// The settings of csd's policy engine (csd.yaml's `engine:` block), apart
+// from the loop that uses them so that csd's options can carry them.
+#ifndef COSCHED_SERVER_ENGINE_OPTIONS_H_
+#define COSCHED_SERVER_ENGINE_OPTIONS_H_
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "cosched/v1/config.pb.h"
+#include "policy/budget_watch.h"
+#include "policy/replan_gate.h"
+
+namespace cosched::server {
+
+struct EngineOptions {
+  // Every host with VMs the engine manages is re-planned this often, with
+  // the stats reported since; changes on a host re-plan it at once.
+  std::chrono::seconds replan_interval{60};
+  policy::HysteresisOptions hysteresis;
+  // Re-plan intervals of measured forced idle over budget before the
+  // engine acts on the measurement.
+  policy::BudgetWatchOptions budget;
+  // Simulated seconds of each prediction: long enough to average bursts
+  // out, short enough that a host plans in milliseconds.
+  double predict_s = 2;
+};
+
+// Unset fields keep EngineOptions' defaults.
+EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config);
+
+// INVALID_ARGUMENT naming engine.<field> and its rule: replan_interval_s
+// 10 to 86400, min_gain 0 to 1, min_dwell_s 0 to 86400,
+// max_changes_per_hour 1 to 60, budget_windows 1 to 100.
+absl::Status ValidateEngineOptions(const EngineOptions& options);
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_ENGINE_OPTIONS_H_
