@@ -341,13 +341,8 @@ std::vector<Candidate> CandidateLayouts(const Scenario& scenario,
   return candidates;
 }
 
-// Step 4: predicts each layout and chooses: the best throughput within the
-// tenants' forced-idle budget (by at least min_gain over the simplest),
-// else the least forced idle. Returns each layout's prediction.
-absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
-    const Scenario& scenario, const SimParams& params, const PlanOptions& options,
-    const std::vector<VmInstance>& vms, const std::vector<Candidate>& candidates,
-    HostPlan& plan, size_t& chosen) {
+// The least of the scenario's budget and those of the tenants on the host.
+std::optional<double> LeastBudget(const Scenario& scenario, const std::vector<VmInstance>& vms) {
   std::optional<double> budget = scenario.forced_idle_budget_pct;
   std::set<std::string> tenants_here;
   for (const VmInstance& vm : vms) tenants_here.insert(vm.tenant);
@@ -357,6 +352,17 @@ absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
       budget = std::min(budget.value_or(100.0), *t.forced_idle_budget_pct);
     }
   }
+  return budget;
+}
+
+// Step 4: predicts each layout and chooses: the best throughput within the
+// tenants' forced-idle budget (by at least min_gain over the simplest),
+// else the least forced idle. Returns each layout's prediction.
+absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
+    const Scenario& scenario, const SimParams& params, const PlanOptions& options,
+    const std::vector<VmInstance>& vms, const std::vector<Candidate>& candidates,
+    HostPlan& plan, size_t& chosen) {
+  const std::optional<double> budget = LeastBudget(scenario, vms);
   plan.forced_idle_budget_pct = budget;
   SimRun run;
   run.seed = scenario.seed + 1;
@@ -468,6 +474,45 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
                    PredictAndChoose(scenario, params, options, vms, candidates, plan, chosen));
   ExplainPins(vms, base, busy, predicted, chosen, plan);
   return plan;
+}
+
+absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario) {
+  HostPlan plan;
+  RETURN_IF_ERROR(DecideGroups(scenario, ExpandInstances(scenario), plan));
+  return std::move(plan.vms);
+}
+
+absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
+                                             std::vector<VmDecision>& layout,
+                                             const SimParams& params,
+                                             const PlanOptions& options) {
+  const std::vector<VmInstance> vms = ExpandInstances(scenario);
+  if (layout.size() != vms.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("layout has ", layout.size(),
+                                                   " VMs; the scenario has ", vms.size()));
+  }
+  HostPlan plan;
+  plan.vms = layout;
+  ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
+  std::vector<std::string> groups;
+  for (const VmDecision& d : layout) groups.push_back(d.trust_group);
+  SimConfig config;
+  config.mode = SmtMode::kCoreSched;
+  config.cookie = CookiesOf(groups);
+  config.pin_cpus = base.pins;
+  SimRun run;
+  run.seed = scenario.seed + 1;
+  run.duration_s = std::min(scenario.duration_s, options.predict_s);
+  ASSIGN_OR_RETURN(SimResult result, Simulate(scenario, config, params, run));
+  for (size_t v = 0; v < layout.size(); ++v) layout[v].pin_cpus = base.pins[v];
+  const std::optional<double> budget = LeastBudget(scenario, vms);
+  CandidateScore score;
+  score.name = "groups";
+  score.predicted_throughput = result.total_throughput;
+  score.predicted_forced_idle_pct = result.forced_idle_pct;
+  score.predicted_cross_tenant_pct = result.cross_tenant_pct;
+  score.within_budget = !budget.has_value() || result.forced_idle_pct <= *budget;
+  return score;
 }
 
 absl::StatusOr<ModeResult> RunMode(const Scenario& scenario, Mode mode,

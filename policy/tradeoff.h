@@ -86,6 +86,25 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
                                   const SimParams& params = SimParams(),
                                   const PlanOptions& options = PlanOptions());
 
+// Step 1 of PlanHost alone: each VM's level and trust group (the most
+// relaxed level its tenant allows; `dedicated` where that is the tenant's
+// default), with the reasons, in ExpandInstances order. No pinning, no
+// prediction: what csd's engine applies, since assignments carry levels
+// and groups, not pinning.
+absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario);
+
+// Predicts `layout` (one decision per VM of ExpandInstances(scenario), its
+// level and trust group) as agents enforce it: dedicated VMs on whole cores
+// of their own from the top, as PlanHost gives them, the other VMs on the
+// remaining cores, nothing else pinned. Sets each decision's pin_cpus to
+// that, so that CheckLayout can judge it. within_budget is against the
+// least budget of the scenario and the tenants on the host.
+// FAILED_PRECONDITION when the dedicated VMs do not fit.
+absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
+                                             std::vector<VmDecision>& layout,
+                                             const SimParams& params = SimParams(),
+                                             const PlanOptions& options = PlanOptions());
+
 // The simulator configuration of a fixed mode (not kPolicy).
 SimConfig ModeConfig(const Scenario& scenario, Mode mode);
 

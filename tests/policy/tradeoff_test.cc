@@ -1,5 +1,7 @@
 #include "policy/tradeoff.h"
 
+#include "policy/layout_rules.h"
+
 #include <set>
 
 #include "gmock/gmock.h"
@@ -113,6 +115,69 @@ TEST(PlanHost, ForcedIdleBudgetIsReported) {
       EXPECT_TRUE(c.within_budget);
     }
   }
+}
+
+// Four busy-ish 1-vCPU VMs of one tenant on 2 cores: a cookie each leaves
+// siblings idle whenever the other VM of a core sleeps; one cookie for the
+// tenant lets them share.
+constexpr char kFourOfOneTenant[] = R"(
+name: four
+seed: 3
+duration_s: 2
+host: {cores: 2}
+tenants:
+  - {name: acme, isolation: vm, allow: [vm, tenant], forced_idle_budget_pct: 2}
+vms:
+  - {name: a, count: 4, vcpus: 1, tenant: acme, workload: {kind: cpu, util: 0.6}}
+)";
+
+TEST(ChooseGroups, TakesTheMostRelaxedAllowedLevelWithoutPinning) {
+  auto groups = ChooseGroups(Parse(kFourOfOneTenant));
+  ASSERT_OK(groups);
+  ASSERT_EQ(groups->size(), 4u);
+  for (const VmDecision& d : *groups) {
+    EXPECT_EQ(d.isolation, v1::ISOLATION_LEVEL_TENANT) << d.vm;
+    EXPECT_EQ(d.trust_group, "acme/tenant") << d.vm;
+    EXPECT_TRUE(d.pin_cpus.empty()) << d.vm;
+    EXPECT_FALSE(d.reasons.empty()) << d.vm;
+  }
+}
+
+TEST(PredictLayout, OneGroupPerTenantForcesLessIdleThanOnePerVm) {
+  Scenario s = Parse(kFourOfOneTenant);
+  auto relaxed = ChooseGroups(s);
+  ASSERT_OK(relaxed);
+  std::vector<VmDecision> per_vm = *relaxed;
+  for (VmDecision& d : per_vm) {
+    d.isolation = v1::ISOLATION_LEVEL_VM;
+    d.trust_group = "acme/vm/" + d.vm;
+  }
+  auto vm_score = PredictLayout(s, per_vm);
+  auto tenant_score = PredictLayout(s, *relaxed);
+  ASSERT_OK(vm_score);
+  ASSERT_OK(tenant_score);
+  EXPECT_GT(vm_score->predicted_forced_idle_pct, 2.0);
+  EXPECT_FALSE(vm_score->within_budget);
+  EXPECT_LT(tenant_score->predicted_forced_idle_pct, vm_score->predicted_forced_idle_pct);
+  EXPECT_GT(tenant_score->predicted_throughput, vm_score->predicted_throughput);
+  EXPECT_OK(CheckLayout(s, per_vm));
+}
+
+TEST(PredictLayout, DedicatedVmsGetWholeCoresAndTheLayoutPassesTheRules) {
+  Scenario s = Parse(std::string(kTwoTenants) +
+                     "  - {name: d, vcpus: 3, tenant: gold, workload: {kind: cpu}}\n");
+  v1::TenantPolicy gold;
+  gold.set_tenant_id("gold");
+  gold.set_default_isolation(v1::ISOLATION_LEVEL_DEDICATED);
+  s.tenants.push_back({gold, std::nullopt});
+  auto layout = ChooseGroups(s);
+  ASSERT_OK(layout);
+  EXPECT_TRUE(layout->back().pin_cpus.empty());
+  ASSERT_OK(PredictLayout(s, *layout));
+  EXPECT_EQ(layout->back().pin_cpus, (std::vector<int>{6, 7, 14, 15}));
+  EXPECT_OK(CheckLayout(s, *layout));
+  std::vector<VmDecision> short_layout(layout->begin(), layout->end() - 1);
+  EXPECT_EQ(PredictLayout(s, short_layout).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ParseMode, KnowsTheFiveModes) {
