@@ -100,6 +100,7 @@ Role RequiredRole(absl::string_view method) {
       {"GetStats", Role::kViewer},
       {"ListAuditRecords", Role::kViewer},
       {"ExplainVM", Role::kViewer},
+      {"Plan", Role::kViewer},
       {"TagVM", Role::kOperator},
       {"UntagVM", Role::kOperator},
       {"Place", Role::kOperator},

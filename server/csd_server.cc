@@ -221,8 +221,12 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       [fanout](const std::vector<std::string>& hosts, int64_t) {
         fanout->OnCommit(hosts);
       });
+  csd->engine_ = std::make_unique<EngineLoop>(csd->state_.get(), options.engine);
+  EngineLoop* engine = csd->engine_.get();
+  csd->state_->set_layout_observer([engine](const std::string& host) { engine->Trigger(host); });
+  csd->engine_->Start();
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
-      csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
+      csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine);
   csd->agent_service_ = std::make_unique<AgentServiceImpl>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 
@@ -271,6 +275,7 @@ void CsdServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();
+    engine_->Stop();
     // The store's writer tells the fanout of a commit after it answered
     // the write, so a client may already be gone while that call is still
     // to come: wait for the writes in flight (a write after them completes

@@ -18,6 +18,7 @@
 #include "server/authz.h"
 #include "server/csd_metrics.h"
 #include "server/desired_state.h"
+#include "server/engine_loop.h"
 #include "server/engine_options.h"
 #include "server/services.h"
 #include "store/etcd_store.h"
@@ -103,6 +104,9 @@ class CsdServer {
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<DesiredState> state_;
   std::unique_ptr<AssignmentFanout> fanout_;
+  // Stopped before the store drains, destroyed after it: the store's
+  // commits tell it of changes until the end.
+  std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -112,6 +112,13 @@ absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before
   return absl::OkStatus();
 }
 
+absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm) {
+  for (const std::string& host : HostsOf(vm)) {
+    if (ReceivesAssignment(vm, host)) RETURN_IF_ERROR(txn.RecordChange(host, vm.vm_id()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 namespace {
@@ -121,6 +128,7 @@ using internal::kMaxDetailLength;
 using internal::kMaxPageSize;
 using internal::kMaxTrustGroupLength;
 using internal::PolicyOf;
+using internal::RecordAssignmentChange;
 using internal::RecordReceiverChanges;
 using internal::ValidateEnforcement;
 using internal::ValidatePreflight;
@@ -179,13 +187,37 @@ void SetAssignment(v1::VM& vm, const policy::TrustDecision& decision) {
   *a->mutable_interference_classes() = vm.interference_classes();
 }
 
-// Records a change of the assignment itself for every host that receives it.
-absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm) {
-  for (const std::string& host : HostsOf(vm)) {
-    if (ReceivesAssignment(vm, host)) RETURN_IF_ERROR(txn.RecordChange(host, vm.vm_id()));
-  }
-  return absl::OkStatus();
+// Whether retagging `existing` as `wanted` keeps the level the engine chose:
+// it was the engine's, the request names no level, and the tenant is still
+// in mode auto with that level allowed.
+bool KeepsEngineLevel(const v1::VM& existing, const v1::VM& wanted,
+                      const v1::TenantPolicy& policy) {
+  return existing.decision().decided_by() == v1::DECIDED_BY_ENGINE &&
+         wanted.requested_isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED &&
+         policy::IsAuto(policy) && policy::IsAllowed(policy, existing.assignment().isolation());
 }
+
+// The decision record of a level set by TagVM or a policy (decided_at is
+// stamped when it is written).
+v1::LayoutDecision OperatorDecision(const v1::VM& vm, const v1::TenantPolicy& policy) {
+  v1::LayoutDecision decision;
+  decision.set_decided_by(v1::DECIDED_BY_OPERATOR);
+  if (vm.requested_isolation() != v1::ISOLATION_LEVEL_UNSPECIFIED) {
+    decision.add_reasons(absl::StrCat("tagged with isolation ",
+                                      IsolationName(vm.requested_isolation()),
+                                      ": the operator's, the engine never changes it"));
+  } else if (policy::IsAuto(policy)) {
+    decision.add_reasons(absl::StrCat("tenant '", policy.tenant_id(), "' default level ",
+                                      IsolationName(policy.default_isolation()),
+                                      " until the engine decides (mode auto)"));
+  } else {
+    decision.add_reasons(absl::StrCat("tenant '", policy.tenant_id(), "' default level ",
+                                      IsolationName(policy.default_isolation()),
+                                      " (mode fixed)"));
+  }
+  return decision;
+}
+
 
 // Builds a newly tagged VM's presence from what hosts already report of it,
 // so that it is enforced at once rather than at each host's next Report.
@@ -231,6 +263,15 @@ DesiredState::Done<T> DesiredState::ForgettingReports(
 }
 
 template <typename T>
+DesiredState::Done<T> DesiredState::NotifyingLayout(
+    std::shared_ptr<std::optional<std::string>> host_id, Done<T> done) {
+  return [this, host_id, done = std::move(done)](absl::StatusOr<T> result) {
+    if (result.ok() && layout_observer_ && host_id->has_value()) layout_observer_(**host_id);
+    done(std::move(result));
+  };
+}
+
+template <typename T>
 DesiredState::Done<T> DesiredState::ApplyingPlacement(
     std::shared_ptr<PlacementDelta> delta, Done<T> done) {
   // Runs on the store's completion thread in commit order, so the view
@@ -270,12 +311,14 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
   auto audit = std::make_shared<v1::AuditRecord>();
   auto delta = std::make_shared<PlacementDelta>();
   auto hosts = std::make_shared<std::set<std::string>>();
+  auto layout_host = std::make_shared<std::optional<std::string>>();
   WriteAndAnswer<v1::TagVMResponse>(
       store_,
-      [wanted = std::move(wanted), classes, actor, audit, delta, hosts](
+      [wanted = std::move(wanted), classes, actor, audit, delta, hosts, layout_host](
           store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
         *delta = PlacementDelta();
         hosts->clear();
+        layout_host->reset();
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
         if (existing && existing->tenant_id() != wanted.tenant_id()) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -284,12 +327,20 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
               wanted.tenant_id(), "'"));
         }
         ASSIGN_OR_RETURN(auto policy, PolicyOf(txn, wanted.tenant_id()));
+        // Retagging a VM the engine manages keeps the engine's level (its
+        // next re-plan sees the new classes); anything else is the
+        // operator's decision.
+        const bool keep_engine = existing && KeepsEngineLevel(*existing, wanted, policy);
         ASSIGN_OR_RETURN(auto decision,
-                         policy::DecideTrustGroup(wanted.vm_id(),
-                                                  wanted.requested_isolation(),
-                                                  classes, policy));
+                         policy::DecideTrustGroup(
+                             wanted.vm_id(),
+                             keep_engine ? existing->assignment().isolation()
+                                         : wanted.requested_isolation(),
+                             classes, policy));
         v1::VM vm = wanted;
         SetAssignment(vm, decision);
+        *vm.mutable_decision() =
+            keep_engine ? existing->decision() : OperatorDecision(wanted, policy);
         if (existing) {
           vm.set_host_id(existing->host_id());
           *vm.mutable_presence() = existing->presence();
@@ -299,6 +350,9 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
           v1::VM same = *existing;
           same.mutable_assignment()->set_revision(0);
           same.clear_update_time();
+          if (same.decision().decided_by() != v1::DECIDED_BY_ENGINE) {
+            same.mutable_decision()->clear_decided_at();
+          }
           if (google::protobuf::util::MessageDifferencer::Equals(same, vm)) {
             *out.mutable_vm() = *existing;
             out.set_changed(false);
@@ -311,6 +365,7 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
         auto now = TimeUtil::GetCurrentTime();
         if (!existing) *vm.mutable_create_time() = now;
         *vm.mutable_update_time() = now;
+        if (!keep_engine) *vm.mutable_decision()->mutable_decided_at() = now;
         vm.mutable_assignment()->set_revision(revision);
         RETURN_IF_ERROR(txn.PutVm(vm));
         RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
@@ -320,11 +375,14 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
                               audit.get()));
         ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
         delta->vms.push_back(std::move(placed));
+        if (!vm.host_id().empty()) *layout_host = vm.host_id();
         *out.mutable_vm() = std::move(vm);
         out.set_changed(true);
         return absl::OkStatus();
       },
-      ApplyingPlacement(delta, LogAudit(audit, ForgettingReports(hosts, std::move(done)))));
+      ApplyingPlacement(
+          delta, LogAudit(audit, ForgettingReports(
+                                     hosts, NotifyingLayout(layout_host, std::move(done))))));
 }
 
 void DesiredState::UntagVm(const v1::UntagVMRequest& request,
@@ -335,9 +393,10 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
   auto delta = std::make_shared<PlacementDelta>();
   delta->removed_vms.push_back(request.vm_id());
   auto hosts = std::make_shared<std::set<std::string>>();
+  auto layout_host = std::make_shared<std::optional<std::string>>();
   WriteAndAnswer<v1::UntagVMResponse>(
       store_,
-      [vm_id = request.vm_id(), actor, audit, hosts](
+      [vm_id = request.vm_id(), actor, audit, hosts, layout_host](
           store::Transaction& txn, v1::UntagVMResponse& out) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(vm_id));
         if (!existing) {
@@ -347,12 +406,15 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         RETURN_IF_ERROR(txn.DeleteVm(vm_id));
         RETURN_IF_ERROR(RecordReceiverChanges(txn, &*existing, nullptr));
         *hosts = HostsOf(*existing);
+        if (!existing->host_id().empty()) *layout_host = existing->host_id();
         RETURN_IF_ERROR(Audit(txn, actor, "UntagVM", vm_id, &*existing, nullptr,
                               revision, audit.get()));
         out.set_revision(revision);
         return absl::OkStatus();
       },
-      ApplyingPlacement(delta, LogAudit(audit, ForgettingReports(hosts, std::move(done)))));
+      ApplyingPlacement(
+          delta, LogAudit(audit, ForgettingReports(
+                                     hosts, NotifyingLayout(layout_host, std::move(done))))));
 }
 
 void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
@@ -396,10 +458,19 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         auto now = TimeUtil::GetCurrentTime();
         for (v1::VM vm : vms) {
+          // A level the engine chose stays while the new policy allows it,
+          // in either mode: switching auto -> fixed keeps each VM's layout
+          // until it is retagged.
+          const bool keep_engine =
+              vm.decision().decided_by() == v1::DECIDED_BY_ENGINE &&
+              vm.requested_isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED &&
+              policy::IsAllowed(wanted, vm.assignment().isolation());
           ASSIGN_OR_RETURN(auto decision,
-                           policy::DecideTrustGroup(vm.vm_id(),
-                                                    vm.requested_isolation(),
-                                                    ClassesOf(vm), wanted));
+                           policy::DecideTrustGroup(
+                               vm.vm_id(),
+                               keep_engine ? vm.assignment().isolation()
+                                           : vm.requested_isolation(),
+                               ClassesOf(vm), wanted));
           v1::VM updated = vm;
           SetAssignment(updated, decision);
           updated.mutable_assignment()->set_revision(vm.assignment().revision());
@@ -408,6 +479,8 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
           }
           updated.mutable_assignment()->set_revision(revision);
           *updated.mutable_update_time() = now;
+          *updated.mutable_decision() = OperatorDecision(updated, wanted);
+          *updated.mutable_decision()->mutable_decided_at() = now;
           RETURN_IF_ERROR(txn.PutVm(updated));
           RETURN_IF_ERROR(RecordAssignmentChange(txn, updated));
           if (!updated.host_id().empty()) {
@@ -426,7 +499,9 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
         out = std::move(stored);
         return absl::OkStatus();
       },
-      ApplyingPlacement(delta, LogAudit(audit, std::move(done))));
+      ApplyingPlacement(
+          delta, LogAudit(audit, NotifyingLayout(std::make_shared<std::optional<std::string>>(""),
+                                                 std::move(done)))));
 }
 
 void DesiredState::RegisterHost(const v1::RegisterRequest& request,
@@ -645,6 +720,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         }
         RememberReport(report->host_id(),
                        ReportSeen{content, *cores, absl::Now(), *tagged_id});
+        if (layout_observer_) layout_observer_(report->host_id());
         AddReportStats(report, std::move(*tagged_id), std::move(done));
       });
 }

@@ -28,11 +28,26 @@
 
 namespace cosched::server {
 
+// The audit trail's `who` of the policy engine's decisions.
+inline constexpr char kEngineActor[] = "csd:engine";
+
 // Who asks for a change: written to the audit trail with it.
 struct Actor {
   std::string who;
   // The role acted with ("host" for an agent).
   std::string role;
+};
+
+// One VM's layout as the policy engine decided it, against the VM as it
+// was at `expected_revision` (its assignment's revision when planned).
+struct LayoutChange {
+  std::string vm_id;
+  int64_t expected_revision = 0;
+  v1::IsolationLevel isolation = v1::ISOLATION_LEVEL_UNSPECIFIED;
+  std::string trust_group;
+  // Reasons and predicted figures; decided_by and decided_at are set by
+  // ApplyLayout.
+  v1::LayoutDecision decision;
 };
 
 // Thread-safe (the Store serialises writes). Every method validates its
@@ -87,6 +102,18 @@ class DesiredState {
   // writes nothing. FAILED_PRECONDITION for an unregistered host.
   void ApplyReport(const v1::ReportRequest& request,
                    Done<v1::ReportResponse> done);
+  // Writes the policy engine's layout of `host_id`: every change or none,
+  // at one revision, each VM audited (method EngineDecision, who
+  // kEngineActor) with its decision's reasons and predicted figures, and
+  // streamed to the hosts that receive it. A compare-and-set: ABORTED when
+  // a VM's assignment is no longer at its expected_revision (a TagVM or
+  // policy change came first: re-read and re-decide), when it left the
+  // host, or when it is no longer the engine's to decide (tagged with a
+  // level, its tenant not in mode auto); FAILED_PRECONDITION when its
+  // tenant's policy does not allow the level or the group is not the one
+  // the level gives. Answers the revision written.
+  void ApplyLayout(const std::string& host_id, std::vector<LayoutChange> changes,
+                   Done<int64_t> done);
   // Host lifecycle (ControlPlane.DrainHost, UndrainHost, RemoveHost).
   // NOT_FOUND for an unknown host. Removal is FAILED_PRECONDITION while the
   // host's agent is connected (set_connected_check) or VMs are reported
@@ -101,6 +128,21 @@ class DesiredState {
   void set_connected_check(std::function<bool(absl::string_view)> check) {
     connected_ = std::move(check);
   }
+  // Called once a committed write may change what the policy engine would
+  // decide for a host: a VM tagged, retagged or untagged there, a Report
+  // that changed what the host runs (host_id), or a tenant policy changed
+  // (an empty host_id: every host). On the store's completion thread: it
+  // must only take note. Set before serving.
+  void set_layout_observer(std::function<void(const std::string& host_id)> observer) {
+    layout_observer_ = std::move(observer);
+  }
+  // What the engine reads besides the store: the agents' stats and the
+  // class conflicts.
+  const StatsAggregator& stats() const { return stats_; }
+  const std::vector<std::pair<std::string, std::string>>& class_conflicts() const {
+    return conflicts_;
+  }
+  store::Store& store() const { return *store_; }
   // Place chooses only hosts that are connected or reported within this
   // long (default 60 s: six report intervals). Set before serving.
   void set_host_stale_after(absl::Duration d) { host_stale_after_ = d; }
@@ -205,8 +247,14 @@ class DesiredState {
   template <typename T>
   Done<T> ForgettingReports(std::shared_ptr<std::set<std::string>> hosts, Done<T> done);
 
+  // `done`, after telling the layout observer of `host_id` once the write
+  // committed; nothing when it stays unset (no change, a VM on no host).
+  template <typename T>
+  Done<T> NotifyingLayout(std::shared_ptr<std::optional<std::string>> host_id, Done<T> done);
+
   store::Store* store_;
   StatsAggregator stats_;
+  std::function<void(const std::string&)> layout_observer_;
   const std::vector<std::pair<std::string, std::string>> conflicts_;
   PlacementView placement_;
   double explain_predict_s_ = 5;

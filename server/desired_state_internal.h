@@ -53,6 +53,9 @@ void LogAudit(const v1::AuditRecord& record);
 absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before,
                                    const v1::VM* after);
 
+// Records a change of the assignment itself for every host that receives it.
+absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm);
+
 }  // namespace cosched::server::internal
 
 #endif  // COSCHED_SERVER_DESIRED_STATE_INTERNAL_H_

@@ -17,6 +17,7 @@
 #include "policy/trust_group.h"
 #include "server/desired_state.h"
 #include "server/desired_state_internal.h"
+#include "server/host_scenario.h"
 
 namespace cosched::server {
 namespace {
@@ -27,15 +28,6 @@ using internal::PolicyOf;
 constexpr int kMaxPlaceVcpus = 1024;
 // The id the view places a new VM under; it never reaches the store.
 constexpr char kNewVmId[] = "new-vm";
-// Explain reads a VM's load from this much recent stats.
-constexpr int64_t kLoadWindowSeconds = 300;
-// The engine's simulator needs some demand from every VM.
-constexpr double kMinLoad = 0.01;
-// The largest host the engine plans (as for scenario files), and the most
-// vCPUs per hardware thread it simulates: beyond, a plan would take minutes.
-constexpr int kMaxExplainCores = 1024;
-constexpr int kMaxExplainVcpusPerThread = 8;
-
 std::string AllowedLevels(const v1::TenantPolicy& p) {
   if (p.allowed_isolation().empty()) return "all";
   std::vector<std::string> names;
@@ -46,16 +38,13 @@ std::string AllowedLevels(const v1::TenantPolicy& p) {
 }
 
 // Everything ExplainVm reads, from one consistent view of the store.
-struct HostState {
+struct ExplainState {
   v1::VM vm;
-  v1::Host host;
-  std::vector<PlacedVm> vms;  // on the host, by vm_id
-  std::map<std::string, v1::TenantPolicy> policies;
+  HostState host;
 };
 
-absl::StatusOr<HostState> ReadHostState(store::Store& store,
-                                        const std::string& vm_id) {
-  HostState state;
+absl::StatusOr<ExplainState> ReadExplainState(store::Store& store, const std::string& vm_id) {
+  ExplainState state;
   RETURN_IF_ERROR(store.Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
     if (!vm) return absl::NotFoundError(absl::StrCat("vm '", vm_id, "' is not tagged"));
@@ -65,28 +54,13 @@ absl::StatusOr<HostState> ReadHostState(store::Store& store,
       return absl::FailedPreconditionError(absl::StrCat(
           "vm '", vm_id, "' is on no host yet: no agent has reported it"));
     }
-    ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
-    if (!host) {
+    auto host = ReadHostState(txn, host_id);
+    if (!host.ok() && host.status().code() == absl::StatusCode::kFailedPrecondition) {
       return absl::FailedPreconditionError(
           absl::StrCat("host '", host_id, "' of vm '", vm_id, "' is not registered"));
     }
+    if (!host.ok()) return host.status();
     state.host = *std::move(host);
-    store::VmFilter filter;
-    filter.host_id = host_id;
-    store::Page page;
-    page.limit = 1000;
-    while (true) {
-      ASSIGN_OR_RETURN(auto batch, txn.ListVms(filter, page));
-      for (const v1::VM& v : batch) {
-        ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, v));
-        state.vms.push_back(std::move(placed));
-        if (state.policies.count(v.tenant_id()) == 0) {
-          ASSIGN_OR_RETURN(state.policies[v.tenant_id()], PolicyOf(txn, v.tenant_id()));
-        }
-      }
-      if (static_cast<int>(batch.size()) < page.limit) break;
-      page.after = batch.back().vm_id();
-    }
     return absl::OkStatus();
   }));
   return state;
@@ -164,67 +138,18 @@ absl::StatusOr<v1::PlaceResponse> DesiredState::Place(const v1::PlaceRequest& re
 absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
     const v1::ExplainVMRequest& request) {
   RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
-  ASSIGN_OR_RETURN(HostState state, ReadHostState(*store_, request.vm_id()));
+  ASSIGN_OR_RETURN(ExplainState explain, ReadExplainState(*store_, request.vm_id()));
+  const HostState& state = explain.host;
   const v1::Topology& topology = state.host.topology();
-  if (topology.cores().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host '", state.host.host_id(), "' registered no topology"));
-  }
-  if (topology.cores_size() > kMaxExplainCores) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host '", state.host.host_id(), "' has ", topology.cores_size(),
-        " cores; the policy engine plans hosts of at most ", kMaxExplainCores));
-  }
-  int64_t host_vcpus = 0;
-  for (const PlacedVm& vm : state.vms) host_vcpus += std::max(vm.vcpus, 1);
-  if (host_vcpus > int64_t{kMaxExplainVcpusPerThread} * 2 * topology.cores_size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host '", state.host.host_id(), "' runs ", host_vcpus, " vCPUs on ",
-        2 * topology.cores_size(), " threads; the policy engine simulates at most ",
-        kMaxExplainVcpusPerThread, " per thread"));
-  }
-  for (const v1::Core& core : topology.cores()) {
-    if (core.cpus_size() != 2) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "host '", state.host.host_id(), "' has cores with ", core.cpus_size(),
-          " threads; the policy engine models 2 SMT siblings per core"));
-    }
-  }
-
-  policy::Scenario scenario;
-  scenario.name = state.host.host_id();
-  scenario.duration_s = explain_predict_s_;
-  scenario.cores = topology.cores_size();
-  scenario.threads_per_core = 2;
-  scenario.conflicts = conflicts_;
+  ASSIGN_OR_RETURN(policy::Scenario scenario,
+                   HostScenario(state, conflicts_, stats_, explain_predict_s_));
   int vcpus = 1;
   double load = 1.0;
-  for (const PlacedVm& vm : state.vms) {
-    policy::VmSpec spec;
-    spec.name = vm.vm_id;
-    spec.vcpus = std::max(vm.vcpus, 1);
-    spec.tenant = vm.tenant_id;
-    spec.classes = vm.classes;
-    spec.workload.kind = policy::WorkloadKind::kCpu;
-    // Measured load when the agent reported stats for it, else busy.
-    v1::GetStatsResponse stats = stats_.QueryVms({vm.vm_id}, kLoadWindowSeconds);
-    double util = 1.0;
-    const int64_t span = stats.end_unix_ns() - stats.start_unix_ns();
-    if (stats.windows() > 0 && span > 0) {
-      util = static_cast<double>(stats.total().run_ns()) / span / spec.vcpus;
-    }
-    spec.workload.util = std::clamp(util, kMinLoad, 1.0);
-    if (vm.vm_id == state.vm.vm_id()) {
+  for (const policy::VmSpec& spec : scenario.vms) {
+    if (spec.name == explain.vm.vm_id()) {
       vcpus = spec.vcpus;
       load = spec.workload.util;
     }
-    scenario.vms.push_back(std::move(spec));
-  }
-  for (const auto& [tenant, p] : state.policies) {
-    policy::TenantSpec spec;
-    spec.policy = p;
-    if (p.has_forced_idle_budget_pct()) spec.forced_idle_budget_pct = p.forced_idle_budget_pct();
-    scenario.tenants.push_back(std::move(spec));
   }
   policy::PlanOptions options;
   options.predict_s = explain_predict_s_;
@@ -232,16 +157,16 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
                    policy::PlanHost(scenario, policy::SimParams(), options));
   auto decision = std::find_if(plan.vms.begin(), plan.vms.end(),
                                [&](const policy::VmDecision& d) {
-                                 return d.vm == state.vm.vm_id();
+                                 return d.vm == explain.vm.vm_id();
                                });
   if (decision == plan.vms.end()) {
     return absl::InternalError(
-        absl::StrCat("the policy engine made no decision for vm '", state.vm.vm_id(), "'"));
+        absl::StrCat("the policy engine made no decision for vm '", explain.vm.vm_id(), "'"));
   }
 
   v1::ExplainVMResponse response;
-  response.set_vm_id(state.vm.vm_id());
-  response.set_tenant_id(state.vm.tenant_id());
+  response.set_vm_id(explain.vm.vm_id());
+  response.set_tenant_id(explain.vm.tenant_id());
   response.set_host_id(state.host.host_id());
   response.set_isolation(decision->isolation);
   response.set_trust_group(decision->trust_group);
@@ -251,7 +176,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
   for (int cpu : decision->pin_cpus) {
     if (cpu < 0 || cpu >= scenario.cpus()) {
       return absl::InternalError(absl::StrCat("the policy engine pinned vm '",
-                                              state.vm.vm_id(), "' to CPU ", cpu,
+                                              explain.vm.vm_id(), "' to CPU ", cpu,
                                               " of a ", scenario.cpus(), "-CPU host"));
     }
     const v1::Core& core = topology.cores(cpu % scenario.cores);
@@ -276,7 +201,15 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
   response.set_host_vms(static_cast<int>(state.vms.size()));
   response.set_vcpus(vcpus);
   response.set_load(load);
-  *response.mutable_current() = state.vm.assignment();
+  *response.mutable_current() = explain.vm.assignment();
+  *response.mutable_decision() = explain.vm.decision();
+  v1::MeasuredLayout measured = MeasuredOnHost(stats_, state.host.host_id(), scenario.cpus(),
+                                               kLoadWindowSeconds);
+  if (explain.vm.decision().has_predicted() && measured.has_forced_idle_pct()) {
+    measured.set_forced_idle_error_pct(measured.forced_idle_pct() -
+                                       explain.vm.decision().predicted().forced_idle_pct());
+  }
+  *response.mutable_measured() = std::move(measured);
   return response;
 }
 

@@ -198,6 +198,15 @@ grpc::ServerUnaryReactor* ControlPlaneService::ExplainVM(
   return AnswerNow(context, state_->ExplainVm(*request), response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::Plan(grpc::CallbackServerContext* context,
+                                                    const v1::PlanRequest* request,
+                                                    v1::PlanResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "Plan");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  // Like ExplainVM: predictions on this callback thread, a few hosts' worth.
+  return AnswerNow(context, engine_->Plan(*request), response);
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

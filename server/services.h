@@ -10,14 +10,16 @@
 #include "server/assignment_fanout.h"
 #include "server/authz.h"
 #include "server/desired_state.h"
+#include "server/engine_loop.h"
 
 namespace cosched::server {
 
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
  public:
+  // `engine` answers Plan.
   ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
-                      const Authorizer* authz)
-      : state_(state), fanout_(fanout), authz_(authz) {}
+                      const Authorizer* authz, EngineLoop* engine)
+      : state_(state), fanout_(fanout), authz_(authz), engine_(engine) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
                                   const v1::TagVMRequest* request,
@@ -71,11 +73,15 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* ExplainVM(grpc::CallbackServerContext* context,
                                       const v1::ExplainVMRequest* request,
                                       v1::ExplainVMResponse* response) override;
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
+                                 const v1::PlanRequest* request,
+                                 v1::PlanResponse* response) override;
 
  private:
   DesiredState* const state_;
   const AssignmentFanout* const fanout_;
   const Authorizer* const authz_;
+  EngineLoop* const engine_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {

@@ -1,0 +1,378 @@
+#include "server/engine_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "common/validation.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/time_util.h"
+#include "policy/layout_rules.h"
+#include "policy/tradeoff.h"
+#include "policy/trust_group.h"
+#include "server/desired_state_internal.h"
+
+namespace cosched::server {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A write that lost a race is re-planned from a fresh read this many times
+// before the host waits for its next trigger or pass.
+constexpr int kWriteAttempts = 3;
+
+bool EngineManaged(const v1::VM& vm, const v1::TenantPolicy& policy, bool dry_run) {
+  return policy::IsAuto(policy) && vm.requested_isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED &&
+         (dry_run || policy::Applies(policy));
+}
+
+v1::PredictedLayout Predicted(const policy::CandidateScore& score, double gain) {
+  v1::PredictedLayout out;
+  out.set_throughput(score.predicted_throughput);
+  out.set_forced_idle_pct(score.predicted_forced_idle_pct);
+  out.set_cross_tenant_pct(score.predicted_cross_tenant_pct);
+  out.set_gain(gain);
+  return out;
+}
+
+// The least forced-idle budget of the tenants on the host; none: no budget.
+std::optional<double> LeastBudget(const HostState& state) {
+  std::optional<double> budget;
+  for (const auto& [tenant, p] : state.policies) {
+    if (p.has_forced_idle_budget_pct()) {
+      budget = std::min(budget.value_or(100.0), p.forced_idle_budget_pct());
+    }
+  }
+  return budget;
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks)
+    : state_(state), options_(std::move(options)), hooks_(std::move(hooks)) {}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+void EngineLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void EngineLoop::Trigger(const std::string& host_id) {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    if (stopping_) return;
+    triggered_.insert(host_id);
+  }
+  wake_.notify_all();
+}
+
+void EngineLoop::Loop() {
+  auto next_pass = SteadyClock::now() + options_.replan_interval;
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  while (!stopping_) {
+    wake_.wait_until(lock, next_pass, [this] { return stopping_ || !triggered_.empty(); });
+    if (stopping_) break;
+    std::set<std::string> hosts = std::move(triggered_);
+    triggered_.clear();
+    const bool interval = SteadyClock::now() >= next_pass;
+    lock.unlock();
+    if (interval) {
+      RunPass(true);
+      next_pass = SteadyClock::now() + options_.replan_interval;
+    } else if (hosts.count("") != 0) {
+      RunPass(false);
+    } else {
+      for (const std::string& host : hosts) ReplanHost(host);
+    }
+    lock.lock();
+  }
+}
+
+absl::StatusOr<std::set<std::string>> EngineLoop::ManagedHosts(bool dry_run,
+                                                               const std::string& tenant) {
+  std::set<std::string> hosts;
+  std::set<std::string> of_tenant;
+  RETURN_IF_ERROR(state_->store().Read([&](store::Transaction& txn) -> absl::Status {
+    hosts.clear();
+    of_tenant.clear();
+    store::Page page;
+    page.limit = internal::kMaxPageSize;
+    while (true) {
+      ASSIGN_OR_RETURN(auto policies, txn.ListTenantPolicies(page));
+      for (const v1::TenantPolicy& p : policies) {
+        if (!policy::IsAuto(p) || !(dry_run || policy::Applies(p))) continue;
+        store::VmFilter filter;
+        filter.tenant_id = p.tenant_id();
+        ASSIGN_OR_RETURN(auto vms, internal::AllVms(txn, filter));
+        for (const v1::VM& vm : vms) {
+          if (!vm.host_id().empty() && EngineManaged(vm, p, dry_run)) hosts.insert(vm.host_id());
+        }
+      }
+      if (static_cast<int>(policies.size()) < page.limit) break;
+      page.after = policies.back().tenant_id();
+    }
+    if (tenant.empty()) return absl::OkStatus();
+    store::VmFilter filter;
+    filter.tenant_id = tenant;
+    ASSIGN_OR_RETURN(auto vms, internal::AllVms(txn, filter));
+    for (const v1::VM& vm : vms) of_tenant.insert(vm.host_id());
+    return absl::OkStatus();
+  }));
+  if (tenant.empty()) return hosts;
+  std::set<std::string> both;
+  std::set_intersection(hosts.begin(), hosts.end(), of_tenant.begin(), of_tenant.end(),
+                        std::inserter(both, both.end()));
+  return both;
+}
+
+EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
+                                               SteadyClock::time_point now) {
+  auto [it, inserted] = hosts_.try_emplace(state.host.host_id(), options_);
+  if (inserted) {
+    // A csd that restarts holds the layout its predecessor wrote: the
+    // layout's dwell counts from the newest engine decision on the host.
+    std::optional<absl::Time> newest;
+    for (const v1::VM& vm : state.vms) {
+      if (vm.decision().decided_by() != v1::DECIDED_BY_ENGINE) continue;
+      absl::Time at = absl::FromUnixNanos(
+          google::protobuf::util::TimeUtil::TimestampToNanoseconds(vm.decision().decided_at()));
+      newest = std::max(newest.value_or(at), at);
+    }
+    if (newest) {
+      const absl::Duration age = std::max(absl::ZeroDuration(), absl::Now() - *newest);
+      it->second.gate.HeldSince(now - absl::ToChronoSeconds(age));
+    }
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
+    const HostState& state, const HostControl& control, bool dry_run,
+    SteadyClock::time_point now) {
+  std::vector<bool> managed;
+  bool any = false;
+  for (const v1::VM& vm : state.vms) {
+    managed.push_back(EngineManaged(vm, state.policies.at(vm.tenant_id()), dry_run));
+    any = any || managed.back();
+  }
+  if (!any) return std::nullopt;
+
+  ASSIGN_OR_RETURN(policy::Scenario scenario,
+                   HostScenario(state, state_->class_conflicts(), state_->stats(),
+                                options_.predict_s));
+  ASSIGN_OR_RETURN(std::vector<policy::VmDecision> relaxed, policy::ChooseGroups(scenario));
+  std::vector<policy::VmDecision> current, planned;
+  Proposal proposal;
+  v1::HostLayoutPlan& plan = proposal.plan;
+  plan.set_host_id(state.host.host_id());
+  for (size_t v = 0; v < state.vms.size(); ++v) {
+    const v1::VM& vm = state.vms[v];
+    policy::VmDecision d;
+    d.vm = vm.vm_id();
+    d.tenant = vm.tenant_id();
+    d.isolation = vm.assignment().isolation();
+    d.trust_group = vm.assignment().trust_group();
+    current.push_back(d);
+    if (managed[v]) {
+      d.isolation = relaxed[v].isolation;
+      d.trust_group = relaxed[v].trust_group;
+      d.reasons = relaxed[v].reasons;
+    }
+    planned.push_back(std::move(d));
+    if (planned[v].isolation == current[v].isolation &&
+        planned[v].trust_group == current[v].trust_group) {
+      continue;
+    }
+    v1::VMLayoutChange* change = plan.add_changes();
+    change->set_vm_id(vm.vm_id());
+    change->set_tenant_id(vm.tenant_id());
+    change->set_from_isolation(current[v].isolation);
+    change->set_from_trust_group(current[v].trust_group);
+    change->set_to_isolation(planned[v].isolation);
+    change->set_to_trust_group(planned[v].trust_group);
+  }
+  const bool breached = control.watch.breached();
+  if (plan.changes().empty() && !breached) {
+    plan.add_reasons("the host already has the engine's layout");
+    return proposal;
+  }
+  ASSIGN_OR_RETURN(policy::CandidateScore now_score,
+                   policy::PredictLayout(scenario, current, policy::SimParams(),
+                                         {.predict_s = options_.predict_s}));
+  *plan.mutable_current() = Predicted(now_score, 0);
+  if (plan.changes().empty()) {
+    // Over budget with the engine's layout in place: nothing allowed does
+    // better. Flagged (logged, and in the plan's reasons); csd never
+    // migrates VMs.
+    plan.add_reasons(absl::StrFormat(
+        "measured forced idle over the budget for %d re-plan intervals and no allowed "
+        "layout is predicted within it: move VMs to another host (csctl place)",
+        control.watch.consecutive_over()));
+    LOG_EVERY_T(WARNING, 60) << "policy engine: host " << state.host.host_id() << ": "
+                             << plan.reasons(plan.reasons_size() - 1);
+    return proposal;
+  }
+  ASSIGN_OR_RETURN(policy::CandidateScore new_score,
+                   policy::PredictLayout(scenario, planned, policy::SimParams(),
+                                         {.predict_s = options_.predict_s}));
+  const double gain = now_score.predicted_throughput > 0
+                          ? new_score.predicted_throughput / now_score.predicted_throughput - 1
+                          : 0;
+  *plan.mutable_planned() = Predicted(new_score, gain);
+  const std::string summary = absl::StrFormat(
+      "predicted throughput %.2f core-equivalents (now %.2f, gain %+.1f%%), forced idle "
+      "%.1f%% (now %.1f%%), cross-tenant %.1f%% (now %.1f%%)",
+      new_score.predicted_throughput, now_score.predicted_throughput, 100 * gain,
+      new_score.predicted_forced_idle_pct, now_score.predicted_forced_idle_pct,
+      new_score.predicted_cross_tenant_pct, now_score.predicted_cross_tenant_pct);
+  plan.add_reasons(summary);
+  if (absl::Status rules = policy::CheckLayout(scenario, planned); !rules.ok()) {
+    plan.add_reasons(absl::StrCat("refused by the layout rules: ", rules.message()));
+    return proposal;
+  }
+  proposal.kind = breached && new_score.within_budget ? policy::ChangeKind::kBudget
+                                                      : policy::ChangeKind::kGain;
+  if (breached && !new_score.within_budget) {
+    plan.add_reasons("measured forced idle is over the budget and no allowed layout is "
+                     "predicted within it");
+  }
+  const policy::GateVerdict verdict = control.gate.Consider(now, proposal.kind, gain);
+  plan.add_reasons(verdict.reason);
+  bool applies = verdict.allowed;
+  for (size_t v = 0; v < state.vms.size(); ++v) {
+    if (planned[v].trust_group == current[v].trust_group &&
+        planned[v].isolation == current[v].isolation) {
+      continue;
+    }
+    const v1::TenantPolicy& p = state.policies.at(state.vms[v].tenant_id());
+    if (!policy::Applies(p)) {
+      applies = false;
+      continue;
+    }
+    LayoutChange write;
+    write.vm_id = state.vms[v].vm_id();
+    write.expected_revision = state.vms[v].assignment().revision();
+    write.isolation = planned[v].isolation;
+    write.trust_group = planned[v].trust_group;
+    for (const std::string& r : planned[v].reasons) write.decision.add_reasons(r);
+    write.decision.add_reasons(summary);
+    write.decision.add_reasons(verdict.reason);
+    *write.decision.mutable_predicted() = plan.planned();
+    proposal.writes.push_back(std::move(write));
+  }
+  if (applies != verdict.allowed) plan.add_reasons("dry run: a tenant has apply: false");
+  plan.set_would_apply(applies);
+  if (!verdict.allowed) proposal.writes.clear();
+  return proposal;
+}
+
+absl::StatusOr<bool> EngineLoop::ReplanAndApply(const std::string& host_id, bool interval) {
+  for (int attempt = 1;; ++attempt) {
+    HostState state;
+    absl::Status read = state_->store().Read([&](store::Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
+      return absl::OkStatus();
+    });
+    // A host removed since it was named has nothing to plan.
+    if (read.code() == absl::StatusCode::kFailedPrecondition) return false;
+    RETURN_IF_ERROR(read);
+    const SteadyClock::time_point now = hooks_.clock ? hooks_.clock() : SteadyClock::now();
+    HostControl& control = ControlOf(state, now);
+    if (interval && attempt == 1) {
+      const v1::MeasuredLayout measured =
+          MeasuredOnHost(state_->stats(), host_id, 2 * state.host.topology().cores_size(),
+                         options_.replan_interval.count());
+      control.watch.Observe(measured.has_forced_idle_pct() ? measured.forced_idle_pct()
+                                                           : std::nan(""),
+                            LeastBudget(state));
+    }
+    ASSIGN_OR_RETURN(std::optional<Proposal> proposal, Propose(state, control, false, now));
+    if (!proposal || proposal->writes.empty()) return false;
+    if (hooks_.before_write) hooks_.before_write(host_id);
+    std::promise<absl::StatusOr<int64_t>> written;
+    state_->ApplyLayout(host_id, proposal->writes,
+                        [&](absl::StatusOr<int64_t> r) { written.set_value(std::move(r)); });
+    absl::StatusOr<int64_t> revision = written.get_future().get();
+    if (revision.ok()) {
+      control.gate.Changed(now);
+      if (proposal->kind == policy::ChangeKind::kBudget) control.watch.Reset();
+      LOG(INFO) << "policy engine: host " << host_id << " changed "
+                << proposal->writes.size() << " VM(s) at revision " << *revision << ": "
+                << proposal->plan.reasons(0);
+      return true;
+    }
+    if (revision.status().code() != absl::StatusCode::kAborted || attempt == kWriteAttempts) {
+      return revision.status();
+    }
+    VLOG(1) << "policy engine: host " << host_id << ": " << revision.status()
+            << "; re-planning";
+  }
+}
+
+bool EngineLoop::ReplanHost(const std::string& host_id) {
+  std::lock_guard<std::mutex> lock(pass_mu_);
+  absl::StatusOr<bool> changed = ReplanAndApply(host_id, false);
+  LOG_IF_EVERY_N(WARNING, !changed.ok(), 100)
+      << "policy engine: host " << host_id << ": " << changed.status()
+      << " (logged every 100th time)";
+  return changed.value_or(false);
+}
+
+int EngineLoop::RunPass(bool interval) {
+  std::lock_guard<std::mutex> lock(pass_mu_);
+  absl::StatusOr<std::set<std::string>> hosts = ManagedHosts(false, "");
+  if (!hosts.ok()) {
+    LOG_EVERY_N(WARNING, 10) << "policy engine: listing hosts: " << hosts.status();
+    return 0;
+  }
+  int changed = 0;
+  for (const std::string& host : *hosts) {
+    absl::StatusOr<bool> done = ReplanAndApply(host, interval);
+    LOG_IF_EVERY_N(WARNING, !done.ok(), 100)
+        << "policy engine: host " << host << ": " << done.status()
+        << " (logged every 100th time)";
+    if (done.value_or(false)) ++changed;
+  }
+  return changed;
+}
+
+absl::StatusOr<v1::PlanResponse> EngineLoop::Plan(const v1::PlanRequest& request) {
+  if (!request.tenant_id().empty()) RETURN_IF_ERROR(ValidateId("tenant_id", request.tenant_id()));
+  std::lock_guard<std::mutex> lock(pass_mu_);
+  ASSIGN_OR_RETURN(std::set<std::string> hosts, ManagedHosts(true, request.tenant_id()));
+  v1::PlanResponse response;
+  const SteadyClock::time_point now = hooks_.clock ? hooks_.clock() : SteadyClock::now();
+  for (const std::string& host_id : hosts) {
+    HostState state;
+    absl::Status read = state_->store().Read([&](store::Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
+      return absl::OkStatus();
+    });
+    if (read.code() == absl::StatusCode::kFailedPrecondition) continue;
+    RETURN_IF_ERROR(read);
+    auto proposal = Propose(state, ControlOf(state, now), true, now);
+    if (!proposal.ok()) {
+      v1::HostLayoutPlan* failed = response.add_hosts();
+      failed->set_host_id(host_id);
+      failed->add_reasons(absl::StrCat("cannot plan: ", proposal.status().message()));
+      continue;
+    }
+    if (*proposal) *response.add_hosts() = std::move((*proposal)->plan);
+  }
+  return response;
+}
+
+}  // namespace cosched::server

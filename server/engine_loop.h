@@ -1,0 +1,129 @@
+// csd's policy engine as a control loop (issue #15): it re-plans every host
+// that runs VMs the engine manages (VMs of tenants in mode auto, tagged
+// without a level) every replan_interval and whenever DesiredState says
+// something changed there, and writes what it decides through
+// DesiredState::ApplyLayout like any other change.
+//
+// One re-plan of a host: csd's records of it and the agents' recent stats
+// make a policy::Scenario; each engine-managed VM gets the most relaxed
+// level its tenant allows (policy::ChooseGroups), every other VM keeps its
+// assignment; CheckLayout judges the layout, PredictLayout predicts it and
+// the current one; the host's ReplanGate (min_gain, min_dwell,
+// max_changes_per_hour) says whether it may replace the current one, and
+// its BudgetWatch whether measured forced idle has been over the least
+// budget of its tenants for budget_windows re-plan intervals in a row, in
+// which case a layout predicted within budget needs no gain and no dwell.
+// A tenant with apply: false is planned and shown (Plan) but never written.
+//
+// Thread-safe. The loop runs on its own thread once Start() is called;
+// tests call RunPass() instead, with their own clock.
+#ifndef COSCHED_SERVER_ENGINE_LOOP_H_
+#define COSCHED_SERVER_ENGINE_LOOP_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "policy/budget_watch.h"
+#include "policy/replan_gate.h"
+#include "server/desired_state.h"
+#include "server/engine_options.h"
+#include "server/host_scenario.h"
+
+namespace cosched::server {
+
+class EngineLoop {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+  struct Hooks {
+    // The engine's time for hysteresis; nullptr: steady_clock.
+    Clock clock;
+    // Runs after a host's plan is decided and before it is written: tests
+    // race a TagVM into that gap.
+    std::function<void(const std::string& host_id)> before_write;
+  };
+
+  EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks = {});
+  // Stop()s.
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Starts the loop's thread: a pass over every host each replan_interval,
+  // and a re-plan of a host as soon as it is Triggered.
+  void Start();
+  // Ends the thread (after the re-plan it is in); Trigger does nothing
+  // from then on. Idempotent.
+  void Stop();
+  // Something changed on `host_id` (empty: every host). Only takes note.
+  void Trigger(const std::string& host_id);
+
+  // One pass over every host that runs engine-managed VMs. `interval`: the
+  // pass of a replan_interval, whose measured forced idle counts as one
+  // window of each host's BudgetWatch. Returns how many hosts changed.
+  int RunPass(bool interval);
+  // Re-plans one host now, as a trigger does. Whether its layout changed.
+  bool ReplanHost(const std::string& host_id);
+
+  // ControlPlane.Plan: what each host would change now, written or not.
+  // INVALID_ARGUMENT for a bad tenant_id.
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
+
+ private:
+  // What the engine keeps of each host between re-plans.
+  struct HostControl {
+    explicit HostControl(const EngineOptions& options)
+        : gate(options.hysteresis), watch(options.budget) {}
+    policy::ReplanGate gate;
+    policy::BudgetWatch watch;
+  };
+
+  // The plan of a host and the writes it takes (of tenants that apply).
+  struct Proposal {
+    v1::HostLayoutPlan plan;
+    std::vector<LayoutChange> writes;
+    policy::ChangeKind kind = policy::ChangeKind::kGain;
+  };
+
+  // Hosts running engine-managed VMs (of tenants that apply, unless
+  // `dry_run`), and with `tenant` set only those running its VMs.
+  absl::StatusOr<std::set<std::string>> ManagedHosts(bool dry_run, const std::string& tenant);
+  // Plans `state`'s host against `control` (read, not changed). nullopt:
+  // the host runs no VM the engine manages.
+  absl::StatusOr<std::optional<Proposal>> Propose(const HostState& state,
+                                                  const HostControl& control, bool dry_run,
+                                                  std::chrono::steady_clock::time_point now);
+  // Re-plans and, where allowed, writes; re-reads and re-decides when a
+  // write lost a race. Whether the layout changed.
+  absl::StatusOr<bool> ReplanAndApply(const std::string& host_id, bool interval);
+  HostControl& ControlOf(const HostState& state, std::chrono::steady_clock::time_point now);
+  void Loop();
+
+  DesiredState* const state_;
+  const EngineOptions options_;
+  const Hooks hooks_;
+
+  // Serialises re-plans: one host's control is never used by two at once.
+  std::mutex pass_mu_;
+  std::map<std::string, HostControl> hosts_;  // guarded by pass_mu_
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  std::set<std::string> triggered_;  // guarded by wake_mu_; "" = every host
+  bool stopping_ = false;            // guarded by wake_mu_
+  std::thread thread_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_ENGINE_LOOP_H_

@@ -1,0 +1,57 @@
+// A host as the policy engine sees it: csd's records of the host, the VMs
+// it owns and their tenants' policies, read in one transaction, and the
+// policy::Scenario built from them with each VM's measured load. Shared by
+// ExplainVM (policy_queries.cc) and the engine's loop (engine_loop.cc), so
+// that both predict the same host the same way.
+#ifndef COSCHED_SERVER_HOST_SCENARIO_H_
+#define COSCHED_SERVER_HOST_SCENARIO_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "cosched/v1/types.pb.h"
+#include "policy/scenario.h"
+#include "server/placement_view.h"
+#include "server/stats_aggregator.h"
+#include "store/store.h"
+
+namespace cosched::server {
+
+struct HostState {
+  v1::Host host;
+  // The VMs the host owns (VM.host_id), by vm_id; placed[i] is vms[i].
+  std::vector<v1::VM> vms;
+  std::vector<PlacedVm> placed;
+  std::map<std::string, v1::TenantPolicy> policies;
+};
+
+// FAILED_PRECONDITION when the host is not registered; the store's error.
+absl::StatusOr<HostState> ReadHostState(store::Transaction& txn, const std::string& host_id);
+
+// Load per vCPU is measured from this much recent stats.
+inline constexpr int64_t kLoadWindowSeconds = 300;
+
+// The scenario of the host, VMs in `state.vms` order, each a CPU-bound
+// workload at its load measured over the last kLoadWindowSeconds (1 when
+// not reported), predicted for `predict_s` simulated seconds.
+// FAILED_PRECONDITION for hosts the engine cannot plan in reasonable time
+// (no topology, over 1024 cores, over 8 vCPUs per hardware thread) or
+// whose cores are not 2 SMT siblings each.
+absl::StatusOr<policy::Scenario> HostScenario(
+    const HostState& state, const std::vector<std::pair<std::string, std::string>>& conflicts,
+    const StatsAggregator& stats, double predict_s);
+
+// What the host's agent measured over the last `span_seconds`: forced idle
+// in percent of the host's CPU time (`cpus` of them; unset when no window
+// had it: schedstats off), foreign share of its VMs' run time. windows == 0: nothing
+// reported.
+v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
+                                  int cpus, int64_t span_seconds);
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_HOST_SCENARIO_H_

@@ -1,0 +1,366 @@
+// The policy engine's control loop over DesiredState, without threads: the
+// test runs each pass with its own clock, so hysteresis needs no sleeps.
+#include "server/engine_loop.h"
+
+#include <future>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+using ::testing::HasSubstr;
+using SteadyClock = std::chrono::steady_clock;
+
+const Actor kTester{"spiffe://test/tester", "admin"};
+constexpr char kHost[] = "hv-1";
+
+template <typename T>
+absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
+  std::promise<absl::StatusOr<T>> promise;
+  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
+  return promise.get_future().get();
+}
+
+class EngineLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::SqliteStoreOptions options;
+    options.data_dir = dir_.Sub("data");
+    auto store = store::SqliteStore::Open(options);
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    state_ = std::make_unique<DesiredState>(store_.get());
+    options_.hysteresis.min_dwell = std::chrono::seconds(0);
+    v1::RegisterRequest reg;
+    reg.set_host_id(kHost);
+    for (int c = 0; c < 2; ++c) {
+      auto* core = reg.mutable_topology()->add_cores();
+      core->add_cpus(2 * c);
+      core->add_cpus(2 * c + 1);
+    }
+    ASSERT_OK(Wait<v1::RegisterResponse>(
+        [&](auto done) { state_->RegisterHost(reg, kTester, std::move(done)); }));
+  }
+
+  void MakeEngine(EngineLoop::Hooks hooks = {}) {
+    if (!hooks.clock) hooks.clock = [this] { return now_; };
+    engine_ = std::make_unique<EngineLoop>(state_.get(), options_, std::move(hooks));
+  }
+
+  absl::Status SetPolicy(const std::string& tenant, v1::PolicyMode mode,
+                         std::vector<v1::IsolationLevel> allowed, bool apply = true,
+                         std::optional<double> budget = std::nullopt) {
+    v1::SetTenantPolicyRequest request;
+    v1::TenantPolicy* p = request.mutable_policy();
+    p->set_tenant_id(tenant);
+    p->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+    for (auto level : allowed) p->add_allowed_isolation(level);
+    p->set_mode(mode);
+    if (!apply) p->set_apply(false);
+    if (budget) p->set_forced_idle_budget_pct(*budget);
+    return Wait<v1::TenantPolicy>([&](auto done) {
+             state_->SetTenantPolicy(request, kTester, std::move(done));
+           }).status();
+  }
+
+  absl::Status Tag(const std::string& vm, const std::string& tenant,
+                   v1::IsolationLevel level = v1::ISOLATION_LEVEL_UNSPECIFIED,
+                   std::vector<std::string> classes = {}) {
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    request.set_isolation(level);
+    for (auto& c : classes) request.add_interference_classes(c);
+    return Wait<v1::TagVMResponse>([&](auto done) {
+             state_->TagVm(request, kTester, std::move(done));
+           }).status();
+  }
+
+  // The host reports `vms` (1 vCPU each), with one stats window of
+  // `window_s` ending now in which each ran `load` of the time and forced
+  // `forced_idle` of a CPU idle, when window_s > 0.
+  absl::Status Report(const std::vector<std::string>& vms, int window_s = 0,
+                      double load = 1, double forced_idle = 0) {
+    v1::ReportRequest request;
+    request.set_host_id(kHost);
+    for (const std::string& id : vms) {
+      auto* o = request.add_vms();
+      o->set_vm_id(id);
+      o->mutable_enforcement()->set_vcpus(1);
+    }
+    if (window_s > 0) {
+      const int64_t end = absl::ToUnixNanos(absl::Now());
+      const int64_t span = int64_t{window_s} * 1000000000;
+      v1::StatsWindow* w = request.add_stats();
+      w->set_start_unix_ns(std::max(end - span, last_window_end_));
+      w->set_end_unix_ns(end);
+      last_window_end_ = end;
+      for (const std::string& id : vms) {
+        v1::VMStats* s = w->add_vms();
+        s->set_vm_id(id);
+        const auto run = static_cast<int64_t>(load * span);
+        s->mutable_share()->set_run_ns(run);
+        s->mutable_share()->set_idle_ns(run);
+        s->mutable_share()->set_forced_idle_ns(static_cast<int64_t>(forced_idle * span));
+        s->mutable_share()->set_forced_idle_known(true);
+      }
+    }
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  v1::VM Vm(const std::string& id) {
+    v1::GetVMRequest request;
+    request.set_vm_id(id);
+    auto vm = state_->GetVm(request);
+    EXPECT_OK(vm);
+    return vm.value_or(v1::VM());
+  }
+
+  // acme (auto, vm or tenant): four VMs the engine manages and one tagged
+  // with --isolation vm; globex (fixed): one VM. All busy on 2 cores.
+  void AcmeAndGlobex(bool acme_applies = true) {
+    ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                        {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}, acme_applies));
+    ASSERT_OK(SetPolicy("globex", v1::POLICY_MODE_FIXED,
+                        {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+    for (const char* vm : {"a-1", "a-2", "a-3", "a-4"}) ASSERT_OK(Tag(vm, "acme"));
+    ASSERT_OK(Tag("a-op", "acme", v1::ISOLATION_LEVEL_VM));
+    ASSERT_OK(Tag("g-1", "globex"));
+    ASSERT_OK(Report({"a-1", "a-2", "a-3", "a-4", "a-op", "g-1"}));
+  }
+
+  cosched::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<DesiredState> state_;
+  EngineOptions options_;
+  std::unique_ptr<EngineLoop> engine_;
+  SteadyClock::time_point now_ = SteadyClock::time_point() + std::chrono::hours(100);
+  int64_t last_window_end_ = 0;
+};
+
+TEST_F(EngineLoopTest, RegroupsAnAutoTenantsVmsAndLeavesFixedAndOperatorVmsAlone) {
+  AcmeAndGlobex();
+  MakeEngine();
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  for (const char* id : {"a-1", "a-2", "a-3", "a-4"}) {
+    v1::VM vm = Vm(id);
+    EXPECT_EQ(vm.assignment().isolation(), v1::ISOLATION_LEVEL_TENANT) << id;
+    EXPECT_EQ(vm.assignment().trust_group(), "acme/tenant") << id;
+    EXPECT_EQ(vm.decision().decided_by(), v1::DECIDED_BY_ENGINE) << id;
+    EXPECT_TRUE(vm.decision().has_decided_at()) << id;
+    EXPECT_GE(vm.decision().predicted().gain(), options_.hysteresis.min_gain) << id;
+    EXPECT_GT(vm.decision().predicted().throughput(), 0) << id;
+    EXPECT_THAT(vm.decision().reasons(0), HasSubstr("allows `tenant`")) << id;
+  }
+  EXPECT_EQ(Vm("a-op").assignment().trust_group(), "acme/vm/a-op");
+  EXPECT_EQ(Vm("a-op").decision().decided_by(), v1::DECIDED_BY_OPERATOR);
+  EXPECT_EQ(Vm("g-1").assignment().trust_group(), "globex/vm/g-1");
+  EXPECT_EQ(Vm("g-1").decision().decided_by(), v1::DECIDED_BY_OPERATOR);
+
+  // Audited like any change, with the decision in the record.
+  v1::ListAuditRecordsRequest audit;
+  audit.set_subject("a-1");
+  auto records = state_->ListAuditRecords(audit);
+  ASSERT_OK(records);
+  ASSERT_GE(records->records_size(), 1);
+  EXPECT_EQ(records->records(0).method(), "EngineDecision");
+  EXPECT_EQ(records->records(0).who(), kEngineActor);
+  EXPECT_THAT(records->records(0).after(), HasSubstr("DECIDED_BY_ENGINE"));
+
+  // Nothing more to do: the next passes write nothing.
+  const int64_t revision = state_->CurrentRevision();
+  now_ += std::chrono::hours(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(state_->CurrentRevision(), revision);
+
+  // Retagging a VM the engine manages keeps the engine's level.
+  ASSERT_OK(Tag("a-2", "acme"));
+  EXPECT_EQ(Vm("a-2").assignment().trust_group(), "acme/tenant");
+  EXPECT_EQ(Vm("a-2").decision().decided_by(), v1::DECIDED_BY_ENGINE);
+}
+
+TEST_F(EngineLoopTest, SwitchingBackToFixedKeepsTheEnginesLayoutUntilRetagged) {
+  AcmeAndGlobex();
+  MakeEngine();
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_FIXED,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/tenant");
+  ASSERT_OK(Tag("a-1", "acme"));
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+  EXPECT_EQ(Vm("a-1").decision().decided_by(), v1::DECIDED_BY_OPERATOR);
+  EXPECT_THAT(Vm("a-1").decision().reasons(0), HasSubstr("mode fixed"));
+  EXPECT_EQ(Vm("a-2").assignment().trust_group(), "acme/tenant");
+  EXPECT_EQ(engine_->RunPass(true), 0) << "a fixed tenant's VMs are not the engine's";
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+}
+
+TEST_F(EngineLoopTest, ADryRunPlansAndShowsButWritesNothing) {
+  AcmeAndGlobex(/*acme_applies=*/false);
+  MakeEngine();
+  const int64_t revision = state_->CurrentRevision();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(engine_->ReplanHost(kHost), false);
+  EXPECT_EQ(state_->CurrentRevision(), revision);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  const v1::HostLayoutPlan& host = plan->hosts(0);
+  EXPECT_EQ(host.host_id(), kHost);
+  EXPECT_FALSE(host.would_apply());
+  ASSERT_EQ(host.changes_size(), 4);
+  EXPECT_EQ(host.changes(0).vm_id(), "a-1");
+  EXPECT_EQ(host.changes(0).from_trust_group(), "acme/vm/a-1");
+  EXPECT_EQ(host.changes(0).to_trust_group(), "acme/tenant");
+  EXPECT_GT(host.planned().gain(), 0.03);
+  EXPECT_THAT(host.reasons(host.reasons_size() - 1), HasSubstr("apply: false"));
+  EXPECT_EQ(state_->CurrentRevision(), revision) << "Plan writes nothing either";
+
+  v1::PlanRequest of_globex;
+  of_globex.set_tenant_id("globex");
+  ASSERT_EQ(engine_->Plan(of_globex)->hosts_size(), 1) << "globex runs on the same host";
+  v1::PlanRequest of_nobody;
+  of_nobody.set_tenant_id("initech");
+  EXPECT_EQ(engine_->Plan(of_nobody)->hosts_size(), 0);
+  v1::PlanRequest bad;
+  bad.set_tenant_id("bad tenant!");
+  EXPECT_EQ(engine_->Plan(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineLoopTest, ATagVmThatRacesAReplanIsNotLost) {
+  AcmeAndGlobex();
+  int races = 0;
+  EngineLoop::Hooks hooks;
+  hooks.before_write = [&](const std::string&) {
+    // Between the engine's read and its write, an operator retags a-3
+    // with a class: the engine's write must not undo it.
+    if (races++ == 0) ASSERT_OK(Tag("a-3", "acme", v1::ISOLATION_LEVEL_UNSPECIFIED, {"avx512"}));
+  };
+  MakeEngine(std::move(hooks));
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  EXPECT_EQ(races, 2) << "the first write lost the race and the engine re-planned";
+  v1::VM a3 = Vm("a-3");
+  ASSERT_EQ(a3.interference_classes_size(), 1);
+  EXPECT_EQ(a3.interference_classes(0), "avx512");
+  EXPECT_EQ(a3.assignment().trust_group(), "acme/tenant/avx512");
+  EXPECT_EQ(a3.decision().decided_by(), v1::DECIDED_BY_ENGINE);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/tenant");
+}
+
+TEST_F(EngineLoopTest, ACompareAndSetOnAStaleRevisionWritesNothing) {
+  AcmeAndGlobex();
+  v1::VM before = Vm("a-1");
+  LayoutChange change;
+  change.vm_id = "a-1";
+  change.expected_revision = before.assignment().revision() - 1;
+  change.isolation = v1::ISOLATION_LEVEL_TENANT;
+  change.trust_group = "acme/tenant";
+  auto stale = Wait<int64_t>(
+      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+
+  change.expected_revision = before.assignment().revision();
+  change.trust_group = "acme/tenant/other";
+  auto wrong_group = Wait<int64_t>(
+      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+  EXPECT_EQ(wrong_group.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  change.vm_id = "a-op";
+  change.expected_revision = Vm("a-op").assignment().revision();
+  change.trust_group = "acme/tenant";
+  auto operators = Wait<int64_t>(
+      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+  EXPECT_EQ(operators.status().code(), absl::StatusCode::kAborted) << "tagged with a level";
+  change.vm_id = "g-1";
+  change.expected_revision = Vm("g-1").assignment().revision();
+  change.trust_group = "globex/tenant";
+  auto fixed = Wait<int64_t>(
+      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+  EXPECT_EQ(fixed.status().code(), absl::StatusCode::kAborted) << "globex is fixed";
+}
+
+TEST_F(EngineLoopTest, ALayoutHoldsForMinDwellBeforeTheEngineReplacesIt) {
+  options_.hysteresis.min_dwell = std::chrono::minutes(10);
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  for (const char* vm : {"a-1", "a-2", "a-3", "a-4"}) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Report({"a-1", "a-2", "a-3", "a-4"}));
+  MakeEngine();
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  ASSERT_EQ(Vm("a-1").assignment().trust_group(), "acme/tenant");
+  // Three more VMs of acme arrive a minute later: the layout has held 60 s.
+  for (const char* vm : {"a-5", "a-6", "a-7"}) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Report({"a-1", "a-2", "a-3", "a-4", "a-5", "a-6", "a-7"}));
+  now_ += std::chrono::minutes(1);
+  EXPECT_FALSE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-5").assignment().trust_group(), "acme/vm/a-5");
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_FALSE(plan->hosts(0).would_apply());
+  EXPECT_EQ(plan->hosts(0).changes_size(), 3);
+  EXPECT_THAT(plan->hosts(0).reasons(plan->hosts(0).reasons_size() - 1),
+              HasSubstr("of min_dwell 600 s"));
+  now_ += std::chrono::minutes(10);
+  EXPECT_TRUE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-5").assignment().trust_group(), "acme/tenant");
+  EXPECT_EQ(Vm("a-7").assignment().trust_group(), "acme/tenant");
+}
+
+TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
+  // Two busy VMs of acme and one of globex on two cores: the simulator
+  // predicts the same throughput whether acme's share a cookie or not, so
+  // the stricter layout stays.
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Tag("g-1", "globex"));
+  ASSERT_OK(Report({"a-1", "a-2", "g-1"}));
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_EQ(plan->hosts(0).changes_size(), 2);
+  EXPECT_LT(plan->hosts(0).planned().gain(), options_.hysteresis.min_gain);
+  EXPECT_THAT(plan->hosts(0).reasons(plan->hosts(0).reasons_size() - 1),
+              HasSubstr("below min_gain"));
+}
+
+TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) {
+  options_.hysteresis.min_gain = 1;  // no gain is ever enough
+  options_.budget.windows = 2;
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}, true, 2.0));
+  for (const char* vm : {"a-1", "a-2", "a-3", "a-4"}) ASSERT_OK(Tag(vm, "acme"));
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4"};
+  // Each VM runs 60% of the time and forces 10% of a CPU idle: the host's
+  // 4 CPUs are 10% forced idle, over acme's 2% budget.
+  ASSERT_OK(Report(vms, 10, 0.6, 0.1));
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0) << "one window over budget is noise";
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+  ASSERT_OK(Report(vms, 10, 0.6, 0.1));
+  now_ += std::chrono::minutes(1);
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  v1::VM a1 = Vm("a-1");
+  EXPECT_EQ(a1.assignment().trust_group(), "acme/tenant");
+  EXPECT_THAT(a1.decision().reasons(a1.decision().reasons_size() - 1),
+              HasSubstr("restores a forced-idle budget"));
+  EXPECT_LE(a1.decision().predicted().forced_idle_pct(), 2.0);
+}
+
+}  // namespace
+}  // namespace cosched::server
