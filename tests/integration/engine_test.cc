@@ -1,0 +1,145 @@
+// The policy engine end to end on a mini cluster: csd regroups an auto
+// tenant's VMs, the agent puts them on one cookie, a fixed tenant's VM and
+// an operator-tagged VM keep theirs, a restarted csd holds the decisions,
+// and a TagVM racing the re-plan it triggers is not lost.
+#include <chrono>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/mini_cluster.h"
+#include "tests/testing/status_matchers.h"
+
+namespace cosched {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Eventually;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::MiniClusterOptions options;
+    // Every change the engine sees is applied at once: the test is about
+    // the path, the hysteresis has its own tests.
+    options.csd.engine.hysteresis.min_dwell = 0s;
+    auto cluster = testing::MiniCluster::Start(std::move(options));
+    ASSERT_OK(cluster);
+    cluster_ = std::move(*cluster);
+    testing::MiniHostOptions host;
+    host.host_id = "hv-1";
+    auto added = cluster_->AddHost(host);
+    ASSERT_OK(added);
+    host_ = *added;
+  }
+
+  void SetPolicy(const std::string& tenant, v1::PolicyMode mode) {
+    v1::SetTenantPolicyRequest request;
+    request.mutable_policy()->set_tenant_id(tenant);
+    request.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+    request.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+    request.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    request.mutable_policy()->set_mode(mode);
+    v1::TenantPolicy stored;
+    grpc::ClientContext context;
+    ASSERT_OK(cluster_->control().SetTenantPolicy(&context, request, &stored));
+  }
+
+  void Tag(const std::string& vm, const std::string& tenant,
+           v1::IsolationLevel level = v1::ISOLATION_LEVEL_UNSPECIFIED,
+           const std::vector<std::string>& classes = {}) {
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    request.set_isolation(level);
+    for (const std::string& c : classes) request.add_interference_classes(c);
+    v1::TagVMResponse response;
+    grpc::ClientContext context;
+    ASSERT_OK(cluster_->control().TagVM(&context, request, &response));
+  }
+
+  v1::VM GetVm(const std::string& id) {
+    v1::GetVMRequest request;
+    request.set_vm_id(id);
+    v1::VM vm;
+    grpc::ClientContext context;
+    (void)cluster_->control().GetVM(&context, request, &vm);
+    return vm;
+  }
+
+  std::unique_ptr<testing::MiniCluster> cluster_;
+  testing::MiniHost* host_ = nullptr;
+};
+
+TEST_F(EngineTest, AnAutoTenantIsRegroupedAndRestartedCsdHoldsTheDecisions) {
+  SetPolicy("acme", v1::POLICY_MODE_AUTO);
+  SetPolicy("globex", v1::POLICY_MODE_FIXED);
+  // Six busy single-vCPU VMs on 2 cores of 2 threads.
+  const std::vector<std::string> managed = {"a-1", "a-2", "a-3", "a-4"};
+  std::map<std::string, int> pid;
+  int next_pid = 1000;
+  for (const std::string& vm : {"a-1", "a-2", "a-3", "a-4", "a-op", "g-1"}) {
+    pid[vm] = next_pid;
+    host_->AddVm(vm, next_pid, 1);
+    next_pid += 10;
+  }
+  Tag("a-op", "acme", v1::ISOLATION_LEVEL_VM);
+  Tag("g-1", "globex");
+  for (const std::string& vm : managed) Tag(vm, "acme");
+  // Races the re-plan the tags above triggered: a-3 gets a class.
+  Tag("a-3", "acme", v1::ISOLATION_LEVEL_UNSPECIFIED, {"avx512"});
+
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return GetVm("a-1").assignment().trust_group() == "acme/tenant" &&
+               GetVm("a-3").assignment().trust_group() == "acme/tenant/avx512";
+      },
+      20s))
+      << GetVm("a-1").DebugString() << GetVm("a-3").DebugString();
+  for (const std::string& vm : managed) {
+    EXPECT_EQ(GetVm(vm).decision().decided_by(), v1::DECIDED_BY_ENGINE) << vm;
+  }
+  EXPECT_EQ(GetVm("a-3").interference_classes_size(), 1) << "the racing TagVM is kept";
+  EXPECT_EQ(GetVm("a-op").assignment().trust_group(), "acme/vm/a-op");
+  EXPECT_EQ(GetVm("g-1").assignment().trust_group(), "globex/vm/g-1");
+
+  // The agent enforces the engine's groups: one cookie for a-1, a-2, a-4.
+  ASSERT_TRUE(Eventually([&] {
+    const uint64_t acme = host_->VmCookie(pid["a-1"]);
+    return acme != 0 && host_->VmCookie(pid["a-2"]) == acme &&
+           host_->VmCookie(pid["a-4"]) == acme && host_->VmCookie(pid["a-3"]) != 0 &&
+           host_->VmCookie(pid["a-3"]) != acme && host_->VmCookie(pid["a-op"]) != 0 &&
+           host_->VmCookie(pid["a-op"]) != acme && host_->VmCookie(pid["g-1"]) != 0 &&
+           host_->VmCookie(pid["g-1"]) != acme &&
+           host_->VmCookie(pid["g-1"]) != host_->VmCookie(pid["a-op"]);
+  }));
+
+  std::map<std::string, int64_t> revisions;
+  for (const std::string& vm : managed) revisions[vm] = GetVm(vm).assignment().revision();
+  cluster_->StopCsd();
+  ASSERT_OK(cluster_->RestartCsd());
+  // The agent is back and has reported to the new csd (which re-plans the
+  // host on that Report): the engine would change nothing, and nothing
+  // changed.
+  ASSERT_TRUE(Eventually([&] {
+    v1::GetHostRequest request;
+    request.set_host_id("hv-1");
+    v1::Host host;
+    grpc::ClientContext context;
+    return cluster_->control().GetHost(&context, request, &host).ok() && host.connected();
+  }));
+  v1::PlanResponse plan;
+  grpc::ClientContext context;
+  ASSERT_OK(cluster_->control().Plan(&context, v1::PlanRequest(), &plan));
+  ASSERT_EQ(plan.hosts_size(), 1);
+  EXPECT_EQ(plan.hosts(0).changes_size(), 0) << plan.DebugString();
+  for (const std::string& vm : managed) {
+    const v1::VM now = GetVm(vm);
+    EXPECT_EQ(now.assignment().revision(), revisions[vm]) << vm;
+    EXPECT_EQ(now.decision().decided_by(), v1::DECIDED_BY_ENGINE) << vm;
+  }
+  EXPECT_EQ(GetVm("a-1").assignment().trust_group(), "acme/tenant");
+}
+
+}  // namespace
+}  // namespace cosched
