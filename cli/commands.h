@@ -74,6 +74,17 @@ struct PolicySetArgs {
   std::vector<std::string> allowed_isolation{};
   // Percent of host CPU time, 0-100; unset: no budget.
   std::optional<double> forced_idle_budget_pct{};
+  // fixed|auto; empty: fixed.
+  std::string mode{};
+  // With auto: plan and show, change no assignment.
+  bool no_apply = false;
+};
+
+struct PlanArgs {
+  // Required: Plan changes nothing, and csctl says so by asking for it.
+  bool dry_run = false;
+  // Only hosts running this tenant's VMs; empty: all.
+  std::string tenant_id{};
 };
 
 struct PlaceArgs {
@@ -155,6 +166,13 @@ int RunPlace(Stub& stub, const PlaceArgs& args, const CommandOptions& options,
 int RunExplainVm(Stub& stub, const std::string& vm_id,
                  const CommandOptions& options, std::ostream& out,
                  std::ostream& err);
+
+// ControlPlane.Plan: the hosts where the policy engine would change
+// layouts now, what would change and the predicted gain (JSON: an array of
+// hosts with changes, current, planned, would_apply, reasons). Without
+// --dry-run a usage error.
+int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
+            std::ostream& out, std::ostream& err);
 
 // ListAuditRecords, following next_page_token up to args.limit records.
 // JSON: an array of records, before/after as JSON objects.

@@ -67,6 +67,7 @@ struct CsctlArgs {
   SimulateArgs simulate;
   ExplainArgs explain;
   PlaceArgs place;
+  PlanArgs plan;
 };
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
@@ -150,6 +151,11 @@ void AddPolicyCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& comman
   set->add_option("--forced-idle-budget", a.policy_set.forced_idle_budget_pct,
                   "most predicted forced idle on a host with this tenant's "
                   "VMs, percent of host CPU time 0-100 (default: none)");
+  set->add_option("--mode", a.policy_set.mode,
+                  "fixed (default): VMs keep their levels; auto: the policy engine "
+                  "chooses the level of VMs tagged without one, among --allow");
+  set->add_flag("--no-apply", a.policy_set.no_apply,
+                "with --mode auto: a dry run, the engine plans and changes nothing");
   commands.push_back({set, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
                                          std::ostream& err) {
                         return RunPolicySet(s, a.policy_set, o, out, err);
@@ -267,6 +273,15 @@ void AddPolicyQuestions(CLI::App& app, CsctlArgs& a, std::vector<Command>& comma
        [&a](Stub& s, const CommandOptions& o, std::ostream& out, std::ostream& err) {
          return RunExplainVm(s, a.explain.vm, o, out, err);
        }});
+
+  CLI::App* plan = app.add_subcommand(
+      "plan", "what the policy engine would change now on each host (csd's plan)");
+  plan->add_flag("--dry-run", a.plan.dry_run, "show the plan, change nothing (required)");
+  plan->add_option("--tenant", a.plan.tenant_id, "only hosts running this tenant's VMs");
+  commands.push_back({plan, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                          std::ostream& err) {
+                        return RunPlan(s, a.plan, o, out, err);
+                      }});
 
   CLI::App* place = app.add_subcommand("place", "rank hosts for a new VM (what-if: creates nothing)");
   place->add_option("--vcpus", a.place.vcpus, "vCPUs of the VM (1-1024)")->required();

@@ -47,6 +47,11 @@ std::string AllowedText(const v1::TenantPolicy& policy) {
   return absl::StrJoin(names, ",");
 }
 
+// "fixed" or "auto" (unset reads as fixed).
+std::string ModeText(const v1::TenantPolicy& policy) {
+  return policy.mode() == v1::POLICY_MODE_AUTO ? "auto" : "fixed";
+}
+
 // "none" when the tenant sets no forced-idle budget.
 std::string BudgetText(const v1::TenantPolicy& policy) {
   if (!policy.has_forced_idle_budget_pct()) return "none";
@@ -156,6 +161,8 @@ json TenantPolicyToJson(const v1::TenantPolicy& policy) {
       {"default_isolation", IsolationName(policy.default_isolation())},
       {"allowed_isolation", allowed},
       {"explicitly_set", policy.explicitly_set()},
+      {"mode", ModeText(policy)},
+      {"apply", !policy.has_apply() || policy.apply()},
       {"forced_idle_budget_pct", policy.has_forced_idle_budget_pct()
                                      ? json(policy.forced_idle_budget_pct())
                                      : json(nullptr)},
@@ -332,6 +339,10 @@ void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
           {"explicit",
            policy.explicitly_set() ? "yes" : "no (built-in default policy)"},
           {"idle budget", BudgetText(policy)},
+          {"mode", policy.mode() != v1::POLICY_MODE_AUTO ? "fixed"
+                   : policy.has_apply() && !policy.apply()
+                       ? "auto, dry run (the engine plans and changes nothing)"
+                       : "auto (the engine decides VMs tagged without a level)"},
           {"revision", absl::StrCat(policy.revision())},
           {"updated",
            TimeText(policy.has_update_time(), policy.update_time())},
@@ -342,10 +353,11 @@ void PrintTenantPolicy(const v1::TenantPolicy& policy, std::ostream& out) {
 void PrintTenantPolicyTable(const std::vector<v1::TenantPolicy>& policies,
                             std::ostream& out) {
   TextTable table(
-      {"TENANT", "DEFAULT", "ALLOWED", "EXPLICIT", "IDLE-BUDGET", "REVISION"});
+      {"TENANT", "DEFAULT", "ALLOWED", "EXPLICIT", "IDLE-BUDGET", "MODE", "REVISION"});
   for (const v1::TenantPolicy& p : policies) {
     table.AddRow({p.tenant_id(), IsolationName(p.default_isolation()),
                   AllowedText(p), YesNo(p.explicitly_set()), BudgetText(p),
+                  ModeText(p) + (p.has_apply() && !p.apply() ? " (dry run)" : ""),
                   absl::StrCat(p.revision())});
   }
   table.Print(out);

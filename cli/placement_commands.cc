@@ -1,4 +1,4 @@
-// csctl: The policy questions: place and explain. (cli/commands.h says how every command
+// csctl: The policy questions: place, explain and plan. (cli/commands.h says how every command
 // validates, calls csd and prints.)
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -73,6 +73,31 @@ int RunExplainVm(Stub& stub, const std::string& vm_id,
     PrintJson(ExplainToJson(response), out);
   } else {
     PrintExplain(response, out);
+  }
+  return kExitOk;
+}
+
+int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
+            std::ostream& out, std::ostream& err) {
+  if (!args.dry_run) {
+    return UsageError(absl::InvalidArgumentError(
+                          "plan needs --dry-run: it shows what the engine would change and "
+                          "changes nothing (the engine applies plans itself)"),
+                      err);
+  }
+  if (!args.tenant_id.empty()) {
+    absl::Status valid = ValidateId("--tenant", args.tenant_id);
+    if (!valid.ok()) return UsageError(valid, err);
+  }
+  v1::PlanRequest request;
+  request.set_tenant_id(args.tenant_id);
+  v1::PlanResponse response;
+  grpc::Status status = stub.Plan(MakeContext(options).get(), request, &response);
+  if (!status.ok()) return RpcError(status, options, "the engine's plan", err);
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(PlanToJson(response), out);
+  } else {
+    PrintPlan(response, out);
   }
   return kExitOk;
 }

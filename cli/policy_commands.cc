@@ -58,6 +58,23 @@ int RunPolicySet(Stub& stub, const PolicySetArgs& args,
     }
     policy->set_forced_idle_budget_pct(budget);
   }
+  if (args.mode == "auto") {
+    policy->set_mode(v1::POLICY_MODE_AUTO);
+  } else if (args.mode.empty() || args.mode == "fixed") {
+    policy->set_mode(v1::POLICY_MODE_FIXED);
+  } else {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat(
+                          "--mode '", args.mode.substr(0, 32), "' must be fixed or auto")),
+                      err);
+  }
+  if (args.no_apply) {
+    if (policy->mode() != v1::POLICY_MODE_AUTO) {
+      return UsageError(absl::InvalidArgumentError(
+                            "--no-apply needs --mode auto: a fixed tenant has no plans to apply"),
+                        err);
+    }
+    policy->set_apply(false);
+  }
   v1::TenantPolicy stored;
   grpc::Status status =
       stub.SetTenantPolicy(MakeContext(options).get(), request, &stored);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/output.h"
 #include "common/names.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace cosched::cli {
 namespace {
@@ -28,6 +29,31 @@ std::vector<int> Ints(const T& repeated) {
 
 std::string CpusText(const std::vector<int>& cpus, absl::string_view none) {
   return cpus.empty() ? std::string(none) : absl::StrJoin(cpus, ",");
+}
+
+std::string DecidedByName(v1::DecidedBy by) {
+  switch (by) {
+    case v1::DECIDED_BY_ENGINE: return "engine";
+    case v1::DECIDED_BY_OPERATOR: return "operator";
+    default: return "";
+  }
+}
+
+json PredictedToJson(const v1::PredictedLayout& p) {
+  return {{"throughput", Round(p.throughput(), 3)},
+          {"forced_idle_pct", Round(p.forced_idle_pct(), 2)},
+          {"cross_tenant_pct", Round(p.cross_tenant_pct(), 2)},
+          {"gain", Round(p.gain(), 4)}};
+}
+
+json Optional(bool has, double value, int digits) {
+  return has ? json(Round(value, digits)) : json(nullptr);
+}
+
+std::string PredictedText(const v1::PredictedLayout& p) {
+  return absl::StrFormat("throughput %.2f, forced idle %.1f%%, cross-tenant %.1f%%, gain %+.1f%%",
+                         p.throughput(), p.forced_idle_pct(), p.cross_tenant_pct(),
+                         100 * p.gain());
 }
 
 }  // namespace
@@ -66,6 +92,8 @@ void PrintPlace(const v1::PlaceResponse& response, std::ostream& out) {
 }
 
 json ExplainToJson(const v1::ExplainVMResponse& response) {
+  const v1::LayoutDecision& decision = response.decision();
+  const v1::MeasuredLayout& measured = response.measured();
   json layouts = json::array();
   for (const v1::LayoutCandidate& c : response.layouts()) {
     layouts.push_back(
@@ -95,7 +123,25 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
                                          : json(nullptr)},
           {"current",
            {{"isolation", IsolationName(response.current().isolation())},
-            {"trust_group", response.current().trust_group()}}}};
+            {"trust_group", response.current().trust_group()}}},
+          {"decided_by", decision.decided_by() == v1::DECIDED_BY_UNSPECIFIED
+                             ? json(nullptr)
+                             : json(DecidedByName(decision.decided_by()))},
+          {"decided_at", decision.has_decided_at()
+                             ? json(google::protobuf::util::TimeUtil::ToString(
+                                   decision.decided_at()))
+                             : json(nullptr)},
+          {"decision_reasons",
+           std::vector<std::string>(decision.reasons().begin(), decision.reasons().end())},
+          {"predicted",
+           decision.has_predicted() ? PredictedToJson(decision.predicted()) : json(nullptr)},
+          {"measured",
+           {{"windows", measured.windows()},
+            {"forced_idle_pct", Optional(measured.has_forced_idle_pct(),
+                                         measured.forced_idle_pct(), 2)},
+            {"foreign_pct", Round(measured.foreign_pct(), 2)},
+            {"forced_idle_error_pct", Optional(measured.has_forced_idle_error_pct(),
+                                               measured.forced_idle_error_pct(), 2)}}}};
 }
 
 void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out) {
@@ -121,6 +167,34 @@ void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out) {
        {"layout", response.chosen_layout()}},
       out);
   for (const std::string& reason : response.reasons()) out << "  - " << reason << "\n";
+  const v1::LayoutDecision& decision = response.decision();
+  if (decision.decided_by() != v1::DECIDED_BY_UNSPECIFIED) {
+    out << "current level set by " << DecidedByName(decision.decided_by());
+    if (decision.has_decided_at()) {
+      out << " at " << google::protobuf::util::TimeUtil::ToString(decision.decided_at());
+    }
+    out << ":\n";
+    for (const std::string& reason : decision.reasons()) out << "  - " << reason << "\n";
+    if (decision.has_predicted()) {
+      out << "  predicted: " << PredictedText(decision.predicted()) << "\n";
+    }
+  }
+  const v1::MeasuredLayout& measured = response.measured();
+  if (measured.windows() == 0) {
+    out << "  measured: nothing reported in the last 5 minutes\n";
+  } else {
+    out << absl::StrFormat("  measured (%d windows): forced idle %s, foreign %.1f%%",
+                           measured.windows(),
+                           measured.has_forced_idle_pct()
+                               ? absl::StrFormat("%.1f%%", measured.forced_idle_pct())
+                               : std::string("unknown (schedstats off)"),
+                           measured.foreign_pct());
+    if (measured.has_forced_idle_error_pct()) {
+      out << absl::StrFormat(", %+.1f points from the prediction",
+                             measured.forced_idle_error_pct());
+    }
+    out << "\n";
+  }
   for (const std::string& reason : response.host_reasons()) {
     out << "  host: " << reason << "\n";
   }
@@ -134,6 +208,55 @@ void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out) {
                   c.within_budget() ? "yes" : "no"});
   }
   table.Print(out);
+}
+
+json PlanToJson(const v1::PlanResponse& response) {
+  json hosts = json::array();
+  for (const v1::HostLayoutPlan& h : response.hosts()) {
+    json changes = json::array();
+    for (const v1::VMLayoutChange& c : h.changes()) {
+      changes.push_back({{"vm_id", c.vm_id()},
+                         {"tenant_id", c.tenant_id()},
+                         {"from", {{"isolation", IsolationName(c.from_isolation())},
+                                   {"trust_group", c.from_trust_group()}}},
+                         {"to", {{"isolation", IsolationName(c.to_isolation())},
+                                 {"trust_group", c.to_trust_group()}}}});
+    }
+    hosts.push_back(
+        {{"host_id", h.host_id()},
+         {"changes", changes},
+         {"current", h.has_current() ? PredictedToJson(h.current()) : json(nullptr)},
+         {"planned", h.has_planned() ? PredictedToJson(h.planned()) : json(nullptr)},
+         {"predicted_gain", h.has_planned() ? json(Round(h.planned().gain(), 4)) : json(nullptr)},
+         {"would_apply", h.would_apply()},
+         {"reasons", std::vector<std::string>(h.reasons().begin(), h.reasons().end())}});
+  }
+  return hosts;
+}
+
+void PrintPlan(const v1::PlanResponse& response, std::ostream& out) {
+  int changing = 0;
+  for (const v1::HostLayoutPlan& h : response.hosts()) {
+    if (h.changes().empty()) {
+      out << "host " << h.host_id() << ": keeps its layout ("
+          << absl::StrJoin(h.reasons(), "; ") << ")\n";
+      continue;
+    }
+    ++changing;
+    out << "host " << h.host_id() << ": "
+        << (h.would_apply() ? "would change now" : "would not change now") << "\n";
+    TextTable table({"VM", "TENANT", "FROM", "TO"});
+    for (const v1::VMLayoutChange& c : h.changes()) {
+      table.AddRow({c.vm_id(), c.tenant_id(),
+                    absl::StrCat(IsolationName(c.from_isolation()), " ", c.from_trust_group()),
+                    absl::StrCat(IsolationName(c.to_isolation()), " ", c.to_trust_group())});
+    }
+    table.Print(out);
+    for (const std::string& reason : h.reasons()) out << "  - " << reason << "\n";
+    out << "\n";
+  }
+  out << changing << " of " << response.hosts_size()
+      << " hosts with engine-managed VMs would change\n";
 }
 
 }  // namespace cosched::cli

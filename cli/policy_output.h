@@ -22,6 +22,10 @@ void PrintPlace(const v1::PlaceResponse& response, std::ostream& out);
 nlohmann::json ExplainToJson(const v1::ExplainVMResponse& response);
 void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out);
 
+// csctl plan --dry-run: one entry per host the engine manages VMs on.
+nlohmann::json PlanToJson(const v1::PlanResponse& response);
+void PrintPlan(const v1::PlanResponse& response, std::ostream& out);
+
 }  // namespace cosched::cli
 
 #endif  // COSCHED_CLI_POLICY_OUTPUT_H_

@@ -252,6 +252,52 @@ TEST_F(CommandsTest, PolicySetGetAndList) {
   EXPECT_EQ(policies[1]["allowed_isolation"], json::array());
 }
 
+TEST_F(CommandsTest, PolicySetSendsModeAndApply) {
+  ASSERT_EQ(RunPolicySet(*stub_,
+                         {.tenant_id = "acme",
+                          .default_isolation = "vm",
+                          .allowed_isolation = {"vm", "tenant", "dedicated"},
+                          .forced_idle_budget_pct = 5,
+                          .mode = "auto",
+                          .no_apply = true},
+                         options_, out_, err_),
+            kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::ContainsRegex("mode: +auto, dry run"));
+  std::ostringstream got, err;
+  ASSERT_EQ(RunPolicyGet(*stub_, "acme", Json(), got, err), kExitOk);
+  json policy = json::parse(got.str());
+  EXPECT_EQ(policy["mode"], "auto");
+  EXPECT_EQ(policy["apply"], false);
+  std::ostringstream fresh;
+  ASSERT_EQ(RunPolicyGet(*stub_, "fresh", Json(), fresh, err), kExitOk);
+  EXPECT_EQ(json::parse(fresh.str())["mode"], "fixed");
+  EXPECT_EQ(json::parse(fresh.str())["apply"], true);
+}
+
+TEST_F(CommandsTest, PolicySetRefusesAnUnknownModeAndNoApplyWithoutAutoLocally) {
+  EXPECT_EQ(RunPolicySet(*stub_, {.tenant_id = "acme", .default_isolation = "vm", .mode = "yolo"},
+                         options_, out_, err_),
+            kExitUsage);
+  EXPECT_EQ(err_.str(), "csctl: --mode 'yolo' must be fixed or auto\n");
+  std::ostringstream err;
+  EXPECT_EQ(RunPolicySet(*stub_, {.tenant_id = "acme", .default_isolation = "vm", .no_apply = true},
+                         options_, out_, err),
+            kExitUsage);
+  EXPECT_THAT(err.str(), HasSubstr("--no-apply needs --mode auto"));
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
+TEST_F(CommandsTest, PlanNeedsDryRunAndAValidTenant) {
+  EXPECT_EQ(RunPlan(*stub_, {}, options_, out_, err_), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("plan needs --dry-run"));
+  std::ostringstream err;
+  EXPECT_EQ(RunPlan(*stub_, {.dry_run = true, .tenant_id = "bad tenant!"}, options_, out_, err),
+            kExitUsage);
+  EXPECT_THAT(err.str(), HasSubstr("--tenant"));
+  EXPECT_EQ(server_.service().calls(), 0);
+}
+
 TEST_F(CommandsTest, PolicySetRejectsUnknownLevelsLocally) {
   EXPECT_EQ(RunPolicySet(*stub_,
                          {.tenant_id = "acme",

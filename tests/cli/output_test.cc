@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "cli/policy_output.h"
+
 #include "gtest/gtest.h"
 
 namespace cosched::cli {
@@ -74,6 +76,76 @@ TEST(OutputTest, JsonReplacesInvalidUtf8InsteadOfThrowing) {
   std::ostringstream out;
   PrintJson({{"last_error", std::string("bad \xff byte")}}, out);
   EXPECT_NE(out.str().find("bad"), std::string::npos);
+}
+
+TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured) {
+  v1::ExplainVMResponse response;
+  response.set_vm_id("vm-1");
+  v1::LayoutDecision* d = response.mutable_decision();
+  d->set_decided_by(v1::DECIDED_BY_ENGINE);
+  d->mutable_decided_at()->set_seconds(1700000000);
+  d->add_reasons("tenant 'acme' allows `tenant`");
+  d->mutable_predicted()->set_throughput(3.5);
+  d->mutable_predicted()->set_forced_idle_pct(1.25);
+  d->mutable_predicted()->set_gain(0.2);
+  response.mutable_measured()->set_windows(6);
+  response.mutable_measured()->set_forced_idle_pct(1.5);
+  response.mutable_measured()->set_forced_idle_error_pct(0.25);
+  nlohmann::json j = ExplainToJson(response);
+  EXPECT_EQ(j["decided_by"], "engine");
+  EXPECT_EQ(j["decided_at"], "2023-11-14T22:13:20Z");
+  EXPECT_EQ(j["decision_reasons"], nlohmann::json({"tenant 'acme' allows `tenant`"}));
+  EXPECT_EQ(j["predicted"]["throughput"], 3.5);
+  EXPECT_EQ(j["predicted"]["gain"], 0.2);
+  EXPECT_EQ(j["measured"]["windows"], 6);
+  EXPECT_EQ(j["measured"]["forced_idle_pct"], 1.5);
+  EXPECT_EQ(j["measured"]["forced_idle_error_pct"], 0.25);
+  EXPECT_TRUE(j.contains("reasons"));
+
+  std::ostringstream text;
+  PrintExplain(response, text);
+  EXPECT_NE(text.str().find("current level set by engine at 2023-11-14T22:13:20Z"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("+0.2 points from the prediction"), std::string::npos)
+      << text.str();
+
+  v1::ExplainVMResponse operators;
+  operators.mutable_decision()->set_decided_by(v1::DECIDED_BY_OPERATOR);
+  j = ExplainToJson(operators);
+  EXPECT_EQ(j["decided_by"], "operator");
+  EXPECT_TRUE(j["predicted"].is_null());
+  EXPECT_TRUE(j["measured"]["forced_idle_pct"].is_null());
+}
+
+TEST(OutputTest, PlanShowsEachChangeAndThePredictedGain) {
+  v1::PlanResponse response;
+  v1::HostLayoutPlan* h = response.add_hosts();
+  h->set_host_id("hv-1");
+  v1::VMLayoutChange* c = h->add_changes();
+  c->set_vm_id("a-1");
+  c->set_tenant_id("acme");
+  c->set_from_isolation(v1::ISOLATION_LEVEL_VM);
+  c->set_from_trust_group("acme/vm/a-1");
+  c->set_to_isolation(v1::ISOLATION_LEVEL_TENANT);
+  c->set_to_trust_group("acme/tenant");
+  h->mutable_planned()->set_gain(0.35);
+  h->add_reasons("dry run: a tenant has apply: false");
+  response.add_hosts()->set_host_id("hv-2");
+  response.mutable_hosts(1)->add_reasons("the host already has the engine's layout");
+  nlohmann::json j = PlanToJson(response);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["changes"][0]["to"]["trust_group"], "acme/tenant");
+  EXPECT_EQ(j[0]["predicted_gain"], 0.35);
+  EXPECT_EQ(j[0]["would_apply"], false);
+  EXPECT_TRUE(j[1]["predicted_gain"].is_null());
+  std::ostringstream text;
+  PrintPlan(response, text);
+  EXPECT_NE(text.str().find("host hv-1: would not change now"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("host hv-2: keeps its layout"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("1 of 2 hosts with engine-managed VMs would change"),
+            std::string::npos)
+      << text.str();
 }
 
 }  // namespace

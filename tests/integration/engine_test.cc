@@ -3,6 +3,12 @@
 // an operator-tagged VM keep theirs, a restarted csd holds the decisions,
 // and a TagVM racing the re-plan it triggers is not lost.
 #include <chrono>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "nlohmann/json.hpp"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -139,6 +145,92 @@ TEST_F(EngineTest, AnAutoTenantIsRegroupedAndRestartedCsdHoldsTheDecisions) {
     EXPECT_EQ(now.decision().decided_by(), v1::DECIDED_BY_ENGINE) << vm;
   }
   EXPECT_EQ(GetVm("a-1").assignment().trust_group(), "acme/tenant");
+}
+
+TEST_F(EngineTest, ADryRunIsPlannedAndShownWithCsctlAndAppliesNothing) {
+  cli::CommandOptions csctl;
+  csctl.server = cluster_->csd_address();
+  cli::CommandOptions json = csctl;
+  json.format = cli::OutputFormat::kJson;
+  std::ostringstream out, err;
+  // csctl policy set acme --default vm --allow vm,tenant --mode auto --no-apply
+  ASSERT_EQ(cli::RunPolicySet(cluster_->control(),
+                              {.tenant_id = "acme",
+                               .default_isolation = "vm",
+                               .allowed_isolation = {"vm", "tenant"},
+                               .mode = "auto",
+                               .no_apply = true},
+                              csctl, out, err),
+            cli::kExitOk)
+      << err.str();
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4"};
+  std::vector<int> pids;
+  for (size_t i = 0; i < vms.size(); ++i) {
+    pids.push_back(2000 + 10 * static_cast<int>(i));
+    host_->AddVm(vms[i], pids.back(), 1);
+    Tag(vms[i], "acme");
+  }
+  // The agent reports every VM enforced in the operator's layout (a group
+  // per VM), and each Report re-planned the host.
+  ASSERT_TRUE(Eventually([&] {
+    for (const std::string& vm : vms) {
+      const v1::VM got = GetVm(vm);
+      if (got.host_id() != "hv-1" ||
+          got.enforcement().applied_trust_group() != "acme/vm/" + vm) {
+        return false;
+      }
+    }
+    return true;
+  }));
+  std::set<uint64_t> cookies;
+  for (int pid : pids) cookies.insert(host_->VmCookie(pid));
+  EXPECT_EQ(cookies.size(), vms.size());
+  const int64_t revision = GetVm("a-1").assignment().revision();
+
+  std::ostringstream planned;
+  ASSERT_EQ(cli::RunPlan(cluster_->control(), {.dry_run = true, .tenant_id = "acme"}, json,
+                         planned, err),
+            cli::kExitOk)
+      << err.str();
+  nlohmann::json plan = nlohmann::json::parse(planned.str());
+  ASSERT_EQ(plan.size(), 1u) << plan.dump();
+  EXPECT_EQ(plan[0]["host_id"], "hv-1");
+  EXPECT_EQ(plan[0]["changes"].size(), 4u);
+  EXPECT_EQ(plan[0]["changes"][0]["to"]["trust_group"], "acme/tenant");
+  EXPECT_EQ(plan[0]["would_apply"], false);
+  EXPECT_GT(plan[0]["predicted_gain"].get<double>(), 0.03);
+
+  std::ostringstream explained;
+  ASSERT_EQ(cli::RunExplainVm(cluster_->control(), "a-1", json, explained, err), cli::kExitOk)
+      << err.str();
+  nlohmann::json explain = nlohmann::json::parse(explained.str());
+  EXPECT_EQ(explain["decided_by"], "operator");
+  EXPECT_TRUE(explain["decided_at"].is_string());
+  for (const char* key : {"reasons", "predicted", "measured"}) {
+    EXPECT_TRUE(explain.contains(key)) << key;
+  }
+  for (const std::string& vm : vms) {
+    EXPECT_EQ(GetVm(vm).assignment().trust_group(), "acme/vm/" + vm);
+  }
+  EXPECT_EQ(GetVm("a-1").assignment().revision(), revision);
+
+  // What held the plan back was the dry run alone.
+  ASSERT_EQ(cli::RunPolicySet(cluster_->control(),
+                              {.tenant_id = "acme",
+                               .default_isolation = "vm",
+                               .allowed_isolation = {"vm", "tenant"},
+                               .mode = "auto"},
+                              csctl, out, err),
+            cli::kExitOk)
+      << err.str();
+  ASSERT_TRUE(Eventually([&] {
+    uint64_t acme = host_->VmCookie(pids[0]);
+    for (int pid : pids) {
+      if (acme == 0 || host_->VmCookie(pid) != acme) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(GetVm("a-4").decision().decided_by(), v1::DECIDED_BY_ENGINE);
 }
 
 }  // namespace
