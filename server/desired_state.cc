@@ -350,10 +350,15 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
           v1::VM same = *existing;
           same.mutable_assignment()->set_revision(0);
           same.clear_update_time();
-          if (same.decision().decided_by() != v1::DECIDED_BY_ENGINE) {
+          v1::VM asked = vm;
+          if (!same.has_decision()) {
+            // Written before decisions were kept: a retag that changes
+            // nothing else does not write one.
+            asked.clear_decision();
+          } else if (same.decision().decided_by() != v1::DECIDED_BY_ENGINE) {
             same.mutable_decision()->clear_decided_at();
           }
-          if (google::protobuf::util::MessageDifferencer::Equals(same, vm)) {
+          if (google::protobuf::util::MessageDifferencer::Equals(same, asked)) {
             *out.mutable_vm() = *existing;
             out.set_changed(false);
             return absl::OkStatus();

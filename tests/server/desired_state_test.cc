@@ -99,6 +99,33 @@ TEST_F(DesiredStateTest, TagIsIdempotent) {
   EXPECT_GT(third->vm().assignment().revision(), first->vm().assignment().revision());
 }
 
+TEST_F(DesiredStateTest, TagRecordsTheOperatorsDecisionOnceAndOlderRecordsStayUnchanged) {
+  auto first = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_OK(first);
+  const v1::LayoutDecision& decision = first->vm().decision();
+  EXPECT_EQ(decision.decided_by(), v1::DECIDED_BY_OPERATOR);
+  EXPECT_TRUE(decision.has_decided_at());
+  ASSERT_EQ(decision.reasons_size(), 1);
+  EXPECT_NE(decision.reasons(0).find("tagged with isolation tenant"), std::string::npos);
+  auto again = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_OK(again);
+  EXPECT_FALSE(again->changed());
+  EXPECT_EQ(again->vm().decision().decided_at().seconds(), decision.decided_at().seconds());
+
+  // A record from before decisions were kept: the same tag writes nothing.
+  v1::VM old = first->vm();
+  old.clear_decision();
+  std::promise<absl::Status> written;
+  store_->Write([&](store::Transaction& txn) { return txn.PutVm(old); },
+                [&](absl::Status s) { written.set_value(s); });
+  ASSERT_OK(written.get_future().get());
+  const int64_t revision = store_->CurrentRevision();
+  auto unchanged = Tag("vm-1", "acme", v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_OK(unchanged);
+  EXPECT_FALSE(unchanged->changed());
+  EXPECT_EQ(store_->CurrentRevision(), revision);
+}
+
 TEST_F(DesiredStateTest, TagForAnotherTenantIsRefused) {
   ASSERT_OK(Tag("vm-1", "acme"));
   auto r = Tag("vm-1", "globex");
