@@ -165,7 +165,23 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
               .Help("Longest foreign interval of each VM window that had "
                     "one: switch windows are microseconds, a leak is long.")
               .Register(*registry_)
-              .Add({}, ForeignIntervalBuckets())) {
+              .Add({}, ForeignIntervalBuckets())),
+      engine_changes_(prometheus::BuildCounter()
+                          .Name("cosched_csd_engine_layout_changes_total")
+                          .Help("Host layouts the policy engine changed, by why: a "
+                                "predicted gain, or a forced-idle budget measured over "
+                                "its limit.")
+                          .Register(*registry_)),
+      engine_gain_changes_(engine_changes_.Add({{"kind", "gain"}})),
+      engine_budget_changes_(engine_changes_.Add({{"kind", "budget"}})),
+      prediction_error_(
+          prometheus::BuildHistogram()
+              .Name("cosched_csd_engine_forced_idle_error_pct")
+              .Help("After an applied plan, |measured - predicted| forced idle of "
+                    "the host over each re-plan interval, in percentage points of "
+                    "its CPU time: how honest the simulator is on this fleet.")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})) {
   auto& sibling = prometheus::BuildCounter()
                       .Name("cosched_fleet_vm_sibling_seconds_total")
                       .Help("Run time of all VMs in reported windows, split "
@@ -177,6 +193,11 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
   auto read = [](const std::function<double()>& f) {
     return [f] { return f ? f() : 0.0; };
   };
+  scrape_gauges_->Add("cosched_csd_engine_budget_unmet_hosts",
+                      "Hosts whose measured forced idle was over their tenants' least "
+                      "budget in the engine's last pass with no allowed layout predicted "
+                      "within it (move VMs: csd never migrates them).",
+                      [this] { return static_cast<double>(budget_unmet_hosts_.load()); });
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));
@@ -247,6 +268,16 @@ void CsdMetrics::RecordStoreWrite(absl::StatusCode code, double seconds) {
   store_writes_.Add({{"code", metrics::RpcCodeLabel(static_cast<int>(code))}})
       .Increment();
 }
+
+void CsdMetrics::RecordEngineChange(bool budget) {
+  (budget ? engine_budget_changes_ : engine_gain_changes_).Increment();
+}
+
+void CsdMetrics::RecordPredictionError(double abs_error_pct) {
+  prediction_error_.Observe(abs_error_pct);
+}
+
+void CsdMetrics::SetBudgetUnmetHosts(int hosts) { budget_unmet_hosts_ = hosts; }
 
 void CsdMetrics::FreshHosts(int* hosts,
                             std::array<int, v1::EnforcementState_ARRAYSIZE>* vms_by_state) {

@@ -7,6 +7,7 @@
 #define COSCHED_SERVER_CSD_METRICS_H_
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -85,6 +86,16 @@ class CsdMetrics {
   // One store write, from submission to durable or failed.
   void RecordStoreWrite(absl::StatusCode code, double seconds);
 
+  // The policy engine (server/engine_loop.h): a host's layout changed, for
+  // a predicted gain (`budget` false) or to restore a measured budget.
+  void RecordEngineChange(bool budget);
+  // |measured - predicted| forced idle (percentage points of host CPU time)
+  // over a re-plan interval after an applied plan.
+  void RecordPredictionError(double abs_error_pct);
+  // Hosts over budget in the last interval pass with no allowed layout
+  // predicted within it.
+  void SetBudgetUnmetHosts(int hosts);
+
  private:
   struct HostReport {
     std::array<int, v1::EnforcementState_ARRAYSIZE> vms_by_state{};
@@ -109,6 +120,11 @@ class CsdMetrics {
   prometheus::Counter& foreign_intervals_;
   prometheus::Counter& forced_idle_seconds_;
   prometheus::Histogram& longest_foreign_;
+  prometheus::Family<prometheus::Counter>& engine_changes_;
+  prometheus::Counter& engine_gain_changes_;
+  prometheus::Counter& engine_budget_changes_;
+  prometheus::Histogram& prediction_error_;
+  std::atomic<int> budget_unmet_hosts_{0};
 
   std::mutex mu_;
   // Bounded by the registered hosts: only accepted Reports land here.

@@ -221,7 +221,14 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       [fanout](const std::vector<std::string>& hosts, int64_t) {
         fanout->OnCommit(hosts);
       });
-  csd->engine_ = std::make_unique<EngineLoop>(csd->state_.get(), options.engine);
+  EngineLoop::Observers engine_metrics;
+  engine_metrics.changed = [csd_metrics](bool budget) { csd_metrics->RecordEngineChange(budget); };
+  engine_metrics.prediction_error = [csd_metrics](double e) {
+    csd_metrics->RecordPredictionError(e);
+  };
+  engine_metrics.budget_unmet = [csd_metrics](int n) { csd_metrics->SetBudgetUnmetHosts(n); };
+  csd->engine_ = std::make_unique<EngineLoop>(csd->state_.get(), options.engine,
+                                              EngineLoop::Hooks(), std::move(engine_metrics));
   EngineLoop* engine = csd->engine_.get();
   csd->state_->set_layout_observer([engine](const std::string& host) { engine->Trigger(host); });
   csd->engine_->Start();

@@ -54,8 +54,12 @@ std::optional<double> LeastBudget(const HostState& state) {
 
 }  // namespace
 
-EngineLoop::EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks)
-    : state_(state), options_(std::move(options)), hooks_(std::move(hooks)) {}
+EngineLoop::EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks,
+                       Observers observers)
+    : state_(state),
+      options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      observers_(std::move(observers)) {}
 
 EngineLoop::~EngineLoop() { Stop(); }
 
@@ -223,6 +227,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
         control.watch.consecutive_over()));
     LOG_EVERY_T(WARNING, 60) << "policy engine: host " << state.host.host_id() << ": "
                              << plan.reasons(plan.reasons_size() - 1);
+    proposal.budget_unmet = true;
     return proposal;
   }
   ASSIGN_OR_RETURN(policy::CandidateScore new_score,
@@ -248,6 +253,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   if (breached && !new_score.within_budget) {
     plan.add_reasons("measured forced idle is over the budget and no allowed layout is "
                      "predicted within it");
+    proposal.budget_unmet = true;
   }
   const policy::GateVerdict verdict = control.gate.Consider(now, proposal.kind, gain);
   plan.add_reasons(verdict.reason);
@@ -279,7 +285,8 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   return proposal;
 }
 
-absl::StatusOr<bool> EngineLoop::ReplanAndApply(const std::string& host_id, bool interval) {
+absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string& host_id,
+                                                               bool interval) {
   for (int attempt = 1;; ++attempt) {
     HostState state;
     absl::Status read = state_->store().Read([&](store::Transaction& txn) -> absl::Status {
@@ -287,7 +294,7 @@ absl::StatusOr<bool> EngineLoop::ReplanAndApply(const std::string& host_id, bool
       return absl::OkStatus();
     });
     // A host removed since it was named has nothing to plan.
-    if (read.code() == absl::StatusCode::kFailedPrecondition) return false;
+    if (read.code() == absl::StatusCode::kFailedPrecondition) return Outcome();
     RETURN_IF_ERROR(read);
     const SteadyClock::time_point now = hooks_.clock ? hooks_.clock() : SteadyClock::now();
     HostControl& control = ControlOf(state, now);
@@ -298,21 +305,27 @@ absl::StatusOr<bool> EngineLoop::ReplanAndApply(const std::string& host_id, bool
       control.watch.Observe(measured.has_forced_idle_pct() ? measured.forced_idle_pct()
                                                            : std::nan(""),
                             LeastBudget(state));
+      ComparePrediction(state, measured);
     }
     ASSIGN_OR_RETURN(std::optional<Proposal> proposal, Propose(state, control, false, now));
-    if (!proposal || proposal->writes.empty()) return false;
+    Outcome outcome;
+    outcome.budget_unmet = proposal && proposal->budget_unmet;
+    if (!proposal || proposal->writes.empty()) return outcome;
     if (hooks_.before_write) hooks_.before_write(host_id);
     std::promise<absl::StatusOr<int64_t>> written;
     state_->ApplyLayout(host_id, proposal->writes,
                         [&](absl::StatusOr<int64_t> r) { written.set_value(std::move(r)); });
     absl::StatusOr<int64_t> revision = written.get_future().get();
     if (revision.ok()) {
+      const bool budget = proposal->kind == policy::ChangeKind::kBudget;
       control.gate.Changed(now);
-      if (proposal->kind == policy::ChangeKind::kBudget) control.watch.Reset();
+      if (budget) control.watch.Reset();
+      if (observers_.changed) observers_.changed(budget);
       LOG(INFO) << "policy engine: host " << host_id << " changed "
                 << proposal->writes.size() << " VM(s) at revision " << *revision << ": "
                 << proposal->plan.reasons(0);
-      return true;
+      outcome.changed = true;
+      return outcome;
     }
     if (revision.status().code() != absl::StatusCode::kAborted || attempt == kWriteAttempts) {
       return revision.status();
@@ -322,13 +335,39 @@ absl::StatusOr<bool> EngineLoop::ReplanAndApply(const std::string& host_id, bool
   }
 }
 
+void EngineLoop::ComparePrediction(const HostState& state,
+                                   const v1::MeasuredLayout& measured) {
+  if (!observers_.prediction_error || !measured.has_forced_idle_pct()) return;
+  // Only a window that began after the plan was applied measures it.
+  const absl::Time applied_before =
+      absl::Now() - absl::FromChrono(options_.replan_interval);
+  const v1::LayoutDecision* newest = nullptr;
+  for (const v1::VM& vm : state.vms) {
+    const v1::LayoutDecision& d = vm.decision();
+    if (d.decided_by() != v1::DECIDED_BY_ENGINE || !d.has_predicted()) continue;
+    if (newest == nullptr || google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+                                 d.decided_at()) >
+                                 google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+                                     newest->decided_at())) {
+      newest = &d;
+    }
+  }
+  if (newest == nullptr ||
+      absl::FromUnixNanos(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+          newest->decided_at())) > applied_before) {
+    return;
+  }
+  observers_.prediction_error(
+      std::abs(measured.forced_idle_pct() - newest->predicted().forced_idle_pct()));
+}
+
 bool EngineLoop::ReplanHost(const std::string& host_id) {
   std::lock_guard<std::mutex> lock(pass_mu_);
-  absl::StatusOr<bool> changed = ReplanAndApply(host_id, false);
-  LOG_IF_EVERY_N(WARNING, !changed.ok(), 100)
-      << "policy engine: host " << host_id << ": " << changed.status()
+  absl::StatusOr<Outcome> outcome = ReplanAndApply(host_id, false);
+  LOG_IF_EVERY_N(WARNING, !outcome.ok(), 100)
+      << "policy engine: host " << host_id << ": " << outcome.status()
       << " (logged every 100th time)";
-  return changed.value_or(false);
+  return outcome.ok() && outcome->changed;
 }
 
 int EngineLoop::RunPass(bool interval) {
@@ -339,13 +378,17 @@ int EngineLoop::RunPass(bool interval) {
     return 0;
   }
   int changed = 0;
+  int budget_unmet = 0;
   for (const std::string& host : *hosts) {
-    absl::StatusOr<bool> done = ReplanAndApply(host, interval);
-    LOG_IF_EVERY_N(WARNING, !done.ok(), 100)
-        << "policy engine: host " << host << ": " << done.status()
+    absl::StatusOr<Outcome> outcome = ReplanAndApply(host, interval);
+    LOG_IF_EVERY_N(WARNING, !outcome.ok(), 100)
+        << "policy engine: host " << host << ": " << outcome.status()
         << " (logged every 100th time)";
-    if (done.value_or(false)) ++changed;
+    if (!outcome.ok()) continue;
+    if (outcome->changed) ++changed;
+    if (outcome->budget_unmet) ++budget_unmet;
   }
+  if (interval && observers_.budget_unmet) observers_.budget_unmet(budget_unmet);
   return changed;
 }
 

@@ -53,7 +53,20 @@ class EngineLoop {
     std::function<void(const std::string& host_id)> before_write;
   };
 
-  EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks = {});
+  // What the loop reports as it goes (csd's metrics); unset ones are not
+  // called.
+  struct Observers {
+    // A host's layout changed; `budget`: to restore a measured budget.
+    std::function<void(bool budget)> changed;
+    // |measured - predicted| forced idle over an interval after a plan.
+    std::function<void(double abs_error_pct)> prediction_error;
+    // After each interval pass: hosts over budget that no allowed layout
+    // is predicted to bring within it.
+    std::function<void(int hosts)> budget_unmet;
+  };
+
+  EngineLoop(DesiredState* state, EngineOptions options, Hooks hooks = {},
+             Observers observers = {});
   // Stop()s.
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
@@ -93,6 +106,14 @@ class EngineLoop {
     v1::HostLayoutPlan plan;
     std::vector<LayoutChange> writes;
     policy::ChangeKind kind = policy::ChangeKind::kGain;
+    // Measured over budget, and no allowed layout predicted within it.
+    bool budget_unmet = false;
+  };
+
+  // What one re-plan of a host did.
+  struct Outcome {
+    bool changed = false;
+    bool budget_unmet = false;
   };
 
   // Hosts running engine-managed VMs (of tenants that apply, unless
@@ -105,13 +126,17 @@ class EngineLoop {
                                                   std::chrono::steady_clock::time_point now);
   // Re-plans and, where allowed, writes; re-reads and re-decides when a
   // write lost a race. Whether the layout changed.
-  absl::StatusOr<bool> ReplanAndApply(const std::string& host_id, bool interval);
+  absl::StatusOr<Outcome> ReplanAndApply(const std::string& host_id, bool interval);
+  // On an interval pass: the host's measured forced idle against the
+  // prediction of its newest engine decision older than the interval.
+  void ComparePrediction(const HostState& state, const v1::MeasuredLayout& measured);
   HostControl& ControlOf(const HostState& state, std::chrono::steady_clock::time_point now);
   void Loop();
 
   DesiredState* const state_;
   const EngineOptions options_;
   const Hooks hooks_;
+  const Observers observers_;
 
   // Serialises re-plans: one host's control is never used by two at once.
   std::mutex pass_mu_;

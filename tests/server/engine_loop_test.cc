@@ -48,9 +48,10 @@ class EngineLoopTest : public ::testing::Test {
         [&](auto done) { state_->RegisterHost(reg, kTester, std::move(done)); }));
   }
 
-  void MakeEngine(EngineLoop::Hooks hooks = {}) {
+  void MakeEngine(EngineLoop::Hooks hooks = {}, EngineLoop::Observers observers = {}) {
     if (!hooks.clock) hooks.clock = [this] { return now_; };
-    engine_ = std::make_unique<EngineLoop>(state_.get(), options_, std::move(hooks));
+    engine_ = std::make_unique<EngineLoop>(state_.get(), options_, std::move(hooks),
+                                           std::move(observers));
   }
 
   absl::Status SetPolicy(const std::string& tenant, v1::PolicyMode mode,
@@ -82,7 +83,7 @@ class EngineLoopTest : public ::testing::Test {
            }).status();
   }
 
-  // The host reports `vms` (1 vCPU each), with one stats window of
+  // The host reports `vms` (1 vCPU each), with one stats window of up to
   // `window_s` ending now in which each ran `load` of the time and forced
   // `forced_idle` of a CPU idle, when window_s > 0.
   absl::Status Report(const std::vector<std::string>& vms, int window_s = 0,
@@ -96,9 +97,12 @@ class EngineLoopTest : public ::testing::Test {
     }
     if (window_s > 0) {
       const int64_t end = absl::ToUnixNanos(absl::Now());
-      const int64_t span = int64_t{window_s} * 1000000000;
+      // Windows never overlap: one after the last is as long as the time
+      // since it ended.
+      const int64_t start = std::max(end - int64_t{window_s} * 1000000000, last_window_end_);
+      const int64_t span = end - start;
       v1::StatsWindow* w = request.add_stats();
-      w->set_start_unix_ns(std::max(end - span, last_window_end_));
+      w->set_start_unix_ns(start);
       w->set_end_unix_ns(end);
       last_window_end_ = end;
       for (const std::string& id : vms) {
@@ -349,7 +353,12 @@ TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) 
   // Each VM runs 60% of the time and forces 10% of a CPU idle: the host's
   // 4 CPUs are 10% forced idle, over acme's 2% budget.
   ASSERT_OK(Report(vms, 10, 0.6, 0.1));
-  MakeEngine();
+  std::vector<bool> changes;
+  std::vector<double> errors;
+  EngineLoop::Observers observers;
+  observers.changed = [&](bool budget) { changes.push_back(budget); };
+  observers.prediction_error = [&](double e) { errors.push_back(e); };
+  MakeEngine({}, std::move(observers));
   EXPECT_EQ(engine_->RunPass(true), 0) << "one window over budget is noise";
   EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
   ASSERT_OK(Report(vms, 10, 0.6, 0.1));
@@ -360,6 +369,50 @@ TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) 
   EXPECT_THAT(a1.decision().reasons(a1.decision().reasons_size() - 1),
               HasSubstr("restores a forced-idle budget"));
   EXPECT_LE(a1.decision().predicted().forced_idle_pct(), 2.0);
+  EXPECT_EQ(changes, std::vector<bool>{true});
+  EXPECT_TRUE(errors.empty()) << "no window since the plan yet";
+
+  // A window after the plan (its decision dated back past the interval, as
+  // if the plan had held that long): measured 10% against the prediction.
+  std::promise<absl::Status> dated;
+  store_->Write(
+      [&](store::Transaction& txn) -> absl::Status {
+        for (const std::string& id : vms) {
+          v1::VM vm = Vm(id);
+          vm.mutable_decision()->mutable_decided_at()->set_seconds(
+              vm.decision().decided_at().seconds() - 3600);
+          if (absl::Status s = txn.PutVm(vm); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      [&](absl::Status s) { dated.set_value(s); });
+  ASSERT_OK(dated.get_future().get());
+  ASSERT_OK(Report(vms, 10, 0.6, 0.1));
+  now_ += std::chrono::minutes(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NEAR(errors[0], 10.0 - a1.decision().predicted().forced_idle_pct(), 0.5);
+}
+
+TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
+  options_.budget.windows = 1;
+  // acme allows only `vm`: its four VMs already have the engine's layout,
+  // and nothing allowed forces less idle.
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO, {v1::ISOLATION_LEVEL_VM}, true, 2.0));
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4"};
+  for (const std::string& vm : vms) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Report(vms, 10, 0.6, 0.1));
+  std::vector<int> unmet;
+  EngineLoop::Observers observers;
+  observers.budget_unmet = [&](int hosts) { unmet.push_back(hosts); };
+  MakeEngine({}, std::move(observers));
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(unmet, std::vector<int>{1});
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_EQ(plan->hosts(0).changes_size(), 0);
+  EXPECT_THAT(plan->hosts(0).reasons(0), HasSubstr("no allowed layout is predicted within it"));
 }
 
 }  // namespace
