@@ -84,7 +84,7 @@ TEST_F(EngineTest, AnAutoTenantIsRegroupedAndRestartedCsdHoldsTheDecisions) {
   const std::vector<std::string> managed = {"a-1", "a-2", "a-3", "a-4"};
   std::map<std::string, int> pid;
   int next_pid = 1000;
-  for (const std::string& vm : {"a-1", "a-2", "a-3", "a-4", "a-op", "g-1"}) {
+  for (const char* vm : {"a-1", "a-2", "a-3", "a-4", "a-op", "g-1"}) {
     pid[vm] = next_pid;
     host_->AddVm(vm, next_pid, 1);
     next_pid += 10;

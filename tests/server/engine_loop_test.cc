@@ -248,7 +248,9 @@ TEST_F(EngineLoopTest, ATagVmThatRacesAReplanIsNotLost) {
   hooks.before_write = [&](const std::string&) {
     // Between the engine's read and its write, an operator retags a-3
     // with a class: the engine's write must not undo it.
-    if (races++ == 0) ASSERT_OK(Tag("a-3", "acme", v1::ISOLATION_LEVEL_UNSPECIFIED, {"avx512"}));
+    if (races++ == 0) {
+      ASSERT_OK(Tag("a-3", "acme", v1::ISOLATION_LEVEL_UNSPECIFIED, {"avx512"}));
+    }
   };
   MakeEngine(std::move(hooks));
   ASSERT_EQ(engine_->RunPass(true), 1);
