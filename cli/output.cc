@@ -228,6 +228,7 @@ json HostToJson(const v1::Host& host) {
       {"connected", host.connected()},
       {"draining", host.draining()},
       {"unplaceable_reason", host.unplaceable_reason()},
+      {"budget_unmet", host.budget_unmet()},
       {"vm_count", host.vm_count()},
       {"applied_revision", host.applied_revision()},
       {"registered_time",
@@ -376,6 +377,7 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"draining", YesNo(host.draining())},
           {"placeable", PlaceableText(host)},
           {"safety", SafetyText(caps.preflight())},
+          {"budget", host.budget_unmet().empty() ? "-" : host.budget_unmet()},
           {"agent version", OrDash(host.agent_version())},
           {"kernel", OrDash(caps.preflight().kernel_release())},
           {"sched_ext", OrDash(caps.preflight().sched_ext_state())},
@@ -410,12 +412,13 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
 }
 
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
-  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "SMT", "CORES",
-                   "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
+  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "BUDGET", "SMT",
+                   "CORES", "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
   for (const v1::Host& h : hosts) {
     table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
                   SafetyText(h.capabilities().preflight()),
+                  h.budget_unmet().empty() ? "-" : "unmet",
                   h.capabilities().smt_active() ? "on" : "off",
                   absl::StrCat(h.topology().cores_size()),
                   absl::StrCat(CpuCount(h.topology())),

@@ -114,6 +114,12 @@ class DesiredState {
   // the level gives. Answers the revision written.
   void ApplyLayout(const std::string& host_id, std::vector<LayoutChange> changes,
                    Done<int64_t> done);
+  // The policy engine's flag of a host whose budget no allowed layout meets
+  // (Host.budget_unmet): `reason` sets it, empty clears it. Written and
+  // audited (method EngineBudgetFlag) only when it turns on or off, so a
+  // host that stays flagged is not rewritten every pass. Answers whether
+  // it was written. NOT_FOUND for an unknown host.
+  void SetBudgetFlag(const std::string& host_id, const std::string& reason, Done<bool> done);
   // Host lifecycle (ControlPlane.DrainHost, UndrainHost, RemoveHost).
   // NOT_FOUND for an unknown host. Removal is FAILED_PRECONDITION while the
   // host's agent is connected (set_connected_check) or VMs are reported

@@ -128,6 +128,20 @@ absl::StatusOr<std::set<std::string>> EngineLoop::ManagedHosts(bool dry_run,
       if (static_cast<int>(policies.size()) < page.limit) break;
       page.after = policies.back().tenant_id();
     }
+    if (!dry_run) {
+      // A flagged host is visited until the flag clears, also once it runs
+      // no VM the engine manages.
+      store::Page hosts_page;
+      hosts_page.limit = internal::kMaxPageSize;
+      while (true) {
+        ASSIGN_OR_RETURN(auto listed, txn.ListHosts(hosts_page));
+        for (const v1::Host& h : listed) {
+          if (!h.budget_unmet().empty()) hosts.insert(h.host_id());
+        }
+        if (static_cast<int>(listed.size()) < hosts_page.limit) break;
+        hosts_page.after = listed.back().host_id();
+      }
+    }
     if (tenant.empty()) return absl::OkStatus();
     store::VmFilter filter;
     filter.tenant_id = tenant;
@@ -228,6 +242,10 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     LOG_EVERY_T(WARNING, 60) << "policy engine: host " << state.host.host_id() << ": "
                              << plan.reasons(plan.reasons_size() - 1);
     proposal.budget_unmet = true;
+    proposal.budget_reason = absl::StrFormat(
+        "measured forced idle over the least budget of its tenants (%.1f%%) and no allowed "
+        "layout is predicted within it: move VMs to another host",
+        LeastBudget(state).value_or(100));
     return proposal;
   }
   ASSIGN_OR_RETURN(policy::CandidateScore new_score,
@@ -254,6 +272,10 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     plan.add_reasons("measured forced idle is over the budget and no allowed layout is "
                      "predicted within it");
     proposal.budget_unmet = true;
+    proposal.budget_reason = absl::StrFormat(
+        "measured forced idle over the least budget of its tenants (%.1f%%) and no allowed "
+        "layout is predicted within it: move VMs to another host",
+        LeastBudget(state).value_or(100));
   }
   const policy::GateVerdict verdict = control.gate.Consider(now, proposal.kind, gain);
   plan.add_reasons(verdict.reason);
@@ -310,6 +332,10 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
     ASSIGN_OR_RETURN(std::optional<Proposal> proposal, Propose(state, control, false, now));
     Outcome outcome;
     outcome.budget_unmet = proposal && proposal->budget_unmet;
+    // Judged on measurements, so only an interval pass sets or clears it.
+    if (interval && attempt == 1) {
+      FlagBudget(state, outcome.budget_unmet ? proposal->budget_reason : "");
+    }
     if (!proposal || proposal->writes.empty()) return outcome;
     if (hooks_.before_write) hooks_.before_write(host_id);
     std::promise<absl::StatusOr<int64_t>> written;
@@ -333,6 +359,17 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
     VLOG(1) << "policy engine: host " << host_id << ": " << revision.status()
             << "; re-planning";
   }
+}
+
+void EngineLoop::FlagBudget(const HostState& state, const std::string& reason) {
+  if (state.host.budget_unmet().empty() == reason.empty()) return;
+  std::promise<absl::StatusOr<bool>> written;
+  state_->SetBudgetFlag(state.host.host_id(), reason,
+                        [&](absl::StatusOr<bool> r) { written.set_value(std::move(r)); });
+  absl::StatusOr<bool> flagged = written.get_future().get();
+  LOG_IF_EVERY_N(WARNING, !flagged.ok(), 100)
+      << "policy engine: flagging host " << state.host.host_id() << ": " << flagged.status()
+      << " (logged every 100th time)";
 }
 
 void EngineLoop::ComparePrediction(const HostState& state,

@@ -108,6 +108,8 @@ class EngineLoop {
     policy::ChangeKind kind = policy::ChangeKind::kGain;
     // Measured over budget, and no allowed layout predicted within it.
     bool budget_unmet = false;
+    // Why, for Host.budget_unmet.
+    std::string budget_reason;
   };
 
   // What one re-plan of a host did.
@@ -115,6 +117,8 @@ class EngineLoop {
     bool changed = false;
     bool budget_unmet = false;
   };
+  // Sets or clears Host.budget_unmet where it differs from `reason`.
+  void FlagBudget(const HostState& state, const std::string& reason);
 
   // Hosts running engine-managed VMs (of tenants that apply, unless
   // `dry_run`), and with `tenant` set only those running its VMs.

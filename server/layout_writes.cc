@@ -83,4 +83,28 @@ void DesiredState::ApplyLayout(const std::string& host_id, std::vector<LayoutCha
       });
 }
 
+void DesiredState::SetBudgetFlag(const std::string& host_id, const std::string& reason,
+                                 Done<bool> done) {
+  auto audit = std::make_shared<v1::AuditRecord>();
+  auto written = std::make_shared<bool>(false);
+  store_->Write(
+      [host_id, reason, audit, written](store::Transaction& txn) -> absl::Status {
+        *written = false;
+        ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+        if (!host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' is not registered"));
+        if (host->budget_unmet().empty() == reason.empty()) return absl::OkStatus();
+        v1::Host flagged = *host;
+        flagged.set_budget_unmet(reason);
+        RETURN_IF_ERROR(txn.PutHost(flagged));
+        *written = true;
+        return internal::Audit(txn, kEngineActor, "engine", "EngineBudgetFlag", host_id,
+                               &*host, &flagged, 0, audit.get());
+      },
+      [audit, written, done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        if (*written) internal::LogAudit(*audit);
+        done(*written);
+      });
+}
+
 }  // namespace cosched::server

@@ -118,6 +118,24 @@ TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured)
   EXPECT_TRUE(j["measured"]["forced_idle_pct"].is_null());
 }
 
+TEST(OutputTest, AHostTheEngineFlaggedShowsItsBudgetUnmet) {
+  v1::Host flagged;
+  flagged.set_host_id("hv-1");
+  flagged.set_budget_unmet("measured forced idle over the least budget");
+  v1::Host fine;
+  fine.set_host_id("hv-2");
+  std::ostringstream table;
+  PrintHostTable({flagged, fine}, table);
+  EXPECT_NE(table.str().find("BUDGET"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("unmet"), std::string::npos) << table.str();
+  EXPECT_EQ(HostToJson(flagged)["budget_unmet"], "measured forced idle over the least budget");
+  EXPECT_EQ(HostToJson(fine)["budget_unmet"], "");
+  std::ostringstream block;
+  PrintHost(flagged, block);
+  EXPECT_NE(block.str().find("measured forced idle over the least budget"), std::string::npos)
+      << block.str();
+}
+
 TEST(OutputTest, PlanShowsEachChangeAndThePredictedGain) {
   v1::PlanResponse response;
   v1::HostLayoutPlan* h = response.add_hosts();

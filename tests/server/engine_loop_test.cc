@@ -415,6 +415,34 @@ TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
   ASSERT_EQ(plan->hosts_size(), 1);
   EXPECT_EQ(plan->hosts(0).changes_size(), 0);
   EXPECT_THAT(plan->hosts(0).reasons(0), HasSubstr("no allowed layout is predicted within it"));
+
+  // Flagged on the host record, audited once however long it lasts.
+  auto flagged = [&] {
+    v1::GetHostRequest request;
+    request.set_host_id(kHost);
+    auto host = state_->GetHost(request);
+    EXPECT_OK(host);
+    return host->budget_unmet();
+  };
+  auto flag_records = [&] {
+    v1::ListAuditRecordsRequest request;
+    request.set_subject(kHost);
+    auto records = state_->ListAuditRecords(request);
+    EXPECT_OK(records);
+    int n = 0;
+    for (const v1::AuditRecord& r : records->records()) n += r.method() == "EngineBudgetFlag";
+    return n;
+  };
+  EXPECT_THAT(flagged(), HasSubstr("least budget of its tenants (2.0%)"));
+  now_ += std::chrono::minutes(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(flag_records(), 1);
+  // acme leaves auto: nothing is the engine's on the host, the flag clears.
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_FIXED, {v1::ISOLATION_LEVEL_VM}, true, 2.0));
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(flagged(), "");
+  EXPECT_EQ(flag_records(), 2);
+  EXPECT_EQ(unmet, (std::vector<int>{1, 1, 0}));
 }
 
 }  // namespace
