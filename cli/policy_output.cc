@@ -124,6 +124,7 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
           {"current",
            {{"isolation", IsolationName(response.current().isolation())},
             {"trust_group", response.current().trust_group()}}},
+          {"recommended_host", response.recommended_host()},
           {"decided_by", decision.decided_by() == v1::DECIDED_BY_UNSPECIFIED
                              ? json(nullptr)
                              : json(DecidedByName(decision.decided_by()))},

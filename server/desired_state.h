@@ -242,6 +242,11 @@ class DesiredState {
   // Connected, or seen within host_stale_after.
   bool IsLive(const v1::Host& host) const;
 
+  // ExplainVm's recommendation for a VM on a host whose budget no layout
+  // meets: Place's choice among the other hosts, into `response`.
+  void RecommendHost(const v1::VM& vm, int vcpus, double load,
+                     v1::ExplainVMResponse& response) const;
+
   absl::StatusOr<v1::WatchAssignmentsResponse> Snapshot(
       absl::string_view host_id, int64_t revision);
 

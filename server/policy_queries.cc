@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "common/status_macros.h"
@@ -135,6 +136,35 @@ absl::StatusOr<v1::PlaceResponse> DesiredState::Place(const v1::PlaceRequest& re
   return response;
 }
 
+void DesiredState::RecommendHost(const v1::VM& vm, int vcpus, double load,
+                                 v1::ExplainVMResponse& response) const {
+  policy::PlacementRequest r;
+  r.vm_id = kNewVmId;
+  r.tenant = vm.tenant_id();
+  r.vcpus = vcpus;
+  const v1::IsolationLevel level = vm.assignment().isolation();
+  r.isolation = level == v1::ISOLATION_LEVEL_NONE ? v1::ISOLATION_LEVEL_VM : level;
+  r.classes.assign(vm.interference_classes().begin(), vm.interference_classes().end());
+  r.load = load;
+  // Only dedicated VMs are pinned where csd decides layouts.
+  r.pinning = level == v1::ISOLATION_LEVEL_DEDICATED;
+  const std::string& own = vm.host_id();
+  auto answer = placement_.Place(r, [this, &own](const v1::Host& host) {
+    return host.host_id() == own ? std::string("the VM's own host") : UnplaceableReason(host, true);
+  });
+  if (!answer.ok()) {
+    response.add_host_reasons(absl::StrCat("the host is over its forced-idle budget and no other "
+                                           "host can take this VM: ",
+                                           answer.status().message()));
+    return;
+  }
+  response.set_recommended_host(answer->decision.host_id);
+  response.add_host_reasons(absl::StrFormat(
+      "the host is over its forced-idle budget with every allowed layout: Place would choose "
+      "host '%s' for this VM (predicted cost %.3f); csd never migrates VMs",
+      answer->decision.host_id, answer->decision.predicted_cost));
+}
+
 absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
     const v1::ExplainVMRequest& request) {
   RETURN_IF_ERROR(ValidateId("vm_id", request.vm_id()));
@@ -210,6 +240,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
                                        explain.vm.decision().predicted().forced_idle_pct());
   }
   *response.mutable_measured() = std::move(measured);
+  if (!state.host.budget_unmet().empty()) RecommendHost(explain.vm, vcpus, load, response);
   return response;
 }
 

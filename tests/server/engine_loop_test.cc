@@ -36,9 +36,14 @@ class EngineLoopTest : public ::testing::Test {
     ASSERT_OK(store);
     store_ = std::move(*store);
     state_ = std::make_unique<DesiredState>(store_.get());
+    ASSERT_OK(state_->LoadPlacement());
     options_.hysteresis.min_dwell = std::chrono::seconds(0);
+    ASSERT_NO_FATAL_FAILURE(Register(kHost));
+  }
+
+  void Register(const std::string& host_id) {
     v1::RegisterRequest reg;
-    reg.set_host_id(kHost);
+    reg.set_host_id(host_id);
     for (int c = 0; c < 2; ++c) {
       auto* core = reg.mutable_topology()->add_cores();
       core->add_cpus(2 * c);
@@ -434,6 +439,15 @@ TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
     return n;
   };
   EXPECT_THAT(flagged(), HasSubstr("least budget of its tenants (2.0%)"));
+  // ExplainVM names where Place would put a VM like it: the other host.
+  ASSERT_NO_FATAL_FAILURE(Register("hv-2"));
+  v1::ExplainVMRequest explain;
+  explain.set_vm_id("a-1");
+  auto explained = state_->ExplainVm(explain);
+  ASSERT_OK(explained);
+  EXPECT_EQ(explained->recommended_host(), "hv-2");
+  EXPECT_THAT(explained->host_reasons(explained->host_reasons_size() - 1),
+              HasSubstr("Place would choose host 'hv-2'"));
   now_ += std::chrono::minutes(1);
   EXPECT_EQ(engine_->RunPass(true), 0);
   EXPECT_EQ(flag_records(), 1);
