@@ -12,8 +12,11 @@
 // max_changes_per_hour) says whether it may replace the current one, and
 // its BudgetWatch whether measured forced idle has been over the least
 // budget of its tenants for budget_windows re-plan intervals in a row, in
-// which case a layout predicted within budget needs no gain and no dwell.
-// A tenant with apply: false is planned and shown (Plan) but never written.
+// which case a layout predicted within budget needs no gain and no dwell;
+// when none is, the host is flagged (Host.budget_unmet, audited). After a
+// plan, each interval's measured forced idle is compared with its
+// prediction (Observers). A tenant with apply: false is planned and shown
+// (Plan) but never written.
 //
 // Thread-safe. The loop runs on its own thread once Start() is called;
 // tests call RunPass() instead, with their own clock.
