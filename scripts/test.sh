@@ -7,8 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
+# The lab kernels (tests/lab/kernel): found and checked (one boot each), or
+# built into a cache on a machine that has none, beside the project's build.
+# Its lines start with "[lab kernel VERSION]".
+tests/lab/kernel/lab_kernel.sh ensure 6.12 6.1 &
+kernels=$!
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$(nproc)"
+kernel_status=0
+wait "$kernels" || kernel_status=$?
+[ "$kernel_status" = 0 ] || { echo "test.sh: no usable lab kernel (above)"; exit 1; }
 
 # What the lab scenarios of a ctest run measured (ctest shows a passing
 # test's output only with -V): foreign shares before and after tagging,

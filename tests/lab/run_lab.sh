@@ -13,17 +13,16 @@
 # failure): verdict, results.txt (the scenario's figures), console.log, and
 # whatever the scenario writes to $LAB_OUT.
 #
-# --kernel VERSION picks the lab kernel (lab_kernel below): 6.12 (default,
+# --kernel VERSION picks the lab kernel (kernel/lab_kernel.sh): 6.12 (default,
 # vhost workers are threads of their QEMU) or 6.1 (vhost workers are kernel
-# threads, children of kthreadd). 6.1 boots with the two changes
-# ../shared/kernel/README.md gives: `-cpu max,vendor=GenuineIntel` (else it
-# finds no SMT siblings) and `random.trust_cpu=on` (else its
-# PR_SCHED_CORE_GET reads 0 for tagged tasks until its pointer-hash key is
-# ready); --no-trust-cpu leaves the latter out, to show that window.
+# threads, children of kthreadd). 6.1 boots with `-cpu
+# max,vendor=GenuineIntel` (else it finds no SMT siblings) and
+# `random.trust_cpu=on` (else its PR_SCHED_CORE_GET reads 0 for tagged tasks
+# until its pointer-hash key is ready); --no-trust-cpu leaves the latter out,
+# to show that window.
 #
-# Environment: COSCHED_LAB_KERNEL (the 6.12 kernel; default
-# <repo>/../shared/kernel/bzImage, rebuilt with ../shared/kernel/build.sh
-# when missing), COSCHED_LAB_KERNEL_6_1 (the same for 6.1), LAB_TIMEOUT (seconds
+# Environment: COSCHED_LAB_KERNEL and COSCHED_LAB_KERNEL_6_1 (the kernels;
+# by default found or built by kernel/lab_kernel.sh), LAB_TIMEOUT (seconds
 # per boot, default 240), LAB_QEMU (default qemu-system-x86_64 from PATH),
 # LAB_BINARIES, LAB_KEEP=1 keeps the work folder.
 #
@@ -90,40 +89,13 @@ done
 [ -n "$busybox" ] || die "no static busybox (scripts/install-deps.sh installs busybox-static)"
 
 # --- the kernel -------------------------------------------------------------
-# lab_kernel VERSION: the one place that knows the lab kernels. Sets
-# `kernel` (the bzImage, built with ../shared/kernel/build.sh when missing),
-# `kernel_cpu` (the -cpu model) and `kernel_append` (extra command line).
-lab_kernel() {
-  local version=$1 kernel_dir="$repo/../shared/kernel" file override
-  case $version in
-    6.12) file=bzImage; override=${COSCHED_LAB_KERNEL:-}
-          kernel_cpu=max; kernel_append="" ;;
-    # 6.1 takes an AMD CPU without topoext for one without SMT siblings;
-    # without trust_cpu its pointer-hash key waits for entropy the emulated
-    # guest lacks (../shared/kernel/README.md).
-    6.1)  file=bzImage-6.1; override=${COSCHED_LAB_KERNEL_6_1:-}
-          kernel_cpu=max,vendor=GenuineIntel
-          kernel_append=""; [ $trust_cpu = 0 ] || kernel_append="random.trust_cpu=on" ;;
-    *) die "unknown lab kernel '$version' (--kernel 6.12 or 6.1)" ;;
-  esac
-  kernel=$override
-  if [ -z "$kernel" ]; then
-    kernel="$kernel_dir/$file"
-    if [ ! -f "$kernel" ]; then
-      [ -x "$kernel_dir/build.sh" ] || die "no lab kernel at $kernel and no $kernel_dir/build.sh to build it"
-      if [ ! -w "$kernel_dir" ]; then
-        kernel="${XDG_CACHE_HOME:-$HOME/.cache}/cosched-lab/$file"
-        mkdir -p "$(dirname "$kernel")"
-      fi
-      if [ ! -f "$kernel" ]; then
-        echo "run_lab: no lab kernel $version; building $kernel with $kernel_dir/build.sh (about 6 minutes)"
-        LINUX_VERSION=$version "$kernel_dir/build.sh" "$kernel"
-      fi
-    fi
-  fi
-  [ -f "$kernel" ] || die "lab kernel $kernel not found"
-}
-lab_kernel "$kernel_version"
+# kernel/lab_kernel.sh knows the lab kernels: where each is found (or built),
+# how it boots, and the check that it can serve the lab.
+. "$here/kernel/lab_kernel.sh"
+lab_kernel_settings "$kernel_version" "$trust_cpu" || exit 2
+kernel_cpu=$LAB_KERNEL_CPU kernel_append=$LAB_KERNEL_APPEND
+lab_kernel_find "$kernel_version" || die "no usable lab kernel $kernel_version (above)"
+kernel=$LAB_KERNEL
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cosched-lab.XXXXXX")
 cleanup() { [ "${LAB_KEEP:-0}" = 1 ] || rm -rf "$work"; }
