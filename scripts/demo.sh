@@ -57,7 +57,7 @@ if run build/agent/cs-agent --probe; then
   exit 0
 fi
 step "No. The same stack in the lab: a kernel with core scheduling under QEMU (2 cores x 2 siblings)"
-echo "(boots ../shared/kernel/bzImage in software emulation; about a minute)"
+echo "(boots the lab kernel in software emulation, about a minute; on a machine without one it is built first, once: tests/lab/kernel, 6 to 11 minutes)"
 lab_out=$PWD/$demo/lab
 tests/lab/run_lab.sh demo --out "$lab_out" \
   build/tests/lab/fake_qemu/qemu-system-x86_64 build/tests/lab/lab_cookies \
