@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the Debian packages of debian/ (cosched-server: csd, cosched-agent:
+# cs-agent, cosched-client: csctl) with `dpkg-buildpackage -b -us -uc`, without
+# running tests (./scripts/test.sh runs them, with what they need), and checks
+# them with lintian: any error fails, warnings are listed.
+#
+#   scripts/package.sh [OUTDIR]    (default build-deb/; the .debs land there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build-deb}
+
+./scripts/install-deps.sh
+# dpkg-buildpackage writes its results beside the source tree and builds in
+# it: a copy of the clone's files (tracked and new, not ignored ones such as
+# build/) keeps both out of the working tree.
+rm -rf "$out"
+mkdir -p "$out/src"
+git ls-files -z --cached --others --exclude-standard |
+  while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+  tar --null -T - -cf - | tar -C "$out/src" -xf -
+(cd "$out/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" dpkg-buildpackage -b -us -uc)
+rm -rf "$out/src"
+ls -l "$out"/*.deb
+
+# lintian refuses nothing as root but says so; --fail-on error makes an
+# error fail the build, and every warning is printed.
+changes=$(ls "$out"/*.changes)
+lintian --fail-on error --no-tag-display-limit "$changes"
+echo "package.sh: lintian found no error in $(basename "$changes")"
