@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of cosched: unit, integration, libvirt and the lab (a
-# core-scheduling kernel under QEMU), then the fuzzers (docs/fuzzing.md).
+# Runs every test of cosched: unit, integration, libvirt, the Debian packages'
+# build with lintian, and the lab (a core-scheduling kernel under QEMU), then
+# the fuzzers (docs/fuzzing.md).
 # Installs what it needs first. With arguments, runs only `ctest ARGS` in
 # build/ (a label, a name: docs/lab.md), without the fuzzers.
 set -euo pipefail
@@ -51,6 +52,13 @@ fuzz_log=$(mktemp)
 ) >"$fuzz_log" 2>&1 &
 fuzz_build=$!
 
+# The Debian packages (scripts/package.sh: a package build without tests, then
+# lintian), also at low priority beside them; lab.systemd_units installs them
+# in a guest booted with systemd.
+package_log=$(mktemp)
+nice -n 10 ./scripts/package.sh >"$package_log" 2>&1 &
+package_build=$!
+
 failed=()
 run_ctest -LE lab || failed+=("ctest -LE lab")
 fuzz_status=0
@@ -61,6 +69,17 @@ if [ "$fuzz_status" != 0 ]; then
   failed+=("fuzz build")
 fi
 rm -f "$fuzz_log"
+package_status=0
+wait "$package_build" || package_status=$?
+if [ "$package_status" != 0 ]; then
+  echo "--- the package build failed (status $package_status) ---"
+  tail -n 60 "$package_log"
+  failed+=("package build")
+else
+  echo "--- packages (scripts/package.sh) ---"
+  grep -E '^(-rw|[EW]: |package\.sh:)' "$package_log" || true
+fi
+rm -f "$package_log"
 
 run_ctest -L lab || failed+=("ctest -L lab")
 show_lab_figures "$stamp"

@@ -5,6 +5,7 @@
 #
 #   run_lab.sh SCENARIO [--kernel VERSION] [--no-trust-cpu] [--out DIR] [--timeout SECONDS] [BINARY...]
 #   run_lab.sh --root9p SCENARIO [--kernel VERSION] [--build DIR] [--out DIR] [--timeout SECONDS]
+#   run_lab.sh --systemd SCENARIO [--debs DIR] [--build DIR] [--out DIR] [--timeout SECONDS]
 #
 # SCENARIO is tests/lab/scenarios/SCENARIO.sh (or a path to a script). Every BINARY (and every path
 # in $LAB_BINARIES, separated by spaces or colons) is copied to the guest's
@@ -34,6 +35,12 @@
 # binaries of the build tree (--build DIR, else $LAB_BUILD, else <repo>/build)
 # on its PATH. The guest gets 2 GiB for the nested QEMU domains. A libvirtd
 # that does not start, like a guest oops, is reported and retried once.
+#
+# --systemd: the 9p root booted with systemd as PID 1 (guest/init_systemd.sh),
+# with the files of the Debian packages in --debs DIR (default
+# <repo>/build-deb, made by scripts/package.sh) installed, so csd and
+# cs-agent run in their packaged units; the scenario runs as a unit beside
+# them (guest/systemd_scenario.sh) with the build tree's lab tools.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,10 +50,15 @@ die() { echo "run_lab: $*" >&2; exit 2; }
 
 [ $# -ge 1 ] || die "usage: run_lab.sh SCENARIO [--out DIR] [--timeout SECONDS] [BINARY...]"
 root9p=0
+systemd=0
+debs=$repo/build-deb
 kernel_version=6.12
 trust_cpu=1
-if [ "$1" = --root9p ]; then root9p=1; shift; fi
-[ $# -ge 1 ] || die "usage: run_lab.sh --root9p SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]"
+case $1 in
+  --root9p) root9p=1; shift ;;
+  --systemd) root9p=1; systemd=1; shift ;;
+esac
+[ $# -ge 1 ] || die "usage: run_lab.sh --root9p|--systemd SCENARIO [--build DIR] [--out DIR] [--timeout SECONDS]"
 scenario=$1; shift
 out=""
 timeout_s=${LAB_TIMEOUT:-240}
@@ -55,6 +67,8 @@ binaries=()
 while [ $# -gt 0 ]; do
   case $1 in
     --root9p) root9p=1; shift ;;
+    --systemd) root9p=1; systemd=1; shift ;;
+    --debs) debs=$2; shift 2 ;;
     --kernel) kernel_version=$2; shift 2 ;;
     --no-trust-cpu) trust_cpu=0; shift ;;
     --build) build=$2; shift 2 ;;
@@ -112,9 +126,19 @@ if [ $root9p = 1 ]; then
         die "$tree is hidden in the guest by a tmpfs: use a tree elsewhere" ;;
     esac
   done
-  for tool in server/csd agent/cs-agent cli/csctl tests/lab/lab_cookies tests/lab/lab_tag_gap; do
-    [ -x "$build/$tool" ] || die "$build/$tool not built (cmake --build $build --target lab_libvirt_binaries)"
-  done
+  if [ $systemd = 1 ]; then
+    for tool in tests/lab/lab_cookies tests/lab/fake_qemu/qemu-system-x86_64; do
+      [ -x "$build/$tool" ] || die "$build/$tool not built (cmake --build $build --target lab_tools)"
+    done
+    for pkg in cosched-server cosched-agent cosched-client; do
+      ls "$debs"/${pkg}_*.deb >/dev/null 2>&1 || die "no $pkg package in $debs (scripts/package.sh builds them)"
+    done
+    [ -x /lib/systemd/systemd ] || die "no /lib/systemd/systemd (Debian's systemd package)"
+  else
+    for tool in server/csd agent/cs-agent cli/csctl tests/lab/lab_cookies tests/lab/lab_tag_gap; do
+      [ -x "$build/$tool" ] || die "$build/$tool not built (cmake --build $build --target lab_libvirt_binaries)"
+    done
+  fi
   for tool in libvirtd virsh; do
     command -v $tool >/dev/null || die "$tool not found (scripts/install-deps.sh installs libvirt-daemon, libvirt-daemon-driver-qemu and libvirt-clients)"
   done
@@ -127,7 +151,9 @@ if [ $root9p = 1 ]; then
       die "$dir is missing and cannot be made (the guest mounts a tmpfs there): run as root"
   done
   [ -x /bin/busybox ] || die "no /bin/busybox (busybox-static): the guest powers off with it"
-  [ -f "$here/guest/init_root9p.sh" ] || die "no $here/guest/init_root9p.sh"
+  guest_init=$here/guest/init_root9p.sh
+  [ $systemd = 0 ] || guest_init=$here/guest/init_systemd.sh
+  [ -f "$guest_init" ] || die "no $guest_init"
 fi
 
 # --- the initramfs ----------------------------------------------------------
@@ -205,7 +231,7 @@ if [ $root9p = 1 ]; then
   guest_args=(-m 2048
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
     -kernel "$kernel"
-    -append "console=ttyS0 panic=-1 quiet${kernel_append:+ $kernel_append} root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro init=/bin/sh -- $here/guest/init_root9p.sh")
+    -append "console=ttyS0 panic=-1 quiet${kernel_append:+ $kernel_append} root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro init=/bin/sh -- $guest_init")
 else
   guest_args=(-m 1024 -kernel "$kernel" -initrd "$work/initramfs.cpio.gz"
     -append "console=ttyS0 panic=-1 quiet${kernel_append:+ $kernel_append}")
@@ -219,6 +245,13 @@ run_once() {
   if [ $root9p = 1 ]; then
     printf 'LAB_SCENARIO=%s\nLAB_SCRIPT=%s\nLAB_SRC=%s\nLAB_BUILD=%s\n' \
       "$scenario" "$script" "$repo" "$build" >"$dir/lab.env"
+  fi
+  if [ $systemd = 1 ]; then
+    # The packages' files, as dpkg would unpack them; the guest installs them.
+    local deb
+    for deb in "$debs"/cosched-server_*.deb "$debs"/cosched-agent_*.deb "$debs"/cosched-client_*.deb; do
+      dpkg-deb -x "$deb" "$dir/pkgroot"
+    done
   fi
   start=$(date +%s.%N)
   timeout -k 10 "$timeout_s" $nice_cmd "$qemu" \

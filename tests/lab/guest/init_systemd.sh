@@ -1,0 +1,103 @@
+#!/bin/sh
+# init of the lab guest in --systemd mode (run_lab.sh --systemd): the build
+# machine's root, read-only over 9p, booted with systemd as PID 1 and the
+# Debian packages' files installed, so that csd and cs-agent run in their
+# real units. Started by the kernel as `init=/bin/sh -- THIS_SCRIPT`.
+#
+# Stage one, here: tmpfs wherever systemd or the units must write, seeded
+# from the read-only root (/etc, the folders the packages install into), the
+# packages' files (unpacked by run_lab.sh into the results share) copied in,
+# their system user made, and a unit lab.target that starts csd.service,
+# cs-agent.service and lab-scenario.service (guest/systemd_scenario.sh,
+# which runs the scenario and writes the verdict). Then systemd replaces
+# this shell as PID 1 with lab.target as its default: nothing the build
+# machine enables (multi-user.target's services) starts.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+exec 0</dev/console 1>/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
+
+out=/run/lab-out
+mkdir -p $out
+if ! mount -t 9p -o trans=virtio,version=9p2000.L host0 $out; then
+  echo "lab init: cannot mount the shared folder (9p host0): no verdict possible"
+  busybox poweroff -f
+fi
+# LAB_SCENARIO, LAB_SCRIPT, LAB_SRC, LAB_BUILD, written by run_lab.sh.
+. $out/lab.env
+fail_boot() {
+  echo "FAIL: $*" >$out/verdict
+  echo "lab init: $*"
+  sync; umount $out; busybox poweroff -f
+}
+
+# A tree under the host's /tmp stays visible at its path (/tmp is a tmpfs
+# here, as in --root9p mode).
+mkdir -p /run/host-tmp
+mount --bind /tmp /run/host-tmp
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+for tree in "$LAB_BUILD" "$LAB_SRC"; do
+  case $tree in
+    /tmp/*) mkdir -p "$tree"; mount --bind "/run/host-tmp/${tree#/tmp/}" "$tree" ;;
+  esac
+done
+
+tmpfs_copy() {  # DIR: a tmpfs over DIR holding what DIR held
+  local seed=/run/seed$(echo "$1" | tr / _)
+  mkdir -p "$seed"
+  cp -a "$1/." "$seed/" 2>/dev/null
+  mount -t tmpfs -o mode=755 tmpfs "$1"
+  cp -a "$seed/." "$1/" 2>/dev/null
+  rm -rf "$seed"
+}
+tmpfs_copy /etc
+tmpfs_copy /usr/sbin
+tmpfs_copy /usr/lib/systemd/system
+tmpfs_copy /usr/lib/sysusers.d
+for dir in /var/lib /var/log /var/cache /var/tmp /root; do
+  mount -t tmpfs -o mode=755 tmpfs $dir
+done
+chmod 1777 /var/tmp
+mkdir -p /var/log/journal
+# The build machine's identity and mounts are not the guest's.
+echo lab >/etc/hostname
+: >/etc/machine-id
+: >/etc/fstab
+
+# The packages' files, as dpkg would place them. /usr/bin and /usr/share are
+# the build machine's, read-only: csctl runs from the unpacked tree (on the
+# scenario's PATH), man pages and docs stay there.
+[ -x $out/pkgroot/usr/sbin/csd ] && [ -x $out/pkgroot/usr/sbin/cs-agent ] ||
+  fail_boot "no unpacked packages in the results share (run_lab.sh --systemd --debs DIR)"
+(cd $out/pkgroot && tar --exclude=./usr/share --exclude=./usr/bin -cf - .) |
+  tar -C / --keep-directory-symlink -xf - || fail_boot "cannot install the packages' files"
+# What their maintainer scripts do: the system user (cosched-server's
+# sysusers.d file). Units are started by lab.target, not enabled.
+systemd-sysusers || fail_boot "systemd-sysusers failed"
+getent passwd cosched >/dev/null || fail_boot "no system user cosched after systemd-sysusers"
+
+# The scenario and its helpers run from the source and build trees.
+cat >/etc/systemd/system/lab-scenario.service <<EOF
+[Unit]
+Description=lab scenario $LAB_SCENARIO
+After=csd.service cs-agent.service
+
+[Service]
+Type=oneshot
+Environment=LAB_SCENARIO=$LAB_SCENARIO LAB_SCRIPT=$LAB_SCRIPT LAB_SRC=$LAB_SRC LAB_BUILD=$LAB_BUILD LAB_OUT=$out
+ExecStart=/bin/sh $LAB_SRC/tests/lab/guest/systemd_scenario.sh
+StandardOutput=journal+console
+StandardError=journal+console
+EOF
+cat >/etc/systemd/system/lab.target <<'EOF'
+[Unit]
+Description=the lab: csd, cs-agent and the scenario in their units
+Requires=basic.target
+After=basic.target
+Wants=csd.service cs-agent.service lab-scenario.service
+AllowIsolate=yes
+EOF
+echo "lab: scenario $LAB_SCENARIO: starting systemd on the 9p root ($(uname -r), $(nproc) CPUs)"
+exec /lib/systemd/systemd --unit=lab.target --show-status=false
