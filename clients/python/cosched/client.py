@@ -61,8 +61,9 @@ def isolation_name(level: int) -> str:
 
 
 def _enum(field: str, value: Level | None, names: dict[str, int]) -> int:
-    """The enum value of a name or value; 0 (UNSPECIFIED) for None."""
-    if value is None:
+    """The enum value of a name or value; 0 (UNSPECIFIED: the default) for
+    None or 0."""
+    if value is None or value == 0:
         return 0
     if isinstance(value, str):
         if value not in names:

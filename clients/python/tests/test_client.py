@@ -106,6 +106,8 @@ def test_bad_names_are_refused_before_sending(client: cosched.Client) -> None:
     with pytest.raises(ValueError, match="isolation 'strict' must be one of "
                        "vm, tenant, none, dedicated"):
         client.tag("vm-py-x", isolation="strict")
+    with pytest.raises(ValueError, match="isolation 9 is not a value of its enum"):
+        client.place(2, isolation=9)
     with pytest.raises(ValueError, match="mode 'manual' must be one of fixed, auto"):
         client.set_policy("t", default_isolation="vm", mode="manual")
     with pytest.raises(ValueError, match="exactly one of vm_id, host_id, tenant, "
