@@ -20,6 +20,8 @@ PACKAGES=(
   cpio gzip openssl procps iproute2
   # the etcd store backend (store/etcd_store.h): its tests start their own etcd members
   etcd-server
+  # the Python client (clients/python): gRPC and protobuf runtimes, its tests
+  python3-grpcio python3-protobuf python3-pytest
   # the Debian packages (scripts/package.sh, debian/) and their checks
   debhelper dpkg-dev lintian
 )
