@@ -113,6 +113,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetMaxReceiveMessageSize(-1);  // a page of records may pass 4 MiB
+    // A member that vanishes without a reset (a partition) ends the watch
+    // within 15 s. Only while calls are open: etcd (--grpc-keepalive-min-time
+    // 5 s) answers pings on an idle connection with GOAWAY.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a quiet watch sends none
     Member member;
     member.endpoint = endpoint;
     member.channel = grpc::CreateCustomChannel(endpoint, *credentials, args);
@@ -324,11 +330,6 @@ class GrpcWatchStream final : public Client::WatchStream {
 absl::StatusOr<std::unique_ptr<Client::WatchStream>> Client::Watch(
     absl::string_view key, absl::string_view range_end, int64_t start_revision, bool prev_kv,
     bool progress_notify) {
-  Member& member = members_[current_.load() % members_.size()];
-  // No deadline: a watch lasts as long as its owner wants it.
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_wait_for_ready(true);
-  auto stream = member.watch->Watch(context.get());
   etcdserverpb::WatchRequest request;
   etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
   create->set_key(std::string(key));
@@ -336,12 +337,33 @@ absl::StatusOr<std::unique_ptr<Client::WatchStream>> Client::Watch(
   create->set_start_revision(start_revision);
   create->set_prev_kv(prev_kv);
   create->set_progress_notify(progress_notify);
-  if (!stream->Write(request)) {
-    grpc::Status status = stream->Finish();
-    return ToStatus(status, "Watch", member.endpoint, options_.timeout);
+  const size_t first = current_.load();
+  absl::Status last;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const size_t index = (first + i) % members_.size();
+    Member& member = members_[index];
+    // The stream has no deadline (a watch lasts as long as its owner wants
+    // it), so its start would wait for a member that is down for ever: a
+    // member that does not connect within the call deadline is skipped.
+    if (!member.channel->WaitForConnected(Deadline(options_.timeout))) {
+      last = absl::UnavailableError(absl::StrCat("etcd at ", member.endpoint,
+                                                 " is unavailable (Watch): no connection within ",
+                                                 absl::FormatDuration(options_.timeout)));
+      continue;
+    }
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_wait_for_ready(true);
+    auto stream = member.watch->Watch(context.get());
+    if (!stream->Write(request)) {
+      last = ToStatus(stream->Finish(), "Watch", member.endpoint, options_.timeout);
+      continue;
+    }
+    if (index != first % members_.size()) current_.store(index);
+    return std::unique_ptr<WatchStream>(
+        new GrpcWatchStream(member.endpoint, std::move(context), std::move(stream)));
   }
-  return std::unique_ptr<WatchStream>(
-      new GrpcWatchStream(member.endpoint, std::move(context), std::move(stream)));
+  current_.store(first + 1);  // the next attempt starts at the next member
+  return last;
 }
 
 }  // namespace cosched::etcd

@@ -115,7 +115,10 @@ class Client {
     virtual void Cancel() = 0;
   };
   // Watches [key, range_end) from start_revision (0: now), with prev_kv and
-  // progress notifications as asked. The first response says `created`.
+  // progress notifications as asked, on the first member (from the current
+  // one) that connects within the call deadline: UNAVAILABLE when none
+  // does. The first response says `created`; one with compact_revision set
+  // says start_revision was compacted away.
   absl::StatusOr<std::unique_ptr<WatchStream>> Watch(absl::string_view key,
                                                       absl::string_view range_end,
                                                       int64_t start_revision, bool prev_kv,

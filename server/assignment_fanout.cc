@@ -170,6 +170,19 @@ void AssignmentFanout::OnCommit(const std::vector<std::string>& hosts) {
   for (auto& w : touched) w->MarkDirty();
 }
 
+void AssignmentFanout::OnResync() {
+  std::vector<std::shared_ptr<Watcher>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [host, list] : watchers_) {
+      for (auto& weak : list) {
+        if (auto w = weak.lock()) all.push_back(std::move(w));
+      }
+    }
+  }
+  for (auto& w : all) w->MarkDirty();
+}
+
 bool AssignmentFanout::IsConnected(absl::string_view host_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = watchers_.find(std::string(host_id));

@@ -37,6 +37,9 @@ class AssignmentFanout {
 
   // The Store's commit observer.
   void OnCommit(const std::vector<std::string>& hosts);
+  // Anything may have changed (the store's watch resynced): every stream
+  // reads what changed since it last sent.
+  void OnResync();
 
   // True while some agent of `host_id` holds a stream.
   bool IsConnected(absl::string_view host_id) const;

@@ -231,6 +231,20 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
                                               EngineLoop::Hooks(), std::move(engine_metrics));
   EngineLoop* engine = csd->engine_.get();
   csd->state_->set_layout_observer([engine](const std::string& host) { engine->Trigger(host); });
+  // Other replicas' commits (a store in etcd): into the views and streams
+  // as this csd's own; and gRPC health says whether the store is there.
+  DesiredState* state = csd->state_.get();
+  csd->store_->SetReachabilityObserver([self](bool reachable, const std::string& why) {
+    self->SetStoreReachable(reachable, why);
+  });
+  csd->store_->SetExternalObserver([state, fanout](const store::ExternalChange& change) {
+    state->ApplyExternalChange(change);
+    if (change.resync) {
+      fanout->OnResync();
+    } else {
+      fanout->OnCommit(change.assignment_hosts);
+    }
+  });
   csd->engine_->Start();
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine);
@@ -258,6 +272,11 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
         absl::StrCat("cannot listen on ", options.listen,
                      " (address in use, or not an address of this host?)"));
   }
+  {
+    std::lock_guard<std::mutex> lock(csd->health_mu_);
+    csd->health_ = csd->server_->GetHealthCheckService();
+    if (csd->health_ != nullptr) csd->health_->SetServingStatus(csd->store_reachable_);
+  }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   csd->address_ = absl::StrCat(host, ":", csd->port_);
   if (!options.metrics_listen.empty()) {
@@ -278,11 +297,18 @@ void CsdServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     // Scrapes read the fanout and the store: stop them first.
     metrics_server_.reset();
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      health_ = nullptr;  // goes with the server
+    }
     // Streams never end on their own: give calls a moment, then cancel.
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();
     engine_->Stop();
+    // Other replicas' changes call into the fanout and the views: none
+    // after this.
+    store_->SetExternalObserver(nullptr);
     // The store's writer tells the fanout of a commit after it answered
     // the write, so a client may already be gone while that call is still
     // to come: wait for the writes in flight (a write after them completes
@@ -298,12 +324,27 @@ void CsdServer::Shutdown() {
 
 void CsdServer::Wait() { server_->Wait(); }
 
+void CsdServer::SetStoreReachable(bool reachable, const std::string& why) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (reachable == store_reachable_) return;
+  store_reachable_ = reachable;
+  LOG(WARNING) << "csd health: " << (reachable ? "SERVING, the store is back"
+                                              : "NOT_SERVING, the store cannot be reached: ")
+               << why;
+  if (health_ != nullptr) health_->SetServingStatus(reachable);
+}
+
 int CsdServer::metrics_port() const {
   return metrics_server_ ? metrics_server_->port() : 0;
 }
 
 CsdServer::~CsdServer() {
-  if (server_) Shutdown();
+  if (server_) {
+    Shutdown();
+  } else if (store_) {
+    // Start failed: the store must not call into what goes before it.
+    store_->SetExternalObserver(nullptr);
+  }
 }
 
 }  // namespace cosched::server

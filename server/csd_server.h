@@ -5,6 +5,7 @@
 #define COSCHED_SERVER_CSD_SERVER_H_
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "cosched/v1/config.pb.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "metrics/metrics_http.h"
 #include "server/assignment_fanout.h"
@@ -96,6 +98,9 @@ class CsdServer {
 
  private:
   CsdServer() = default;
+  // gRPC health: NOT_SERVING while the store cannot be reached (a store in
+  // etcd whose watch is lost), SERVING again once it can.
+  void SetStoreReachable(bool reachable, const std::string& why);
 
   // First: it outlives everything that reports to it.
   std::unique_ptr<CsdMetrics> metrics_;
@@ -113,6 +118,9 @@ class CsdServer {
   int port_ = 0;
   std::string address_;
   std::once_flag shutdown_once_;
+  std::mutex health_mu_;
+  grpc::HealthCheckServiceInterface* health_ = nullptr;  // guarded by health_mu_
+  bool store_reachable_ = true;                          // guarded by health_mu_
 };
 
 }  // namespace cosched::server

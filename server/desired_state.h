@@ -210,6 +210,15 @@ class DesiredState {
 
   int64_t CurrentRevision() const { return store_->CurrentRevision(); }
 
+  // What other csd replicas committed (the store's external observer, on
+  // its completion thread, in revision order with this csd's own writes):
+  // brings the placement view, the Reports this csd remembers and the
+  // policy engine's notes up to date, as this csd's own writes do. The
+  // records are read from the store as they are now. When they cannot be
+  // read (etcd away, a value that does not parse), the next change reads
+  // the whole view again. Defined in replica_changes.cc.
+  void ApplyExternalChange(const store::ExternalChange& change);
+
  private:
   // What csd remembers of each host's last committed Report.
   struct ReportSeen {
@@ -273,6 +282,9 @@ class DesiredState {
   absl::Duration host_stale_after_ = absl::Seconds(60);
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
+  // An external change could not be applied: the next one reloads the
+  // view. Only on the store's completion thread.
+  bool external_reload_owed_ = false;
 };
 
 }  // namespace cosched::server

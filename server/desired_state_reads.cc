@@ -359,9 +359,10 @@ absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::FirstWatchMessage(
 
 absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>>
 DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
-  // Every change up to `current` is committed, so the read below sees it;
-  // it may see later ones too, which are then sent again (upserts are
-  // idempotent).
+  // The delta is at the revision the read saw, so that the next one starts
+  // right after what this one sends: a change is sent once, however far
+  // this csd's idea of the current revision lags (another replica's commit
+  // is read before its watch event arrives).
   int64_t current = store_->CurrentRevision();
   v1::WatchAssignmentsResponse message;
   bool complete = true;
@@ -369,6 +370,7 @@ DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
     ASSIGN_OR_RETURN(auto changes, txn.ChangesSince(host_id, revision));
     complete = changes.complete;
     if (!complete) return absl::OkStatus();
+    current = std::max(current, changes.revision);
     for (const std::string& vm_id : changes.vm_ids) {
       ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
       if (vm && ReceivesAssignment(*vm, host_id)) {

@@ -30,4 +30,12 @@ void InstrumentedStore::SetCommitObserver(CommitObserver observer) {
   inner_->SetCommitObserver(std::move(observer));
 }
 
+void InstrumentedStore::SetExternalObserver(ExternalObserver observer) {
+  inner_->SetExternalObserver(std::move(observer));
+}
+
+void InstrumentedStore::SetReachabilityObserver(ReachabilityObserver observer) {
+  inner_->SetReachabilityObserver(std::move(observer));
+}
+
 }  // namespace cosched::server

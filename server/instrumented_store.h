@@ -29,6 +29,8 @@ class InstrumentedStore final : public store::Store {
   absl::Status Read(const TxnFn& fn) override;
   int64_t CurrentRevision() const override;
   void SetCommitObserver(CommitObserver observer) override;
+  void SetExternalObserver(ExternalObserver observer) override;
+  void SetReachabilityObserver(ReachabilityObserver observer) override;
 
  private:
   // Declared first so the inner store, destroyed last, can still call it.

@@ -117,6 +117,28 @@ void PlacementView::Apply(const PlacementDelta& delta) {
   for (const std::string& host : dirty) ResetHostLocked(host);
 }
 
+void PlacementView::ApplyReportedVcpus(const std::string& host_id,
+                                       const std::vector<v1::VMObservation>& reported) {
+  std::unordered_map<std::string, int> vcpus;
+  for (const v1::VMObservation& o : reported) {
+    for (const std::string* key : {&o.vm_id(), &o.uuid()}) {
+      if (!key->empty()) vcpus[*key] = o.enforcement().vcpus();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto host = hosts_.find(host_id);
+  if (host == hosts_.end()) return;
+  bool changed = false;
+  for (const std::string& id : host->second.vms) {
+    auto seen = vcpus.find(id);
+    PlacedVm& vm = vms_.at(id);
+    if (seen == vcpus.end() || vm.vcpus == seen->second) continue;
+    vm.vcpus = seen->second;
+    changed = true;
+  }
+  if (changed) ResetHostLocked(host_id);
+}
+
 int PlacementView::HostInfo::ThreadsPerCore() const {
   size_t fewest = 0;
   for (const auto& cpus : cores) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cosched/v1/agent.pb.h"
 #include "cosched/v1/types.pb.h"
 #include "policy/placement.h"
 #include "store/store.h"
@@ -68,6 +69,10 @@ class PlacementView {
   absl::Status Load(store::Store& store);
   // Applies what a committed write changed.
   void Apply(const PlacementDelta& delta);
+  // What host `host_id` reports now, written by another csd replica: the
+  // vCPUs of the VMs the view places there (found by id or UUID).
+  void ApplyReportedVcpus(const std::string& host_id,
+                          const std::vector<v1::VMObservation>& reported);
 
   struct Answer {
     policy::PlacementDecision decision;

@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include <chrono>
+#include <future>
 #include <random>
 #include <utility>
 
@@ -56,6 +57,7 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client, options.prefix));
   std::unique_ptr<EtcdStore> store(new EtcdStore(options, std::move(client)));
   store->committed_revision_.store(snapshot.meta_revision);
+  store->opened_revision_ = snapshot.revision;
   store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   LOG(INFO) << "store: etcd at " << store->client_->endpoint() << " under "
@@ -67,6 +69,7 @@ EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> cli
     : options_(std::move(options)), client_(std::move(client)) {}
 
 EtcdStore::~EtcdStore() {
+  SetExternalObserver(nullptr);  // stops the watch, which calls into the writer
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping_ = true;
@@ -104,6 +107,136 @@ void EtcdStore::SetCommitObserver(CommitObserver observer) {
   observer_ = std::move(observer);
 }
 
+void EtcdStore::SetExternalObserver(ExternalObserver observer) {
+  if (observer == nullptr) {
+    std::unique_ptr<EtcdPrefixWatch> watch;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      external_observer_ = nullptr;
+      watching_ = false;  // a watch waiting for an own commit goes on
+      watch = std::move(watch_);
+    }
+    own_cv_.notify_all();
+    watch.reset();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    external_observer_ = std::move(observer);
+    if (watching_ || watch_ != nullptr) return;
+    watching_ = true;
+  }
+  EtcdPrefixWatch::Hooks hooks;
+  hooks.is_own = [this](uint64_t id, int64_t revision) { return IsOwnCommit(id, revision); };
+  hooks.deliver = [this](ExternalChange change) { DeliverExternal(std::move(change)); };
+  hooks.resync = [this](int64_t revision) { return DeliverResync(revision); };
+  hooks.reachability = [this](bool reachable, const std::string& why) {
+    NoteReachability(reachable, why);
+  };
+  auto watch = std::make_unique<EtcdPrefixWatch>(*client_, options_.prefix, opened_revision_,
+                                                std::move(hooks), options_.watch);
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  watch_ = std::move(watch);
+}
+
+void EtcdStore::SetReachabilityObserver(ReachabilityObserver observer) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  reachability_observer_ = std::move(observer);
+}
+
+void EtcdStore::NoteReachability(bool reachable, const std::string& why) {
+  ReachabilityObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    observer = reachability_observer_;
+  }
+  if (observer) observer(reachable, why);
+}
+
+void EtcdStore::RegisterCommit(uint64_t commit_id) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  if (watching_) own_commits_[commit_id] = OwnCommit();
+}
+
+void EtcdStore::SettleCommit(uint64_t commit_id, bool maybe_applied) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    auto it = own_commits_.find(commit_id);
+    if (it == own_commits_.end()) return;
+    if (maybe_applied) {
+      it->second.state = OwnCommit::kUnknown;
+    } else {
+      own_commits_.erase(it);  // not applied: the watch never sees it
+    }
+  }
+  own_cv_.notify_all();
+}
+
+bool EtcdStore::IsOwnCommit(uint64_t commit_id, int64_t revision) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  auto it = own_commits_.find(commit_id);
+  if (it == own_commits_.end()) return false;
+  // Its Txn's answer may still be on its way to the writer: another
+  // replica's change after it must wait for its done callbacks.
+  own_cv_.wait(lock, [&] {
+    it = own_commits_.find(commit_id);
+    return !watching_ || it == own_commits_.end() || it->second.state != OwnCommit::kInFlight;
+  });
+  if (it == own_commits_.end()) return false;
+  const bool queued = it->second.state == OwnCommit::kQueued;
+  own_commits_.erase(it);
+  if (!queued) {
+    LOG(WARNING) << "etcd store: commit at revision " << revision
+                 << " whose outcome was unknown was applied; taking it as another replica's";
+  }
+  return queued;
+}
+
+void EtcdStore::DeliverExternal(ExternalChange change) {
+  NoteRevision(change.revision);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!external_observer_) return;
+    completions_.push_back(
+        [observer = external_observer_, change = std::move(change)] { observer(change); });
+    ++completions_pending_;
+  }
+  completion_cv_.notify_one();
+}
+
+absl::Status EtcdStore::DeliverResync(int64_t revision) {
+  {
+    // Own commits up to `revision` will never be echoed: the watch goes on
+    // after it.
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::erase_if(own_commits_, [&](const auto& entry) {
+      return entry.second.state != OwnCommit::kInFlight && entry.second.revision <= revision;
+    });
+  }
+  NoteRevision(revision);
+  // Through the writer: a write that changes nothing completes after every
+  // write submitted before it, so every commit of this store up to
+  // `revision` has had its done callbacks when the views are read again.
+  auto delivered = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> answer = delivered->get_future();
+  Write([](Transaction&) { return absl::OkStatus(); },
+        [this, revision, delivered](absl::Status status) {
+          if (status.ok()) {
+            ExternalObserver observer;
+            {
+              std::lock_guard<std::mutex> lock(queue_mu_);
+              observer = external_observer_;
+            }
+            ExternalChange change;
+            change.revision = revision;
+            change.resync = true;
+            if (observer) observer(change);
+          }
+          delivered->set_value(status);
+        });
+  return answer.get();
+}
+
 int64_t EtcdStore::CurrentRevision() const {
   return committed_revision_.load(std::memory_order_acquire);
 }
@@ -133,7 +266,8 @@ void EtcdStore::WriterLoop() {
     }
     std::vector<absl::Status> results;
     std::set<std::string> hosts;
-    RunBatch(batch, results, hosts);
+    std::vector<std::pair<uint64_t, int64_t>> committed;
+    RunBatch(batch, results, hosts, committed);
     const int64_t revision = CurrentRevision();
     std::function<void()> completion =
         [batch = std::move(batch), results = std::move(results),
@@ -148,8 +282,16 @@ void EtcdStore::WriterLoop() {
       std::lock_guard<std::mutex> lock(queue_mu_);
       completions_.push_back(std::move(completion));
       ++completions_pending_;
+      // Queued: the watch may deliver what other replicas did after them.
+      for (const auto& [id, at] : committed) {
+        auto it = own_commits_.find(id);
+        if (it == own_commits_.end()) continue;
+        it->second.state = OwnCommit::kQueued;
+        it->second.revision = at;
+      }
     }
     completion_cv_.notify_one();
+    if (!committed.empty()) own_cv_.notify_all();
   }
 }
 
@@ -169,7 +311,8 @@ void EtcdStore::CompletionLoop() {
 }
 
 void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
-                         std::set<std::string>& hosts) {
+                         std::set<std::string>& hosts,
+                         std::vector<std::pair<uint64_t, int64_t>>& committed_ids) {
   results.assign(batch.size(), absl::OkStatus());
   // Indexes still to run, in submission order: a round runs them on one
   // snapshot, commits those that fit, and leaves the rest (and, after a
@@ -228,9 +371,11 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
       continue;
     }
     const etcdserverpb::TxnRequest request = CommitRequest(*snapshot, state, commit_id);
+    RegisterCommit(commit_id);
     absl::StatusOr<etcdserverpb::TxnResponse> response = client_->Txn(request);
     int64_t committed = 0;
     bool lost_race = false;
+    bool maybe_applied = false;
     absl::Status failure;
     if (response.ok()) {
       if (response->succeeded()) {
@@ -250,6 +395,7 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
         failure = absl::UnavailableError(absl::StrCat(
             response.status().message(), "; whether the write was applied is unknown: ",
             resolved.status().message()));
+        maybe_applied = true;
       }
     } else {
       failure = response.status();  // refused by etcd: nothing was applied
@@ -260,10 +406,13 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
                 << snapshot->revision << ": keys outside csd's writes changed in between";
       }
       NoteRevision(committed);
+      committed_ids.emplace_back(commit_id, committed);
       hosts.insert(state.changed_hosts.begin(), state.changed_hosts.end());
       pending = std::move(later);
       continue;
     }
+    // Not applied, or (UNAVAILABLE after a lost answer) perhaps applied.
+    SettleCommit(commit_id, maybe_applied);
     if (lost_race) {
       // Another writer committed after the snapshot: every function of the
       // round runs again on what it wrote, its own failures included (they

@@ -13,11 +13,13 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "etcd/client.h"
+#include "store/etcd_watch.h"
 #include "store/store.h"
 
 namespace cosched::store {
@@ -34,6 +36,8 @@ struct EtcdStoreOptions {
   int max_batch = 64;
   // Runs of a write function that lost a race before it fails ABORTED.
   int max_attempts = 20;
+  // Backoff of the prefix's watch when it breaks.
+  EtcdWatchOptions watch;
 };
 
 // Store on etcd. Layout under the prefix (values are serialized protos):
@@ -77,6 +81,20 @@ struct EtcdStoreOptions {
 // again on the first one's result); a single function that does not fit is
 // refused with RESOURCE_EXHAUSTED naming the limit.
 //
+// Other replicas' commits: once SetExternalObserver is called, a watch of
+// the prefix (store/etcd_watch.h) follows every commit after the revision
+// Open read at. Each revision's <prefix>/meta carries the id of the commit
+// that wrote it, which the writer registers before it sends the Txn: the
+// watch skips the store's own commits by that id (not by revision: the
+// watch may see a commit before the writer has etcd's answer with its
+// revision), after waiting until the writer has queued the commit's
+// completion, and queues what other replicas changed on the completion
+// thread behind it. So the external observer runs in revision order with
+// done callbacks, and what a replica wrote after this store's commit is
+// never overwritten by that commit's done callbacks. A commit whose outcome
+// the writer could not learn (it answered UNAVAILABLE) is delivered as
+// another replica's when the watch sees it.
+//
 // Thread-safe. Not to be called from a write function, a done callback or
 // the commit observer with WriteSync (each would wait for its own thread).
 class EtcdStore final : public Store {
@@ -93,11 +111,15 @@ class EtcdStore final : public Store {
   void Write(TxnFn fn, DoneFn done) override;
   absl::Status Read(const TxnFn& fn) override;
   // The revision of the last csd commit on the prefix that this store knows
-  // of: its own, or another replica's once a read or write snapshot saw it
-  // (a replica that only serves streams learns of others' commits when it
-  // next reads; a watch of the prefix, issue #16 part 2, keeps it current).
+  // of: its own, or another replica's once a read or write snapshot or the
+  // watch saw it.
   int64_t CurrentRevision() const override;
   void SetCommitObserver(CommitObserver observer) override;
+  // Starts the watch of the prefix.
+  void SetExternalObserver(ExternalObserver observer) override;
+  // Unreachable when the watch breaks, reachable once it is back; only
+  // while the watch runs (SetExternalObserver).
+  void SetReachabilityObserver(ReachabilityObserver observer) override;
 
   etcd::Client& client() { return *client_; }
   const std::string& prefix() const { return options_.prefix; }
@@ -112,6 +134,11 @@ class EtcdStore final : public Store {
     int attempts = 0;
   };
   struct Outcome;
+  // A commit of this store the watch has yet to see.
+  struct OwnCommit {
+    enum State { kInFlight, kQueued, kUnknown } state = kInFlight;
+    int64_t revision = 0;  // once committed
+  };
 
   EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client);
 
@@ -119,8 +146,20 @@ class EtcdStore final : public Store {
   void CompletionLoop();
   // Runs and commits one batch; `results` gets each write's status, and
   // `hosts` the hosts whose assignments changed in what committed.
+  // `committed` gets the commit ids and revisions of the Txns it committed.
   void RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
-                std::set<std::string>& hosts);
+                std::set<std::string>& hosts,
+                std::vector<std::pair<uint64_t, int64_t>>& committed);
+  // The writer's bookkeeping of its commits for the watch: before a Txn
+  // is sent, and once it failed: not applied, or perhaps applied (its
+  // answer was lost and etcd could not tell).
+  void RegisterCommit(uint64_t commit_id);
+  void SettleCommit(uint64_t commit_id, bool maybe_applied);
+  // The watch's hooks (EtcdPrefixWatch::Hooks).
+  bool IsOwnCommit(uint64_t commit_id, int64_t revision);
+  void DeliverExternal(ExternalChange change);
+  absl::Status DeliverResync(int64_t revision);
+  void NoteReachability(bool reachable, const std::string& why);
   // After a commit whose answer was lost: makes sure it can no longer apply
   // and says whether it did (its revision) or not (0). UNAVAILABLE when
   // etcd cannot tell.
@@ -131,6 +170,8 @@ class EtcdStore final : public Store {
   const EtcdStoreOptions options_;
   std::unique_ptr<etcd::Client> client_;
   std::atomic<int64_t> committed_revision_{0};
+  // etcd's revision when Open read the store: the watch starts after it.
+  int64_t opened_revision_ = 0;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
@@ -141,9 +182,18 @@ class EtcdStore final : public Store {
   std::deque<std::function<void()>> completions_;  // guarded by queue_mu_
   int completions_pending_ = 0;
   bool completer_stopping_ = false;
+  ExternalObserver external_observer_;          // guarded by queue_mu_
+  ReachabilityObserver reachability_observer_;  // guarded by queue_mu_
+  // While the watch runs: commits it has yet to see, by commit id.
+  bool watching_ = false;                                   // guarded by queue_mu_
+  std::unordered_map<uint64_t, OwnCommit> own_commits_;     // guarded by queue_mu_
+  std::condition_variable own_cv_;  // an own commit was settled, or the watch stops
 
   std::thread completer_;
   std::thread writer_;
+  // Stopped first by the destructor: it calls into the writer's queue and
+  // bookkeeping.
+  std::unique_ptr<EtcdPrefixWatch> watch_;
 };
 
 }  // namespace cosched::store

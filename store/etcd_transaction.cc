@@ -471,6 +471,7 @@ absl::StatusOr<HostChanges> EtcdTransaction::ChangesSince(absl::string_view host
   }
   changes.vm_ids.assign(ids.begin(), ids.end());
   changes.complete = true;
+  changes.revision = current;
   return changes;
 }
 

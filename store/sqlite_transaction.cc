@@ -445,6 +445,7 @@ absl::StatusOr<HostChanges> SqliteTransaction::ChangesSince(
     changes.vm_ids.emplace_back(q.ColumnText(0));
   }
   changes.complete = true;
+  changes.revision = current;
   return changes;
 }
 

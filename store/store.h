@@ -8,8 +8,10 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <utility>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +53,40 @@ struct HostChanges {
   // revision is newer than the store's): the caller must send a snapshot.
   bool complete = false;
   std::vector<std::string> vm_ids;  // distinct, in no particular order
+  // The revision the answer is complete up to: the last commit the
+  // transaction sees (its own when it took one). A stream that sends these
+  // changes is then at this revision, not at one read before or after it.
+  int64_t revision = 0;
+};
+
+// What other writers committed to a shared store (EtcdStore: other csd
+// replicas on the same prefix), as this process learned it from its watch
+// of the store. It names what changed; what the records are now is read
+// from the store, so that a view never goes back to an older state.
+struct ExternalChange {
+  // The last revision it covers.
+  int64_t revision = 0;
+  // The watch lost track (its history was compacted away while it was
+  // behind): anything may have changed, and every view of the store must
+  // be read again. The other fields are then empty.
+  bool resync = false;
+  // Hosts whose assignments changed (the change log), as CommitObserver's.
+  std::vector<std::string> assignment_hosts;
+  // VMs written or deleted, each with what it was before the first of
+  // these commits (nullopt: it did not exist).
+  std::vector<std::pair<std::string, std::optional<v1::VM>>> vms;
+  // Hosts written or deleted.
+  std::vector<std::string> hosts;
+  // Hosts whose report changed, with what each reports now (empty when
+  // its report was deleted).
+  std::vector<std::pair<std::string, std::vector<v1::VMObservation>>> reports;
+  // A tenant policy was written.
+  bool policies = false;
+
+  bool empty() const {
+    return !resync && assignment_hosts.empty() && vms.empty() && hosts.empty() &&
+           reports.empty() && !policies;
+  }
 };
 
 // Filters of Transaction::ListAudit. Empty strings and 0 match all.
@@ -174,6 +210,26 @@ class Store {
   // recorded changes, after that commit's done functions, on the thread that
   // runs them.
   virtual void SetCommitObserver(CommitObserver observer) = 0;
+
+  // What other writers of a shared store committed, and whether this
+  // process can reach the store.
+  using ExternalObserver = std::function<void(const ExternalChange& change)>;
+  using ReachabilityObserver =
+      std::function<void(bool reachable, const std::string& why)>;
+  // Set once, before the first Write. Called for every commit of another
+  // writer (never for this store's own), on the thread that runs done
+  // functions and the commit observer, in revision order with them: a
+  // change is delivered after the done functions of every commit of this
+  // store below it and before those above it. A store that no one else
+  // writes (SqliteStore) never calls it. Set to nullptr, it stops: no
+  // change is queued once the call returns (one queued before still runs,
+  // before a write submitted after it completes).
+  virtual void SetExternalObserver(ExternalObserver observer) { (void)observer; }
+  // Set once, before the first Write. Called, on a thread of the store's
+  // own, when the store stops being reachable (why: the error) and when it
+  // is reachable again. A store that is always reachable (SqliteStore, a
+  // file) never calls it.
+  virtual void SetReachabilityObserver(ReachabilityObserver observer) { (void)observer; }
 };
 
 }  // namespace cosched::store

@@ -236,6 +236,41 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
   EXPECT_TRUE(a->decision.cores.empty());
 }
 
+// Another replica's Report changes a placed VM's vCPUs: the view counts
+// the new number (a dedicated VM's cores).
+TEST(PlacementView, ReportedVcpusOfAnotherReplicaChangeTheCoresAVmTakes) {
+  PlacementView view(Options());
+  PlacementDelta delta;
+  v1::Host host;
+  host.set_host_id("h");
+  for (int c = 0; c < 4; ++c) {
+    auto* core = host.mutable_topology()->add_cores();
+    core->add_cpus(2 * c);
+    core->add_cpus(2 * c + 1);
+  }
+  delta.hosts.push_back(host);
+  PlacedVm big{.vm_id = "big", .tenant_id = "t", .host_id = "h",
+               .isolation = v1::ISOLATION_LEVEL_DEDICATED, .classes = {}, .vcpus = 2};
+  delta.vms.push_back(big);
+  view.Apply(delta);
+  policy::PlacementRequest r;
+  r.vm_id = "probe";
+  r.tenant = "t2";
+  r.vcpus = 2;
+  r.pinning = true;
+  ASSERT_OK(view.Place(r));  // one core taken, two pinnable, one shared
+
+  v1::VMObservation reported;
+  reported.set_vm_id("other-name");
+  reported.set_uuid("big");  // tagged by UUID
+  reported.mutable_enforcement()->set_vcpus(6);
+  view.ApplyReportedVcpus("h", {reported});
+  // Three cores taken: the last one stays shared.
+  EXPECT_EQ(view.Place(r).status().code(), absl::StatusCode::kResourceExhausted);
+  view.ApplyReportedVcpus("elsewhere", {reported});  // another host: nothing
+  EXPECT_EQ(view.Place(r).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(CsdOptions, ClassConflictsComeFromTheConfig) {
   v1::CsdConfig config;
   absl::Status loaded = LoadYamlConfigFile(

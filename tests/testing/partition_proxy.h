@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +57,12 @@ class PartitionProxy {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   void Partition() { partitioned_ = true; }
   void Heal() { partitioned_ = false; }
+  // Closes every connection now, as a peer's restart would: each side sees
+  // its connection end at once. Returns once they are closed.
+  void Cut() {
+    cut_ = true;
+    while (cut_ && !stop_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   // Connections accepted so far.
   int connections() const { return connections_; }
 
@@ -101,6 +108,14 @@ class PartitionProxy {
 
   void Run() {
     while (!stop_) {
+      if (cut_) {
+        for (Link& l : links_) {
+          close(l.client);
+          close(l.server);
+        }
+        links_.clear();
+        cut_ = false;
+      }
       std::vector<pollfd> fds{{listener_, POLLIN, 0}};
       const bool flowing = !partitioned_;
       if (flowing) {
@@ -148,6 +163,7 @@ class PartitionProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> partitioned_{false};
+  std::atomic<bool> cut_{false};
   std::atomic<int> connections_{0};
   std::vector<Link> links_;  // the proxy thread's only
   std::thread thread_;

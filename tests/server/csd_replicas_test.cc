@@ -1,0 +1,289 @@
+// Every csd replica serves every RPC (issue #16, part 2): two csd replicas
+// on one real etcd member, where what one commits reaches the other's
+// placement view and the agents streaming from it, once and at etcd's
+// revision, also across a compaction and an etcd restart, with gRPC health
+// saying when the store is away.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cosched/v1/agent.grpc.pb.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "server/csd_server.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/partition_proxy.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+using std::chrono::seconds;
+using std::chrono::system_clock;
+using testing::Eventually;
+
+// A replica and its clients.
+struct Replica {
+  std::unique_ptr<CsdServer> csd;
+  std::unique_ptr<v1::ControlPlane::Stub> control;
+  std::unique_ptr<v1::AgentService::Stub> agent;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+// An agent's assignment stream on one replica.
+struct Stream {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader;
+};
+
+class CsdReplicasTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(etcd_.Start()); }
+
+  // A replica whose store reaches etcd at `endpoint` (default: directly).
+  Replica Start(const std::string& endpoint = "") {
+    CsdOptions options;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir_.Sub("unused");
+    options.metrics_listen = "";
+    store::EtcdStoreOptions store;
+    store.client = etcd_.ClientOptions();
+    if (!endpoint.empty()) store.client.endpoints = {endpoint};
+    store.prefix = "/cosched";
+    options.etcd_store = store;
+    Replica replica;
+    auto csd = CsdServer::Start(options);
+    EXPECT_TRUE(csd.ok()) << csd.status();
+    if (!csd.ok()) return replica;
+    replica.csd = std::move(*csd);
+    auto channel =
+        grpc::CreateChannel(replica.csd->address(), grpc::InsecureChannelCredentials());
+    replica.control = v1::ControlPlane::NewStub(channel);
+    replica.agent = v1::AgentService::NewStub(channel);
+    replica.health = grpc::health::v1::Health::NewStub(channel);
+    return replica;
+  }
+
+  // Registers `host` (two cores of two CPUs) and reports `vms` there, each
+  // with two vCPUs.
+  static void RegisterAndReport(Replica& r, const std::string& host,
+                                const std::vector<std::string>& vms) {
+    {
+      grpc::ClientContext context;
+      v1::RegisterRequest request;
+      request.set_host_id(host);
+      for (int c = 0; c < 2; ++c) {
+        v1::Core* core = request.mutable_topology()->add_cores();
+        core->set_core_id(c);
+        core->add_cpus(2 * c);
+        core->add_cpus(2 * c + 1);
+      }
+      v1::RegisterResponse response;
+      ASSERT_OK(r.agent->Register(&context, request, &response));
+    }
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    for (const std::string& vm : vms) {
+      v1::VMObservation* o = request.add_vms();
+      o->set_vm_id(vm);
+      o->mutable_enforcement()->set_vcpus(2);
+    }
+    v1::ReportResponse response;
+    ASSERT_OK(r.agent->Report(&context, request, &response));
+  }
+
+  static grpc::Status Tag(Replica& r, const std::string& vm, v1::TagVMResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id("acme");
+    request.set_isolation(v1::ISOLATION_LEVEL_VM);
+    return r.control->TagVM(&context, request, out);
+  }
+
+  static std::unique_ptr<Stream> Watch(Replica& r, const std::string& host) {
+    auto stream = std::make_unique<Stream>();
+    stream->context.set_deadline(system_clock::now() + seconds(60));
+    v1::WatchAssignmentsRequest request;
+    request.set_host_id(host);
+    stream->reader = r.agent->WatchAssignments(&stream->context, request);
+    return stream;
+  }
+
+  static grpc::health::v1::HealthCheckResponse::ServingStatus Health(Replica& r) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(2));
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    if (!r.health->Check(&context, request, &response).ok()) {
+      return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    }
+    return response.status();
+  }
+
+  static std::string PlaceOn(Replica& r) {
+    grpc::ClientContext context;
+    v1::PlaceRequest request;
+    request.set_tenant_id("other");
+    request.set_vcpus(2);
+    request.set_pin(false);
+    request.set_isolation(v1::ISOLATION_LEVEL_VM);
+    v1::PlaceResponse response;
+    grpc::Status s = r.control->Place(&context, request, &response);
+    return s.ok() ? response.host_id() : absl::StrCat("error: ", s.error_message());
+  }
+
+  testing::EtcdMember etcd_;
+  testing::TempDir dir_;
+};
+
+// A tag on replica A reaches an agent streaming from replica B: once, at
+// the revision A's commit has in etcd.
+TEST_F(CsdReplicasTest, AnotherReplicasTagReachesAStreamOnceAtItsRevision) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "h1", {"vm-1", "vm-2"});
+  auto stream = Watch(b, "h1");
+  v1::WatchAssignmentsResponse message;
+  ASSERT_TRUE(stream->reader->Read(&message));
+  EXPECT_EQ(message.kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  EXPECT_EQ(message.assignments_size(), 0);
+
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  ASSERT_EQ(tagged.vm().host_id(), "h1");
+  ASSERT_TRUE(stream->reader->Read(&message));
+  EXPECT_EQ(message.kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
+  ASSERT_EQ(message.assignments_size(), 1);
+  EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
+  EXPECT_EQ(message.revision(), tagged.vm().assignment().revision());
+  EXPECT_EQ(message.revision(), a.csd->revision());
+
+  // The next message has the next tag only: vm-1 is not sent again.
+  v1::TagVMResponse second;
+  ASSERT_OK(Tag(a, "vm-2", &second));
+  ASSERT_TRUE(stream->reader->Read(&message));
+  ASSERT_EQ(message.assignments_size(), 1);
+  EXPECT_EQ(message.assignments(0).vm_id(), "vm-2");
+  EXPECT_EQ(message.revision(), second.vm().assignment().revision());
+  // Both replicas are at the same revision.
+  EXPECT_TRUE(Eventually([&] { return b.csd->revision() == a.csd->revision(); }));
+  stream->context.TryCancel();
+}
+
+// Place on B answers from B's view, which A's tag and untag change.
+TEST_F(CsdReplicasTest, PlaceOnOneReplicaSeesAnotherReplicasWrites) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(a, "h1", {"vm-1"});
+  RegisterAndReport(a, "h2", {});
+  // Two empty hosts: B learns of both from A's writes.
+  ASSERT_TRUE(Eventually([&] {
+    const std::string host = PlaceOn(b);
+    return host == "h1" || host == "h2";
+  })) << PlaceOn(b);
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  // vm-1's two busy vCPUs on h1: the new VM is placed on h2.
+  EXPECT_TRUE(Eventually([&] { return PlaceOn(b) == "h2"; })) << PlaceOn(b);
+
+  // Untagged on A: h1 is free again on B (h1 first of two equal hosts).
+  grpc::ClientContext context;
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("vm-1");
+  v1::UntagVMResponse untagged;
+  ASSERT_OK(a.control->UntagVM(&context, untag, &untagged));
+  EXPECT_TRUE(Eventually([&] { return PlaceOn(b) == PlaceOn(a); }));
+}
+
+// etcd compacts what B's watch had yet to read while B was cut off from
+// it: B reads its views again, and its agent gets what changed (as a
+// snapshot: the stream's revision is compacted away, as for an agent that
+// resumes from one).
+TEST_F(CsdReplicasTest, ACompactionWhileAReplicaIsBehindIsReadAgain) {
+  testing::PartitionProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  ASSERT_NE(proxy.port(), 0);
+  Replica a = Start();
+  Replica b = Start(proxy.address());
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "h1", {"vm-1"});
+  RegisterAndReport(b, "h2", {});
+  auto stream = Watch(b, "h1");
+  v1::WatchAssignmentsResponse message;
+  ASSERT_TRUE(stream->reader->Read(&message));
+  const int64_t before = message.revision();
+  ASSERT_TRUE(Eventually([&] { return PlaceOn(b) == "h1"; })) << PlaceOn(b);
+
+  proxy.Partition();
+  proxy.Cut();
+  ASSERT_TRUE(Eventually(
+      [&] { return Health(b) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }));
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  // A later write, and a compaction up to it: the revisions B's watch has
+  // yet to read are gone.
+  v1::TagVMResponse later;
+  ASSERT_OK(Tag(a, "vm-elsewhere", &later));
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client.status());
+  ASSERT_OK((*client)->Compact(later.vm().assignment().revision()));
+  proxy.Heal();
+
+  ASSERT_TRUE(stream->reader->Read(&message));
+  EXPECT_EQ(message.kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  ASSERT_EQ(message.assignments_size(), 1);
+  EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
+  EXPECT_GE(message.revision(), tagged.vm().assignment().revision());
+  EXPECT_GT(message.revision(), before);
+  EXPECT_TRUE(Eventually([&] { return PlaceOn(b) == "h2"; })) << PlaceOn(b);
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(b) == grpc::health::v1::HealthCheckResponse::SERVING; }));
+  stream->context.TryCancel();
+}
+
+// etcd restarts: B says NOT_SERVING while it is away and SERVING once its
+// watch is back, and what A writes then reaches B's agent.
+TEST_F(CsdReplicasTest, AfterAnEtcdRestartTheWatchResumes) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "h1", {"vm-1"});
+  auto stream = Watch(b, "h1");
+  v1::WatchAssignmentsResponse message;
+  ASSERT_TRUE(stream->reader->Read(&message));
+  EXPECT_EQ(Health(b), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  etcd_.Kill();
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(b) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }));
+  ASSERT_OK(etcd_.Restart());
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(b) == grpc::health::v1::HealthCheckResponse::SERVING; },
+      seconds(20)));
+
+  v1::TagVMResponse tagged;
+  ASSERT_TRUE(Eventually([&] { return Tag(a, "vm-1", &tagged).ok(); }, seconds(20)));
+  ASSERT_TRUE(stream->reader->Read(&message));
+  EXPECT_EQ(message.kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
+  ASSERT_EQ(message.assignments_size(), 1);
+  EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
+  EXPECT_EQ(message.revision(), tagged.vm().assignment().revision());
+  stream->context.TryCancel();
+}
+
+}  // namespace
+}  // namespace cosched::server
