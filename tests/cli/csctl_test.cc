@@ -299,7 +299,7 @@ TEST_F(CsctlTest, CsdsUnixSocketIsUsedWhenThisUserMayConnectToIt) {
 
 TEST_F(CsctlTest, AUnixSocketTargetIsPlaintextWithoutInsecure) {
   env_.make_stub = MakeControlPlaneStub;
-  testing::TempDir dir;
+  cosched::testing::TempDir dir;
   const std::string target = "unix:" + dir.Sub("none.sock");
   EXPECT_EQ(Run({"--server", target, "get", "vm-1"}), kExitRpcError);
   EXPECT_THAT(err_.str(), StartsWith("csctl: cannot reach csd at " + target));
