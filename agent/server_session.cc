@@ -173,7 +173,9 @@ std::string RefusalHint(const absl::Status& status, absl::string_view host_id) {
         "': the host_id in cs-agent.yaml (or --host-id; default the hostname) must "
         "be the host of the agent's certificate, URI SAN "
         "spiffe://<csd trust_domain>/host/<host_id>. Fix the host_id or issue a "
-        "certificate for it (a renewed certificate is picked up without a restart)");
+        "certificate for it (a renewed certificate is picked up without a restart). "
+        "Without a certificate an agent acts for a host only as root on csd's Unix "
+        "socket (server: unix:/run/cosched/csd.sock) or when csd.yaml sets plaintext_agents");
   }
   if (absl::IsUnauthenticated(status)) {
     return "csd accepts no call from this agent without a certificate (its "

@@ -1,5 +1,8 @@
 #include "cli/csctl.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -72,8 +75,9 @@ struct CsctlArgs {
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
   app.add_option("--server", a.flags.server,
-                 "csd address HOST:PORT (else $CSCTL_SERVER, else the config "
-                 "file, else 127.0.0.1:7443)");
+                 "csd address HOST:PORT or unix:PATH (else $CSCTL_SERVER, else the config "
+                 "file, else csd's socket /run/cosched/csd.sock if this user may use it, "
+                 "else 127.0.0.1:7443)");
   app.add_option("--config", a.config_flag,
                  "YAML config file (else $CSCTL_CONFIG, else "
                  "/etc/cosched/csctl.yaml if it exists)");
@@ -349,7 +353,9 @@ std::variant<Connection, int> Connect(const CsctlArgs& a, const CsctlEnvironment
         std::pair{!a.flags.key_file.empty(), "tls.key_file"}}) {
     if (given) locations.Forget(key);
   }
-  ConnectionSettings settings = ResolveConnectionSettings(a.flags, env.get_env(kServerEnv), config);
+  const bool local_socket_usable = env.can_connect && env.can_connect(kDefaultLocalSocket);
+  ConnectionSettings settings =
+      ResolveConnectionSettings(a.flags, env.get_env(kServerEnv), config, local_socket_usable);
   auto token = ResolveBearerToken(a.flags.token, a.flags.token_file, env.get_env(kTokenEnv),
                                   config, settings);
   if (!token.ok()) return PrintUsageError(locations.Locate(token.status().message()), err);
@@ -387,6 +393,13 @@ CsctlEnvironment ProcessEnvironment() {
   env.file_exists = [](const std::string& path) {
     std::error_code ignored;
     return std::filesystem::exists(path, ignored);
+  };
+  // access() asks with the real uid, as connect() will be judged: a user
+  // outside the socket's group goes on to loopback TCP.
+  env.can_connect = [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+           access(path.c_str(), R_OK | W_OK) == 0;
   };
   env.make_stub = MakeControlPlaneStub;
   return env;

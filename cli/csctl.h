@@ -25,6 +25,9 @@ struct CsctlEnvironment {
   std::function<std::string(const std::string&)> get_env;
   // Whether a (config) file exists.
   std::function<bool(const std::string&)> file_exists;
+  // Whether this process may connect to a Unix socket (csd's, at
+  // kDefaultLocalSocket); unset: never, so csctl does not use it by default.
+  std::function<bool(const std::string&)> can_connect;
   StubFactory make_stub;
 };
 

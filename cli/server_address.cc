@@ -23,12 +23,17 @@ std::optional<std::string> ResolveConfigPath(const std::string& flag,
   return std::nullopt;
 }
 
+std::string DefaultLocalSocketTarget() { return absl::StrCat("unix:", kDefaultLocalSocket); }
+
 std::string ResolveServerAddress(const std::string& flag,
                                  const std::string& env,
-                                 const std::string& config) {
+                                 const std::string& config,
+                                 bool local_socket_usable) {
   if (!flag.empty()) return flag;
   if (!env.empty()) return env;
   if (!config.empty()) return config;
+  // On csd's host the socket tells csd who is calling; loopback TCP cannot.
+  if (local_socket_usable) return DefaultLocalSocketTarget();
   return kDefaultServer;
 }
 
@@ -46,10 +51,11 @@ void ExpandHomeInPaths(const std::string& home, v1::CsctlConfig* config) {
 
 ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
                                              const std::string& env_server,
-                                             const v1::CsctlConfig& config) {
+                                             const v1::CsctlConfig& config,
+                                             bool local_socket_usable) {
   ConnectionSettings settings;
-  settings.server =
-      ResolveServerAddress(flags.server, env_server, config.server());
+  settings.server = ResolveServerAddress(flags.server, env_server, config.server(),
+                                         local_socket_usable);
   settings.tls.set_ca_file(FirstSet(flags.ca_file, config.tls().ca_file()));
   settings.tls.set_cert_file(
       FirstSet(flags.cert_file, config.tls().cert_file()));
@@ -96,7 +102,7 @@ absl::StatusOr<std::string> ResolveBearerToken(
     token = *from_file;
   }
   if (!token.empty() && settings.tls.ca_file().empty() &&
-      !IsLoopbackAddress(settings.server)) {
+      !IsLoopbackAddress(settings.server) && !IsUnixTarget(settings.server)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to send a bearer token in plaintext to ", settings.server,
         ": use TLS (--ca)"));

@@ -25,12 +25,18 @@ std::optional<std::string> ResolveConfigPath(const std::string& flag,
                                              const std::string& env,
                                              bool default_exists);
 
+// csd's Unix socket as a gRPC target: "unix:/run/cosched/csd.sock".
+std::string DefaultLocalSocketTarget();
+
 // The csd address: `flag` (--server), else `env` ($CSCTL_SERVER), else
-// `config` (server: in the config file), else kDefaultServer. Empty strings
-// count as unset.
+// `config` (server: in the config file), else csd's Unix socket
+// (DefaultLocalSocketTarget) when `local_socket_usable` (it exists on this
+// host and this user may connect to it), else kDefaultServer. Empty strings
+// count as unset. An address is host:port or unix:PATH.
 std::string ResolveServerAddress(const std::string& flag,
                                  const std::string& env,
-                                 const std::string& config);
+                                 const std::string& config,
+                                 bool local_socket_usable = false);
 
 // Connection flags as given on the command line; empty/false means unset.
 struct ConnectionFlags {
@@ -62,13 +68,14 @@ void ExpandHomeInPaths(const std::string& home, v1::CsctlConfig* config);
 // config, insecure when either the flag or the config sets it.
 ConnectionSettings ResolveConnectionSettings(const ConnectionFlags& flags,
                                              const std::string& env_server,
-                                             const v1::CsctlConfig& config);
+                                             const v1::CsctlConfig& config,
+                                             bool local_socket_usable = false);
 
 // The bearer token: `flag` (--token), else the first line of `flag_file`
 // (--token-file), else `env` ($CSCTL_TOKEN), else the first line of the
 // config's token_file; empty for none. FAILED_PRECONDITION when a token file
 // cannot be read or is empty, or when the token would go in plaintext to a
-// non-loopback address (no CA in `settings`).
+// non-loopback address (no CA in `settings`; a Unix socket is local).
 absl::StatusOr<std::string> ResolveBearerToken(
     const std::string& flag, const std::string& flag_file,
     const std::string& env, const v1::CsctlConfig& config,

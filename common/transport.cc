@@ -41,7 +41,7 @@ absl::StatusOr<std::string> ReadPem(absl::string_view what,
 }
 
 absl::Status PlaintextAllowed(absl::string_view address, bool insecure) {
-  if (insecure || IsLoopbackAddress(address)) return absl::OkStatus();
+  if (insecure || IsLoopbackAddress(address) || IsUnixTarget(address)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "refusing plaintext on non-loopback address ", address,
       ": configure tls (cert_file, key_file, ca_file) or pass --insecure"));
@@ -57,6 +57,10 @@ absl::StatusOr<unsigned int> RefreshInterval(const v1::TlsConfig& tls) {
 }
 
 }  // namespace
+
+bool IsUnixTarget(absl::string_view target) {
+  return absl::StartsWith(target, "unix:") && target.size() > 5;
+}
 
 bool IsLoopbackAddress(absl::string_view host_port) {
   const std::string host(HostPart(host_port));

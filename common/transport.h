@@ -17,6 +17,12 @@
 
 namespace cosched {
 
+// csd's Unix socket for callers on its host (csd.yaml local_socket.path).
+inline constexpr char kDefaultLocalSocket[] = "/run/cosched/csd.sock";
+
+// True for a gRPC target on a Unix socket: "unix:PATH" or "unix:///PATH".
+bool IsUnixTarget(absl::string_view target);
+
 // True for numeric 127.0.0.0/8 and ::1 addresses and for localhost, with
 // or without a port (a name such as 127.example.com is not loopback).
 bool IsLoopbackAddress(absl::string_view host_port);
@@ -39,7 +45,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 // TLS when tls.ca_file is set (with a client certificate when cert_file and
 // key_file are set, re-read like the server's); else plaintext under the
-// same rule as above. FAILED_PRECONDITION for a certificate or key without
+// same rule as above, where a Unix socket target counts as loopback. FAILED_PRECONDITION for a certificate or key without
 // a CA, or one of the two without the other.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(absl::string_view target, const v1::TlsConfig& tls,

@@ -15,19 +15,32 @@ mkdir -p "$demo"
 # The default port, or the next free one when something already listens.
 port=7443
 while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-export CSCTL_SERVER=127.0.0.1:$port
+# csctl talks to csd on its Unix socket, where csd knows who calls: the
+# user running the demo is admin there (root always is). Loopback TCP gives
+# only viewer; the local agent acts for its host over it because this
+# csd.yaml says so (plaintext_agents). A socket's path must be short.
+sock_dir=$(mktemp -d /tmp/cosched-demo.XXXXXX)
+chmod 0755 "$sock_dir"
+printf 'local_socket: {path: %s/csd.sock}\nroles:\n  - role: admin\n    unix_users: ["%s"]\nplaintext_agents: true\n' \
+  "$sock_dir" "$(id -u)" >"$demo/csd.yaml"
+export CSCTL_SERVER=unix:$sock_dir/csd.sock
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$sock_dir"
+}
 trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
 
-step "starting csd on $CSCTL_SERVER (SQLite store in $demo/csd)"
-build/server/csd --listen "$CSCTL_SERVER" --data-dir "$demo/csd" 2>"$demo/csd.log" &
+step "starting csd on 127.0.0.1:$port and $CSCTL_SERVER (SQLite store in $demo/csd)"
+build/server/csd --config "$demo/csd.yaml" --listen "127.0.0.1:$port" --data-dir "$demo/csd" \
+  2>"$demo/csd.log" &
 pids+=($!)
 step "starting cs-agent for host $(hostname) (state in $demo/agent)"
-build/agent/cs-agent --server "$CSCTL_SERVER" --host-id "$(hostname)" \
+build/agent/cs-agent --server "127.0.0.1:$port" --host-id "$(hostname)" \
   --state-dir "$demo/agent" 2>"$demo/agent.log" &
 pids+=($!)
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "common/transport.h"
+#include "server/unix_accounts.h"
 
 namespace cosched::server {
 namespace {
@@ -47,8 +48,9 @@ bool IsLoopbackPeer(absl::string_view peer) {
   return false;
 }
 
-absl::Status Bind(std::map<std::string, Role>& map, const std::string& key,
-                  Role role, absl::string_view field) {
+template <typename Key>
+absl::Status Bind(std::map<Key, Role>& map, const Key& key, Role role,
+                  absl::string_view field) {
   auto [it, inserted] = map.emplace(key, role);
   if (!inserted) {
     return absl::InvalidArgumentError(
@@ -84,6 +86,7 @@ AuthzOptions AuthzOptionsFromConfig(const v1::CsdConfig& config) {
   if (!config.plaintext_role().empty()) {
     options.plaintext_role = config.plaintext_role();
   }
+  options.plaintext_agents = config.plaintext_agents();
   options.roles.assign(config.roles().begin(), config.roles().end());
   options.tokens.assign(config.tokens().begin(), config.tokens().end());
   return options;
@@ -113,8 +116,11 @@ Role RequiredRole(absl::string_view method) {
   return it == kRoles->end() ? Role::kAdmin : it->second;
 }
 
-absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options) {
+absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options,
+                                              const LocalPeerTable* local_peers) {
   Authorizer authz;
+  authz.local_peers_ = local_peers;
+  authz.plaintext_agents_ = options.plaintext_agents;
   if (!IsTrustDomain(options.trust_domain)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trust_domain '", options.trust_domain,
@@ -145,6 +151,20 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options) {
       absl::Status s = Bind(authz.by_common_name_, cn, *role, "common name");
       if (!s.ok()) return s;
     }
+    for (int j = 0; j < binding.unix_users_size(); ++j) {
+      const std::string entry = absl::StrCat(field, ".unix_users[", j, "]");
+      auto uid = ResolveUnixUser(entry, binding.unix_users(j));
+      if (!uid.ok()) return uid.status();
+      absl::Status s = Bind(authz.by_uid_, *uid, *role, absl::StrCat(entry, ": uid"));
+      if (!s.ok()) return s;
+    }
+    for (int j = 0; j < binding.unix_groups_size(); ++j) {
+      const std::string entry = absl::StrCat(field, ".unix_groups[", j, "]");
+      auto gid = ResolveUnixGroup(entry, binding.unix_groups(j));
+      if (!gid.ok()) return gid.status();
+      absl::Status s = Bind(authz.by_gid_, *gid, *role, absl::StrCat(entry, ": gid"));
+      if (!s.ok()) return s;
+    }
   }
   for (size_t i = 0; i < options.tokens.size(); ++i) {
     const v1::TokenBinding& binding = options.tokens[i];
@@ -168,7 +188,10 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options) {
 }
 
 absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
-  const bool local = IsLoopbackPeer(peer.address);
+  // Only csd's own acceptor hands connections over, so an "fd:" peer is on
+  // the Unix socket.
+  const bool handed_over = HandedOverDescriptor(peer.address).has_value();
+  const bool local = handed_over || IsLoopbackPeer(peer.address);
   if (peer.bearer_token.has_value()) {
     // Over plaintext a token could be read on the way; refuse it so that a
     // misconfigured client learns before it is stolen a second time.
@@ -185,8 +208,16 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
     caller.role = it->second.role;
     return caller;
   }
+  if (handed_over) {
+    // Fail closed: a connection whose credentials csd did not record.
+    if (!peer.local.has_value()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the Unix socket connection ", peer.address, " has no recorded credentials"));
+    }
+    return IdentifyLocal(*peer.local);
+  }
   if (!peer.verified_certificate) {
-    if (plaintext_role_ == Role::kNone) {
+    if (plaintext_role_ == Role::kNone && !plaintext_agents_) {
       return absl::UnauthenticatedError(
           "no credential: present a client certificate or a bearer token "
           "(plaintext_role is none)");
@@ -194,7 +225,7 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
     Caller caller;
     caller.who = absl::StrCat("plaintext:", peer.address);
     caller.role = plaintext_role_;
-    caller.any_host = true;
+    caller.any_host = plaintext_agents_;
     return caller;
   }
   Caller caller;
@@ -217,6 +248,30 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
   return caller;
 }
 
+Caller Authorizer::IdentifyLocal(const LocalCredentials& credentials) const {
+  Caller caller;
+  caller.who = absl::StrCat("uid:", credentials.uid);
+  // Root on csd's host can read csd's store and replace its binary: no
+  // role withheld from it would protect anything.
+  if (credentials.uid == 0) {
+    caller.role = Role::kAdmin;
+    caller.any_host = true;
+    return caller;
+  }
+  // Any local user could have plaintext_role over loopback TCP: the socket
+  // never gives less.
+  caller.role = plaintext_role_;
+  auto grant = [&](const std::map<uint32_t, Role>& map, uint32_t id) {
+    if (auto it = map.find(id); it != map.end()) {
+      caller.role = std::max(caller.role, it->second);
+    }
+  };
+  grant(by_uid_, credentials.uid);
+  grant(by_gid_, credentials.gid);
+  for (uint32_t gid : credentials.groups) grant(by_gid_, gid);
+  return caller;
+}
+
 absl::Status Authorizer::AllowControlPlane(const Caller& caller,
                                            absl::string_view method) {
   Role needed = RequiredRole(method);
@@ -233,17 +288,24 @@ absl::Status Authorizer::AllowHost(const Caller& caller,
   }
   if (caller.host_id.empty()) {
     return absl::PermissionDeniedError(absl::StrCat(
-        caller.who, " is not a host identity and may not act for host '",
-        host_id, "'"));
+        caller.who, " is not a host identity and may not act for host '", host_id,
+        "' (agents need a host certificate, root on csd's Unix socket, or csd.yaml's "
+        "plaintext_agents for plaintext)"));
   }
   return absl::PermissionDeniedError(
       absl::StrCat(caller.who, " is host '", caller.host_id,
                    "' and may not act for host '", host_id, "'"));
 }
 
+Peer Authorizer::PeerOf(const grpc::ServerContextBase& context) const {
+  Peer peer = PeerFromContext(context);
+  if (local_peers_ != nullptr) peer.local = local_peers_->Find(peer.address);
+  return peer;
+}
+
 absl::StatusOr<Caller> Authorizer::ForControlPlane(
     const grpc::ServerContextBase& context, absl::string_view method) const {
-  auto caller = Identify(PeerFromContext(context));
+  auto caller = Identify(PeerOf(context));
   if (!caller.ok()) return caller.status();
   absl::Status allowed = AllowControlPlane(*caller, method);
   if (!allowed.ok()) return allowed;
@@ -252,7 +314,7 @@ absl::StatusOr<Caller> Authorizer::ForControlPlane(
 
 absl::StatusOr<Caller> Authorizer::ForHost(const grpc::ServerContextBase& context,
                                            absl::string_view host_id) const {
-  auto caller = Identify(PeerFromContext(context));
+  auto caller = Identify(PeerOf(context));
   if (!caller.ok()) return caller.status();
   absl::Status allowed = AllowHost(*caller, host_id);
   if (!allowed.ok()) return allowed;

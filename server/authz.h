@@ -2,8 +2,11 @@
 // certificate's SPIFFE id (spiffe://<trust-domain>/host/<host-id>) and may
 // act only for that host. A ControlPlane caller has a role (viewer <
 // operator < admin) mapped from its certificate's URI SAN or common name, or
-// from a bearer token. Plaintext callers (loopback, or anywhere when csd runs
-// with `insecure`) get `plaintext_role` and may act for any host.
+// from a bearer token, or, on csd's Unix socket, from the caller's uid and
+// groups as the kernel gives them (root is admin and may act for any host).
+// Plaintext TCP callers (loopback, or anywhere when csd runs with
+// `insecure`) may be any process: they get `plaintext_role` (viewer by
+// default) and act for hosts only with `plaintext_agents`.
 #ifndef COSCHED_SERVER_AUTHZ_H_
 #define COSCHED_SERVER_AUTHZ_H_
 
@@ -17,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/server_context.h"
+#include "server/local_peers.h"
 
 namespace cosched::server {
 
@@ -33,8 +37,11 @@ struct Peer {
   bool verified_certificate = false;
   std::vector<std::string> uri_sans;
   std::string common_name;
-  // gRPC's peer string, e.g. "ipv4:127.0.0.1:41000".
+  // gRPC's peer string, e.g. "ipv4:127.0.0.1:41000", or "fd:12" for a
+  // connection accepted on csd's Unix socket.
   std::string address;
+  // For an "fd:" peer: the credentials its connection was accepted with.
+  std::optional<LocalCredentials> local;
   // From "authorization: Bearer <token>" metadata.
   std::optional<std::string> bearer_token;
 };
@@ -42,19 +49,24 @@ struct Peer {
 // The caller as authorization sees it.
 struct Caller {
   // For audit records and logs: the SPIFFE id, "cn:<common name>",
-  // "token:<name>" or "plaintext:<peer address>".
+  // "token:<name>", "uid:<uid>" (the Unix socket) or
+  // "plaintext:<peer address>".
   std::string who;
   Role role = Role::kNone;
   // From a host SPIFFE id of the trust domain; empty for other callers.
   std::string host_id;
-  // Plaintext callers are trusted for every host.
+  // Trusted for every host: root on the Unix socket, and plaintext callers
+  // when plaintext_agents is set.
   bool any_host = false;
 };
 
 struct AuthzOptions {
   std::string trust_domain = "cosched";
-  // Role of plaintext callers; "none" refuses them (UNAUTHENTICATED).
-  std::string plaintext_role = "admin";
+  // Role of plaintext TCP callers, and of Unix socket callers no binding
+  // names; "none" refuses plaintext callers (UNAUTHENTICATED).
+  std::string plaintext_role = "viewer";
+  // Plaintext TCP callers may act for any host (as agents).
+  bool plaintext_agents = false;
   std::vector<v1::RoleBinding> roles;
   std::vector<v1::TokenBinding> tokens;
 };
@@ -73,11 +85,15 @@ class Authorizer {
  public:
   // INVALID_ARGUMENT naming the config key for an unknown role, a token hash
   // that is not 64 lower-case hex digits, an empty or malformed trust
-  // domain, or an identity or token bound twice.
-  static absl::StatusOr<Authorizer> Create(const AuthzOptions& options);
+  // domain, an identity or token bound twice, or a unix user or group the
+  // host does not know. `local_peers` (may be null: no Unix socket) must
+  // outlive the authorizer.
+  static absl::StatusOr<Authorizer> Create(const AuthzOptions& options,
+                                           const LocalPeerTable* local_peers = nullptr);
 
   // UNAUTHENTICATED for an unknown bearer token, a token sent in plaintext
-  // from off loopback, or a plaintext caller when plaintext_role is none.
+  // from off loopback, a plaintext caller when plaintext_role is none and
+  // plaintext_agents is off, or an "fd:" peer without credentials.
   absl::StatusOr<Caller> Identify(const Peer& peer) const;
 
   // PERMISSION_DENIED (naming the caller, its role and the role needed)
@@ -85,7 +101,7 @@ class Authorizer {
   static absl::Status AllowControlPlane(const Caller& caller,
                                         absl::string_view method);
   // PERMISSION_DENIED (naming both ids) unless the caller is host `host_id`
-  // or a plaintext caller.
+  // or trusted for every host (any_host).
   static absl::Status AllowHost(const Caller& caller,
                                 absl::string_view host_id);
 
@@ -98,10 +114,19 @@ class Authorizer {
  private:
   Authorizer() = default;
 
+  // A caller on the Unix socket, by what the kernel said of it.
+  Caller IdentifyLocal(const LocalCredentials& credentials) const;
+  // The peer of a call, with its Unix socket credentials when it has some.
+  Peer PeerOf(const grpc::ServerContextBase& context) const;
+
   std::string host_prefix_;  // "spiffe://<trust-domain>/host/"
-  Role plaintext_role_ = Role::kAdmin;
+  Role plaintext_role_ = Role::kViewer;
+  bool plaintext_agents_ = false;
+  const LocalPeerTable* local_peers_ = nullptr;
   std::map<std::string, Role> by_spiffe_id_;
   std::map<std::string, Role> by_common_name_;
+  std::map<uint32_t, Role> by_uid_;
+  std::map<uint32_t, Role> by_gid_;
   struct Token {
     Role role;
     std::string name;
@@ -110,7 +135,8 @@ class Authorizer {
 };
 
 // The peer of a gRPC call: its verified certificate's identities, address
-// and bearer token.
+// and bearer token (not its Unix socket credentials: the Authorizer adds
+// those).
 Peer PeerFromContext(const grpc::ServerContextBase& context);
 
 // Lower-case hex SHA-256 of `data`.

@@ -19,7 +19,7 @@ namespace {
 
 // Everything the steps share.
 struct CsdRun {
-  std::string config_file, listen, data_dir, metrics_listen;
+  std::string config_file, listen, data_dir, metrics_listen, socket;
   bool insecure = false;
   v1::CsdConfig config;
   ConfigLocations locations;
@@ -51,6 +51,10 @@ StepFailure ApplyFlags(CsdRun& run) {
   if (!run.metrics_listen.empty()) {
     run.config.set_metrics_listen(run.metrics_listen);
     run.locations.Forget("metrics_listen");
+  }
+  if (!run.socket.empty()) {
+    run.config.mutable_local_socket()->set_path(run.socket);
+    run.locations.Forget("local_socket.path");
   }
   run.options = CsdOptionsFromConfig(run.config);
   if (!run.listen.empty()) {
@@ -117,6 +121,8 @@ int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
   app.add_flag("--insecure", run.insecure, "allow plaintext on a non-loopback address");
   app.add_option("--metrics-listen", run.metrics_listen,
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9465)");
+  app.add_option("--socket", run.socket,
+                 "Unix socket for local callers, or off (default /run/cosched/csd.sock)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,7 +34,7 @@ struct CsdMainEnvironment {
 CsdMainEnvironment ProcessCsdEnvironment();
 
 // `csd [--config F] [--listen A] [--data-dir D] [--insecure]
-// [--metrics-listen A|off]`: flags override the file. Prints errors as one
+// [--metrics-listen A|off] [--socket PATH|off]`: flags override the file. Prints errors as one
 // line on `err` ("csd: <file>:<line>: <rule>" when the file set the value)
 // and returns the exit code.
 int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,

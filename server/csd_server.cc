@@ -43,6 +43,15 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     options.class_conflicts.emplace_back(c.a(), c.b());
   }
   options.engine = EngineOptionsFromConfig(config.engine());
+  const v1::LocalSocketConfig& local = config.local_socket();
+  if (local.path().empty()) {
+    options.local_socket.path = kDefaultLocalSocket;
+  } else if (local.path() != "off") {
+    options.local_socket.path = local.path();
+    options.local_socket.required = true;
+  }
+  options.local_socket.group = local.group();
+  if (!local.mode().empty()) options.local_socket.mode = local.mode();
   if (config.store().has_etcd()) {
     const v1::EtcdStoreConfig& etcd = config.store().etcd();
     store::EtcdStoreOptions store;
@@ -159,6 +168,7 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
   }
   if (options.etcd_store) RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
   RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
+  RETURN_IF_ERROR(ValidateLocalSocketOptions(options.local_socket));
   return Authorizer::Create(options.authz).status();
 }
 
@@ -168,7 +178,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   auto credentials =
       MakeServerCredentials(options.listen, options.tls, options.insecure);
   if (!credentials.ok()) return credentials.status();
-  auto authz = Authorizer::Create(options.authz);
+  auto local_peers = std::make_unique<LocalPeerTable>();
+  auto authz = Authorizer::Create(options.authz, local_peers.get());
   if (!authz.ok()) return authz.status();
 
   const int64_t audit_days = options.audit_retention_days;
@@ -203,6 +214,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       std::move(*store), [csd_metrics](absl::StatusCode code, double seconds) {
         csd_metrics->RecordStoreWrite(code, seconds);
       });
+  csd->local_peers_ = std::move(local_peers);
   csd->authz_ = std::make_unique<Authorizer>(std::move(*authz));
   policy::PlacementOptions placement;
   placement.conflicts = options.class_conflicts;
@@ -279,6 +291,18 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   csd->address_ = absl::StrCat(host, ":", csd->port_);
+  if (!options.local_socket.path.empty()) {
+    auto local = LocalSocketServer::Start(options.local_socket, csd->server_.get(),
+                                          csd->local_peers_.get());
+    if (local.ok()) {
+      csd->local_socket_ = std::move(*local);
+    } else if (options.local_socket.required) {
+      return local.status();
+    } else {
+      LOG(WARNING) << "csd serves no local socket: " << local.status().message()
+                   << " (set local_socket.path, or off)";
+    }
+  }
   if (!options.metrics_listen.empty()) {
     auto metrics_server = metrics::MetricsHttpServer::Start(
         options.metrics_listen, csd->metrics_->collectables());
@@ -301,6 +325,8 @@ void CsdServer::Shutdown() {
       std::lock_guard<std::mutex> lock(health_mu_);
       health_ = nullptr;  // goes with the server
     }
+    // No connection is handed to a server that is shutting down.
+    if (local_socket_) local_socket_->Stop();
     // Streams never end on their own: give calls a moment, then cancel.
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));

@@ -22,6 +22,8 @@
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
 #include "server/engine_options.h"
+#include "server/local_peers.h"
+#include "server/local_socket.h"
 #include "server/services.h"
 #include "store/etcd_store.h"
 #include "store/store.h"
@@ -58,16 +60,20 @@ struct CsdOptions {
   std::optional<store::EtcdStoreOptions> etcd_store;
   // The policy engine's loop (tenants in mode auto).
   EngineOptions engine;
+  // The Unix socket for local callers; no path: none.
+  LocalSocketOptions local_socket;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
-// (metrics_listen: kDefaultMetricsListen; "off" for none).
+// (metrics_listen: kDefaultMetricsListen, local_socket.path:
+// kDefaultLocalSocket, not required; "off" for none).
 CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
 // audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
-// roles[i], tokens[i], store.etcd.*, engine.*) and the rule. Files named by tls are read by Start;
+// roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*) and the rule. Users and groups
+// named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
 
@@ -79,7 +85,8 @@ class CsdServer {
   // INVALID_ARGUMENT for a bad listen address, changelog or audit
   // retention, authorization options or class conflicts;
   // the store's error when it cannot open; UNAVAILABLE when the address
-  // cannot be bound, or the metrics address cannot (naming it).
+  // cannot be bound, or the metrics address cannot (naming it); the local
+  // socket's error (LocalSocketServer::Start) when it is required.
   static absl::StatusOr<std::unique_ptr<CsdServer>> Start(
       const CsdOptions& options);
   ~CsdServer();
@@ -91,6 +98,10 @@ class CsdServer {
   int64_t revision() const { return store_->CurrentRevision(); }
   // The port /metrics is served on; 0 when not served.
   int metrics_port() const;
+  // The Unix socket local callers use; empty when none is served.
+  std::string local_socket_path() const {
+    return local_socket_ ? local_socket_->path() : std::string();
+  }
 
   void Shutdown();
   // Blocks until Shutdown() from another thread.
@@ -106,6 +117,9 @@ class CsdServer {
   std::unique_ptr<CsdMetrics> metrics_;
   std::unique_ptr<metrics::MetricsHttpServer> metrics_server_;
   std::unique_ptr<store::Store> store_;
+  // Before the authorizer, which reads it, and the local socket, which
+  // fills it.
+  std::unique_ptr<LocalPeerTable> local_peers_;
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<DesiredState> state_;
   std::unique_ptr<AssignmentFanout> fanout_;
@@ -115,6 +129,8 @@ class CsdServer {
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> server_;
+  // After the server: stopped (and destroyed) before it.
+  std::unique_ptr<LocalSocketServer> local_socket_;
   int port_ = 0;
   std::string address_;
   std::once_flag shutdown_once_;

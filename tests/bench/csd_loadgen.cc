@@ -23,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/csd_server.h"
 #include "tests/bench/loadgen_support.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace {
 
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
     cosched::server::CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = data_dir;
+    cosched::testing::TrustPlaintextCallers(options.authz);
     auto started = cosched::server::CsdServer::Start(options);
     if (!started.ok()) {
       std::fprintf(stderr, "csd_loadgen: %s\n", started.status().ToString().c_str());

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -24,6 +25,7 @@
 #include "common/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::bench {
 namespace {
@@ -220,13 +222,18 @@ absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
     csd->metrics_address_ = metrics_listen = absl::StrCat("127.0.0.1:", metrics_port);
   }
   const std::string data_dir = csd->dir_ + "/data";
+  // The load's clients and agents talk plaintext TCP: trusted explicitly,
+  // as csd's defaults do not (tests/testing/trusted_plaintext.h).
+  const std::string config = csd->dir_ + "/csd.yaml";
+  std::ofstream(config) << cosched::testing::kTrustedPlaintextYaml
+                        << "local_socket: {path: \"off\"}\n";
   int log = open(csd->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (log < 0) return ErrnoStatus(errno, "cannot create", csd->log_path_);
   csd->pid_ = fork();
   if (csd->pid_ == 0) {
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
-    execl(binary.c_str(), "csd", "--listen", csd->address_.c_str(),
+    execl(binary.c_str(), "csd", "--config", config.c_str(), "--listen", csd->address_.c_str(),
           "--data-dir", data_dir.c_str(), "--metrics-listen", metrics_listen.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);

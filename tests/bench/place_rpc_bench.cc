@@ -22,6 +22,7 @@
 #include "server/csd_server.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched {
 namespace {
@@ -98,6 +99,7 @@ Csd& Fleet() {
     server::CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = c->dir.Sub("data");
+    cosched::testing::TrustPlaintextCallers(options.authz);
     options.metrics_listen = "";
     options.class_conflicts = {{"avx512", "latency-critical"}};
     const auto start = std::chrono::steady_clock::now();

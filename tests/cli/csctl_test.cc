@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/cli/fake_control_plane.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::cli {
 namespace {
@@ -276,6 +277,32 @@ TEST_F(CsctlTest, PlaintextToARemoteAddressIsRefused) {
   EXPECT_EQ(Run({"--server", "192.0.2.1:7443", "get", "vm-1"}), kExitUsage);
   EXPECT_TRUE(OneErrorLine()) << err_.str();
   EXPECT_THAT(err_.str(), HasSubstr("--insecure"));
+}
+
+TEST_F(CsctlTest, CsdsUnixSocketIsUsedWhenThisUserMayConnectToIt) {
+  std::string asked;
+  env_.can_connect = [&asked](const std::string& path) {
+    asked = path;
+    return true;
+  };
+  ASSERT_EQ(Run({"get", "vm-1"}), kExitRpcError);  // NOT_FOUND from the fake
+  EXPECT_EQ(asked, "/run/cosched/csd.sock");
+  EXPECT_EQ(settings_.server, "unix:/run/cosched/csd.sock");
+  env_.can_connect = [](const std::string&) { return false; };
+  Run({"get", "vm-1"});
+  EXPECT_EQ(settings_.server, "127.0.0.1:7443");
+  env_vars_[kServerEnv] = "127.0.0.2:7443";
+  env_.can_connect = [](const std::string&) { return true; };
+  Run({"get", "vm-1"});
+  EXPECT_EQ(settings_.server, "127.0.0.2:7443");
+}
+
+TEST_F(CsctlTest, AUnixSocketTargetIsPlaintextWithoutInsecure) {
+  env_.make_stub = MakeControlPlaneStub;
+  cosched::testing::TempDir dir;
+  const std::string target = "unix:" + dir.Sub("none.sock");
+  EXPECT_EQ(Run({"--server", target, "get", "vm-1"}), kExitRpcError);
+  EXPECT_THAT(err_.str(), StartsWith("csctl: cannot reach csd at " + target));
 }
 
 TEST_F(CsctlTest, UnreachableServer) {

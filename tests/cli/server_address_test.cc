@@ -15,6 +15,18 @@ TEST(ResolveServerAddressTest, FlagThenEnvThenConfigThenDefault) {
   EXPECT_EQ(ResolveServerAddress("", "", ""), "127.0.0.1:7443");
 }
 
+// On csd's host the Unix socket tells csd who calls; anything the user
+// named still wins.
+TEST(ResolveServerAddressTest, CsdsUnixSocketIsTheDefaultWhenThisUserMayUseIt) {
+  EXPECT_EQ(ResolveServerAddress("", "", "", true), "unix:/run/cosched/csd.sock");
+  EXPECT_EQ(ResolveServerAddress("", "", "config:3", true), "config:3");
+  EXPECT_EQ(ResolveServerAddress("", "env:2", "", true), "env:2");
+  EXPECT_EQ(ResolveServerAddress("flag:1", "", "", true), "flag:1");
+  EXPECT_EQ(ResolveServerAddress("", "", "", false), "127.0.0.1:7443");
+  EXPECT_EQ(ResolveConnectionSettings({}, "", v1::CsctlConfig(), true).server,
+            "unix:/run/cosched/csd.sock");
+}
+
 TEST(ResolveConfigPathTest, FlagThenEnvThenDefaultWhenItExists) {
   EXPECT_EQ(ResolveConfigPath("/a.yaml", "/b.yaml", true), "/a.yaml");
   EXPECT_EQ(ResolveConfigPath("", "/b.yaml", true), "/b.yaml");
@@ -110,6 +122,10 @@ TEST_F(ResolveBearerTokenTest, NeverInPlaintextOffLoopback) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   remote.tls.set_ca_file("/etc/cosched/ca.crt");
   EXPECT_EQ(*ResolveBearerToken("t", "", "", config_, remote), "t");
+  // A Unix socket never leaves the host.
+  ConnectionSettings local;
+  local.server = "unix:/run/cosched/csd.sock";
+  EXPECT_EQ(*ResolveBearerToken("t", "", "", config_, local), "t");
 }
 
 }  // namespace

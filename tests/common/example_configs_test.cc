@@ -16,7 +16,8 @@ TEST(ExampleConfigs, CsdLoads) {
   ASSERT_OK(s);
   EXPECT_EQ(config.listen(), "127.0.0.1:7443");
   EXPECT_EQ(config.trust_domain(), "cosched");
-  EXPECT_EQ(config.plaintext_role(), "admin");
+  EXPECT_EQ(config.plaintext_role(), "viewer");
+  EXPECT_FALSE(config.plaintext_agents());
   ASSERT_EQ(config.roles_size(), 3);
   EXPECT_EQ(config.roles(0).role(), "admin");
   EXPECT_EQ(config.roles(0).common_names(0), "platform-admin");
@@ -38,7 +39,8 @@ TEST(ExampleConfigs, CsctlLoads) {
   v1::CsctlConfig config;
   absl::Status s = LoadYamlConfigFile(kConfigDir + "/csctl.yaml", &config);
   ASSERT_OK(s);
-  EXPECT_EQ(config.server(), "127.0.0.1:7443");
+  // Unset: csctl chooses csd's Unix socket on csd's host.
+  EXPECT_EQ(config.server(), "");
 }
 
 }  // namespace

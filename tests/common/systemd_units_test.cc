@@ -65,6 +65,13 @@ TEST(SystemdUnits, CsdHasNoCapabilities) {
   EXPECT_TRUE(unit.find("\nCapabilityBoundingSet=\n") != std::string::npos);
   EXPECT_EQ(UnitValue(unit, "NoNewPrivileges"), "yes");
   EXPECT_EQ(UnitValue(unit, "ProtectSystem"), "strict");
+  // The Unix socket's directory (ProtectSystem leaves /run read-only), and
+  // the system user whose group csd gives the socket.
+  EXPECT_EQ(UnitValue(unit, "RuntimeDirectory"), "cosched");
+  EXPECT_EQ(UnitValue(unit, "User"), "cosched");
+  EXPECT_EQ(UnitValue(unit, "Group"), "cosched");
+  const std::string sysusers = Slurp(COSCHED_SOURCE_DIR "/deploy/sysusers.d/cosched.conf");
+  EXPECT_NE(sysusers.find("\nu cosched - "), std::string::npos) << sysusers;
 }
 
 }  // namespace

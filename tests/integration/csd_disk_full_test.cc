@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/csd_server.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched {
 namespace {
@@ -28,6 +29,7 @@ std::unique_ptr<server::CsdServer> StartCsd(const std::string& data_dir) {
   server::CsdOptions options;
   options.listen = "127.0.0.1:0";
   options.data_dir = data_dir;
+  testing::TrustPlaintextCallers(options.authz);
   auto csd = server::CsdServer::Start(options);
   EXPECT_OK(csd);
   return csd.ok() ? std::move(*csd) : nullptr;

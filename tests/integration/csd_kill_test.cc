@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched {
 namespace {
@@ -48,13 +50,16 @@ int FreePort() {
 
 class CsdProcess {
  public:
-  CsdProcess(const std::string& address, const std::string& data_dir) {
+  // `config` makes the test's plaintext clients admin
+  // (kTrustedPlaintextYaml).
+  CsdProcess(const std::string& address, const std::string& data_dir,
+             const std::string& config) {
     pid_ = fork();
     if (pid_ == 0) {
       // Metrics on a port of the OS's choosing: the default one may be in
-      // use on this machine.
-      execl(CSD_BINARY, "csd", "--listen", address.c_str(), "--data-dir",
-            data_dir.c_str(), "--metrics-listen", "127.0.0.1:0",
+      // use on this machine. No Unix socket: the test talks TCP.
+      execl(CSD_BINARY, "csd", "--config", config.c_str(), "--listen", address.c_str(),
+            "--data-dir", data_dir.c_str(), "--metrics-listen", "127.0.0.1:0", "--socket", "off",
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -110,12 +115,14 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
   cosched::testing::TempDir dir;
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   const std::string data_dir = dir.Sub("data");
+  const std::string config = dir.Sub("csd.yaml");
+  std::ofstream(config) << cosched::testing::kTrustedPlaintextYaml;
   std::map<std::string, std::string> acknowledged;  // vm -> trust group
   int csctl_acknowledged = 0;
   std::mutex mu;
 
   for (int round = 0; round < 3; ++round) {
-    CsdProcess csd(address, data_dir);
+    CsdProcess csd(address, data_dir, config);
     auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
     ASSERT_TRUE(WaitServing(channel)) << "csd did not start on " << address;
 
@@ -163,7 +170,7 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
     for (auto& t : writers) t.join();
   }
 
-  CsdProcess csd(address, data_dir);
+  CsdProcess csd(address, data_dir, config);
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   ASSERT_TRUE(WaitServing(channel));
   auto stub = v1::ControlPlane::NewStub(channel);

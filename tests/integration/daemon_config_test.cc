@@ -99,6 +99,39 @@ TEST_F(DaemonConfigTest, CsdBadFlagsAndABadFileAreUsageErrors) {
   EXPECT_EQ(Csd({"--help"}).code, 0);
 }
 
+// The Unix socket's settings and the unix bindings of roles: refused before
+// anything starts, naming the file's line, the field and the rule.
+TEST_F(DaemonConfigTest, CsdRefusesABadLocalSocketOrUnixBindingNamingTheLine) {
+  const std::string head = "listen: 127.0.0.1:0\ndata_dir: " + dir_.Sub("data") +
+                           "\nmetrics_listen: off\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"local_socket:\n  path: " + dir_.Sub("csd.sock") + "\n  mode: 0699\n",
+       ":6: local_socket.mode '0699' must be 3 or 4 octal digits"},
+      {"local_socket:\n  path: " + dir_.Sub("csd.sock") + "\n  mode: \"0066\"\n",
+       ":6: local_socket.mode '0066' must be 3 or 4 octal digits such as 0660 (default), at "
+       "most 0777, giving the owner read and write: the owner (csd) lacks read or write"},
+      {"local_socket:\n  path: " + dir_.Sub("csd.sock") + "\n  group: no-such-group-cosched\n",
+       ":6: local_socket.group 'no-such-group-cosched' is not a group of this host"},
+      {"local_socket:\n  path: run/csd.sock\n", ":5: local_socket.path 'run/csd.sock' must be "
+                                               "an absolute file path"},
+      {"plaintext_role: root\n", ":4: plaintext_role 'root' is not a role"},
+      {"roles:\n  - role: operator\n    unix_users: [no-such-user-cosched]\n",
+       ":6: roles[0].unix_users[0] 'no-such-user-cosched' is not a user of this host"},
+      {"roles:\n  - role: operator\n    unix_groups: [\"\"]\n",
+       ":6: roles[0].unix_groups[0] is empty"},
+  };
+  for (const auto& [yaml, says] : cases) {
+    SCOPED_TRACE(yaml);
+    const std::string config = Write("csd.yaml", head + yaml);
+    ExpectUsageError(Csd({"--config", config}), "csd: " + config + says);
+  }
+  EXPECT_FALSE(std::ifstream(dir_.Sub("csd.sock")).good()) << "a socket was made";
+  // A flag's value names no line.
+  const std::string config = Write("csd.yaml", head);
+  ExpectUsageError(Csd({"--config", config, "--socket", "relative.sock"}),
+                   "csd: local_socket.path 'relative.sock' must be an absolute");
+}
+
 // The whole life of a csd through its main: it serves until its
 // environment says stop, then closes its store, so a second csd can open
 // the same data dir.
@@ -116,7 +149,7 @@ TEST_F(DaemonConfigTest, CsdServesUntilItsEnvironmentStopsIt) {
     };
     Exit e = RunMain(server::RunCsdMain, env,
                  {"csd", "--listen", "127.0.0.1:0", "--data-dir", data, "--metrics-listen",
-                  "off"});
+                  "off", "--socket", "off"});
     EXPECT_EQ(e.code, 0) << e.output;
     EXPECT_TRUE(served) << "run " << run;
   }

@@ -87,8 +87,11 @@ metrics_url() { sed -n 's|.*metrics on \(http://[^ ]*/metrics\).*|\1|p' "$1" | t
 export CSCTL_SERVER=127.0.0.1:$(free_port)
 csctl() { "$csctl_bin" --timeout 5 "$@"; }
 
-"$csd_bin" --listen "$CSCTL_SERVER" --data-dir "$work/csd" --metrics-listen 127.0.0.1:0 \
-  >"$work/csd.log" 2>&1 &
+# Plaintext on loopback: csctl here is admin and the agents act for their
+# hosts only because this csd.yaml says so (csd's defaults: viewer, no host).
+printf 'plaintext_role: admin\nplaintext_agents: true\nlocal_socket: {path: "off"}\n' >"$work/csd.yaml"
+"$csd_bin" --config "$work/csd.yaml" --listen "$CSCTL_SERVER" --data-dir "$work/csd" \
+  --metrics-listen 127.0.0.1:0 >"$work/csd.log" 2>&1 &
 csd_pid=$!
 wait_until 30 csctl hosts ls >/dev/null || fail "csd did not start"
 csd_metrics=$(metrics_url "$work/csd.log")

@@ -1,5 +1,6 @@
 #include "server/authz.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -148,27 +149,198 @@ TEST(Authorizer, BearerTokens) {
             absl::StatusCode::kUnauthenticated);
 }
 
-TEST(Authorizer, PlaintextCallersGetPlaintextRoleAndAnyHost) {
+// Any process of the host can be a loopback caller: by default it may read
+// and nothing else, and act for no host.
+TEST(Authorizer, PlaintextCallersAreViewersForNoHostByDefault) {
   Authorizer authz = Make();
   Peer local;
   local.address = "ipv6:%5B::1%5D:5000";
   auto caller = authz.Identify(local);
   ASSERT_OK(caller);
-  EXPECT_EQ(caller->role, Role::kAdmin);
+  EXPECT_EQ(caller->role, Role::kViewer);
   EXPECT_EQ(caller->who, "plaintext:ipv6:%5B::1%5D:5000");
-  EXPECT_OK(Authorizer::AllowHost(*caller, "any-host"));
+  EXPECT_OK(Authorizer::AllowControlPlane(*caller, "ListVMs"));
+  absl::Status tag = Authorizer::AllowControlPlane(*caller, "TagVM");
+  EXPECT_EQ(tag.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(tag.message()), HasSubstr("has role viewer; TagVM needs role operator"));
+  absl::Status host = Authorizer::AllowHost(*caller, "hv-1");
+  EXPECT_EQ(host.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(host.message()), HasSubstr("plaintext_agents"));
 
-  AuthzOptions viewer_only = Options();
-  viewer_only.plaintext_role = "viewer";
-  auto viewer = Make(viewer_only).Identify(local);
-  ASSERT_OK(viewer);
-  EXPECT_EQ(Authorizer::AllowControlPlane(*viewer, "TagVM").code(),
-            absl::StatusCode::kPermissionDenied);
+  AuthzOptions trusted = Options();
+  trusted.plaintext_role = "admin";
+  trusted.plaintext_agents = true;
+  auto admin = Make(trusted).Identify(local);
+  ASSERT_OK(admin);
+  EXPECT_EQ(admin->role, Role::kAdmin);
+  EXPECT_OK(Authorizer::AllowHost(*admin, "any-host"));
 
   AuthzOptions closed = Options();
   closed.plaintext_role = "none";
   EXPECT_EQ(Make(closed).Identify(local).status().code(),
             absl::StatusCode::kUnauthenticated);
+  // Agents only: no ControlPlane role, but any host.
+  closed.plaintext_agents = true;
+  auto agent = Make(closed).Identify(local);
+  ASSERT_OK(agent);
+  EXPECT_EQ(agent->role, Role::kNone);
+  EXPECT_OK(Authorizer::AllowHost(*agent, "hv-1"));
+}
+
+Peer OnSocket(uint32_t uid, uint32_t gid, std::vector<uint32_t> groups = {}) {
+  Peer peer;
+  peer.address = "fd:17";
+  peer.local = LocalCredentials{uid, gid, 4242, std::move(groups)};
+  return peer;
+}
+
+AuthzOptions WithUnixBindings() {
+  AuthzOptions options = Options();
+  v1::RoleBinding operators;
+  operators.set_role("operator");
+  operators.add_unix_users("1000");
+  operators.add_unix_groups("2000");
+  options.roles.push_back(operators);
+  v1::RoleBinding admins;
+  admins.set_role("admin");
+  admins.add_unix_groups("3000");
+  options.roles.push_back(admins);
+  return options;
+}
+
+TEST(Authorizer, RootOnTheSocketIsAdminForEveryHost) {
+  auto root = Make().Identify(OnSocket(0, 0));
+  ASSERT_OK(root);
+  EXPECT_EQ(root->role, Role::kAdmin);
+  EXPECT_EQ(root->who, "uid:0");
+  EXPECT_OK(Authorizer::AllowControlPlane(*root, "SetTenantPolicy"));
+  EXPECT_OK(Authorizer::AllowHost(*root, "hv-9"));
+  // Even when plaintext callers are refused outright.
+  AuthzOptions closed = Options();
+  closed.plaintext_role = "none";
+  auto still_root = Make(closed).Identify(OnSocket(0, 0));
+  ASSERT_OK(still_root);
+  EXPECT_EQ(still_root->role, Role::kAdmin);
+}
+
+TEST(Authorizer, SocketCallersGetTheRolesOfTheirUidAndGroups) {
+  Authorizer authz = Make(WithUnixBindings());
+  struct Case {
+    uint32_t uid, gid;
+    std::vector<uint32_t> groups;
+    Role role;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1000, 1000, {}, Role::kOperator},        // by uid
+           {1001, 2000, {}, Role::kOperator},        // by primary group
+           {1001, 1001, {27, 2000}, Role::kOperator},  // by a supplementary group
+           {1000, 1000, {3000}, Role::kAdmin},       // the highest binding wins
+           {65534, 65534, {65534}, Role::kViewer},   // unbound: plaintext_role
+       }) {
+    auto caller = authz.Identify(OnSocket(c.uid, c.gid, c.groups));
+    ASSERT_OK(caller);
+    EXPECT_EQ(caller->role, c.role) << "uid " << c.uid;
+    EXPECT_EQ(caller->who, absl::StrCat("uid:", c.uid));
+    // Only root acts for hosts on the socket.
+    EXPECT_EQ(Authorizer::AllowHost(*caller, "hv-1").code(), absl::StatusCode::kPermissionDenied);
+  }
+  auto nobody = authz.Identify(OnSocket(65534, 65534));
+  ASSERT_OK(nobody);
+  absl::Status tag = Authorizer::AllowControlPlane(*nobody, "TagVM");
+  EXPECT_EQ(tag.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(tag.message()), HasSubstr("uid:65534 has role viewer"));
+
+  // plaintext_role none: an unbound socket caller has no role, and is told so.
+  AuthzOptions closed = WithUnixBindings();
+  closed.plaintext_role = "none";
+  auto refused = Make(closed).Identify(OnSocket(65534, 65534));
+  ASSERT_OK(refused);
+  EXPECT_EQ(refused->role, Role::kNone);
+  auto op = Make(closed).Identify(OnSocket(1000, 1000));
+  ASSERT_OK(op);
+  EXPECT_EQ(op->role, Role::kOperator);
+}
+
+TEST(Authorizer, ASocketConnectionWithoutRecordedCredentialsIsRefused) {
+  Peer unknown;
+  unknown.address = "fd:9";
+  EXPECT_EQ(Make().Identify(unknown).status().code(), absl::StatusCode::kUnauthenticated);
+  // A token over the socket is local, so it is accepted, and wins.
+  Peer token = OnSocket(65534, 65534);
+  token.bearer_token = "viewer-token";
+  auto caller = Make().Identify(token);
+  ASSERT_OK(caller);
+  EXPECT_EQ(caller->who, "token:dashboard");
+}
+
+TEST(Authorizer, UnixUsersAndGroupsAreNamesOrNumbersTheHostKnows) {
+  AuthzOptions named = Options();
+  v1::RoleBinding binding;
+  binding.set_role("viewer");
+  binding.add_unix_users("root");  // every host has root, uid 0
+  binding.add_unix_groups("root");
+  named.roles.push_back(binding);
+  EXPECT_OK(Authorizer::Create(named).status());
+
+  AuthzOptions no_user = Options();
+  v1::RoleBinding ghost;
+  ghost.set_role("viewer");
+  ghost.add_unix_users("no-such-user-cosched-test");
+  no_user.roles.push_back(ghost);
+  absl::Status s = Authorizer::Create(no_user).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("roles[2].unix_users[0] 'no-such-user-cosched-test' is not a user"));
+
+  AuthzOptions no_group = Options();
+  v1::RoleBinding ghosts;
+  ghosts.set_role("viewer");
+  ghosts.add_unix_groups("no-such-group-cosched-test");
+  no_group.roles.push_back(ghosts);
+  s = Authorizer::Create(no_group).status();
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("roles[2].unix_groups[0] 'no-such-group-cosched-test' is not a group"));
+
+  AuthzOptions empty = Options();
+  v1::RoleBinding blank;
+  blank.set_role("viewer");
+  blank.add_unix_users("");
+  empty.roles.push_back(blank);
+  s = Authorizer::Create(empty).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("roles[2].unix_users[0] is empty"));
+
+  AuthzOptions twice = WithUnixBindings();
+  twice.roles[3].add_unix_groups("2000");
+  s = Authorizer::Create(twice).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'2000' is bound twice"));
+
+  // A number too large to be an id is taken as a name, which no host has.
+  AuthzOptions huge = Options();
+  v1::RoleBinding big;
+  big.set_role("viewer");
+  big.add_unix_users("4294967295");
+  huge.roles.push_back(big);
+  EXPECT_EQ(Authorizer::Create(huge).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HandedOverDescriptor, OnlyFdPeers) {
+  EXPECT_EQ(HandedOverDescriptor("fd:12"), 12);
+  EXPECT_EQ(HandedOverDescriptor("fd:"), std::nullopt);
+  EXPECT_EQ(HandedOverDescriptor("fd:-1"), std::nullopt);
+  EXPECT_EQ(HandedOverDescriptor("fd:1x"), std::nullopt);
+  EXPECT_EQ(HandedOverDescriptor("ipv4:127.0.0.1:5"), std::nullopt);
+  EXPECT_EQ(HandedOverDescriptor("unix:/run/cosched/csd.sock"), std::nullopt);
+}
+
+TEST(LocalPeerTable, ADescriptorReusedByANewConnectionCarriesTheNewCredentials) {
+  LocalPeerTable table;
+  EXPECT_EQ(table.Find("fd:5"), std::nullopt);
+  table.Record(5, LocalCredentials{1000, 1000, 1, {}});
+  ASSERT_TRUE(table.Find("fd:5").has_value());
+  EXPECT_EQ(table.Find("fd:5")->uid, 1000u);
+  table.Record(5, LocalCredentials{0, 0, 2, {}});
+  EXPECT_EQ(table.Find("fd:5")->uid, 0u);
+  EXPECT_EQ(table.Find("ipv4:127.0.0.1:5"), std::nullopt);
 }
 
 TEST(Authorizer, BadOptionsNameTheKey) {

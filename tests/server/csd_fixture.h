@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {
 
@@ -22,6 +23,7 @@ class CsdFixture : public ::testing::Test {
     CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("data");
+    testing::TrustPlaintextCallers(options.authz);
     auto csd = CsdServer::Start(options);
     ASSERT_TRUE(csd.ok()) << csd.status();
     csd_ = std::move(*csd);

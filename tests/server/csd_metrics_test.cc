@@ -16,6 +16,7 @@
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {
 namespace {
@@ -66,6 +67,7 @@ class CsdMetricsTest : public ::testing::Test {
     CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("data");
+    testing::TrustPlaintextCallers(options.authz);
     options.metrics_listen = "127.0.0.1:0";
     auto csd = CsdServer::Start(options);
     ASSERT_OK(csd);

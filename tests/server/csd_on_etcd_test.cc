@@ -13,6 +13,7 @@
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {
 namespace {
@@ -25,6 +26,7 @@ class CsdOnEtcdTest : public ::testing::Test {
     CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("unused");
+    testing::TrustPlaintextCallers(options.authz);
     options.metrics_listen = "";
     store::EtcdStoreOptions store;
     store.client = etcd_.ClientOptions();

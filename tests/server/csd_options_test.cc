@@ -9,6 +9,7 @@
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {
 namespace {
@@ -106,6 +107,7 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
   CsdOptions options;
   options.listen = "127.0.0.1:0";
   options.data_dir = dir.Sub("data");
+  testing::TrustPlaintextCallers(options.authz);
   auto csd = CsdServer::Start(options);
   ASSERT_OK(csd);
   auto control = v1::ControlPlane::NewStub(

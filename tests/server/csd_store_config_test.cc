@@ -31,7 +31,7 @@ class CsdStoreConfigTest : public ::testing::Test {
   Exit Csd(const std::string& yaml) {
     std::vector<std::string> args = {"csd",           "--config", Write(yaml), "--listen",
                                      "127.0.0.1:0",   "--data-dir", dir_.Sub("data"),
-                                     "--metrics-listen", "off"};
+                                     "--metrics-listen", "off", "--socket", "off"};
     std::vector<const char*> argv;
     for (const std::string& a : args) argv.push_back(a.c_str());
     CsdMainEnvironment env;

@@ -25,6 +25,7 @@
 #include "host/testing/pseudo_fs_fake.h"
 #include "server/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::testing {
 
@@ -104,6 +105,7 @@ struct MiniClusterOptions {
     server::CsdOptions defaults;
     defaults.listen = "127.0.0.1:0";
     defaults.data_dir.clear();
+    TrustPlaintextCallers(defaults.authz);
     return defaults;
   }();
 };
