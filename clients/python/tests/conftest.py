@@ -71,7 +71,8 @@ def running_csd(root: Path, settings: str) -> Iterator[str]:
         "metrics_listen: \"off\"\n" + settings)
     log = root / "csd.log"
     with open(log, "wb") as log_file:
-        process = subprocess.Popen([_csd_binary(), "--config", str(config)],
+        # No Unix socket: /run/cosched/csd.sock belongs to the host's csd.
+        process = subprocess.Popen([_csd_binary(), "--config", str(config), "--socket", "off"],
                                    stdout=log_file, stderr=subprocess.STDOUT)
     try:
         yield _wait_for_address(process, log)
@@ -90,6 +91,7 @@ def csd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Csd]:
     viewer_token = secrets.token_hex(32)
     settings = (
         "plaintext_role: admin\n"
+        "plaintext_agents: true\n"  # the fake agent below speaks over plaintext
         "tokens:\n"
         "  - role: viewer\n"
         "    name: python-test\n"

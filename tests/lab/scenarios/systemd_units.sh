@@ -12,6 +12,9 @@
 #  - both daemons' logs are in the journal.
 . "$LAB_GUEST/lib.sh"
 set -u
+# csctl as root goes through csd's Unix socket (admin), as an operator's
+# would; loopback TCP is viewer only.
+unset CSCTL_SERVER
 
 QEMU_UID=107
 SETPRIV=/usr/bin/setpriv
@@ -28,6 +31,7 @@ agent=$(main_pid cs-agent.service)
 csd_uid=$(status_field "$csd" Uid)
 [ "$csd_uid" = "$(id -u cosched)" ] || lab_fail "csd runs as uid $csd_uid, not the system user cosched"
 lab_result "csd.service" "pid $csd, user $(id -un "$csd_uid"), capabilities $(status_field "$csd" CapEff)"
+[ -S /run/cosched/csd.sock ] || lab_fail "csd.service serves no socket at /run/cosched/csd.sock"
 
 # The agent's sandbox, as the kernel sees it.
 want=$(printf '%016x' $(((1 << 19) | (1 << 23) | (1 << 12))))  # SYS_PTRACE, SYS_NICE, NET_ADMIN
