@@ -26,6 +26,15 @@ void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out);
 nlohmann::json PlanToJson(const v1::PlanResponse& response);
 void PrintPlan(const v1::PlanResponse& response, std::ostream& out);
 
+// csctl plan --report: {"hosts": [...], "summary": {...}}. Each host:
+// host_id, decided_at, vms, predicted (throughput, forced_idle_pct,
+// cross_tenant_pct, foreign_pct, gain), before and since (MeasuredToJson),
+// measured_gain, throughput_error, forced_idle_error_pct,
+// foreign_error_pct (null when unknown).
+nlohmann::json HostPlanReportToJson(const v1::HostPlanReport& report);
+nlohmann::json PlanReportToJson(const v1::PlanResponse& response);
+void PrintPlanReport(const v1::PlanResponse& response, std::ostream& out);
+
 }  // namespace cosched::cli
 
 #endif  // COSCHED_CLI_POLICY_OUTPUT_H_

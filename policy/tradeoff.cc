@@ -67,6 +67,21 @@ std::vector<int> Intersect(const std::vector<int>& a, const std::vector<int>& b)
   return out;
 }
 
+// Whether the simulator sees two layouts alike: the same VMs share a
+// group and the same VMs are dedicated.
+bool SameGrouping(const std::vector<VmDecision>& a, const std::vector<VmDecision>& b) {
+  std::vector<std::string> groups_a, groups_b;
+  for (size_t v = 0; v < a.size(); ++v) {
+    if ((a[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) !=
+        (b[v].isolation == v1::ISOLATION_LEVEL_DEDICATED)) {
+      return false;
+    }
+    groups_a.push_back(a[v].trust_group);
+    groups_b.push_back(b[v].trust_group);
+  }
+  return CookiesOf(groups_a) == CookiesOf(groups_b);
+}
+
 struct Candidate {
   std::string name;
   std::vector<std::vector<int>> pins;
@@ -378,6 +393,7 @@ absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
     score.predicted_throughput = result->total_throughput;
     score.predicted_forced_idle_pct = result->forced_idle_pct;
     score.predicted_cross_tenant_pct = result->cross_tenant_pct;
+    score.predicted_foreign_pct = result->foreign_pct;
     score.within_budget =
         !budget.has_value() || result->forced_idle_pct <= *budget;
     plan.candidates.push_back(score);
@@ -511,8 +527,66 @@ absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
   score.predicted_throughput = result.total_throughput;
   score.predicted_forced_idle_pct = result.forced_idle_pct;
   score.predicted_cross_tenant_pct = result.cross_tenant_pct;
+  score.predicted_foreign_pct = result.foreign_pct;
   score.within_budget = !budget.has_value() || result.forced_idle_pct <= *budget;
   return score;
+}
+
+absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario) {
+  const auto policies = TenantPolicies(scenario);
+  std::vector<VmDecision> layout;
+  for (const VmInstance& vm : ExpandInstances(scenario)) {
+    auto it = policies.find(vm.tenant);
+    const v1::TenantPolicy policy =
+        it != policies.end() ? it->second : DefaultTenantPolicy(vm.tenant);
+    ASSIGN_OR_RETURN(TrustDecision decision,
+                     DecideTrustGroup(vm.name, v1::ISOLATION_LEVEL_UNSPECIFIED, vm.classes,
+                                      policy));
+    VmDecision d;
+    d.vm = vm.name;
+    d.tenant = vm.tenant;
+    d.isolation = decision.isolation;
+    d.trust_group = decision.trust_group;
+    d.reasons.push_back(absl::StrCat("the default level of tenant '", vm.tenant, "'"));
+    layout.push_back(std::move(d));
+  }
+  return layout;
+}
+
+absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
+                                             const std::vector<VmDecision>& current,
+                                             const std::vector<bool>& managed,
+                                             const SimParams& params,
+                                             const PlanOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<VmDecision> relaxed, ChooseGroups(scenario));
+  if (current.size() != relaxed.size() || managed.size() != relaxed.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout has ", current.size(), " VMs and ", managed.size(),
+        " managed flags; the scenario has ", relaxed.size(), " VMs"));
+  }
+  LayoutProposal proposal;
+  proposal.planned = current;
+  for (size_t v = 0; v < current.size(); ++v) {
+    if (!managed[v]) continue;
+    VmDecision& d = proposal.planned[v];
+    d.isolation = relaxed[v].isolation;
+    d.trust_group = relaxed[v].trust_group;
+    d.reasons = std::move(relaxed[v].reasons);
+    proposal.changes = proposal.changes || d.isolation != current[v].isolation ||
+                       d.trust_group != current[v].trust_group;
+  }
+  if (!proposal.changes) return proposal;
+  if (SameGrouping(current, proposal.planned)) {
+    proposal.same_grouping = true;
+    return proposal;
+  }
+  std::vector<VmDecision> now_layout = current;
+  ASSIGN_OR_RETURN(proposal.now, PredictLayout(scenario, now_layout, params, options));
+  ASSIGN_OR_RETURN(proposal.next, PredictLayout(scenario, proposal.planned, params, options));
+  proposal.gain = proposal.now.predicted_throughput > 0
+                      ? proposal.next.predicted_throughput / proposal.now.predicted_throughput - 1
+                      : 0;
+  return proposal;
 }
 
 absl::StatusOr<ModeResult> RunMode(const Scenario& scenario, Mode mode,

@@ -143,6 +143,29 @@ TEST(ChooseGroups, TakesTheMostRelaxedAllowedLevelWithoutPinning) {
   }
 }
 
+TEST(ProposeLayout, ChangesOnlyManagedVmsAndPredictsBothLayouts) {
+  Scenario s = Parse(kFourOfOneTenant);
+  auto defaults = DefaultLayout(s);
+  ASSERT_OK(defaults);
+  EXPECT_EQ((*defaults)[0].trust_group, "acme/vm/a-0");
+  auto proposal = ProposeLayout(s, *defaults, {true, true, false, false});
+  ASSERT_OK(proposal);
+  EXPECT_TRUE(proposal->changes);
+  EXPECT_EQ(proposal->planned[0].trust_group, "acme/tenant");
+  EXPECT_EQ(proposal->planned[1].trust_group, "acme/tenant");
+  EXPECT_EQ(proposal->planned[2].trust_group, "acme/vm/a-2");
+  EXPECT_GT(proposal->now.predicted_throughput, 0);
+  EXPECT_GT(proposal->next.predicted_throughput, 0);
+  EXPECT_DOUBLE_EQ(proposal->gain, proposal->next.predicted_throughput /
+                                       proposal->now.predicted_throughput -
+                                   1);
+  auto unchanged = ProposeLayout(s, proposal->planned, {true, true, false, false});
+  ASSERT_OK(unchanged);
+  EXPECT_FALSE(unchanged->changes);
+  EXPECT_EQ(ProposeLayout(s, *defaults, {true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PredictLayout, OneGroupPerTenantForcesLessIdleThanOnePerVm) {
   Scenario s = Parse(kFourOfOneTenant);
   auto relaxed = ChooseGroups(s);
