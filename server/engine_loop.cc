@@ -17,6 +17,7 @@
 #include "policy/tradeoff.h"
 #include "policy/trust_group.h"
 #include "server/desired_state_internal.h"
+#include "server/engine_history.h"
 #include "server/plan_report.h"
 
 namespace cosched::server {
@@ -162,6 +163,22 @@ EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
                                                SteadyClock::time_point now) {
   auto [it, inserted] = hosts_.try_emplace(state.host.host_id(), options_);
   if (inserted) {
+    // Its changes of the last hour before csd started count toward
+    // max_changes_per_hour (engine_history.h), read once for every host.
+    if (!restored_changes_) {
+      auto changes = LayoutChangesSince(state_->store(), absl::Now() - absl::Hours(1));
+      LOG_IF(WARNING, !changes.ok())
+          << "policy engine: reading its changes of the last hour from the audit trail: "
+          << changes.status() << "; the hourly counts start afresh";
+      restored_changes_ = changes.ok() ? *std::move(changes) : ChangesByHost();
+    }
+    if (auto restored = restored_changes_->find(state.host.host_id());
+        restored != restored_changes_->end()) {
+      for (absl::Time at : restored->second) {
+        const absl::Duration age = std::max(absl::ZeroDuration(), absl::Now() - at);
+        it->second.gate.RestoreChange(now - absl::ToChronoSeconds(age));
+      }
+    }
     // A csd that restarts holds the layout its predecessor wrote: the
     // layout's dwell counts from the newest engine decision on the host.
     std::optional<absl::Time> newest;

@@ -9,7 +9,9 @@
 // level its tenant allows (policy::ChooseGroups), every other VM keeps its
 // assignment; CheckLayout judges the layout, PredictLayout predicts it and
 // the current one; the host's ReplanGate (min_gain, min_dwell,
-// max_changes_per_hour) says whether it may replace the current one, and
+// max_changes_per_hour; after a restart its dwell and hourly count are
+// restored from the VMs' decided_at and the audit trail) says whether it
+// may replace the current one, and
 // its BudgetWatch whether measured forced idle has been over the least
 // budget of its tenants for budget_windows re-plan intervals in a row, in
 // which case a layout predicted within budget needs no gain and no dwell;
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/budget_watch.h"
 #include "policy/replan_gate.h"
@@ -155,6 +158,11 @@ class EngineLoop {
   // Serialises re-plans: one host's control is never used by two at once.
   std::mutex pass_mu_;
   std::map<std::string, HostControl> hosts_;  // guarded by pass_mu_
+  // The engine's changes per host in the hour before this csd started,
+  // read from the audit trail when the first host is planned; guarded by
+  // pass_mu_.
+  using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
+  std::optional<ChangesByHost> restored_changes_;
 
   std::mutex wake_mu_;
   std::condition_variable wake_;

@@ -349,6 +349,46 @@ TEST_F(EngineLoopTest, ALayoutHoldsForMinDwellBeforeTheEngineReplacesIt) {
   EXPECT_EQ(Vm("a-7").assignment().trust_group(), "acme/tenant");
 }
 
+TEST_F(EngineLoopTest, TheHourlyChangeCountSurvivesARestart) {
+  options_.hysteresis.max_changes_per_hour = 2;
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4"};
+  for (const std::string& vm : vms) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Report(vms));
+  MakeEngine();
+  ASSERT_TRUE(engine_->ReplanHost(kHost));
+  // Three more VMs of acme: a second change.
+  auto arrive = [&](std::vector<std::string> more) {
+    for (const std::string& vm : more) {
+      ASSERT_OK(Tag(vm, "acme"));
+      vms.push_back(vm);
+    }
+    ASSERT_OK(Report(vms));
+  };
+  ASSERT_NO_FATAL_FAILURE(arrive({"a-5", "a-6", "a-7"}));
+  now_ += std::chrono::minutes(1);
+  ASSERT_TRUE(engine_->ReplanHost(kHost));
+
+  // csd restarts (a new engine over the same store, its clock elsewhere):
+  // the two changes of the last hour still count.
+  now_ += std::chrono::hours(5);
+  MakeEngine();
+  ASSERT_NO_FATAL_FAILURE(arrive({"a-8", "a-9", "a-10"}));
+  EXPECT_FALSE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-8").assignment().trust_group(), "acme/vm/a-8");
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_EQ(plan->hosts(0).changes_size(), 3);
+  EXPECT_THAT(plan->hosts(0).reasons(plan->hosts(0).reasons_size() - 1),
+              HasSubstr("changed layout 2 times in the last hour (at most 2)"));
+  // An hour after the first change, one is allowed again.
+  now_ += std::chrono::minutes(61);
+  EXPECT_TRUE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-8").assignment().trust_group(), "acme/tenant");
+}
+
 TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
   // Two busy VMs of acme and one of globex on two cores: the simulator
   // predicts the same throughput whether acme's share a cookie or not, so
