@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "policy/replan_gate.h"
 #include "policy/trust_group.h"
 
 namespace cosched::policy {
@@ -210,6 +211,39 @@ absl::Status DecideGroups(const Scenario& scenario, const std::vector<VmInstance
   std::vector<std::string> groups;
   for (const VmDecision& d : plan.vms) groups.push_back(d.trust_group);
   plan.config.mode = SmtMode::kCoreSched;
+  plan.config.cookie = CookiesOf(groups);
+  return absl::OkStatus();
+}
+
+// Step 1b: the relaxed levels replace the ones TagVM gives only when a
+// fresh ReplanGate lets them (csd's engine on a host it has not changed):
+// isolation is given up only where it pays.
+absl::Status GateLevels(const Scenario& scenario, const SimParams& params,
+                        const PlanOptions& options, HostPlan& plan) {
+  ASSIGN_OR_RETURN(std::vector<VmDecision> defaults, DefaultLayout(scenario));
+  ASSIGN_OR_RETURN(LayoutProposal proposal,
+                   ProposeLayout(scenario, defaults, std::vector<bool>(defaults.size(), true),
+                                 params, options));
+  if (!proposal.changes) return absl::OkStatus();
+  HysteresisOptions hysteresis;
+  hysteresis.min_gain = options.level_min_gain;
+  const GateVerdict verdict = ReplanGate(hysteresis).Consider(
+      std::chrono::steady_clock::time_point(), ChangeKind::kGain, proposal.gain);
+  if (verdict.allowed) return absl::OkStatus();
+  std::vector<std::string> groups;
+  for (size_t v = 0; v < plan.vms.size(); ++v) {
+    VmDecision& d = plan.vms[v];
+    if (d.isolation != defaults[v].isolation || d.trust_group != defaults[v].trust_group) {
+      d.reasons = {absl::StrCat(
+          "keeps its tenant's default level `", IsolationName(defaults[v].isolation),
+          "` (group '", defaults[v].trust_group, "') over `", IsolationName(d.isolation),
+          "`: ", verdict.reason,
+          proposal.same_grouping ? " (the groups would hold the same VMs)" : "")};
+      d.isolation = defaults[v].isolation;
+      d.trust_group = defaults[v].trust_group;
+    }
+    groups.push_back(d.trust_group);
+  }
   plan.config.cookie = CookiesOf(groups);
   return absl::OkStatus();
 }
@@ -482,6 +516,7 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
   const std::vector<VmInstance> vms = ExpandInstances(scenario);
   HostPlan plan;
   RETURN_IF_ERROR(DecideGroups(scenario, vms, plan));
+  RETURN_IF_ERROR(GateLevels(scenario, params, options, plan));
   ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
   std::vector<size_t> busy;
   const std::vector<Candidate> candidates = CandidateLayouts(scenario, vms, plan, base, busy);

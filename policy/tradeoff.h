@@ -79,11 +79,20 @@ struct PlanOptions {
   // Another layout replaces the simplest only when it is predicted to give
   // this much more total throughput (fraction).
   double min_gain = 0.01;
+  // PlanHost takes the tenants' relaxed levels (ChooseGroups) over the
+  // layout TagVM gives only when they are predicted to gain this much, as
+  // csd's engine does on a host it has not changed yet (engine.min_gain's
+  // default, replan_gate.h).
+  double level_min_gain = 0.03;
 };
 
-// Chooses groupings and pinning for the scenario's VMs. FAILED_PRECONDITION
-// when a tenant's policy cannot be met (a `dedicated` VM without enough
-// free whole cores).
+// Chooses groupings and pinning for the scenario's VMs, as csd's engine
+// would on a host it has not changed yet: from the layout TagVM gives
+// (DefaultLayout), the tenants' relaxed levels (ChooseGroups) only when
+// ProposeLayout predicts them to gain level_min_gain, then pinning (which
+// csd does not apply: its assignments carry levels and groups).
+// FAILED_PRECONDITION when a tenant's policy cannot be met (a `dedicated`
+// VM without enough free whole cores).
 absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
                                   const SimParams& params = SimParams(),
                                   const PlanOptions& options = PlanOptions());
@@ -128,9 +137,9 @@ struct LayoutProposal {
   double gain = 0;
 };
 // Whether to apply it is the caller's: csd's engine asks its ReplanGate
-// (min_gain, min_dwell, hourly cap) and budget watch. INVALID_ARGUMENT
-// when `current` or `managed` do not match the scenario's VMs;
-// FAILED_PRECONDITION as PredictLayout.
+// (min_gain, min_dwell, hourly cap) and budget watch, PlanHost a fresh
+// gate. INVALID_ARGUMENT when `current` or `managed` do not match the
+// scenario's VMs; FAILED_PRECONDITION as PredictLayout.
 absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
                                              const std::vector<VmDecision>& current,
                                              const std::vector<bool>& managed,
