@@ -133,8 +133,10 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
           {"isolation", IsolationName(response.isolation())},
           {"trust_group", response.trust_group()},
           {"pin_cpus", Ints(response.pin_cpus())},
-          {"reasons", std::vector<std::string>(response.reasons().begin(),
-                                               response.reasons().end())},
+          // Why the engine would decide isolation/trust_group/pin_cpus now;
+          // "reasons" are those of the decision in force (below).
+          {"proposed_reasons", std::vector<std::string>(response.reasons().begin(),
+                                                        response.reasons().end())},
           {"vcpus", response.vcpus()},
           {"load", Round(response.load(), 3)},
           {"host_vms", response.host_vms()},
@@ -156,7 +158,7 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
                              ? json(google::protobuf::util::TimeUtil::ToString(
                                    decision.decided_at()))
                              : json(nullptr)},
-          {"decision_reasons",
+          {"reasons",
            std::vector<std::string>(decision.reasons().begin(), decision.reasons().end())},
           {"predicted",
            decision.has_predicted() ? PredictedToJson(decision.predicted()) : json(nullptr)},

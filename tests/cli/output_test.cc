@@ -81,6 +81,7 @@ TEST(OutputTest, JsonReplacesInvalidUtf8InsteadOfThrowing) {
 TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured) {
   v1::ExplainVMResponse response;
   response.set_vm_id("vm-1");
+  response.add_reasons("would stay at `tenant`");
   v1::LayoutDecision* d = response.mutable_decision();
   d->set_decided_by(v1::DECIDED_BY_ENGINE);
   d->mutable_decided_at()->set_seconds(1700000000);
@@ -94,13 +95,14 @@ TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured)
   nlohmann::json j = ExplainToJson(response);
   EXPECT_EQ(j["decided_by"], "engine");
   EXPECT_EQ(j["decided_at"], "2023-11-14T22:13:20Z");
-  EXPECT_EQ(j["decision_reasons"], nlohmann::json({"tenant 'acme' allows `tenant`"}));
+  EXPECT_EQ(j["reasons"], nlohmann::json({"tenant 'acme' allows `tenant`"}));
   EXPECT_EQ(j["predicted"]["throughput"], 3.5);
   EXPECT_EQ(j["predicted"]["gain"], 0.2);
   EXPECT_EQ(j["measured"]["windows"], 6);
   EXPECT_EQ(j["measured"]["forced_idle_pct"], 1.5);
   EXPECT_EQ(j["measured"]["forced_idle_error_pct"], 0.25);
-  EXPECT_TRUE(j.contains("reasons"));
+  EXPECT_EQ(j["proposed_reasons"], nlohmann::json({"would stay at `tenant`"}));
+  EXPECT_FALSE(j.contains("decision_reasons"));
 
   std::ostringstream text;
   PrintExplain(response, text);

@@ -230,7 +230,8 @@ TEST_F(EngineTest, ADryRunIsPlannedAndShownWithCsctlAndAppliesNothing) {
   nlohmann::json explain = nlohmann::json::parse(explained.str());
   EXPECT_EQ(explain["decided_by"], "operator");
   EXPECT_TRUE(explain["decided_at"].is_string());
-  for (const char* key : {"reasons", "predicted", "measured"}) {
+  for (const char* key :
+       {"decided_by", "decided_at", "reasons", "predicted", "measured", "proposed_reasons"}) {
     EXPECT_TRUE(explain.contains(key)) << key;
   }
   for (const std::string& vm : vms) {
