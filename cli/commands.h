@@ -80,9 +80,12 @@ struct PolicySetArgs {
   bool no_apply = false;
 };
 
+// Exactly one of dry_run and report.
 struct PlanArgs {
-  // Required: Plan changes nothing, and csctl says so by asking for it.
+  // Plan changes nothing, and csctl says so by asking for it.
   bool dry_run = false;
+  // The applied plans' predictions against what was measured since.
+  bool report = false;
   // Only hosts running this tenant's VMs; empty: all.
   std::string tenant_id{};
 };
@@ -167,10 +170,11 @@ int RunExplainVm(Stub& stub, const std::string& vm_id,
                  const CommandOptions& options, std::ostream& out,
                  std::ostream& err);
 
-// ControlPlane.Plan: the hosts where the policy engine would change
-// layouts now, what would change and the predicted gain (JSON: an array of
-// hosts with changes, current, planned, would_apply, reasons). Without
-// --dry-run a usage error.
+// ControlPlane.Plan: with --dry-run the hosts where the policy engine would
+// change layouts now, what would change and the predicted gain (JSON: an
+// array of hosts with changes, current, planned, would_apply, reasons);
+// with --report each host's newest applied plan, predicted against
+// measured (JSON: PlanReportToJson). Neither or both: a usage error.
 int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
             std::ostream& out, std::ostream& err);
 

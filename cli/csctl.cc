@@ -279,8 +279,13 @@ void AddPolicyQuestions(CLI::App& app, CsctlArgs& a, std::vector<Command>& comma
        }});
 
   CLI::App* plan = app.add_subcommand(
-      "plan", "what the policy engine would change now on each host (csd's plan)");
-  plan->add_flag("--dry-run", a.plan.dry_run, "show the plan, change nothing (required)");
+      "plan",
+      "what the policy engine would change now on each host (--dry-run), or how its "
+      "applied plans did (--report)");
+  plan->add_flag("--dry-run", a.plan.dry_run, "show the plan, change nothing");
+  plan->add_flag("--report", a.plan.report,
+                 "per host: the applied plan's predicted gain and figures against those "
+                 "measured since");
   plan->add_option("--tenant", a.plan.tenant_id, "only hosts running this tenant's VMs");
   commands.push_back({plan, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
                                           std::ostream& err) {

@@ -79,10 +79,11 @@ int RunExplainVm(Stub& stub, const std::string& vm_id,
 
 int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
             std::ostream& out, std::ostream& err) {
-  if (!args.dry_run) {
+  if (args.dry_run == args.report) {
     return UsageError(absl::InvalidArgumentError(
-                          "plan needs --dry-run: it shows what the engine would change and "
-                          "changes nothing (the engine applies plans itself)"),
+                          "plan needs one of --dry-run (what the engine would change now; "
+                          "nothing is changed, the engine applies plans itself) or --report "
+                          "(its applied plans' predictions against measurements)"),
                       err);
   }
   if (!args.tenant_id.empty()) {
@@ -91,11 +92,17 @@ int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
   }
   v1::PlanRequest request;
   request.set_tenant_id(args.tenant_id);
+  request.set_report(args.report);
   v1::PlanResponse response;
   grpc::Status status = stub.Plan(MakeContext(options).get(), request, &response);
-  if (!status.ok()) return RpcError(status, options, "the engine's plan", err);
+  if (!status.ok()) {
+    return RpcError(status, options,
+                    args.report ? "the engine's plan report" : "the engine's plan", err);
+  }
   if (options.format == OutputFormat::kJson) {
-    PrintJson(PlanToJson(response), out);
+    PrintJson(args.report ? PlanReportToJson(response) : PlanToJson(response), out);
+  } else if (args.report) {
+    PrintPlanReport(response, out);
   } else {
     PrintPlan(response, out);
   }

@@ -43,11 +43,35 @@ json PredictedToJson(const v1::PredictedLayout& p) {
   return {{"throughput", Round(p.throughput(), 3)},
           {"forced_idle_pct", Round(p.forced_idle_pct(), 2)},
           {"cross_tenant_pct", Round(p.cross_tenant_pct(), 2)},
+          {"foreign_pct", Round(p.foreign_pct(), 2)},
           {"gain", Round(p.gain(), 4)}};
 }
 
 json Optional(bool has, double value, int digits) {
   return has ? json(Round(value, digits)) : json(nullptr);
+}
+
+json MeasuredToJson(const v1::MeasuredLayout& m) {
+  return {{"windows", m.windows()},
+          {"throughput", Optional(m.has_throughput(), m.throughput(), 3)},
+          {"forced_idle_pct", Optional(m.has_forced_idle_pct(), m.forced_idle_pct(), 2)},
+          {"foreign_pct", Round(m.foreign_pct(), 2)},
+          {"forced_idle_error_pct",
+           Optional(m.has_forced_idle_error_pct(), m.forced_idle_error_pct(), 2)}};
+}
+
+std::string Percent(bool has, double fraction) {
+  return has ? absl::StrFormat("%+.1f%%", 100 * fraction) : std::string("-");
+}
+
+std::string Points(bool has, double points) {
+  return has ? absl::StrFormat("%+.1f", points) : std::string("-");
+}
+
+// "predicted X, measured Y" for a report's figure; "-" when unknown.
+std::string PredictedMeasured(double predicted, bool has, double measured, const char* format) {
+  return absl::StrCat(absl::StrFormat(format, predicted), " / ",
+                      has ? absl::StrFormat(format, measured) : std::string("-"));
 }
 
 std::string PredictedText(const v1::PredictedLayout& p) {
@@ -109,8 +133,10 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
           {"isolation", IsolationName(response.isolation())},
           {"trust_group", response.trust_group()},
           {"pin_cpus", Ints(response.pin_cpus())},
-          {"reasons", std::vector<std::string>(response.reasons().begin(),
-                                               response.reasons().end())},
+          // Why the engine would decide isolation/trust_group/pin_cpus now;
+          // "reasons" are those of the decision in force (below).
+          {"proposed_reasons", std::vector<std::string>(response.reasons().begin(),
+                                                        response.reasons().end())},
           {"vcpus", response.vcpus()},
           {"load", Round(response.load(), 3)},
           {"host_vms", response.host_vms()},
@@ -132,17 +158,13 @@ json ExplainToJson(const v1::ExplainVMResponse& response) {
                              ? json(google::protobuf::util::TimeUtil::ToString(
                                    decision.decided_at()))
                              : json(nullptr)},
-          {"decision_reasons",
+          {"reasons",
            std::vector<std::string>(decision.reasons().begin(), decision.reasons().end())},
           {"predicted",
            decision.has_predicted() ? PredictedToJson(decision.predicted()) : json(nullptr)},
-          {"measured",
-           {{"windows", measured.windows()},
-            {"forced_idle_pct", Optional(measured.has_forced_idle_pct(),
-                                         measured.forced_idle_pct(), 2)},
-            {"foreign_pct", Round(measured.foreign_pct(), 2)},
-            {"forced_idle_error_pct", Optional(measured.has_forced_idle_error_pct(),
-                                               measured.forced_idle_error_pct(), 2)}}}};
+          {"measured", MeasuredToJson(measured)},
+          {"host_plan", response.has_host_plan() ? HostPlanReportToJson(response.host_plan())
+                                                 : json(nullptr)}};
 }
 
 void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out) {
@@ -195,6 +217,26 @@ void PrintExplain(const v1::ExplainVMResponse& response, std::ostream& out) {
                              measured.forced_idle_error_pct());
     }
     out << "\n";
+  }
+  if (response.has_host_plan()) {
+    const v1::HostPlanReport& r = response.host_plan();
+    out << "  host's plan of " << google::protobuf::util::TimeUtil::ToString(r.decided_at())
+        << " (" << r.vms() << " VMs): ";
+    if (r.since().windows() == 0) {
+      out << "predicted gain " << Percent(true, r.predicted().gain())
+          << ", not measured since yet\n";
+    } else {
+      out << absl::StrFormat(
+          "gain predicted %s, measured %s; forced idle predicted %.1f%%, measured %s "
+          "(error %s points); throughput error %s (%d windows since)\n",
+          Percent(true, r.predicted().gain()),
+          Percent(r.has_measured_gain(), r.measured_gain()), r.predicted().forced_idle_pct(),
+          r.since().has_forced_idle_pct()
+              ? absl::StrFormat("%.1f%%", r.since().forced_idle_pct())
+              : std::string("unknown"),
+          Points(r.has_forced_idle_error_pct(), r.forced_idle_error_pct()),
+          Percent(r.has_throughput_error(), r.throughput_error()), r.since().windows());
+    }
   }
   for (const std::string& reason : response.host_reasons()) {
     out << "  host: " << reason << "\n";
@@ -258,6 +300,77 @@ void PrintPlan(const v1::PlanResponse& response, std::ostream& out) {
   }
   out << changing << " of " << response.hosts_size()
       << " hosts with engine-managed VMs would change\n";
+}
+
+json HostPlanReportToJson(const v1::HostPlanReport& r) {
+  return {{"host_id", r.host_id()},
+          {"decided_at", google::protobuf::util::TimeUtil::ToString(r.decided_at())},
+          {"vms", r.vms()},
+          {"predicted", PredictedToJson(r.predicted())},
+          {"before", MeasuredToJson(r.before())},
+          {"since", MeasuredToJson(r.since())},
+          {"measured_gain", Optional(r.has_measured_gain(), r.measured_gain(), 4)},
+          {"throughput_error", Optional(r.has_throughput_error(), r.throughput_error(), 4)},
+          {"forced_idle_error_pct",
+           Optional(r.has_forced_idle_error_pct(), r.forced_idle_error_pct(), 2)},
+          {"foreign_error_pct", Optional(r.has_foreign_error_pct(), r.foreign_error_pct(), 2)}};
+}
+
+json PlanReportToJson(const v1::PlanResponse& response) {
+  json hosts = json::array();
+  for (const v1::HostPlanReport& r : response.reports()) hosts.push_back(HostPlanReportToJson(r));
+  const v1::PlanReportSummary& s = response.summary();
+  return {{"hosts", hosts},
+          {"summary",
+           {{"hosts", s.hosts()},
+            {"measured_hosts", s.measured_hosts()},
+            {"mean_predicted_gain",
+             Optional(s.has_mean_predicted_gain(), s.mean_predicted_gain(), 4)},
+            {"mean_measured_gain", Optional(s.has_mean_measured_gain(), s.mean_measured_gain(), 4)},
+            {"mean_abs_throughput_error",
+             Optional(s.has_mean_abs_throughput_error(), s.mean_abs_throughput_error(), 4)},
+            {"mean_abs_forced_idle_error_pct",
+             Optional(s.has_mean_abs_forced_idle_error_pct(), s.mean_abs_forced_idle_error_pct(),
+                      2)}}}};
+}
+
+void PrintPlanReport(const v1::PlanResponse& response, std::ostream& out) {
+  if (response.reports().empty()) {
+    out << "the policy engine has applied no plan on any host\n";
+    return;
+  }
+  TextTable table({"HOST", "DECIDED", "VMS", "GAIN PRED/MEAS", "THROUGHPUT PRED/MEAS",
+                   "FORCED-IDLE% PRED/MEAS", "ERR POINTS", "WINDOWS"});
+  for (const v1::HostPlanReport& r : response.reports()) {
+    const v1::MeasuredLayout& since = r.since();
+    table.AddRow(
+        {r.host_id(), google::protobuf::util::TimeUtil::ToString(r.decided_at()),
+         absl::StrCat(r.vms()),
+         absl::StrCat(Percent(true, r.predicted().gain()), " / ",
+                      Percent(r.has_measured_gain(), r.measured_gain())),
+         PredictedMeasured(r.predicted().throughput(), since.has_throughput(),
+                           since.throughput(), "%.2f"),
+         PredictedMeasured(r.predicted().forced_idle_pct(), since.has_forced_idle_pct(),
+                           since.forced_idle_pct(), "%.1f"),
+         Points(r.has_forced_idle_error_pct(), r.forced_idle_error_pct()),
+         absl::StrCat(since.windows())});
+  }
+  table.Print(out);
+  const v1::PlanReportSummary& s = response.summary();
+  out << "\n"
+      << s.hosts() << " hosts with an applied plan, " << s.measured_hosts()
+      << " measured since; mean predicted gain "
+      << Percent(s.has_mean_predicted_gain(), s.mean_predicted_gain()) << ", measured "
+      << Percent(s.has_mean_measured_gain(), s.mean_measured_gain())
+      << "; mean |throughput error| "
+      << (s.has_mean_abs_throughput_error()
+              ? absl::StrFormat("%.1f%%", 100 * s.mean_abs_throughput_error())
+              : std::string("-"))
+      << ", mean |forced-idle error| "
+      << (s.has_mean_abs_forced_idle_error_pct()
+              ? absl::StrFormat("%.1f points", s.mean_abs_forced_idle_error_pct())
+              : std::string("-"))
+      << "\n";
 }
 
 }  // namespace cosched::cli

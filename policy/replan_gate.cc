@@ -1,5 +1,6 @@
 #include "policy/replan_gate.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -68,5 +69,10 @@ void ReplanGate::Changed(Clock::time_point now) {
 }
 
 void ReplanGate::HeldSince(Clock::time_point since) { held_since_ = since; }
+
+void ReplanGate::RestoreChange(Clock::time_point at) {
+  changes_.insert(std::upper_bound(changes_.begin(), changes_.end(), at), at);
+  held_since_ = std::max(held_since_.value_or(at), at);
+}
 
 }  // namespace cosched::policy

@@ -59,6 +59,9 @@ class ReplanGate {
   void Changed(std::chrono::steady_clock::time_point now);
   // The layout's start, for a host whose layout csd restored (restart).
   void HeldSince(std::chrono::steady_clock::time_point since);
+  // A change applied at `at` before a restart (csd's audit trail): it
+  // counts toward the hourly cap, and the layout has held at most since.
+  void RestoreChange(std::chrono::steady_clock::time_point at);
 
   int ChangesInLastHour(std::chrono::steady_clock::time_point now) const;
 

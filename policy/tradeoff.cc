@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "policy/replan_gate.h"
 #include "policy/trust_group.h"
 
 namespace cosched::policy {
@@ -65,6 +66,21 @@ std::vector<int> Intersect(const std::vector<int>& a, const std::vector<int>& b)
   std::set_intersection(a.begin(), a.end(), b.begin(), b.end(),
                         std::back_inserter(out));
   return out;
+}
+
+// Whether the simulator sees two layouts alike: the same VMs share a
+// group and the same VMs are dedicated.
+bool SameGrouping(const std::vector<VmDecision>& a, const std::vector<VmDecision>& b) {
+  std::vector<std::string> groups_a, groups_b;
+  for (size_t v = 0; v < a.size(); ++v) {
+    if ((a[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) !=
+        (b[v].isolation == v1::ISOLATION_LEVEL_DEDICATED)) {
+      return false;
+    }
+    groups_a.push_back(a[v].trust_group);
+    groups_b.push_back(b[v].trust_group);
+  }
+  return CookiesOf(groups_a) == CookiesOf(groups_b);
 }
 
 struct Candidate {
@@ -195,6 +211,39 @@ absl::Status DecideGroups(const Scenario& scenario, const std::vector<VmInstance
   std::vector<std::string> groups;
   for (const VmDecision& d : plan.vms) groups.push_back(d.trust_group);
   plan.config.mode = SmtMode::kCoreSched;
+  plan.config.cookie = CookiesOf(groups);
+  return absl::OkStatus();
+}
+
+// Step 1b: the relaxed levels replace the ones TagVM gives only when a
+// fresh ReplanGate lets them (csd's engine on a host it has not changed):
+// isolation is given up only where it pays.
+absl::Status GateLevels(const Scenario& scenario, const SimParams& params,
+                        const PlanOptions& options, HostPlan& plan) {
+  ASSIGN_OR_RETURN(std::vector<VmDecision> defaults, DefaultLayout(scenario));
+  ASSIGN_OR_RETURN(LayoutProposal proposal,
+                   ProposeLayout(scenario, defaults, std::vector<bool>(defaults.size(), true),
+                                 params, options));
+  if (!proposal.changes) return absl::OkStatus();
+  HysteresisOptions hysteresis;
+  hysteresis.min_gain = options.level_min_gain;
+  const GateVerdict verdict = ReplanGate(hysteresis).Consider(
+      std::chrono::steady_clock::time_point(), ChangeKind::kGain, proposal.gain);
+  if (verdict.allowed) return absl::OkStatus();
+  std::vector<std::string> groups;
+  for (size_t v = 0; v < plan.vms.size(); ++v) {
+    VmDecision& d = plan.vms[v];
+    if (d.isolation != defaults[v].isolation || d.trust_group != defaults[v].trust_group) {
+      d.reasons = {absl::StrCat(
+          "keeps its tenant's default level `", IsolationName(defaults[v].isolation),
+          "` (group '", defaults[v].trust_group, "') over `", IsolationName(d.isolation),
+          "`: ", verdict.reason,
+          proposal.same_grouping ? " (the groups would hold the same VMs)" : "")};
+      d.isolation = defaults[v].isolation;
+      d.trust_group = defaults[v].trust_group;
+    }
+    groups.push_back(d.trust_group);
+  }
   plan.config.cookie = CookiesOf(groups);
   return absl::OkStatus();
 }
@@ -378,6 +427,7 @@ absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
     score.predicted_throughput = result->total_throughput;
     score.predicted_forced_idle_pct = result->forced_idle_pct;
     score.predicted_cross_tenant_pct = result->cross_tenant_pct;
+    score.predicted_foreign_pct = result->foreign_pct;
     score.within_budget =
         !budget.has_value() || result->forced_idle_pct <= *budget;
     plan.candidates.push_back(score);
@@ -466,6 +516,7 @@ absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
   const std::vector<VmInstance> vms = ExpandInstances(scenario);
   HostPlan plan;
   RETURN_IF_ERROR(DecideGroups(scenario, vms, plan));
+  RETURN_IF_ERROR(GateLevels(scenario, params, options, plan));
   ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
   std::vector<size_t> busy;
   const std::vector<Candidate> candidates = CandidateLayouts(scenario, vms, plan, base, busy);
@@ -511,8 +562,66 @@ absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
   score.predicted_throughput = result.total_throughput;
   score.predicted_forced_idle_pct = result.forced_idle_pct;
   score.predicted_cross_tenant_pct = result.cross_tenant_pct;
+  score.predicted_foreign_pct = result.foreign_pct;
   score.within_budget = !budget.has_value() || result.forced_idle_pct <= *budget;
   return score;
+}
+
+absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario) {
+  const auto policies = TenantPolicies(scenario);
+  std::vector<VmDecision> layout;
+  for (const VmInstance& vm : ExpandInstances(scenario)) {
+    auto it = policies.find(vm.tenant);
+    const v1::TenantPolicy policy =
+        it != policies.end() ? it->second : DefaultTenantPolicy(vm.tenant);
+    ASSIGN_OR_RETURN(TrustDecision decision,
+                     DecideTrustGroup(vm.name, v1::ISOLATION_LEVEL_UNSPECIFIED, vm.classes,
+                                      policy));
+    VmDecision d;
+    d.vm = vm.name;
+    d.tenant = vm.tenant;
+    d.isolation = decision.isolation;
+    d.trust_group = decision.trust_group;
+    d.reasons.push_back(absl::StrCat("the default level of tenant '", vm.tenant, "'"));
+    layout.push_back(std::move(d));
+  }
+  return layout;
+}
+
+absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
+                                             const std::vector<VmDecision>& current,
+                                             const std::vector<bool>& managed,
+                                             const SimParams& params,
+                                             const PlanOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<VmDecision> relaxed, ChooseGroups(scenario));
+  if (current.size() != relaxed.size() || managed.size() != relaxed.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout has ", current.size(), " VMs and ", managed.size(),
+        " managed flags; the scenario has ", relaxed.size(), " VMs"));
+  }
+  LayoutProposal proposal;
+  proposal.planned = current;
+  for (size_t v = 0; v < current.size(); ++v) {
+    if (!managed[v]) continue;
+    VmDecision& d = proposal.planned[v];
+    d.isolation = relaxed[v].isolation;
+    d.trust_group = relaxed[v].trust_group;
+    d.reasons = std::move(relaxed[v].reasons);
+    proposal.changes = proposal.changes || d.isolation != current[v].isolation ||
+                       d.trust_group != current[v].trust_group;
+  }
+  if (!proposal.changes) return proposal;
+  if (SameGrouping(current, proposal.planned)) {
+    proposal.same_grouping = true;
+    return proposal;
+  }
+  std::vector<VmDecision> now_layout = current;
+  ASSIGN_OR_RETURN(proposal.now, PredictLayout(scenario, now_layout, params, options));
+  ASSIGN_OR_RETURN(proposal.next, PredictLayout(scenario, proposal.planned, params, options));
+  proposal.gain = proposal.now.predicted_throughput > 0
+                      ? proposal.next.predicted_throughput / proposal.now.predicted_throughput - 1
+                      : 0;
+  return proposal;
 }
 
 absl::StatusOr<ModeResult> RunMode(const Scenario& scenario, Mode mode,

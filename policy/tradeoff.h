@@ -53,6 +53,8 @@ struct CandidateScore {
   double predicted_throughput = 0;
   double predicted_forced_idle_pct = 0;
   double predicted_cross_tenant_pct = 0;
+  // Run time beside a sibling of another group or a host task.
+  double predicted_foreign_pct = 0;
   bool within_budget = true;
 };
 
@@ -77,20 +79,27 @@ struct PlanOptions {
   // Another layout replaces the simplest only when it is predicted to give
   // this much more total throughput (fraction).
   double min_gain = 0.01;
+  // PlanHost takes the tenants' relaxed levels (ChooseGroups) over the
+  // layout TagVM gives only when they are predicted to gain this much, as
+  // csd's engine does on a host it has not changed yet (engine.min_gain's
+  // default, replan_gate.h).
+  double level_min_gain = 0.03;
 };
 
-// Chooses groupings and pinning for the scenario's VMs. FAILED_PRECONDITION
-// when a tenant's policy cannot be met (a `dedicated` VM without enough
-// free whole cores).
+// Chooses groupings and pinning for the scenario's VMs, as csd's engine
+// would on a host it has not changed yet: from the layout TagVM gives
+// (DefaultLayout), the tenants' relaxed levels (ChooseGroups) only when
+// ProposeLayout predicts them to gain level_min_gain, then pinning (which
+// csd does not apply: its assignments carry levels and groups).
+// FAILED_PRECONDITION when a tenant's policy cannot be met (a `dedicated`
+// VM without enough free whole cores).
 absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
                                   const SimParams& params = SimParams(),
                                   const PlanOptions& options = PlanOptions());
 
-// Step 1 of PlanHost alone: each VM's level and trust group (the most
-// relaxed level its tenant allows; `dedicated` where that is the tenant's
-// default), with the reasons, in ExpandInstances order. No pinning, no
-// prediction: what csd's engine applies, since assignments carry levels
-// and groups, not pinning.
+// Each VM's most relaxed level and its trust group (`dedicated` where that
+// is the tenant's default), with the reasons, in ExpandInstances order. No
+// pinning, no prediction: what ProposeLayout proposes for managed VMs.
 absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario);
 
 // Predicts `layout` (one decision per VM of ExpandInstances(scenario), its
@@ -102,6 +111,38 @@ absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario);
 // FAILED_PRECONDITION when the dedicated VMs do not fit.
 absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
                                              std::vector<VmDecision>& layout,
+                                             const SimParams& params = SimParams(),
+                                             const PlanOptions& options = PlanOptions());
+
+// The layout TagVM gives the scenario's VMs (ExpandInstances order): each
+// at its tenant's default level, in the group that level gives.
+absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario);
+
+// What the engine proposes for a host whose VMs hold `current` (levels and
+// groups, ExpandInstances order): each VM with managed[v] at its
+// ChooseGroups level and group (with the reasons), the others as they are.
+struct LayoutProposal {
+  std::vector<VmDecision> planned;
+  // Some VM's level or group differs from `current`.
+  bool changes = false;
+  // The two split the VMs into the same groups with the same dedicated
+  // VMs (only names differ): the simulator cannot tell them apart, so
+  // nothing is predicted and the gain is 0.
+  bool same_grouping = false;
+  // Set when `changes` and not `same_grouping`: both layouts predicted
+  // (PredictLayout, which also sets the decisions' pin_cpus) and the gain
+  // of `planned` over `current`, a fraction of predicted throughput.
+  CandidateScore now;
+  CandidateScore next;
+  double gain = 0;
+};
+// Whether to apply it is the caller's: csd's engine asks its ReplanGate
+// (min_gain, min_dwell, hourly cap) and budget watch, PlanHost a fresh
+// gate. INVALID_ARGUMENT when `current` or `managed` do not match the
+// scenario's VMs; FAILED_PRECONDITION as PredictLayout.
+absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
+                                             const std::vector<VmDecision>& current,
+                                             const std::vector<bool>& managed,
                                              const SimParams& params = SimParams(),
                                              const PlanOptions& options = PlanOptions());
 

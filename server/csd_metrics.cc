@@ -1,6 +1,7 @@
 #include "server/csd_metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -177,9 +178,10 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
       prediction_error_(
           prometheus::BuildHistogram()
               .Name("cosched_csd_engine_forced_idle_error_pct")
-              .Help("After an applied plan, |measured - predicted| forced idle of "
-                    "the host over each re-plan interval, in percentage points of "
-                    "its CPU time: how honest the simulator is on this fleet.")
+              .Help("|measured - predicted| forced idle of each host's newest applied "
+                    "plan, over the windows since it (at most the last hour), observed "
+                    "each re-plan interval, in percentage points of its CPU time: how "
+                    "honest the simulator is on this fleet.")
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})) {
   auto& sibling = prometheus::BuildCounter()
@@ -198,6 +200,20 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                       "budget in the engine's last pass with no allowed layout predicted "
                       "within it (move VMs: csd never migrates them).",
                       [this] { return static_cast<double>(budget_unmet_hosts_.load()); });
+  // One series per host (see the header): what the histogram above hides.
+  scrape_gauges_->AddFamily(
+      "cosched_csd_engine_host_forced_idle_error_pct",
+      "Per host, measured - predicted forced idle of its newest applied plan over the "
+      "windows since it (at most the last hour), in percentage points of its CPU time, "
+      "as of the policy engine's last re-plan interval; hosts not measured are absent.",
+      [this] {
+        std::vector<metrics::ScrapeGauges::Sample> samples;
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& [host, error] : prediction_errors_) {
+          samples.push_back({{{"host", host}}, error});
+        }
+        return samples;
+      });
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));
@@ -273,8 +289,10 @@ void CsdMetrics::RecordEngineChange(bool budget) {
   (budget ? engine_budget_changes_ : engine_gain_changes_).Increment();
 }
 
-void CsdMetrics::RecordPredictionError(double abs_error_pct) {
-  prediction_error_.Observe(abs_error_pct);
+void CsdMetrics::SetPredictionErrors(const std::map<std::string, double>& error_pct_by_host) {
+  for (const auto& [host, error] : error_pct_by_host) prediction_error_.Observe(std::abs(error));
+  std::lock_guard<std::mutex> lock(mu_);
+  prediction_errors_ = error_pct_by_host;
 }
 
 void CsdMetrics::SetBudgetUnmetHosts(int hosts) { budget_unmet_hosts_ = hosts; }

@@ -235,8 +235,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       });
   EngineLoop::Observers engine_metrics;
   engine_metrics.changed = [csd_metrics](bool budget) { csd_metrics->RecordEngineChange(budget); };
-  engine_metrics.prediction_error = [csd_metrics](double e) {
-    csd_metrics->RecordPredictionError(e);
+  engine_metrics.prediction_errors = [csd_metrics](const std::map<std::string, double>& e) {
+    csd_metrics->SetPredictionErrors(e);
   };
   engine_metrics.budget_unmet = [csd_metrics](int n) { csd_metrics->SetBudgetUnmetHosts(n); };
   csd->engine_ = std::make_unique<EngineLoop>(csd->state_.get(), options.engine,

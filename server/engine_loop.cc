@@ -17,6 +17,8 @@
 #include "policy/tradeoff.h"
 #include "policy/trust_group.h"
 #include "server/desired_state_internal.h"
+#include "server/engine_history.h"
+#include "server/plan_report.h"
 
 namespace cosched::server {
 namespace {
@@ -37,6 +39,7 @@ v1::PredictedLayout Predicted(const policy::CandidateScore& score, double gain) 
   out.set_throughput(score.predicted_throughput);
   out.set_forced_idle_pct(score.predicted_forced_idle_pct);
   out.set_cross_tenant_pct(score.predicted_cross_tenant_pct);
+  out.set_foreign_pct(score.predicted_foreign_pct);
   out.set_gain(gain);
   return out;
 }
@@ -160,6 +163,22 @@ EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
                                                SteadyClock::time_point now) {
   auto [it, inserted] = hosts_.try_emplace(state.host.host_id(), options_);
   if (inserted) {
+    // Its changes of the last hour before csd started count toward
+    // max_changes_per_hour (engine_history.h), read once for every host.
+    if (!restored_changes_) {
+      auto changes = LayoutChangesSince(state_->store(), absl::Now() - absl::Hours(1));
+      LOG_IF(WARNING, !changes.ok())
+          << "policy engine: reading its changes of the last hour from the audit trail: "
+          << changes.status() << "; the hourly counts start afresh";
+      restored_changes_ = changes.ok() ? *std::move(changes) : ChangesByHost();
+    }
+    if (auto restored = restored_changes_->find(state.host.host_id());
+        restored != restored_changes_->end()) {
+      for (absl::Time at : restored->second) {
+        const absl::Duration age = std::max(absl::ZeroDuration(), absl::Now() - at);
+        it->second.gate.RestoreChange(now - absl::ToChronoSeconds(age));
+      }
+    }
     // A csd that restarts holds the layout its predecessor wrote: the
     // layout's dwell counts from the newest engine decision on the host.
     std::optional<absl::Time> newest;
@@ -191,32 +210,30 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   ASSIGN_OR_RETURN(policy::Scenario scenario,
                    HostScenario(state, state_->class_conflicts(), state_->stats(),
                                 options_.predict_s));
-  ASSIGN_OR_RETURN(std::vector<policy::VmDecision> relaxed, policy::ChooseGroups(scenario));
-  std::vector<policy::VmDecision> current, planned;
-  Proposal proposal;
-  v1::HostLayoutPlan& plan = proposal.plan;
-  plan.set_host_id(state.host.host_id());
-  for (size_t v = 0; v < state.vms.size(); ++v) {
-    const v1::VM& vm = state.vms[v];
+  std::vector<policy::VmDecision> current;
+  for (const v1::VM& vm : state.vms) {
     policy::VmDecision d;
     d.vm = vm.vm_id();
     d.tenant = vm.tenant_id();
     d.isolation = vm.assignment().isolation();
     d.trust_group = vm.assignment().trust_group();
-    current.push_back(d);
-    if (managed[v]) {
-      d.isolation = relaxed[v].isolation;
-      d.trust_group = relaxed[v].trust_group;
-      d.reasons = relaxed[v].reasons;
-    }
-    planned.push_back(std::move(d));
+    current.push_back(std::move(d));
+  }
+  const policy::PlanOptions predict{.predict_s = options_.predict_s};
+  ASSIGN_OR_RETURN(policy::LayoutProposal proposed,
+                   policy::ProposeLayout(scenario, current, managed, policy::SimParams(), predict));
+  std::vector<policy::VmDecision>& planned = proposed.planned;
+  Proposal proposal;
+  v1::HostLayoutPlan& plan = proposal.plan;
+  plan.set_host_id(state.host.host_id());
+  for (size_t v = 0; v < state.vms.size(); ++v) {
     if (planned[v].isolation == current[v].isolation &&
         planned[v].trust_group == current[v].trust_group) {
       continue;
     }
     v1::VMLayoutChange* change = plan.add_changes();
-    change->set_vm_id(vm.vm_id());
-    change->set_tenant_id(vm.tenant_id());
+    change->set_vm_id(state.vms[v].vm_id());
+    change->set_tenant_id(state.vms[v].tenant_id());
     change->set_from_isolation(current[v].isolation);
     change->set_from_trust_group(current[v].trust_group);
     change->set_to_isolation(planned[v].isolation);
@@ -227,9 +244,16 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     plan.add_reasons("the host already has the engine's layout");
     return proposal;
   }
-  ASSIGN_OR_RETURN(policy::CandidateScore now_score,
-                   policy::PredictLayout(scenario, current, policy::SimParams(),
-                                         {.predict_s = options_.predict_s}));
+  if (plan.changes().empty() || proposed.same_grouping) {
+    // Predicted once: the layouts are alike to the simulator (or there is
+    // no other).
+    ASSIGN_OR_RETURN(proposed.now, policy::PredictLayout(scenario, planned, policy::SimParams(),
+                                                         predict));
+    proposed.next = proposed.now;
+  }
+  const policy::CandidateScore& now_score = proposed.now;
+  const policy::CandidateScore& new_score = proposed.next;
+  const double gain = proposed.gain;
   *plan.mutable_current() = Predicted(now_score, 0);
   if (plan.changes().empty()) {
     // Over budget with the engine's layout in place: nothing allowed does
@@ -248,12 +272,6 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
         LeastBudget(state).value_or(100));
     return proposal;
   }
-  ASSIGN_OR_RETURN(policy::CandidateScore new_score,
-                   policy::PredictLayout(scenario, planned, policy::SimParams(),
-                                         {.predict_s = options_.predict_s}));
-  const double gain = now_score.predicted_throughput > 0
-                          ? new_score.predicted_throughput / now_score.predicted_throughput - 1
-                          : 0;
   *plan.mutable_planned() = Predicted(new_score, gain);
   const std::string summary = absl::StrFormat(
       "predicted throughput %.2f core-equivalents (now %.2f, gain %+.1f%%), forced idle "
@@ -280,6 +298,10 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   const policy::GateVerdict verdict = control.gate.Consider(now, proposal.kind, gain);
   plan.add_reasons(verdict.reason);
   bool applies = verdict.allowed;
+  // The baseline of the plan's measured gain (plan_report.h), recorded with
+  // it: csd keeps no stats across a restart.
+  const v1::MeasuredLayout before =
+      MeasuredOnHost(state_->stats(), state.host.host_id(), scenario.cpus(), kLoadWindowSeconds);
   for (size_t v = 0; v < state.vms.size(); ++v) {
     if (planned[v].trust_group == current[v].trust_group &&
         planned[v].isolation == current[v].isolation) {
@@ -299,6 +321,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     write.decision.add_reasons(summary);
     write.decision.add_reasons(verdict.reason);
     *write.decision.mutable_predicted() = plan.planned();
+    *write.decision.mutable_measured_before() = before;
     proposal.writes.push_back(std::move(write));
   }
   if (applies != verdict.allowed) plan.add_reasons("dry run: a tenant has apply: false");
@@ -327,10 +350,15 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
       control.watch.Observe(measured.has_forced_idle_pct() ? measured.forced_idle_pct()
                                                            : std::nan(""),
                             LeastBudget(state));
-      ComparePrediction(state, measured);
     }
     ASSIGN_OR_RETURN(std::optional<Proposal> proposal, Propose(state, control, false, now));
     Outcome outcome;
+    if (interval && attempt == 1) {
+      if (auto report = ReportHost(state, state_->stats());
+          report && report->has_forced_idle_error_pct()) {
+        outcome.forced_idle_error_pct = report->forced_idle_error_pct();
+      }
+    }
     outcome.budget_unmet = proposal && proposal->budget_unmet;
     // Judged on measurements, so only an interval pass sets or clears it.
     if (interval && attempt == 1) {
@@ -372,32 +400,6 @@ void EngineLoop::FlagBudget(const HostState& state, const std::string& reason) {
       << " (logged every 100th time)";
 }
 
-void EngineLoop::ComparePrediction(const HostState& state,
-                                   const v1::MeasuredLayout& measured) {
-  if (!observers_.prediction_error || !measured.has_forced_idle_pct()) return;
-  // Only a window that began after the plan was applied measures it.
-  const absl::Time applied_before =
-      absl::Now() - absl::FromChrono(options_.replan_interval);
-  const v1::LayoutDecision* newest = nullptr;
-  for (const v1::VM& vm : state.vms) {
-    const v1::LayoutDecision& d = vm.decision();
-    if (d.decided_by() != v1::DECIDED_BY_ENGINE || !d.has_predicted()) continue;
-    if (newest == nullptr || google::protobuf::util::TimeUtil::TimestampToNanoseconds(
-                                 d.decided_at()) >
-                                 google::protobuf::util::TimeUtil::TimestampToNanoseconds(
-                                     newest->decided_at())) {
-      newest = &d;
-    }
-  }
-  if (newest == nullptr ||
-      absl::FromUnixNanos(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
-          newest->decided_at())) > applied_before) {
-    return;
-  }
-  observers_.prediction_error(
-      std::abs(measured.forced_idle_pct() - newest->predicted().forced_idle_pct()));
-}
-
 bool EngineLoop::ReplanHost(const std::string& host_id) {
   std::lock_guard<std::mutex> lock(pass_mu_);
   absl::StatusOr<Outcome> outcome = ReplanAndApply(host_id, false);
@@ -416,6 +418,7 @@ int EngineLoop::RunPass(bool interval) {
   }
   int changed = 0;
   int budget_unmet = 0;
+  std::map<std::string, double> errors;
   for (const std::string& host : *hosts) {
     absl::StatusOr<Outcome> outcome = ReplanAndApply(host, interval);
     LOG_IF_EVERY_N(WARNING, !outcome.ok(), 100)
@@ -424,13 +427,16 @@ int EngineLoop::RunPass(bool interval) {
     if (!outcome.ok()) continue;
     if (outcome->changed) ++changed;
     if (outcome->budget_unmet) ++budget_unmet;
+    if (outcome->forced_idle_error_pct) errors[host] = *outcome->forced_idle_error_pct;
   }
   if (interval && observers_.budget_unmet) observers_.budget_unmet(budget_unmet);
+  if (interval && observers_.prediction_errors) observers_.prediction_errors(errors);
   return changed;
 }
 
 absl::StatusOr<v1::PlanResponse> EngineLoop::Plan(const v1::PlanRequest& request) {
   if (!request.tenant_id().empty()) RETURN_IF_ERROR(ValidateId("tenant_id", request.tenant_id()));
+  if (request.report()) return Report(request.tenant_id());
   std::lock_guard<std::mutex> lock(pass_mu_);
   ASSIGN_OR_RETURN(std::set<std::string> hosts, ManagedHosts(true, request.tenant_id()));
   v1::PlanResponse response;
@@ -452,6 +458,44 @@ absl::StatusOr<v1::PlanResponse> EngineLoop::Plan(const v1::PlanRequest& request
     }
     if (*proposal) *response.add_hosts() = std::move((*proposal)->plan);
   }
+  return response;
+}
+
+absl::StatusOr<v1::PlanResponse> EngineLoop::Report(const std::string& tenant) {
+  // Every host where a VM carries an engine decision, also of tenants that
+  // left mode auto since: their layouts are still the engine's.
+  std::set<std::string> hosts;
+  RETURN_IF_ERROR(state_->store().Read([&](store::Transaction& txn) -> absl::Status {
+    hosts.clear();
+    std::set<std::string> of_tenant;
+    ASSIGN_OR_RETURN(auto vms, internal::AllVms(txn, store::VmFilter()));
+    for (const v1::VM& vm : vms) {
+      if (vm.host_id().empty()) continue;
+      if (vm.decision().decided_by() == v1::DECIDED_BY_ENGINE) hosts.insert(vm.host_id());
+      if (vm.tenant_id() == tenant) of_tenant.insert(vm.host_id());
+    }
+    if (!tenant.empty()) {
+      std::set<std::string> both;
+      std::set_intersection(hosts.begin(), hosts.end(), of_tenant.begin(), of_tenant.end(),
+                            std::inserter(both, both.end()));
+      hosts = std::move(both);
+    }
+    return absl::OkStatus();
+  }));
+  std::vector<v1::HostPlanReport> reports;
+  for (const std::string& host_id : hosts) {
+    HostState state;
+    absl::Status read = state_->store().Read([&](store::Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
+      return absl::OkStatus();
+    });
+    if (read.code() == absl::StatusCode::kFailedPrecondition) continue;
+    RETURN_IF_ERROR(read);
+    if (auto report = ReportHost(state, state_->stats())) reports.push_back(*std::move(report));
+  }
+  v1::PlanResponse response;
+  *response.mutable_summary() = Summarize(reports);
+  for (v1::HostPlanReport& r : reports) *response.add_reports() = std::move(r);
   return response;
 }
 

@@ -9,13 +9,15 @@
 // level its tenant allows (policy::ChooseGroups), every other VM keeps its
 // assignment; CheckLayout judges the layout, PredictLayout predicts it and
 // the current one; the host's ReplanGate (min_gain, min_dwell,
-// max_changes_per_hour) says whether it may replace the current one, and
+// max_changes_per_hour; after a restart its dwell and hourly count are
+// restored from the VMs' decided_at and the audit trail) says whether it
+// may replace the current one, and
 // its BudgetWatch whether measured forced idle has been over the least
 // budget of its tenants for budget_windows re-plan intervals in a row, in
 // which case a layout predicted within budget needs no gain and no dwell;
 // when none is, the host is flagged (Host.budget_unmet, audited). After a
-// plan, each interval's measured forced idle is compared with its
-// prediction (Observers). A tenant with apply: false is planned and shown
+// plan, what it predicted is compared with what the agents measured since
+// (plan_report.h; Observers, Plan's report). A tenant with apply: false is planned and shown
 // (Plan) but never written.
 //
 // Thread-safe. The loop runs on its own thread once Start() is called;
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/budget_watch.h"
 #include "policy/replan_gate.h"
@@ -61,8 +64,11 @@ class EngineLoop {
   struct Observers {
     // A host's layout changed; `budget`: to restore a measured budget.
     std::function<void(bool budget)> changed;
-    // |measured - predicted| forced idle over an interval after a plan.
-    std::function<void(double abs_error_pct)> prediction_error;
+    // After each interval pass: per host measured, measured - predicted
+    // forced idle of its newest plan over the windows since it
+    // (plan_report.h).
+    std::function<void(const std::map<std::string, double>& error_pct_by_host)>
+        prediction_errors;
     // After each interval pass: hosts over budget that no allowed layout
     // is predicted to bring within it.
     std::function<void(int hosts)> budget_unmet;
@@ -91,8 +97,9 @@ class EngineLoop {
   // Re-plans one host now, as a trigger does. Whether its layout changed.
   bool ReplanHost(const std::string& host_id);
 
-  // ControlPlane.Plan: what each host would change now, written or not.
-  // INVALID_ARGUMENT for a bad tenant_id.
+  // ControlPlane.Plan: what each host would change now, written or not;
+  // with request.report, each host's newest applied plan against what was
+  // measured since (plan_report.h). INVALID_ARGUMENT for a bad tenant_id.
   absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
 
  private:
@@ -119,6 +126,9 @@ class EngineLoop {
   struct Outcome {
     bool changed = false;
     bool budget_unmet = false;
+    // On an interval pass: measured - predicted forced idle of the host's
+    // newest plan, when measured since it.
+    std::optional<double> forced_idle_error_pct;
   };
   // Sets or clears Host.budget_unmet where it differs from `reason`.
   void FlagBudget(const HostState& state, const std::string& reason);
@@ -134,9 +144,9 @@ class EngineLoop {
   // Re-plans and, where allowed, writes; re-reads and re-decides when a
   // write lost a race. Whether the layout changed.
   absl::StatusOr<Outcome> ReplanAndApply(const std::string& host_id, bool interval);
-  // On an interval pass: the host's measured forced idle against the
-  // prediction of its newest engine decision older than the interval.
-  void ComparePrediction(const HostState& state, const v1::MeasuredLayout& measured);
+  // Plan's report: hosts where a VM of `tenant` (empty: any) runs and the
+  // engine decided a layout.
+  absl::StatusOr<v1::PlanResponse> Report(const std::string& tenant);
   HostControl& ControlOf(const HostState& state, std::chrono::steady_clock::time_point now);
   void Loop();
 
@@ -148,6 +158,11 @@ class EngineLoop {
   // Serialises re-plans: one host's control is never used by two at once.
   std::mutex pass_mu_;
   std::map<std::string, HostControl> hosts_;  // guarded by pass_mu_
+  // The engine's changes per host in the hour before this csd started,
+  // read from the audit trail when the first host is planned; guarded by
+  // pass_mu_.
+  using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
+  std::optional<ChangesByHost> restored_changes_;
 
   std::mutex wake_mu_;
   std::condition_variable wake_;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "policy/simulator.h"
 #include "server/desired_state_internal.h"
 
 namespace cosched::server {
@@ -100,10 +101,8 @@ absl::StatusOr<policy::Scenario> HostScenario(
   return scenario;
 }
 
-v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
-                                  int cpus, int64_t span_seconds) {
+v1::MeasuredLayout MeasuredFrom(const v1::GetStatsResponse& host, int cpus) {
   v1::MeasuredLayout measured;
-  const v1::GetStatsResponse host = stats.QueryHost(host_id, span_seconds);
   measured.set_windows(host.windows());
   const int64_t span = host.end_unix_ns() - host.start_unix_ns();
   if (host.windows() == 0 || span <= 0 || cpus <= 0) return measured;
@@ -115,8 +114,24 @@ v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::strin
   if (total.run_ns() > 0) {
     measured.set_foreign_pct(100.0 * static_cast<double>(total.foreign_ns()) /
                              static_cast<double>(total.run_ns()));
+    // As the simulator counts a CPU-bound thread: full speed alone (or
+    // beside an unknown sibling), the paired share beside a busy one.
+    const double paired = static_cast<double>(total.same_ns()) + total.foreign_ns();
+    const double work = static_cast<double>(total.run_ns()) -
+                        (1 - policy::SimParams().smt_share_cpu) * paired;
+    measured.set_throughput(std::max(0.0, work) / static_cast<double>(span));
   }
   return measured;
+}
+
+v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
+                                  int cpus, int64_t span_seconds) {
+  return MeasuredFrom(stats.QueryHost(host_id, span_seconds), cpus);
+}
+
+v1::MeasuredLayout MeasuredOnHostSince(const StatsAggregator& stats, const std::string& host_id,
+                                       int cpus, absl::Time since) {
+  return MeasuredFrom(stats.QueryHostSince(host_id, absl::ToUnixNanos(since)), cpus);
 }
 
 }  // namespace cosched::server

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "cosched/v1/types.pb.h"
 #include "policy/scenario.h"
@@ -47,10 +48,17 @@ absl::StatusOr<policy::Scenario> HostScenario(
 
 // What the host's agent measured over the last `span_seconds`: forced idle
 // in percent of the host's CPU time (`cpus` of them; unset when no window
-// had it: schedstats off), foreign share of its VMs' run time. windows == 0: nothing
+// had it: schedstats off), foreign share of its VMs' run time and the
+// throughput proxy (MeasuredLayout.throughput). windows == 0: nothing
 // reported.
 v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
                                   int cpus, int64_t span_seconds);
+// The same over the windows that began at or after `since`, at most the
+// last hour (StatsAggregator::QueryHostSince).
+v1::MeasuredLayout MeasuredOnHostSince(const StatsAggregator& stats, const std::string& host_id,
+                                       int cpus, absl::Time since);
+// The figures of a host's stats (QueryHost's answer) on `cpus` CPUs.
+v1::MeasuredLayout MeasuredFrom(const v1::GetStatsResponse& host, int cpus);
 
 }  // namespace cosched::server
 

@@ -19,6 +19,7 @@
 #include "server/desired_state.h"
 #include "server/desired_state_internal.h"
 #include "server/host_scenario.h"
+#include "server/plan_report.h"
 
 namespace cosched::server {
 namespace {
@@ -240,6 +241,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
                                        explain.vm.decision().predicted().forced_idle_pct());
   }
   *response.mutable_measured() = std::move(measured);
+  if (auto report = ReportHost(state, stats_)) *response.mutable_host_plan() = *std::move(report);
   if (!state.host.budget_unmet().empty()) RecommendHost(explain.vm, vcpus, load, response);
   return response;
 }

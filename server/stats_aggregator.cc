@@ -132,12 +132,15 @@ class BucketRing {
   }
 
   // Calls fn for each bucket that is still within the ring at `now_ns` and
-  // holds a window ending after `since_ns`.
+  // holds a window ending after `since_ns` (a window starting at or after
+  // it, with `whole`).
   template <typename Fn>
-  void ForEachSince(int64_t now_ns, int64_t since_ns, Fn fn) const {
+  void ForEachSince(int64_t now_ns, int64_t since_ns, Fn fn, bool whole = false) const {
     const int64_t oldest = now_ns / width_ns_ - static_cast<int64_t>(buckets_.size()) + 1;
     for (const Bucket& b : buckets_) {
-      if (b.slot >= oldest && b.last_end_ns > since_ns) fn(b);
+      if (b.slot < oldest || b.last_end_ns <= since_ns) continue;
+      if (whole && b.first_start_ns < since_ns) continue;
+      fn(b);
     }
   }
 
@@ -528,6 +531,31 @@ v1::GetStatsResponse StatsAggregator::QueryHost(absl::string_view host_id,
     if (b.cores.size() > g.cores.size()) g.cores.resize(b.cores.size());
     for (size_t i = 0; i < b.cores.size(); ++i) g.cores[i].Add(b.cores[i]);
   });
+  return g.ToResponse();
+}
+
+v1::GetStatsResponse StatsAggregator::QueryHostSince(absl::string_view host_id,
+                                                     int64_t since_unix_ns) const {
+  const int64_t now = now_();
+  const int64_t since = std::max(since_unix_ns, now - kFineSpanNs);
+  Gathered g;
+  std::shared_lock table(hosts_mu_);
+  std::shared_ptr<HostSeries> host = FindHost(host_id);
+  if (host == nullptr) return g.ToResponse();
+  std::lock_guard lock(host->mu);
+  for (const auto& [id, series] : host->vms) {
+    series->rings.fine.ForEachSince(
+        now, since, [&, &id = id](const VmBucket& b) { g.vms[id].Add(b.share); }, true);
+  }
+  host->rings.fine.ForEachSince(
+      now, since,
+      [&](const HostBucket& b) {
+        g.Cover(b);
+        g.windows += b.windows;
+        g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+        g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
+      },
+      true);
   return g.ToResponse();
 }
 

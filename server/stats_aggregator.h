@@ -97,6 +97,11 @@ class StatsAggregator {
   // Every VM of the host, the host's per-core sums and its windows.
   v1::GetStatsResponse QueryHost(absl::string_view host_id,
                                  int64_t span_seconds) const;
+  // The host's VMs over the windows that began at or after `since_unix_ns`
+  // and ended within the last hour: whole one-minute buckets, so a bucket
+  // that also holds an earlier window is left out (a plan's effect is
+  // measured from the first minute wholly after it).
+  v1::GetStatsResponse QueryHostSince(absl::string_view host_id, int64_t since_unix_ns) const;
 
   // (host, VM) series held now: what the memory bound multiplies.
   size_t VmSeriesCount() const;

@@ -288,13 +288,21 @@ TEST_F(CommandsTest, PolicySetRefusesAnUnknownModeAndNoApplyWithoutAutoLocally) 
   EXPECT_EQ(server_.service().calls(), 0);
 }
 
-TEST_F(CommandsTest, PlanNeedsDryRunAndAValidTenant) {
+TEST_F(CommandsTest, PlanNeedsDryRunOrReportAndAValidTenant) {
   EXPECT_EQ(RunPlan(*stub_, {}, options_, out_, err_), kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("plan needs --dry-run"));
+  EXPECT_THAT(err_.str(), HasSubstr("plan needs one of --dry-run"));
+  std::ostringstream both;
+  EXPECT_EQ(RunPlan(*stub_, {.dry_run = true, .report = true}, options_, out_, both), kExitUsage);
+  EXPECT_THAT(both.str(), HasSubstr("--report"));
   std::ostringstream err;
   EXPECT_EQ(RunPlan(*stub_, {.dry_run = true, .tenant_id = "bad tenant!"}, options_, out_, err),
             kExitUsage);
   EXPECT_THAT(err.str(), HasSubstr("--tenant"));
+  std::ostringstream report_err;
+  EXPECT_EQ(RunPlan(*stub_, {.report = true, .tenant_id = "bad tenant!"}, options_, out_,
+                    report_err),
+            kExitUsage);
+  EXPECT_THAT(report_err.str(), HasSubstr("--tenant"));
   EXPECT_EQ(server_.service().calls(), 0);
 }
 

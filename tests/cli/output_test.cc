@@ -81,6 +81,7 @@ TEST(OutputTest, JsonReplacesInvalidUtf8InsteadOfThrowing) {
 TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured) {
   v1::ExplainVMResponse response;
   response.set_vm_id("vm-1");
+  response.add_reasons("would stay at `tenant`");
   v1::LayoutDecision* d = response.mutable_decision();
   d->set_decided_by(v1::DECIDED_BY_ENGINE);
   d->mutable_decided_at()->set_seconds(1700000000);
@@ -94,13 +95,14 @@ TEST(OutputTest, ExplainJsonSaysWhoDecidedWhenWhyAndWhatWasPredictedAndMeasured)
   nlohmann::json j = ExplainToJson(response);
   EXPECT_EQ(j["decided_by"], "engine");
   EXPECT_EQ(j["decided_at"], "2023-11-14T22:13:20Z");
-  EXPECT_EQ(j["decision_reasons"], nlohmann::json({"tenant 'acme' allows `tenant`"}));
+  EXPECT_EQ(j["reasons"], nlohmann::json({"tenant 'acme' allows `tenant`"}));
   EXPECT_EQ(j["predicted"]["throughput"], 3.5);
   EXPECT_EQ(j["predicted"]["gain"], 0.2);
   EXPECT_EQ(j["measured"]["windows"], 6);
   EXPECT_EQ(j["measured"]["forced_idle_pct"], 1.5);
   EXPECT_EQ(j["measured"]["forced_idle_error_pct"], 0.25);
-  EXPECT_TRUE(j.contains("reasons"));
+  EXPECT_EQ(j["proposed_reasons"], nlohmann::json({"would stay at `tenant`"}));
+  EXPECT_FALSE(j.contains("decision_reasons"));
 
   std::ostringstream text;
   PrintExplain(response, text);
@@ -164,6 +166,72 @@ TEST(OutputTest, PlanShowsEachChangeAndThePredictedGain) {
   EXPECT_NE(text.str().find("1 of 2 hosts with engine-managed VMs would change"),
             std::string::npos)
       << text.str();
+}
+
+TEST(OutputTest, PlanReportShowsPredictedAgainstMeasuredPerHostAndForTheFleet) {
+  v1::PlanResponse response;
+  v1::HostPlanReport* r = response.add_reports();
+  r->set_host_id("hv-1");
+  r->mutable_decided_at()->set_seconds(1700000000);
+  r->set_vms(4);
+  r->mutable_predicted()->set_throughput(3.2);
+  r->mutable_predicted()->set_forced_idle_pct(1.5);
+  r->mutable_predicted()->set_gain(0.25);
+  r->mutable_before()->set_windows(5);
+  r->mutable_before()->set_throughput(2.5);
+  r->mutable_since()->set_windows(6);
+  r->mutable_since()->set_throughput(3.0);
+  r->mutable_since()->set_forced_idle_pct(2.0);
+  r->set_measured_gain(0.2);
+  r->set_throughput_error(-0.0625);
+  r->set_forced_idle_error_pct(0.5);
+  v1::HostPlanReport* unmeasured = response.add_reports();
+  unmeasured->set_host_id("hv-2");
+  unmeasured->mutable_predicted()->set_gain(0.1);
+  response.mutable_summary()->set_hosts(2);
+  response.mutable_summary()->set_measured_hosts(1);
+  response.mutable_summary()->set_mean_predicted_gain(0.175);
+  response.mutable_summary()->set_mean_measured_gain(0.2);
+  response.mutable_summary()->set_mean_abs_forced_idle_error_pct(0.5);
+
+  nlohmann::json j = PlanReportToJson(response);
+  ASSERT_EQ(j["hosts"].size(), 2u);
+  EXPECT_EQ(j["hosts"][0]["host_id"], "hv-1");
+  EXPECT_EQ(j["hosts"][0]["decided_at"], "2023-11-14T22:13:20Z");
+  EXPECT_EQ(j["hosts"][0]["predicted"]["gain"], 0.25);
+  EXPECT_EQ(j["hosts"][0]["before"]["throughput"], 2.5);
+  EXPECT_EQ(j["hosts"][0]["since"]["throughput"], 3.0);
+  EXPECT_EQ(j["hosts"][0]["measured_gain"], 0.2);
+  EXPECT_EQ(j["hosts"][0]["forced_idle_error_pct"], 0.5);
+  EXPECT_TRUE(j["hosts"][0]["foreign_error_pct"].is_null());
+  EXPECT_TRUE(j["hosts"][1]["measured_gain"].is_null());
+  EXPECT_EQ(j["hosts"][1]["since"]["windows"], 0);
+  EXPECT_EQ(j["summary"]["hosts"], 2);
+  EXPECT_EQ(j["summary"]["measured_hosts"], 1);
+  EXPECT_EQ(j["summary"]["mean_measured_gain"], 0.2);
+  EXPECT_TRUE(j["summary"]["mean_abs_throughput_error"].is_null());
+
+  std::ostringstream text;
+  PrintPlanReport(response, text);
+  EXPECT_NE(text.str().find("+25.0% / +20.0%"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("3.20 / 3.00"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("+10.0% / -"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("2 hosts with an applied plan, 1 measured since"), std::string::npos)
+      << text.str();
+
+  std::ostringstream none;
+  PrintPlanReport(v1::PlanResponse(), none);
+  EXPECT_NE(none.str().find("applied no plan"), std::string::npos);
+
+  v1::ExplainVMResponse explain;
+  *explain.mutable_host_plan() = response.reports(0);
+  EXPECT_EQ(ExplainToJson(explain)["host_plan"]["forced_idle_error_pct"], 0.5);
+  EXPECT_TRUE(ExplainToJson(v1::ExplainVMResponse())["host_plan"].is_null());
+  std::ostringstream explained;
+  PrintExplain(explain, explained);
+  EXPECT_NE(explained.str().find("gain predicted +25.0%, measured +20.0%"), std::string::npos)
+      << explained.str();
+  EXPECT_NE(explained.str().find("(error +0.5 points)"), std::string::npos) << explained.str();
 }
 
 }  // namespace

@@ -120,6 +120,23 @@ TEST_F(EngineTest, AnAutoTenantIsRegroupedAndRestartedCsdHoldsTheDecisions) {
            host_->VmCookie(pid["g-1"]) != host_->VmCookie(pid["a-op"]);
   }));
 
+  // csctl plan --report: the host's applied plan, predicted against measured.
+  auto report = [&] {
+    cli::CommandOptions json;
+    json.server = cluster_->csd_address();
+    json.format = cli::OutputFormat::kJson;
+    std::ostringstream out, err;
+    EXPECT_EQ(cli::RunPlan(cluster_->control(), {.report = true}, json, out, err), cli::kExitOk)
+        << err.str();
+    return nlohmann::json::parse(out.str());
+  };
+  nlohmann::json reported = report();
+  ASSERT_EQ(reported["hosts"].size(), 1u) << reported.dump();
+  EXPECT_EQ(reported["hosts"][0]["host_id"], "hv-1");
+  EXPECT_GE(reported["hosts"][0]["vms"].get<int>(), 1);
+  EXPECT_GT(reported["hosts"][0]["predicted"]["gain"].get<double>(), 0);
+  EXPECT_EQ(reported["summary"]["hosts"], 1);
+
   std::map<std::string, int64_t> revisions;
   for (const std::string& vm : managed) revisions[vm] = GetVm(vm).assignment().revision();
   cluster_->StopCsd();
@@ -145,6 +162,13 @@ TEST_F(EngineTest, AnAutoTenantIsRegroupedAndRestartedCsdHoldsTheDecisions) {
     EXPECT_EQ(now.decision().decided_by(), v1::DECIDED_BY_ENGINE) << vm;
   }
   EXPECT_EQ(GetVm("a-1").assignment().trust_group(), "acme/tenant");
+  // The plan's prediction and baseline are in the store: the report holds
+  // them after the restart.
+  nlohmann::json after = report();
+  ASSERT_EQ(after["hosts"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["hosts"][0]["decided_at"], reported["hosts"][0]["decided_at"]);
+  EXPECT_EQ(after["hosts"][0]["predicted"], reported["hosts"][0]["predicted"]);
+  EXPECT_EQ(after["hosts"][0]["before"], reported["hosts"][0]["before"]);
 }
 
 TEST_F(EngineTest, ADryRunIsPlannedAndShownWithCsctlAndAppliesNothing) {
@@ -206,7 +230,8 @@ TEST_F(EngineTest, ADryRunIsPlannedAndShownWithCsctlAndAppliesNothing) {
   nlohmann::json explain = nlohmann::json::parse(explained.str());
   EXPECT_EQ(explain["decided_by"], "operator");
   EXPECT_TRUE(explain["decided_at"].is_string());
-  for (const char* key : {"reasons", "predicted", "measured"}) {
+  for (const char* key :
+       {"decided_by", "decided_at", "reasons", "predicted", "measured", "proposed_reasons"}) {
     EXPECT_TRUE(explain.contains(key)) << key;
   }
   for (const std::string& vm : vms) {

@@ -454,7 +454,7 @@ TEST_F(PlacementTest, CsctlPlaceAndExplain) {
   EXPECT_EQ(json["host_id"], "host-a");
   EXPECT_EQ(json["current"]["isolation"], "dedicated");
   EXPECT_EQ(json["vcpus"], 6);
-  EXPECT_FALSE(json["reasons"].empty());
+  EXPECT_FALSE(json["proposed_reasons"].empty());
   EXPECT_TRUE(json["forced_idle_budget_pct"].is_null());
 
   ASSERT_EQ(Csctl({"explain", "gold"}, &out), 0) << out;

@@ -67,6 +67,25 @@ TEST(ReplanGateTest, CapsChangesPerHourEvenForBudgets) {
   EXPECT_TRUE(gate.Consider(t0 + 3600s, ChangeKind::kGain, 0.05).allowed);
 }
 
+TEST(ReplanGateTest, ChangesRestoredAfterARestartCountTowardTheCapAndTheDwell) {
+  ReplanGate gate({.min_gain = 0.05, .min_dwell = 600s, .max_changes_per_hour = 2});
+  const Clock::time_point t0 = Clock::now();
+  // A restarted csd reads back two changes, 50 and 20 minutes old, in any
+  // order.
+  gate.RestoreChange(t0 - 20min);
+  gate.RestoreChange(t0 - 50min);
+  EXPECT_EQ(gate.ChangesInLastHour(t0), 2);
+  GateVerdict capped = gate.Consider(t0, ChangeKind::kBudget, 0);
+  EXPECT_FALSE(capped.allowed);
+  EXPECT_THAT(capped.reason, HasSubstr("changed layout 2 times in the last hour"));
+  // The older one leaves the hour 10 minutes on; the newest set the dwell.
+  EXPECT_TRUE(gate.Consider(t0 + 10min, ChangeKind::kGain, 0.05).allowed);
+  ReplanGate fresh({.min_gain = 0.05, .min_dwell = 600s, .max_changes_per_hour = 4});
+  fresh.RestoreChange(t0 - 5min);
+  EXPECT_THAT(fresh.Consider(t0, ChangeKind::kGain, 0.5).reason,
+              HasSubstr("has held 300 s of min_dwell 600 s"));
+}
+
 // An hour of replans every 30 s while a host's measured load is noisy
 // around the point where layout B starts to beat layout A: B's predicted
 // gain over A is 0.2 x (load - 0.5), load ~ N(0.5, 0.1) per window. The

@@ -37,9 +37,17 @@ vms:
   - {name: s, count: 2, vcpus: 1, tenant: strict, workload: {kind: cpu, util: 0.3}}
 )";
 
+// The grouping rules alone: the relaxed levels whatever their predicted
+// gain (a gain is never below -1).
+PlanOptions AlwaysRelax() {
+  PlanOptions options;
+  options.level_min_gain = -1;
+  return options;
+}
+
 TEST(PlanHost, GroupsWithinTenantsNeverAcross) {
   Scenario s = Parse(kTwoTenants);
-  auto plan = PlanHost(s);
+  auto plan = PlanHost(s, SimParams(), AlwaysRelax());
   ASSERT_OK(plan);
   std::map<std::string, std::string> group;
   for (const auto& d : plan->vms) group[d.vm] = d.trust_group;
@@ -58,7 +66,7 @@ TEST(PlanHost, GroupsWithinTenantsNeverAcross) {
 }
 
 TEST(PlanHost, ExplainsEveryDecision) {
-  auto plan = PlanHost(Parse(kTwoTenants));
+  auto plan = PlanHost(Parse(kTwoTenants), SimParams(), AlwaysRelax());
   ASSERT_OK(plan);
   for (const auto& d : plan->vms) EXPECT_FALSE(d.reasons.empty()) << d.vm;
   EXPECT_THAT(plan->vms[0].reasons[0], HasSubstr("tenant 'acme' allows `tenant`"));
@@ -141,6 +149,66 @@ TEST(ChooseGroups, TakesTheMostRelaxedAllowedLevelWithoutPinning) {
     EXPECT_TRUE(d.pin_cpus.empty()) << d.vm;
     EXPECT_FALSE(d.reasons.empty()) << d.vm;
   }
+}
+
+// As csd's engine on a fresh host: the relaxed level only where it pays.
+TEST(PlanHost, KeepsTheDefaultLevelWhereTheRelaxedGroupsHoldTheSameVms) {
+  auto plan = PlanHost(Parse(R"(
+name: alone
+seed: 1
+duration_s: 1
+host: {cores: 2}
+tenants:
+  - {name: acme, isolation: vm, allow: [vm, tenant]}
+vms:
+  - {name: a, vcpus: 2, tenant: acme, workload: {kind: cpu, util: 1}}
+  - {name: b, vcpus: 1, tenant: beta, workload: {kind: cpu, util: 1}}
+)"));
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->vms.size(), 2u);
+  EXPECT_EQ(plan->vms[0].isolation, v1::ISOLATION_LEVEL_VM);
+  EXPECT_EQ(plan->vms[0].trust_group, "acme/vm/a");
+  EXPECT_THAT(plan->vms[0].reasons[0],
+              HasSubstr("keeps its tenant's default level `vm` (group 'acme/vm/a') over `tenant`"));
+  EXPECT_THAT(plan->vms[0].reasons[0], HasSubstr("the groups would hold the same VMs"));
+  EXPECT_EQ(plan->vms[1].trust_group, "beta/vm/b") << "beta has the built-in default";
+}
+
+TEST(PlanHost, TakesTheTenantsGroupWhereItPays) {
+  Scenario s = Parse(kFourOfOneTenant);
+  auto defaults = DefaultLayout(s);
+  ASSERT_OK(defaults);
+  auto proposal = ProposeLayout(s, *defaults, std::vector<bool>(4, true));
+  ASSERT_OK(proposal);
+  ASSERT_TRUE(proposal->changes);
+  EXPECT_FALSE(proposal->same_grouping);
+  EXPECT_GE(proposal->gain, PlanOptions().level_min_gain);
+  auto plan = PlanHost(s);
+  ASSERT_OK(plan);
+  for (const VmDecision& d : plan->vms) EXPECT_EQ(d.trust_group, "acme/tenant") << d.vm;
+}
+
+TEST(ProposeLayout, ChangesOnlyManagedVmsAndPredictsBothLayouts) {
+  Scenario s = Parse(kFourOfOneTenant);
+  auto defaults = DefaultLayout(s);
+  ASSERT_OK(defaults);
+  EXPECT_EQ((*defaults)[0].trust_group, "acme/vm/a-0");
+  auto proposal = ProposeLayout(s, *defaults, {true, true, false, false});
+  ASSERT_OK(proposal);
+  EXPECT_TRUE(proposal->changes);
+  EXPECT_EQ(proposal->planned[0].trust_group, "acme/tenant");
+  EXPECT_EQ(proposal->planned[1].trust_group, "acme/tenant");
+  EXPECT_EQ(proposal->planned[2].trust_group, "acme/vm/a-2");
+  EXPECT_GT(proposal->now.predicted_throughput, 0);
+  EXPECT_GT(proposal->next.predicted_throughput, 0);
+  EXPECT_DOUBLE_EQ(proposal->gain, proposal->next.predicted_throughput /
+                                       proposal->now.predicted_throughput -
+                                   1);
+  auto unchanged = ProposeLayout(s, proposal->planned, {true, true, false, false});
+  ASSERT_OK(unchanged);
+  EXPECT_FALSE(unchanged->changes);
+  EXPECT_EQ(ProposeLayout(s, *defaults, {true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PredictLayout, OneGroupPerTenantForcesLessIdleThanOnePerVm) {

@@ -240,6 +240,24 @@ TEST(CsdMetricsUnit, HostsThatStopReportingLeaveTheFleetGauges) {
   EXPECT_EQ(SampleValue(text, "cosched_csd_vms", {{"state", "enforced"}}), 1);
 }
 
+TEST(CsdMetricsUnit, ThePredictionErrorIsAGaugePerHostOfTheEnginesLastPass) {
+  CsdMetrics metrics({});
+  metrics.SetPredictionErrors({{"hv-1", 1.5}, {"hv-2", -0.25}});
+  std::string text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_csd_engine_host_forced_idle_error_pct", {{"host", "hv-1"}}),
+            1.5);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_engine_host_forced_idle_error_pct", {{"host", "hv-2"}}),
+            -0.25);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_engine_forced_idle_error_pct_count"), 2);
+  // The next pass measured hv-2 only: hv-1's series goes.
+  metrics.SetPredictionErrors({{"hv-2", 0.5}});
+  text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(text.find("host=\"hv-1\""), std::string::npos) << text;
+  EXPECT_EQ(SampleValue(text, "cosched_csd_engine_host_forced_idle_error_pct", {{"host", "hv-2"}}),
+            0.5);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_engine_forced_idle_error_pct_count"), 3);
+}
+
 TEST(CsdMetricsServer, BusyMetricsAddressFailsStartNamingIt) {
   cosched::testing::TempDir dir;
   CsdOptions options;

@@ -2,11 +2,14 @@
 // test runs each pass with its own clock, so hysteresis needs no sleeps.
 #include "server/engine_loop.h"
 
+#include <cmath>
 #include <future>
+#include <map>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "policy/simulator.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -35,7 +38,10 @@ class EngineLoopTest : public ::testing::Test {
     auto store = store::SqliteStore::Open(options);
     ASSERT_OK(store);
     store_ = std::move(*store);
-    state_ = std::make_unique<DesiredState>(store_.get());
+    // The stats' clock runs stats_ahead_ ahead of the system's, so that a
+    // test can report windows wholly after a plan csd dated with the latter.
+    state_ = std::make_unique<DesiredState>(
+        store_.get(), [this] { return absl::ToUnixNanos(absl::Now() + stats_ahead_); });
     ASSERT_OK(state_->LoadPlacement());
     options_.hysteresis.min_dwell = std::chrono::seconds(0);
     ASSERT_NO_FATAL_FAILURE(Register(kHost));
@@ -93,6 +99,21 @@ class EngineLoopTest : public ::testing::Test {
   // `forced_idle` of a CPU idle, when window_s > 0.
   absl::Status Report(const std::vector<std::string>& vms, int window_s = 0,
                       double load = 1, double forced_idle = 0) {
+    if (window_s == 0) return ReportWindow(vms, 0, 0, load, forced_idle);
+    const int64_t end = absl::ToUnixNanos(absl::Now());
+    // Windows never overlap: one after the last is as long as the time
+    // since it ended.
+    return ReportWindow(vms, std::max(end - int64_t{window_s} * 1000000000, last_window_end_),
+                        end, load, forced_idle);
+  }
+
+  // The host reports `vms` with one window from start_ns to end_ns (none
+  // when end_ns is 0) in which each ran `load` of the time, `paired` of that
+  // beside a sibling of its group (else beside an idle one), and forced
+  // `forced_idle` of a CPU idle.
+  absl::Status ReportWindow(const std::vector<std::string>& vms, int64_t start_ns,
+                            int64_t end_ns, double load, double forced_idle,
+                            double paired = 0) {
     v1::ReportRequest request;
     request.set_host_id(kHost);
     for (const std::string& id : vms) {
@@ -100,22 +121,20 @@ class EngineLoopTest : public ::testing::Test {
       o->set_vm_id(id);
       o->mutable_enforcement()->set_vcpus(1);
     }
-    if (window_s > 0) {
-      const int64_t end = absl::ToUnixNanos(absl::Now());
-      // Windows never overlap: one after the last is as long as the time
-      // since it ended.
-      const int64_t start = std::max(end - int64_t{window_s} * 1000000000, last_window_end_);
-      const int64_t span = end - start;
+    if (end_ns > 0) {
+      const int64_t span = end_ns - start_ns;
       v1::StatsWindow* w = request.add_stats();
-      w->set_start_unix_ns(start);
-      w->set_end_unix_ns(end);
-      last_window_end_ = end;
+      w->set_start_unix_ns(start_ns);
+      w->set_end_unix_ns(end_ns);
+      last_window_end_ = end_ns;
       for (const std::string& id : vms) {
         v1::VMStats* s = w->add_vms();
         s->set_vm_id(id);
         const auto run = static_cast<int64_t>(load * span);
+        const auto same = static_cast<int64_t>(paired * run);
         s->mutable_share()->set_run_ns(run);
-        s->mutable_share()->set_idle_ns(run);
+        s->mutable_share()->set_same_ns(same);
+        s->mutable_share()->set_idle_ns(run - same);
         s->mutable_share()->set_forced_idle_ns(static_cast<int64_t>(forced_idle * span));
         s->mutable_share()->set_forced_idle_known(true);
       }
@@ -152,6 +171,7 @@ class EngineLoopTest : public ::testing::Test {
   EngineOptions options_;
   std::unique_ptr<EngineLoop> engine_;
   SteadyClock::time_point now_ = SteadyClock::time_point() + std::chrono::hours(100);
+  absl::Duration stats_ahead_ = absl::ZeroDuration();
   int64_t last_window_end_ = 0;
 };
 
@@ -329,6 +349,46 @@ TEST_F(EngineLoopTest, ALayoutHoldsForMinDwellBeforeTheEngineReplacesIt) {
   EXPECT_EQ(Vm("a-7").assignment().trust_group(), "acme/tenant");
 }
 
+TEST_F(EngineLoopTest, TheHourlyChangeCountSurvivesARestart) {
+  options_.hysteresis.max_changes_per_hour = 2;
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4"};
+  for (const std::string& vm : vms) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Report(vms));
+  MakeEngine();
+  ASSERT_TRUE(engine_->ReplanHost(kHost));
+  // Three more VMs of acme: a second change.
+  auto arrive = [&](std::vector<std::string> more) {
+    for (const std::string& vm : more) {
+      ASSERT_OK(Tag(vm, "acme"));
+      vms.push_back(vm);
+    }
+    ASSERT_OK(Report(vms));
+  };
+  ASSERT_NO_FATAL_FAILURE(arrive({"a-5", "a-6", "a-7"}));
+  now_ += std::chrono::minutes(1);
+  ASSERT_TRUE(engine_->ReplanHost(kHost));
+
+  // csd restarts (a new engine over the same store, its clock elsewhere):
+  // the two changes of the last hour still count.
+  now_ += std::chrono::hours(5);
+  MakeEngine();
+  ASSERT_NO_FATAL_FAILURE(arrive({"a-8", "a-9", "a-10"}));
+  EXPECT_FALSE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-8").assignment().trust_group(), "acme/vm/a-8");
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_EQ(plan->hosts(0).changes_size(), 3);
+  EXPECT_THAT(plan->hosts(0).reasons(plan->hosts(0).reasons_size() - 1),
+              HasSubstr("changed layout 2 times in the last hour (at most 2)"));
+  // An hour after the first change, one is allowed again.
+  now_ += std::chrono::minutes(61);
+  EXPECT_TRUE(engine_->ReplanHost(kHost));
+  EXPECT_EQ(Vm("a-8").assignment().trust_group(), "acme/tenant");
+}
+
 TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
   // Two busy VMs of acme and one of globex on two cores: the simulator
   // predicts the same throughput whether acme's share a cookie or not, so
@@ -364,7 +424,9 @@ TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) 
   std::vector<double> errors;
   EngineLoop::Observers observers;
   observers.changed = [&](bool budget) { changes.push_back(budget); };
-  observers.prediction_error = [&](double e) { errors.push_back(e); };
+  observers.prediction_errors = [&](const std::map<std::string, double>& by_host) {
+    for (const auto& [host, error] : by_host) errors.push_back(error);
+  };
   MakeEngine({}, std::move(observers));
   EXPECT_EQ(engine_->RunPass(true), 0) << "one window over budget is noise";
   EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
@@ -379,8 +441,8 @@ TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) 
   EXPECT_EQ(changes, std::vector<bool>{true});
   EXPECT_TRUE(errors.empty()) << "no window since the plan yet";
 
-  // A window after the plan (its decision dated back past the interval, as
-  // if the plan had held that long): measured 10% against the prediction.
+  // Windows after the plan (its decision dated back an hour, so that every
+  // window counts): measured 10% against the prediction.
   std::promise<absl::Status> dated;
   store_->Write(
       [&](store::Transaction& txn) -> absl::Status {
@@ -457,6 +519,89 @@ TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
   EXPECT_EQ(flagged(), "");
   EXPECT_EQ(flag_records(), 2);
   EXPECT_EQ(unmet, (std::vector<int>{1, 1, 0}));
+}
+
+TEST_F(EngineLoopTest, EachAppliedPlanIsComparedWithWhatWasMeasuredSinceItPerHost) {
+  stats_ahead_ = absl::Minutes(2);
+  AcmeAndGlobex();
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4", "a-op", "g-1"};
+  const absl::Time real_now = absl::Now();
+  // Before the plan, within the load window of csd's stats clock: each VM
+  // ran 90% of the time alone on its core and forced 10% of a CPU idle.
+  ASSERT_OK(ReportWindow(vms, absl::ToUnixNanos(real_now - absl::Minutes(3)),
+                         absl::ToUnixNanos(real_now - absl::Minutes(2)), 0.9, 0.1));
+  std::vector<std::map<std::string, double>> passes;
+  EngineLoop::Observers observers;
+  observers.prediction_errors = [&](const std::map<std::string, double>& by_host) {
+    passes.push_back(by_host);
+  };
+  MakeEngine({}, std::move(observers));
+  ASSERT_EQ(engine_->RunPass(true), 1);
+  ASSERT_EQ(passes.size(), 1u);
+  EXPECT_TRUE(passes[0].empty()) << "no plan on the host before this pass";
+
+  v1::PlanRequest request;
+  request.set_report(true);
+  auto report = engine_->Plan(request);
+  ASSERT_OK(report);
+  EXPECT_EQ(report->hosts_size(), 0) << "a report is not a plan";
+  ASSERT_EQ(report->reports_size(), 1);
+  const v1::HostPlanReport& planned = report->reports(0);
+  EXPECT_EQ(planned.host_id(), kHost);
+  EXPECT_EQ(planned.vms(), 4);
+  EXPECT_EQ(planned.predicted().gain(), Vm("a-1").decision().predicted().gain());
+  EXPECT_GE(planned.predicted().gain(), options_.hysteresis.min_gain);
+  EXPECT_EQ(planned.before().windows(), 1);
+  EXPECT_NEAR(planned.before().throughput(), 6 * 0.9, 1e-6);
+  EXPECT_NEAR(planned.before().forced_idle_pct(), 6 * 10.0 / 4, 1e-6);
+  EXPECT_EQ(planned.since().windows(), 0) << "nothing measured since the plan yet";
+  EXPECT_FALSE(planned.has_measured_gain());
+  EXPECT_FALSE(planned.has_forced_idle_error_pct());
+  EXPECT_EQ(report->summary().hosts(), 1);
+  EXPECT_EQ(report->summary().measured_hosts(), 0);
+
+  // After the plan: every VM ran all the time, half of it beside a sibling
+  // of its own group, and forced 2% of a CPU idle.
+  ASSERT_OK(ReportWindow(vms, absl::ToUnixNanos(absl::Now() + absl::Seconds(1)),
+                         absl::ToUnixNanos(absl::Now() + absl::Seconds(61)), 1.0, 0.02, 0.5));
+  report = engine_->Plan(request);
+  ASSERT_OK(report);
+  ASSERT_EQ(report->reports_size(), 1);
+  const v1::HostPlanReport& measured = report->reports(0);
+  const double throughput = 6 * (1 - 0.5 * (1 - policy::SimParams().smt_share_cpu));
+  EXPECT_EQ(measured.since().windows(), 1);
+  EXPECT_NEAR(measured.since().throughput(), throughput, 1e-6);
+  EXPECT_NEAR(measured.measured_gain(), throughput / (6 * 0.9) - 1, 1e-6);
+  EXPECT_NEAR(measured.throughput_error(), throughput / planned.predicted().throughput() - 1,
+              1e-6);
+  const double forced_idle_error = 6 * 2.0 / 4 - planned.predicted().forced_idle_pct();
+  EXPECT_NEAR(measured.forced_idle_error_pct(), forced_idle_error, 1e-6);
+  EXPECT_NEAR(measured.foreign_error_pct(), -planned.predicted().foreign_pct(), 1e-6);
+  EXPECT_EQ(report->summary().measured_hosts(), 1);
+  EXPECT_NEAR(report->summary().mean_abs_forced_idle_error_pct(), std::abs(forced_idle_error),
+              1e-6);
+
+  // The engine's next interval pass exports the same error for the host.
+  now_ += std::chrono::minutes(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  ASSERT_EQ(passes.size(), 2u);
+  ASSERT_EQ(passes[1].count(kHost), 1u);
+  EXPECT_NEAR(passes[1][kHost], forced_idle_error, 1e-6);
+
+  // ExplainVM shows it for any VM of the host.
+  v1::ExplainVMRequest explain;
+  explain.set_vm_id("g-1");
+  auto explained = state_->ExplainVm(explain);
+  ASSERT_OK(explained);
+  EXPECT_NEAR(explained->host_plan().forced_idle_error_pct(), forced_idle_error, 1e-6);
+
+  // By tenant: hosts running its VMs; a bad tenant id is refused.
+  request.set_tenant_id("globex");
+  EXPECT_EQ(engine_->Plan(request)->reports_size(), 1);
+  request.set_tenant_id("initech");
+  EXPECT_EQ(engine_->Plan(request)->reports_size(), 0);
+  request.set_tenant_id("bad tenant!");
+  EXPECT_EQ(engine_->Plan(request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
