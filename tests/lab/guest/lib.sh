@@ -168,9 +168,13 @@ export CSCTL_SERVER=127.0.0.1:7443
 # lab_start_csd: csd on loopback, store in /tmp/csd (kept across restarts).
 # The scenarios' csctl and agents talk plaintext TCP: this csd.yaml makes
 # them admin and lets agents act for their host (csd's defaults: viewer, no
-# host); no Unix socket, so csctl stays on $CSCTL_SERVER.
+# host); no Unix socket, so csctl stays on $CSCTL_SERVER. $LAB_CSD_CONFIG,
+# when set, is more YAML for csd's config file.
 lab_start_csd() {
-  printf 'plaintext_role: admin\nplaintext_agents: true\nlocal_socket: {path: "off"}\n' >/tmp/csd.yaml
+  {
+    printf 'plaintext_role: admin\nplaintext_agents: true\nlocal_socket: {path: "off"}\n'
+    [ -z "${LAB_CSD_CONFIG:-}" ] || printf '%s\n' "$LAB_CSD_CONFIG"
+  } >/tmp/csd.yaml
   csd --config /tmp/csd.yaml --listen "$CSCTL_SERVER" --data-dir /tmp/csd >>/tmp/csd.log 2>&1 &
   CSD_PID=$!
   lab_wait_for 30 csctl hosts ls >/dev/null || { cat /tmp/csd.log; lab_fail "csd did not start"; }

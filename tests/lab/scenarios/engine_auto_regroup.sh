@@ -43,17 +43,13 @@ pid_g=$LAB_PID
 all="$acme_pids $pid_g"
 
 max_changes=2
-cat >/tmp/csd.yaml <<YAML
-engine:
+LAB_CSD_CONFIG="engine:
   replan_interval_s: 10
   min_gain: 0.03
   min_dwell_s: 0
   max_changes_per_hour: $max_changes
-  budget_windows: 2
-YAML
-csd --config /tmp/csd.yaml --listen "$CSCTL_SERVER" --data-dir /tmp/csd >>/tmp/csd.log 2>&1 &
-CSD_PID=$!
-lab_wait_for 30 csctl hosts ls >/dev/null || { cat /tmp/csd.log; lab_fail "csd did not start"; }
+  budget_windows: 2"
+lab_start_csd
 cat >/tmp/agent.yaml <<YAML
 server: "$CSCTL_SERVER"
 host_id: lab
