@@ -72,7 +72,7 @@ echo lab >/etc/hostname
 [ -x $out/pkgroot/usr/sbin/csd ] && [ -x $out/pkgroot/usr/sbin/cs-agent ] ||
   fail_boot "no unpacked packages in the results share (run_lab.sh --systemd --debs DIR)"
 (cd $out/pkgroot && tar --exclude=./usr/share --exclude=./usr/bin -cf - .) |
-  tar -C / --keep-directory-symlink -xf - || fail_boot "cannot install the packages' files"
+  tar -C / --keep-directory-symlink --no-overwrite-dir -xf - || fail_boot "cannot install the packages' files"
 # The site's one setting for the lab: its cs-agent reaches csd over
 # loopback without certificates (the unit's agent cannot use csd's socket:
 # root without CAP_DAC_OVERRIDE is not in the socket's group).
