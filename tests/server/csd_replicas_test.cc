@@ -20,6 +20,7 @@
 #include "tests/testing/partition_proxy.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {
 namespace {
@@ -52,6 +53,7 @@ class CsdReplicasTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("unused");
     options.metrics_listen = "";
+    testing::TrustPlaintextCallers(options.authz);
     store::EtcdStoreOptions store;
     store.client = etcd_.ClientOptions();
     if (!endpoint.empty()) store.client.endpoints = {endpoint};

@@ -71,8 +71,12 @@ echo lab >/etc/hostname
 # scenario's PATH), man pages and docs stay there.
 [ -x $out/pkgroot/usr/sbin/csd ] && [ -x $out/pkgroot/usr/sbin/cs-agent ] ||
   fail_boot "no unpacked packages in the results share (run_lab.sh --systemd --debs DIR)"
-(cd $out/pkgroot && tar --exclude=./usr/share --exclude=./usr/bin -cf - .) |
-  tar -C / --keep-directory-symlink --no-overwrite-dir -xf - || fail_boot "cannot install the packages' files"
+# File by file: the folders exist (/, /usr and /lib on the read-only root,
+# the tmpfs above), and a tar would try to set their modes.
+(cd $out/pkgroot && find . -path ./usr/share -prune -o -path ./usr/bin -prune -o ! -type d -print) |
+  while read -r f; do
+    mkdir -p "/$(dirname "$f")" && cp -a "$out/pkgroot/$f" "/$f" || exit 1
+  done || fail_boot "cannot install the packages' files"
 # The site's one setting for the lab: its cs-agent reaches csd over
 # loopback without certificates (the unit's agent cannot use csd's socket:
 # root without CAP_DAC_OVERRIDE is not in the socket's group).
