@@ -74,7 +74,7 @@ Exited RunAs(uid_t uid, const std::vector<std::string>& argv) {
 class LocalSocketTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root: it calls csd as uid " << kNobody;
+    ASSERT_EQ(geteuid(), 0u) << "needs root (CI runs as root): it calls csd as uid " << kNobody;
     // uid 65534 must reach the socket: the test's directory is 0700.
     ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
     server::CsdOptions options;  // plaintext callers: csd's defaults
@@ -156,7 +156,7 @@ TEST_F(LocalSocketTest, CsctlReachesCsdThroughTheSocket) {
 // With the default mode, only root and the socket's group connect: others
 // are stopped by the file's mode before csd sees them.
 TEST(LocalSocketModeTest, TheDefaultModeKeepsOtherUsersOut) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root: it calls csd as uid " << kNobody;
+  ASSERT_EQ(geteuid(), 0u) << "needs root (CI runs as root): it calls csd as uid " << kNobody;
   cosched::testing::TempDir dir;
   ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
   server::CsdOptions options;
