@@ -161,10 +161,14 @@ TEST_F(HazardTest, AllowedHazardTagsAnywayAndIsAudited) {
   ASSERT_OK(added);
   testing::MiniHost& host = **added;
   host.AddVm("vm-1", 100);
+  // The agent tags from its own view before its Register reaches csd, so
+  // the cookie alone does not say that csd has the host's preflight yet.
   ASSERT_TRUE(Eventually([&] { return host.VmCookie(100) != 0; }));
+  ASSERT_TRUE(Eventually([&] {
+    return GetHost("hv-1").capabilities().preflight().allowed_hazards_size() == 1;
+  })) << GetHost("hv-1").DebugString();
   v1::Host h = GetHost("hv-1");
   EXPECT_EQ(h.capabilities().preflight().hazards_size(), 0);
-  ASSERT_EQ(h.capabilities().preflight().allowed_hazards_size(), 1);
   EXPECT_TRUE(h.unplaceable_reason().empty()) << h.unplaceable_reason();
   EXPECT_THAT(HostsTable(), HasSubstr("safe (allowed: sched_ext)"));
 
