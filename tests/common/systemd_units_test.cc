@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
@@ -54,7 +55,11 @@ TEST(SystemdUnits, AgentKeepsOnlyTheCapabilitiesTheLabProves) {
   EXPECT_EQ(UnitValue(unit, "AmbientCapabilities"), "");
   EXPECT_EQ(UnitValue(unit, "StateDirectory"), "cs-agent");
   // It writes no cgroup or sysctl file; only its trace instance.
-  EXPECT_EQ(UnitValue(unit, "ProtectKernelTunables"), "yes");
+  // ProtectKernelTunables, spelled out so that tracefs stays writable (the
+  // unit says why).
+  EXPECT_EQ(UnitValue(unit, "ProtectKernelTunables"), "");
+  EXPECT_TRUE(absl::StartsWith(UnitValue(unit, "ReadOnlyPaths"), "/sys /proc/sys "))
+      << UnitValue(unit, "ReadOnlyPaths");
   EXPECT_EQ(UnitValue(unit, "ProtectControlGroups"), "yes");
   EXPECT_EQ(UnitValue(unit, "ReadWritePaths"), "/sys/kernel/tracing");
 }

@@ -19,6 +19,8 @@ rc=$?
 for unit in csd cs-agent; do
   journalctl --no-pager -o short-monotonic -u $unit.service >"$LAB_OUT/journal-$unit.txt" 2>&1
 done
+# The whole boot, for what the units' own journals do not say.
+journalctl --no-pager -o short-monotonic -b >"$LAB_OUT/journal.txt" 2>&1
 if [ $rc -eq 0 ] && [ ! -s "$LAB_FAILURES" ]; then
   echo PASS >"$LAB_OUT/verdict"
 else
