@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+. scripts/build-env.sh
+cosched_configure build >/dev/null
 cmake --build build -j"$(nproc)" --target csd cs-agent csctl lab_tools
 
 demo=out/demo

@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake pkg-config git
+  # one compile for build/ and the packages (scripts/build-env.sh)
+  ccache
   # RPC and serialisation
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # support libraries

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 out=${1:-build-deb}
 
 ./scripts/install-deps.sh
+# ccache settings shared with build/ (whose objects the programs reuse).
+. scripts/build-env.sh
 # dpkg-buildpackage writes its results beside the source tree and builds in
 # it: a copy of the clone's files (tracked and new, not ignored ones such as
 # build/) keeps both out of the working tree.
@@ -18,7 +20,17 @@ mkdir -p "$out/src"
 git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
   tar --null -T - -cf - | tar -C "$out/src" -xf -
+# ccache's counters before and after: how many objects came from build/.
+ccache_counts() {
+  ccache --print-stats | awk -F'\t' '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2}
+    $1 == "cache_miss" {m = $2}
+    END {print h + 0, m + 0}'
+}
+read -r hits0 misses0 < <(ccache_counts)
 (cd "$out/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" dpkg-buildpackage -b -us -uc)
+read -r hits1 misses1 < <(ccache_counts)
+echo "package.sh: ccache: $((hits1 - hits0)) objects from the cache, $((misses1 - misses0)) compiled"
 rm -rf "$out/src"
 ls -l "$out"/*.deb
 

@@ -8,13 +8,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
+. scripts/build-env.sh
+# Each phase's start, in minutes since this script began (CI's budget).
+phase() { echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # The lab kernels (tests/lab/kernel): found and checked (one boot each), or
 # built into a cache on a machine that has none, beside the project's build.
 # Its lines start with "[lab kernel VERSION]".
 tests/lab/kernel/lab_kernel.sh ensure 6.12 6.1 &
 kernels=$!
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+phase "building (build/, Debian's flags: scripts/build-env.sh)"
+cosched_configure build
 cmake --build build -j"$(nproc)"
+phase "built"
 kernel_status=0
 wait "$kernels" || kernel_status=$?
 [ "$kernel_status" = 0 ] || { echo "test.sh: no usable lab kernel (above)"; exit 1; }
@@ -60,7 +65,9 @@ nice -n 10 ./scripts/package.sh >"$package_log" 2>&1 &
 package_build=$!
 
 failed=()
+phase "tests outside the lab (ctest -LE lab), the fuzz build and the packages"
 run_ctest -LE lab || failed+=("ctest -LE lab")
+phase "tests outside the lab done"
 fuzz_status=0
 wait "$fuzz_build" || fuzz_status=$?
 if [ "$fuzz_status" != 0 ]; then
@@ -81,15 +88,18 @@ else
 fi
 rm -f "$package_log"
 
+phase "the lab (ctest -L lab)"
 run_ctest -L lab || failed+=("ctest -L lab")
 show_lab_figures "$stamp"
 
 # Each fuzzer runs ~30 s from its seeds and replays its regressions, two at
 # a time.
 if [ "$fuzz_status" = 0 ]; then
+  phase "the fuzzers"
   (cd build-fuzz && ctest --output-on-failure -j2 -L fuzz) || failed+=("fuzzers")
 fi
 
+phase "done"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: failed: ${failed[*]}"
   exit 1
