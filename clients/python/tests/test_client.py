@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -115,10 +116,20 @@ def test_bad_names_are_refused_before_sending(client: cosched.Client) -> None:
         client.stats(vm_id="a", tenant="b")
 
 
-def test_each_call_has_a_deadline(client: cosched.Client) -> None:
-    with pytest.raises(cosched.DeadlineExceeded) as refused:
-        client.get("vm-py-deadline", timeout=1e-6)
+def test_each_call_has_a_deadline() -> None:
+    # A listener that accepts connections and never answers: only the call's
+    # own deadline can end it. (A 1 us deadline against a real csd was racy:
+    # a fast answer on loopback could beat it.)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with cosched.Client(address, timeout=30) as client:
+            started = time.monotonic()
+            with pytest.raises(cosched.DeadlineExceeded) as refused:
+                client.get("vm-py-deadline", timeout=0.5)
+            waited = time.monotonic() - started
     assert refused.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    # The call's timeout, not the client's 30 s default, bounded the wait.
+    assert waited < 20
 
 
 def test_unreachable_csd_is_unavailable() -> None:
