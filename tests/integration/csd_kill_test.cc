@@ -3,11 +3,7 @@
 // there, with the trust group it was acknowledged with. The clients are 16
 // gRPC writers and the csctl binary run in a loop (`csctl tag VM -o json`,
 // acknowledged when it exits 0).
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -25,6 +21,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/csd_process.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/trusted_plaintext.h"
@@ -35,46 +33,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// A port that was free a moment ago.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-class CsdProcess {
- public:
-  // `config` makes the test's plaintext clients admin
-  // (kTrustedPlaintextYaml).
-  CsdProcess(const std::string& address, const std::string& data_dir,
-             const std::string& config) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      // Metrics on a port of the OS's choosing: the default one may be in
-      // use on this machine. No Unix socket: the test talks TCP.
-      execl(CSD_BINARY, "csd", "--config", config.c_str(), "--listen", address.c_str(),
-            "--data-dir", data_dir.c_str(), "--metrics-listen", "127.0.0.1:0", "--socket", "off",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~CsdProcess() { Kill(); }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using testing::CsdProcess;
+using testing::FreeLoopbackPort;
 
 // Runs `csctl --server ADDRESS tag VM --tenant TENANT -o json`. Returns the
 // trust group it printed when it exited 0 (the tag was acknowledged), else
@@ -98,22 +58,9 @@ std::optional<std::string> CsctlTag(const std::string& address, const std::strin
   return json["trust_group"].get<std::string>();
 }
 
-bool WaitServing(const std::shared_ptr<grpc::Channel>& channel) {
-  auto health = grpc::health::v1::Health::NewStub(channel);
-  for (int i = 0; i < 200; ++i) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + milliseconds(200));
-    grpc::health::v1::HealthCheckRequest request;
-    grpc::health::v1::HealthCheckResponse response;
-    if (health->Check(&context, request, &response).ok()) return true;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return false;
-}
-
 TEST(CsdKill, NoAcknowledgedTagIsLost) {
   cosched::testing::TempDir dir;
-  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string address = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   const std::string data_dir = dir.Sub("data");
   const std::string config = dir.Sub("csd.yaml");
   std::ofstream(config) << cosched::testing::kTrustedPlaintextYaml;
@@ -122,9 +69,9 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
   std::mutex mu;
 
   for (int round = 0; round < 3; ++round) {
-    CsdProcess csd(address, data_dir, config);
+    CsdProcess csd(CSD_BINARY, address, data_dir, config);
     auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-    ASSERT_TRUE(WaitServing(channel)) << "csd did not start on " << address;
+    ASSERT_TRUE(csd.WaitServing()) << "csd did not start on " << address;
 
     std::atomic<bool> stop{false};
     std::atomic<int> acks_this_round{0};
@@ -170,9 +117,9 @@ TEST(CsdKill, NoAcknowledgedTagIsLost) {
     for (auto& t : writers) t.join();
   }
 
-  CsdProcess csd(address, data_dir, config);
+  CsdProcess csd(CSD_BINARY, address, data_dir, config);
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(WaitServing(channel));
+  ASSERT_TRUE(csd.WaitServing());
   auto stub = v1::ControlPlane::NewStub(channel);
   std::map<std::string, std::string> stored;
   v1::ListVMsRequest request;

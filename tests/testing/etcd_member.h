@@ -22,30 +22,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "etcd/client.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::testing {
 
 inline constexpr char kEtcdBinary[] = "/usr/bin/etcd";
 inline constexpr char kSetpriv[] = "/usr/bin/setpriv";
-
-// A port that was free a moment ago (bound to port 0, then closed). Another
-// process may take it before etcd binds it: Start retries with new ports.
-inline int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 struct EtcdMemberOptions {
   // etcd's --max-txn-ops (its default is 128).
