@@ -108,9 +108,7 @@ Agent::~Agent() { Stop(); }
 
 absl::Status Agent::CheckOptions() {
   RETURN_IF_ERROR(ValidateId("host_id", options_.host_id));
-  if (options_.session.server_address.empty()) {
-    return absl::InvalidArgumentError("server address must be set (host:port)");
-  }
+  RETURN_IF_ERROR(ParseServerList("server", options_.session.server_address).status());
   if (options_.session.report_interval.count() <= 0) {
     return absl::InvalidArgumentError("report interval must be positive");
   }

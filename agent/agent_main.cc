@@ -127,7 +127,8 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
   std::string probe_output = "text";
   CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
   app.add_option("--config", run.config_file, "YAML file (cosched.v1.AgentConfig)");
-  app.add_option("--server", run.server, "csd address, HOST:PORT (default 127.0.0.1:7443)");
+  app.add_option("--server", run.server, "csd address, HOST:PORT (default 127.0.0.1:7443), or several replicas' "
+                 "comma-separated: the agent moves to the next when one fails");
   app.add_option("--host-id", run.host_id, "this host's id (default: the hostname)");
   app.add_option("--state-dir", run.state_dir,
                  "where assignments are kept (default /var/lib/cs-agent)");

@@ -84,10 +84,9 @@ ServerSession::ServerSession(ServerSessionOptions options,
 ServerSession::~ServerSession() { Stop(); }
 
 absl::Status ServerSession::Start() {
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(options_.server_address, options_.tls,
-                             options_.insecure);
-  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ParseServerList("server", options_.server_address);
+  if (!addresses.ok()) return addresses.status();
   grpc::ChannelArguments args;
   // gRPC's own reconnect backoff (default up to 120 s) would otherwise make
   // calls fail fast long after csd is back.
@@ -101,14 +100,48 @@ absl::Status ServerSession::Start() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-      interceptors;
-  if (options_.interceptors) interceptors = options_.interceptors();
-  stub_ = v1::AgentService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
-      options_.server_address, *credentials, args, std::move(interceptors)));
+  std::vector<Endpoint> endpoints;
+  for (const std::string& address : *addresses) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(address, options_.tls, options_.insecure);
+    if (!credentials.ok()) return credentials.status();
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    if (options_.interceptors) interceptors = options_.interceptors();
+    endpoints.push_back(Endpoint{
+        address, v1::AgentService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+                     address, *credentials, args, std::move(interceptors)))});
+  }
+  endpoints_ = std::move(endpoints);
   watch_thread_ = std::thread([this] { WatchLoop(); });
   report_thread_ = std::thread([this] { ReportLoop(); });
   return absl::OkStatus();
+}
+
+const ServerSession::Endpoint& ServerSession::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_[current_];
+}
+
+std::string ServerSession::current_address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_.empty() ? options_.server_address : endpoints_[current_].address;
+}
+
+int ServerSession::failovers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failovers_;
+}
+
+void ServerSession::MoveToNextEndpoint(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (endpoints_.size() < 2) return;
+  const std::string& from = endpoints_[current_].address;
+  current_ = (current_ + 1) % endpoints_.size();
+  ++failovers_;
+  LOG(WARNING) << "moving from csd at " << from << " to csd at " << endpoints_[current_].address
+               << " (replica " << current_ + 1 << " of " << endpoints_.size()
+               << "): " << why;
 }
 
 void ServerSession::Stop() {
@@ -205,7 +238,7 @@ void ServerSession::WatchLoop() {
     if (!hint.empty()) {
       // Until the configuration changes every attempt fails the same way:
       // say what to fix, not that csd is unreachable.
-      LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << options_.server_address
+      LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << current_address()
                              << " said: " << status << " (attempt " << backoff.failures()
                              << "; retrying at most " << options_.backoff_max.count()
                              << " ms apart)";
@@ -215,22 +248,27 @@ void ServerSession::WatchLoop() {
       LOG_EVERY_T(ERROR, 60) << "cannot apply csd's assignments: " << status
                              << "; reconnecting in " << delay.count() << " ms";
     } else if (was_watching || progressed) {
-      LOG(WARNING) << "lost csd at " << options_.server_address << ": "
+      LOG(WARNING) << "lost csd at " << current_address() << ": "
                    << status << "; reconnecting in " << delay.count() << " ms";
     } else {
       LOG_EVERY_T(WARNING, 60)
-          << "cannot reach csd at " << options_.server_address << ": "
+          << "cannot reach csd at " << current_address() << ": "
           << status << " (attempt " << backoff.failures()
           << "); retrying with backoff up to " << options_.backoff_max.count()
           << " ms";
     }
     was_watching = progressed;
+    // Another replica serves the same state at the same revisions: after a
+    // failure that is csd's or the network's, try it. A refusal is the
+    // agent's configuration, the same on every replica.
+    if (failure == ConnectFailure::kCsd) MoveToNextEndpoint(status);
     if (!SleepUntil(std::chrono::steady_clock::now() + delay)) return;
   }
 }
 
 absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failure) {
   *failure = ConnectFailure::kCsd;
+  const Endpoint& csd = Current();
   {
     TrackedCall call(this);
     if (call.cancelled()) return absl::CancelledError("agent is stopping");
@@ -241,7 +279,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     if (options_.preflight) {
       *registration.mutable_capabilities()->mutable_preflight() = options_.preflight();
     }
-    grpc::Status status = stub_->Register(call.context(), registration, &response);
+    grpc::Status status = csd.stub->Register(call.context(), registration, &response);
     if (!status.ok()) {
       if (Refusal(status)) *failure = ConnectFailure::kRefused;
       return Annotate(FromGrpcStatus(status), "Register");
@@ -251,7 +289,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
       refusal_.clear();
     }
     LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
-                          << " with csd at " << options_.server_address
+                          << " with csd at " << csd.address
                           << " (csd revision " << response.revision() << ")";
   }
   {
@@ -269,7 +307,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
   TrackedCall call(this);
   if (call.cancelled()) return absl::CancelledError("agent is stopping");
   std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
-      stub_->WatchAssignments(call.context(), request);
+      csd.stub->WatchAssignments(call.context(), request);
   v1::WatchAssignmentsResponse message;
   absl::Status apply_error;
   while (reader->Read(&message)) {
@@ -288,7 +326,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
         ++watch_count_;
       }
       LOG(INFO) << "watching assignments from csd at "
-                << options_.server_address << " (resumed from revision "
+                << csd.address << " (resumed from revision "
                 << request.resume_revision() << ", now at "
                 << message.revision() << ")";
     }
@@ -337,7 +375,7 @@ void ServerSession::ReportLoop() {
     lock.unlock();
     absl::Status status = SendReport();
     if (!status.ok()) {
-      LOG_EVERY_T(WARNING, 60) << "report to csd at " << options_.server_address
+      LOG_EVERY_T(WARNING, 60) << "report to csd at " << current_address()
                                << " failed: " << status;
     }
     lock.lock();
@@ -366,7 +404,7 @@ absl::Status ServerSession::SendReport() {
   call.context()->set_deadline(std::chrono::system_clock::now() +
                                options_.rpc_timeout);
   v1::ReportResponse response;
-  grpc::Status status = stub_->Report(call.context(), request, &response);
+  grpc::Status status = Current().stub->Report(call.context(), request, &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status), "Report");
   if (stats_ != nullptr) stats_->Acknowledge(batch);
   return absl::OkStatus();

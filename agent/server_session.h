@@ -28,7 +28,9 @@
 namespace cosched::agent {
 
 struct ServerSessionOptions {
-  // csd's host:port.
+  // csd's host:port, or several replicas' comma-separated
+  // (ParseServerList): the session holds one at a time and moves to the
+  // next when a connection to it fails, resuming the stream by revision.
   std::string server_address;
   v1::TlsConfig tls;
   // Allow plaintext to a non-loopback address.
@@ -95,9 +97,10 @@ class ServerSession {
   ServerSession(const ServerSession&) = delete;
   ServerSession& operator=(const ServerSession&) = delete;
 
-  // Builds the channel and starts the threads; the connection is made in
-  // the background. FAILED_PRECONDITION when plaintext is not allowed to
-  // the address, or TLS files cannot be read.
+  // Builds a channel per address and starts the threads; the connection is
+  // made in the background. INVALID_ARGUMENT for a bad address list;
+  // FAILED_PRECONDITION when plaintext is not allowed to an address, or TLS
+  // files cannot be read.
   absl::Status Start();
 
   // Cancels every call in flight, wakes the threads and joins them. Prompt:
@@ -117,6 +120,10 @@ class ServerSession {
   int register_count() const;
   int watch_count() const;
   int report_count() const;
+  // The csd address the session uses now (the first of the list until a
+  // connection fails), and how many times it moved to another one.
+  std::string current_address() const;
+  int failovers() const;
 
   // Asks for a report as soon as possible.
   void RequestReport();
@@ -136,6 +143,16 @@ class ServerSession {
   absl::Status ConnectOnce(bool* progressed, ConnectFailure* failure);
   void ReportLoop();
   absl::Status SendReport();
+  // One csd replica.
+  struct Endpoint {
+    std::string address;
+    std::unique_ptr<v1::AgentService::Stub> stub;
+  };
+  // The endpoint in use; its stub outlives every call (endpoints_ is fixed
+  // after Start).
+  const Endpoint& Current() const;
+  // After a failed connection, the next endpoint of the list (if several).
+  void MoveToNextEndpoint(const absl::Status& why);
   // Waits until `deadline` or Stop; returns false on Stop.
   bool SleepUntil(std::chrono::steady_clock::time_point deadline);
 
@@ -145,7 +162,7 @@ class ServerSession {
   const ObservationSource observations_;
   const AssignmentsListener listener_;
   StatsWindowQueue* const stats_;
-  std::unique_ptr<v1::AgentService::Stub> stub_;
+  std::vector<Endpoint> endpoints_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
@@ -157,6 +174,8 @@ class ServerSession {
   int register_count_ = 0;
   int watch_count_ = 0;
   int report_count_ = 0;
+  size_t current_ = 0;
+  int failovers_ = 0;
   std::set<grpc::ClientContext*> active_calls_;
   std::thread watch_thread_;
   std::thread report_thread_;

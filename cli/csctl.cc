@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -75,7 +77,8 @@ struct CsctlArgs {
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
   app.add_option("--server", a.flags.server,
-                 "csd address HOST:PORT or unix:PATH (else $CSCTL_SERVER, else the config "
+                 "csd address HOST:PORT or unix:PATH, or several replicas' comma-separated "
+                 "(the first that accepts a connection is used) (else $CSCTL_SERVER, else the config "
                  "file, else csd's socket /run/cosched/csd.sock if this user may use it, "
                  "else 127.0.0.1:7443)");
   app.add_option("--config", a.config_flag,
@@ -380,13 +383,48 @@ std::variant<Connection, int> Connect(const CsctlArgs& a, const CsctlEnvironment
 
 }  // namespace
 
+namespace {
+
+// Whether `channel` connects before `deadline`; false as soon as the attempt
+// fails, without waiting for gRPC's retries.
+bool Connects(grpc::Channel& channel, std::chrono::system_clock::time_point deadline) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
+    if (!channel.WaitForStateChange(state, deadline)) return false;
+    state = channel.GetState(/*try_to_connect=*/true);
+  }
+  return true;
+}
+
+// How long csctl waits for one replica of a list to accept a connection.
+constexpr std::chrono::seconds kReplicaConnectTimeout{3};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Stub>> MakeControlPlaneStub(
     const ConnectionSettings& settings) {
-  auto credentials = MakeChannelCredentials(settings.server, settings.tls,
-                                            settings.insecure);
-  if (!credentials.ok()) return credentials.status();
-  return std::unique_ptr<Stub>(v1::ControlPlane::NewStub(
-      grpc::CreateChannel(settings.server, *credentials)));
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ParseServerList("server", settings.server);
+  if (!addresses.ok()) return addresses.status();
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& address : *addresses) {
+    auto credentials = MakeChannelCredentials(address, settings.tls, settings.insecure);
+    if (!credentials.ok()) return credentials.status();
+    channels.push_back(grpc::CreateChannel(address, *credentials));
+  }
+  // Several replicas: the first that accepts a connection. When none does,
+  // the first, so that the call fails with the usual UNAVAILABLE.
+  std::shared_ptr<grpc::Channel> chosen = channels.front();
+  if (channels.size() > 1) {
+    for (const std::shared_ptr<grpc::Channel>& channel : channels) {
+      if (Connects(*channel, std::chrono::system_clock::now() + kReplicaConnectTimeout)) {
+        chosen = channel;
+        break;
+      }
+    }
+  }
+  return std::unique_ptr<Stub>(v1::ControlPlane::NewStub(chosen));
 }
 
 CsctlEnvironment ProcessEnvironment() {

@@ -1,5 +1,8 @@
 #include "cli/server_address.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
@@ -101,11 +104,17 @@ absl::StatusOr<std::string> ResolveBearerToken(
     if (!from_file.ok()) return from_file.status();
     token = *from_file;
   }
-  if (!token.empty() && settings.tls.ca_file().empty() &&
-      !IsLoopbackAddress(settings.server) && !IsUnixTarget(settings.server)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to send a bearer token in plaintext to ", settings.server,
-        ": use TLS (--ca)"));
+  if (!token.empty() && settings.tls.ca_file().empty()) {
+    // Every replica of a list may receive it.
+    absl::StatusOr<std::vector<std::string>> addresses =
+        ParseServerList("server", settings.server);
+    if (!addresses.ok()) return addresses.status();
+    for (const std::string& address : *addresses) {
+      if (!IsLoopbackAddress(address) && !IsUnixTarget(address)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "refusing to send a bearer token in plaintext to ", address, ": use TLS (--ca)"));
+      }
+    }
   }
   return token;
 }

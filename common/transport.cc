@@ -9,7 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
@@ -100,6 +102,30 @@ absl::Status ValidateListenAddress(absl::string_view field, absl::string_view li
     return bad(absl::StrCat("port '", port, "' is not a number in 0-65535"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ParseServerList(absl::string_view field,
+                                                         absl::string_view list) {
+  std::vector<std::string> addresses;
+  for (absl::string_view entry : absl::StrSplit(list, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " '", list, "' must be one csd address or several, comma-separated, "
+          "without empty entries"));
+    }
+    if (std::find(addresses.begin(), addresses.end(), entry) != addresses.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " lists '", entry, "' twice: each csd replica once"));
+    }
+    addresses.emplace_back(entry);
+  }
+  if (addresses.size() > static_cast<size_t>(kMaxServerAddresses)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " lists ", addresses.size(),
+                                                   " addresses; at most ",
+                                                   kMaxServerAddresses));
+  }
+  return addresses;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -30,6 +32,17 @@ bool IsLoopbackAddress(absl::string_view host_port);
 // OK for host:port or [IPv6]:port with a port of 0-65535; else
 // INVALID_ARGUMENT naming `field` and the rule.
 absl::Status ValidateListenAddress(absl::string_view field, absl::string_view listen);
+
+// The most csd addresses a server list may hold.
+inline constexpr int kMaxServerAddresses = 16;
+
+// The gRPC targets of a comma-separated list of csd replicas
+// ("csd-a:7443,csd-b:7443"; one address is a list of one), trimmed, in
+// order. INVALID_ARGUMENT naming `field` for an empty list or entry, a
+// repeated entry, or more than kMaxServerAddresses. A DNS name with several
+// addresses needs no list: gRPC's resolver tries each of them.
+absl::StatusOr<std::vector<std::string>> ParseServerList(absl::string_view field,
+                                                         absl::string_view list);
 
 inline constexpr unsigned int kDefaultTlsRefreshSeconds = 60;
 

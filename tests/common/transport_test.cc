@@ -1,5 +1,8 @@
 #include "common/transport.h"
 
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -33,6 +36,38 @@ TEST(ValidateListenAddress, NeedsAHostAndAPortOf0To65535) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("listen '"), std::string::npos) << s;
   }
+}
+
+TEST(ParseServerList, OneAddressOrSeveralTrimmedInOrder) {
+  absl::StatusOr<std::vector<std::string>> one = ParseServerList("server", "csd:7443");
+  ASSERT_OK(one.status());
+  EXPECT_EQ(*one, std::vector<std::string>{"csd:7443"});
+  absl::StatusOr<std::vector<std::string>> several =
+      ParseServerList("server", "csd-b:7443, unix:/run/cosched/csd.sock ,csd-a:1");
+  ASSERT_OK(several.status());
+  EXPECT_EQ(*several,
+            (std::vector<std::string>{"csd-b:7443", "unix:/run/cosched/csd.sock", "csd-a:1"}));
+}
+
+TEST(ParseServerList, RefusesEmptyAndRepeatedEntriesAndTooMany) {
+  for (const char* bad : {"", " ", "a:1,", ",a:1", "a:1,,b:2"}) {
+    absl::StatusOr<std::vector<std::string>> list = ParseServerList("server", bad);
+    EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(list.status().message().find("without empty entries"), std::string::npos)
+        << list.status();
+  }
+  absl::StatusOr<std::vector<std::string>> twice = ParseServerList("server", "a:1, a:1");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("server lists 'a:1' twice"), std::string::npos)
+      << twice.status();
+  std::string many;
+  for (int i = 0; i <= kMaxServerAddresses; ++i) {
+    many += (i ? ",csd-" : "csd-") + std::to_string(i) + ":7443";
+  }
+  absl::StatusOr<std::vector<std::string>> too_many = ParseServerList("server", many);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.status().message().find("at most 16"), std::string::npos)
+      << too_many.status();
 }
 
 TEST(MakeServerCredentials, AKeyOrCaWithoutACertificateIsNotPlaintext) {
