@@ -68,10 +68,11 @@ std::string Points(bool has, double points) {
   return has ? absl::StrFormat("%+.1f", points) : std::string("-");
 }
 
-// "predicted X, measured Y" for a report's figure; "-" when unknown.
-std::string PredictedMeasured(double predicted, bool has, double measured, const char* format) {
-  return absl::StrCat(absl::StrFormat(format, predicted), " / ",
-                      has ? absl::StrFormat(format, measured) : std::string("-"));
+// "predicted X, measured Y" for a report's figure, with `digits` after the
+// point; "-" when unknown.
+std::string PredictedMeasured(double predicted, bool has, double measured, int digits) {
+  return absl::StrCat(absl::StrFormat("%.*f", digits, predicted), " / ",
+                      has ? absl::StrFormat("%.*f", digits, measured) : std::string("-"));
 }
 
 std::string PredictedText(const v1::PredictedLayout& p) {
@@ -349,9 +350,9 @@ void PrintPlanReport(const v1::PlanResponse& response, std::ostream& out) {
          absl::StrCat(Percent(true, r.predicted().gain()), " / ",
                       Percent(r.has_measured_gain(), r.measured_gain())),
          PredictedMeasured(r.predicted().throughput(), since.has_throughput(),
-                           since.throughput(), "%.2f"),
+                           since.throughput(), 2),
          PredictedMeasured(r.predicted().forced_idle_pct(), since.has_forced_idle_pct(),
-                           since.forced_idle_pct(), "%.1f"),
+                           since.forced_idle_pct(), 1),
          Points(r.has_forced_idle_error_pct(), r.forced_idle_error_pct()),
          absl::StrCat(since.windows())});
   }

@@ -266,15 +266,19 @@ void EtcdPrefixWatch::Handle(const etcdserverpb::WatchResponse& response) {
     pending.revision = std::max(pending.revision, change.revision);
     for (std::string& host : change.assignment_hosts) AddOnce(pending.assignment_hosts, host);
     for (auto& [id, before] : change.vms) {
+      // A structured binding is named in the lambda through a reference of
+      // its own: clang 14 (the fuzz build) does not capture bindings.
+      const std::string& vm_id = id;
       if (std::none_of(pending.vms.begin(), pending.vms.end(),
-                       [&](const auto& v) { return v.first == id; })) {
+                       [&](const auto& v) { return v.first == vm_id; })) {
         pending.vms.emplace_back(id, std::move(before));
       }
     }
     for (std::string& host : change.hosts) AddOnce(pending.hosts, host);
     for (auto& [host, vms] : change.reports) {
+      const std::string& host_id = host;
       auto it = std::find_if(pending.reports.begin(), pending.reports.end(),
-                             [&](const auto& r) { return r.first == host; });
+                             [&](const auto& r) { return r.first == host_id; });
       if (it == pending.reports.end()) {
         pending.reports.emplace_back(host, std::move(vms));
       } else {
