@@ -8,10 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "agent/host_probe.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
 #include "host/core_sched_prctl.h"
+#include "host/known_bad.h"
 #include "host/topology.h"
 #include "glog/logging.h"
 
@@ -71,6 +73,13 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
   RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options.allow_hazards));
   options.sched_ext_dir = config.sched_ext_dir();
   options.nested_is_hazard = config.nested_is_hazard();
+  {
+    const bool named = !config.known_bad_file().empty();
+    absl::StatusOr<v1::KnownBadList> known_bad = host::LoadKnownBadList(
+        named ? config.known_bad_file() : host::kDefaultKnownBadFile, /*required=*/named);
+    if (!known_bad.ok()) return known_bad.status();
+    options.known_bad.assign(known_bad->entries().begin(), known_bad->entries().end());
+  }
   const v1::TelemetryConfig& telemetry = config.telemetry();
   options.telemetry = telemetry.enabled();
   options.collector.enable_schedstats = telemetry.enable_schedstats();
@@ -200,8 +209,7 @@ absl::Status Agent::DescribeHost() {
                                   ? options_.sysfs_root + "/kernel/sched_ext"
                                   : options_.sched_ext_dir;
   watch.paths.cgroupfs_root = options_.sysfs_root + "/fs/cgroup";
-  watch.rules.allow.insert(options_.allow_hazards.begin(), options_.allow_hazards.end());
-  watch.rules.nested = options_.nested_is_hazard;
+  watch.rules = HazardRulesOf(options_);
   watch.poll = options_.hazard_poll;
   hazard_watch_ = std::make_unique<HazardWatch>(options_.host_fs, std::move(watch), [this] {
     // A hazard came or went: the next pass holds or resumes tagging, and

@@ -75,6 +75,9 @@ struct AgentOptions {
   std::vector<std::string> allow_hazards;
   // Running as a guest (nested virtualization) is a hazard too.
   bool nested_is_hazard = false;
+  // The known-bad list's entries (host/known_bad.h, validated), loaded by
+  // AgentOptionsFromConfig from known_bad_file.
+  std::vector<v1::KnownBadEntry> known_bad;
   std::string sched_ext_dir;
   std::chrono::milliseconds hazard_poll{250};
 

@@ -139,8 +139,8 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9464)");
   app.add_flag("--probe", probe,
                "print what this host can do (topology, SMT, core scheduling) and whether "
-               "tagging is safe (the preflight's hazards), and exit: 0 when it can tag, "
-               "3 when it cannot");
+               "tagging is safe (the preflight's hazards under --config's rules), and exit: "
+               "0 when it can tag, 3 when it cannot");
   app.add_option("-o,--output", probe_output, "--probe's format: text or json")
       ->check(CLI::IsMember({"text", "json"}));
   try {
@@ -152,7 +152,18 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
     google::InitGoogleLogging(argc > 0 ? argv[0] : "cs-agent");
     FLAGS_logtostderr = true;
   }
-  if (probe) return PrintHostProbe(out, probe_output == "json");
+  if (probe) {
+    // The probe judges hazards by the agent's own settings (allow_hazards,
+    // nested_is_hazard, the known-bad list), so it answers as the agent
+    // with this config would.
+    for (const Step& step : {Step(LoadConfig), Step(ApplyFlags), Step(CheckOptions)}) {
+      StepFailure failed = step(run);
+      if (failed.code == kAgentExitOk) continue;
+      err << "cs-agent: " << failed.message << "\n";
+      return failed.code;
+    }
+    return PrintHostProbe(HazardRulesOf(run.options), out, probe_output == "json");
+  }
 
   const std::vector<std::pair<absl::string_view, Step>> steps = {
       {"load the config file", LoadConfig},

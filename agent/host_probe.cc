@@ -27,7 +27,8 @@ void PrintText(const v1::Host& host, std::ostream& out) {
       << or_unknown(p.smt_control()) << ")\n"
       << "core scheduling: " << CoreSchedSupportName(caps.core_sched()) << " ("
       << caps.core_sched_detail() << ")\n"
-      << "kernel:          " << or_unknown(p.kernel_release()) << "\n"
+      << "kernel:          " << or_unknown(p.kernel_release()) << " (version "
+      << or_unknown(p.kernel_version()) << ")\n"
       << "sched_ext:       "
       << (p.sched_ext_state().empty() ? "not in this kernel" : p.sched_ext_state())
       << (p.sched_ext_ops().empty() ? "" : " (" + p.sched_ext_ops() + ")") << "\n"
@@ -46,11 +47,22 @@ void PrintText(const v1::Host& host, std::ostream& out) {
   for (const v1::Hazard& h : p.hazards()) {
     out << "hazard:          " << h.name() << ": " << h.detail() << "\n";
   }
+  for (const v1::Hazard& h : p.allowed_hazards()) {
+    out << "allowed hazard:  " << h.name() << ": " << h.detail() << "\n";
+  }
 }
 
 }  // namespace
 
-int PrintHostProbe(std::ostream& out, bool json) {
+host::HazardRules HazardRulesOf(const AgentOptions& options) {
+  host::HazardRules rules;
+  rules.allow.insert(options.allow_hazards.begin(), options.allow_hazards.end());
+  rules.nested = options.nested_is_hazard;
+  rules.known_bad = options.known_bad;
+  return rules;
+}
+
+int PrintHostProbe(const host::HazardRules& rules, std::ostream& out, bool json) {
   host::LocalPseudoFs fs;
   auto topology = host::ReadTopology(fs, "/sys");
   if (!topology.ok()) {
@@ -69,7 +81,7 @@ int PrintHostProbe(std::ostream& out, bool json) {
   caps->set_core_sched_detail(probe.detail);
   caps->set_schedstats_enabled(schedstats.ok() && *schedstats);
   *caps->mutable_preflight() = host::ReadPreflight(fs, host::PreflightPaths());
-  host::FindHazards(host::HazardRules(), *caps->mutable_preflight());
+  host::FindHazards(rules, *caps->mutable_preflight());
   if (json) {
     std::string text;
     google::protobuf::util::JsonPrintOptions options;

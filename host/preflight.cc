@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "host/known_bad.h"
 
 namespace cosched::host {
 namespace {
@@ -100,10 +101,11 @@ void ReadVulnerabilities(const PseudoFs& fs, const PreflightPaths& paths,
 
 absl::Status ValidateHazardNames(absl::string_view field, const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != kHazardSchedExt && names[i] != kHazardNested) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] '", names[i],
-                                                     "' is not a hazard; known: ",
-                                                     kHazardSchedExt, ", ", kHazardNested));
+    if (names[i] != kHazardSchedExt && names[i] != kHazardNested &&
+        !IsKnownBadHazardName(names[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "] '", names[i], "' is not a hazard; known: ", kHazardSchedExt, ", ",
+          kHazardNested, ", ", kHazardKnownBadPrefix, "ID (an entry of the known-bad list)"));
     }
   }
   return absl::OkStatus();
@@ -124,6 +126,9 @@ void ReadSchedExt(const PseudoFs& fs, const PreflightPaths& paths, v1::HostPrefl
 v1::HostPreflight ReadPreflight(const PseudoFs& fs, const PreflightPaths& paths) {
   v1::HostPreflight out;
   out.set_kernel_release(FirstLine(fs, paths.procfs_root + "/sys/kernel/osrelease"));
+  out.set_kernel_version(UpstreamKernelVersion(
+      out.kernel_release(), FirstLine(fs, paths.procfs_root + "/sys/kernel/version"),
+      FirstLine(fs, paths.procfs_root + "/version_signature")));
   out.set_smt_control(FirstLine(fs, paths.sysfs_root + "/devices/system/cpu/smt/control"));
   ReadSchedExt(fs, paths, out);
   ReadNested(fs, paths, out);
@@ -138,7 +143,7 @@ v1::HostPreflight ReadPreflight(const PseudoFs& fs, const PreflightPaths& paths)
 void FindHazards(const HazardRules& rules, v1::HostPreflight& preflight) {
   preflight.clear_hazards();
   preflight.clear_allowed_hazards();
-  auto add = [&](const char* name, std::string detail) {
+  auto add = [&](const std::string& name, std::string detail) {
     v1::Hazard hazard;
     hazard.set_name(name);
     hazard.set_detail(std::move(detail));
@@ -158,6 +163,21 @@ void FindHazards(const HazardRules& rules, v1::HostPreflight& preflight) {
   if (rules.nested && preflight.nested()) {
     add(kHazardNested, absl::StrCat("the host is itself a guest (", preflight.nested_detail(),
                                     ") and nested_is_hazard is set"));
+  }
+  for (const v1::KnownBadEntry& entry : rules.known_bad) {
+    if (!KnownBadMatches(entry, preflight)) continue;
+    std::string covers;
+    if (!entry.kernel_from().empty() || !entry.kernel_before().empty()) {
+      covers = absl::StrCat("kernel ", preflight.kernel_version(), " is in [",
+                            entry.kernel_from().empty() ? "any" : entry.kernel_from(), ", ",
+                            entry.kernel_before().empty() ? "any" : entry.kernel_before(), ")");
+    }
+    if (entry.nested_only()) {
+      absl::StrAppend(&covers, covers.empty() ? "" : " on ", "a host that is itself a guest");
+    }
+    add(absl::StrCat(kHazardKnownBadPrefix, entry.id()),
+        absl::StrCat("known-bad entry '", entry.id(), "': ", covers, ": ", entry.reason(),
+                     entry.source().empty() ? "" : absl::StrCat(" (", entry.source(), ")")));
   }
 }
 

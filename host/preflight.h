@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "cosched/v1/config.pb.h"
 #include "cosched/v1/types.pb.h"
 #include "host/pseudo_fs.h"
 
@@ -34,7 +35,8 @@ inline constexpr char kHazardSchedExt[] = "sched_ext";
 // (Cloud Hypervisor issue 7792: core scheduling made VMMs segfault in a
 // nested setup).
 inline constexpr char kHazardNested[] = "nested";
-// INVALID_ARGUMENT naming `field`[i] for a name that is not a hazard.
+// INVALID_ARGUMENT naming `field`[i] for a name that is not a hazard:
+// sched_ext, nested, or known_bad:ID (an entry of the known-bad list).
 absl::Status ValidateHazardNames(absl::string_view field, const std::vector<std::string>& names);
 
 // Issues that leak between the SMT siblings of one core, which keeping
@@ -56,6 +58,9 @@ struct HazardRules {
   std::set<std::string> allow;
   // Running nested (HostPreflight.nested) is a hazard.
   bool nested = false;
+  // The known-bad list's entries (host/known_bad.h, validated): each that
+  // matches is the hazard "known_bad:ID".
+  std::vector<v1::KnownBadEntry> known_bad;
 };
 
 // Fills preflight.hazards (and allowed_hazards) from its facts. A sched_ext

@@ -38,6 +38,7 @@ absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight
   }
   for (const auto& [what, value] :
        {std::pair<const char*, const std::string*>{"kernel_release", &p.kernel_release()},
+        {"kernel_version", &p.kernel_version()},
         {"smt_control", &p.smt_control()},
         {"sched_ext_state", &p.sched_ext_state()},
         {"sched_ext_ops", &p.sched_ext_ops()},

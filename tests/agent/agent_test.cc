@@ -347,6 +347,35 @@ TEST(AgentOptionsTest, FromConfig) {
   EXPECT_THAT(bad.status().message(), HasSubstr("report_interval_s"));
 }
 
+TEST(AgentOptionsTest, KnownBadListFromConfig) {
+  TempDir dir;
+  v1::AgentConfig config;
+  // A list the operator names must exist.
+  config.set_known_bad_file(dir.Sub("missing.yaml"));
+  absl::StatusOr<AgentOptions> missing = AgentOptionsFromConfig(config);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("known_bad_file"));
+
+  const std::string list = dir.Sub("known-bad.yaml");
+  std::ofstream(list) << "entries:\n  - id: old\n    kernel_before: \"5.0\"\n"
+                         "    reason: too old\n";
+  config.set_known_bad_file(list);
+  absl::StatusOr<AgentOptions> loaded = AgentOptionsFromConfig(config);
+  ASSERT_OK(loaded);
+  ASSERT_EQ(loaded->known_bad.size(), 1u);
+  EXPECT_EQ(loaded->known_bad[0].id(), "old");
+
+  std::ofstream(list) << "entries:\n  - id: old\n    reason: covers everything\n";
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("known_bad_file: " + list + ":2: entries[0]"));
+
+  config.set_known_bad_file("off");
+  absl::StatusOr<AgentOptions> off = AgentOptionsFromConfig(config);
+  ASSERT_OK(off);
+  EXPECT_TRUE(off->known_bad.empty());
+}
+
 TEST(AgentOptionsTest, TelemetryFromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);

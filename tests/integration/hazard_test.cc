@@ -152,6 +152,39 @@ TEST_F(HazardTest, AHostUnsafeAtStartNeverGetsACookie) {
   EXPECT_EQ(host.kernel().CookieOf(100), 0u);
 }
 
+// A kernel on the known-bad list (Debian's version, read from
+// /proc/sys/kernel/version as on a real Debian host) is a hazard from the
+// start: no cookie, and csd shows the host unsafe naming the entry.
+TEST_F(HazardTest, AKnownBadKernelNeverGetsACookie) {
+  StartCluster();
+  testing::MiniHostOptions options;
+  options.extra_files = {
+      {"/proc/sys/kernel/osrelease", "5.15.0-56-amd64\n"},
+      {"/proc/sys/kernel/version", "#1 SMP Debian 5.15.20-1 (2022-02-10)\n"}};
+  v1::KnownBadEntry entry;
+  entry.set_id("forceidle-5.15");
+  entry.set_kernel_from("5.14");
+  entry.set_kernel_before("5.15.34");
+  entry.set_reason("the forced-newidle balancer misbehaves");
+  options.known_bad = {entry};
+  auto added = cluster_->AddHost(options);
+  ASSERT_OK(added);
+  testing::MiniHost& host = **added;
+  host.AddVm("vm-1", 100);
+  ASSERT_TRUE(Eventually([&] {
+    return GetHost("hv-1").capabilities().preflight().hazards_size() == 1;
+  }));
+  const v1::HostPreflight preflight = GetHost("hv-1").capabilities().preflight();
+  EXPECT_EQ(preflight.kernel_version(), "5.15.20");
+  EXPECT_EQ(preflight.hazards(0).name(), "known_bad:forceidle-5.15");
+  EXPECT_THAT(preflight.hazards(0).detail(), HasSubstr("kernel 5.15.20 is in [5.14, 5.15.34)"));
+  ASSERT_TRUE(Eventually([&] { return GetHost("hv-1").vm_count() == 1; }));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(host.kernel().write_calls(), 0);
+  EXPECT_EQ(host.kernel().CookieOf(100), 0u);
+  EXPECT_THAT(HostsTable(), HasSubstr("unsafe"));
+}
+
 TEST_F(HazardTest, AllowedHazardTagsAnywayAndIsAudited) {
   StartCluster();
   testing::MiniHostOptions options;

@@ -193,6 +193,10 @@ TEST_F(BadInputTest, Register) {
   r.mutable_capabilities()->set_core_sched(v1::CORE_SCHED_SUPPORT_SUPPORTED);
   r.set_agent_version(std::string(65, 'v'));
   Expect<v1::RegisterRequest, v1::RegisterResponse>(reg, r, {kInvalid, "agent_version"});
+  r.clear_agent_version();
+  r.mutable_capabilities()->mutable_preflight()->set_kernel_version(std::string(1025, '6'));
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(
+      reg, r, {kInvalid, "preflight.kernel_version must be at most 1024 bytes"});
 }
 
 TEST_F(BadInputTest, WatchAssignments) {

@@ -51,8 +51,9 @@ struct MiniHostOptions {
   // Files of the fake host beyond its topology, written before the agent
   // starts (e.g. /sys/kernel/sched_ext/state for a hazard at start).
   std::map<std::string, std::string> extra_files;
-  // AgentOptions::allow_hazards.
+  // AgentOptions::allow_hazards and known_bad.
   std::vector<std::string> allow_hazards;
+  std::vector<v1::KnownBadEntry> known_bad;
 };
 
 // A fake host and the cs-agent that runs on it.
