@@ -64,6 +64,7 @@ echo "== After: what each VM's SMT sibling ran"
 show_share /tmp/after.txt
 echo
 echo "(Foreign time left after tagging comes from the emulator's slow"
-echo " interrupts while a core switches cookies: see ARCHITECTURE.md.)"
+echo " interrupts while a core switches cookies: see docs/architecture.md,"
+echo " \"What the lab can and cannot show\".)"
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"
