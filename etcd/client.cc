@@ -251,7 +251,10 @@ absl::StatusOr<etcdserverpb::TxnResponse> Client::Txn(const etcdserverpb::TxnReq
 absl::Status Client::Compact(int64_t revision) {
   etcdserverpb::CompactionRequest request;
   request.set_revision(revision);
-  request.set_physical(true);
+  // Not physical: etcd has applied the compaction when it answers (older
+  // revisions are refused from then on); freeing the space may take longer
+  // than a call's deadline on a large database.
+  request.set_physical(false);
   etcdserverpb::CompactionResponse response;
   return Invoke("Compact", true, [&](Member& m, grpc::ClientContext& c) {
     return m.kv->Compact(&c, request, &response);

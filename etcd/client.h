@@ -97,7 +97,8 @@ class Client {
   // Whether `request` fits the limits; the error says which it breaks.
   absl::Status CheckTxnLimits(const etcdserverpb::TxnRequest& request) const;
 
-  // Compacts the history up to `revision` (physical: waits until applied).
+  // Compacts the history up to `revision`: once it returns, reads below it
+  // fail OUT_OF_RANGE (the space is freed in the background).
   absl::Status Compact(int64_t revision);
 
   // Leases: returns the lease's id; its remaining TTL (<= 0: gone).

@@ -53,11 +53,17 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   if (options.max_batch < 1 || options.max_attempts < 1) {
     return absl::InvalidArgumentError("etcd store max_batch and max_attempts must be positive");
   }
+  RETURN_IF_ERROR(ValidateEtcdReplicasOptions(options.replicas));
   ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client, etcd::Client::Create(options.client));
   ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client, options.prefix));
   std::unique_ptr<EtcdStore> store(new EtcdStore(options, std::move(client)));
   store->committed_revision_.store(snapshot.meta_revision);
   store->opened_revision_ = snapshot.revision;
+  store->replicas_ = std::make_unique<EtcdReplicas>(*store->client_, options.prefix,
+                                                    options.replicas);
+  store->maintenance_ = std::make_unique<EtcdMaintenance>(
+      *store->client_, options.prefix, *store->replicas_, options.maintenance,
+      options.client.max_txn_ops);
   store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   LOG(INFO) << "store: etcd at " << store->client_->endpoint() << " under "
@@ -69,6 +75,7 @@ EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> cli
     : options_(std::move(options)), client_(std::move(client)) {}
 
 EtcdStore::~EtcdStore() {
+  maintenance_.reset();
   SetExternalObserver(nullptr);  // stops the watch, which calls into the writer
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -82,6 +89,11 @@ EtcdStore::~EtcdStore() {
   }
   completion_cv_.notify_all();
   if (completer_.joinable()) completer_.join();
+  replicas_.reset();
+}
+
+void EtcdStore::SetLeadershipObserver(LeadershipObserver observer) {
+  replicas_->SetObserver(std::move(observer));
 }
 
 void EtcdStore::Write(TxnFn fn, DoneFn done) {
@@ -327,6 +339,7 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
       return;
     }
     NoteRevision(snapshot->meta_revision);
+    snapshot->replicas = replicas_.get();
     EtcdWriteState state;
     state.meta = snapshot->meta;
     std::vector<size_t> ran, later;

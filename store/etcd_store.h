@@ -19,6 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "etcd/client.h"
+#include "store/etcd_maintenance.h"
+#include "store/etcd_replicas.h"
 #include "store/etcd_watch.h"
 #include "store/store.h"
 
@@ -38,6 +40,10 @@ struct EtcdStoreOptions {
   int max_attempts = 20;
   // Backoff of the prefix's watch when it breaks.
   EtcdWatchOptions watch;
+  // This replica among those on the prefix, and its leadership.
+  EtcdReplicasOptions replicas;
+  // The leader's jobs: compaction, the change-log sweep, audit pruning.
+  EtcdMaintenanceOptions maintenance;
 };
 
 // Store on etcd. Layout under the prefix (values are serialized protos):
@@ -50,6 +56,11 @@ struct EtcdStoreOptions {
 //   changes/<host_id>/<vm_id> empty: its mod_revision is when the VM's
 //                             assignment last changed for that host
 //   audit/<~sequence, hex>    v1::AuditRecord, newest first in key order
+//   replicas/<name>           EtcdReplica, under the replica's lease
+//   leader                    EtcdReplica: the replica that leads, under
+//                             its lease (store/etcd_replicas.h)
+//   compact                   EtcdCompaction: the leader's last compaction
+//                             (store/etcd_maintenance.h)
 //
 // Concurrency, optimistic as etcd's STM: a write function reads a snapshot
 // at revision R (every read is a Range at R, over the function's own
@@ -121,7 +132,14 @@ class EtcdStore final : public Store {
   // while the watch runs (SetExternalObserver).
   void SetReachabilityObserver(ReachabilityObserver observer) override;
 
+  // The leader's jobs run in this store (store/etcd_maintenance.h); the
+  // other jobs that must run once ask Leads() and fence their writes.
+  bool Leads() const override { return replicas_->leading(); }
+  void SetLeadershipObserver(LeadershipObserver observer) override;
+
   etcd::Client& client() { return *client_; }
+  EtcdReplicas& replicas() { return *replicas_; }
+  EtcdMaintenance& maintenance() { return *maintenance_; }
   const std::string& prefix() const { return options_.prefix; }
 
   // The layout version this code writes in <prefix>/meta.
@@ -191,6 +209,10 @@ class EtcdStore final : public Store {
 
   std::thread completer_;
   std::thread writer_;
+  // Resigns last, once the writer committed what was queued.
+  std::unique_ptr<EtcdReplicas> replicas_;
+  // Stopped first.
+  std::unique_ptr<EtcdMaintenance> maintenance_;
   // Stopped first by the destructor: it calls into the writer's queue and
   // bookkeeping.
   std::unique_ptr<EtcdPrefixWatch> watch_;

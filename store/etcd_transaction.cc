@@ -87,6 +87,13 @@ etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
   compare->set_target(etcdserverpb::Compare::MOD);
   compare->set_result(etcdserverpb::Compare::EQUAL);
   compare->set_mod_revision(snapshot.meta_revision);  // 0: still absent
+  if (state.fence != 0) {
+    etcdserverpb::Compare* fenced = request.add_compare();
+    fenced->set_key(absl::StrCat(snapshot.prefix, "/leader"));
+    fenced->set_target(etcdserverpb::Compare::CREATE);
+    fenced->set_result(etcdserverpb::Compare::EQUAL);
+    fenced->set_create_revision(state.fence);
+  }
   for (const auto& [key, value] : state.writes) {
     etcdserverpb::RequestOp* op = request.add_success();
     if (value) {
@@ -473,6 +480,36 @@ absl::StatusOr<HostChanges> EtcdTransaction::ChangesSince(absl::string_view host
   changes.complete = true;
   changes.revision = current;
   return changes;
+}
+
+absl::Status EtcdTransaction::RequireLeadership() {
+  RETURN_IF_ERROR(RequireWrite("RequireLeadership"));
+  if (write_->fence != 0) return absl::OkStatus();  // an earlier call of the batch checked
+  EtcdReplicas* replicas = snap_.replicas;
+  const int64_t fence = replicas != nullptr ? replicas->fence() : 0;
+  auto not_leading = [&](const std::string& leader) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this csd replica", replicas != nullptr ? absl::StrCat(" (", replicas->name(), ")") : "",
+        " does not lead the replicas on ", snap_.prefix, ": ",
+        leader.empty() ? "none does at the moment" : absl::StrCat(leader, " does")));
+  };
+  if (fence == 0) return not_leading(replicas != nullptr ? replicas->leader() : "");
+  // At the snapshot: a leadership lost before it is seen here, one lost
+  // after it fails the Txn's compare (and this runs again).
+  etcdserverpb::RangeRequest request;
+  request.set_key(absl::StrCat(snap_.prefix, "/leader"));
+  request.set_revision(snap_.revision);
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
+  if (response.kvs_size() != 1 || response.kvs(0).create_revision() != fence) {
+    EtcdReplica leader;
+    if (response.kvs_size() == 1 && !leader.ParseFromString(response.kvs(0).value())) {
+      leader.Clear();
+    }
+    replicas->LostFence(fence, leader.name());
+    return not_leading(leader.name());
+  }
+  write_->fence = fence;
+  return absl::OkStatus();
 }
 
 absl::Status EtcdTransaction::AppendAudit(const v1::AuditRecord& record) {

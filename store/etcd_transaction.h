@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "etcd/client.h"
+#include "store/etcd_replicas.h"
 #include "store/store.h"
 
 namespace cosched::store {
@@ -29,6 +30,8 @@ struct EtcdSnapshot {
   int64_t meta_revision = 0;  // mod_revision of meta at R; 0 when absent
   std::string meta_value;     // its bytes, for a fence (EtcdStore)
   EtcdMeta meta;
+  // The replicas on the prefix, for RequireLeadership; null in reads.
+  EtcdReplicas* replicas = nullptr;
 };
 
 // Reads <prefix>/meta linearizably: the snapshot of a new transaction.
@@ -44,10 +47,14 @@ struct EtcdWriteState {
   std::map<std::string, std::optional<std::string>> writes;
   bool revision_taken = false;
   std::set<std::string> changed_hosts;
+  // Non-zero: a function required leadership, and the Txn compares the
+  // leader key's create_revision with this fence.
+  int64_t fence = 0;
 };
 
 // The TxnRequest that commits `state` read at `snapshot`: compare meta's
-// mod_revision, then every write and the new meta with `commit_id`.
+// mod_revision (and the leader key's create_revision when fenced), then
+// every write and the new meta with `commit_id`.
 etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
                                        const EtcdWriteState& state, uint64_t commit_id);
 
@@ -79,6 +86,7 @@ class EtcdTransaction final : public Transaction {
   absl::Status RecordChange(absl::string_view host_id, absl::string_view vm_id) override;
   absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                            int64_t revision) override;
+  absl::Status RequireLeadership() override;
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const AuditFilter& filter,
                                                          int64_t before_sequence,

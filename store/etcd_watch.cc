@@ -80,7 +80,9 @@ absl::Status AddWatchEvent(absl::string_view prefix, const mvccpb::Event& event,
     return absl::OkStatus();
   }
   if (absl::ConsumePrefix(&tail, "changes/")) {
-    AddOnce(change.assignment_hosts, IdOf(tail));
+    // A delete is the leader's sweep of records no agent can ask for any
+    // more (store/etcd_maintenance.h): no assignment changed.
+    if (put) AddOnce(change.assignment_hosts, IdOf(tail));
     return absl::OkStatus();
   }
   if (absl::ConsumePrefix(&tail, "reports/")) {
@@ -101,7 +103,8 @@ absl::Status AddWatchEvent(absl::string_view prefix, const mvccpb::Event& event,
     }
     return parsed;
   }
-  // obs/ (an index of reports) and audit/ change no view.
+  // obs/ (an index of reports), audit/, and the replicas' keys (replicas/,
+  // leader, compact) change no view.
   return absl::OkStatus();
 }
 

@@ -61,6 +61,8 @@ class SqliteTransaction final : public Transaction {
                             absl::string_view vm_id) override;
   absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                            int64_t revision) override;
+  // The store has one writer, this process: it always leads.
+  absl::Status RequireLeadership() override { return absl::OkStatus(); }
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(
       const AuditFilter& filter, int64_t before_sequence, int limit) override;

@@ -159,6 +159,13 @@ class Transaction {
   virtual absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                                    int64_t revision) = 0;
 
+  // Makes the writes of this transaction commit only while this process
+  // leads the store's writers (Store::Leads): for the jobs that must run
+  // once per fleet, such as the policy engine's. FAILED_PRECONDITION naming
+  // the leader when it does not lead (the write function should return
+  // it); a store with one writer (SqliteStore) always leads.
+  virtual absl::Status RequireLeadership() = 0;
+
   // Audit trail: appends `record` (stored whole; its sequence is assigned,
   // greater than every earlier one). INVALID_ARGUMENT when who or method is
   // empty.
@@ -230,6 +237,18 @@ class Store {
   // is reachable again. A store that is always reachable (SqliteStore, a
   // file) never calls it.
   virtual void SetReachabilityObserver(ReachabilityObserver observer) { (void)observer; }
+
+  // Whether this process leads the store's writers: the one that runs the
+  // jobs that must run once (EtcdStore: one replica at a time, elected in
+  // etcd; SqliteStore: always). A leader's fenced writes
+  // (Transaction::RequireLeadership) fail once it no longer leads, even
+  // before it learns so here.
+  virtual bool Leads() const { return true; }
+  // Set once, before the first Write: called, on a thread of the store's
+  // own, when this process starts or stops leading. A store that always
+  // leads never calls it.
+  using LeadershipObserver = std::function<void(bool leading)>;
+  virtual void SetLeadershipObserver(LeadershipObserver observer) { (void)observer; }
 };
 
 }  // namespace cosched::store

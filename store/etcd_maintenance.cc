@@ -1,0 +1,236 @@
+#include "store/etcd_maintenance.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "cosched/v1/control_plane.pb.h"
+
+namespace cosched::store {
+namespace {
+
+// Audit records read per page while looking for the oldest to keep.
+constexpr int64_t kAuditPage = 500;
+
+void FenceOn(etcdserverpb::TxnRequest& request, const std::string& leader_key, int64_t fence) {
+  etcdserverpb::Compare* compare = request.add_compare();
+  compare->set_key(leader_key);
+  compare->set_target(etcdserverpb::Compare::CREATE);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_create_revision(fence);
+}
+
+absl::Status NotLeading(const std::string& prefix) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this csd replica lost the leadership of ", prefix, " on the way: its job stopped"));
+}
+
+}  // namespace
+
+EtcdMaintenance::EtcdMaintenance(etcd::Client& client, std::string prefix,
+                                 EtcdReplicas& replicas, EtcdMaintenanceOptions options,
+                                 int max_txn_ops)
+    : client_(client),
+      prefix_(std::move(prefix)),
+      replicas_(replicas),
+      options_(options),
+      max_txn_ops_(std::max(2, max_txn_ops)) {
+  if (options_.interval > absl::ZeroDuration()) thread_ = std::thread([this] { Loop(); });
+}
+
+EtcdMaintenance::~EtcdMaintenance() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EtcdMaintenance::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.interval),
+                      [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    absl::StatusOr<MaintenanceRun> run = RunOnce();
+    if (!run.ok()) {
+      LOG(WARNING) << "etcd store maintenance under " << prefix_ << ": " << run.status();
+    } else if (run->compacted_to != 0 || run->changes_swept != 0 || run->audit_pruned != 0) {
+      LOG(INFO) << "etcd store maintenance under " << prefix_ << ": compacted to revision "
+                << run->compacted_to << ", " << run->changes_swept
+                << " change records swept, " << run->audit_pruned << " audit records pruned";
+    }
+    lock.lock();
+  }
+}
+
+absl::StatusOr<MaintenanceRun> EtcdMaintenance::RunOnce() {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  MaintenanceRun run;
+  const int64_t fence = replicas_.fence();
+  if (fence == 0) {
+    previous_fence_ = 0;
+    return run;
+  }
+  run.led = true;
+  if (options_.compact) {
+    ASSIGN_OR_RETURN(run.compacted_to, Compact(fence));
+    if (run.compacted_to > swept_to_) {
+      ASSIGN_OR_RETURN(run.changes_swept, SweepChanges(fence, run.compacted_to));
+      swept_to_ = run.compacted_to;
+    }
+  }
+  if (options_.audit_retention != absl::InfiniteDuration()) {
+    ASSIGN_OR_RETURN(run.audit_pruned, PruneAudit(fence));
+  }
+  return run;
+}
+
+absl::StatusOr<bool> EtcdMaintenance::FenceHolds(int64_t fence) {
+  ASSIGN_OR_RETURN(etcd::RangeResult leader, client_.Range(replicas_.leader_key(), ""));
+  const bool holds = leader.kvs.size() == 1 && leader.kvs[0].create_revision() == fence;
+  if (!holds) replicas_.LostFence(fence);
+  return holds;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::Compact(int64_t fence) {
+  const std::string key = absl::StrCat(prefix_, "/compact");
+  ASSIGN_OR_RETURN(etcd::RangeResult current, client_.Range(key, ""));
+  // A new leader (or one that led before under another fence) waits one
+  // whole interval: it keeps at least an interval of history, as the
+  // previous leader did.
+  const int64_t target = previous_fence_ == fence ? previous_revision_ : 0;
+  previous_fence_ = fence;
+  previous_revision_ = current.revision;
+  EtcdCompaction last;
+  int64_t version = 0;
+  if (current.kvs.size() == 1) {
+    version = current.kvs[0].version();
+    if (!last.ParseFromString(current.kvs[0].value())) {
+      return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
+                                              " does not parse as a compaction record"));
+    }
+  }
+  if (target <= last.revision()) return 0;
+  EtcdCompaction next;
+  next.set_revision(target);
+  next.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* unchanged = request.add_compare();
+  unchanged->set_key(key);
+  unchanged->set_target(etcdserverpb::Compare::VERSION);
+  unchanged->set_result(etcdserverpb::Compare::EQUAL);
+  unchanged->set_version(version);
+  FenceOn(request, replicas_.leader_key(), fence);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(next.SerializeAsString());
+  ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+  if (!response.succeeded()) {
+    ASSIGN_OR_RETURN(bool holds, FenceHolds(fence));
+    if (!holds) return NotLeading(prefix_);
+    return 0;  // another compaction got there first
+  }
+  absl::Status compacted = client_.Compact(target);
+  // Compacted already (by etcd's own auto-compaction, say): nothing lost.
+  if (!compacted.ok() && !absl::IsOutOfRange(compacted)) return compacted;
+  return target;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::SweepChanges(int64_t fence, int64_t compacted) {
+  const std::string base = absl::StrCat(prefix_, "/changes/");
+  etcdserverpb::RangeRequest list;
+  list.set_key(base);
+  list.set_range_end(etcd::PrefixEnd(base));
+  list.set_keys_only(true);
+  list.set_max_mod_revision(compacted);
+  // etcd reads the whole range to apply the filter anyway: no paging.
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse stale, client_.RangeOnce(list));
+  int64_t swept = 0;
+  // One compare for the fence, and one per key on its mod_revision.
+  const int chunk = max_txn_ops_ - 1;
+  for (int begin = 0; begin < stale.kvs_size(); begin += chunk) {
+    etcdserverpb::TxnRequest request;
+    FenceOn(request, replicas_.leader_key(), fence);
+    const int end = std::min(stale.kvs_size(), begin + chunk);
+    for (int i = begin; i < end; ++i) {
+      etcdserverpb::Compare* unchanged = request.add_compare();
+      unchanged->set_key(stale.kvs(i).key());
+      unchanged->set_target(etcdserverpb::Compare::MOD);
+      unchanged->set_result(etcdserverpb::Compare::EQUAL);
+      unchanged->set_mod_revision(stale.kvs(i).mod_revision());
+      request.add_success()->mutable_request_delete_range()->set_key(stale.kvs(i).key());
+    }
+    ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+    if (response.succeeded()) {
+      swept += end - begin;
+      continue;
+    }
+    ASSIGN_OR_RETURN(bool holds, FenceHolds(fence));
+    if (!holds) return NotLeading(prefix_);
+    // A change was recorded on one of these keys meanwhile: the chunk
+    // waits for the next sweep, which will not list that key.
+  }
+  return swept;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::PruneAudit(int64_t fence) {
+  const std::string base = absl::StrCat(prefix_, "/audit/");
+  const std::string base_end = etcd::PrefixEnd(base);
+  const int64_t cutoff = absl::ToUnixNanos(absl::Now() - options_.audit_retention);
+  // Keys are newest first: read from the end, oldest first, until a record
+  // to keep. Every key from the last one to go onwards is older.
+  std::string first_to_go;
+  std::string end = base_end;
+  int64_t count = 0;
+  bool done = false;
+  int64_t revision = 0;
+  while (!done && count < options_.prune_rows) {
+    etcdserverpb::RangeRequest page;
+    page.set_key(base);
+    page.set_range_end(end);
+    page.set_revision(revision);
+    page.set_sort_order(etcdserverpb::RangeRequest::DESCEND);
+    page.set_sort_target(etcdserverpb::RangeRequest::KEY);
+    page.set_limit(std::min(kAuditPage, options_.prune_rows - count));
+    ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, client_.RangeOnce(page));
+    revision = response.header().revision();
+    for (const mvccpb::KeyValue& kv : response.kvs()) {
+      v1::AuditRecord record;
+      if (!record.ParseFromString(kv.value())) {
+        return absl::DataLossError(absl::StrCat("etcd store: value of key ", kv.key(),
+                                                " does not parse as an audit record"));
+      }
+      if (record.time_unix_ns() >= cutoff) {
+        done = true;
+        break;
+      }
+      first_to_go = kv.key();
+      ++count;
+    }
+    if (!response.more() || response.kvs().empty()) break;
+    end = response.kvs(response.kvs_size() - 1).key();
+  }
+  if (count == 0) return 0;
+  etcdserverpb::TxnRequest request;
+  FenceOn(request, replicas_.leader_key(), fence);
+  etcdserverpb::DeleteRangeRequest* remove = request.add_success()->mutable_request_delete_range();
+  remove->set_key(first_to_go);
+  remove->set_range_end(base_end);
+  ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+  if (!response.succeeded()) {
+    replicas_.LostFence(fence);  // the fence was its only compare
+    return NotLeading(prefix_);
+  }
+  return response.responses_size() == 1 ? response.responses(0).response_delete_range().deleted()
+                                        : count;
+}
+
+}  // namespace cosched::store

@@ -1,0 +1,103 @@
+// The etcd store's singleton jobs, run by the replica that leads
+// (store/etcd_replicas.h), each write fenced on its leadership:
+//  - compaction, as Kubernetes' API server does it: every interval, etcd's
+//    history is compacted to the revision the previous interval ended at,
+//    after a Txn that compares the version of <prefix>/compact (so that two
+//    replicas that both believe they lead cannot compact twice in one
+//    interval). An agent away for longer than an interval resumes with a
+//    snapshot (Transaction::ChangesSince sees the compaction);
+//  - the change-log sweep: keys changes/<host>/<vm> last written at or
+//    below the compacted revision can no longer be asked for (every
+//    resume from below it gets a snapshot), so they are deleted, each
+//    compared on its mod_revision so that a change recorded meanwhile
+//    stays;
+//  - audit pruning: records older than the retention are deleted, oldest
+//    first, at most prune_rows per interval.
+// etcd has one history for the whole cluster: compaction is the cluster's,
+// not the prefix's. Where something else compacts the cluster (an etcd
+// started with --auto-compaction-*, another application), turn it off here
+// (`compact` false): audit pruning goes on, and the sweep, which needs to
+// know a compacted revision, does not.
+#ifndef COSCHED_STORE_ETCD_MAINTENANCE_H_
+#define COSCHED_STORE_ETCD_MAINTENANCE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcd/client.h"
+#include "store/etcd_replicas.h"
+
+namespace cosched::store {
+
+struct EtcdMaintenanceOptions {
+  // How often the leader runs the jobs; zero: never.
+  absl::Duration interval = absl::Minutes(5);
+  // Whether the leader compacts etcd's history.
+  bool compact = true;
+  // Audit records older than this are deleted; infinite: kept.
+  absl::Duration audit_retention = absl::Hours(24 * 365);
+  // Audit records deleted per interval at most.
+  int64_t prune_rows = 10000;
+};
+
+// What one run of the jobs did.
+struct MaintenanceRun {
+  bool led = false;             // false: not the leader, nothing ran
+  int64_t compacted_to = 0;     // 0: no compaction this time
+  int64_t changes_swept = 0;
+  int64_t audit_pruned = 0;
+};
+
+// Thread-safe. Runs the jobs every interval on a thread of its own while
+// `replicas` leads.
+class EtcdMaintenance {
+ public:
+  EtcdMaintenance(etcd::Client& client, std::string prefix, EtcdReplicas& replicas,
+                  EtcdMaintenanceOptions options, int max_txn_ops);
+  ~EtcdMaintenance();
+  EtcdMaintenance(const EtcdMaintenance&) = delete;
+  EtcdMaintenance& operator=(const EtcdMaintenance&) = delete;
+
+  // One run now, on the calling thread (the loop's runs are the same).
+  // Errors: etcd's, or FAILED_PRECONDITION when leadership was lost on the
+  // way (nothing more is written).
+  absl::StatusOr<MaintenanceRun> RunOnce();
+
+ private:
+  void Loop();
+  // The fenced compaction; returns the revision compacted to (0: none).
+  absl::StatusOr<int64_t> Compact(int64_t fence);
+  absl::StatusOr<int64_t> SweepChanges(int64_t fence, int64_t compacted);
+  absl::StatusOr<int64_t> PruneAudit(int64_t fence);
+  // After a fenced Txn that failed: whether the fence still holds (if not,
+  // the replicas are told).
+  absl::StatusOr<bool> FenceHolds(int64_t fence);
+
+  etcd::Client& client_;
+  const std::string prefix_;
+  EtcdReplicas& replicas_;
+  const EtcdMaintenanceOptions options_;
+  const int max_txn_ops_;
+
+  std::mutex run_mu_;  // one run at a time
+  // The revision the previous run under the same fence saw: the next
+  // run's compaction target.
+  int64_t previous_revision_ = 0;  // guarded by run_mu_
+  int64_t previous_fence_ = 0;     // guarded by run_mu_
+  int64_t swept_to_ = 0;           // guarded by run_mu_
+
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace cosched::store
+
+#endif  // COSCHED_STORE_ETCD_MAINTENANCE_H_

@@ -1,0 +1,266 @@
+#include "store/etcd_replicas.h"
+
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace cosched::store {
+namespace {
+
+bool NameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '.' || c == '-' || c == '_' || c == ':';
+}
+
+std::string DefaultName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    snprintf(host, sizeof(host), "csd");
+  }
+  std::string name;
+  for (const char* c = host; *c != '\0'; ++c) name.push_back(NameChar(*c) ? *c : '_');
+  // Two replicas on one machine (tests, a restart racing its predecessor's
+  // lease) still get names of their own.
+  std::mt19937 random{std::random_device{}()};
+  return absl::StrFormat("%s-%06x", name, random() & 0xffffff);
+}
+
+int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
+
+}  // namespace
+
+absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options) {
+  if (options.name.size() > 128 ||
+      !std::all_of(options.name.begin(), options.name.end(), NameChar)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.replica_name '", options.name,
+        "' must be at most 128 letters, digits, '.', '-', '_' or ':'"));
+  }
+  if (options.ttl < absl::Seconds(2) || options.ttl > absl::Seconds(300)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.lease_ttl_s must be 2 to 300 seconds (unset: 10), got ",
+        absl::ToInt64Seconds(options.ttl)));
+  }
+  if (options.poll <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the replicas' poll interval must be positive");
+  }
+  return absl::OkStatus();
+}
+
+EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplicasOptions options)
+    : client_(client),
+      prefix_(std::move(prefix)),
+      leader_key_(absl::StrCat(prefix_, "/leader")),
+      options_(std::move(options)) {
+  if (options_.name.empty()) options_.name = DefaultName();
+  own_key_ = absl::StrCat(prefix_, "/replicas/", options_.name);
+  Round();
+  thread_ = std::thread([this] { Run(); });
+}
+
+EtcdReplicas::~EtcdReplicas() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    observer_ = nullptr;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+  if (lease_ != 0) {
+    absl::Status revoked = client_.LeaseRevoke(lease_);
+    LOG_IF(WARNING, !revoked.ok())
+        << "etcd replicas: resigning " << options_.name << ": " << revoked
+        << "; the others wait for its lease to expire";
+  }
+}
+
+int64_t EtcdReplicas::fence() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fence_;
+}
+
+std::string EtcdReplicas::leader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_;
+}
+
+void EtcdReplicas::SetObserver(LeadershipObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(observer);
+}
+
+EtcdReplicas::LeadershipObserver EtcdReplicas::SetFenceLocked(int64_t fence) {
+  const bool was = fence_ != 0;
+  fence_ = fence;
+  if (fence != 0) leader_ = options_.name;
+  if (was == (fence != 0)) return nullptr;
+  LOG(INFO) << "etcd replicas: " << options_.name
+            << (fence != 0 ? absl::StrCat(" leads the replicas on ", prefix_, " (fence ", fence, ")")
+                           : absl::StrCat(" no longer leads the replicas on ", prefix_));
+  return observer_;
+}
+
+void EtcdReplicas::LostFence(int64_t fence, const std::string& leader) {
+  LeadershipObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fence_ == 0 || fence_ != fence) return;
+    observer = SetFenceLocked(0);
+    leader_ = leader;
+  }
+  if (observer) observer(false);
+}
+
+void EtcdReplicas::Run() {
+  const absl::Duration wait = std::min(options_.poll, options_.ttl / 3);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    Round();
+    lock.lock();
+  }
+}
+
+void EtcdReplicas::Round() {
+  if (lease_ == 0) {
+    const Clock::time_point asked = Clock::now();
+    absl::StatusOr<int64_t> lease = client_.LeaseGrant(absl::ToInt64Seconds(options_.ttl));
+    if (!lease.ok()) {
+      LOG_EVERY_N(WARNING, 30) << "etcd replicas: " << options_.name
+                               << " cannot take a lease: " << lease.status();
+      return;
+    }
+    lease_ = *lease;
+    registered_ = false;
+    renewed_ = asked;
+    next_renewal_ = asked + absl::ToChronoMilliseconds(options_.ttl / 3);
+  }
+  if (!registered_) {
+    absl::Status status = Register();
+    LOG_IF(WARNING, !status.ok()) << "etcd replicas: registering " << options_.name << ": "
+                                  << status;
+    registered_ = status.ok();
+  }
+  if (fence() == 0) {
+    absl::Status status = Campaign();
+    LOG_IF_EVERY_N(WARNING, !status.ok(), 30)
+        << "etcd replicas: " << options_.name << " campaigning: " << status;
+  }
+  if (Clock::now() >= next_renewal_) Renew();
+  // Step down before etcd can expire the lease: it counts from a renewal's
+  // arrival, after it was sent.
+  if (lease_ != 0 && Clock::now() >= renewed_ + absl::ToChronoMilliseconds(options_.ttl * 0.9)) {
+    LeadershipObserver observer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fence_ != 0) {
+        LOG(WARNING) << "etcd replicas: " << options_.name << " could not renew its lease for "
+                     << absl::FormatDuration(options_.ttl * 0.9) << ": stepping down";
+        observer = SetFenceLocked(0);
+      }
+    }
+    if (observer) observer(false);
+  }
+}
+
+absl::Status EtcdReplicas::Register() {
+  EtcdReplica self;
+  self.set_name(options_.name);
+  self.set_address(options_.address);
+  self.set_since_unix_ns(NowUnixNs());
+  return client_.Put(own_key_, self.SerializeAsString(), lease_).status();
+}
+
+absl::Status EtcdReplicas::Campaign() {
+  EtcdReplica self;
+  self.set_name(options_.name);
+  self.set_address(options_.address);
+  self.set_since_unix_ns(NowUnixNs());
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* absent = request.add_compare();
+  absent->set_key(leader_key_);
+  absent->set_target(etcdserverpb::Compare::CREATE);
+  absent->set_result(etcdserverpb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(leader_key_);
+  put->set_value(self.SerializeAsString());
+  put->set_lease(lease_);
+  request.add_failure()->mutable_request_range()->set_key(leader_key_);
+  ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+  int64_t fence = 0;
+  std::string leader;
+  if (response.succeeded()) {
+    fence = response.header().revision();
+    leader = options_.name;
+  } else if (response.responses_size() == 1 &&
+             response.responses(0).response_range().kvs_size() == 1) {
+    const mvccpb::KeyValue& kv = response.responses(0).response_range().kvs(0);
+    EtcdReplica current;
+    if (current.ParseFromString(kv.value())) leader = current.name();
+    // Its own key from before (a campaign whose answer was lost): still
+    // its leadership, under the same fence.
+    if (kv.lease() == lease_) fence = kv.create_revision();
+  }
+  LeadershipObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ = leader;
+    if (fence != 0) observer = SetFenceLocked(fence);
+  }
+  if (observer) observer(true);
+  return absl::OkStatus();
+}
+
+void EtcdReplicas::Renew() {
+  const Clock::time_point sent = Clock::now();
+  absl::StatusOr<int64_t> ttl = client_.LeaseKeepAliveOnce(lease_);
+  next_renewal_ = Clock::now() + absl::ToChronoMilliseconds(options_.ttl / 3);
+  if (!ttl.ok()) {
+    LOG_EVERY_N(WARNING, 10) << "etcd replicas: renewing " << options_.name
+                             << "'s lease: " << ttl.status();
+    // Sooner than ttl/3: the time left is running out.
+    next_renewal_ = Clock::now() + absl::ToChronoMilliseconds(options_.poll);
+    return;
+  }
+  if (*ttl > 0) {
+    renewed_ = sent;
+    return;
+  }
+  // Expired: its keys are gone; a new lease, registration and campaign.
+  LOG(WARNING) << "etcd replicas: " << options_.name << "'s lease expired";
+  lease_ = 0;
+  registered_ = false;
+  LeadershipObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    observer = SetFenceLocked(0);
+  }
+  if (observer) observer(false);
+}
+
+absl::StatusOr<std::vector<EtcdReplica>> EtcdReplicas::List() const {
+  const std::string base = absl::StrCat(prefix_, "/replicas/");
+  ASSIGN_OR_RETURN(etcd::RangeResult range, client_.Range(base, etcd::PrefixEnd(base)));
+  std::vector<EtcdReplica> replicas;
+  for (const mvccpb::KeyValue& kv : range.kvs) {
+    EtcdReplica replica;
+    if (!replica.ParseFromString(kv.value())) {
+      return absl::DataLossError(absl::StrCat("etcd store: value of key ", kv.key(),
+                                              " does not parse as a replica record"));
+    }
+    replicas.push_back(std::move(replica));
+  }
+  return replicas;
+}
+
+}  // namespace cosched::store

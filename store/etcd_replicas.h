@@ -1,0 +1,129 @@
+// The csd replicas sharing one etcd prefix: each registers itself under a
+// lease of its own, and one of them at a time leads, the one that runs the
+// jobs that must run once per fleet (issue #16): etcd compaction, audit
+// pruning, the change-log sweep (store/etcd_maintenance.h) and the policy
+// engine (server/engine_loop.h).
+//
+// Leadership is the key <prefix>/leader, created under the leader's lease
+// only while it is absent (a Txn comparing its create_revision with 0). The
+// fence of a leadership is that create_revision: it changes whenever the
+// key is created anew, so a write that compares it (Transaction::
+// RequireLeadership, the maintenance Txns) commits only while the replica
+// that checked still leads, whatever its own clock or view says.
+//
+// A replica renews its lease every ttl/3. It stops calling itself leader
+// once a ttl has passed since the last renewal it sent that succeeded
+// (before etcd can expire the lease, since etcd counts from when it
+// received that renewal), and a replica whose lease is gone takes a new
+// one. Closing resigns: the lease is revoked, which deletes both keys, so
+// the next replica leads within one poll instead of one ttl.
+#ifndef COSCHED_STORE_ETCD_REPLICAS_H_
+#define COSCHED_STORE_ETCD_REPLICAS_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "etcd/client.h"
+
+namespace cosched::store {
+
+struct EtcdReplicasOptions {
+  // This replica's name among the replicas on the prefix (a component:
+  // letters, digits, '.', '-', '_', ':'); empty: the host name and a
+  // random suffix.
+  std::string name;
+  // Where the other replicas reach its gRPC service (host:port); may be
+  // empty.
+  std::string address;
+  // Lease time to live: how long a leader that stopped renewing (crashed,
+  // cut off from etcd) keeps the others from leading. 2 s to 300 s.
+  absl::Duration ttl = absl::Seconds(10);
+  // How often a replica that does not lead looks whether the leader is
+  // gone.
+  absl::Duration poll = absl::Seconds(1);
+};
+
+// Checks the options; INVALID_ARGUMENT naming store.etcd.<field>.
+absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options);
+
+// Thread-safe. Campaigns on a thread of its own from construction to
+// destruction.
+class EtcdReplicas {
+ public:
+  using LeadershipObserver = std::function<void(bool leading)>;
+
+  // The first registration and campaign run before the constructor
+  // returns (so a lone replica leads at once); when etcd cannot be reached
+  // they are retried every poll.
+  EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplicasOptions options);
+  // Resigns: revokes the lease (both keys go with it).
+  ~EtcdReplicas();
+  EtcdReplicas(const EtcdReplicas&) = delete;
+  EtcdReplicas& operator=(const EtcdReplicas&) = delete;
+
+  const std::string& name() const { return options_.name; }
+  const std::string& leader_key() const { return leader_key_; }
+
+  // The fence of this replica's leadership (the leader key's
+  // create_revision) while it leads; 0 while it does not.
+  int64_t fence() const;
+  bool leading() const { return fence() != 0; }
+  // The leader's name as last seen; empty when none was seen.
+  std::string leader() const;
+  // A fenced write found the leader key no longer at `fence` (`leader`
+  // holds it now; empty: nobody): this replica stops leading at once (if it
+  // still did under that fence).
+  void LostFence(int64_t fence, const std::string& leader = "");
+
+  // Called on the campaign's thread each time this replica starts or stops
+  // leading. Set once; not called after the destructor begins.
+  void SetObserver(LeadershipObserver observer);
+
+  // The replicas registered now, by name (a linearizable read).
+  absl::StatusOr<std::vector<EtcdReplica>> List() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void Run();
+  // One round: a lease, the registration, the campaign, a renewal when
+  // due. Returns what it changed of `leading`.
+  void Round();
+  absl::Status Register();
+  absl::Status Campaign();
+  void Renew();
+  // Under mu_; calls the observer after unlocking (returns it).
+  LeadershipObserver SetFenceLocked(int64_t fence);
+
+  etcd::Client& client_;
+  const std::string prefix_;
+  const std::string leader_key_;
+  EtcdReplicasOptions options_;
+  std::string own_key_;  // <prefix>/replicas/<name>
+
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;             // guarded by mu_
+  int64_t fence_ = 0;                 // guarded by mu_
+  std::string leader_;                // guarded by mu_
+  LeadershipObserver observer_;       // guarded by mu_
+  // The campaign thread's own.
+  int64_t lease_ = 0;
+  bool registered_ = false;
+  Clock::time_point renewed_{};       // when the last renewal that succeeded was sent
+  Clock::time_point next_renewal_{};
+  std::thread thread_;
+};
+
+}  // namespace cosched::store
+
+#endif  // COSCHED_STORE_ETCD_REPLICAS_H_

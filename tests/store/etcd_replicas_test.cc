@@ -1,0 +1,338 @@
+// Leadership among csd replicas on one prefix, and the leader's jobs
+// (issue #16, part 3), against a real etcd member: one leader at a time, a
+// quick handover when it resigns, fenced writes that never commit once the
+// leadership moved (also when it moves between a write's check and its
+// commit), and compaction, the change-log sweep and audit pruning.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/etcd_store.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/status_matchers.h"
+
+namespace cosched::store {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EtcdReplicasTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(etcd_.Start()); }
+
+  std::unique_ptr<EtcdStore> Open(const std::string& name,
+                                  absl::Duration audit_retention = absl::InfiniteDuration(),
+                                  int64_t prune_rows = 10000) {
+    EtcdStoreOptions options;
+    options.client = etcd_.ClientOptions();
+    options.prefix = "/cosched";
+    options.replicas.name = name;
+    options.replicas.ttl = absl::Seconds(3);
+    options.replicas.poll = absl::Milliseconds(100);
+    // The tests run the jobs themselves (RunOnce).
+    options.maintenance.interval = absl::ZeroDuration();
+    options.maintenance.audit_retention = audit_retention;
+    options.maintenance.prune_rows = prune_rows;
+    auto store = EtcdStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  // A write that needs leadership: host `id`.
+  static absl::Status FencedPutHost(Transaction& txn, const std::string& id) {
+    RETURN_IF_ERROR(txn.RequireLeadership());
+    v1::Host host;
+    host.set_host_id(id);
+    return txn.PutHost(host);
+  }
+
+  static bool HasHost(Store& store, const std::string& id) {
+    bool found = false;
+    EXPECT_OK(store.Read([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(auto host, txn.GetHost(id));
+      found = host.has_value();
+      return absl::OkStatus();
+    }));
+    return found;
+  }
+
+  // Ends `store`'s leadership as an expired lease would: its lease is
+  // revoked behind its back.
+  void RevokeLeaderLease() {
+    auto client = etcd::Client::Create(etcd_.ClientOptions());
+    ASSERT_OK(client);
+    auto leader = (*client)->Range("/cosched/leader", "");
+    ASSERT_OK(leader);
+    ASSERT_EQ(leader->kvs.size(), 1u);
+    ASSERT_OK((*client)->LeaseRevoke(leader->kvs[0].lease()));
+  }
+
+  testing::EtcdMember etcd_;
+};
+
+TEST_F(EtcdReplicasTest, OneReplicaLeadsAndTheNextTakesOverWhenItResigns) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // The first to open leads at once; the other sees who does.
+  EXPECT_TRUE(a->Leads());
+  EXPECT_FALSE(b->Leads());
+  EXPECT_EQ(b->replicas().leader(), "a");
+  auto listed = a->replicas().List();
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].name(), "a");
+  EXPECT_EQ((*listed)[1].name(), "b");
+
+  std::atomic<int> b_became_leader{0};
+  b->SetLeadershipObserver([&](bool leading) {
+    if (leading) ++b_became_leader;
+  });
+  const auto resigned = std::chrono::steady_clock::now();
+  a.reset();  // resigns: its lease, and both its keys, go at once
+  ASSERT_TRUE(testing::Eventually([&] { return b->Leads(); }, std::chrono::seconds(2)))
+      << "b did not take over within 2 s of a's resignation (its lease ttl is 3 s)";
+  const auto took_over = std::chrono::steady_clock::now() - resigned;
+  EXPECT_EQ(b_became_leader.load(), 1);
+  RecordProperty("takeover_ms", static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(took_over).count()));
+  listed = b->replicas().List();
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "b");
+}
+
+TEST_F(EtcdReplicasTest, AFencedWriteOfAReplicaThatDoesNotLeadIsRefusedNamingTheLeader) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(b, nullptr);
+  absl::Status refused = b->WriteSync([](Transaction& txn) { return FencedPutHost(txn, "h1"); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("(b) does not lead"));
+  EXPECT_THAT(refused.message(), HasSubstr("a does"));
+  EXPECT_FALSE(HasHost(*b, "h1"));
+  // The leader's commits; unfenced writes commit on every replica.
+  EXPECT_OK(a->WriteSync([](Transaction& txn) { return FencedPutHost(txn, "h1"); }));
+  EXPECT_OK(b->WriteSync([](Transaction& txn) {
+    v1::Host host;
+    host.set_host_id("h2");
+    return txn.PutHost(host);
+  }));
+  EXPECT_TRUE(HasHost(*b, "h1"));
+  EXPECT_TRUE(HasHost(*a, "h2"));
+}
+
+TEST_F(EtcdReplicasTest, ALeaderWhoseLeaseExpiredCommitsNoFencedWriteAndStepsDown) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->Leads());
+  ASSERT_NO_FATAL_FAILURE(RevokeLeaderLease());
+  ASSERT_TRUE(testing::Eventually([&] { return b->Leads(); }, std::chrono::seconds(2)));
+  // a may not have noticed yet; its write does, by the fence.
+  absl::Status refused = a->WriteSync([](Transaction& txn) { return FencedPutHost(txn, "h1"); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("b does"));
+  EXPECT_FALSE(a->Leads());
+  EXPECT_FALSE(HasHost(*a, "h1"));
+  // It takes a new lease and stands by under b.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        auto listed = b->replicas().List();
+        return listed.ok() && listed->size() == 2;
+      },
+      std::chrono::seconds(3)));
+  EXPECT_FALSE(a->Leads());
+  EXPECT_EQ(a->replicas().leader(), "b");
+}
+
+TEST_F(EtcdReplicasTest, LeadershipLostBetweenTheCheckAndTheCommitFailsTheCommit) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(b, nullptr);
+  int runs = 0;
+  absl::Status status = a->WriteSync([&](Transaction& txn) -> absl::Status {
+    ++runs;
+    RETURN_IF_ERROR(txn.RequireLeadership());
+    if (runs == 1) {
+      // After the check: b takes over before this write's Txn is sent.
+      RevokeLeaderLease();
+      if (!testing::Eventually([&] { return b->Leads(); }, std::chrono::seconds(2))) {
+        return absl::InternalError("b did not take over");
+      }
+    }
+    v1::Host host;
+    host.set_host_id("h1");
+    return txn.PutHost(host);
+  });
+  // The Txn's compare on the leader key failed; the rerun's check refused.
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_EQ(runs, 2);
+  EXPECT_FALSE(HasHost(*b, "h1"));
+}
+
+// Writes `n` hosts, each a commit.
+void WriteHosts(Store& store, const std::string& prefix, int n) {
+  for (int i = 0; i < n; ++i) {
+    ASSERT_OK(store.WriteSync([&](Transaction& txn) {
+      v1::Host host;
+      host.set_host_id(absl::StrCat(prefix, i));
+      return txn.PutHost(host);
+    }));
+  }
+}
+
+TEST_F(EtcdReplicasTest, TheLeaderCompactsToThePreviousRunsRevisionAndOnlyTheLeader) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "h", 3));
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+
+  // The first run of a leadership only notes where history stands.
+  auto first = a->maintenance().RunOnce();
+  ASSERT_OK(first);
+  EXPECT_TRUE(first->led);
+  EXPECT_EQ(first->compacted_to, 0);
+  auto noted = (*client)->Range("/cosched/meta", "");
+  ASSERT_OK(noted);
+  const int64_t kept_from = noted->revision;
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "later", 2));
+
+  auto not_leader = b->maintenance().RunOnce();
+  ASSERT_OK(not_leader);
+  EXPECT_FALSE(not_leader->led);
+
+  auto second = a->maintenance().RunOnce();
+  ASSERT_OK(second);
+  EXPECT_EQ(second->compacted_to, kept_from);
+  // History before it is gone; from it on, it is kept.
+  EXPECT_EQ((*client)->Range("/cosched/meta", "", kept_from - 1).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_OK((*client)->Range("/cosched/meta", "", kept_from).status());
+  auto record = (*client)->Range("/cosched/compact", "");
+  ASSERT_OK(record);
+  ASSERT_EQ(record->kvs.size(), 1u);
+  EtcdCompaction compaction;
+  ASSERT_TRUE(compaction.ParseFromString(record->kvs[0].value()));
+  EXPECT_EQ(compaction.revision(), kept_from);
+
+  // A new leader waits a whole run before it compacts.
+  a.reset();
+  ASSERT_TRUE(testing::Eventually([&] { return b->Leads(); }, std::chrono::seconds(2)));
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*b, "more", 1));
+  auto takeover = b->maintenance().RunOnce();
+  ASSERT_OK(takeover);
+  EXPECT_TRUE(takeover->led);
+  EXPECT_EQ(takeover->compacted_to, 0);
+  // The store still reads and writes after the compaction.
+  EXPECT_TRUE(HasHost(*b, "later1"));
+}
+
+TEST_F(EtcdReplicasTest, TheSweepDeletesChangeRecordsBelowTheCompactionAndKeepsNewerOnes) {
+  auto a = Open("a");
+  ASSERT_NE(a, nullptr);
+  auto record_change = [&](const std::string& host, const std::string& vm) {
+    ASSERT_OK(a->WriteSync([&](Transaction& txn) { return txn.RecordChange(host, vm); }));
+  };
+  record_change("h1", "gone-1");
+  record_change("h1", "gone-2");
+  record_change("h2", "gone-3");
+  ASSERT_OK(a->maintenance().RunOnce().status());  // notes the revision
+  record_change("h1", "recent");
+  const int64_t after_recent = a->CurrentRevision();
+  auto run = a->maintenance().RunOnce();
+  ASSERT_OK(run);
+  EXPECT_GT(run->compacted_to, 0);
+  EXPECT_EQ(run->changes_swept, 3);
+
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  auto left = (*client)->Range("/cosched/changes/", etcd::PrefixEnd("/cosched/changes/"));
+  ASSERT_OK(left);
+  ASSERT_EQ(left->kvs.size(), 1u);
+  EXPECT_EQ(left->kvs[0].key(), "/cosched/changes/h1/recent");
+
+  // An agent from before the compaction gets a snapshot; one after it, the
+  // changes since.
+  ASSERT_OK(a->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(HostChanges old, txn.ChangesSince("h1", run->compacted_to - 1));
+    EXPECT_FALSE(old.complete);
+    ASSIGN_OR_RETURN(HostChanges fresh, txn.ChangesSince("h1", run->compacted_to));
+    EXPECT_TRUE(fresh.complete);
+    EXPECT_THAT(fresh.vm_ids, ::testing::ElementsAre("recent"));
+    ASSIGN_OR_RETURN(HostChanges none, txn.ChangesSince("h1", after_recent));
+    EXPECT_TRUE(none.complete);
+    EXPECT_TRUE(none.vm_ids.empty());
+    return absl::OkStatus();
+  }));
+}
+
+TEST_F(EtcdReplicasTest, AuditPruningDeletesOnlyRecordsOlderThanTheRetentionOldestFirst) {
+  auto a = Open("a", absl::Hours(24), /*prune_rows=*/3);
+  ASSERT_NE(a, nullptr);
+  const int64_t now = absl::ToUnixNanos(absl::Now());
+  const int64_t old = absl::ToUnixNanos(absl::Now() - absl::Hours(48));
+  auto append = [&](const std::string& subject, int64_t at) {
+    ASSERT_OK(a->WriteSync([&](Transaction& txn) {
+      v1::AuditRecord record;
+      record.set_who("tester");
+      record.set_method("TagVM");
+      record.set_subject(subject);
+      record.set_time_unix_ns(at);
+      return txn.AppendAudit(record);
+    }));
+  };
+  for (int i = 0; i < 5; ++i) append(absl::StrCat("old-", i), old + i);
+  for (int i = 0; i < 2; ++i) append(absl::StrCat("new-", i), now + i);
+  auto subjects = [&] {
+    std::vector<std::string> out;
+    EXPECT_OK(a->Read([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(auto records, txn.ListAudit(AuditFilter(), 0, 100));
+      for (const auto& r : records) out.push_back(r.subject());
+      return absl::OkStatus();
+    }));
+    return out;
+  };
+
+  // At most prune_rows a run, the oldest first.
+  auto first = a->maintenance().RunOnce();
+  ASSERT_OK(first);
+  EXPECT_EQ(first->audit_pruned, 3);
+  EXPECT_THAT(subjects(), ::testing::ElementsAre("new-1", "new-0", "old-4", "old-3"));
+  auto second = a->maintenance().RunOnce();
+  ASSERT_OK(second);
+  EXPECT_EQ(second->audit_pruned, 2);
+  EXPECT_THAT(subjects(), ::testing::ElementsAre("new-1", "new-0"));
+  auto third = a->maintenance().RunOnce();
+  ASSERT_OK(third);
+  EXPECT_EQ(third->audit_pruned, 0);
+  // Sequences go on from where they were.
+  append("newest", now + 10);
+  EXPECT_THAT(subjects(), ::testing::ElementsAre("newest", "new-1", "new-0"));
+}
+
+TEST(EtcdReplicasOptionsTest, BadOptionsNameTheirField) {
+  EtcdReplicasOptions options;
+  options.name = "has space";
+  EXPECT_THAT(ValidateEtcdReplicasOptions(options).message(),
+              HasSubstr("store.etcd.replica_name 'has space'"));
+  options.name = "ok";
+  options.ttl = absl::Seconds(1);
+  EXPECT_THAT(ValidateEtcdReplicasOptions(options).message(),
+              HasSubstr("store.etcd.lease_ttl_s must be 2 to 300"));
+  options.ttl = absl::Seconds(10);
+  EXPECT_OK(ValidateEtcdReplicasOptions(options));
+}
+
+}  // namespace
+}  // namespace cosched::store
