@@ -220,6 +220,10 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
   scrape_gauges_->Add("cosched_store_revision",
                       "The store's highest committed revision.",
                       read(options_.store_revision));
+  scrape_gauges_->Add("cosched_csd_leader",
+                      "1 while this csd leads the replicas on its store (runs compaction, "
+                      "audit pruning and the policy engine), else 0; always 1 on SQLite.",
+                      read(options_.leader));
   scrape_gauges_->Add("cosched_csd_reporting_hosts",
                       "Hosts whose last Report this csd accepted is recent.",
                       [this] {

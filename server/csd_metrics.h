@@ -36,6 +36,8 @@ struct CsdMetricsOptions {
   // Read at scrape time; null reads 0.
   std::function<double()> connected_agents;
   std::function<double()> store_revision;
+  // 1 while this csd leads the store's writers (Store::Leads), else 0.
+  std::function<double()> leader;
   // A host whose last accepted Report is older than this leaves the
   // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
   // to another replica).

@@ -64,6 +64,12 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
       store.client.max_request_bytes = etcd.max_request_bytes();
     }
     store.prefix = etcd.prefix();
+    store.replicas.name = etcd.replica_name();
+    if (etcd.lease_ttl_s() != 0) store.replicas.ttl = absl::Seconds(etcd.lease_ttl_s());
+    if (etcd.maintenance_interval_s() != 0) {
+      store.maintenance.interval = absl::Seconds(etcd.maintenance_interval_s());
+    }
+    store.maintenance.compact = !etcd.disable_compaction();
     options.etcd_store = std::move(store);
   }
   return options;
@@ -133,6 +139,13 @@ absl::Status ValidateEtcdStoreOptions(const store::EtcdStoreOptions& etcd) {
         absl::StrCat("store.etcd.max_request_bytes must be at least 4096 (unset: 1572864), got ",
                      etcd.client.max_request_bytes));
   }
+  RETURN_IF_ERROR(store::ValidateEtcdReplicasOptions(etcd.replicas));
+  const absl::Duration interval = etcd.maintenance.interval;
+  if (interval < absl::Seconds(10) || interval > absl::Hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.maintenance_interval_s must be 10 to 86400 (unset: 300), got ",
+        absl::ToInt64Seconds(interval)));
+  }
   return absl::OkStatus();
 }
 
@@ -190,9 +203,12 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
                                                    : absl::Hours(24 * audit_days);
   absl::StatusOr<std::unique_ptr<store::Store>> store;
   if (options.etcd_store) {
-    // Retention is the SQLite store's own job; on etcd, compaction and
-    // audit pruning are a leader's (issue #16, part 3).
-    store = store::EtcdStore::Open(*options.etcd_store);
+    // Compaction and audit pruning are the leading replica's jobs; etcd
+    // keeps no change log of its own to trim by count, so
+    // changelog_retention is SQLite's only.
+    store::EtcdStoreOptions etcd = *options.etcd_store;
+    etcd.maintenance.audit_retention = store_options.audit_retention;
+    store = store::EtcdStore::Open(etcd);
   } else {
     store = store::SqliteStore::Open(store_options);
   }
@@ -208,6 +224,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   metrics_options.store_revision = [self] {
     return static_cast<double>(self->store_->CurrentRevision());
   };
+  metrics_options.leader = [self] { return self->store_->Leads() ? 1.0 : 0.0; };
   csd->metrics_ = std::make_unique<CsdMetrics>(std::move(metrics_options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<InstrumentedStore>(
@@ -243,6 +260,11 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
                                               EngineLoop::Hooks(), std::move(engine_metrics));
   EngineLoop* engine = csd->engine_.get();
   csd->state_->set_layout_observer([engine](const std::string& host) { engine->Trigger(host); });
+  // A replica that starts leading re-plans every host at once rather than
+  // at its next interval.
+  csd->store_->SetLeadershipObserver([engine](bool leading) {
+    if (leading) engine->Trigger("");
+  });
   // Other replicas' commits (a store in etcd): into the views and streams
   // as this csd's own; and gRPC health says whether the store is there.
   DesiredState* state = csd->state_.get();

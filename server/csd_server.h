@@ -96,6 +96,9 @@ class CsdServer {
   std::string address() const { return address_; }
   // The store's latest revision.
   int64_t revision() const { return store_->CurrentRevision(); }
+  // Whether this csd leads the replicas on its store (always, on SQLite):
+  // only the leader runs the policy engine and the store's upkeep.
+  bool leads() const { return store_->Leads(); }
   // The port /metrics is served on; 0 when not served.
   int metrics_port() const;
   // The Unix socket local callers use; empty when none is served.

@@ -96,7 +96,22 @@ void EngineLoop::Loop() {
     triggered_.clear();
     const bool interval = SteadyClock::now() >= next_pass;
     lock.unlock();
-    if (interval) {
+    // With replicas sharing a store, only the leader decides (its writes
+    // are fenced on its leadership as well: see ApplyLayout).
+    const bool leads = state_->store().Leads();
+    if (leads != leading_) {
+      std::lock_guard<std::mutex> pass(pass_mu_);
+      leading_ = leads;
+      // What it held of each host may be stale by now: it is read again
+      // from the store (the dwell from decisions, the hourly count from
+      // the audit trail), as after a restart.
+      hosts_.clear();
+      restored_changes_.reset();
+      LOG(INFO) << "policy engine: " << (leads ? "this replica decides" : "another replica decides");
+    }
+    if (!leads) {
+      if (interval) next_pass = SteadyClock::now() + options_.replan_interval;
+    } else if (interval) {
       RunPass(true);
       next_pass = SteadyClock::now() + options_.replan_interval;
     } else if (hosts.count("") != 0) {

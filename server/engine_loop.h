@@ -163,6 +163,9 @@ class EngineLoop {
   // pass_mu_.
   using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
   std::optional<ChangesByHost> restored_changes_;
+  // Whether this replica led the store at the loop's last wake (the
+  // loop's own): passes run only while it does.
+  bool leading_ = true;
 
   std::mutex wake_mu_;
   std::condition_variable wake_;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "store/store.h"
@@ -31,6 +32,10 @@ class InstrumentedStore final : public store::Store {
   void SetCommitObserver(CommitObserver observer) override;
   void SetExternalObserver(ExternalObserver observer) override;
   void SetReachabilityObserver(ReachabilityObserver observer) override;
+  bool Leads() const override { return inner_->Leads(); }
+  void SetLeadershipObserver(LeadershipObserver observer) override {
+    inner_->SetLeadershipObserver(std::move(observer));
+  }
 
  private:
   // Declared first so the inner store, destroyed last, can still call it.

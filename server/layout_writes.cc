@@ -28,6 +28,8 @@ void DesiredState::ApplyLayout(const std::string& host_id, std::vector<LayoutCha
         // A store may run this again after losing a race: start afresh.
         audits->clear();
         *delta = PlacementDelta();
+        // Only the replica that leads decides for the fleet.
+        RETURN_IF_ERROR(txn.RequireLeadership());
         ASSIGN_OR_RETURN(*revision, txn.WriteRevision());
         const auto now = google::protobuf::util::TimeUtil::GetCurrentTime();
         for (const LayoutChange& change : changes) {
@@ -90,6 +92,7 @@ void DesiredState::SetBudgetFlag(const std::string& host_id, const std::string& 
   store_->Write(
       [host_id, reason, audit, written](store::Transaction& txn) -> absl::Status {
         *written = false;
+        RETURN_IF_ERROR(txn.RequireLeadership());
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
         if (!host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' is not registered"));
         if (host->budget_unmet().empty() == reason.empty()) return absl::OkStatus();

@@ -3,9 +3,14 @@
 // RPC: the ceiling of the transport) and then for TagVM (a durable write),
 // against the same csd in the same run.
 //
-//   csd_loadgen [--server HOST:PORT] [--clients 64] [--seconds 5]
+//   csd_loadgen [--server HOST:PORT] [--clients 64] [--seconds 5] [--etcd]
 //
-// Without --server it starts csd in-process on a temporary data dir.
+// Without --server it starts csd in-process on a temporary data dir. With
+// --etcd it also starts an etcd member (fsync on, as a durable store) and,
+// with the same clients, runs TagVM on a second in-process csd whose store
+// is that etcd, then etcd's own raw write Txn (one key each, compared on
+// its absence) from the same number of callers: the ratio of the last two
+// is what csd's write path adds on etcd.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,7 +18,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -23,6 +30,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/csd_server.h"
 #include "tests/bench/loadgen_support.h"
+#include "tests/testing/etcd_member.h"
 #include "tests/testing/trusted_plaintext.h"
 
 namespace {
@@ -118,41 +126,13 @@ void Print(const char* name, const Figures& f) {
               static_cast<unsigned long long>(f.errors));
 }
 
-}  // namespace
+// The no-op and TagVM phases against the csd at `server`.
+struct CsdFigures {
+  Figures noop, tag;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"csd load generator"};
-  std::string server;
-  int clients = 64;
-  int channels = 4;
-  double seconds = 5;
-  app.add_option("--server", server, "csd address; default: an in-process csd");
-  app.add_option("--clients", clients, "calls in flight")->check(CLI::Range(1, 100000));
-  app.add_option("--channels", channels, "HTTP/2 connections")->check(CLI::Range(1, 64));
-  app.add_option("--seconds", seconds, "duration of each phase")->check(CLI::Range(0.1, 3600.0));
-  CLI11_PARSE(app, argc, argv);
-  FLAGS_logtostderr = true;
-  FLAGS_minloglevel = 1;
-  google::InitGoogleLogging(argv[0]);
-
-  std::unique_ptr<cosched::server::CsdServer> csd;
-  std::string data_dir;
-  if (server.empty()) {
-    char pattern[] = "/tmp/csd-loadgen-XXXXXX";
-    data_dir = mkdtemp(pattern);
-    cosched::server::CsdOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = data_dir;
-    cosched::testing::TrustPlaintextCallers(options.authz);
-    auto started = cosched::server::CsdServer::Start(options);
-    if (!started.ok()) {
-      std::fprintf(stderr, "csd_loadgen: %s\n", started.status().ToString().c_str());
-      return 1;
-    }
-    csd = std::move(*started);
-    server = csd->address();
-  }
-
+CsdFigures RunCsd(const std::string& server, int clients, int channels, double seconds,
+                  const std::string& vm_prefix) {
   std::vector<std::shared_ptr<grpc::Channel>> pool;
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
@@ -165,12 +145,8 @@ int main(int argc, char** argv) {
     health.push_back(grpc::health::v1::Health::NewStub(ch));
     control.push_back(cosched::v1::ControlPlane::NewStub(ch));
   }
-
-  std::printf("csd at %s (%s), %d calls in flight over %d connections, %.1f s per phase\n",
-              server.c_str(), csd ? "in-process, SQLite WAL, synchronous=FULL" : "external",
-              clients, channels, seconds);
-
-  Figures noop = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
+  CsdFigures out;
+  out.noop = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
     auto* call = new Call<grpc::health::v1::HealthCheckRequest,
                           grpc::health::v1::HealthCheckResponse>();
     health[seq % health.size()]->async()->Check(
@@ -179,11 +155,9 @@ int main(int argc, char** argv) {
           delete call;
         });
   }).Run();
-  Print("Health.Check", noop);
-
-  Figures tag = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
+  out.tag = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
     auto* call = new Call<cosched::v1::TagVMRequest, cosched::v1::TagVMResponse>();
-    call->request.set_vm_id("vm-" + std::to_string(seq));
+    call->request.set_vm_id(vm_prefix + std::to_string(seq));
     call->request.set_tenant_id("tenant-" + std::to_string(seq % 100));
     control[seq % control.size()]->async()->TagVM(
         &call->context, &call->request, &call->response, [call, done](grpc::Status s) {
@@ -191,11 +165,145 @@ int main(int argc, char** argv) {
           delete call;
         });
   }).Run();
-  Print("TagVM", tag);
-  std::printf("TagVM rate is %.1f%% of the no-op rate\n",
-              noop.per_second > 0 ? 100.0 * tag.per_second / noop.per_second : 0.0);
+  return out;
+}
 
+std::unique_ptr<cosched::server::CsdServer> StartCsd(
+    const std::string& data_dir, std::optional<cosched::store::EtcdStoreOptions> etcd) {
+  cosched::server::CsdOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = data_dir;
+  options.metrics_listen = "";
+  options.etcd_store = std::move(etcd);
+  cosched::testing::TrustPlaintextCallers(options.authz);
+  auto started = cosched::server::CsdServer::Start(options);
+  if (!started.ok()) {
+    std::fprintf(stderr, "csd_loadgen: %s\n", started.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*started);
+}
+
+// etcd's raw write Txn, `callers` threads each with its next call when the
+// last one returned (etcd::Client's calls block), for `seconds`.
+Figures RunRawTxn(cosched::etcd::Client& client, int callers, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(seconds));
+  std::mutex mu;
+  std::vector<int64_t> latencies_us;
+  uint64_t errors = 0;
+  std::atomic<uint64_t> seq{0};
+  const auto begin = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < callers; ++t) {
+    threads.emplace_back([&] {
+      while (Clock::now() < deadline) {
+        const std::string key = "/raw/" + std::to_string(seq.fetch_add(1));
+        etcdserverpb::TxnRequest request;
+        etcdserverpb::Compare* absent = request.add_compare();
+        absent->set_key(key);
+        absent->set_target(etcdserverpb::Compare::CREATE);
+        absent->set_create_revision(0);
+        etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+        put->set_key(key);
+        put->set_value(std::string(200, 'v'));  // about a VM record's size
+        const auto start = Clock::now();
+        const bool ok = client.Txn(request).ok();
+        const auto took =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+        std::lock_guard<std::mutex> lock(mu);
+        if (ok) {
+          latencies_us.push_back(took);
+        } else {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - begin).count();
+  Figures f;
+  f.calls = latencies_us.size();
+  f.errors = errors;
+  f.per_second = f.calls / elapsed;
+  cosched::bench::LatencySummary latency = cosched::bench::Summarize(std::move(latencies_us));
+  f.p50_ms = latency.p50_ms;
+  f.p99_ms = latency.p99_ms;
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"csd load generator"};
+  std::string server;
+  int clients = 64;
+  int channels = 4;
+  double seconds = 5;
+  app.add_option("--server", server, "csd address; default: an in-process csd");
+  app.add_option("--clients", clients, "calls in flight")->check(CLI::Range(1, 100000));
+  app.add_option("--channels", channels, "HTTP/2 connections")->check(CLI::Range(1, 64));
+  app.add_option("--seconds", seconds, "duration of each phase")->check(CLI::Range(0.1, 3600.0));
+  bool etcd = false;
+  app.add_flag("--etcd", etcd,
+               "also TagVM on a csd whose store is a local etcd member, and etcd's raw Txn");
+  CLI11_PARSE(app, argc, argv);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = 1;
+  google::InitGoogleLogging(argv[0]);
+
+  std::unique_ptr<cosched::server::CsdServer> csd;
+  std::string data_dir;
+  if (server.empty()) {
+    char pattern[] = "/tmp/csd-loadgen-XXXXXX";
+    data_dir = mkdtemp(pattern);
+    csd = StartCsd(data_dir + "/sqlite", std::nullopt);
+    if (csd == nullptr) return 1;
+    server = csd->address();
+  }
+  std::printf("csd at %s (%s), %d calls in flight over %d connections, %.1f s per phase\n",
+              server.c_str(), csd ? "in-process, SQLite WAL, synchronous=FULL" : "external",
+              clients, channels, seconds);
+  CsdFigures sqlite = RunCsd(server, clients, channels, seconds, "vm-");
+  Print("Health.Check", sqlite.noop);
+  Print("TagVM", sqlite.tag);
+  std::printf("TagVM rate is %.1f%% of the no-op rate\n",
+              sqlite.noop.per_second > 0 ? 100.0 * sqlite.tag.per_second / sqlite.noop.per_second
+                                         : 0.0);
   csd.reset();
+  bool ok = sqlite.tag.errors == 0 && sqlite.noop.errors == 0;
+
+  if (etcd) {
+    cosched::testing::EtcdMemberOptions member_options;
+    member_options.fsync = true;
+    cosched::testing::EtcdMember member(member_options);
+    if (absl::Status started = member.Start(); !started.ok()) {
+      std::fprintf(stderr, "csd_loadgen: etcd: %s\n", started.ToString().c_str());
+      return 1;
+    }
+    cosched::store::EtcdStoreOptions store;
+    store.client = member.ClientOptions();
+    store.prefix = "/cosched";
+    csd = StartCsd(data_dir + "/unused", store);
+    if (csd == nullptr) return 1;
+    std::printf("\ncsd at %s on etcd %s (one member, fsync on), same clients\n",
+                csd->address().c_str(), member.endpoint().c_str());
+    CsdFigures on_etcd = RunCsd(csd->address(), clients, channels, seconds, "vm-etcd-");
+    Print("TagVM (etcd)", on_etcd.tag);
+    csd.reset();
+    auto client = cosched::etcd::Client::Create(member.ClientOptions());
+    if (!client.ok()) {
+      std::fprintf(stderr, "csd_loadgen: %s\n", client.status().ToString().c_str());
+      return 1;
+    }
+    Figures raw = RunRawTxn(**client, clients, seconds);
+    Print("etcd raw Txn", raw);
+    std::printf("TagVM on etcd: %.1f%% of SQLite's rate, %.1f%% of etcd's raw Txn rate\n",
+                sqlite.tag.per_second > 0 ? 100.0 * on_etcd.tag.per_second / sqlite.tag.per_second
+                                          : 0.0,
+                raw.per_second > 0 ? 100.0 * on_etcd.tag.per_second / raw.per_second : 0.0);
+    ok = ok && on_etcd.tag.errors == 0 && raw.errors == 0;
+  }
   if (!data_dir.empty()) std::filesystem::remove_all(data_dir);
-  return tag.errors == 0 && noop.errors == 0 ? 0 : 1;
+  return ok ? 0 : 1;
 }

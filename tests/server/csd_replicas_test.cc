@@ -2,7 +2,8 @@
 // on one real etcd member, where what one commits reaches the other's
 // placement view and the agents streaming from it, once and at etcd's
 // revision, also across a compaction and an etcd restart, with gRPC health
-// saying when the store is away.
+// saying when the store is away. And only one of them, the leader, runs the
+// policy engine (part 3), until it stops and the other takes over.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -54,6 +55,9 @@ class CsdReplicasTest : public ::testing::Test {
     options.data_dir = dir_.Sub("unused");
     options.metrics_listen = "";
     testing::TrustPlaintextCallers(options.authz);
+    // The engine applies what it sees at once: the hysteresis has tests of
+    // its own.
+    options.engine.hysteresis.min_dwell = std::chrono::seconds(0);
     store::EtcdStoreOptions store;
     store.client = etcd_.ClientOptions();
     if (!endpoint.empty()) store.client.endpoints = {endpoint};
@@ -75,7 +79,7 @@ class CsdReplicasTest : public ::testing::Test {
   // Registers `host` (two cores of two CPUs) and reports `vms` there, each
   // with two vCPUs.
   static void RegisterAndReport(Replica& r, const std::string& host,
-                                const std::vector<std::string>& vms) {
+                                const std::vector<std::string>& vms, int vcpus = 2) {
     {
       grpc::ClientContext context;
       v1::RegisterRequest request;
@@ -95,7 +99,7 @@ class CsdReplicasTest : public ::testing::Test {
     for (const std::string& vm : vms) {
       v1::VMObservation* o = request.add_vms();
       o->set_vm_id(vm);
-      o->mutable_enforcement()->set_vcpus(2);
+      o->mutable_enforcement()->set_vcpus(vcpus);
     }
     v1::ReportResponse response;
     ASSERT_OK(r.agent->Report(&context, request, &response));
@@ -285,6 +289,68 @@ TEST_F(CsdReplicasTest, AfterAnEtcdRestartTheWatchResumes) {
   EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
   EXPECT_EQ(message.revision(), tagged.vm().assignment().revision());
   stream->context.TryCancel();
+}
+
+// The policy engine decides on the leading replica only, for what was
+// asked of any replica; when the leader stops, the other leads and decides.
+TEST_F(CsdReplicasTest, OnlyTheLeaderRunsTheEngineAndTheNextTakesItOver) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  EXPECT_TRUE(a.csd->leads());
+  EXPECT_FALSE(b.csd->leads());
+
+  {
+    grpc::ClientContext context;
+    v1::SetTenantPolicyRequest request;
+    v1::TenantPolicy* policy = request.mutable_policy();
+    policy->set_tenant_id("acme");
+    policy->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    policy->set_mode(v1::POLICY_MODE_AUTO);
+    v1::TenantPolicy response;
+    ASSERT_OK(b.control->SetTenantPolicy(&context, request, &response));
+  }
+  // No level: the engine's to decide.
+  auto tag_for_engine = [](Replica& r, const std::string& vm,
+                           const std::string& tenant = "acme") {
+    grpc::ClientContext context;
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    v1::TagVMResponse response;
+    return r.control->TagVM(&context, request, &response);
+  };
+  auto decided_by_engine = [](Replica& r, const std::string& vm) {
+    grpc::ClientContext context;
+    v1::GetVMRequest request;
+    request.set_vm_id(vm);
+    v1::VM response;
+    return r.control->GetVM(&context, request, &response).ok() &&
+           response.decision().decided_by() == v1::DECIDED_BY_ENGINE;
+  };
+  // Six single-vCPU VMs on 2 cores of 2 CPUs, two of them another
+  // tenant's (fixed at level vm): acme sharing a cookie pays.
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "a-4", "g-1", "g-2"};
+  ASSERT_NO_FATAL_FAILURE(RegisterAndReport(b, "h1", vms, 1));
+  for (const char* vm : {"a-1", "a-2", "a-3"}) ASSERT_OK(tag_for_engine(b, vm));
+  for (const char* vm : {"g-1", "g-2"}) ASSERT_OK(tag_for_engine(b, vm, "globex"));
+  // Asked of b, decided by a (b's engine does not run while a leads).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return decided_by_engine(b, "a-1") && decided_by_engine(b, "a-2") &&
+               decided_by_engine(b, "a-3");
+      },
+      std::chrono::seconds(10)));
+
+  a.csd->Shutdown();
+  a.csd.reset();
+  ASSERT_TRUE(Eventually([&] { return b.csd->leads(); }, std::chrono::seconds(3)))
+      << "b did not lead within 3 s of a's shutdown";
+  ASSERT_OK(tag_for_engine(b, "a-4"));
+  EXPECT_TRUE(Eventually([&] { return decided_by_engine(b, "a-4"); }, std::chrono::seconds(10)));
 }
 
 }  // namespace

@@ -67,6 +67,10 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
     prefix: /fleet-a
     timeout_ms: 1500
     max_txn_ops: 512
+    replica_name: csd-a
+    lease_ttl_s: 15
+    maintenance_interval_s: 600
+    disable_compaction: true
 )", "csd.yaml", &config);
   ASSERT_TRUE(parsed.ok()) << parsed;
   CsdOptions options = CsdOptionsFromConfig(config);
@@ -77,7 +81,30 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
   EXPECT_EQ(options.etcd_store->client.timeout, absl::Milliseconds(1500));
   EXPECT_EQ(options.etcd_store->client.max_txn_ops, 512);
   EXPECT_EQ(options.etcd_store->client.max_request_bytes, etcd::kDefaultMaxRequestBytes);
+  EXPECT_EQ(options.etcd_store->replicas.name, "csd-a");
+  EXPECT_EQ(options.etcd_store->replicas.ttl, absl::Seconds(15));
+  EXPECT_EQ(options.etcd_store->maintenance.interval, absl::Seconds(600));
+  EXPECT_FALSE(options.etcd_store->maintenance.compact);
   EXPECT_TRUE(ValidateCsdOptions(options).ok());
+
+  // Unset: the defaults.
+  ASSERT_TRUE(ParseYamlConfig("store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n"
+                              "    prefix: /a\n", "csd.yaml", &config).ok());
+  options = CsdOptionsFromConfig(config);
+  EXPECT_EQ(options.etcd_store->replicas.name, "");
+  EXPECT_EQ(options.etcd_store->replicas.ttl, absl::Seconds(10));
+  EXPECT_EQ(options.etcd_store->maintenance.interval, absl::Minutes(5));
+  EXPECT_TRUE(options.etcd_store->maintenance.compact);
+}
+
+TEST_F(CsdStoreConfigTest, BadLeadershipSettingsExit2NamingTheField) {
+  const std::string head = "store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: /a\n";
+  ExpectUsageError(head + "    lease_ttl_s: 1\n",
+                   "csd.yaml:5: store.etcd.lease_ttl_s must be 2 to 300 seconds");
+  ExpectUsageError(head + "    maintenance_interval_s: 5\n",
+                   "csd.yaml:5: store.etcd.maintenance_interval_s must be 10 to 86400");
+  ExpectUsageError(head + "    replica_name: \"a b\"\n",
+                   "csd.yaml:5: store.etcd.replica_name 'a b' must be");
 }
 
 TEST_F(CsdStoreConfigTest, AnUnknownStoreKindExits2) {

@@ -1,7 +1,8 @@
 // A real etcd (/usr/bin/etcd, Debian's etcd-server) for tests: one member on
 // 127.0.0.1 with ports of its own and a data dir under /tmp, started by the
-// test and killed at its end. --unsafe-no-fsync: the tests that use it are
-// about csd's use of etcd, not about etcd's durability.
+// test and killed at its end. --unsafe-no-fsync unless `fsync`: the tests
+// that use it are about csd's use of etcd, not about etcd's durability
+// (benchmarks that compare durable writes keep etcd's fsync).
 #ifndef COSCHED_TESTS_TESTING_ETCD_MEMBER_H_
 #define COSCHED_TESTS_TESTING_ETCD_MEMBER_H_
 
@@ -33,6 +34,8 @@ inline constexpr char kSetpriv[] = "/usr/bin/setpriv";
 struct EtcdMemberOptions {
   // etcd's --max-txn-ops (its default is 128).
   int max_txn_ops = 128;
+  // etcd's own fsync of each write (off: --unsafe-no-fsync).
+  bool fsync = false;
   // How long Start waits for the member to answer.
   std::chrono::milliseconds start_timeout{15000};
   // With server_cert set: clients must speak TLS and present a
@@ -116,10 +119,10 @@ class EtcdMember {
         "--initial-cluster", absl::StrCat("m0=", peer_url),
         "--initial-cluster-token", absl::StrCat("cosched-test-", getpid()),
         "--max-txn-ops", std::to_string(options_.max_txn_ops),
-        "--unsafe-no-fsync",
         "--logger", "zap",
         "--log-level", "warn",
     };
+    if (!options_.fsync) args.push_back("--unsafe-no-fsync");
     if (tls()) {
       for (const std::string& arg :
            {std::string("--cert-file"), options_.server_cert, std::string("--key-file"),
