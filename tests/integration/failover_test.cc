@@ -10,6 +10,8 @@
 #include <string>
 
 #include "cli/csctl.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "etcd/client.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -36,7 +38,8 @@ class FailoverTest : public ::testing::Test {
     ASSERT_OK(etcd_.Start());
     config_ = dir_.Sub("csd.yaml");
     std::ofstream(config_) << testing::kTrustedPlaintextYaml << "store:\n  etcd:\n    endpoints: [\""
-                           << etcd_.endpoint() << "\"]\n    prefix: /cosched\n";
+                           << etcd_.endpoint() << "\"]\n    prefix: /cosched\n"
+                           << "    lease_ttl_s: 2\n";
     for (int i = 0; i < 2; ++i) {
       const std::string address = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
       replicas_[i] = std::make_unique<CsdProcess>(CSD_BINARY, address,
@@ -119,6 +122,35 @@ TEST_F(FailoverTest, AnAgentMovesToAnotherReplicaAndResumesByRevision) {
             << std::chrono::duration_cast<milliseconds>(received - killed).count()
             << " ms after its replica was killed\n";
   host.Stop();
+}
+
+// The leader crashes without resigning: the other replica leads once the
+// dead one's lease (lease_ttl_s: 2) expired.
+TEST_F(FailoverTest, ACrashedLeaderIsReplacedOnceItsLeaseExpires) {
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  auto leader = [&]() -> std::string {
+    auto range = (*client)->Range("/cosched/leader", "");
+    store::EtcdReplica replica;
+    if (!range.ok() || range->kvs.size() != 1 || !replica.ParseFromString(range->kvs[0].value())) {
+      return "";
+    }
+    return replica.name();
+  };
+  // Replica 0 started first, and leads.
+  const std::string first = leader();
+  ASSERT_FALSE(first.empty());
+  replicas_[0]->Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return !leader().empty() && leader() != first; }, seconds(6)))
+      << "no other replica led within 6 s of the leader's SIGKILL (lease ttl 2 s)";
+  const auto took = std::chrono::steady_clock::now() - killed;
+  // Not before the lease could expire: the dead one's key held it off.
+  EXPECT_GE(took, milliseconds(1000));
+  std::cout << "leadership moved " << std::chrono::duration_cast<milliseconds>(took).count()
+            << " ms after the leader was killed (lease ttl 2 s)\n";
+  // Writes go on through it.
+  EXPECT_GT(Tag(1, "vm-after", "acme"), 0);
 }
 
 TEST_F(FailoverTest, CsctlUsesTheFirstReplicaOfItsListThatAnswers) {
