@@ -2,7 +2,8 @@
 // on one real etcd member, where what one commits reaches the other's
 // placement view and the agents streaming from it, once and at etcd's
 // revision, also across a compaction and an etcd restart, with gRPC health
-// saying when the store is away. And only one of them, the leader, runs the
+// saying when the store is away, and writes failing fast once etcd is gone.
+// And only one of them, the leader, runs the
 // policy engine (part 3), until it stops and the other takes over.
 #include <chrono>
 #include <memory>
@@ -289,6 +290,32 @@ TEST_F(CsdReplicasTest, AfterAnEtcdRestartTheWatchResumes) {
   EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
   EXPECT_EQ(message.revision(), tagged.vm().assignment().revision());
   stream->context.TryCancel();
+}
+
+// etcd gone entirely: a write fails UNAVAILABLE within a couple of seconds
+// naming etcd (nothing waits forever), and health says NOT_SERVING. Reads
+// that need a record (Place reads the tenant's policy) fail the same way:
+// only in-memory answers (GetStats) go on.
+TEST_F(CsdReplicasTest, WithEtcdGoneWritesFailFastNamingIt) {
+  Replica a = Start();
+  ASSERT_NE(a.csd, nullptr);
+  RegisterAndReport(a, "h1", {"vm-1"});
+  ASSERT_EQ(PlaceOn(a), "h1");
+
+  etcd_.Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  v1::TagVMResponse tagged;
+  grpc::Status refused = Tag(a, "vm-1", &tagged);
+  const auto took = std::chrono::steady_clock::now() - killed;
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("etcd at 127.0.0.1:"), std::string::npos)
+      << refused.error_message();
+  // The store's etcd calls have a 2 s deadline (timeout_ms).
+  EXPECT_LT(took, seconds(5));
+  std::cout << "with etcd gone, TagVM failed after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+  EXPECT_TRUE(Eventually(
+      [&] { return Health(a) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }));
 }
 
 // The policy engine decides on the leading replica only, for what was
