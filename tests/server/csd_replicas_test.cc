@@ -3,8 +3,8 @@
 // placement view and the agents streaming from it, once and at etcd's
 // revision, also across a compaction and an etcd restart, with gRPC health
 // saying when the store is away, and writes failing fast once etcd is gone.
-// And only one of them, the leader, runs the
-// policy engine (part 3), until it stops and the other takes over.
+// And only one of them, the leader, runs the policy engine (part 3), until
+// it stops and the other takes over.
 #include <chrono>
 #include <memory>
 #include <string>
