@@ -5,9 +5,11 @@
 // saying when the store is away, and writes failing fast once etcd is gone.
 // And only one of them, the leader, runs the policy engine (part 3), until
 // it stops and the other takes over.
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -378,6 +380,93 @@ TEST_F(CsdReplicasTest, OnlyTheLeaderRunsTheEngineAndTheNextTakesItOver) {
       << "b did not lead within 3 s of a's shutdown";
   ASSERT_OK(tag_for_engine(b, "a-4"));
   EXPECT_TRUE(Eventually([&] { return decided_by_engine(b, "a-4"); }, std::chrono::seconds(10)));
+}
+
+// Two replicas race TagVM and SetTenantPolicy on one tenant: the result is
+// that of some serial order of the acknowledged requests. Whatever the
+// order, the last policy written sets the level of every VM tagged without
+// one (a TagVM after it uses its default, and it re-assigns those before
+// it), so any VM at another level than the final policy's default is a
+// lost update.
+TEST_F(CsdReplicasTest, RacingTagsAndPolicyChangesOnTwoReplicasEndAsSomeSerialOrder) {
+  Replica replicas[2] = {Start(), Start()};
+  ASSERT_NE(replicas[0].csd, nullptr);
+  ASSERT_NE(replicas[1].csd, nullptr);
+  auto set_default = [&](Replica& r, v1::IsolationLevel level) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(20));
+    v1::SetTenantPolicyRequest request;
+    v1::TenantPolicy* policy = request.mutable_policy();
+    policy->set_tenant_id("acme");
+    policy->set_default_isolation(level);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    v1::TenantPolicy response;
+    return r.control->SetTenantPolicy(&context, request, &response);
+  };
+  auto tag = [&](Replica& r, const std::string& vm) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(20));
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id("acme");  // the policy's default level
+    v1::TagVMResponse response;
+    return r.control->TagVM(&context, request, &response);
+  };
+  ASSERT_OK(set_default(replicas[0], v1::ISOLATION_LEVEL_VM));
+  constexpr int kVms = 16;
+  std::atomic<int> acknowledged{0}, aborted{0};
+  auto count = [&](const grpc::Status& status) {
+    if (status.ok()) {
+      ++acknowledged;
+    } else {
+      // Lost too many races in a row: not acknowledged, so any order
+      // holds without it.
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+      ++aborted;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kVms; ++i) {
+        count(tag(replicas[t], absl::StrCat("vm-", t == 0 ? i : kVms - 1 - i)));
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < 8; ++i) {
+      count(set_default(replicas[i % 2],
+                        i % 2 == 0 ? v1::ISOLATION_LEVEL_TENANT : v1::ISOLATION_LEVEL_VM));
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_GT(acknowledged.load(), 0);
+
+  v1::TenantPolicy final_policy;
+  {
+    grpc::ClientContext context;
+    v1::GetTenantPolicyRequest request;
+    request.set_tenant_id("acme");
+    ASSERT_OK(replicas[1].control->GetTenantPolicy(&context, request, &final_policy));
+  }
+  const v1::IsolationLevel level = final_policy.default_isolation();
+  for (int i = 0; i < kVms; ++i) {
+    const std::string id = absl::StrCat("vm-", i);
+    for (Replica& r : replicas) {
+      grpc::ClientContext context;
+      v1::GetVMRequest request;
+      request.set_vm_id(id);
+      v1::VM vm;
+      ASSERT_OK(r.control->GetVM(&context, request, &vm));
+      EXPECT_EQ(vm.assignment().isolation(), level) << id;
+      EXPECT_EQ(vm.assignment().trust_group(),
+                level == v1::ISOLATION_LEVEL_TENANT ? "acme/tenant" : "acme/vm/" + id)
+          << id;
+    }
+  }
+  std::cout << acknowledged.load() << " requests acknowledged, " << aborted.load()
+            << " aborted after too many lost races\n";
 }
 
 }  // namespace
