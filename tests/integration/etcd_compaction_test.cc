@@ -59,11 +59,15 @@ class EtcdCompactionTest : public ::testing::Test {
       ASSERT_OK((*client)->Compact(changed));
     }
     ASSERT_OK(host_->Start());
-    ASSERT_TRUE(Eventually([&] { return host_->agent().cache().revision() >= changed; },
-                           seconds(15)))
-        << "the agent did not reach revision " << changed;
-    ASSERT_TRUE(host_->agent().cache().Find(vm).has_value());
-    EXPECT_EQ(host_->agent().cache().Find(vm)->isolation(), level);
+    ASSERT_TRUE(Eventually([&] { return Holds(vm, level, changed); }, seconds(15)))
+        << "the agent did not receive " << vm << " at revision " << changed;
+  }
+
+  // The agent's cache holds `vm` at `level`, at `revision` or later.
+  bool Holds(const std::string& vm, v1::IsolationLevel level, int64_t revision) {
+    auto held = host_->agent().cache().Find(vm);
+    return host_->agent().cache().revision() >= revision && held.has_value() &&
+           held->isolation() == level;
   }
 
   testing::EtcdMember etcd_;
@@ -75,8 +79,13 @@ TEST_F(EtcdCompactionTest, AnAgentAwayAcrossACompactionGetsASnapshotAndConverges
   host_->AddVm("vm-1", 100);
   host_->AddVm("vm-2", 200);
   const int64_t first = Tag("vm-1", v1::ISOLATION_LEVEL_TENANT);
-  Tag("vm-2", v1::ISOLATION_LEVEL_VM);
-  ASSERT_TRUE(Eventually([&] { return host_->agent().cache().revision() >= first; }, seconds(15)));
+  const int64_t second = Tag("vm-2", v1::ISOLATION_LEVEL_VM);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Holds("vm-1", v1::ISOLATION_LEVEL_TENANT, first) &&
+               Holds("vm-2", v1::ISOLATION_LEVEL_VM, second);
+      },
+      seconds(15)));
   ASSERT_TRUE(Eventually([&] { return host_->VmCookie(200) != 0; }, seconds(10)));
 
   // Away, no compaction: the restarted agent resumes by revision.
