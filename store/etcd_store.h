@@ -18,11 +18,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "etcd/client.h"
 #include "store/etcd_watch.h"
 #include "store/store.h"
 
 namespace cosched::store {
+
+// The key under an etcd prefix ("<prefix>/restore-in-progress") that is
+// present while a restore or a migration (store/store_tools.h) writes under
+// it: EtcdStore::Open refuses a store with it, so that csd never starts on
+// a half-written copy.
+inline constexpr absl::string_view kRestoreMarkerKey = "restore-in-progress";
 
 struct EtcdStoreOptions {
   // Members, TLS, deadline and the limits the members run with.
@@ -38,6 +45,9 @@ struct EtcdStoreOptions {
   int max_attempts = 20;
   // Backoff of the prefix's watch when it breaks.
   EtcdWatchOptions watch;
+  // Open the store although <prefix>/restore-in-progress is present: only
+  // for the tool that wrote it (store/store_tools.h), which removes it last.
+  bool ignore_restore_marker = false;
 };
 
 // Store on etcd. Layout under the prefix (values are serialized protos):
@@ -102,7 +112,9 @@ class EtcdStore final : public Store {
   // Connects and reads <prefix>/meta. INVALID_ARGUMENT for a bad prefix or
   // options; FAILED_PRECONDITION for plaintext off loopback, unreadable TLS
   // files or a layout newer than this code; UNAVAILABLE naming etcd when it
-  // cannot be reached; DATA_LOSS when meta does not parse.
+  // cannot be reached; DATA_LOSS when meta does not parse;
+  // FAILED_PRECONDITION when a restore or migration into the prefix did not
+  // finish (its marker key is present).
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options);
 
   // Commits what was submitted, then stops the writer.
