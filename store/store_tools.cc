@@ -171,6 +171,15 @@ absl::Status ClaimEmptyPrefix(EtcdTarget& target, bool replace) {
   return target.client->Put(Under(target.prefix, kRestoreMarkerKey), "").status();
 }
 
+// A failure after the marker was written: the target is half-written, and
+// the operator needs to know that and the way out.
+absl::Status HalfWritten(const EtcdTarget& target, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(
+      status.message(), "; the etcd store under ", target.prefix, " is half-written (",
+      Under(target.prefix, kRestoreMarkerKey), " stays, and csd refuses to start on it): "
+      "run the command again with --replace"));
+}
+
 // The last Txn of a restore or migration: `meta` with a fresh commit id and
 // changes_horizon at least `floor` and above this Txn's own revision, and
 // the marker's deletion, only if the marker is still there and meta is
@@ -309,6 +318,10 @@ absl::StatusOr<ToolReport> BackupEtcd(const StoreLocation& from, const std::stri
   return ToolReport{header.store_revision(), header.key_count(), 0};
 }
 
+absl::StatusOr<ToolReport> FillEtcd(const std::string& file, const EtcdBackup& backup,
+                                    const EtcdMeta& meta, EtcdTarget& target,
+                                    const RestoreOptions& options);
+
 absl::StatusOr<ToolReport> RestoreEtcd(const std::string& file, absl::string_view data,
                                        const StoreLocation& to, const RestoreOptions& options) {
   ASSIGN_OR_RETURN(EtcdBackup backup, ParseEtcdBackup(file, data));
@@ -326,6 +339,15 @@ absl::StatusOr<ToolReport> RestoreEtcd(const std::string& file, absl::string_vie
   }
   ASSIGN_OR_RETURN(EtcdTarget target, ConnectEtcd(to));
   RETURN_IF_ERROR(ClaimEmptyPrefix(target, options.replace));
+  absl::StatusOr<ToolReport> restored = FillEtcd(file, backup, meta, target, options);
+  if (!restored.ok()) return HalfWritten(target, restored.status());
+  return restored;
+}
+
+// RestoreEtcd's writes once the marker is there.
+absl::StatusOr<ToolReport> FillEtcd(const std::string& file, const EtcdBackup& backup,
+                                    const EtcdMeta& meta, EtcdTarget& target,
+                                    const RestoreOptions& options) {
   const int max_ops = target.client->options().max_txn_ops;
   const int64_t max_bytes = target.client->options().max_request_bytes - kTxnSlack;
   etcdserverpb::TxnRequest batch;
@@ -344,8 +366,7 @@ absl::StatusOr<ToolReport> RestoreEtcd(const std::string& file, absl::string_vie
     if (size > max_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "key ", entry.key(), " of backup file ", file, " (", size, " bytes) does not fit "
-          "etcd's request limit of ", max_bytes + kTxnSlack, " bytes; nothing after it was "
-          "restored and ", Under(target.prefix, kRestoreMarkerKey), " stays"));
+          "etcd's request limit of ", max_bytes + kTxnSlack, " bytes"));
     }
     if (batch.success_size() >= max_ops ||
         static_cast<int64_t>(batch.ByteSizeLong()) + size > max_bytes) {
@@ -658,60 +679,66 @@ absl::StatusOr<ToolReport> MigrateStore(const StoreLocation& from, const StoreLo
   }
   ASSIGN_OR_RETURN(EtcdTarget target, ConnectEtcd(to));
   RETURN_IF_ERROR(ClaimEmptyPrefix(target, options.replace));
-  {
-    EtcdStoreOptions store_options = to.etcd;
-    store_options.ignore_restore_marker = true;
-    ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store, EtcdStore::Open(store_options));
-    // Small write functions: each must fit one etcd Txn on its own.
-    constexpr size_t kPerWrite = 32;
-    RETURN_IF_ERROR(WriteInChunks<v1::TenantPolicy>(
-        *store, contents.policies, kPerWrite,
-        [](Transaction& txn, const v1::TenantPolicy& p) { return txn.PutTenantPolicy(p); }));
-    RETURN_IF_ERROR(WriteInChunks<v1::Host>(
-        *store, contents.hosts, kPerWrite,
-        [](Transaction& txn, const v1::Host& h) { return txn.PutHost(h); }));
-    RETURN_IF_ERROR(WriteInChunks<v1::VM>(
-        *store, contents.vms, kPerWrite,
-        [](Transaction& txn, const v1::VM& vm) { return txn.PutVm(vm); }));
-    using Report = std::pair<std::string, std::vector<v1::VMObservation>>;
-    RETURN_IF_ERROR(WriteInChunks<Report>(
-        *store, contents.reports, 1, [](Transaction& txn, const Report& r) {
-          return txn.ReplaceObservations(r.first, r.second);
-        }));
-    // One revision's changes stay together, and a later revision is never
-    // written before an earlier one.
-    using Change = std::tuple<int64_t, std::string, std::string>;
-    std::vector<std::vector<Change>> by_revision;
-    for (const Change& change : contents.changes) {
-      if (by_revision.empty() || std::get<0>(by_revision.back().front()) != std::get<0>(change)) {
-        by_revision.emplace_back();
+  // Everything after the marker: a failure leaves a half-written prefix.
+  auto copy = [&]() -> absl::StatusOr<ToolReport> {
+    {
+      EtcdStoreOptions store_options = to.etcd;
+      store_options.ignore_restore_marker = true;
+      ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store, EtcdStore::Open(store_options));
+      // Small write functions: each must fit one etcd Txn on its own.
+      constexpr size_t kPerWrite = 32;
+      RETURN_IF_ERROR(WriteInChunks<v1::TenantPolicy>(
+          *store, contents.policies, kPerWrite,
+          [](Transaction& txn, const v1::TenantPolicy& p) { return txn.PutTenantPolicy(p); }));
+      RETURN_IF_ERROR(WriteInChunks<v1::Host>(
+          *store, contents.hosts, kPerWrite,
+          [](Transaction& txn, const v1::Host& h) { return txn.PutHost(h); }));
+      RETURN_IF_ERROR(WriteInChunks<v1::VM>(
+          *store, contents.vms, kPerWrite,
+          [](Transaction& txn, const v1::VM& vm) { return txn.PutVm(vm); }));
+      using Report = std::pair<std::string, std::vector<v1::VMObservation>>;
+      RETURN_IF_ERROR(WriteInChunks<Report>(
+          *store, contents.reports, 1, [](Transaction& txn, const Report& r) {
+            return txn.ReplaceObservations(r.first, r.second);
+          }));
+      // One revision's changes stay together, and a later revision is never
+      // written before an earlier one.
+      using Change = std::tuple<int64_t, std::string, std::string>;
+      std::vector<std::vector<Change>> by_revision;
+      for (const Change& change : contents.changes) {
+        if (by_revision.empty() || std::get<0>(by_revision.back().front()) != std::get<0>(change)) {
+          by_revision.emplace_back();
+        }
+        by_revision.back().push_back(change);
       }
-      by_revision.back().push_back(change);
+      RETURN_IF_ERROR(WriteInChunks<std::vector<Change>>(
+          *store, by_revision, 1, [](Transaction& txn, const std::vector<Change>& changes) {
+            for (const auto& change : changes) {
+              RETURN_IF_ERROR(txn.RecordChange(std::get<1>(change), std::get<2>(change)));
+            }
+            return absl::OkStatus();
+          }));
+      RETURN_IF_ERROR(WriteInChunks<v1::AuditRecord>(
+          *store, contents.audit, kPerWrite,
+          [](Transaction& txn, const v1::AuditRecord& r) { return txn.AppendAudit(r); }));
     }
-    RETURN_IF_ERROR(WriteInChunks<std::vector<Change>>(
-        *store, by_revision, 1, [](Transaction& txn, const std::vector<Change>& changes) {
-          for (const auto& change : changes) {
-            RETURN_IF_ERROR(txn.RecordChange(std::get<1>(change), std::get<2>(change)));
-          }
-          return absl::OkStatus();
-        }));
-    RETURN_IF_ERROR(WriteInChunks<v1::AuditRecord>(
-        *store, contents.audit, kPerWrite,
-        [](Transaction& txn, const v1::AuditRecord& r) { return txn.AppendAudit(r); }));
-  }
-  ASSIGN_OR_RETURN(etcd::RangeResult meta_kv,
-                   target.client->Range(Under(target.prefix, "meta"), ""));
-  EtcdMeta meta;
-  if (!meta_kv.kvs.empty() && !meta.ParseFromString(meta_kv.kvs[0].value())) {
-    return absl::DataLossError(absl::StrCat("etcd store: value of key ", meta_kv.kvs[0].key(),
-                                            " does not parse as the store's metadata"));
-  }
-  // Agents hold SQLite revisions, which mean nothing in etcd's history.
-  ASSIGN_OR_RETURN(auto finished, FinishEtcd(target, meta, contents.revision + 1));
-  const int64_t items = static_cast<int64_t>(
-      contents.vms.size() + contents.policies.size() + contents.hosts.size() +
-      contents.reports.size() + contents.changes.size() + contents.audit.size());
-  return ToolReport{finished.first, items, finished.second};
+    ASSIGN_OR_RETURN(etcd::RangeResult meta_kv,
+                     target.client->Range(Under(target.prefix, "meta"), ""));
+    EtcdMeta meta;
+    if (!meta_kv.kvs.empty() && !meta.ParseFromString(meta_kv.kvs[0].value())) {
+      return absl::DataLossError(absl::StrCat("etcd store: value of key ", meta_kv.kvs[0].key(),
+                                              " does not parse as the store's metadata"));
+    }
+    // Agents hold SQLite revisions, which mean nothing in etcd's history.
+    ASSIGN_OR_RETURN(auto finished, FinishEtcd(target, meta, contents.revision + 1));
+    const int64_t items = static_cast<int64_t>(
+        contents.vms.size() + contents.policies.size() + contents.hosts.size() +
+        contents.reports.size() + contents.changes.size() + contents.audit.size());
+    return ToolReport{finished.first, items, finished.second};
+  };
+  absl::StatusOr<ToolReport> copied = copy();
+  if (!copied.ok()) return HalfWritten(target, copied.status());
+  return copied;
 }
 
 }  // namespace cosched::store

@@ -415,6 +415,30 @@ TEST_F(StoreToolsEtcdTest, MigrateRefusesANonEmptyPrefixUnlessReplace) {
               StatusIs(absl::StatusCode::kInvalidArgument, ""));
 }
 
+// A host that reports more VMs than one etcd Txn of 128 operations holds:
+// the migration stops there, says so, and leaves the prefix refused.
+TEST_F(StoreToolsEtcdTest, MigrationThatStopsHalfWayLeavesThePrefixRefused) {
+  {
+    auto source = OpenSqlite(dir_.Sub("a"));
+    ASSERT_NE(source, nullptr);
+    Fill(*source, 3);
+    std::vector<v1::VMObservation> many;
+    for (int i = 0; i < 100; ++i) {
+      many.push_back(MakeObservation(absl::StrCat("big-", i), absl::StrCat("uuid-", i), ""));
+    }
+    ASSERT_OK(source->WriteSync([&](Transaction& txn) {
+      return txn.ReplaceObservations("h-big", many);
+    }));
+  }
+  auto failed = MigrateStore(Sqlite(dir_.Sub("a")), Etcd("/cosched"), {});
+  EXPECT_THAT(failed.status(), StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("/cosched is half-written"));
+  EXPECT_THAT(failed.status().message(), HasSubstr("--replace"));
+  auto refused = EtcdStore::Open(Etcd("/cosched").etcd);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                         "/cosched/restore-in-progress"));
+}
+
 // 300 VMs and their change keys: more than one Txn of 128 operations.
 TEST_F(StoreToolsEtcdTest, BackupRestoresEqualUnderAnotherPrefixAndOldRevisionsGetASnapshot) {
   auto source = OpenEtcd("/a");
