@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,6 +76,18 @@ absl::Status CommitFile(const std::string& tmp, const std::string& path) {
   RETURN_IF_ERROR(SyncPath(tmp, false));
   if (rename(tmp.c_str(), path.c_str()) != 0) return FileError(errno, "rename into", path);
   return SyncPath(ParentDir(path), true);
+}
+
+// Writes `path` through `tmp`: `write` fills tmp, which then becomes path
+// atomically; on any failure tmp is removed and path is untouched.
+absl::Status WriteThroughTemp(const std::string& tmp, const std::string& path,
+                              const std::function<absl::Status()>& write) {
+  std::error_code ignored;
+  std::filesystem::remove(tmp, ignored);  // a leftover of a run that died
+  absl::Status status = write();
+  if (status.ok()) status = CommitFile(tmp, path);
+  if (!status.ok()) std::filesystem::remove(tmp, ignored);
+  return status;
 }
 
 uint32_t Crc32(absl::string_view data, uint32_t crc = 0) {
@@ -242,7 +256,7 @@ absl::StatusOr<EtcdBackup> ParseEtcdBackup(const std::string& file, absl::string
     if (rest.size() < 4) return Corrupt(file, absl::StrCat("it ends inside the ", what));
     const uint32_t size = ReadU32(rest);
     rest.remove_prefix(4);
-    if (rest.size() < size) return Corrupt(file, absl::StrCat("it ends inside the ", what));
+    if (size > static_cast<uint32_t>(std::numeric_limits<int>::max()) || rest.size() < size) return Corrupt(file, absl::StrCat("it ends inside the ", what));
     if (!message.ParseFromArray(rest.data(), static_cast<int>(size))) {
       return Corrupt(file, absl::StrCat("the ", what, " does not parse"));
     }
@@ -307,14 +321,14 @@ absl::StatusOr<ToolReport> BackupEtcd(const StoreLocation& from, const std::stri
   }
   AppendU32(out, Crc32(out));
   const std::string tmp = absl::StrCat(file, ".tmp");
-  {
+  RETURN_IF_ERROR(WriteThroughTemp(tmp, file, [&]() -> absl::Status {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return FileError(errno, "create", tmp);
     f.write(out.data(), static_cast<std::streamsize>(out.size()));
     f.close();
     if (!f) return FileError(errno, "write", tmp);
-  }
-  RETURN_IF_ERROR(CommitFile(tmp, file));
+    return absl::OkStatus();
+  }));
   return ToolReport{header.store_revision(), header.key_count(), 0};
 }
 
@@ -408,9 +422,8 @@ absl::StatusOr<ToolReport> BackupSqlite(const StoreLocation& from, const std::st
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> source,
                    OpenExisting(DbPath(from.sqlite_dir), /*read_only=*/true));
   const std::string tmp = absl::StrCat(file, ".tmp");
-  std::filesystem::remove(tmp);
   int64_t revision = 0;
-  {
+  RETURN_IF_ERROR(WriteThroughTemp(tmp, file, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> copy, SqliteDb::Open(tmp, false, true));
     RETURN_IF_ERROR(SqliteCopy(*source, *copy));
     // A single file: the copy carries the source's WAL flag otherwise, and
@@ -418,8 +431,8 @@ absl::StatusOr<ToolReport> BackupSqlite(const StoreLocation& from, const std::st
     RETURN_IF_ERROR(copy->Exec("PRAGMA journal_mode = DELETE", "make the copy one file"));
     RETURN_IF_ERROR(CheckIntegrity(*copy));
     ASSIGN_OR_RETURN(revision, ReadMeta(*copy, "revision"));
-  }
-  RETURN_IF_ERROR(CommitFile(tmp, file));
+    return absl::OkStatus();
+  }));
   return ToolReport{revision, 0, 0};
 }
 
@@ -468,28 +481,33 @@ absl::StatusOr<ToolReport> RestoreSqlite(const std::string& file, const StoreLoc
     }
   }
   const std::string tmp = absl::StrCat(path, ".restore");
-  std::filesystem::remove(tmp, ec);
   const int64_t revision = *backup_revision + kRestoreRevisionGap;
-  {
+  RETURN_IF_ERROR(WriteThroughTemp(tmp, path, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> copy, SqliteDb::Open(tmp, false, true));
     RETURN_IF_ERROR(SqliteCopy(**backup, *copy));
     // Agents' resume revisions are all at most what the lost store reached:
     // the store goes on from far above, with no change log below.
     RETURN_IF_ERROR(copy->Exec("BEGIN IMMEDIATE", "begin restore"));
     RETURN_IF_ERROR(copy->Exec("DELETE FROM changes", "clear the change log"));
-    ASSIGN_OR_RETURN(SqliteQuery q,
-                     copy->Query("UPDATE meta SET value = ?1 "
-                                 "WHERE key IN ('revision', 'compacted_revision')",
-                                 "move the revision past the old store's"));
-    q.BindInt(1, revision);
-    RETURN_IF_ERROR(q.Run());
+    {
+      ASSIGN_OR_RETURN(SqliteQuery q,
+                       copy->Query("UPDATE meta SET value = ?1 "
+                                   "WHERE key IN ('revision', 'compacted_revision')",
+                                   "move the revision past the old store's"));
+      q.BindInt(1, revision);
+      RETURN_IF_ERROR(q.Run());
+    }
     RETURN_IF_ERROR(copy->Exec("COMMIT", "commit restore"));
-  }
-  // The old store's WAL must not be replayed into the new file.
-  for (const char* suffix : {"-wal", "-shm"}) {
-    std::filesystem::remove(absl::StrCat(path, suffix), ec);
-  }
-  RETURN_IF_ERROR(CommitFile(tmp, path));
+    copy.reset();
+    // The old store's WAL must not be replayed into the new file.
+    for (const char* suffix : {"-wal", "-shm"}) {
+      const std::string stale = absl::StrCat(path, suffix);
+      std::error_code removed;
+      std::filesystem::remove(stale, removed);
+      if (removed) return FileError(removed.value(), "remove", stale);
+    }
+    return absl::OkStatus();
+  }));
   return ToolReport{revision, 0, revision};
 }
 
