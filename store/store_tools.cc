@@ -16,8 +16,8 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,7 +34,6 @@
 #include "etcd/client.h"
 #include "store/sqlite_db.h"
 #include "store/sqlite_schema.h"
-#include "store/sqlite_store.h"
 
 namespace cosched::store {
 namespace {

@@ -4,10 +4,13 @@
 // agents that resume with a revision from before the copy get a snapshot.
 #include "store/store_tools.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +159,43 @@ void ExpectFilled(const Contents& c, size_t vms) {
   EXPECT_EQ(c.audit.size(), 7u);
 }
 
+// Writes, until `stop`, VM vm-w<i> and host "counter" with agent_version i
+// in one write function each: a consistent copy has as many such VMs as
+// the counter says.
+void WriteUntilStopped(Store& store, const std::atomic<bool>& stop) {
+  for (int i = 1; !stop.load(); ++i) {
+    absl::Status written = store.WriteSync([i](Transaction& txn) -> absl::Status {
+      RETURN_IF_ERROR(txn.PutVm(MakeVm(absl::StrCat("vm-w", i))));
+      v1::Host counter;
+      counter.set_host_id("counter");
+      counter.set_agent_version(std::to_string(i));
+      return txn.PutHost(counter);
+    });
+    if (!written.ok()) {
+      ADD_FAILURE() << written;
+      return;
+    }
+  }
+}
+
+// The copy is of one instant: the counter equals the VMs written with it.
+void ExpectConsistent(Store& store) {
+  ASSERT_OK(store.Read([](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto counter, txn.GetHost("counter"));
+    int vms = 0;
+    for (Page page;;) {
+      ASSIGN_OR_RETURN(auto listed, txn.ListVms({}, page));
+      if (listed.empty()) break;
+      vms += static_cast<int>(listed.size());
+      page.after = listed.back().vm_id();
+    }
+    const int want = counter ? std::stoi(counter->agent_version()) : 0;
+    EXPECT_GT(want, 0) << "the backup ran before any write";
+    EXPECT_EQ(vms, want);
+    return absl::OkStatus();
+  }));
+}
+
 std::unique_ptr<SqliteStore> OpenSqlite(const std::string& dir) {
   SqliteStoreOptions options;
   options.data_dir = dir;
@@ -259,6 +299,23 @@ TEST_F(StoreToolsSqliteTest, BackupOfALiveStoreRestoresEqualAndOldRevisionsGetAS
   HostChanges delta = ChangesSince(*target, "h1", now);
   EXPECT_TRUE(delta.complete);
   EXPECT_EQ(delta.vm_ids, std::vector<std::string>{"vm-new"});
+}
+
+TEST_F(StoreToolsSqliteTest, BackupWhileCsdWritesIsOfOneInstant) {
+  auto source = OpenSqlite(dir_.Sub("a"));
+  ASSERT_NE(source, nullptr);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] { WriteUntilStopped(*source, stop); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string file = dir_.Sub("backup");
+  auto backed_up = BackupStore(Sqlite(dir_.Sub("a")), file);
+  stop = true;
+  writer.join();
+  ASSERT_OK(backed_up.status());
+  ASSERT_OK(RestoreStore(file, Sqlite(dir_.Sub("b")), {}).status());
+  auto target = OpenSqlite(dir_.Sub("b"));
+  ASSERT_NE(target, nullptr);
+  ExpectConsistent(*target);
 }
 
 TEST_F(StoreToolsSqliteTest, RestoreRefusesANonEmptyTargetUnlessReplace) {
@@ -475,6 +532,23 @@ TEST_F(StoreToolsEtcdTest, BackupRestoresEqualUnderAnotherPrefixAndOldRevisionsG
   auto wrong_kind = RestoreStore(file, Sqlite(dir_.Sub("s")), {});
   EXPECT_THAT(wrong_kind.status(), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
   EXPECT_THAT(wrong_kind.status().message(), HasSubstr("etcd store"));
+}
+
+TEST_F(StoreToolsEtcdTest, BackupWhileReplicasWriteIsOfOneRevision) {
+  auto source = OpenEtcd("/a");
+  ASSERT_NE(source, nullptr);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] { WriteUntilStopped(*source, stop); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string file = dir_.Sub("etcd.backup");
+  auto backed_up = BackupStore(Etcd("/a"), file);
+  stop = true;
+  writer.join();
+  ASSERT_OK(backed_up.status());
+  ASSERT_OK(RestoreStore(file, Etcd("/b"), {}).status());
+  auto target = OpenEtcd("/b");
+  ASSERT_NE(target, nullptr);
+  ExpectConsistent(*target);
 }
 
 TEST_F(StoreToolsEtcdTest, HalfWrittenPrefixIsRefusedByCsdUntilARestoreWithReplace) {
