@@ -113,6 +113,9 @@ CsdMainEnvironment ProcessCsdEnvironment() {
 
 int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
                std::ostream& out, std::ostream& err) {
+  if (argc > 1 && absl::string_view(argv[1]) == "store") {
+    return RunCsdStoreMain(argc - 1, argv + 1, out, err);
+  }
   CsdRun run;
   CLI::App app{"csd: the cosched server"};
   app.add_option("--config", run.config_file, "YAML config file (cosched.v1.CsdConfig)");

@@ -37,8 +37,25 @@ CsdMainEnvironment ProcessCsdEnvironment();
 // [--metrics-listen A|off] [--socket PATH|off]`: flags override the file. Prints errors as one
 // line on `err` ("csd: <file>:<line>: <rule>" when the file set the value)
 // and returns the exit code.
+//
+// `csd store backup|restore|migrate ...` runs the store tools instead
+// (RunCsdStoreMain).
 int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
                std::ostream& out, std::ostream& err);
+
+// Exit code of a store tool that ran and failed (the store or a file).
+inline constexpr int kCsdExitToolFailed = 1;
+
+// `csd store ...` (server/csd_main_store.cc), argv[0] being "store":
+//   backup  (--config F | --from LOCATION) --to FILE
+//   restore --from FILE (--config F | --to LOCATION) [--replace] [--resume-floor N]
+//   migrate --from sqlite:DIR (--config F | --to etcd:...) [--replace]
+// LOCATION is sqlite:DIR or etcd:HOST:PORT[,HOST:PORT...]/PREFIX
+// (store/store_tools.h); --config uses the file's store (store.etcd, or
+// SQLite in data_dir). Prints one line of what it did on `out`, errors as
+// "csd store: ..." on `err`; exit 0, kCsdExitUsage for bad arguments or
+// config, kCsdExitToolFailed when the tool failed.
+int RunCsdStoreMain(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace cosched::server
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -35,6 +36,10 @@ std::string DefaultName() {
 int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
 
 }  // namespace
+
+bool IsReplicaKey(absl::string_view key) {
+  return key == "leader" || key == "compact" || absl::StartsWith(key, "replicas/");
+}
 
 absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options) {
   if (options.name.size() > 128 ||

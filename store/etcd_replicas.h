@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "etcd/client.h"
@@ -51,6 +52,13 @@ struct EtcdReplicasOptions {
   // gone.
   absl::Duration poll = absl::Seconds(1);
 };
+
+// Whether `key` (relative to the prefix, without its '/') belongs to the
+// replicas running on the prefix rather than to the desired state:
+// replicas/<name>, leader (both under a live lease) and compact. Backups
+// leave them out: restored, a leader key without its lease would keep every
+// replica from leading.
+bool IsReplicaKey(absl::string_view key);
 
 // Checks the options; INVALID_ARGUMENT naming store.etcd.<field>.
 absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options);

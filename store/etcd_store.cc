@@ -55,6 +55,15 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   }
   RETURN_IF_ERROR(ValidateEtcdReplicasOptions(options.replicas));
   ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client, etcd::Client::Create(options.client));
+  if (!options.ignore_restore_marker) {
+    const std::string marker = absl::StrCat(options.prefix, "/", kRestoreMarkerKey);
+    ASSIGN_OR_RETURN(etcd::RangeResult found, client->Range(marker, "", 0, 1, true));
+    if (!found.kvs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "etcd store under ", options.prefix, " is half-written: a restore or migration "
+          "into it did not finish (", marker, " is present); run it again with --replace"));
+    }
+  }
   ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client, options.prefix));
   std::unique_ptr<EtcdStore> store(new EtcdStore(options, std::move(client)));
   store->committed_revision_.store(snapshot.meta_revision);

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "etcd/client.h"
 #include "store/etcd_maintenance.h"
 #include "store/etcd_replicas.h"
@@ -25,6 +26,12 @@
 #include "store/store.h"
 
 namespace cosched::store {
+
+// The key under an etcd prefix ("<prefix>/restore-in-progress") that is
+// present while a restore or a migration (store/store_tools.h) writes under
+// it: EtcdStore::Open refuses a store with it, so that csd never starts on
+// a half-written copy.
+inline constexpr absl::string_view kRestoreMarkerKey = "restore-in-progress";
 
 struct EtcdStoreOptions {
   // Members, TLS, deadline and the limits the members run with.
@@ -44,6 +51,9 @@ struct EtcdStoreOptions {
   EtcdReplicasOptions replicas;
   // The leader's jobs: compaction, the change-log sweep, audit pruning.
   EtcdMaintenanceOptions maintenance;
+  // Open the store although <prefix>/restore-in-progress is present: only
+  // for the tool that wrote it (store/store_tools.h), which removes it last.
+  bool ignore_restore_marker = false;
 };
 
 // Store on etcd. Layout under the prefix (values are serialized protos):
@@ -113,7 +123,9 @@ class EtcdStore final : public Store {
   // Connects and reads <prefix>/meta. INVALID_ARGUMENT for a bad prefix or
   // options; FAILED_PRECONDITION for plaintext off loopback, unreadable TLS
   // files or a layout newer than this code; UNAVAILABLE naming etcd when it
-  // cannot be reached; DATA_LOSS when meta does not parse.
+  // cannot be reached; DATA_LOSS when meta does not parse;
+  // FAILED_PRECONDITION when a restore or migration into the prefix did not
+  // finish (its marker key is present).
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options);
 
   // Commits what was submitted, then stops the writer.

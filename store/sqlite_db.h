@@ -94,6 +94,8 @@ class SqliteDb {
   bool InTransaction() const;
   bool ReadOnly() const;
   const std::string& path() const { return path_; }
+  // For SQLite calls this class does not wrap (the online backup API).
+  sqlite3* handle() const { return db_; }
 
  private:
   SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
