@@ -425,12 +425,15 @@ absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLo
   }
   free(list);
   {
-    // Only listed domains stay cached (and keep their generation, which
-    // defined domains that are not running also need).
+    // Only listed domains are remembered, so that domains come and go
+    // without growing the maps. Forgetting a generation is safe: a domain
+    // that starts again has a start event and no cached read.
     std::lock_guard<std::mutex> lock(metadata_mu);
     std::set<std::string> listed;
     for (const Domain& d : domains) listed.insert(DomainKey(d));
     std::erase_if(metadata_cache, [&](const auto& entry) { return !listed.count(entry.first); });
+    std::erase_if(metadata_generation,
+                  [&](const auto& entry) { return !listed.count(entry.first); });
   }
   return domains;
 }
