@@ -118,6 +118,7 @@ ReconcileResult CookieReconciler::Reconcile(
     out.uuid = vm.uuid;
     out.cgroup = vm.cgroup;
     out.run_state = vm.run_state;
+    out.metadata = vm.metadata;
     std::optional<v1::Assignment> assignment = lookup(vm);
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();

@@ -72,6 +72,8 @@ struct VmOutcome {
   // As discovery saw it (DiscoveredVm::run_state), for csd.
   v1::VMRunState run_state = v1::VM_RUN_STATE_UNSPECIFIED;
   v1::VMEnforcement enforcement;
+  // As discovery read it (DiscoveredVm::metadata), for csd.
+  std::optional<v1::DomainMetadata> metadata;
 };
 
 struct ReconcileStats {

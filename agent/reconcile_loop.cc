@@ -16,12 +16,19 @@
 namespace cosched::agent {
 namespace {
 
-bool SameEnforcement(const ReconcileResult& a, const ReconcileResult& b) {
+// Whether the two passes would tell csd the same: enforcement, and the
+// domain metadata csd may tag a VM from (a change of it alone is worth a
+// prompt Report).
+bool SameReported(const ReconcileResult& a, const ReconcileResult& b) {
   if (a.vms.size() != b.vms.size()) return false;
   for (size_t i = 0; i < a.vms.size(); ++i) {
-    if (a.vms[i].vm_id != b.vms[i].vm_id ||
-        !google::protobuf::util::MessageDifferencer::Equals(
-            a.vms[i].enforcement, b.vms[i].enforcement)) {
+    const VmOutcome& x = a.vms[i];
+    const VmOutcome& y = b.vms[i];
+    if (x.vm_id != y.vm_id ||
+        !google::protobuf::util::MessageDifferencer::Equals(x.enforcement, y.enforcement) ||
+        x.metadata.has_value() != y.metadata.has_value() ||
+        (x.metadata && !google::protobuf::util::MessageDifferencer::Equals(*x.metadata,
+                                                                          *y.metadata))) {
       return false;
     }
   }
@@ -249,7 +256,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   bool changed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    changed = !last_ || !discovery_status_.ok() || !SameEnforcement(*last_, result) ||
+    changed = !last_ || !discovery_status_.ok() || !SameReported(*last_, result) ||
               revision != last_revision_;
     last_ = std::move(result);
     last_revision_ = revision;
@@ -301,6 +308,7 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
     o.set_uuid(vm.uuid);
     *o.mutable_enforcement() = vm.enforcement;
     *o.mutable_enforcement()->mutable_report_time() = now;
+    if (vm.metadata) *o.mutable_metadata() = *vm.metadata;
     observations.push_back(std::move(o));
   }
   return observations;

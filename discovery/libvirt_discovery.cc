@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/file_io.h"
+#include "discovery/domain_metadata_xml.h"
 #include "discovery/libvirt_status_xml.h"
 #include "discovery/proc_parsers.h"
 
@@ -126,10 +127,24 @@ struct Domain {
   // virDomainGetState's; -1 when it failed.
   int state = -1;
   int reason = 0;
+  std::optional<v1::DomainMetadata> metadata;
 };
 
 // Domains are remembered under their UUID, else their name.
 std::string DomainKey(const Domain& d) { return d.uuid.empty() ? d.name : d.uuid; }
+
+// The tenancy in the domain's live XML. UNAVAILABLE when libvirt cannot
+// give the XML (the domain went away, libvirtd restarts).
+absl::StatusOr<std::optional<v1::DomainMetadata>> ReadDomainMetadata(virDomainPtr dom) {
+  char* xml = virDomainGetXMLDesc(dom, 0);
+  if (xml == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read the domain XML from libvirt: ", LastLibvirtError()));
+  }
+  std::optional<v1::DomainMetadata> metadata = ParseDomainMetadata(xml);
+  free(xml);
+  return metadata;
+}
 
 }  // namespace
 
@@ -182,6 +197,8 @@ const char* DomainEventKindName(DomainEvent::Kind kind) {
       return "other";
     case DomainEvent::Kind::kReconnected:
       return "reconnected";
+    case DomainEvent::Kind::kMetadataChanged:
+      return "metadata-changed";
   }
   return "other";
 }
@@ -228,6 +245,35 @@ struct LibvirtDiscovery::State {
   std::atomic<bool> closed{false};
   // Set on a reconnection; the kReconnected event is sent without mu held.
   std::atomic<bool> resync_pending{false};
+  int metadata_callback = -1;  // guarded by mu
+
+  // Domain metadata is read once per domain and again when libvirt says it
+  // may have changed (metadata-change, define, start events), not on every
+  // pass: each read is a round trip to libvirtd per domain. Without a
+  // listener there are no events, and it is read on every pass.
+  // An event stamps its domain (DomainKey) with a new generation; a cached
+  // read is used only while its generation is the domain's current one, so
+  // an event that arrives during a read is not lost. Under metadata_mu,
+  // which callbacks take briefly (never mu, held across libvirt calls).
+  struct CachedMetadata {
+    uint64_t generation = 0;
+    std::optional<v1::DomainMetadata> metadata;
+  };
+  std::mutex metadata_mu;
+  uint64_t last_generation = 0;                          // guarded by metadata_mu
+  std::map<std::string, uint64_t> metadata_generation;   // guarded by metadata_mu
+  std::map<std::string, CachedMetadata> metadata_cache;  // guarded by metadata_mu
+
+  void MetadataMayHaveChanged(const std::string& key) {
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    metadata_generation[key] = ++last_generation;
+  }
+  uint64_t MetadataGeneration(const std::string& key) {
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    auto it = metadata_generation.find(key);
+    return it == metadata_generation.end() ? 0 : it->second;
+  }
+  std::optional<v1::DomainMetadata> MetadataOf(virDomainPtr dom, const std::string& key);
 
   void SendPendingResync() {
     if (options.listener && resync_pending.exchange(false)) {
@@ -267,6 +313,10 @@ absl::Status LibvirtDiscovery::State::EnsureConnectedLocked() {
       e.uuid = DomainUuid(dom);
       e.kind = EventKind(event);
       e.detail = detail;
+      if (e.kind == DomainEvent::Kind::kDefined || e.kind == DomainEvent::Kind::kStarted ||
+          e.kind == DomainEvent::Kind::kUndefined) {
+        state->MetadataMayHaveChanged(e.uuid.empty() ? e.name : e.uuid);
+      }
       VLOG(1) << "libvirt: domain " << e.name << " " << DomainEventKindName(e.kind);
       state->options.listener(e);
       return 0;
@@ -274,12 +324,39 @@ absl::Status LibvirtDiscovery::State::EnsureConnectedLocked() {
     lifecycle_callback = virConnectDomainEventRegisterAny(
         conn, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(+on_lifecycle),
         NewOpaque(), FreeOpaque);
-    if (lifecycle_callback < 0) {
+    auto on_metadata = [](virConnectPtr, virDomainPtr dom, int type, const char* nsuri,
+                          void* opaque) -> int {
+      std::shared_ptr<State> state = FromOpaque(opaque);
+      if (state == nullptr) return 0;
+      DomainEvent e;
+      const char* name = virDomainGetName(dom);
+      e.name = name != nullptr ? name : "";
+      e.uuid = DomainUuid(dom);
+      e.kind = DomainEvent::Kind::kMetadataChanged;
+      e.detail = type;
+      VLOG(1) << "libvirt: domain " << e.name << " metadata changed ("
+              << (nsuri != nullptr ? nsuri : "type " + std::to_string(type)) << ")";
+      state->MetadataMayHaveChanged(e.uuid.empty() ? e.name : e.uuid);
+      state->options.listener(e);
+      return 0;
+    };
+    metadata_callback =
+        lifecycle_callback < 0
+            ? -1
+            : virConnectDomainEventRegisterAny(conn, nullptr, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
+                                               VIR_DOMAIN_EVENT_CALLBACK(+on_metadata),
+                                               NewOpaque(), FreeOpaque);
+    if (lifecycle_callback < 0 || metadata_callback < 0) {
       absl::Status status = absl::UnavailableError(absl::StrCat(
           "cannot subscribe to libvirt domain events at ", options.uri, ": ", LastLibvirtError()));
       DisconnectLocked();
       return status;
     }
+  }
+  {
+    // Changes while disconnected were not heard: read every domain again.
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    metadata_cache.clear();
   }
   LOG(INFO) << "libvirt: connected to " << options.uri;
   if (ever_connected) resync_pending = true;
@@ -291,10 +368,39 @@ void LibvirtDiscovery::State::DisconnectLocked() {
   if (conn == nullptr) return;
   if (lifecycle_callback >= 0) virConnectDomainEventDeregisterAny(conn, lifecycle_callback);
   lifecycle_callback = -1;
+  if (metadata_callback >= 0) virConnectDomainEventDeregisterAny(conn, metadata_callback);
+  metadata_callback = -1;
   live = nullptr;
   virConnectUnregisterCloseCallback(conn, OnClose);
   virConnectClose(conn);
   conn = nullptr;
+}
+
+std::optional<v1::DomainMetadata> LibvirtDiscovery::State::MetadataOf(virDomainPtr dom,
+                                                                    const std::string& key) {
+  const bool cached = static_cast<bool>(options.listener);
+  const uint64_t generation = MetadataGeneration(key);
+  if (cached) {
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    auto it = metadata_cache.find(key);
+    if (it != metadata_cache.end() && it->second.generation == generation) {
+      return it->second.metadata;
+    }
+  }
+  absl::StatusOr<std::optional<v1::DomainMetadata>> read = ReadDomainMetadata(dom);
+  if (!read.ok()) {
+    // Not cached: tried again on the next pass. Until then csd is told
+    // why, and keeps the VM on a cookie of its own rather than guess.
+    LOG_EVERY_N(WARNING, 100) << "libvirt: domain " << key << ": " << read.status().message();
+    v1::DomainMetadata refused;
+    refused.set_error(std::string(read.status().message()));
+    return refused;
+  }
+  if (cached) {
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    metadata_cache[key] = CachedMetadata{generation, *read};
+  }
+  return *std::move(read);
 }
 
 absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLocked() {
@@ -313,10 +419,22 @@ absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLo
                                 << LastLibvirtError() << "; reporting it as running";
       d.state = -1;
     }
+    d.metadata = MetadataOf(list[i], DomainKey(d));
     domains.push_back(std::move(d));
     virDomainFree(list[i]);
   }
   free(list);
+  {
+    // Only listed domains are remembered, so that domains come and go
+    // without growing the maps. Forgetting a generation is safe: a domain
+    // that starts again has a start event and no cached read.
+    std::lock_guard<std::mutex> lock(metadata_mu);
+    std::set<std::string> listed;
+    for (const Domain& d : domains) listed.insert(DomainKey(d));
+    std::erase_if(metadata_cache, [&](const auto& entry) { return !listed.count(entry.first); });
+    std::erase_if(metadata_generation,
+                  [&](const auto& entry) { return !listed.count(entry.first); });
+  }
   return domains;
 }
 
@@ -474,6 +592,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
     vm.vm_id = d.name;
     vm.uuid = d.uuid;
     vm.run_state = run_states[i];
+    vm.metadata = d.metadata;
     if (status) {
       // libvirt knows its vCPU threads whatever their names.
       for (const LibvirtDomainStatus::Vcpu& vcpu : status->vcpus) {

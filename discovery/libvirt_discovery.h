@@ -31,6 +31,9 @@ struct DomainEvent {
     // Not a domain's: the connection to libvirtd was re-opened (it
     // restarted). Events in between were lost; rescan everything.
     kReconnected,
+    // The domain's <metadata> changed (VIR_DOMAIN_EVENT_ID_METADATA_CHANGE;
+    // detail: its VIR_DOMAIN_METADATA_* type).
+    kMetadataChanged,
   };
   // Empty for kReconnected.
   std::string name;
@@ -67,7 +70,9 @@ v1::VMRunState LibvirtRunState(int state, int reason, absl::string_view async_jo
 using DomainEventListener = std::function<void(const DomainEvent&)>;
 
 // The active domains of a libvirt QEMU driver. Name and UUID come from the
-// libvirt API; the QEMU pid and the vCPU thread ids from libvirt's status
+// libvirt API, and so does the tenancy in each domain's <metadata>
+// (domain_metadata_xml.h; read again after metadata-change, define and
+// start events when a listener is set, else on every Discover()); the QEMU pid and the vCPU thread ids from libvirt's status
 // XML (<status_dir>/<name>.xml, readable by root only); when that cannot be
 // read, the domain is matched to a QEMU process by its -uuid, then its
 // -name. All other threads (iothreads, emulator threads, vhost workers,

@@ -3,6 +3,7 @@
 #ifndef COSCHED_DISCOVERY_VM_DISCOVERY_H_
 #define COSCHED_DISCOVERY_VM_DISCOVERY_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,13 @@ struct DiscoveredVm {
   // process found through /proc runs; libvirt's domains say more
   // (discovery/libvirt_discovery.h, LibvirtRunState).
   v1::VMRunState run_state = v1::VM_RUN_STATE_RUNNING;
+  // What its libvirt domain's <metadata> says of its tenancy
+  // (discovery/domain_metadata_xml.h); nullopt when it says nothing or the
+  // VM is not libvirt's.
+  std::optional<v1::DomainMetadata> metadata;
 
-  bool operator==(const DiscoveredVm&) const = default;
+  // Field by field; the metadata as protobuf's MessageDifferencer compares.
+  bool operator==(const DiscoveredVm& other) const;
 };
 
 // Implementations are thread-safe.

@@ -2,6 +2,7 @@
 
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -85,6 +86,59 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   EXPECT_EQ((*observations)[0].vm_id(), "vm-1");
   EXPECT_NE(kernel_.CookieOf(200), 0u);
   EXPECT_NE(kernel_.CookieOf(300), 0u);
+}
+
+TEST_F(ReconcileLoopTest, ReportsEachVmsDomainMetadata) {
+  // The tenancy a libvirt domain's metadata gives goes to csd with the VM,
+  // also while the VM has no assignment (csd may tag it from it).
+  auto vm = [this](const std::string& id, int pid) {
+    discovery::DiscoveredVm v;
+    v.vm_id = id;
+    v.qemu_pid = pid;
+    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(pid, pid);
+    return v;
+  };
+  discovery::DiscoveredVm nova = vm("vm-nova", 100);
+  nova.metadata.emplace();
+  nova.metadata->mutable_nova()->set_project_uuid("p1");
+  discovery::DiscoveredVm refused = vm("vm-refused", 200);
+  refused.metadata.emplace();
+  refused.metadata->set_error("cosched:tenant is given more than once");
+  const discovery::DiscoveredVm plain = vm("vm-plain", 300);
+  discovery_.SetVms({nova, refused, plain});
+  auto loop = MakeLoop(1h);
+  loop->Start();
+  ASSERT_TRUE(loop->WaitForPasses(1, 5s));
+  auto observations = loop->Observations();
+  ASSERT_OK(observations);
+  ASSERT_EQ(observations->size(), 3u);
+  std::map<std::string, v1::VMObservation> by_id;
+  for (const auto& o : *observations) by_id[o.vm_id()] = o;
+  EXPECT_EQ(by_id["vm-nova"].metadata().nova().project_uuid(), "p1");
+  EXPECT_EQ(by_id["vm-refused"].metadata().error(), "cosched:tenant is given more than once");
+  EXPECT_FALSE(by_id["vm-plain"].has_metadata());
+  // Fail-closed meanwhile: a cookie of its own each.
+  EXPECT_NE(kernel_.CookieOf(100), 0u);
+  EXPECT_NE(kernel_.CookieOf(100), kernel_.CookieOf(200));
+  EXPECT_EQ(changes_, 1);
+
+  // A change of metadata alone is a change worth reporting at once.
+  nova.metadata->mutable_nova()->set_project_uuid("p2");
+  discovery_.SetVms({nova, refused, plain});
+  loop->Trigger();
+  ASSERT_TRUE(loop->WaitForPasses(2, 5s));
+  EXPECT_EQ(changes_, 2);
+  observations = loop->Observations();
+  ASSERT_OK(observations);
+  for (const auto& o : *observations) {
+    if (o.vm_id() == "vm-nova") EXPECT_EQ(o.metadata().nova().project_uuid(), "p2");
+  }
+  // And the same again is not.
+  loop->Trigger();
+  ASSERT_TRUE(loop->WaitForPasses(3, 5s));
+  EXPECT_EQ(changes_, 2);
+  loop->Stop();
 }
 
 // Discovery that blocks while `hold` is set, as a /proc read of a process

@@ -350,6 +350,12 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   }
   std::string xml = absl::StrCat(
       "<domain type='qemu'><name>", name, "</name>",
+      // As Nova writes it (nova 1.1), so that discovery reads its tenancy.
+      "<metadata><nova:instance xmlns:nova='http://openstack.org/xmlns/libvirt/nova/1.1'>",
+      "<nova:flavor name='m1.tiny'><nova:vcpus>2</nova:vcpus></nova:flavor>",
+      "<nova:owner><nova:user uuid='u1'>alice</nova:user>",
+      "<nova:project uuid='8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d'>acme</nova:project>",
+      "</nova:owner></nova:instance></metadata>",
       "<memory unit='MiB'>128</memory><vcpu>2</vcpu><iothreads>1</iothreads>",
       "<os>", os, "</os><on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>",
       "<devices><emulator>/usr/bin/qemu-system-x86_64</emulator>",
@@ -414,6 +420,69 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
 
   EXPECT_EQ(vm.vm_id, name);
   EXPECT_EQ(vm.uuid, uuid);
+
+  // Its Nova metadata, read through libvirt.
+  if (!vm.metadata.has_value()) {
+    // What libvirt gave, to tell a parser bug from a libvirt that drops it.
+    virDomainPtr d = virDomainLookupByName(conn, name.c_str());
+    char* live_xml = d != nullptr ? virDomainGetXMLDesc(d, 0) : nullptr;
+    ADD_FAILURE() << "no metadata read for " << name << "; its live XML:\n"
+                  << (live_xml != nullptr ? live_xml : LastError());
+    free(live_xml);
+    if (d != nullptr) virDomainFree(d);
+    return;
+  }
+  EXPECT_EQ(vm.metadata->error(), "");
+  EXPECT_EQ(vm.metadata->nova().version(), "1.1");
+  EXPECT_EQ(vm.metadata->nova().project_uuid(), "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d");
+  EXPECT_EQ(vm.metadata->nova().project_name(), "acme");
+  EXPECT_EQ(vm.metadata->nova().flavor_name(), "m1.tiny");
+  {
+    // cosched's element added to the running domain: libvirt's
+    // metadata-change event makes the next Discover() read it (the
+    // discovery caches metadata between events).
+    virDomainPtr live = virDomainLookupByName(conn, name.c_str());
+    ASSERT_NE(live, nullptr) << LastError();
+    ASSERT_EQ(virDomainSetMetadata(
+                  live, VIR_DOMAIN_METADATA_ELEMENT,
+                  "<vm><tenant>acme-cosched</tenant><isolation>tenant</isolation>"
+                  "<class>avx512</class></vm>",
+                  "cosched", "https://cosched.dev/xmlns/libvirt/1.0", VIR_DOMAIN_AFFECT_LIVE),
+              0)
+        << LastError();
+    EXPECT_TRUE(events.Wait(name, DomainEvent::Kind::kMetadataChanged, 10000).has_value())
+        << "no 'metadata-changed' event; events: " << events.Summary();
+    auto changed = discovery.Discover();
+    ASSERT_OK(changed);
+    const discovery::DiscoveredVm* with_cosched = FindByName(*changed, name);
+    ASSERT_NE(with_cosched, nullptr);
+    ASSERT_TRUE(with_cosched->metadata.has_value());
+    EXPECT_EQ(with_cosched->metadata->error(), "");
+    EXPECT_EQ(with_cosched->metadata->nova().project_uuid(), "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d");
+    EXPECT_EQ(with_cosched->metadata->cosched().tenant(), "acme-cosched");
+    EXPECT_EQ(with_cosched->metadata->cosched().isolation(), "tenant");
+    ASSERT_EQ(with_cosched->metadata->cosched().interference_classes_size(), 1);
+    EXPECT_EQ(with_cosched->metadata->cosched().interference_classes(0), "avx512");
+
+    // Bad metadata is reported as such, naming the element.
+    ASSERT_EQ(virDomainSetMetadata(live, VIR_DOMAIN_METADATA_ELEMENT,
+                                   "<vm><tenant>a</tenant><tenant>b</tenant></vm>", "cosched",
+                                   "https://cosched.dev/xmlns/libvirt/1.0",
+                                   VIR_DOMAIN_AFFECT_LIVE),
+              0)
+        << LastError();
+    bool refused = false;
+    for (int i = 0; i < 200 && !refused; ++i) {
+      auto bad = discovery.Discover();
+      ASSERT_OK(bad);
+      const discovery::DiscoveredVm* v = FindByName(*bad, name);
+      refused = v != nullptr && v->metadata && v->metadata->error() == "cosched:tenant is given more than once";
+      if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(refused) << "bad cosched metadata not reported as refused; events: "
+                         << events.Summary();
+    virDomainFree(live);
+  }
   // The QEMU pid: libvirt's pid file, and QEMU's own command line.
   EXPECT_EQ(vm.qemu_pid, std::atoi(ReadFile(absl::StrCat("/run/libvirt/qemu/", name, ".pid")).c_str()));
   std::string cmdline = ReadFile(absl::StrCat("/proc/", vm.qemu_pid, "/cmdline"));

@@ -1,0 +1,17 @@
+#include "discovery/vm_discovery.h"
+
+#include "google/protobuf/util/message_differencer.h"
+
+namespace cosched::discovery {
+
+bool DiscoveredVm::operator==(const DiscoveredVm& other) const {
+  if (metadata.has_value() != other.metadata.has_value()) return false;
+  if (metadata.has_value() &&
+      !google::protobuf::util::MessageDifferencer::Equals(*metadata, *other.metadata)) {
+    return false;
+  }
+  return vm_id == other.vm_id && uuid == other.uuid && qemu_pid == other.qemu_pid &&
+         threads == other.threads && cgroup == other.cgroup && run_state == other.run_state;
+}
+
+}  // namespace cosched::discovery
