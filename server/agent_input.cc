@@ -112,6 +112,32 @@ absl::Status ValidateStatsCores(
   return absl::OkStatus();
 }
 
+absl::Status ValidateDomainMetadata(absl::string_view field, const v1::DomainMetadata& m) {
+  constexpr size_t kMaxValue = 256;
+  constexpr int kMaxClasses = 16;
+  auto bounded = [&](const std::string& what, const std::string& value,
+                     size_t limit) -> absl::Status {
+    if (value.size() <= limit) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".", what, " must be at most ", limit, " bytes"));
+  };
+  RETURN_IF_ERROR(bounded("nova.version", m.nova().version(), kMaxValue));
+  RETURN_IF_ERROR(bounded("nova.project_uuid", m.nova().project_uuid(), kMaxValue));
+  RETURN_IF_ERROR(bounded("nova.project_name", m.nova().project_name(), kMaxValue));
+  RETURN_IF_ERROR(bounded("nova.flavor_name", m.nova().flavor_name(), kMaxValue));
+  RETURN_IF_ERROR(bounded("cosched.tenant", m.cosched().tenant(), kMaxValue));
+  RETURN_IF_ERROR(bounded("cosched.isolation", m.cosched().isolation(), kMaxValue));
+  if (m.cosched().interference_classes_size() > kMaxClasses) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".cosched.interference_classes must have at most ", kMaxClasses, " entries"));
+  }
+  for (int i = 0; i < m.cosched().interference_classes_size(); ++i) {
+    RETURN_IF_ERROR(bounded(absl::StrCat("cosched.interference_classes[", i, "]"),
+                            m.cosched().interference_classes(i), kMaxValue));
+  }
+  return bounded("error", m.error(), kMaxErrorLength);
+}
+
 absl::Status ValidateEnforcement(absl::string_view field,
                                  const v1::VMEnforcement& e) {
   if (!v1::EnforcementState_IsValid(e.state())) {

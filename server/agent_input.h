@@ -25,6 +25,11 @@ absl::Status ValidateStatsCores(
 
 // A known state, counts not negative, vcpus and strings bounded.
 absl::Status ValidateEnforcement(absl::string_view field, const v1::VMEnforcement& e);
+// A VM's domain metadata as an agent read it (docs/integrations.md): csd
+// keeps it only within the agent's own limits (256 bytes a value, 16
+// classes; the read error 1024 bytes). Its values are not judged here:
+// they are input, checked as TagVM's when csd tags from them.
+absl::Status ValidateDomainMetadata(absl::string_view field, const v1::DomainMetadata& m);
 
 // INVALID_ARGUMENT naming `field`.<what> when a preflight (Register's
 // capabilities, each Report) holds more than csd keeps.

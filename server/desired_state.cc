@@ -605,6 +605,9 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
     valid = ValidateId(absl::StrCat(field, ".vm_id"), o.vm_id());
     if (valid.ok()) valid = ValidateOptionalId(absl::StrCat(field, ".uuid"), o.uuid());
     if (valid.ok()) valid = ValidateEnforcement(absl::StrCat(field, ".enforcement"), o.enforcement());
+    if (valid.ok() && o.has_metadata()) {
+      valid = ValidateDomainMetadata(absl::StrCat(field, ".metadata"), o.metadata());
+    }
     if (valid.ok() && !v1::VMRunState_IsValid(o.run_state())) {
       valid = absl::InvalidArgumentError(
           absl::StrCat(field, ".run_state is not a known run state"));

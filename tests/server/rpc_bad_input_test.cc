@@ -244,6 +244,19 @@ TEST_F(BadInputTest, Report) {
   o->mutable_enforcement()->set_vcpus(4097);
   Expect<v1::ReportRequest, v1::ReportResponse>(
       report, r, {kInvalid, "vms[0].enforcement.vcpus must be at most 4096"});
+  o->mutable_enforcement()->set_vcpus(2);
+  // Domain metadata: within the agent's own limits, or refused.
+  o->mutable_metadata()->mutable_nova()->set_project_uuid(std::string(257, 'a'));
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "vms[0].metadata.nova.project_uuid must be at most 256 bytes"});
+  o->mutable_metadata()->mutable_nova()->set_project_uuid("p");
+  for (int i = 0; i < 17; ++i) o->mutable_metadata()->mutable_cosched()->add_interference_classes("c");
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "vms[0].metadata.cosched.interference_classes must have at most 16"});
+  o->mutable_metadata()->mutable_cosched()->clear_interference_classes();
+  o->mutable_metadata()->set_error(std::string(1025, 'e'));
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "vms[0].metadata.error must be at most 1024 bytes"});
   r.clear_vms();
   for (int i = 0; i < 10001; ++i) r.add_vms()->set_vm_id("vm-" + std::to_string(i));
   Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 10000"});
