@@ -12,7 +12,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # support libraries
   libssl-dev libabsl-dev libgoogle-glog-dev libgflags-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  prometheus-cpp-dev libvirt-dev
+  prometheus-cpp-dev libvirt-dev libxml2-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # fuzzing (fuzz/): libFuzzer, ASan and UBSan come with clang's runtime
