@@ -130,6 +130,7 @@ using internal::kMaxTrustGroupLength;
 using internal::PolicyOf;
 using internal::RecordAssignmentChange;
 using internal::RecordReceiverChanges;
+using internal::ValidateDomainMetadata;
 using internal::ValidateEnforcement;
 using internal::ValidatePreflight;
 using internal::ValidateStatsCores;
