@@ -20,6 +20,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A process event without a name, as most are.
+host::ProcessEvent Event(host::ProcessEventKind kind, int tgid, int tid, int parent_tgid) {
+  host::ProcessEvent e;
+  e.kind = kind;
+  e.tgid = tgid;
+  e.tid = tid;
+  e.parent_tgid = parent_tgid;
+  return e;
+}
+
 // One netlink datagram carrying one proc connector event.
 class ReconcileLoopTest : public ::testing::Test {
  protected:
@@ -132,7 +142,9 @@ TEST_F(ReconcileLoopTest, ReportsEachVmsDomainMetadata) {
   observations = loop->Observations();
   ASSERT_OK(observations);
   for (const auto& o : *observations) {
-    if (o.vm_id() == "vm-nova") EXPECT_EQ(o.metadata().nova().project_uuid(), "p2");
+    if (o.vm_id() == "vm-nova") {
+      EXPECT_EQ(o.metadata().nova().project_uuid(), "p2");
+    }
   }
   // And the same again is not.
   loop->Trigger();
@@ -275,13 +287,13 @@ TEST_F(ReconcileLoopTest, EventsOfVmsTriggerPassesOthersDoNot) {
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
   // A thread of an unrelated process: no pass.
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 999, 1000, 999});
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExit, 100, 101, 0});
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kFork, 999, 1000, 999));
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kExit, 100, 101, 0));
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   // A new thread of the VM: a pass.
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kFork, 100, 150, 100));
   EXPECT_TRUE(loop->WaitForPasses(2, 5s));
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, 300, 300, 0});
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kExec, 300, 300, 0));
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
 }
 
@@ -289,15 +301,15 @@ TEST_F(ReconcileLoopTest, ExecsOfOtherProgramsTriggerNoPass) {
   auto loop = MakeLoop(1h);
   loop->Start();
   ASSERT_TRUE(loop->WaitForPasses(1, 5s));
-  host::ProcessEvent cron_job{host::ProcessEventKind::kExec, 300, 300, 0};
+  host::ProcessEvent cron_job = Event(host::ProcessEventKind::kExec, 300, 300, 0);
   cron_job.may_be_qemu = false;
   for (int i = 0; i < 1000; ++i) loop->NoteProcessEvent(cron_job);
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
   // An exec that may be of QEMU: a pass.
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, 301, 301, 0});
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kExec, 301, 301, 0));
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   // A known VM's process running another program: a pass (the VM is gone).
-  host::ProcessEvent vm_exec{host::ProcessEventKind::kExec, 100, 100, 0};
+  host::ProcessEvent vm_exec = Event(host::ProcessEventKind::kExec, 100, 100, 0);
   vm_exec.may_be_qemu = false;
   loop->NoteProcessEvent(vm_exec);
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
@@ -323,15 +335,15 @@ TEST_F(ReconcileLoopTest, ABurstOfEventsIsOnePass) {
   // among them: without settling, the first events would get a pass of
   // their own and the rest more.
   for (int tid = 101; tid <= 200; ++tid) {
-    loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, tid, 100});
-    if (tid % 10 == 0) loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExec, tid, tid, 0});
+    loop.NoteProcessEvent(Event(host::ProcessEventKind::kFork, 100, tid, 100));
+    if (tid % 10 == 0) loop.NoteProcessEvent(Event(host::ProcessEventKind::kExec, tid, tid, 0));
     std::this_thread::sleep_for(2ms);
   }
-  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kLost, 0, 0, 0});
+  loop.NoteProcessEvent(Event(host::ProcessEventKind::kLost, 0, 0, 0));
   ASSERT_TRUE(loop.WaitForPasses(2, 5s));
   EXPECT_FALSE(loop.WaitForPasses(3, 500ms));
   // A request does not wait for events to settle (well within `settle`).
-  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 201, 100});
+  loop.NoteProcessEvent(Event(host::ProcessEventKind::kFork, 100, 201, 100));
   loop.Trigger();
   ASSERT_TRUE(loop.WaitForPasses(3, 500ms));
   EXPECT_FALSE(loop.WaitForPasses(4, 500ms));
@@ -352,11 +364,11 @@ TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
     // Each process of a cron job: its fork, its exec of another program,
     // its exit.
     for (int pid = 5000; !stop; pid = pid == 30000 ? 5000 : pid + 1) {
-      loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, pid, pid, 4000});
-      host::ProcessEvent exec{host::ProcessEventKind::kExec, pid, pid, 0};
+      loop->NoteProcessEvent(Event(host::ProcessEventKind::kFork, pid, pid, 4000));
+      host::ProcessEvent exec = Event(host::ProcessEventKind::kExec, pid, pid, 0);
       exec.may_be_qemu = false;
       loop->NoteProcessEvent(exec);
-      loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kExit, pid, pid, 0});
+      loop->NoteProcessEvent(Event(host::ProcessEventKind::kExit, pid, pid, 0));
     }
   });
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
@@ -369,7 +381,7 @@ TEST_F(ReconcileLoopTest, ANewThreadOfAKnownVmIsTaggedDuringAnExecStorm) {
                 {150, 100, "CPU 1/KVM", discovery::DiscoveredThread::Kind::kVcpu}};
   kernel_.AddTask(150, 100);
   discovery_.SetVms({vm});
-  loop->NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
+  loop->NoteProcessEvent(Event(host::ProcessEventKind::kFork, 100, 150, 100));
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   EXPECT_EQ(kernel_.CookieOf(150), cookie);
   EXPECT_FALSE(loop->WaitForPasses(3, 200ms));
@@ -389,15 +401,15 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
   ASSERT_NE(cookie, 0u);
   // kthreadd's other children, and renames that are no VM's worker: no pass.
   for (const char* other : {"kworker/0:1", "vhost-999", "vhost-", "vhost-100x", "kthreadd"}) {
-    host::ProcessEvent fork{host::ProcessEventKind::kFork, 160, 160, 2};
+    host::ProcessEvent fork = Event(host::ProcessEventKind::kFork, 160, 160, 2);
     fork.comm = other;
     loop->NoteProcessEvent(fork);
-    host::ProcessEvent rename{host::ProcessEventKind::kComm, 160, 160, 0};
+    host::ProcessEvent rename = Event(host::ProcessEventKind::kComm, 160, 160, 0);
     rename.comm = other;
     loop->NoteProcessEvent(rename);
   }
   // A user process forking a child it names like a worker: not kthreadd's.
-  host::ProcessEvent user{host::ProcessEventKind::kFork, 170, 170, 300};
+  host::ProcessEvent user = Event(host::ProcessEventKind::kFork, 170, 170, 300);
   user.comm = "vhost-100";
   loop->NoteProcessEvent(user);
   EXPECT_FALSE(loop->WaitForPasses(2, 200ms));
@@ -408,13 +420,13 @@ TEST_F(ReconcileLoopTest, AVhostKernelThreadOfAKnownVmIsTaggedOnItsFork) {
                 {160, 160, "vhost-100", discovery::DiscoveredThread::Kind::kVhostWorker}};
   kernel_.AddTask(160, 160);
   discovery_.SetVms({vm});
-  host::ProcessEvent named{host::ProcessEventKind::kFork, 160, 160, 2};
+  host::ProcessEvent named = Event(host::ProcessEventKind::kFork, 160, 160, 2);
   named.comm = "vhost-100";
   loop->NoteProcessEvent(named);
   ASSERT_TRUE(loop->WaitForPasses(2, 5s));
   EXPECT_EQ(kernel_.CookieOf(160), cookie);
   // The same by PR_SET_NAME (a process renaming itself).
-  host::ProcessEvent rename{host::ProcessEventKind::kComm, 160, 160, 0};
+  host::ProcessEvent rename = Event(host::ProcessEventKind::kComm, 160, 160, 0);
   rename.comm = "vhost-100";
   loop->NoteProcessEvent(rename);
   EXPECT_TRUE(loop->WaitForPasses(3, 5s));
@@ -454,7 +466,7 @@ TEST_F(ReconcileLoopTest, ReportsEachPassWithWhatTriggeredIt) {
       nullptr);
   loop.Start();
   ASSERT_TRUE(loop.WaitForPasses(1, 5s));
-  loop.NoteProcessEvent(host::ProcessEvent{host::ProcessEventKind::kFork, 100, 150, 100});
+  loop.NoteProcessEvent(Event(host::ProcessEventKind::kFork, 100, 150, 100));
   ASSERT_TRUE(loop.WaitForPasses(2, 5s));
   discovery_.SetError(absl::UnavailableError("libvirt is down"));
   loop.Trigger();

@@ -150,7 +150,8 @@ class AuthzTest : public ::testing::Test {
   // An agent on a fake host of one core with two CPUs, over mutual TLS
   // with the certificate of `client`.
   agent::AgentOptions AgentOptionsWithCertOf(const std::string& client) {
-    auto fs = host::MakeFakeHost({.cores = 1, .smt_active = std::nullopt});
+    auto fs = host::MakeFakeHost(
+        {.cores = 1, .smt_active = std::nullopt, .schedstats = std::nullopt});
     agent::AgentOptions options;
     options.session.server_address = csd_->address();
     options.session.tls.set_ca_file(dir_.Sub("ca.crt"));
