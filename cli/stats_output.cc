@@ -130,7 +130,15 @@ json StatsToJson(const v1::GetStatsRequest& request,
             {"lost_events", response.lost_events()},
             {"dropped_windows", response.dropped_windows()},
             {"vms", vms},
-            {"total", SiblingShareToJson("total", response.total())}};
+            {"total", SiblingShareToJson("total", response.total())},
+            {"partial", response.partial()}};
+  if (response.partial()) {
+    json missing = json::array();
+    for (const v1::StatsReplicaGap& gap : response.missing_replicas()) {
+      missing.push_back({{"replica", gap.replica()}, {"reason", gap.reason()}});
+    }
+    o["missing_replicas"] = missing;
+  }
   if (request.has_host_id()) {
     json cores = json::array();
     for (const v1::CoreShare& c : response.cores()) {
@@ -157,6 +165,10 @@ void PrintStats(const v1::GetStatsRequest& request,
     out << ", agents dropped " << response.dropped_windows() << " window(s)";
   }
   out << "\n";
+  // csd on etcd: these replicas' agents are not in the figures.
+  for (const v1::StatsReplicaGap& gap : response.missing_replicas()) {
+    out << "partial: csd replica " << gap.replica() << " is missing: " << gap.reason() << "\n";
+  }
   if (request.has_host_id() && !response.cores().empty()) {
     int64_t busy = 0, one = 0, idle = 0, unknown = 0;
     for (const v1::CoreShare& c : response.cores()) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
@@ -70,7 +71,11 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
       store.maintenance.interval = absl::Seconds(etcd.maintenance_interval_s());
     }
     store.maintenance.compact = !etcd.disable_compaction();
+    store.replicas.address = etcd.advertise_address();
     options.etcd_store = std::move(store);
+    if (etcd.peer_timeout_ms() != 0) {
+      options.peer_timeout = absl::Milliseconds(etcd.peer_timeout_ms());
+    }
   }
   return options;
 }
@@ -140,6 +145,16 @@ absl::Status ValidateEtcdStoreOptions(const store::EtcdStoreOptions& etcd) {
                      etcd.client.max_request_bytes));
   }
   RETURN_IF_ERROR(store::ValidateEtcdReplicasOptions(etcd.replicas));
+  if (const std::string& address = etcd.replicas.address; !address.empty()) {
+    RETURN_IF_ERROR(ValidateListenAddress("store.etcd.advertise_address", address));
+    const std::string host = address.substr(0, address.rfind(':'));
+    if (absl::EndsWith(address, ":0") || host == "0.0.0.0" || host == "[::]") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "store.etcd.advertise_address '", address,
+          "' must be where the other replicas dial this one: a host name or address of "
+          "this host and its port, not a wildcard or port 0"));
+    }
+  }
   const absl::Duration interval = etcd.maintenance.interval;
   if (interval < absl::Seconds(10) || interval > absl::Hours(24)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -180,6 +195,12 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
     }
   }
   if (options.etcd_store) RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
+  if (options.peer_timeout < absl::Milliseconds(100) ||
+      options.peer_timeout > absl::Seconds(10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.peer_timeout_ms must be 100 to 10000 (unset: 1000), got ",
+        absl::ToInt64Milliseconds(options.peer_timeout)));
+  }
   RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
   RETURN_IF_ERROR(ValidateLocalSocketOptions(options.local_socket));
   return Authorizer::Create(options.authz).status();
@@ -202,13 +223,22 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   store_options.audit_retention = audit_days == -1 ? absl::InfiniteDuration()
                                                    : absl::Hours(24 * audit_days);
   absl::StatusOr<std::unique_ptr<store::Store>> store;
+  // The replicas on the etcd prefix, which GetStats asks for their agents'
+  // stats; none on SQLite.
+  store::EtcdReplicas* replicas = nullptr;
   if (options.etcd_store) {
     // Compaction and audit pruning are the leading replica's jobs; etcd
     // keeps no change log of its own to trim by count, so
     // changelog_retention is SQLite's only.
     store::EtcdStoreOptions etcd = *options.etcd_store;
     etcd.maintenance.audit_retention = store_options.audit_retention;
-    store = store::EtcdStore::Open(etcd);
+    absl::StatusOr<std::unique_ptr<store::EtcdStore>> opened = store::EtcdStore::Open(etcd);
+    if (opened.ok()) {
+      replicas = &(*opened)->replicas();
+      store = std::move(*opened);
+    } else {
+      store = opened.status();
+    }
   } else {
     store = store::SqliteStore::Open(store_options);
   }
@@ -280,8 +310,18 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     }
   });
   csd->engine_->Start();
+  if (replicas != nullptr) {
+    PeerStatsOptions peer_options;
+    peer_options.self = replicas->name();
+    peer_options.timeout = options.peer_timeout;
+    peer_options.tls = options.tls;
+    peer_options.insecure = options.insecure;
+    csd->peer_stats_ = std::make_unique<PeerStats>([replicas] { return replicas->List(); },
+                                                   std::move(peer_options));
+  }
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
-      csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine);
+      csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
+      csd->peer_stats_.get());
   csd->agent_service_ = std::make_unique<AgentServiceImpl>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 
@@ -313,6 +353,17 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   csd->address_ = absl::StrCat(host, ":", csd->port_);
+  if (replicas != nullptr && replicas->address().empty()) {
+    // Where the other replicas ask this one for its agents' stats: the
+    // listening address, unless that is a wildcard.
+    if (host == "0.0.0.0" || host == "[::]") {
+      LOG(WARNING) << "csd listens on " << options.listen
+                   << " and store.etcd.advertise_address is unset: the other replicas cannot "
+                      "ask this one for its agents' stats, and their answers will say so";
+    } else {
+      replicas->SetAddress(csd->address_);
+    }
+  }
   if (!options.local_socket.path.empty()) {
     auto local = LocalSocketServer::Start(options.local_socket, csd->server_.get(),
                                           csd->local_peers_.get());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cosched/v1/config.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -56,8 +57,13 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
-  // The store in etcd; unset: SQLite in data_dir.
+  // The store in etcd; unset: SQLite in data_dir. Its replicas.address is
+  // store.etcd.advertise_address: unset, the listening address with its
+  // port once csd listens (none for a wildcard).
   std::optional<store::EtcdStoreOptions> etcd_store;
+  // How long GetStats waits for the other replicas on etcd (100 ms to
+  // 10 s): store.etcd.peer_timeout_ms.
+  absl::Duration peer_timeout = absl::Seconds(1);
   // The policy engine's loop (tenants in mode auto).
   EngineOptions engine;
   // The Unix socket for local callers; no path: none.
@@ -129,6 +135,9 @@ class CsdServer {
   // Stopped before the store drains, destroyed after it: the store's
   // commits tell it of changes until the end.
   std::unique_ptr<EngineLoop> engine_;
+  // csd on etcd: gathers the other replicas' stats; before the service
+  // that uses it.
+  std::unique_ptr<PeerStats> peer_stats_;
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -175,9 +175,17 @@ class DesiredState {
   // for it now: a VM's whole recent history counts for its current tenant
   // and group. INVALID_ARGUMENT for no subject or a bad one, or
   // window_seconds outside 1-86400 (0: 300); NOT_FOUND when no window of
-  // the subject ended in the span.
+  // the subject ended in the span. From this csd's agents only: replicas
+  // on etcd gather the others' too (server/peer_stats.h).
   absl::StatusOr<v1::GetStatsResponse> GetStats(
       const v1::GetStatsRequest& request);
+  // GetStats's answer before its NOT_FOUND: `stats` may have no window,
+  // and `not_found` is the error to give when no replica has one.
+  struct StatsQuery {
+    v1::GetStatsResponse stats;
+    std::string not_found;
+  };
+  absl::StatusOr<StatsQuery> QueryStats(const v1::GetStatsRequest& request);
   // Newest first.
   absl::StatusOr<v1::ListAuditRecordsResponse> ListAuditRecords(
       const v1::ListAuditRecordsRequest& request);

@@ -213,6 +213,13 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
 
 absl::StatusOr<v1::GetStatsResponse> DesiredState::GetStats(
     const v1::GetStatsRequest& request) {
+  ASSIGN_OR_RETURN(StatsQuery query, QueryStats(request));
+  if (query.stats.windows() == 0) return absl::NotFoundError(query.not_found);
+  return std::move(query.stats);
+}
+
+absl::StatusOr<DesiredState::StatsQuery> DesiredState::QueryStats(
+    const v1::GetStatsRequest& request) {
   if (request.window_seconds() < 0 ||
       request.window_seconds() > kMaxStatsSpanSeconds) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -263,11 +270,8 @@ absl::StatusOr<v1::GetStatsResponse> DesiredState::GetStats(
       return absl::InvalidArgumentError(
           "one of vm_id, host_id, tenant, trust_group is required");
   }
-  if (response.windows() == 0) {
-    return absl::NotFoundError(absl::StrCat("no stats were reported for ", subject,
-                                            " in the last ", span, " s"));
-  }
-  return response;
+  return StatsQuery{std::move(response), absl::StrCat("no stats were reported for ", subject,
+                                                     " in the last ", span, " s")};
 }
 
 absl::StatusOr<v1::ListAuditRecordsResponse> DesiredState::ListAuditRecords(

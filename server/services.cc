@@ -168,7 +168,21 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetStats(
     v1::GetStatsResponse* response) {
   auto caller = authz_->ForControlPlane(*context, "GetStats");
   if (!caller.ok()) return Refuse(context, caller.status());
-  return AnswerNow(context, state_->GetStats(*request), response);
+  if (peers_ == nullptr || request->local_only()) {
+    return AnswerNow(context, state_->GetStats(*request), response);
+  }
+  absl::StatusOr<DesiredState::StatsQuery> local = state_->QueryStats(*request);
+  if (!local.ok()) return AnswerNow<v1::GetStatsResponse>(context, local.status(), response);
+  auto* reactor = context->DefaultReactor();
+  peers_->Gather(*request, [reactor, response, local = std::move(*local)](
+                               std::vector<PeerStatsAnswer> answers,
+                               std::vector<v1::StatsReplicaGap> gaps) mutable {
+    absl::StatusOr<v1::GetStatsResponse> combined = CombineStatsAnswers(
+        std::move(local.stats), answers, std::move(gaps), local.not_found);
+    if (combined.ok()) *response = std::move(*combined);
+    reactor->Finish(ToGrpcStatus(combined.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::ListAuditRecords(

@@ -11,15 +11,17 @@
 #include "server/authz.h"
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
+#include "server/peer_stats.h"
 
 namespace cosched::server {
 
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
  public:
-  // `engine` answers Plan.
+  // `engine` answers Plan; `peers` (csd on etcd; may be null) gathers the
+  // other replicas' stats for GetStats.
   ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
-                      const Authorizer* authz, EngineLoop* engine)
-      : state_(state), fanout_(fanout), authz_(authz), engine_(engine) {}
+                      const Authorizer* authz, EngineLoop* engine, PeerStats* peers)
+      : state_(state), fanout_(fanout), authz_(authz), engine_(engine), peers_(peers) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
                                   const v1::TagVMRequest* request,
@@ -82,6 +84,7 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   const AssignmentFanout* const fanout_;
   const Authorizer* const authz_;
   EngineLoop* const engine_;
+  PeerStats* const peers_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {

@@ -65,6 +65,7 @@ EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplica
       leader_key_(absl::StrCat(prefix_, "/leader")),
       options_(std::move(options)) {
   if (options_.name.empty()) options_.name = DefaultName();
+  address_ = options_.address;
   own_key_ = absl::StrCat(prefix_, "/replicas/", options_.name);
   Round();
   thread_ = std::thread([this] { Run(); });
@@ -149,6 +150,11 @@ void EtcdReplicas::Round() {
     renewed_ = asked;
     next_renewal_ = asked + absl::ToChronoMilliseconds(options_.ttl / 3);
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (address_changed_) registered_ = false;
+    address_changed_ = false;
+  }
   if (!registered_) {
     absl::Status status = Register();
     LOG_IF(WARNING, !status.ok()) << "etcd replicas: registering " << options_.name << ": "
@@ -177,10 +183,22 @@ void EtcdReplicas::Round() {
   }
 }
 
+void EtcdReplicas::SetAddress(std::string address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (address == address_) return;
+  address_ = std::move(address);
+  address_changed_ = true;
+}
+
+std::string EtcdReplicas::address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return address_;
+}
+
 absl::Status EtcdReplicas::Register() {
   EtcdReplica self;
   self.set_name(options_.name);
-  self.set_address(options_.address);
+  self.set_address(address());
   self.set_since_unix_ns(NowUnixNs());
   return client_.Put(own_key_, self.SerializeAsString(), lease_).status();
 }
@@ -188,7 +206,7 @@ absl::Status EtcdReplicas::Register() {
 absl::Status EtcdReplicas::Campaign() {
   EtcdReplica self;
   self.set_name(options_.name);
-  self.set_address(options_.address);
+  self.set_address(address());
   self.set_since_unix_ns(NowUnixNs());
   etcdserverpb::TxnRequest request;
   etcdserverpb::Compare* absent = request.add_compare();

@@ -43,7 +43,7 @@ struct EtcdReplicasOptions {
   // random suffix.
   std::string name;
   // Where the other replicas reach its gRPC service (host:port); may be
-  // empty.
+  // empty, and set later (SetAddress) once the service listens.
   std::string address;
   // Lease time to live: how long a leader that stopped renewing (crashed,
   // cut off from etcd) keeps the others from leading. 2 s to 300 s.
@@ -96,6 +96,12 @@ class EtcdReplicas {
   // leading. Set once; not called after the destructor begins.
   void SetObserver(LeadershipObserver observer);
 
+  // Registers `address` as where the others reach this replica: csd knows
+  // its port only once it listens, after the store opened. Written by the
+  // campaign's next round (within a poll).
+  void SetAddress(std::string address);
+  std::string address() const;
+
   // The replicas registered now, by name (a linearizable read).
   absl::StatusOr<std::vector<EtcdReplica>> List() const;
 
@@ -124,6 +130,8 @@ class EtcdReplicas {
   int64_t fence_ = 0;                 // guarded by mu_
   std::string leader_;                // guarded by mu_
   LeadershipObserver observer_;       // guarded by mu_
+  std::string address_;               // guarded by mu_
+  bool address_changed_ = false;      // guarded by mu_
   // The campaign thread's own.
   int64_t lease_ = 0;
   bool registered_ = false;

@@ -134,6 +134,33 @@ TEST_F(StatsCommandTest, JsonUsesTheKeysOfAnalyzeAndForcedIdleOnlyWhenKnown) {
   EXPECT_EQ(j["total"]["vm"], "total");
   EXPECT_EQ(j["total"]["same_pct"], 33.3333);
   EXPECT_FALSE(j.contains("cores"));
+  EXPECT_EQ(j["partial"], false);
+  EXPECT_FALSE(j.contains("missing_replicas"));
+}
+
+// csd replicas on etcd: an answer missing some replicas' agents says which,
+// in the text and in the JSON.
+TEST_F(StatsCommandTest, APartialAnswerNamesTheMissingReplicas) {
+  v1::GetStatsResponse partial = TenantStats();
+  partial.set_partial(true);
+  v1::StatsReplicaGap* gap = partial.add_missing_replicas();
+  gap->set_replica("csd-b");
+  gap->set_reason("DEADLINE_EXCEEDED: at 10.0.0.2:7443: no answer within 1s");
+  server_.service().PutStats("tenant:acme", partial);
+  ASSERT_EQ(RunStats(*stub_, {.tenant = "acme", .window = "5m"}, options_, out_, err_),
+            kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("4 lost events\npartial: csd replica csd-b is missing: "
+                                    "DEADLINE_EXCEEDED: at 10.0.0.2:7443: no answer within "
+                                    "1s\n"));
+  std::ostringstream json_out;
+  ASSERT_EQ(RunStats(*stub_, {.tenant = "acme", .window = "5m"}, Json(), json_out, err_),
+            kExitOk);
+  json j = json::parse(json_out.str());
+  EXPECT_EQ(j["partial"], true);
+  EXPECT_EQ(j["missing_replicas"],
+            json::parse(R"([{"replica": "csd-b", "reason": "DEADLINE_EXCEEDED: at )"
+                        R"(10.0.0.2:7443: no answer within 1s"}])"));
 }
 
 TEST_F(StatsCommandTest, HostShowsItsCoresAndOneVmHasNoTotalRow) {

@@ -71,6 +71,8 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
     lease_ttl_s: 15
     maintenance_interval_s: 600
     disable_compaction: true
+    advertise_address: csd-a.example:7443
+    peer_timeout_ms: 2500
 )", "csd.yaml", &config);
   ASSERT_TRUE(parsed.ok()) << parsed;
   CsdOptions options = CsdOptionsFromConfig(config);
@@ -85,6 +87,8 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
   EXPECT_EQ(options.etcd_store->replicas.ttl, absl::Seconds(15));
   EXPECT_EQ(options.etcd_store->maintenance.interval, absl::Seconds(600));
   EXPECT_FALSE(options.etcd_store->maintenance.compact);
+  EXPECT_EQ(options.etcd_store->replicas.address, "csd-a.example:7443");
+  EXPECT_EQ(options.peer_timeout, absl::Milliseconds(2500));
   EXPECT_TRUE(ValidateCsdOptions(options).ok());
 
   // Unset: the defaults.
@@ -95,6 +99,8 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
   EXPECT_EQ(options.etcd_store->replicas.ttl, absl::Seconds(10));
   EXPECT_EQ(options.etcd_store->maintenance.interval, absl::Minutes(5));
   EXPECT_TRUE(options.etcd_store->maintenance.compact);
+  EXPECT_EQ(options.etcd_store->replicas.address, "");
+  EXPECT_EQ(options.peer_timeout, absl::Seconds(1));
 }
 
 TEST_F(CsdStoreConfigTest, BadLeadershipSettingsExit2NamingTheField) {
@@ -105,6 +111,18 @@ TEST_F(CsdStoreConfigTest, BadLeadershipSettingsExit2NamingTheField) {
                    "csd.yaml:5: store.etcd.maintenance_interval_s must be 10 to 86400");
   ExpectUsageError(head + "    replica_name: \"a b\"\n",
                    "csd.yaml:5: store.etcd.replica_name 'a b' must be");
+}
+
+TEST_F(CsdStoreConfigTest, BadPeerSettingsExit2NamingTheField) {
+  const std::string head = "store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: /a\n";
+  ExpectUsageError(head + "    advertise_address: csd-a\n",
+                   "csd.yaml:5: store.etcd.advertise_address 'csd-a' must be host:port");
+  ExpectUsageError(head + "    advertise_address: 0.0.0.0:7443\n",
+                   "csd.yaml:5: store.etcd.advertise_address '0.0.0.0:7443' must be where the "
+                   "other replicas dial this one");
+  ExpectUsageError(head + "    advertise_address: csd-a:0\n", "not a wildcard or port 0");
+  ExpectUsageError(head + "    peer_timeout_ms: 50\n",
+                   "csd.yaml:5: store.etcd.peer_timeout_ms must be 100 to 10000");
 }
 
 TEST_F(CsdStoreConfigTest, AnUnknownStoreKindExits2) {

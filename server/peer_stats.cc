@@ -1,0 +1,231 @@
+#include "server/peer_stats.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/sibling_share.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+
+namespace cosched::server {
+namespace {
+
+v1::StatsReplicaGap Gap(std::string replica, std::string reason) {
+  v1::StatsReplicaGap gap;
+  gap.set_replica(std::move(replica));
+  gap.set_reason(std::move(reason));
+  return gap;
+}
+
+void AddCore(const v1::CoreShare& part, v1::CoreShare& sum) {
+  sum.set_both_busy_ns(sum.both_busy_ns() + part.both_busy_ns());
+  sum.set_one_idle_ns(sum.one_idle_ns() + part.one_idle_ns());
+  sum.set_both_idle_ns(sum.both_idle_ns() + part.both_idle_ns());
+  sum.set_unknown_ns(sum.unknown_ns() + part.unknown_ns());
+}
+
+}  // namespace
+
+void AddStatsAnswer(const v1::GetStatsResponse& part, v1::GetStatsResponse& sum) {
+  if (part.windows() == 0) return;
+  if (sum.windows() == 0) {
+    sum.set_start_unix_ns(part.start_unix_ns());
+    sum.set_end_unix_ns(part.end_unix_ns());
+  } else {
+    sum.set_start_unix_ns(std::min(sum.start_unix_ns(), part.start_unix_ns()));
+    sum.set_end_unix_ns(std::max(sum.end_unix_ns(), part.end_unix_ns()));
+  }
+  AddSiblingShare(part.total(), *sum.mutable_total());
+  // Both lists are sorted (by vm_id, by core): merged in order.
+  std::map<std::string, v1::SiblingShare> vms;
+  for (v1::VMStats& v : *sum.mutable_vms()) vms[v.vm_id()] = std::move(*v.mutable_share());
+  for (const v1::VMStats& v : part.vms()) AddSiblingShare(v.share(), vms[v.vm_id()]);
+  sum.clear_vms();
+  for (auto& [vm_id, share] : vms) {
+    v1::VMStats* v = sum.add_vms();
+    v->set_vm_id(vm_id);
+    *v->mutable_share() = std::move(share);
+  }
+  std::map<int32_t, v1::CoreShare> cores;
+  for (const v1::CoreShare& c : sum.cores()) cores[c.core()] = c;
+  for (const v1::CoreShare& c : part.cores()) {
+    v1::CoreShare& into = cores[c.core()];
+    into.set_core(c.core());
+    AddCore(c, into);
+  }
+  sum.clear_cores();
+  for (auto& [index, core] : cores) *sum.add_cores() = std::move(core);
+  sum.set_windows(sum.windows() + part.windows());
+  sum.set_lost_events(sum.lost_events() + part.lost_events());
+  sum.set_dropped_windows(sum.dropped_windows() + part.dropped_windows());
+}
+
+absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
+    v1::GetStatsResponse local, const std::vector<PeerStatsAnswer>& peers,
+    std::vector<v1::StatsReplicaGap> gaps, const std::string& not_found) {
+  for (const PeerStatsAnswer& peer : peers) {
+    if (peer.stats.ok()) {
+      AddStatsAnswer(*peer.stats, local);
+    } else if (peer.stats.status().code() != absl::StatusCode::kNotFound) {
+      gaps.push_back(Gap(peer.replica, peer.stats.status().ToString()));
+    }
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const auto& a, const auto& b) {
+    return a.replica() < b.replica();
+  });
+  if (local.windows() == 0) {
+    if (gaps.empty()) return absl::NotFoundError(not_found);
+    return absl::NotFoundError(absl::StrCat(
+        not_found, " by the replicas that answered; missing: ",
+        absl::StrJoin(gaps, "; ", [](std::string* out, const v1::StatsReplicaGap& gap) {
+          absl::StrAppend(out, gap.replica(), " (", gap.reason(), ")");
+        })));
+  }
+  local.set_partial(!gaps.empty());
+  for (v1::StatsReplicaGap& gap : gaps) *local.add_missing_replicas() = std::move(gap);
+  return local;
+}
+
+PeerStats::PeerStats(Lister lister, PeerStatsOptions options)
+    : lister_(std::move(lister)), options_(std::move(options)) {}
+
+absl::StatusOr<std::vector<store::EtcdReplica>> PeerStats::Replicas() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Now() - listed_at_ < options_.list_for) return replicas_;
+  }
+  absl::StatusOr<std::vector<store::EtcdReplica>> listed = lister_();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!listed.ok()) {
+    // etcd away: the replicas last listed are the best there is (they
+    // answer from memory too); none listed yet is a gap.
+    if (listed_at_ == absl::InfinitePast()) return listed.status();
+    LOG_EVERY_N(WARNING, 100) << "GetStats: the replicas registered in etcd could not be listed "
+                                 "again; asking those listed "
+                              << absl::FormatDuration(absl::Now() - listed_at_)
+                              << " ago: " << listed.status();
+    return replicas_;
+  }
+  replicas_ = std::move(*listed);
+  listed_at_ = absl::Now();
+  // Channels to addresses no longer registered are let go.
+  for (auto it = stubs_.begin(); it != stubs_.end();) {
+    const bool listed_now = std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& r) {
+      return r.address() == it->first;
+    });
+    it = listed_now ? std::next(it) : stubs_.erase(it);
+  }
+  return replicas_;
+}
+
+absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> PeerStats::StubFor(
+    const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = stubs_.find(address);
+  if (it != stubs_.end()) return it->second;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(address, options_.tls, options_.insecure);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<v1::ControlPlane::Stub> stub =
+      v1::ControlPlane::NewStub(grpc::CreateChannel(address, *credentials));
+  stubs_[address] = stub;
+  return stub;
+}
+
+namespace {
+
+// One gathering: every call's context and answer, alive until the last
+// call completes.
+struct Gathering {
+  struct Call {
+    std::string replica;
+    std::string address;
+    std::shared_ptr<v1::ControlPlane::Stub> stub;  // keeps the channel while in flight
+    grpc::ClientContext context;
+    v1::GetStatsResponse response;
+  };
+  v1::GetStatsRequest request;
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<PeerStatsAnswer> answers;  // by index of calls
+  std::vector<v1::StatsReplicaGap> gaps;
+  std::atomic<size_t> pending{0};
+  PeerStats::Done done;
+
+  void Finish() { done(std::move(answers), std::move(gaps)); }
+};
+
+}  // namespace
+
+void PeerStats::Gather(const v1::GetStatsRequest& request, Done done) {
+  auto gathering = std::make_shared<Gathering>();
+  gathering->request = request;
+  gathering->request.set_local_only(true);
+  gathering->done = std::move(done);
+  absl::StatusOr<std::vector<store::EtcdReplica>> replicas = Replicas();
+  if (!replicas.ok()) {
+    gathering->gaps.push_back(Gap("*", absl::StrCat("the replicas registered in etcd could "
+                                                    "not be listed: ",
+                                                    replicas.status().ToString())));
+    gathering->Finish();
+    return;
+  }
+  for (const store::EtcdReplica& replica : *replicas) {
+    if (replica.name() == options_.self) continue;
+    if (replica.address().empty()) {
+      gathering->gaps.push_back(Gap(replica.name(),
+                                    "it registered no address (store.etcd.advertise_address)"));
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> stub = StubFor(replica.address());
+    if (!stub.ok()) {
+      gathering->gaps.push_back(
+          Gap(replica.name(), absl::StrCat("at ", replica.address(), ": ",
+                                           stub.status().ToString())));
+      continue;
+    }
+    auto call = std::make_unique<Gathering::Call>();
+    call->replica = replica.name();
+    call->address = replica.address();
+    call->stub = std::move(*stub);
+    call->context.set_deadline(std::chrono::system_clock::now() +
+                               absl::ToChronoMilliseconds(options_.timeout));
+    gathering->calls.push_back(std::move(call));
+  }
+  gathering->answers.resize(gathering->calls.size());
+  if (gathering->calls.empty()) {
+    gathering->Finish();
+    return;
+  }
+  gathering->pending = gathering->calls.size();
+  for (size_t i = 0; i < gathering->calls.size(); ++i) {
+    Gathering::Call* call = gathering->calls[i].get();
+    call->stub->async()->GetStats(
+        &call->context, &gathering->request, &call->response,
+        [gathering, call, i, timeout = options_.timeout](grpc::Status status) {
+          PeerStatsAnswer& answer = gathering->answers[i];
+          answer.replica = call->replica;
+          if (status.ok()) {
+            answer.stats = std::move(call->response);
+          } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+            answer.stats = absl::DeadlineExceededError(absl::StrCat(
+                "at ", call->address, ": no answer within ", absl::FormatDuration(timeout),
+                " (store.etcd.peer_timeout_ms)"));
+          } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+            answer.stats = FromGrpcStatus(status);
+          } else {
+            absl::Status error = FromGrpcStatus(status);
+            answer.stats = absl::Status(error.code(), absl::StrCat("at ", call->address, ": ",
+                                                                   error.message()));
+          }
+          if (gathering->pending.fetch_sub(1) == 1) gathering->Finish();
+        });
+  }
+}
+
+}  // namespace cosched::server

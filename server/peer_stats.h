@@ -1,0 +1,92 @@
+// GetStats across the csd replicas sharing an etcd store (issue #16, part
+// 4). Stats are in memory on the replica the reporting agent is connected
+// to (server/stats_aggregator.h), so a fleet-wide answer needs every
+// replica's: the replica asked gathers the others' answers (GetStats with
+// local_only) within store.etcd.peer_timeout_ms and adds them to its own.
+// A replica that does not answer, refuses, or registered no address is
+// named in the answer, which is then partial: never a silent undercount.
+#ifndef COSCHED_SERVER_PEER_STATS_H_
+#define COSCHED_SERVER_PEER_STATS_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "cosched/v1/config.pb.h"
+#include "cosched/v1/control_plane.grpc.pb.h"
+
+namespace cosched::server {
+
+// One replica's part of a gathered answer.
+struct PeerStatsAnswer {
+  std::string replica;
+  // NOT_FOUND: none of its agents reported the subject, not a gap.
+  absl::StatusOr<v1::GetStatsResponse> stats;
+};
+
+// Adds `part` (another replica's answer for the same request) into `sum`:
+// windows are reported to one replica each, so every figure adds up (by
+// the rules of common/sibling_share.h), per VM by vm_id and per core by
+// index; the span is the union of both.
+void AddStatsAnswer(const v1::GetStatsResponse& part, v1::GetStatsResponse& sum);
+
+// The answer to a gathered GetStats: this replica's (`local`, from
+// DesiredState::QueryStats) plus each peer's; a peer's error other than
+// NOT_FOUND becomes a gap, as do `gaps` found before asking. NOT_FOUND,
+// naming `subject` and the gaps, when no replica has a window.
+absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
+    v1::GetStatsResponse local, const std::vector<PeerStatsAnswer>& peers,
+    std::vector<v1::StatsReplicaGap> gaps, const std::string& not_found);
+
+struct PeerStatsOptions {
+  // This replica's name: left out of those asked.
+  std::string self;
+  // How long the others have to answer.
+  absl::Duration timeout = absl::Seconds(1);
+  // How peers are dialled: csd's own TLS settings, its certificate as the
+  // client's (so it needs the clientAuth usage, and a viewer role binding
+  // on the peers), or plaintext on loopback or with `insecure`.
+  v1::TlsConfig tls;
+  bool insecure = false;
+  // How long a list of the replicas is used before it is read again.
+  absl::Duration list_for = absl::Seconds(5);
+};
+
+// Thread-safe.
+class PeerStats {
+ public:
+  // Lists the replicas registered on the store (EtcdReplicas::List).
+  using Lister = std::function<absl::StatusOr<std::vector<store::EtcdReplica>>()>;
+  using Done =
+      std::function<void(std::vector<PeerStatsAnswer> answers, std::vector<v1::StatsReplicaGap>)>;
+
+  PeerStats(Lister lister, PeerStatsOptions options);
+
+  // Asks every other registered replica for `request` (local_only set) and
+  // calls `done` once with their answers and the replicas it could not ask,
+  // on a gRPC thread or, when there is nobody to ask, on this one.
+  void Gather(const v1::GetStatsRequest& request, Done done);
+
+ private:
+  // The replicas to ask, from a list at most list_for old, or the last one
+  // when etcd cannot be read; an error when none was ever read.
+  absl::StatusOr<std::vector<store::EtcdReplica>> Replicas();
+  absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> StubFor(const std::string& address);
+
+  const Lister lister_;
+  const PeerStatsOptions options_;
+  std::mutex mu_;
+  std::vector<store::EtcdReplica> replicas_;                          // guarded by mu_
+  absl::Time listed_at_ = absl::InfinitePast();                       // guarded by mu_
+  std::map<std::string, std::shared_ptr<v1::ControlPlane::Stub>> stubs_;  // guarded by mu_
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_PEER_STATS_H_
