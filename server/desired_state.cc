@@ -502,6 +502,7 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
         RETURN_IF_ERROR(Audit(txn, actor, "SetTenantPolicy", stored.tenant_id(),
                               previous ? &*previous : nullptr, &stored,
                               revision, audit.get()));
+        delta->policies.push_back(stored);
         out = std::move(stored);
         return absl::OkStatus();
       },

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "policy/trust_group.h"
 
 namespace cosched::server {
 namespace {
@@ -55,10 +56,34 @@ absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm) {
 PlacementView::PlacementView(policy::PlacementOptions options)
     : options_(std::move(options)), index_(options_) {}
 
+absl::Status PlacementView::LoadPolicies(store::Transaction& txn) {
+  std::unordered_map<std::string, v1::TenantPolicy> policies;
+  store::Page page;
+  page.limit = kPageSize;
+  while (true) {
+    ASSIGN_OR_RETURN(auto batch, txn.ListTenantPolicies(page));
+    for (v1::TenantPolicy& p : batch) {
+      page.after = p.tenant_id();
+      policies[p.tenant_id()] = std::move(p);
+    }
+    if (static_cast<int>(batch.size()) < page.limit) break;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  policies_ = std::move(policies);
+  return absl::OkStatus();
+}
+
+v1::TenantPolicy PlacementView::PolicyOf(const std::string& tenant_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = policies_.find(tenant_id);
+  return it != policies_.end() ? it->second : policy::DefaultTenantPolicy(tenant_id);
+}
+
 absl::Status PlacementView::Load(store::Store& store) {
   std::vector<v1::Host> hosts;
   std::vector<PlacedVm> vms;
   RETURN_IF_ERROR(store.Read([&](store::Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(LoadPolicies(txn));
     store::Page page;
     page.limit = kPageSize;
     while (true) {
@@ -104,6 +129,7 @@ absl::Status PlacementView::Load(store::Store& store) {
 void PlacementView::Apply(const PlacementDelta& delta) {
   if (delta.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
+  for (const v1::TenantPolicy& p : delta.policies) policies_[p.tenant_id()] = p;
   std::set<std::string> dirty;
   for (const v1::Host& host : delta.hosts) ApplyHostLocked(host, dirty);
   bool removed = false;

@@ -48,9 +48,12 @@ struct PlacementDelta {
   std::vector<PlacedVm> vms;
   // VMs untagged.
   std::vector<std::string> removed_vms;
+  // Tenant policies written.
+  std::vector<v1::TenantPolicy> policies;
 
   bool empty() const {
-    return hosts.empty() && removed_hosts.empty() && vms.empty() && removed_vms.empty();
+    return hosts.empty() && removed_hosts.empty() && vms.empty() && removed_vms.empty() &&
+           policies.empty();
   }
 };
 
@@ -65,8 +68,11 @@ class PlacementView {
   // know their load, and over-estimating keeps new VMs off crowded hosts.
   explicit PlacementView(policy::PlacementOptions options);
 
-  // Replaces the view with the store's hosts and tagged, reported VMs.
+  // Replaces the view with the store's hosts, tagged and reported VMs, and
+  // tenant policies.
   absl::Status Load(store::Store& store);
+  // Reads every tenant policy again (another replica wrote one).
+  absl::Status LoadPolicies(store::Transaction& txn);
   // Applies what a committed write changed.
   void Apply(const PlacementDelta& delta);
   // What host `host_id` reports now, written by another csd replica: the
@@ -85,6 +91,11 @@ class PlacementView {
   using RuleOut = std::function<std::string(const v1::Host& host)>;
   absl::StatusOr<Answer> Place(const policy::PlacementRequest& request,
                                const RuleOut& rule_out = nullptr) const;
+
+  // The tenant's policy as last committed (its default when none was set):
+  // Place reads it here, not from the store, so that it answers while the
+  // store cannot be reached (csd on etcd with etcd gone).
+  v1::TenantPolicy PolicyOf(const std::string& tenant_id) const;
 
   // For tests: host id -> sorted ids of the VMs placed there.
   std::map<std::string, std::vector<std::string>> VmsByHost() const;
@@ -122,6 +133,8 @@ class PlacementView {
   std::unordered_map<std::string, HostInfo> hosts_;
   // VMs on a host.
   std::unordered_map<std::string, PlacedVm> vms_;
+  // Tenant policies set explicitly, by tenant id.
+  std::unordered_map<std::string, v1::TenantPolicy> policies_;
 };
 
 }  // namespace cosched::server

@@ -24,7 +24,6 @@
 namespace cosched::server {
 namespace {
 
-using internal::PolicyOf;
 
 // More vCPUs than any host csd accepts a topology of could sensibly run.
 constexpr int kMaxPlaceVcpus = 1024;
@@ -91,11 +90,9 @@ absl::StatusOr<v1::PlaceResponse> DesiredState::Place(const v1::PlaceRequest& re
   }
   const std::string tenant =
       request.tenant_id().empty() ? policy::kDefaultTenant : request.tenant_id();
-  v1::TenantPolicy tenant_policy;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    ASSIGN_OR_RETURN(tenant_policy, PolicyOf(txn, tenant));
-    return absl::OkStatus();
-  }));
+  // From the view, as the hosts and VMs are: Place answers while the store
+  // cannot be reached.
+  const v1::TenantPolicy tenant_policy = placement_.PolicyOf(tenant);
   const v1::IsolationLevel level = request.isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED
                                        ? tenant_policy.default_isolation()
                                        : request.isolation();

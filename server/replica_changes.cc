@@ -54,6 +54,8 @@ void DesiredState::ApplyExternalChange(const store::ExternalChange& change) {
         if (!before || !after) forget.merge(HostsOf(**side));
       }
     }
+    // Place reads tenant policies from the view.
+    if (change.policies) RETURN_IF_ERROR(placement_.LoadPolicies(txn));
     for (const std::string& host_id : change.hosts) {
       ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(host_id));
       if (host) {

@@ -5,6 +5,11 @@
 // saying when the store is away, and writes failing fast once etcd is gone.
 // And only one of them, the leader, runs the policy engine (part 3), until
 // it stops and the other takes over.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -13,6 +18,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cosched/store/etcd_records.pb.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -61,6 +68,7 @@ class CsdReplicasTest : public ::testing::Test {
     // The engine applies what it sees at once: the hysteresis has tests of
     // its own.
     options.engine.hysteresis.min_dwell = std::chrono::seconds(0);
+    options.peer_timeout = absl::Milliseconds(300);
     store::EtcdStoreOptions store;
     store.client = etcd_.ClientOptions();
     if (!endpoint.empty()) store.client.endpoints = {endpoint};
@@ -106,6 +114,36 @@ class CsdReplicasTest : public ::testing::Test {
     }
     v1::ReportResponse response;
     ASSERT_OK(r.agent->Report(&context, request, &response));
+  }
+
+  // Reports a one-second window, ending a second ago, in which `vm` ran
+  // `run_ms` on `host` (registered on `r` by RegisterAndReport).
+  static void ReportWindow(Replica& r, const std::string& host, const std::string& vm,
+                           int64_t run_ms) {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    v1::VMObservation* o = request.add_vms();
+    o->set_vm_id(vm);
+    o->mutable_enforcement()->set_vcpus(2);
+    v1::StatsWindow* w = request.add_stats();
+    w->set_end_unix_ns(absl::ToUnixNanos(absl::Now() - absl::Seconds(1)));
+    w->set_start_unix_ns(w->end_unix_ns() - 1000000000);
+    v1::VMStats* stats = w->add_vms();
+    stats->set_vm_id(vm);
+    stats->mutable_share()->set_run_ns(run_ms * 1000000);
+    stats->mutable_share()->set_same_ns(run_ms * 1000000 - 1000);
+    stats->mutable_share()->set_foreign_ns(1000);
+    stats->mutable_share()->set_foreign_intervals(1);
+    stats->mutable_share()->set_longest_foreign_ns(run_ms);
+    v1::ReportResponse response;
+    ASSERT_OK(r.agent->Report(&context, request, &response));
+  }
+
+  static grpc::Status Stats(Replica& r, v1::GetStatsRequest request, v1::GetStatsResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    return r.control->GetStats(&context, request, out);
   }
 
   static grpc::Status Tag(Replica& r, const std::string& vm, v1::TagVMResponse* out) {
@@ -296,13 +334,30 @@ TEST_F(CsdReplicasTest, AfterAnEtcdRestartTheWatchResumes) {
 
 // etcd gone entirely: a write fails UNAVAILABLE within a couple of seconds
 // naming etcd (nothing waits forever), and health says NOT_SERVING. Reads
-// that need a record (Place reads the tenant's policy) fail the same way:
-// only in-memory answers (GetStats) go on.
+// of the replica's own view go on: Place (the hosts, VMs and tenant
+// policies it holds, as last committed) and GetStats (its agents' windows;
+// the other replicas are those it last listed). Reads of records (GetVM)
+// fail as writes do.
 TEST_F(CsdReplicasTest, WithEtcdGoneWritesFailFastNamingIt) {
   Replica a = Start();
   ASSERT_NE(a.csd, nullptr);
   RegisterAndReport(a, "h1", {"vm-1"});
-  ASSERT_EQ(PlaceOn(a), "h1");
+  ReportWindow(a, "h1", "vm-1", 100);
+  {
+    // Tenant "other" may not use `vm`: Place must refuse it from memory.
+    grpc::ClientContext context;
+    v1::SetTenantPolicyRequest request;
+    request.mutable_policy()->set_tenant_id("other");
+    request.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
+    request.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    v1::TenantPolicy policy;
+    ASSERT_OK(a.control->SetTenantPolicy(&context, request, &policy));
+  }
+  v1::GetStatsRequest vm_1;
+  vm_1.set_vm_id("vm-1");
+  v1::GetStatsResponse stats;
+  ASSERT_OK(Stats(a, vm_1, &stats));
+  EXPECT_FALSE(stats.partial());
 
   etcd_.Kill();
   const auto killed = std::chrono::steady_clock::now();
@@ -318,6 +373,31 @@ TEST_F(CsdReplicasTest, WithEtcdGoneWritesFailFastNamingIt) {
             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
   EXPECT_TRUE(Eventually(
       [&] { return Health(a) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }));
+
+  // The view goes on: Place answers from it, with the tenant's policy
+  // (`vm` is not allowed; its default, tenant, is), and so does GetStats.
+  EXPECT_EQ(PlaceOn(a), "error: isolation 'vm' is not allowed by the policy of tenant 'other' "
+                        "(allowed: tenant)");
+  {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    v1::PlaceRequest request;
+    request.set_tenant_id("other");
+    request.set_vcpus(2);
+    request.set_pin(false);
+    v1::PlaceResponse response;
+    ASSERT_OK(a.control->Place(&context, request, &response));
+    EXPECT_EQ(response.host_id(), "h1");
+    EXPECT_EQ(response.isolation(), v1::ISOLATION_LEVEL_TENANT);
+  }
+  ASSERT_OK(Stats(a, vm_1, &stats));
+  EXPECT_EQ(stats.total().run_ns(), 100000000);
+  EXPECT_FALSE(stats.partial()) << "its last list of replicas is used: " << stats.DebugString();
+  grpc::ClientContext context;
+  v1::GetVMRequest get;
+  get.set_vm_id("vm-1");
+  v1::VM vm;
+  EXPECT_EQ(a.control->GetVM(&context, get, &vm).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 // The policy engine decides on the leading replica only, for what was
@@ -467,6 +547,102 @@ TEST_F(CsdReplicasTest, RacingTagsAndPolicyChangesOnTwoReplicasEndAsSomeSerialOr
   }
   std::cout << acknowledged.load() << " requests acknowledged, " << aborted.load()
             << " aborted after too many lost races\n";
+}
+
+// Stats live in the memory of the replica the agent reports to (part 4):
+// GetStats on any replica gathers the others' and adds them up, and an
+// answer missing a registered replica's agents says so and names it.
+TEST_F(CsdReplicasTest, GetStatsOnAnyReplicaGathersEveryReplicasAgents) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-a", &tagged));
+  ASSERT_OK(Tag(a, "vm-b", &tagged));
+  RegisterAndReport(a, "host-a", {"vm-a"});
+  RegisterAndReport(b, "host-b", {"vm-b"});
+  ReportWindow(a, "host-a", "vm-a", 300);
+  ReportWindow(b, "host-b", "vm-b", 500);
+
+  v1::GetStatsRequest tenant;
+  tenant.set_tenant("acme");
+  // Each replica registers where it listens once it does, within a poll.
+  for (Replica* r : {&a, &b}) {
+    v1::GetStatsResponse stats;
+    EXPECT_TRUE(Eventually([&] { return Stats(*r, tenant, &stats).ok() && stats.windows() == 2; }))
+        << stats.DebugString();
+    EXPECT_FALSE(stats.partial()) << stats.DebugString();
+    ASSERT_EQ(stats.vms_size(), 2);
+    EXPECT_EQ(stats.vms(0).vm_id(), "vm-a");
+    EXPECT_EQ(stats.vms(0).share().run_ns(), 300000000);
+    EXPECT_EQ(stats.vms(1).vm_id(), "vm-b");
+    EXPECT_EQ(stats.vms(1).share().run_ns(), 500000000);
+    EXPECT_EQ(stats.total().run_ns(), 800000000);
+    EXPECT_EQ(stats.total().same_ns(), 800000000 - 2000);
+    EXPECT_EQ(stats.total().foreign_intervals(), 2);
+    EXPECT_EQ(stats.total().longest_foreign_ns(), 500);  // the longer, not the sum
+  }
+  // A VM whose agent is on the other replica; asked of this one only, it
+  // has none.
+  v1::GetStatsRequest vm_b;
+  vm_b.set_vm_id("vm-b");
+  v1::GetStatsResponse stats;
+  ASSERT_OK(Stats(a, vm_b, &stats));
+  EXPECT_EQ(stats.total().run_ns(), 500000000);
+  vm_b.set_local_only(true);
+  EXPECT_EQ(Stats(a, vm_b, &stats).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Two replicas registered but not answering: one at an address that
+  // accepts connections and never speaks, one that gave no address.
+  int silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(silent, 16), 0);
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  const int silent_port = ntohs(addr.sin_port);
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  store::EtcdReplica ghost;
+  ghost.set_name("ghost");
+  ghost.set_address(absl::StrCat("127.0.0.1:", silent_port));
+  ASSERT_OK((*client)->Put("/cosched/replicas/ghost", ghost.SerializeAsString()).status());
+  store::EtcdReplica mute;
+  mute.set_name("mute");
+  ASSERT_OK((*client)->Put("/cosched/replicas/mute", mute.SerializeAsString()).status());
+
+  // A's list of replicas is read again within 5 s.
+  EXPECT_TRUE(Eventually([&] { return Stats(a, tenant, &stats).ok() && stats.partial(); },
+                         std::chrono::seconds(15)));
+  const auto asked = std::chrono::steady_clock::now();
+  ASSERT_OK(Stats(a, tenant, &stats));
+  const auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_TRUE(stats.partial());
+  EXPECT_EQ(stats.windows(), 2) << "the replicas that answered are all there";
+  ASSERT_EQ(stats.missing_replicas_size(), 2) << stats.DebugString();
+  EXPECT_EQ(stats.missing_replicas(0).replica(), "ghost");
+  EXPECT_NE(stats.missing_replicas(0).reason().find(
+                absl::StrCat("at 127.0.0.1:", silent_port, ": no answer within 300ms")),
+            std::string::npos)
+      << stats.missing_replicas(0).reason();
+  EXPECT_EQ(stats.missing_replicas(1).replica(), "mute");
+  EXPECT_NE(stats.missing_replicas(1).reason().find("registered no address"), std::string::npos)
+      << stats.missing_replicas(1).reason();
+  std::cout << "GetStats with a silent replica answered after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms (peer_timeout_ms 300)\n";
+  // A subject nobody has: NOT_FOUND, naming what is missing.
+  v1::GetStatsRequest nobody;
+  nobody.set_vm_id("vm-none");
+  grpc::Status none = Stats(a, nobody, &stats);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(none.error_message().find("missing: ghost"), std::string::npos)
+      << none.error_message();
+  close(silent);
 }
 
 }  // namespace
