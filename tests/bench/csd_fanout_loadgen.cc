@@ -13,11 +13,16 @@
 //
 //   csd_fanout_loadgen [--agents 10000] [--vms-per-host 2] [--tag-rate 500]
 //                      [--seconds 30] [--report-interval 0] [--cores-per-host 1]
-//                      [--connections 0] [--server HOST:PORT [--csd-pid PID]
+//                      [--connections 0] [--replicas 1]
+//                      [--server HOST:PORT[,HOST:PORT...] [--csd-pid PID]
 //                      [--metrics HOST:PORT]]
 //
 // Without --server it runs the csd binary as a separate process on a
-// temporary data dir, so that /proc shows csd's own memory and CPU.
+// temporary data dir, so that /proc shows csd's own memory and CPU. With
+// --replicas N (2 or more) it runs N csd processes on one etcd member
+// (fsync on) instead: agents are spread over the replicas round-robin,
+// TagVM goes to the first, so most deltas reach their agent through
+// another replica's watch of etcd; memory and CPU are the replicas' sums.
 #include <signal.h>
 
 #include <atomic>
@@ -38,11 +43,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/bench/loadgen_support.h"
+#include "tests/testing/etcd_member.h"
 
 namespace cosched::bench {
 namespace {
@@ -374,6 +382,8 @@ class Fleet {
 
   Fleet(const Options& options, TagLedger* ledger)
       : options_(options), ledger_(ledger) {
+    // Several replicas: connection i goes to the (i mod n)th.
+    const std::vector<std::string> servers = absl::StrSplit(options.server, ',');
     for (int i = 0; i < options.connections; ++i) {
       grpc::ChannelArguments args;
       // Each channel its own connection: no subchannel sharing.
@@ -383,7 +393,7 @@ class Fleet {
       args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
       args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       stubs_.push_back(v1::AgentService::NewStub(grpc::CreateCustomChannel(
-          options.server, grpc::InsecureChannelCredentials(), args)));
+          servers[i % servers.size()], grpc::InsecureChannelCredentials(), args)));
     }
     for (int i = 0; i < options.agents; ++i) {
       agents_.push_back(std::make_unique<SimulatedAgent>(
@@ -901,6 +911,21 @@ std::optional<ProcessUsage> Usage(pid_t pid) {
   return *usage;
 }
 
+// The replicas' sum.
+std::optional<ProcessUsage> Usage(const std::vector<pid_t>& pids) {
+  std::optional<ProcessUsage> sum;
+  for (pid_t pid : pids) {
+    std::optional<ProcessUsage> one = Usage(pid);
+    if (!one) return std::nullopt;
+    if (!sum) sum = ProcessUsage();
+    sum->rss_kib += one->rss_kib;
+    sum->peak_rss_kib += one->peak_rss_kib;
+    sum->threads += one->threads;
+    sum->cpu_seconds += one->cpu_seconds;
+  }
+  return sum;
+}
+
 // csd's CPU, in % of one core, over a span of `wall` seconds.
 double CpuPercent(const std::optional<ProcessUsage>& before,
                   const std::optional<ProcessUsage>& after, double wall) {
@@ -917,23 +942,29 @@ struct Mark {
   std::optional<double> writes, revision, write_seconds;
 };
 
-Mark TakeMark(pid_t csd_pid, const Fleet& fleet, const std::string& metrics) {
+// Several replicas: writes summed, the revision (etcd's, shared) the
+// highest any of them has.
+Mark TakeMark(const std::vector<pid_t>& csd_pids, const Fleet& fleet,
+              const std::vector<std::string>& metrics) {
   Mark mark;
-  if (!metrics.empty()) {
-    auto text = HttpGet(metrics, "/metrics");
-    if (text.ok()) {
-      mark.writes = SumOfMetric(*text, "cosched_store_writes_total");
-      mark.revision = SumOfMetric(*text, "cosched_store_revision");
-      mark.write_seconds = SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
-    } else {
+  for (const std::string& address : metrics) {
+    auto text = HttpGet(address, "/metrics");
+    if (!text.ok()) {
       std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
                    std::string(text.status().message()).c_str());
+      mark.writes.reset();
+      break;
     }
+    mark.writes = mark.writes.value_or(0) + SumOfMetric(*text, "cosched_store_writes_total");
+    mark.revision =
+        std::max(mark.revision.value_or(0), SumOfMetric(*text, "cosched_store_revision"));
+    mark.write_seconds = mark.write_seconds.value_or(0) +
+                         SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
   }
   // Read after the scrape: a phase then holds exactly one scrape's cost to
   // csd (its ending mark's), a few ms in a phase of tens of seconds.
   mark.at = Clock::now();
-  mark.csd = Usage(csd_pid);
+  mark.csd = Usage(csd_pids);
   mark.self = Usage(getpid());
   mark.agents = fleet.counters();
   return mark;
@@ -971,8 +1002,9 @@ int Run(int argc, char** argv) {
   CLI::App app{"csd fan-out load generator"};
   Fleet::Options fleet_options;
   fleet_options.agents = 10000;
-  std::string server, metrics, csd_binary = CSD_BINARY;
+  std::string server, metrics_address, csd_binary = CSD_BINARY;
   int csd_pid = 0;
+  int replica_count = 1;
   double rate = 500, duration = 30, idle_seconds = 5, timeout = 10;
   double report_interval = 0, min_report_gap = 1, window_seconds = 0, warmup_seconds = -1;
   bool no_stats = false;
@@ -1014,7 +1046,10 @@ int Run(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--server", server, "csd to load; default: run --csd on a temporary data dir");
   app.add_option("--csd-pid", csd_pid, "pid of the --server csd, to read its memory and CPU");
-  app.add_option("--metrics", metrics,
+  app.add_option("--replicas", replica_count,
+                 "csd replicas to run on one etcd member, the agents spread over them")
+      ->check(CLI::Range(1, 5));
+  app.add_option("--metrics", metrics_address,
                  "HOST:PORT of the --server csd's /metrics, for its store writes and revision");
   app.add_option("--csd", csd_binary, "csd binary to run");
   CLI11_PARSE(app, argc, argv);
@@ -1041,19 +1076,48 @@ int Run(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<CsdProcess> csd;
+  // etcd first: the replicas stop before it does.
+  std::unique_ptr<cosched::testing::EtcdMember> etcd;
+  std::vector<std::unique_ptr<CsdProcess>> csds;
+  std::vector<pid_t> csd_pids;
+  std::vector<std::string> metrics;
+  std::string store = "SQLite synchronous=FULL";
   if (server.empty()) {
-    // With its /metrics on: the store's writes and revision are read there.
-    auto started = CsdProcess::Start(csd_binary, /*serve_metrics=*/true);
-    if (!started.ok()) {
-      std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
-                   std::string(started.status().message()).c_str());
-      return 1;
+    std::string extra_config;
+    if (replica_count > 1) {
+      cosched::testing::EtcdMemberOptions etcd_options;
+      etcd_options.fsync = true;
+      // A host's first Report writes each VM's id and UUID keys.
+      etcd_options.max_txn_ops = 10000;
+      etcd = std::make_unique<cosched::testing::EtcdMember>(etcd_options);
+      if (absl::Status started = etcd->Start(); !started.ok()) {
+        std::fprintf(stderr, "csd_fanout_loadgen: etcd: %s\n", started.ToString().c_str());
+        return 1;
+      }
+      extra_config = absl::StrCat("store:\n  etcd:\n    endpoints: [\"", etcd->endpoint(),
+                                  "\"]\n    prefix: /cosched-load\n    max_txn_ops: 10000\n");
+      store = absl::StrCat(replica_count, " replicas on one etcd member (fsync on)");
     }
-    csd = std::move(*started);
-    server = csd->address();
-    csd_pid = csd->pid();
-    metrics = csd->metrics_address();
+    std::vector<std::string> addresses;
+    for (int i = 0; i < replica_count; ++i) {
+      // With its /metrics on: the store's writes and revision are read there.
+      auto started = CsdProcess::Start(csd_binary, /*serve_metrics=*/true, extra_config);
+      if (!started.ok()) {
+        std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
+                     std::string(started.status().message()).c_str());
+        return 1;
+      }
+      addresses.push_back((*started)->address());
+      csd_pids.push_back((*started)->pid());
+      metrics.push_back((*started)->metrics_address());
+      csds.push_back(std::move(*started));
+    }
+    server = absl::StrJoin(addresses, ",");
+    csd_pid = csd_pids[0];
+  } else {
+    store = "external";
+    if (csd_pid > 0) csd_pids.push_back(csd_pid);
+    if (!metrics_address.empty()) metrics.push_back(metrics_address);
   }
   // Fresh hosts and VMs per run, so runs against one --server do not mix.
   fleet_options.run = absl::StrCat(std::random_device()() % 1000000);
@@ -1061,8 +1125,7 @@ int Run(int argc, char** argv) {
   std::printf(
       "csd at %s (%s, pid %d); %d agents over %d connections, %d VMs and %d "
       "cores each; TagVM at %.0f/s for %.0f s\n",
-      server.c_str(), csd ? "spawned, SQLite synchronous=FULL" : "external",
-      csd_pid, fleet_options.agents, fleet_options.connections,
+      server.c_str(), store.c_str(), csd_pid, fleet_options.agents, fleet_options.connections,
       fleet_options.vms_per_host, reporting.cores, rate, duration);
   if (reporting.on()) {
     std::printf(
@@ -1078,15 +1141,15 @@ int Run(int argc, char** argv) {
     std::printf("agents Report once, at setup\n");
   }
 
-  auto control = v1::ControlPlane::NewStub(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  auto control = v1::ControlPlane::NewStub(grpc::CreateChannel(
+      std::string(server.substr(0, server.find(','))), grpc::InsecureChannelCredentials()));
   const size_t vms =
       static_cast<size_t>(fleet_options.agents) * fleet_options.vms_per_host;
   TagLedger ledger(fleet_options.run,
                    static_cast<size_t>(rate * duration) + 1, vms);
 
   std::this_thread::sleep_for(seconds(1));
-  auto before = Usage(csd_pid);
+  auto before = Usage(csd_pids);
   auto self_before = Usage(getpid());
   Fleet fleet(fleet_options, &ledger);
   auto setup_begin = Clock::now();
@@ -1104,7 +1167,7 @@ int Run(int argc, char** argv) {
   }
   // Let setup's transient buffers go before measuring what agents hold.
   std::this_thread::sleep_for(seconds(2));
-  auto after = Usage(csd_pid);
+  auto after = Usage(csd_pids);
   auto self_after = Usage(getpid());
   auto per_agent = [&](int64_t kib) {
     return static_cast<double>(kib - before->rss_kib) / fleet_options.agents;
@@ -1129,20 +1192,20 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::duration<double>(warmup_seconds));
   }
   if (idle_seconds > 0) {
-    Mark idle_begin = TakeMark(csd_pid, fleet, metrics);
+    Mark idle_begin = TakeMark(csd_pids, fleet, metrics);
     std::this_thread::sleep_for(std::chrono::duration<double>(idle_seconds));
-    Mark idle_end = TakeMark(csd_pid, fleet, metrics);
+    Mark idle_end = TakeMark(csd_pids, fleet, metrics);
     PrintPhase(reporting.on() ? "steady state, agents reporting, nothing tagged"
                               : "idle, every agent watching, nothing tagged",
                idle_begin, idle_end);
   }
 
   fleet.RecordReportLatencies();
-  Mark tag_begin = TakeMark(csd_pid, fleet, metrics);
+  Mark tag_begin = TakeMark(csd_pids, fleet, metrics);
   int64_t no_vm_free = 0;
   double tag_s = RunTagger(control.get(), &ledger, fleet_options.run,
                            fleet_options.vms_per_host, rate, duration, &no_vm_free);
-  Mark tag_end = TakeMark(csd_pid, fleet, metrics);
+  Mark tag_end = TakeMark(csd_pids, fleet, metrics);
   std::vector<int64_t> report_us = fleet.TakeReportLatencies();
   auto drain_deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(

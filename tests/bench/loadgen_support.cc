@@ -206,7 +206,7 @@ double SumOfMetric(const std::string& text, const std::string& name) {
 }
 
 absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
-    const std::string& binary, bool serve_metrics) {
+    const std::string& binary, bool serve_metrics, const std::string& extra_config) {
   std::string pattern = "/tmp/csd-load-XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) {
     return ErrnoStatus(errno, "cannot create", pattern);
@@ -226,7 +226,8 @@ absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
   // as csd's defaults do not (tests/testing/trusted_plaintext.h).
   const std::string config = csd->dir_ + "/csd.yaml";
   std::ofstream(config) << cosched::testing::kTrustedPlaintextYaml
-                        << "local_socket: {path: \"off\"}\n";
+                        << "local_socket: {path: \"off\"}\n"
+                        << extra_config;
   int log = open(csd->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (log < 0) return ErrnoStatus(errno, "cannot create", csd->log_path_);
   csd->pid_ = fork();

@@ -62,8 +62,10 @@ class CsdProcess {
   // answer health checks within 20 s. With `serve_metrics`, csd also serves
   // /metrics on another free loopback port (metrics_address()); without,
   // its metrics server is off, so it costs nothing.
+  // `extra_config` is appended to its csd.yaml (a store: section).
   static absl::StatusOr<std::unique_ptr<CsdProcess>> Start(
-      const std::string& binary, bool serve_metrics = false);
+      const std::string& binary, bool serve_metrics = false,
+      const std::string& extra_config = "");
   ~CsdProcess();
   CsdProcess(const CsdProcess&) = delete;
   CsdProcess& operator=(const CsdProcess&) = delete;
