@@ -152,6 +152,18 @@ int RunHostGet(Stub& stub, const std::string& host_id,
                const CommandOptions& options, std::ostream& out,
                std::ostream& err);
 
+// csctl hosts traits (cli/host_traits.h): every host's, or one's.
+struct HostTraitsArgs {
+  // Empty: every host.
+  std::string host_id{};
+  // table, json, openstack-provider-yaml or k8s-labels.
+  std::string format = "table";
+  // openstack-provider-yaml of one host as uuid '$COMPUTE_NODE'.
+  bool compute_node = false;
+};
+int RunHostTraits(Stub& stub, const HostTraitsArgs& args, const CommandOptions& options,
+                  std::ostream& out, std::ostream& err);
+
 // GetStats; prints the subject's VMs (a TOTAL row unless it is one VM)
 // with PrintStats, or StatsToJson (cli/stats_output.h). kExitUsage for no
 // subject or several, a bad id or window; NOT_FOUND from csd (nothing

@@ -73,6 +73,7 @@ struct CsctlArgs {
   ExplainArgs explain;
   PlaceArgs place;
   PlanArgs plan;
+  HostTraitsArgs traits;
 };
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
@@ -92,8 +93,9 @@ void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
                  "bearer token for csd (else --token-file, else $CSCTL_TOKEN, "
                  "else the config's token_file)");
   app.add_option("--token-file", a.flags.token_file, "file whose first line is the bearer token");
-  app.add_option("-o,--output", a.output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("-o,--output", a.output,
+                 "table or json (hosts traits: also openstack-provider-yaml, k8s-labels)")
+      ->check(CLI::IsMember({"table", "json", "openstack-provider-yaml", "k8s-labels"}));
   app.add_option("--timeout", a.timeout_s, "seconds to wait for each RPC (0.001-86400)")
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
@@ -194,6 +196,18 @@ void AddHostCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands
       {"rm", "forget a host (refused while its agent is connected or it reports VMs)",
        RunHostRemove},
   };
+  CLI::App* traits = hosts->add_subcommand(
+      "traits", "what schedulers need: isolating hosts as Nova traits or node labels (-o)");
+  traits->add_option("--host", a.traits.host_id, "only this host");
+  traits->add_flag("--compute-node", a.traits.compute_node,
+                   "with --host and -o openstack-provider-yaml: identify it as "
+                   "'$COMPUTE_NODE', for the file on that host");
+  commands.push_back({traits, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                            std::ostream& err) {
+                        HostTraitsArgs args = a.traits;
+                        args.format = a.output;
+                        return RunHostTraits(s, args, o, out, err);
+                      }});
   for (const auto& command : on_one) {
     CLI::App* sub = hosts->add_subcommand(command.name, command.help);
     sub->add_option("HOST", a.host_id, "host id")->required();
@@ -466,6 +480,10 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   auto parsed = std::find_if(commands.begin(), commands.end(),
                              [](const Command& c) { return c.app->parsed(); });
   if (parsed == commands.end()) return PrintUsageError("no command given (see csctl --help)", err);
+  if (args.output != "table" && args.output != "json" && parsed->app->get_name() != "traits") {
+    return PrintUsageError(
+        absl::StrCat("-o ", args.output, " is for csctl hosts traits only; use table or json"), err);
+  }
   if (parsed->offline) {
     const OutputFormat format = args.output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
     if (std::optional<int> code = parsed->offline(format, out, err)) return *code;

@@ -1,19 +1,22 @@
-// csctl: The host commands: hosts ls, get, drain, undrain, rm. (cli/commands.h says how every command
+// csctl: The host commands: hosts ls, get, drain, undrain, rm, traits. (cli/commands.h says how every command
 // validates, calls csd and prints.)
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/command_support.h"
 #include "cli/commands.h"
+#include "cli/host_traits.h"
 #include "cli/output.h"
 #include "common/names.h"
 #include "common/validation.h"
 
 namespace cosched::cli {
 
-int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
-                std::ostream& err) {
-  std::vector<v1::Host> hosts;
-  grpc::Status status = CollectPages(
+namespace {
+
+grpc::Status ListAllHosts(Stub& stub, const CommandOptions& options,
+                          std::vector<v1::Host>* hosts) {
+  return CollectPages(
       0,
       [&](const std::string& token, int page_size, std::vector<v1::Host>* items,
           std::string* next) {
@@ -29,7 +32,15 @@ int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
         *next = response.next_page_token();
         return s;
       },
-      &hosts);
+      hosts);
+}
+
+}  // namespace
+
+int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
+                std::ostream& err) {
+  std::vector<v1::Host> hosts;
+  grpc::Status status = ListAllHosts(stub, options, &hosts);
   if (!status.ok()) return RpcError(status, options, "listing hosts", err);
   if (options.format == OutputFormat::kJson) {
     PrintJson(ToJsonArray(hosts, &HostToJson), out);
@@ -103,6 +114,65 @@ int RunHostRemove(Stub& stub, const std::string& host_id, const CommandOptions& 
     PrintJson({{"host_id", host_id}, {"revision", response.revision()}}, out);
   } else {
     out << "removed host " << host_id << " at revision " << response.revision() << "\n";
+  }
+  return kExitOk;
+}
+
+int RunHostTraits(Stub& stub, const HostTraitsArgs& args, const CommandOptions& options,
+                  std::ostream& out, std::ostream& err) {
+  if (!args.host_id.empty()) {
+    absl::Status valid = ValidateId("host_id", args.host_id);
+    if (!valid.ok()) return UsageError(valid, err);
+  }
+  if (args.compute_node && (args.host_id.empty() || args.format != "openstack-provider-yaml")) {
+    return UsageError(absl::InvalidArgumentError(
+                          "--compute-node is for one host (--host) with -o "
+                          "openstack-provider-yaml: the file nova-compute reads on that host"),
+                      err);
+  }
+  std::vector<v1::Host> hosts;
+  if (args.host_id.empty()) {
+    grpc::Status status = ListAllHosts(stub, options, &hosts);
+    if (!status.ok()) return RpcError(status, options, "listing hosts", err);
+  } else {
+    v1::GetHostRequest request;
+    request.set_host_id(args.host_id);
+    v1::Host host;
+    grpc::Status status = stub.GetHost(MakeContext(options).get(), request, &host);
+    if (!status.ok()) {
+      return RpcError(status, options, absl::StrCat("host '", args.host_id, "'"), err);
+    }
+    hosts.push_back(std::move(host));
+  }
+  std::vector<HostTraits> traits;
+  for (const v1::Host& h : hosts) traits.push_back(TraitsOf(h));
+  if (args.format == "openstack-provider-yaml") {
+    PrintOpenstackProviderYaml(traits, args.compute_node, out);
+  } else if (args.format == "k8s-labels") {
+    PrintK8sLabels(traits, out);
+  } else if (args.format == "json") {
+    nlohmann::json array = nlohmann::json::array();
+    for (const HostTraits& t : traits) {
+      nlohmann::json labels = nlohmann::json::object();
+      for (const auto& [key, value] : t.labels) labels[key] = value;
+      array.push_back({{"host_id", t.host_id},
+                       {"isolating", t.isolating},
+                       {"why_not", t.why_not},
+                       {"smt", t.smt},
+                       {"cores", t.cores},
+                       {"traits", t.traits},
+                       {"labels", labels}});
+    }
+    PrintJson(array, out);
+  } else if (traits.empty()) {
+    out << "no hosts registered\n";
+  } else {
+    TextTable table({"HOST", "ISOLATING", "TRAITS", "WHY_NOT"});
+    for (const HostTraits& t : traits) {
+      table.AddRow({t.host_id, t.isolating ? "yes" : "no",
+                    t.traits.empty() ? "-" : absl::StrJoin(t.traits, ","), t.why_not});
+    }
+    table.Print(out);
   }
   return kExitOk;
 }

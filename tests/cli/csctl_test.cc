@@ -318,5 +318,94 @@ TEST_F(CsctlTest, TimeoutFlagSetsTheDeadline) {
   EXPECT_THAT(err_.str(), HasSubstr("did not answer within 0.05s"));
 }
 
+// Hosts as schedulers see them (issue #18 item 4): isolating where csd's
+// Place would choose them for an isolated VM.
+class HostTraitsTest : public CsctlTest {
+ protected:
+  void SetUp() override {
+    server_.service().PutHost(Host("kvm-01", /*smt=*/true, ""));
+    server_.service().PutHost(Host("kvm-02", /*smt=*/true, "unsafe (sched_ext)"));
+    server_.service().PutHost(Host("kvm-03", /*smt=*/false, ""));
+  }
+
+  static v1::Host Host(const std::string& id, bool smt, const std::string& why_not) {
+    v1::Host host;
+    host.set_host_id(id);
+    host.mutable_capabilities()->set_smt_active(smt);
+    host.set_unplaceable_reason(why_not);
+    for (int c = 0; c < 4; ++c) {
+      v1::Core* core = host.mutable_topology()->add_cores();
+      core->add_cpus(c);
+      if (smt) core->add_cpus(c + 4);
+    }
+    return host;
+  }
+};
+
+TEST_F(HostTraitsTest, OpenstackProviderYamlGivesIsolatingHostsTheTrait) {
+  ASSERT_EQ(Run({"hosts", "traits", "-o", "openstack-provider-yaml"}), 0) << err_.str();
+  const std::string yaml = out_.str();
+  EXPECT_THAT(yaml, HasSubstr("meta:\n  schema_version: '1.0'\n"));
+  EXPECT_THAT(yaml, HasSubstr("providers:\n"
+                              "  - identification:\n"
+                              "      name: 'kvm-01'\n"
+                              "    inventories:\n"
+                              "      additional:\n"
+                              "        - CUSTOM_COSCHED_WHOLE_CORE:\n"
+                              "            total: 4\n"
+                              "            reserved: 0\n"
+                              "            min_unit: 1\n"
+                              "            max_unit: 4\n"
+                              "            step_size: 1\n"
+                              "            allocation_ratio: 1.0\n"
+                              "    traits:\n"
+                              "      additional:\n"
+                              "        - 'CUSTOM_COSCHED_ISOLATING'\n"
+                              "        - 'CUSTOM_COSCHED_SMT'\n"));
+  EXPECT_THAT(yaml, HasSubstr("# kvm-02: not isolating: unsafe (sched_ext)\n"));
+  // Without SMT: isolating, no sibling to share, so no whole-core inventory.
+  EXPECT_THAT(yaml, HasSubstr("      name: 'kvm-03'\n"
+                              "    traits:\n"
+                              "      additional:\n"
+                              "        - 'CUSTOM_COSCHED_ISOLATING'\n"));
+  EXPECT_EQ(yaml.find("name: 'kvm-02'"), std::string::npos);
+
+  ASSERT_EQ(Run({"hosts", "traits", "--host", "kvm-01", "--compute-node", "-o",
+                 "openstack-provider-yaml"}),
+            0)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("      uuid: '$COMPUTE_NODE'  # kvm-01\n"));
+  ASSERT_EQ(Run({"hosts", "traits", "--host", "kvm-02", "-o", "openstack-provider-yaml"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("providers: []\n"));
+}
+
+TEST_F(HostTraitsTest, K8sLabelsAndJson) {
+  ASSERT_EQ(Run({"hosts", "traits", "-o", "k8s-labels"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "kvm-01 cosched/isolating=true cosched/smt=true cosched/whole-cores=4\n"
+            "kvm-02 cosched/isolating=false cosched/smt=true cosched/whole-cores=4\n"
+            "kvm-03 cosched/isolating=true cosched/smt=false cosched/whole-cores=4\n");
+  ASSERT_EQ(Run({"hosts", "traits", "-o", "json"}), 0) << err_.str();
+  json hosts = json::parse(out_.str());
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[1]["host_id"], "kvm-02");
+  EXPECT_EQ(hosts[1]["isolating"], false);
+  EXPECT_EQ(hosts[1]["why_not"], "unsafe (sched_ext)");
+  EXPECT_EQ(hosts[0]["traits"], json({"CUSTOM_COSCHED_ISOLATING", "CUSTOM_COSCHED_SMT"}));
+  EXPECT_EQ(hosts[2]["labels"]["cosched/smt"], "false");
+  ASSERT_EQ(Run({"hosts", "traits"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("kvm-02  no         -"));
+}
+
+TEST_F(HostTraitsTest, SchedulerFormatsAreForTraitsOnlyAndComputeNodeForOneHost) {
+  EXPECT_EQ(Run({"hosts", "ls", "-o", "k8s-labels"}), 2);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("-o k8s-labels is for csctl hosts traits only"));
+  EXPECT_EQ(Run({"hosts", "traits", "--compute-node", "-o", "openstack-provider-yaml"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--compute-node is for one host (--host)"));
+  EXPECT_EQ(Run({"hosts", "traits", "--host", "kvm-09"}), 1);
+  EXPECT_TRUE(OneErrorLine()) << err_.str();
+}
+
 }  // namespace
 }  // namespace cosched::cli
