@@ -75,9 +75,39 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
       options.client.max_txn_ops);
   store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  if (snapshot.meta_revision != 0 && snapshot.meta.layout_version() < kLayoutVersion) {
+    RETURN_IF_ERROR(store->BuildVmIndex());
+  }
   LOG(INFO) << "store: etcd at " << store->client_->endpoint() << " under "
             << options.prefix << ", revision " << snapshot.meta_revision;
   return store;
+}
+
+absl::Status EtcdStore::BuildVmIndex() {
+  // In commits of a few VMs each (their keys must fit etcd's Txn limit),
+  // each reading what it indexes: a VM another replica writes meanwhile is
+  // indexed by that write. The layout changes with the last commit, so a
+  // build cut short is done again whole at the next open.
+  const int per_commit = std::max(1, (options_.client.max_txn_ops - 2) / 6);
+  std::string after;
+  int64_t indexed = 0;
+  while (true) {
+    std::string last;
+    RETURN_IF_ERROR(WriteSync([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(last, static_cast<EtcdTransaction&>(txn).IndexVms(after, per_commit));
+      return absl::OkStatus();
+    }));
+    if (last.empty()) break;
+    after = last;
+    indexed += per_commit;
+  }
+  RETURN_IF_ERROR(WriteSync([](Transaction& txn) {
+    static_cast<EtcdTransaction&>(txn).SetLayoutVersion(kLayoutVersion);
+    return absl::OkStatus();
+  }));
+  LOG(INFO) << "store: etcd under " << options_.prefix << ": the index of VMs by host and "
+            << "tenant is built (about " << indexed << " VMs), layout " << kLayoutVersion;
+  return absl::OkStatus();
 }
 
 EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client)
@@ -385,7 +415,8 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
     }
     const bool writes = !state.writes.empty() || state.revision_taken ||
                         state.meta.audit_sequence() != snapshot->meta.audit_sequence() ||
-                        state.meta.observation_sequence() != snapshot->meta.observation_sequence();
+                        state.meta.observation_sequence() != snapshot->meta.observation_sequence() ||
+                        state.meta.layout_version() != snapshot->meta.layout_version();
     if (!writes) {
       // Nothing to commit: what the functions read was one consistent
       // snapshot, and what they answered stands.
@@ -476,7 +507,8 @@ absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
     return absl::DataLossError(absl::StrCat("etcd store: value of key ", meta_key,
                                             " does not parse as the store's metadata"));
   }
-  fence_meta.set_layout_version(kLayoutVersion);
+  // Unchanged but for its commit id: a store of layout 1 stays one.
+  if (meta_value.empty()) fence_meta.set_layout_version(kLayoutVersion);
   fence_meta.set_commit_id(NewCommitId());
   etcdserverpb::TxnRequest fence;
   etcdserverpb::Compare* compare = fence.add_compare();

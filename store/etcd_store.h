@@ -22,6 +22,7 @@
 #include "etcd/client.h"
 #include "store/etcd_maintenance.h"
 #include "store/etcd_replicas.h"
+#include "store/etcd_transaction.h"
 #include "store/etcd_watch.h"
 #include "store/store.h"
 
@@ -63,6 +64,12 @@ struct EtcdStoreOptions {
 //   hosts/<host_id>           v1::Host
 //   reports/<host_id>         EtcdReport: the host's observations
 //   obs/<vm key>/<host_id>    empty: the index of reports by VM id and UUID
+//   vm_by/host/<host_id>/<vm_id>, vm_by/reported/<host_id>/<vm_id>,
+//   vm_by/tenant/<tenant_id>/<vm_id>
+//                             empty: the index of VMs by owner host, by each
+//                             host that reports them and by tenant, written
+//                             with the VM (layout 2); ListVms with one of
+//                             these filters reads its VMs only, not all
 //   changes/<host_id>/<vm_id> empty: its mod_revision is when the VM's
 //                             assignment last changed for that host
 //   audit/<~sequence, hex>    v1::AuditRecord, newest first in key order
@@ -155,9 +162,12 @@ class EtcdStore final : public Store {
   const std::string& prefix() const { return options_.prefix; }
 
   // The layout version this code writes in <prefix>/meta.
-  static constexpr int kLayoutVersion = 1;
+  static constexpr int kLayoutVersion = kEtcdLayoutVersion;
 
  private:
+  // A store of layout 1 gets the vm_by/ index of layout 2 (at open).
+  absl::Status BuildVmIndex();
+
   struct PendingWrite {
     TxnFn fn;
     DoneFn done;

@@ -69,10 +69,11 @@ absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::strin
       return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
                                               " does not parse as the store's metadata"));
     }
-    if (snap.meta.layout_version() > 1) {
+    if (snap.meta.layout_version() > kEtcdLayoutVersion) {
       return absl::FailedPreconditionError(absl::StrCat(
           "etcd store under ", prefix, " has layout version ", snap.meta.layout_version(),
-          " but this program knows version 1: it was written by a newer release"));
+          " but this program knows version ", kEtcdLayoutVersion,
+          ": it was written by a newer release"));
     }
   }
   return snap;
@@ -104,7 +105,9 @@ etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
     }
   }
   EtcdMeta meta = state.meta;
-  meta.set_layout_version(1);
+  // A new store starts indexed; one of layout 1 stays so until its index
+  // is built (SetLayoutVersion).
+  if (snapshot.meta_revision == 0) meta.set_layout_version(kEtcdLayoutVersion);
   meta.set_commit_id(commit_id);
   etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
   put->set_key(meta_key);
@@ -206,6 +209,40 @@ absl::StatusOr<int64_t> EtcdTransaction::WriteRevision() {
   return snap_.revision + 1;
 }
 
+std::string EtcdTransaction::IndexPrefix(absl::string_view kind, absl::string_view value) const {
+  return absl::StrCat(snap_.prefix, "/vm_by/", kind, "/", value, "/");
+}
+
+std::vector<std::string> EtcdTransaction::IndexKeys(const v1::VM& vm) const {
+  std::vector<std::string> keys;
+  if (!vm.host_id().empty()) keys.push_back(IndexPrefix("host", vm.host_id()) + vm.vm_id());
+  for (const v1::VMPresence& p : vm.presence()) {
+    if (!p.host_id().empty()) keys.push_back(IndexPrefix("reported", p.host_id()) + vm.vm_id());
+  }
+  if (!vm.tenant_id().empty()) keys.push_back(IndexPrefix("tenant", vm.tenant_id()) + vm.vm_id());
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+bool EtcdTransaction::Indexed() const {
+  return snap_.meta_revision == 0 || snap_.meta.layout_version() >= kEtcdLayoutVersion;
+}
+
+absl::StatusOr<std::string> EtcdTransaction::IndexVms(const std::string& after, int limit) {
+  RETURN_IF_ERROR(RequireWrite("IndexVms"));
+  Page page;
+  page.after = after;
+  page.limit = limit;
+  ASSIGN_OR_RETURN(std::vector<v1::VM> vms, ListVms(VmFilter(), page));
+  for (const v1::VM& vm : vms) {
+    for (std::string& key : IndexKeys(vm)) Put(std::move(key), "");
+  }
+  return vms.empty() ? std::string() : vms.back().vm_id();
+}
+
+void EtcdTransaction::SetLayoutVersion(int version) { write_->meta.set_layout_version(version); }
+
 absl::StatusOr<std::optional<v1::VM>> EtcdTransaction::GetVm(absl::string_view vm_id) {
   const std::string key = Key("vms", vm_id);
   ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
@@ -225,6 +262,17 @@ absl::Status EtcdTransaction::PutVm(const v1::VM& vm) {
   }
   v1::VM stored = vm;
   stored.clear_enforcement();
+  // The index follows the record in the same commit: keys the old record
+  // had and this one has not go, new ones come (most writes change none).
+  ASSIGN_OR_RETURN(std::optional<v1::VM> before, GetVm(vm.vm_id()));
+  const std::vector<std::string> old_keys = before ? IndexKeys(*before) : std::vector<std::string>();
+  const std::vector<std::string> new_keys = IndexKeys(stored);
+  for (const std::string& key : old_keys) {
+    if (!std::binary_search(new_keys.begin(), new_keys.end(), key)) Delete(key);
+  }
+  for (const std::string& key : new_keys) {
+    if (!std::binary_search(old_keys.begin(), old_keys.end(), key)) Put(key, "");
+  }
   Put(Key("vms", vm.vm_id()), Serialized(stored));
   return absl::OkStatus();
 }
@@ -234,9 +282,25 @@ absl::Status EtcdTransaction::DeleteVm(absl::string_view vm_id) {
   const std::string key = Key("vms", vm_id);
   ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
   if (!value) return absl::NotFoundError(absl::StrCat("VM ", vm_id, " not found"));
+  ASSIGN_OR_RETURN(v1::VM vm, Parse<v1::VM>(key, *value, "VM"));
+  for (std::string& index : IndexKeys(vm)) Delete(std::move(index));
   Delete(key);
   return absl::OkStatus();
 }
+
+namespace {
+
+bool Matches(const VmFilter& filter, const v1::VM& vm) {
+  if (!filter.reported_on.empty()) {
+    return std::any_of(vm.presence().begin(), vm.presence().end(),
+                       [&](const v1::VMPresence& p) { return p.host_id() == filter.reported_on; });
+  }
+  return (filter.tenant_id.empty() || vm.tenant_id() == filter.tenant_id) &&
+         (filter.host_id.empty() || vm.host_id() == filter.host_id) &&
+         (filter.trust_group.empty() || vm.assignment().trust_group() == filter.trust_group);
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& filter,
                                                              const Page& page) {
@@ -245,24 +309,37 @@ absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& fil
     return absl::InvalidArgumentError(
         "ListVms: reported_on cannot be combined with other filters");
   }
-  // A scan of every VM after page.after, filtered here: etcd has no
-  // secondary index. Hot filtered reads belong to a watched in-memory view
-  // of the prefix (issue #16, part 2), not to a range per request.
   std::vector<v1::VM> vms;
+  // By the index when the filter names a host or a tenant: its keys are in
+  // vm_id order, as the records, and each VM read is checked against the
+  // whole filter.
+  std::string index;
+  if (!filter.reported_on.empty()) {
+    index = IndexPrefix("reported", filter.reported_on);
+  } else if (!filter.host_id.empty()) {
+    index = IndexPrefix("host", filter.host_id);
+  } else if (!filter.tenant_id.empty()) {
+    index = IndexPrefix("tenant", filter.tenant_id);
+  }
+  if (!index.empty() && Indexed()) {
+    const std::string begin = page.after.empty() ? index : absl::StrCat(index, page.after) + '\0';
+    RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(index), ClampLimit(page.limit),
+                         [&](const std::string& key, const std::string&) -> absl::StatusOr<bool> {
+      ASSIGN_OR_RETURN(std::optional<v1::VM> vm, GetVm(key.substr(index.size())));
+      if (!vm || !Matches(filter, *vm)) return false;
+      vms.push_back(*std::move(vm));
+      return true;
+    }));
+    return vms;
+  }
+  // Else a scan of every VM after page.after, filtered here (a trust group,
+  // or a store whose index is not built yet).
   const std::string base = Key("vms", "");
   const std::string begin = page.after.empty() ? base : Key("vms", page.after) + '\0';
   RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(page.limit),
                        [&](const std::string& key, const std::string& value) -> absl::StatusOr<bool> {
     ASSIGN_OR_RETURN(v1::VM vm, Parse<v1::VM>(key, value, "VM"));
-    bool match;
-    if (!filter.reported_on.empty()) {
-      match = std::any_of(vm.presence().begin(), vm.presence().end(),
-                          [&](const v1::VMPresence& p) { return p.host_id() == filter.reported_on; });
-    } else {
-      match = (filter.tenant_id.empty() || vm.tenant_id() == filter.tenant_id) &&
-              (filter.host_id.empty() || vm.host_id() == filter.host_id) &&
-              (filter.trust_group.empty() || vm.assignment().trust_group() == filter.trust_group);
-    }
+    const bool match = Matches(filter, vm);
     if (match) vms.push_back(std::move(vm));
     return match;
   }));

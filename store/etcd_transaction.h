@@ -22,6 +22,11 @@
 
 namespace cosched::store {
 
+// The layout of the keys under the prefix this code writes: 2 adds the
+// vm_by/ index of VMs by owner host, reporting host and tenant (store/
+// etcd_store.h). A store of layout 1 gets its index built at open.
+inline constexpr int kEtcdLayoutVersion = 2;
+
 // The revision a batch reads at and what <prefix>/meta was then.
 struct EtcdSnapshot {
   etcd::Client* client = nullptr;
@@ -92,6 +97,13 @@ class EtcdTransaction final : public Transaction {
                                                          int64_t before_sequence,
                                                          int limit) override;
 
+  // Building the index of a layout-1 store (EtcdStore::Open): writes the
+  // index keys of up to `limit` VMs after `after`; returns the last VM's
+  // id, empty when there were none.
+  absl::StatusOr<std::string> IndexVms(const std::string& after, int limit);
+  // Marks the store as being of `version` with this commit.
+  void SetLayoutVersion(int version);
+
  private:
   // Called with each key and value in order; returns whether the record
   // counts against the limit.
@@ -109,6 +121,13 @@ class EtcdTransaction final : public Transaction {
   void Delete(std::string key);
   absl::Status RequireWrite(absl::string_view op) const;
   absl::StatusOr<std::optional<EtcdReport>> GetReport(absl::string_view host_id);
+  // <prefix>/vm_by/<kind>/<value>/: the index of the VMs whose `kind`
+  // (host, reported, tenant) is `value`, one key per VM id.
+  std::string IndexPrefix(absl::string_view kind, absl::string_view value) const;
+  // The index keys of `vm`, sorted.
+  std::vector<std::string> IndexKeys(const v1::VM& vm) const;
+  // Whether the snapshot's store keeps the index: a new store, or layout 2.
+  bool Indexed() const;
 
   template <typename Message>
   absl::StatusOr<Message> Parse(const std::string& key, const std::string& value,

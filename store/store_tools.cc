@@ -205,7 +205,9 @@ absl::StatusOr<std::pair<int64_t, int64_t>> FinishEtcd(EtcdTarget& target, EtcdM
   // The Txn commits at current.revision + 1 unless another client of the
   // cluster writes first; a horizon above it is only safer (more snapshots).
   meta.set_changes_horizon(std::max(floor, current.revision + 1));
-  meta.set_layout_version(EtcdStore::kLayoutVersion);
+  // A restored layout-1 copy stays one (it has no index: csd builds it at
+  // its next open); a migration's store has its layout already.
+  if (meta.layout_version() == 0) meta.set_layout_version(EtcdStore::kLayoutVersion);
   meta.set_commit_id(NewCommitId());
   etcdserverpb::TxnRequest request;
   etcdserverpb::Compare* same_meta = request.add_compare();

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "cosched/store/etcd_records.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_records.h"
@@ -398,8 +399,10 @@ TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostIsFoundAndAnsweredOk) {
   std::atomic<int> runs{0};
   std::thread release;
   absl::Status written = (*store)->WriteSync([&](Transaction& txn) -> absl::Status {
+    // PutVm reads the VM it replaces (for its index keys).
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-1", "t1", "h1")));
     if (runs++ == 0) {
-      // The snapshot is read; hold back the answer to the commit, and let
+      // Everything is read; hold back the answer to the commit, and let
       // answers through again once its deadline has passed.
       proxy.HoldAnswers(true);
       release = std::thread([&] {
@@ -407,8 +410,7 @@ TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostIsFoundAndAnsweredOk) {
         proxy.HoldAnswers(false);
       });
     }
-    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-1", 1)));
-    return txn.PutVm(MakeVm("vm-1", "t1", "h1"));
+    return txn.AppendAudit(MakeAudit("alice", "vm-1", 1));
   });
   release.join();
   EXPECT_OK(written);
@@ -420,6 +422,73 @@ TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostIsFoundAndAnsweredOk) {
     return absl::OkStatus();
   }));
   EXPECT_EQ(audit.size(), 1u);
+}
+
+// A store of layout 1 (no vm_by/ index: written before it existed) gets
+// its index built at open, then lists by host and tenant from it; a VM that
+// moves leaves no index key behind.
+TEST_F(EtcdStoreTest, AStoreWithoutTheVmIndexGetsItAtOpen) {
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  EtcdMeta meta;
+  meta.set_layout_version(1);
+  ASSERT_OK((*client)->Put("/cosched/meta", meta.SerializeAsString()).status());
+  for (int i = 0; i < 50; ++i) {
+    v1::VM vm = MakeVm(absl::StrCat("vm-", 100 + i), i % 2 ? "t1" : "t2", i < 30 ? "h1" : "h2");
+    vm.add_presence()->set_host_id(vm.host_id());
+    ASSERT_OK((*client)->Put(absl::StrCat("/cosched/vms/", vm.vm_id()), vm.SerializeAsString())
+                  .status());
+  }
+  auto store = OpenReplica();
+  ASSERT_NE(store, nullptr);
+  auto meta_kv = (*client)->Range("/cosched/meta", "");
+  ASSERT_OK(meta_kv);
+  ASSERT_TRUE(meta.ParseFromString(meta_kv->kvs[0].value()));
+  EXPECT_EQ(meta.layout_version(), 2);
+  auto index = (*client)->Range("/cosched/vm_by/", etcd::PrefixEnd("/cosched/vm_by/"));
+  ASSERT_OK(index);
+  EXPECT_EQ(index->kvs.size(), 150u);  // host, reported and tenant of each
+
+  auto count = [&](const VmFilter& filter) -> size_t {
+    std::vector<v1::VM> all;
+    absl::Status read = store->Read([&](Transaction& txn) -> absl::Status {
+      Page page;
+      page.limit = 7;  // several pages, by the index
+      while (true) {
+        ASSIGN_OR_RETURN(auto batch, txn.ListVms(filter, page));
+        all.insert(all.end(), batch.begin(), batch.end());
+        if (static_cast<int>(batch.size()) < page.limit) break;
+        page.after = batch.back().vm_id();
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_OK(read);
+    return all.size();
+  };
+  EXPECT_EQ(count({.host_id = "h1"}), 30u);
+  EXPECT_EQ(count({.host_id = "h2"}), 20u);
+  EXPECT_EQ(count({.reported_on = "h1"}), 30u);
+  EXPECT_EQ(count({.tenant_id = "t1"}), 25u);
+  EXPECT_EQ(count({.tenant_id = "t1", .host_id = "h1"}), 15u);
+
+  // vm-100 moves to h2, vm-101 goes: their old keys go with them.
+  ASSERT_OK(store->WriteSync([](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto vm, txn.GetVm("vm-100"));
+    vm->set_host_id("h2");
+    vm->mutable_presence(0)->set_host_id("h2");
+    RETURN_IF_ERROR(txn.PutVm(*vm));
+    return txn.DeleteVm("vm-101");
+  }));
+  EXPECT_EQ(count({.host_id = "h1"}), 28u);
+  EXPECT_EQ(count({.host_id = "h2"}), 21u);
+  EXPECT_EQ(count({.reported_on = "h2"}), 21u);
+  index = (*client)->Range("/cosched/vm_by/", etcd::PrefixEnd("/cosched/vm_by/"));
+  ASSERT_OK(index);
+  EXPECT_EQ(index->kvs.size(), 147u);
+  for (const auto& kv : index->kvs) {
+    EXPECT_EQ(kv.key().find("vm-101"), std::string::npos) << kv.key();
+    EXPECT_NE(kv.key(), "/cosched/vm_by/host/h1/vm-100");
+  }
 }
 
 TEST_F(EtcdStoreTest, PrefixMustBeAbsolute) {
