@@ -26,7 +26,8 @@ struct SchedTraceOptions {
   int buffer_size_kb = 1024;
   // The ring buffer's sub-buffer (what one read of trace_pipe_raw returns
   // at most), on kernels that can size it (6.8+, buffer_subbuf_size_kb);
-  // 0 keeps the kernel's (one page). Ignored, with a log line, elsewhere.
+  // 0 keeps the kernel's (one page). Ignored, with a log line, elsewhere
+  // and where the kernel refuses the size.
   // 16 KiB: a quarter of the reads of 4 KiB pages for the same events,
   // and each read's cost is mostly per call, not per byte
   // (tests/bench/collector_cpu_bench.cc, docs/telemetry.md, "Sibling-sharing collector").

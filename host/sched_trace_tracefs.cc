@@ -160,7 +160,12 @@ class TracefsSchedTrace : public SchedTrace {
     const std::string subbuf_path = instance_ + "/buffer_subbuf_size_kb";
     if (options.subbuf_size_kb > 0) {
       if (access(subbuf_path.c_str(), F_OK) == 0) {
-        RETURN_IF_ERROR(WriteControl(subbuf_path, absl::StrCat(options.subbuf_size_kb)));
+        // A tuning, not a need: a kernel that refuses it (seen: EPERM on
+        // 6.18) keeps its own size, which is read back below.
+        absl::Status sized = WriteControl(subbuf_path, absl::StrCat(options.subbuf_size_kb));
+        LOG_IF(WARNING, !sized.ok())
+            << "ring-buffer sub-buffers of " << options.subbuf_size_kb
+            << " KiB refused, the kernel's size is kept: " << sized.message();
       } else {
         LOG(INFO) << "this kernel cannot size ring-buffer sub-buffers (no " << subbuf_path
                   << "); they stay one page";
