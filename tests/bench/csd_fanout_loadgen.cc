@@ -1,4 +1,5 @@
-// Fan-out load on one csd. Simulated agents, each its own host, Register,
+// Fan-out load on csd (one, or several replicas on etcd: --replicas).
+// Simulated agents, each its own host, Register,
 // Report their VMs and watch their host's assignments; then a control-plane
 // client tags VMs of random hosts at a steady open-loop rate. Prints csd's
 // memory per connected agent and its CPU, and the fan-out latency: TagVM
@@ -998,6 +999,49 @@ void PrintPhase(const char* name, const Mark& a, const Mark& b) {
   }
 }
 
+// The csd processes the load runs against when no --server is given: one
+// on SQLite, or `replicas` (2 or more) on one etcd member of their own.
+struct LocalCsds {
+  // etcd first: the replicas stop before it does.
+  std::unique_ptr<cosched::testing::EtcdMember> etcd;
+  std::vector<std::unique_ptr<CsdProcess>> csds;
+  std::string servers;  // their addresses, comma-separated
+  std::vector<pid_t> pids;
+  std::vector<std::string> metrics;  // their /metrics addresses
+  std::string store = "SQLite synchronous=FULL";
+};
+
+absl::StatusOr<LocalCsds> StartLocalCsds(const std::string& binary, int replicas) {
+  LocalCsds local;
+  std::string extra_config;
+  if (replicas > 1) {
+    cosched::testing::EtcdMemberOptions etcd_options;
+    etcd_options.fsync = true;
+    // A host's first Report writes each VM's id and UUID keys.
+    etcd_options.max_txn_ops = 10000;
+    local.etcd = std::make_unique<cosched::testing::EtcdMember>(etcd_options);
+    if (absl::Status started = local.etcd->Start(); !started.ok()) {
+      return absl::Status(started.code(), absl::StrCat("etcd: ", started.message()));
+    }
+    extra_config = absl::StrCat("store:\n  etcd:\n    endpoints: [\"", local.etcd->endpoint(),
+                                "\"]\n    prefix: /cosched-load\n    max_txn_ops: 10000\n");
+    local.store = absl::StrCat(replicas, " replicas on one etcd member (fsync on)");
+  }
+  std::vector<std::string> addresses;
+  for (int i = 0; i < replicas; ++i) {
+    // With its /metrics on: the store's writes and revision are read there.
+    absl::StatusOr<std::unique_ptr<CsdProcess>> started =
+        CsdProcess::Start(binary, /*serve_metrics=*/true, extra_config);
+    if (!started.ok()) return started.status();
+    addresses.push_back((*started)->address());
+    local.pids.push_back((*started)->pid());
+    local.metrics.push_back((*started)->metrics_address());
+    local.csds.push_back(std::move(*started));
+  }
+  local.servers = absl::StrJoin(addresses, ",");
+  return local;
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"csd fan-out load generator"};
   Fleet::Options fleet_options;
@@ -1076,49 +1120,24 @@ int Run(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  // etcd first: the replicas stop before it does.
-  std::unique_ptr<cosched::testing::EtcdMember> etcd;
-  std::vector<std::unique_ptr<CsdProcess>> csds;
-  std::vector<pid_t> csd_pids;
-  std::vector<std::string> metrics;
-  std::string store = "SQLite synchronous=FULL";
+  LocalCsds local;
   if (server.empty()) {
-    std::string extra_config;
-    if (replica_count > 1) {
-      cosched::testing::EtcdMemberOptions etcd_options;
-      etcd_options.fsync = true;
-      // A host's first Report writes each VM's id and UUID keys.
-      etcd_options.max_txn_ops = 10000;
-      etcd = std::make_unique<cosched::testing::EtcdMember>(etcd_options);
-      if (absl::Status started = etcd->Start(); !started.ok()) {
-        std::fprintf(stderr, "csd_fanout_loadgen: etcd: %s\n", started.ToString().c_str());
-        return 1;
-      }
-      extra_config = absl::StrCat("store:\n  etcd:\n    endpoints: [\"", etcd->endpoint(),
-                                  "\"]\n    prefix: /cosched-load\n    max_txn_ops: 10000\n");
-      store = absl::StrCat(replica_count, " replicas on one etcd member (fsync on)");
+    absl::StatusOr<LocalCsds> started = StartLocalCsds(csd_binary, replica_count);
+    if (!started.ok()) {
+      std::fprintf(stderr, "csd_fanout_loadgen: %s\n", started.status().ToString().c_str());
+      return 1;
     }
-    std::vector<std::string> addresses;
-    for (int i = 0; i < replica_count; ++i) {
-      // With its /metrics on: the store's writes and revision are read there.
-      auto started = CsdProcess::Start(csd_binary, /*serve_metrics=*/true, extra_config);
-      if (!started.ok()) {
-        std::fprintf(stderr, "csd_fanout_loadgen: %s\n",
-                     std::string(started.status().message()).c_str());
-        return 1;
-      }
-      addresses.push_back((*started)->address());
-      csd_pids.push_back((*started)->pid());
-      metrics.push_back((*started)->metrics_address());
-      csds.push_back(std::move(*started));
-    }
-    server = absl::StrJoin(addresses, ",");
-    csd_pid = csd_pids[0];
+    local = std::move(*started);
+    server = local.servers;
+    csd_pid = local.pids[0];
   } else {
-    store = "external";
-    if (csd_pid > 0) csd_pids.push_back(csd_pid);
-    if (!metrics_address.empty()) metrics.push_back(metrics_address);
+    local.store = "external";
+    if (csd_pid > 0) local.pids.push_back(csd_pid);
+    if (!metrics_address.empty()) local.metrics.push_back(metrics_address);
   }
+  const std::vector<pid_t>& csd_pids = local.pids;
+  const std::vector<std::string>& metrics = local.metrics;
+  const std::string& store = local.store;
   // Fresh hosts and VMs per run, so runs against one --server do not mix.
   fleet_options.run = absl::StrCat(std::random_device()() % 1000000);
   fleet_options.server = server;
