@@ -35,6 +35,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.host_stale_after_s() != 0) {
     options.host_stale_after_s = config.host_stale_after_s();
   }
+  options.tag_from_metadata = config.tag_from_metadata();
   options.authz = AuthzOptionsFromConfig(config);
   options.metrics_listen =
       config.metrics_listen().empty()
@@ -276,6 +277,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   csd->state_->set_connected_check(
       [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
   csd->state_->set_host_stale_after(absl::Seconds(options.host_stale_after_s));
+  csd->state_->set_tag_from_metadata(options.tag_from_metadata);
   csd->store_->SetCommitObserver(
       [fanout](const std::vector<std::string>& hosts, int64_t) {
         fanout->OnCommit(hosts);

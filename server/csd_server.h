@@ -57,6 +57,8 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
+  // DesiredState::set_tag_from_metadata.
+  bool tag_from_metadata = false;
   // The store in etcd; unset: SQLite in data_dir. Its replicas.address is
   // store.etcd.advertise_address: unset, the listening address with its
   // port once csd listens (none for a wildcard).

@@ -26,6 +26,7 @@
 #include "policy/trust_group.h"
 #include "server/agent_input.h"
 #include "server/desired_state_internal.h"
+#include "server/metadata_tag.h"
 #include "server/vm_presence.h"
 
 namespace cosched::server {
@@ -74,7 +75,7 @@ absl::Status Audit(store::Transaction& txn, const std::string& who,
                    const std::string& role, absl::string_view method,
                    absl::string_view subject, const google::protobuf::Message* before,
                    const google::protobuf::Message* after, int64_t revision,
-                   v1::AuditRecord* logged) {
+                   v1::AuditRecord* logged, absl::string_view reason) {
   v1::AuditRecord record;
   record.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
   record.set_who(who);
@@ -84,6 +85,7 @@ absl::Status Audit(store::Transaction& txn, const std::string& who,
   record.set_before(AuditJson(before));
   record.set_after(AuditJson(after));
   record.set_revision(revision);
+  record.set_reason(std::string(reason));
   RETURN_IF_ERROR(txn.AppendAudit(record));
   *logged = std::move(record);
   return absl::OkStatus();
@@ -92,8 +94,9 @@ absl::Status Audit(store::Transaction& txn, const std::string& who,
 void LogAudit(const v1::AuditRecord& record) {
   if (record.method().empty()) return;
   LOG(INFO) << "audit: " << record.who() << " (" << record.role() << ") "
-            << record.method() << " " << record.subject() << " revision "
-            << record.revision() << " before "
+            << record.method() << " " << record.subject()
+            << (record.reason().empty() ? "" : " (" + record.reason() + ")")
+            << " revision " << record.revision() << " before "
             << (record.before().empty() ? "none" : record.before()) << " after "
             << (record.after().empty() ? "none" : record.after());
 }
@@ -235,9 +238,9 @@ absl::Status Audit(store::Transaction& txn, const Actor& actor,
                    absl::string_view method, absl::string_view subject,
                    const google::protobuf::Message* before,
                    const google::protobuf::Message* after, int64_t revision,
-                   v1::AuditRecord* logged) {
+                   v1::AuditRecord* logged, absl::string_view reason = {}) {
   return internal::Audit(txn, actor.who, actor.role, method, subject, before, after,
-                         revision, logged);
+                         revision, logged, reason);
 }
 
 // `done`, after logging the audit record once the change is durable.
@@ -251,6 +254,92 @@ DesiredState::Done<T> LogAudit(std::shared_ptr<v1::AuditRecord> record,
 }
 
 }  // namespace
+
+namespace internal {
+
+absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor& actor,
+                      absl::string_view reason, TagWrite& out) {
+  out = TagWrite();
+  ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
+  if (existing && existing->tenant_id() != wanted.tenant_id() &&
+      existing->metadata_host().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vm '", wanted.vm_id(), "' is tagged for tenant '",
+        existing->tenant_id(), "'; untag it before tagging it for tenant '",
+        wanted.tenant_id(), "'"));
+  }
+  ASSIGN_OR_RETURN(auto policy, PolicyOf(txn, wanted.tenant_id()));
+  // Retagging a VM the engine manages keeps the engine's level (its
+  // next re-plan sees the new classes); anything else is the
+  // operator's decision.
+  const bool keep_engine = existing && KeepsEngineLevel(*existing, wanted, policy);
+  ASSIGN_OR_RETURN(auto decision,
+                   policy::DecideTrustGroup(
+                       wanted.vm_id(),
+                       keep_engine ? existing->assignment().isolation()
+                                   : wanted.requested_isolation(),
+                       ClassesOf(wanted), policy));
+  v1::VM vm = wanted;
+  SetAssignment(vm, decision);
+  *vm.mutable_decision() =
+      keep_engine ? existing->decision() : OperatorDecision(wanted, policy);
+  if (!keep_engine && !reason.empty()) vm.mutable_decision()->add_reasons(std::string(reason));
+  if (existing) {
+    vm.set_host_id(existing->host_id());
+    *vm.mutable_presence() = existing->presence();
+    vm.set_conflict(existing->conflict());
+    *vm.mutable_create_time() = existing->create_time();
+    // Idempotent: the same request changes nothing, not even the revision.
+    v1::VM same = *existing;
+    same.mutable_assignment()->set_revision(0);
+    same.clear_update_time();
+    v1::VM asked = vm;
+    if (!same.has_decision()) {
+      // Written before decisions were kept: a retag that changes
+      // nothing else does not write one.
+      asked.clear_decision();
+    } else if (same.decision().decided_by() != v1::DECIDED_BY_ENGINE) {
+      same.mutable_decision()->clear_decided_at();
+    }
+    if (google::protobuf::util::MessageDifferencer::Equals(same, asked)) {
+      *out.response.mutable_vm() = *existing;
+      out.response.set_changed(false);
+      return absl::OkStatus();
+    }
+  } else {
+    RETURN_IF_ERROR(PresenceFromObservations(txn, vm));
+  }
+  ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+  auto now = TimeUtil::GetCurrentTime();
+  if (!existing) *vm.mutable_create_time() = now;
+  *vm.mutable_update_time() = now;
+  if (!keep_engine) *vm.mutable_decision()->mutable_decided_at() = now;
+  vm.mutable_assignment()->set_revision(revision);
+  RETURN_IF_ERROR(txn.PutVm(vm));
+  RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
+  if (!existing) out.new_hosts = HostsOf(vm);
+  RETURN_IF_ERROR(Audit(txn, actor.who, actor.role, "TagVM", vm.vm_id(),
+                        existing ? &*existing : nullptr, &vm, revision, &out.audit,
+                        reason));
+  ASSIGN_OR_RETURN(out.placed, PlacedVmOf(txn, vm));
+  if (!vm.host_id().empty()) out.layout_host = vm.host_id();
+  *out.response.mutable_vm() = std::move(vm);
+  out.response.set_changed(true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WriteUntag(store::Transaction& txn, const v1::VM& existing,
+                                   const Actor& actor, absl::string_view reason,
+                                   v1::AuditRecord* logged) {
+  ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
+  RETURN_IF_ERROR(txn.DeleteVm(existing.vm_id()));
+  RETURN_IF_ERROR(RecordReceiverChanges(txn, &existing, nullptr));
+  RETURN_IF_ERROR(Audit(txn, actor.who, actor.role, "UntagVM", existing.vm_id(), &existing,
+                        nullptr, revision, logged, reason));
+  return revision;
+}
+
+}  // namespace internal
 
 template <typename T>
 DesiredState::Done<T> DesiredState::ForgettingReports(
@@ -315,75 +404,16 @@ void DesiredState::TagVm(const v1::TagVMRequest& request, const Actor& actor,
   auto layout_host = std::make_shared<std::optional<std::string>>();
   WriteAndAnswer<v1::TagVMResponse>(
       store_,
-      [wanted = std::move(wanted), classes, actor, audit, delta, hosts, layout_host](
+      [wanted = std::move(wanted), actor, audit, delta, hosts, layout_host](
           store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
         *delta = PlacementDelta();
-        hosts->clear();
-        layout_host->reset();
-        ASSIGN_OR_RETURN(auto existing, txn.GetVm(wanted.vm_id()));
-        if (existing && existing->tenant_id() != wanted.tenant_id()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "vm '", wanted.vm_id(), "' is tagged for tenant '",
-              existing->tenant_id(), "'; untag it before tagging it for tenant '",
-              wanted.tenant_id(), "'"));
-        }
-        ASSIGN_OR_RETURN(auto policy, PolicyOf(txn, wanted.tenant_id()));
-        // Retagging a VM the engine manages keeps the engine's level (its
-        // next re-plan sees the new classes); anything else is the
-        // operator's decision.
-        const bool keep_engine = existing && KeepsEngineLevel(*existing, wanted, policy);
-        ASSIGN_OR_RETURN(auto decision,
-                         policy::DecideTrustGroup(
-                             wanted.vm_id(),
-                             keep_engine ? existing->assignment().isolation()
-                                         : wanted.requested_isolation(),
-                             classes, policy));
-        v1::VM vm = wanted;
-        SetAssignment(vm, decision);
-        *vm.mutable_decision() =
-            keep_engine ? existing->decision() : OperatorDecision(wanted, policy);
-        if (existing) {
-          vm.set_host_id(existing->host_id());
-          *vm.mutable_presence() = existing->presence();
-          vm.set_conflict(existing->conflict());
-          *vm.mutable_create_time() = existing->create_time();
-          // Idempotent: the same request changes nothing, not even the revision.
-          v1::VM same = *existing;
-          same.mutable_assignment()->set_revision(0);
-          same.clear_update_time();
-          v1::VM asked = vm;
-          if (!same.has_decision()) {
-            // Written before decisions were kept: a retag that changes
-            // nothing else does not write one.
-            asked.clear_decision();
-          } else if (same.decision().decided_by() != v1::DECIDED_BY_ENGINE) {
-            same.mutable_decision()->clear_decided_at();
-          }
-          if (google::protobuf::util::MessageDifferencer::Equals(same, asked)) {
-            *out.mutable_vm() = *existing;
-            out.set_changed(false);
-            return absl::OkStatus();
-          }
-        } else {
-          RETURN_IF_ERROR(PresenceFromObservations(txn, vm));
-        }
-        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
-        auto now = TimeUtil::GetCurrentTime();
-        if (!existing) *vm.mutable_create_time() = now;
-        *vm.mutable_update_time() = now;
-        if (!keep_engine) *vm.mutable_decision()->mutable_decided_at() = now;
-        vm.mutable_assignment()->set_revision(revision);
-        RETURN_IF_ERROR(txn.PutVm(vm));
-        RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
-        if (!existing) *hosts = HostsOf(vm);
-        RETURN_IF_ERROR(Audit(txn, actor, "TagVM", vm.vm_id(),
-                              existing ? &*existing : nullptr, &vm, revision,
-                              audit.get()));
-        ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, vm));
-        delta->vms.push_back(std::move(placed));
-        if (!vm.host_id().empty()) *layout_host = vm.host_id();
-        *out.mutable_vm() = std::move(vm);
-        out.set_changed(true);
+        internal::TagWrite write;
+        RETURN_IF_ERROR(internal::WriteTag(txn, wanted, actor, "", write));
+        if (write.placed) delta->vms.push_back(*std::move(write.placed));
+        *audit = std::move(write.audit);
+        *hosts = std::move(write.new_hosts);
+        *layout_host = std::move(write.layout_host);
+        out = std::move(write.response);
         return absl::OkStatus();
       },
       ApplyingPlacement(
@@ -408,13 +438,10 @@ void DesiredState::UntagVm(const v1::UntagVMRequest& request,
         if (!existing) {
           return absl::NotFoundError(absl::StrCat("vm '", vm_id, "' is not tagged"));
         }
-        ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
-        RETURN_IF_ERROR(txn.DeleteVm(vm_id));
-        RETURN_IF_ERROR(RecordReceiverChanges(txn, &*existing, nullptr));
+        ASSIGN_OR_RETURN(int64_t revision,
+                         internal::WriteUntag(txn, *existing, actor, "", audit.get()));
         *hosts = HostsOf(*existing);
         if (!existing->host_id().empty()) *layout_host = existing->host_id();
-        RETURN_IF_ERROR(Audit(txn, actor, "UntagVM", vm_id, &*existing, nullptr,
-                              revision, audit.get()));
         out.set_revision(revision);
         return absl::OkStatus();
       },
@@ -642,13 +669,16 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   auto delta = std::make_shared<PlacementDelta>();
   auto moves = std::make_shared<std::vector<std::string>>();
   auto cores = std::make_shared<int>(0);
+  auto from_metadata = std::make_shared<MetadataWrites>();
   WriteAndAnswer<v1::ReportResponse>(
       store_,
-      [report, tagged_id, delta, moves, cores](store::Transaction& txn,
+      [report, tagged_id, delta, moves, cores, from_metadata,
+       tag_from_metadata = tag_from_metadata_](store::Transaction& txn,
                                                v1::ReportResponse&) -> absl::Status {
         *delta = PlacementDelta();
         moves->clear();
         tagged_id->clear();
+        *from_metadata = MetadataWrites();
         const v1::ReportRequest& request = *report;
         const std::string& host_id = request.host_id();
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
@@ -680,11 +710,20 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
             if (key->empty() || vm) continue;
             ASSIGN_OR_RETURN(vm, txn.GetVm(*key));
           }
+          if (tag_from_metadata) {
+            const std::string before = vm ? vm->vm_id() : "";
+            ASSIGN_OR_RETURN(vm, TagFromMetadata(txn, host_id, o, std::move(vm), *from_metadata));
+            // Untagged now: not written back below.
+            if (!vm && !before.empty()) vms.erase(before);
+          }
           if (!vm) continue;
           if (vm->vm_id() != o.vm_id()) (*tagged_id)[o.vm_id()] = vm->vm_id();
           seen[vm->vm_id()] = &o;
-          vms.emplace(vm->vm_id(), *std::move(vm));
+          // As read now: tagging from metadata may have rewritten the VM
+          // listed above.
+          vms.insert_or_assign(vm->vm_id(), *std::move(vm));
         }
+        delta->removed_vms = from_metadata->untagged_vms;
         for (auto& [vm_id, vm] : vms) {
           v1::VM updated = vm;
           auto it = seen.find(vm_id);
@@ -721,10 +760,14 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         }
         return txn.PutHost(*host);
       },
-      [this, report, content, tagged_id, delta, moves, cores,
+      [this, report, content, tagged_id, delta, moves, cores, from_metadata,
        done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
         if (!r.ok()) return done(r.status());
         placement_.Apply(*delta);
+        for (const v1::AuditRecord& audit : from_metadata->audits) internal::LogAudit(audit);
+        for (const std::string& host : from_metadata->hosts) {
+          if (host != report->host_id()) ForgetReport(host);
+        }
         for (const std::string& move : *moves) {
           LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
         }

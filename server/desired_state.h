@@ -129,6 +129,15 @@ class DesiredState {
   void RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
                   Done<v1::RemoveHostResponse> done);
 
+  // Tag reported VMs that nobody tagged from their domain metadata
+  // (csd.yaml tag_from_metadata; metadata_tag.h): in ApplyReport, inside
+  // the Report's write, as if TagVM had been called, audited "from
+  // metadata on host X". Only the VM's owner host's metadata counts; a
+  // change of it retags the VM, and metadata that turns bad or names no
+  // tenant any more untags it (fail-closed). A VM tagged by TagVM is never
+  // changed by metadata. Set before serving; default off.
+  void set_tag_from_metadata(bool on) { tag_from_metadata_ = on; }
+
   // Whether a host's agent holds a watch stream now (csd's fan-out knows).
   // Set before serving; unset: none is.
   void set_connected_check(std::function<bool(absl::string_view)> check) {
@@ -158,8 +167,10 @@ class DesiredState {
   // csd started).
   std::optional<absl::Time> LastReport(absl::string_view host_id) const;
 
-  // NOT_FOUND when the VM is not tagged. The VM carries its enforcement as
-  // last reported.
+  // NOT_FOUND when the VM is not tagged; for a VM that hosts report, the
+  // message says why its domain metadata did not tag it (refused, naming
+  // the field, or tag_from_metadata off). The VM carries its enforcement
+  // as last reported.
   absl::StatusOr<v1::VM> GetVm(const v1::GetVMRequest& request);
   absl::StatusOr<v1::ListVMsResponse> ListVms(const v1::ListVMsRequest& request);
   // The built-in default (explicitly_set=false) when none was set.
@@ -288,6 +299,7 @@ class DesiredState {
   double explain_predict_s_ = 5;
   std::function<bool(absl::string_view)> connected_;
   absl::Duration host_stale_after_ = absl::Seconds(60);
+  bool tag_from_metadata_ = false;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
   // An external change could not be applied: the next one reloads the

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "server/desired_state.h"
+#include "server/placement_view.h"
 #include "store/store.h"
 
 namespace cosched::server::internal {
@@ -38,11 +42,13 @@ absl::StatusOr<std::vector<v1::VM>> AllVms(store::Transaction& txn,
 // that neither commits without the other, and keeps it in `logged` for the
 // log line once it is durable. `actor` is who asked (role "host" for an
 // agent).
+// `reason` says why when `who` did not ask for the change in so many words
+// (AuditRecord.reason).
 absl::Status Audit(store::Transaction& txn, const std::string& who,
                    const std::string& role, absl::string_view method,
                    absl::string_view subject, const google::protobuf::Message* before,
                    const google::protobuf::Message* after, int64_t revision,
-                   v1::AuditRecord* logged);
+                   v1::AuditRecord* logged, absl::string_view reason = {});
 // The log line of a durable change's audit record; nothing for an empty one.
 void LogAudit(const v1::AuditRecord& record);
 
@@ -55,6 +61,33 @@ absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before
 
 // Records a change of the assignment itself for every host that receives it.
 absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm);
+
+// What one tag's write did, for its answer and for what follows its commit.
+struct TagWrite {
+  v1::TagVMResponse response;
+  // Empty when nothing changed.
+  v1::AuditRecord audit;
+  // The VM as Place sees it now; unset when nothing changed.
+  std::optional<PlacedVm> placed;
+  // The hosts of a VM tagged anew: what they report goes under its id now.
+  std::set<std::string> new_hosts;
+  // Its owner host, when it has one and the VM changed.
+  std::optional<std::string> layout_host;
+};
+
+// Tags `wanted` (vm_id, tenant_id, requested_isolation, sorted classes,
+// thread_scope, metadata_host) inside `txn`, as TagVM does: idempotent,
+// audited as method TagVM by `actor` with `reason`. FAILED_PRECONDITION
+// when the tenant's policy forbids the level, or the VM is tagged by TagVM
+// for another tenant (a VM tagged from metadata may change tenant).
+absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor& actor,
+                      absl::string_view reason, TagWrite& out);
+
+// Untags `existing` inside `txn` as UntagVM does, audited by `actor` with
+// `reason`; answers the revision.
+absl::StatusOr<int64_t> WriteUntag(store::Transaction& txn, const v1::VM& existing,
+                                   const Actor& actor, absl::string_view reason,
+                                   v1::AuditRecord* logged);
 
 }  // namespace cosched::server::internal
 

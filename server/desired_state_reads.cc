@@ -19,6 +19,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "server/desired_state.h"
 #include "server/desired_state_internal.h"
+#include "server/metadata_tag.h"
 #include "server/vm_presence.h"
 
 namespace cosched::server {
@@ -105,8 +106,10 @@ absl::StatusOr<v1::VM> DesiredState::GetVm(const v1::GetVMRequest& request) {
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vm, txn.GetVm(request.vm_id()));
     if (!vm) {
-      return absl::NotFoundError(
-          absl::StrCat("vm '", request.vm_id(), "' not found"));
+      ASSIGN_OR_RETURN(std::string why,
+                       WhyNotTaggedFromMetadata(txn, request.vm_id(), tag_from_metadata_));
+      return absl::NotFoundError(absl::StrCat("vm '", request.vm_id(), "' not found",
+                                              why.empty() ? "" : ": it is not tagged; ", why));
     }
     result = std::move(*vm);
     return AddEnforcement(txn, result, last_report);

@@ -1,0 +1,154 @@
+#include "server/metadata_tag.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "common/validation.h"
+#include "glog/logging.h"
+#include "policy/trust_group.h"
+#include "server/desired_state_internal.h"
+#include "server/vm_presence.h"
+
+namespace cosched::server {
+
+absl::StatusOr<std::optional<MetadataTag>> MetadataTagOf(const v1::DomainMetadata& m) {
+  if (!m.error().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata could not be read by the agent: ", m.error()));
+  }
+  const v1::DomainMetadata::Cosched& cosched = m.cosched();
+  const bool asks = !cosched.isolation().empty() || cosched.interference_classes_size() > 0;
+  MetadataTag tag;
+  if (!cosched.tenant().empty()) {
+    RETURN_IF_ERROR(ValidateId("metadata.cosched.tenant", cosched.tenant()));
+    tag.tenant_id = cosched.tenant();
+  } else if (m.has_nova()) {
+    RETURN_IF_ERROR(ValidateId("metadata.nova.project_uuid", m.nova().project_uuid()));
+    tag.tenant_id = m.nova().project_uuid();
+  } else if (asks) {
+    return absl::InvalidArgumentError(
+        "metadata.cosched.tenant is required with an isolation level or classes "
+        "(or Nova's <nova:owner><nova:project uuid=...>)");
+  } else {
+    return std::optional<MetadataTag>();
+  }
+  if (!cosched.isolation().empty()) {
+    ASSIGN_OR_RETURN(tag.isolation,
+                     ParseIsolation("metadata.cosched.isolation", cosched.isolation()));
+  }
+  RETURN_IF_ERROR(ValidateClasses("metadata.cosched.interference_classes",
+                                  cosched.interference_classes(), &tag.interference_classes));
+  return std::optional<MetadataTag>(std::move(tag));
+}
+
+namespace {
+
+// The refusal of `tag` by the tenant's policy, as TagVM would refuse it.
+absl::Status PolicyRefusal(store::Transaction& txn, const std::string& vm_id,
+                           const MetadataTag& tag) {
+  ASSIGN_OR_RETURN(v1::TenantPolicy policy, internal::PolicyOf(txn, tag.tenant_id));
+  return policy::DecideTrustGroup(vm_id, tag.isolation, tag.interference_classes, policy)
+      .status();
+}
+
+// The tag `o`'s metadata asks for, judged by the tenant's policy too;
+// nullopt when it asks for none.
+absl::StatusOr<std::optional<MetadataTag>> JudgedTag(store::Transaction& txn,
+                                                     const std::string& vm_id,
+                                                     const v1::VMObservation& o) {
+  if (!o.has_metadata()) return std::optional<MetadataTag>();
+  ASSIGN_OR_RETURN(std::optional<MetadataTag> tag, MetadataTagOf(o.metadata()));
+  if (tag) RETURN_IF_ERROR(PolicyRefusal(txn, vm_id, *tag));
+  return tag;
+}
+
+bool SameTag(const v1::VM& vm, const MetadataTag& tag) {
+  return vm.tenant_id() == tag.tenant_id && vm.requested_isolation() == tag.isolation &&
+         std::equal(vm.interference_classes().begin(), vm.interference_classes().end(),
+                    tag.interference_classes.begin(), tag.interference_classes.end());
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
+                                                      const std::string& host_id,
+                                                      const v1::VMObservation& o,
+                                                      std::optional<v1::VM> vm,
+                                                      MetadataWrites& writes) {
+  // A TagVM wins; and during a migration only the owner's metadata counts.
+  if (vm && vm->metadata_host().empty()) return vm;
+  if (vm && !vm->host_id().empty() && vm->host_id() != host_id) return vm;
+  const std::string vm_id = vm ? vm->vm_id() : o.vm_id();
+  const Actor actor{host_id, "host"};
+  absl::StatusOr<std::optional<MetadataTag>> tag = JudgedTag(txn, vm_id, o);
+  if (!tag.ok() && !absl::IsInvalidArgument(tag.status()) &&
+      !absl::IsFailedPrecondition(tag.status())) {
+    return tag.status();  // the store's error: the Report's write fails
+  }
+  if (!tag.ok() || !*tag) {
+    if (!vm) {
+      LOG_IF_EVERY_N(WARNING, !tag.ok(), 100)
+          << "host " << host_id << ": vm " << vm_id
+          << " stays untagged (fail-closed): its domain metadata is refused: "
+          << tag.status().message() << " (logged every 100th time)";
+      return std::optional<v1::VM>();
+    }
+    const std::string reason =
+        tag.ok() ? absl::StrCat("metadata on host ", host_id, " names no tenant any more")
+                 : absl::StrCat("metadata on host ", host_id,
+                                " refused: ", tag.status().message());
+    LOG(WARNING) << "host " << host_id << ": untagging vm " << vm_id
+                 << " (fail-closed): " << reason;
+    v1::AuditRecord audit;
+    RETURN_IF_ERROR(internal::WriteUntag(txn, *vm, actor, reason, &audit).status());
+    writes.audits.push_back(std::move(audit));
+    writes.hosts.merge(HostsOf(*vm));
+    writes.untagged_vms.push_back(vm_id);
+    return std::optional<v1::VM>();
+  }
+  if (vm && SameTag(*vm, **tag)) return vm;
+  v1::VM wanted;
+  wanted.set_vm_id(vm_id);
+  wanted.set_tenant_id((*tag)->tenant_id);
+  wanted.set_requested_isolation((*tag)->isolation);
+  for (const std::string& c : (*tag)->interference_classes) wanted.add_interference_classes(c);
+  wanted.set_thread_scope(vm ? vm->thread_scope() : v1::THREAD_SCOPE_EMULATOR);
+  wanted.set_metadata_host(host_id);
+  internal::TagWrite write;
+  RETURN_IF_ERROR(internal::WriteTag(txn, wanted, actor,
+                                     absl::StrCat("from metadata on host ", host_id), write));
+  if (!write.audit.method().empty()) writes.audits.push_back(std::move(write.audit));
+  writes.hosts.merge(write.new_hosts);
+  return std::optional<v1::VM>(std::move(*write.response.mutable_vm()));
+}
+
+absl::StatusOr<std::string> WhyNotTaggedFromMetadata(store::Transaction& txn,
+                                                     const std::string& vm_id,
+                                                     bool tag_from_metadata) {
+  ASSIGN_OR_RETURN(std::vector<store::Observation> seen, txn.ListObservations(vm_id));
+  std::vector<std::string> why;
+  for (const store::Observation& o : seen) {
+    if (!o.vm.has_metadata()) continue;
+    absl::StatusOr<std::optional<MetadataTag>> tag = JudgedTag(txn, vm_id, o.vm);
+    if (!tag.ok()) {
+      if (!absl::IsInvalidArgument(tag.status()) && !absl::IsFailedPrecondition(tag.status())) {
+        return tag.status();
+      }
+      why.push_back(absl::StrCat("host ", o.host_id,
+                                 " reports it with domain metadata that is refused: ",
+                                 tag.status().message()));
+    } else if (*tag && !tag_from_metadata) {
+      why.push_back(absl::StrCat("host ", o.host_id, " reports it with domain metadata for tenant '",
+                                 (*tag)->tenant_id, "', but csd's tag_from_metadata is off"));
+    } else if (*tag) {
+      why.push_back(absl::StrCat("host ", o.host_id, " reports it with domain metadata for tenant '",
+                                 (*tag)->tenant_id, "': it is tagged at that host's next Report"));
+    }
+  }
+  return absl::StrJoin(why, "; ");
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,383 @@
+// Tagging from libvirt domain metadata (csd.yaml tag_from_metadata):
+// MetadataTagOf's rules, and DesiredState applying them to Reports.
+#include "server/metadata_tag.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/desired_state.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kProject[] = "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d";
+constexpr char kOtherProject[] = "11112222333344445555666677778888";
+const Actor kTester{"spiffe://test/tester", "admin"};
+
+v1::DomainMetadata Nova(const std::string& project) {
+  v1::DomainMetadata m;
+  m.mutable_nova()->set_version("1.1");
+  m.mutable_nova()->set_project_uuid(project);
+  m.mutable_nova()->set_project_name("acme");
+  m.mutable_nova()->set_flavor_name("m1.small");
+  return m;
+}
+
+v1::DomainMetadata Cosched(const std::string& tenant, const std::string& isolation,
+                           std::vector<std::string> classes = {}) {
+  v1::DomainMetadata m;
+  m.mutable_cosched()->set_tenant(tenant);
+  m.mutable_cosched()->set_isolation(isolation);
+  for (const std::string& c : classes) m.mutable_cosched()->add_interference_classes(c);
+  return m;
+}
+
+TEST(MetadataTagOf, NovasProjectUuidIsTheTenant) {
+  auto tag = MetadataTagOf(Nova(kProject));
+  ASSERT_OK(tag);
+  ASSERT_TRUE(tag->has_value());
+  EXPECT_EQ((*tag)->tenant_id, kProject);
+  EXPECT_EQ((*tag)->isolation, v1::ISOLATION_LEVEL_UNSPECIFIED);
+  EXPECT_TRUE((*tag)->interference_classes.empty());
+}
+
+TEST(MetadataTagOf, CoschedsTenantWinsOverNovasAndGivesLevelAndClasses) {
+  v1::DomainMetadata m = Nova(kProject);
+  *m.mutable_cosched() = Cosched("acme", "tenant", {"b", "a", "b"}).cosched();
+  auto tag = MetadataTagOf(m);
+  ASSERT_OK(tag);
+  ASSERT_TRUE(tag->has_value());
+  EXPECT_EQ((*tag)->tenant_id, "acme");
+  EXPECT_EQ((*tag)->isolation, v1::ISOLATION_LEVEL_TENANT);
+  EXPECT_EQ((*tag)->interference_classes, (std::vector<std::string>{"a", "b"}));
+
+  // Nova's project with cosched's level only.
+  m.mutable_cosched()->clear_tenant();
+  tag = MetadataTagOf(m);
+  ASSERT_OK(tag);
+  EXPECT_EQ((*tag)->tenant_id, kProject);
+  EXPECT_EQ((*tag)->isolation, v1::ISOLATION_LEVEL_TENANT);
+}
+
+TEST(MetadataTagOf, NothingToSayIsNoTag) {
+  auto tag = MetadataTagOf(v1::DomainMetadata());
+  ASSERT_OK(tag);
+  EXPECT_FALSE(tag->has_value());
+}
+
+TEST(MetadataTagOf, BadMetadataIsRefusedNamingTheField) {
+  struct Case {
+    v1::DomainMetadata metadata;
+    std::string expected;
+  };
+  v1::DomainMetadata unread;
+  unread.set_error("cosched:tenant is given more than once");
+  v1::DomainMetadata no_uuid = Nova("");
+  std::vector<Case> cases = {
+      {Cosched("acme", "gold"), "metadata.cosched.isolation 'gold' must be one of"},
+      {Cosched("acme corp", ""), "metadata.cosched.tenant 'acme corp'"},
+      {Cosched("acme", "", {"ok", "not ok"}), "metadata.cosched.interference_classes[1]"},
+      {Cosched("", "vm"), "metadata.cosched.tenant is required"},
+      {no_uuid, "metadata.nova.project_uuid is required"},
+      {unread, "could not be read by the agent: cosched:tenant is given more than once"},
+  };
+  for (const Case& c : cases) {
+    auto tag = MetadataTagOf(c.metadata);
+    EXPECT_EQ(tag.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.metadata.ShortDebugString();
+    EXPECT_THAT(std::string(tag.status().message()), HasSubstr(c.expected));
+  }
+}
+
+template <typename T>
+absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
+  std::promise<absl::StatusOr<T>> promise;
+  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
+  return promise.get_future().get();
+}
+
+class TagFromMetadataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::SqliteStoreOptions options;
+    options.data_dir = dir_.Sub("data");
+    auto store = store::SqliteStore::Open(options);
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    state_ = std::make_unique<DesiredState>(store_.get());
+    state_->set_tag_from_metadata(true);
+    ASSERT_OK(Register("host-a"));
+    ASSERT_OK(Register("host-b"));
+  }
+
+  absl::Status Register(const std::string& host) {
+    v1::RegisterRequest request;
+    request.set_host_id(host);
+    auto* core = request.mutable_topology()->add_cores();
+    core->add_cpus(0);
+    core->add_cpus(1);
+    return Wait<v1::RegisterResponse>([&](auto done) {
+             state_->RegisterHost(request, kTester, std::move(done));
+           }).status();
+  }
+
+  // A Report of `vms`: name -> metadata (unset: none).
+  absl::Status Report(const std::string& host,
+                      std::vector<std::pair<std::string, std::optional<v1::DomainMetadata>>> vms) {
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    for (auto& [id, metadata] : vms) {
+      auto* o = request.add_vms();
+      o->set_vm_id(id);
+      if (metadata) *o->mutable_metadata() = *metadata;
+    }
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  absl::StatusOr<v1::VM> Get(const std::string& vm) {
+    v1::GetVMRequest get;
+    get.set_vm_id(vm);
+    return state_->GetVm(get);
+  }
+
+  absl::StatusOr<v1::TagVMResponse> Tag(const std::string& vm, const std::string& tenant,
+                                        v1::IsolationLevel level) {
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    request.set_isolation(level);
+    return Wait<v1::TagVMResponse>(
+        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
+  }
+
+  absl::Status SetPolicy(const std::string& tenant, v1::IsolationLevel default_level,
+                         std::vector<v1::IsolationLevel> allowed) {
+    v1::SetTenantPolicyRequest set;
+    set.mutable_policy()->set_tenant_id(tenant);
+    set.mutable_policy()->set_default_isolation(default_level);
+    for (auto level : allowed) set.mutable_policy()->add_allowed_isolation(level);
+    return Wait<v1::TenantPolicy>([&](auto done) {
+             state_->SetTenantPolicy(set, kTester, std::move(done));
+           }).status();
+  }
+
+  std::vector<v1::AuditRecord> AuditOf(const std::string& subject) {
+    v1::ListAuditRecordsRequest request;
+    request.set_subject(subject);
+    request.set_page_size(1000);
+    auto page = state_->ListAuditRecords(request);
+    EXPECT_OK(page);
+    return {page->records().begin(), page->records().end()};
+  }
+
+  cosched::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<DesiredState> state_;
+};
+
+TEST_F(TagFromMetadataTest, NovasProjectTagsTheVmAndTheAuditSaysFromMetadataOnTheHost) {
+  ASSERT_OK(Report("host-a", {{"instance-1", Nova(kProject)}}));
+  auto vm = Get("instance-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->tenant_id(), kProject);
+  EXPECT_EQ(vm->metadata_host(), "host-a");
+  EXPECT_EQ(vm->host_id(), "host-a");
+  EXPECT_EQ(vm->assignment().isolation(), v1::ISOLATION_LEVEL_VM);  // the default policy's
+  EXPECT_EQ(vm->assignment().trust_group(), absl::StrCat(kProject, "/vm/instance-1"));
+  EXPECT_EQ(vm->decision().decided_by(), v1::DECIDED_BY_OPERATOR);
+  EXPECT_THAT(absl::StrJoin(vm->decision().reasons(), " "),
+              HasSubstr("from metadata on host host-a"));
+
+  auto records = AuditOf("instance-1");
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].method(), "TagVM");
+  EXPECT_EQ(records[0].who(), "host-a");
+  EXPECT_EQ(records[0].role(), "host");
+  EXPECT_EQ(records[0].reason(), "from metadata on host host-a");
+  EXPECT_EQ(records[0].revision(), vm->assignment().revision());
+
+  // The same metadata again writes nothing.
+  ASSERT_OK(Report("host-a", {{"instance-1", Nova(kProject)}, {"instance-x", std::nullopt}}));
+  EXPECT_EQ(AuditOf("instance-1").size(), 1u);
+  EXPECT_EQ(Get("instance-1")->assignment().revision(), vm->assignment().revision());
+  // A VM without metadata stays untagged.
+  EXPECT_EQ(Get("instance-x").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(TagFromMetadataTest, OneProjectAtLevelTenantSharesAGroupAndAnotherProjectDoesNot) {
+  ASSERT_OK(SetPolicy(kProject, v1::ISOLATION_LEVEL_TENANT,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  ASSERT_OK(Report("host-a", {{"instance-1", Nova(kProject)},
+                              {"instance-2", Nova(kProject)},
+                              {"instance-3", Nova(kOtherProject)}}));
+  auto one = Get("instance-1"), two = Get("instance-2"), three = Get("instance-3");
+  ASSERT_OK(one);
+  ASSERT_OK(two);
+  ASSERT_OK(three);
+  EXPECT_EQ(one->assignment().trust_group(), absl::StrCat(kProject, "/tenant"));
+  EXPECT_EQ(two->assignment().trust_group(), one->assignment().trust_group());
+  EXPECT_EQ(three->assignment().trust_group(), absl::StrCat(kOtherProject, "/vm/instance-3"));
+}
+
+TEST_F(TagFromMetadataTest, CoschedMetadataGivesTheLevelAndClasses) {
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant", {"avx512"})}}));
+  auto vm = Get("vm-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->tenant_id(), "acme");
+  EXPECT_EQ(vm->requested_isolation(), v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_EQ(vm->interference_classes_size(), 1);
+  EXPECT_EQ(vm->interference_classes(0), "avx512");
+  EXPECT_EQ(vm->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+}
+
+TEST_F(TagFromMetadataTest, AChangeOfMetadataIsApplied) {
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "vm")}}));
+  auto before = Get("vm-1");
+  ASSERT_OK(before);
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}}));
+  auto after = Get("vm-1");
+  ASSERT_OK(after);
+  EXPECT_EQ(after->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+  EXPECT_GT(after->assignment().revision(), before->assignment().revision());
+  // Another tenant too: the metadata's, not an operator's, tag changes.
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("globex", "tenant")}}));
+  after = Get("vm-1");
+  ASSERT_OK(after);
+  EXPECT_EQ(after->tenant_id(), "globex");
+  EXPECT_EQ(after->assignment().trust_group(), "globex/tenant");
+  auto records = AuditOf("vm-1");
+  ASSERT_EQ(records.size(), 3u);
+  for (const auto& r : records) EXPECT_EQ(r.reason(), "from metadata on host host-a");
+}
+
+TEST_F(TagFromMetadataTest, ATagVmWinsOverMetadata) {
+  // Tagged first: the metadata never changes it.
+  ASSERT_OK(Tag("vm-1", "ops", v1::ISOLATION_LEVEL_VM));
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}}));
+  auto vm = Get("vm-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->tenant_id(), "ops");
+  EXPECT_EQ(vm->metadata_host(), "");
+
+  // Tagged from metadata, then by TagVM for another tenant: the operator's
+  // tag holds from then on, through any change of metadata.
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")},
+                              {"vm-2", Cosched("acme", "tenant")}}));
+  ASSERT_EQ(Get("vm-2")->tenant_id(), "acme");
+  auto retag = Tag("vm-2", "ops", v1::ISOLATION_LEVEL_VM);
+  ASSERT_OK(retag);
+  EXPECT_EQ(retag->vm().metadata_host(), "");
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "vm")},
+                              {"vm-2", Cosched("globex", "vm")}}));
+  EXPECT_EQ(Get("vm-2")->tenant_id(), "ops");
+  EXPECT_EQ(Get("vm-2")->assignment().trust_group(), "ops/vm/vm-2");
+  // And an operator-tagged VM cannot be moved to another tenant by TagVM
+  // without an untag, as before.
+  EXPECT_EQ(Tag("vm-2", "acme", v1::ISOLATION_LEVEL_VM).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TagFromMetadataTest, BadMetadataLeavesTheVmUntaggedAndGetSaysWhy) {
+  v1::DomainMetadata unread;
+  unread.set_error("metadata is over 65536 bytes");
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "gold")},
+                              {"vm-2", unread},
+                              {"vm-3", Cosched("acme corp", "vm")}}));
+  auto one = Get("vm-1");
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(one.status().message()),
+              HasSubstr("host host-a reports it with domain metadata that is refused: "
+                        "metadata.cosched.isolation 'gold' must be one of"));
+  EXPECT_THAT(std::string(Get("vm-2").status().message()),
+              HasSubstr("could not be read by the agent: metadata is over 65536 bytes"));
+  EXPECT_THAT(std::string(Get("vm-3").status().message()),
+              HasSubstr("metadata.cosched.tenant 'acme corp'"));
+  EXPECT_TRUE(AuditOf("vm-1").empty());
+}
+
+TEST_F(TagFromMetadataTest, ALevelTheTenantsPolicyForbidsIsRefused) {
+  ASSERT_OK(SetPolicy("bank", v1::ISOLATION_LEVEL_VM, {v1::ISOLATION_LEVEL_VM}));
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("bank", "none")}}));
+  auto vm = Get("vm-1");
+  EXPECT_EQ(vm.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(vm.status().message()), HasSubstr("refused"));
+  EXPECT_THAT(std::string(vm.status().message()), HasSubstr("none"));
+}
+
+TEST_F(TagFromMetadataTest, MetadataThatTurnsBadOrGoesUntagsTheVm) {
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")},
+                              {"vm-2", Nova(kProject)}}));
+  ASSERT_OK(Get("vm-1"));
+  ASSERT_OK(Get("vm-2"));
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "gold")}, {"vm-2", std::nullopt}}));
+  auto one = Get("vm-1");
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(one.status().message()), HasSubstr("'gold'"));
+  EXPECT_EQ(Get("vm-2").status().code(), absl::StatusCode::kNotFound);
+  auto records = AuditOf("vm-1");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].method(), "UntagVM");
+  EXPECT_EQ(records[0].who(), "host-a");
+  EXPECT_THAT(records[0].reason(), HasSubstr("metadata on host host-a refused: "
+                                             "metadata.cosched.isolation 'gold'"));
+  EXPECT_EQ(AuditOf("vm-2")[0].reason(), "metadata on host host-a names no tenant any more");
+
+  // Good again: tagged again.
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}, {"vm-2", std::nullopt}}));
+  EXPECT_OK(Get("vm-1"));
+}
+
+TEST_F(TagFromMetadataTest, OnlyTheOwnerHostsMetadataCounts) {
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}}));
+  // A second host reports the VM (a migration target, or a liar) with
+  // other metadata: host-a still owns it, so nothing changes.
+  ASSERT_OK(Report("host-b", {{"vm-1", Cosched("mallory", "none")}}));
+  auto vm = Get("vm-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->host_id(), "host-a");
+  EXPECT_EQ(vm->tenant_id(), "acme");
+  EXPECT_EQ(vm->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+  // A host's metadata tags only the VMs that host reports: host-b's report
+  // of vm-1 does not tag vm-9, which nobody reports.
+  EXPECT_EQ(Get("vm-9").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TagFromMetadataOff, ReportedMetadataTagsNothingAndGetSaysItIsOff) {
+  cosched::testing::TempDir dir;
+  store::SqliteStoreOptions options;
+  options.data_dir = dir.Sub("data");
+  auto store = store::SqliteStore::Open(options);
+  ASSERT_OK(store);
+  DesiredState state(store->get());
+  v1::RegisterRequest reg;
+  reg.set_host_id("host-a");
+  ASSERT_OK(Wait<v1::RegisterResponse>(
+      [&](auto done) { state.RegisterHost(reg, kTester, std::move(done)); }));
+  v1::ReportRequest report;
+  report.set_host_id("host-a");
+  auto* o = report.add_vms();
+  o->set_vm_id("instance-1");
+  *o->mutable_metadata() = Nova(kProject);
+  ASSERT_OK(Wait<v1::ReportResponse>(
+      [&](auto done) { state.ApplyReport(report, std::move(done)); }));
+  v1::GetVMRequest get;
+  get.set_vm_id("instance-1");
+  auto vm = state.GetVm(get);
+  EXPECT_EQ(vm.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(vm.status().message()),
+              HasSubstr(absl::StrCat("domain metadata for tenant '", kProject,
+                                     "', but csd's tag_from_metadata is off")));
+}
+
+}  // namespace
+}  // namespace cosched::server
