@@ -145,6 +145,8 @@ json VmToJson(const v1::VM& vm) {
       {"host_id", vm.host_id()},
       {"presence", presence},
       {"conflict", vm.conflict()},
+      {"tagged_from", vm.metadata_host().empty() ? "tag" : "metadata"},
+      {"metadata_host", vm.metadata_host()},
       {"enforcement", enforcement},
       {"create_time", TimeJson(vm.has_create_time(), vm.create_time())},
       {"update_time", TimeJson(vm.has_update_time(), vm.update_time())},
@@ -307,6 +309,10 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
       {"enforcement", EnforcementText(vm)},
   };
   if (!vm.conflict().empty()) fields.push_back({"conflict", vm.conflict()});
+  fields.push_back({"tagged from", vm.metadata_host().empty()
+                                       ? "TagVM"
+                                       : absl::StrCat("domain metadata on host ",
+                                                      vm.metadata_host())});
   if (vm.has_enforcement() && !vm.enforcement().last_error().empty()) {
     fields.push_back({"last error", vm.enforcement().last_error()});
   }
@@ -452,16 +458,17 @@ json AuditRecordToJson(const v1::AuditRecord& record) {
           {"method", record.method()},
           {"subject", record.subject()},
           {"revision", record.revision()},
+          {"reason", record.reason()},
           {"before", RecordJson(record.before())},
           {"after", RecordJson(record.after())}};
 }
 
 void PrintAuditTable(const std::vector<v1::AuditRecord>& records,
                      std::ostream& out) {
-  TextTable table({"TIME", "WHO", "ROLE", "METHOD", "SUBJECT", "REVISION"});
+  TextTable table({"TIME", "WHO", "ROLE", "METHOD", "SUBJECT", "REVISION", "REASON"});
   for (const v1::AuditRecord& r : records) {
-    table.AddRow({UnixNanosText(r.time_unix_ns()), r.who(), r.role(),
-                  r.method(), r.subject(), absl::StrCat(r.revision())});
+    table.AddRow({UnixNanosText(r.time_unix_ns()), r.who(), r.role(), r.method(),
+                  r.subject(), absl::StrCat(r.revision()), r.reason().empty() ? "-" : r.reason()});
   }
   table.Print(out);
 }

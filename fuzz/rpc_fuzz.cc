@@ -55,6 +55,8 @@ class FuzzStore {
     state_ = std::make_unique<DesiredState>(store_.get());
     // ExplainVM runs the simulator: keep each prediction short.
     state_->set_explain_predict_seconds(0.02);
+    // Reports' domain metadata tags, retags and untags VMs: hostile input too.
+    state_->set_tag_from_metadata(true);
     if (!state_->LoadPlacement().ok()) std::abort();
   }
   ~FuzzStore() {

@@ -135,6 +135,23 @@ def rpc_seeds():
         (LIST_HOSTS, "ListHostsRequest", ''),
         (UNTAG, "UntagVMRequest", 'vm_id: "vm-3"'),
     ]))
+    nova = ('metadata { nova { version: "1.1" project_uuid: "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d" '
+            'project_name: "acme" flavor_name: "m1.tiny" } }')
+    write("rpc_fuzz", "metadata", session([
+        register,
+        (REPORT, "ReportRequest",
+         'host_id: "hv-1" vms { vm_id: "instance-1" ' + nova + ' } '
+         'vms { vm_id: "instance-2" metadata { cosched { tenant: "shop" isolation: "tenant" '
+         '  interference_classes: "avx512" } } } '
+         'vms { vm_id: "instance-3" metadata { cosched { tenant: "shop" isolation: "gold" } } } '
+         'vms { vm_id: "instance-4" metadata { error: "cosched:tenant is given more than once" } }'),
+        (GET_VM, "GetVMRequest", 'vm_id: "instance-3"'),
+        (REPORT, "ReportRequest",
+         'host_id: "hv-1" vms { vm_id: "instance-1" metadata { cosched { tenant: "other" } } } '
+         'vms { vm_id: "instance-2" }'),
+        (TAG, "TagVMRequest", 'vm_id: "instance-1" tenant_id: "ops"'),
+        (LIST_AUDIT, "ListAuditRecordsRequest", 'subject: "instance-2"'),
+    ]))
     write("rpc_fuzz", "placement", session([
         register,
         (SET_POLICY, "SetTenantPolicyRequest",

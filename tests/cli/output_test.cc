@@ -45,6 +45,7 @@ TEST(OutputTest, VmBlock) {
             "host:                 kvm-01\n"
             "on hosts:             -\n"
             "enforcement:          partial (3/4 threads tagged)\n"
+            "tagged from:          TagVM\n"
             "last error:           tid 77:?EPERM\n"
             "created:              -\n"
             "updated:              2023-11-14T22:13:20Z\n");

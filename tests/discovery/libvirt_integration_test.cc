@@ -18,10 +18,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
@@ -38,6 +41,9 @@
 #include "host/topology.h"
 #include "discovery/libvirt_discovery.h"
 #include "discovery/libvirt_status_xml.h"
+#include "common/status_macros.h"
+#include "server/desired_state.h"
+#include "store/sqlite_store.h"
 #include "host/pseudo_fs.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -106,6 +112,59 @@ bool LibvirtdAnswers() {
 //  - /var/{log,lib,cache}/libvirt/qemu and /run/libvirt are created.
 // Sockets and status files stay in the host's /run/libvirt, so every
 // process sees them.
+// csd's side of tagging from metadata, in process: a DesiredState on a
+// SQLite store with tag_from_metadata on, to which the test reports the VM
+// as discovered, as cs-agent's Report would carry it (reconcile_loop.cc).
+class CsdTaggingFromMetadata {
+ public:
+  explicit CsdTaggingFromMetadata(const std::string& data_dir) {
+    store::SqliteStoreOptions options;
+    options.data_dir = data_dir;
+    auto store = store::SqliteStore::Open(options);
+    if (!store.ok()) {
+      ADD_FAILURE() << store.status();
+      return;
+    }
+    store_ = std::move(*store);
+    state_ = std::make_unique<server::DesiredState>(store_.get());
+    state_->set_tag_from_metadata(true);
+    v1::RegisterRequest reg;
+    reg.set_host_id(kHost);
+    EXPECT_OK(Wait<v1::RegisterResponse>(
+        [&](auto done) { state_->RegisterHost(reg, kActor, std::move(done)); }));
+  }
+
+  // Reports `vm` and answers csd's GetVM of it afterwards.
+  absl::StatusOr<v1::VM> ReportAndGet(const discovery::DiscoveredVm& vm) {
+    if (state_ == nullptr) return absl::InternalError("no store");
+    v1::ReportRequest report;
+    report.set_host_id(kHost);
+    v1::VMObservation* o = report.add_vms();
+    o->set_vm_id(vm.vm_id);
+    o->set_uuid(vm.uuid);
+    if (vm.metadata) *o->mutable_metadata() = *vm.metadata;
+    RETURN_IF_ERROR(Wait<v1::ReportResponse>([&](auto done) {
+                      state_->ApplyReport(report, std::move(done));
+                    }).status());
+    v1::GetVMRequest get;
+    get.set_vm_id(vm.vm_id);
+    return state_->GetVm(get);
+  }
+
+  static constexpr char kHost[] = "build-host";
+
+ private:
+  template <typename T>
+  static absl::StatusOr<T> Wait(std::function<void(server::DesiredState::Done<T>)> call) {
+    std::promise<absl::StatusOr<T>> promise;
+    call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
+    return promise.get_future().get();
+  }
+  inline static const server::Actor kActor{"test", "admin"};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<server::DesiredState> state_;
+};
+
 class LibvirtdProcess {
  public:
   // Empty on success, else why not.
@@ -437,6 +496,16 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
   EXPECT_EQ(vm.metadata->nova().project_uuid(), "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d");
   EXPECT_EQ(vm.metadata->nova().project_name(), "acme");
   EXPECT_EQ(vm.metadata->nova().flavor_name(), "m1.tiny");
+  // csd tags it from that metadata alone: the project's uuid is its tenant.
+  CsdTaggingFromMetadata csd(dir.Sub("csd"));
+  {
+    auto tagged = csd.ReportAndGet(vm);
+    ASSERT_OK(tagged);
+    EXPECT_EQ(tagged->tenant_id(), "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d");
+    EXPECT_EQ(tagged->metadata_host(), CsdTaggingFromMetadata::kHost);
+    EXPECT_EQ(tagged->assignment().trust_group(),
+              absl::StrCat("8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d/vm/", name));
+  }
   {
     // cosched's element added to the running domain: libvirt's
     // metadata-change event makes the next Discover() read it (the
@@ -463,6 +532,12 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     EXPECT_EQ(with_cosched->metadata->cosched().isolation(), "tenant");
     ASSERT_EQ(with_cosched->metadata->cosched().interference_classes_size(), 1);
     EXPECT_EQ(with_cosched->metadata->cosched().interference_classes(0), "avx512");
+    // ... and csd retags it: cosched's tenant and level win.
+    auto retagged = csd.ReportAndGet(*with_cosched);
+    ASSERT_OK(retagged);
+    EXPECT_EQ(retagged->tenant_id(), "acme-cosched");
+    EXPECT_EQ(retagged->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+    EXPECT_EQ(retagged->assignment().trust_group(), "acme-cosched/tenant/avx512");
 
     // Bad metadata is reported as such, naming the element.
     ASSERT_EQ(virDomainSetMetadata(live, VIR_DOMAIN_METADATA_ELEMENT,
@@ -472,15 +547,27 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
               0)
         << LastError();
     bool refused = false;
+    std::optional<discovery::DiscoveredVm> with_bad;
     for (int i = 0; i < 200 && !refused; ++i) {
       auto bad = discovery.Discover();
       ASSERT_OK(bad);
       const discovery::DiscoveredVm* v = FindByName(*bad, name);
       refused = v != nullptr && v->metadata && v->metadata->error() == "cosched:tenant is given more than once";
+      if (refused) with_bad = *v;
       if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     EXPECT_TRUE(refused) << "bad cosched metadata not reported as refused; events: "
                          << events.Summary();
+    if (with_bad) {
+      // csd untags it (fail-closed) and says why.
+      auto untagged = csd.ReportAndGet(*with_bad);
+      EXPECT_EQ(untagged.status().code(), absl::StatusCode::kNotFound) << untagged.status();
+      EXPECT_NE(untagged.status().message().find(
+                    "refused: metadata could not be read by the agent: cosched:tenant is "
+                    "given more than once"),
+                std::string::npos)
+          << untagged.status();
+    }
     virDomainFree(live);
   }
   // The QEMU pid: libvirt's pid file, and QEMU's own command line.

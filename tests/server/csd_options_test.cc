@@ -43,6 +43,16 @@ TEST(CsdOptions, AnAuditRetentionOutOfRangeIsRefusedAtStartNamingTheKey) {
   }
 }
 
+TEST(CsdOptions, TagFromMetadataIsOffUnlessTheConfigTurnsItOn) {
+  v1::CsdConfig config;
+  ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",
+                                 &config)
+                  .ok());
+  EXPECT_FALSE(CsdOptionsFromConfig(config).tag_from_metadata);
+  ASSERT_TRUE(ParseYamlConfig("tag_from_metadata: true\n", "test", &config).ok());
+  EXPECT_TRUE(CsdOptionsFromConfig(config).tag_from_metadata);
+}
+
 TEST(CsdOptions, HostStaleAfterComesFromTheConfigAndIsChecked) {
   v1::CsdConfig config;
   ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",

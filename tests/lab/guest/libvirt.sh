@@ -118,6 +118,7 @@ lab_libvirtd_keep_logs() {
 
 # lab_domain_define NAME UUID MAX_VCPUS [CURRENT_VCPUS [MEMORY_MIB]]: a
 # persistent TCG domain without disk, network, USB or balloon.
+# $LAB_DOMAIN_METADATA, when set, is the domain's <metadata> element.
 lab_domain_define() {
   local name=$1 uuid=$2 max=$3 cur=${4:-$3} mem=${5:-48}
   cat >"/tmp/$name.xml" <<EOF
@@ -126,6 +127,7 @@ lab_domain_define() {
   <uuid>$uuid</uuid>
   <memory unit='MiB'>$mem</memory>
   <vcpu placement='static' current='$cur'>$max</vcpu>
+  ${LAB_DOMAIN_METADATA:-}
   <os><type arch='x86_64' machine='pc'>hvm</type></os>
   <features><acpi/><tcg><tb-cache unit='MiB'>16</tb-cache></tcg></features>
   <on_poweroff>destroy</on_poweroff>

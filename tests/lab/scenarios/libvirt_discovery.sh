@@ -52,6 +52,9 @@ for d in $domains; do
   lab_result "$d" "uuid $(uuid_of "$d"), QEMU pid $pid, vCPU tids ${vcpus% } (status XML = QMP), other threads ${others% }"
 done
 
+# The domains with metadata below are tagged from it (TagVM wins, so the
+# csctl tags of lv-* hold either way).
+LAB_CSD_CONFIG='tag_from_metadata: true'
 lab_start_csd
 lab_start_agent_libvirt
 lab_wait_host_secs 120
@@ -120,4 +123,50 @@ lab_wait_secs 30 vcpus_reported ||
 lab_result "lv-g1 scope vcpus" "cookie $cg1 on vCPU threads ${g1_vcpus% } (libvirt's), none on the others; the agent reports 2 threads"
 
 for d in $domains; do lab_domain_destroy "$d"; done
+
+# Tenancy from domain metadata alone (csd's tag_from_metadata), no csctl tag:
+# md-1 and md-2 of one Nova project, whose policy's default level is tenant,
+# md-3 of another project, and md-bad whose cosched metadata names an
+# unknown level, which stays fail-closed on a cookie of its own.
+nova_metadata() {
+  printf '%s' "<metadata><nova:instance xmlns:nova='http://openstack.org/xmlns/libvirt/nova/1.1'>" \
+    "<nova:flavor name='m1.tiny'/><nova:owner><nova:user uuid='0badc0de'>ops</nova:user>" \
+    "<nova:project uuid='$1'>$2</nova:project></nova:owner></nova:instance></metadata>"
+}
+project1=0f1e2d3c4b5a49687766554433221100
+project2=aa11bb22cc33dd44ee55ff6600778899
+csctl policy set "$project1" --default tenant --allow vm,tenant >/dev/null || lab_fail "csctl policy set"
+LAB_DOMAIN_METADATA=$(nova_metadata "$project1" acme) lab_domain_define md-1 00000000-0000-4000-8000-00000000c001 1
+LAB_DOMAIN_METADATA=$(nova_metadata "$project1" acme) lab_domain_define md-2 00000000-0000-4000-8000-00000000c002 1
+LAB_DOMAIN_METADATA=$(nova_metadata "$project2" globex) lab_domain_define md-3 00000000-0000-4000-8000-00000000c003 1
+LAB_DOMAIN_METADATA="<metadata><cosched:vm xmlns:cosched='https://cosched.dev/xmlns/libvirt/1.0'><cosched:tenant>acme</cosched:tenant><cosched:isolation>gold</cosched:isolation></cosched:vm></metadata>" \
+  lab_domain_define md-bad 00000000-0000-4000-8000-00000000c004 1
+t0=$(lab_ms_now)
+for d in md-1 md-2 md-3 md-bad; do lab_domain_start "$d" --paused; done
+for d in md-1 md-2 md-3; do lab_wait_enforced_secs "$d" 120; done
+lab_result "metadata to enforced" "$(( $(lab_ms_now) - t0 )) ms for 3 domains (virsh start .. csd shows all enforced), no csctl tag"
+for d in md-1 md-2 md-3; do
+  json=$(csctl get "$d" -o json)
+  project=$project1
+  [ "$d" = md-3 ] && project=$project2
+  echo "$json" | grep -q "\"tenant_id\": \"$project\"" || lab_fail "$d is not tagged for project $project: $json"
+  echo "$json" | grep -q '"metadata_host": "lab"' || lab_fail "$d is not tagged from host lab's metadata: $json"
+done
+csctl audit --vm md-1 | grep -q 'from metadata on host lab' ||
+  lab_fail "md-1's audit record does not say it came from metadata: $(csctl audit --vm md-1)"
+why=$(csctl get md-bad 2>&1) && lab_fail "md-bad, with an unknown level in its metadata, is tagged: $why"
+echo "$why" | grep -q "metadata.cosched.isolation 'gold'" || lab_fail "csctl get md-bad does not say why: $why"
+lab_result "md-bad" "untagged; csctl get says: $(echo "$why" | tr '\n' ' ')"
+own_cookie() { c=$(lab_domain_cookie_set md-bad) && [ "$c" != 0 ] && [ "${c#*,}" = "$c" ]; }
+lab_wait_secs 60 own_cookie || lab_fail "md-bad is not fail-closed on one cookie: $(lab_domain_cookies md-bad | tr '\n' ';')"
+cm1=$(lab_domain_one_cookie md-1) || exit 1
+cm2=$(lab_domain_one_cookie md-2) || exit 1
+cm3=$(lab_domain_one_cookie md-3) || exit 1
+cbad=$(lab_domain_one_cookie md-bad) || exit 1
+[ "$cm1" != 0 ] && [ "$cm3" != 0 ] || lab_fail "untagged domain: md-1 $cm1, md-3 $cm3"
+[ "$cm1" = "$cm2" ] || lab_fail "project $project1's domains at level tenant differ: md-1 $cm1, md-2 $cm2"
+[ "$cm1" != "$cm3" ] || lab_fail "projects $project1 and $project2 share cookie $cm1"
+[ "$cbad" != "$cm1" ] && [ "$cbad" != "$cm3" ] || lab_fail "md-bad shares a cookie with a tagged domain: $cbad"
+lab_result "groups from metadata" "project 1 (md-1, md-2) $cm1, project 2 (md-3) $cm3, md-bad $cbad (fail-closed)"
+for d in md-1 md-2 md-3 md-bad; do lab_domain_destroy "$d"; done
 lab_stop_agent
