@@ -83,6 +83,12 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
   if (vm && !vm->host_id().empty() && vm->host_id() != host_id) return vm;
   const std::string vm_id = vm ? vm->vm_id() : o.vm_id();
   const Actor actor{host_id, "host"};
+  if (vm && o.has_metadata()) {
+    // Most Reports repeat what tagged the VM: no policy read for them (a
+    // policy that forbids a level in use is refused when it is set).
+    absl::StatusOr<std::optional<MetadataTag>> same = MetadataTagOf(o.metadata());
+    if (same.ok() && *same && SameTag(*vm, **same)) return vm;
+  }
   absl::StatusOr<std::optional<MetadataTag>> tag = JudgedTag(txn, vm_id, o);
   if (!tag.ok() && !absl::IsInvalidArgument(tag.status()) &&
       !absl::IsFailedPrecondition(tag.status())) {
@@ -109,7 +115,6 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
     writes.untagged_vms.push_back(vm_id);
     return std::optional<v1::VM>();
   }
-  if (vm && SameTag(*vm, **tag)) return vm;
   v1::VM wanted;
   wanted.set_vm_id(vm_id);
   wanted.set_tenant_id((*tag)->tenant_id);
