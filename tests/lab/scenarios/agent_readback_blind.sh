@@ -78,7 +78,14 @@ for pid in "$vm1" "$vm2"; do
 done
 [ "$(lab_cookies_of "$probe")" = 0 ] || lab_fail "the window closed during the blind checks"
 
-# Bounded: no writes over 3 more passes (6 s at the 2 s rescan).
+# Bounded: no writes over 3 more passes (6 s at the 2 s rescan). The
+# figures are taken once a further pass has ended: a pass's metrics are set
+# one after another (the pass count and thread gauges before the write
+# counter), so a scrape during the first pass's update can see its threads
+# unverified and none of its writes yet (seen once in CI: 0 writes, then 11).
+settled_passes=$(passes)
+next_pass() { scrape && [ "$(passes)" -gt "$settled_passes" ]; }
+lab_wait_for 30 next_pass || lab_fail "no reconcile pass after $settled_passes: $(figures)"
 writes1=$(writes) passes1=$(passes)
 # Each VM: its cookie created (1), taken by a courier (1), given to every
 # other thread (threads - 1).
