@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "policy/trust_group.h"
 #include "server/desired_state.h"
 #include "server/placement_view.h"
 #include "store/store.h"
@@ -61,6 +62,13 @@ absl::Status RecordReceiverChanges(store::Transaction& txn, const v1::VM* before
 
 // Records a change of the assignment itself for every host that receives it.
 absl::Status RecordAssignmentChange(store::Transaction& txn, const v1::VM& vm);
+
+std::vector<std::string> ClassesOf(const v1::VM& vm);
+// Fills vm.assignment from the VM's request fields and the decision.
+void SetAssignment(v1::VM& vm, const policy::TrustDecision& decision);
+// The decision record of a level set by TagVM or a policy (decided_at is
+// stamped when it is written).
+v1::LayoutDecision OperatorDecision(const v1::VM& vm, const v1::TenantPolicy& policy);
 
 // What one tag's write did, for its answer and for what follows its commit.
 struct TagWrite {

@@ -18,8 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
-#include <future>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -42,8 +40,7 @@
 #include "discovery/libvirt_discovery.h"
 #include "discovery/libvirt_status_xml.h"
 #include "common/status_macros.h"
-#include "server/desired_state.h"
-#include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "host/pseudo_fs.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -117,52 +114,34 @@ bool LibvirtdAnswers() {
 // as discovered, as cs-agent's Report would carry it (reconcile_loop.cc).
 class CsdTaggingFromMetadata {
  public:
-  explicit CsdTaggingFromMetadata(const std::string& data_dir) {
-    store::SqliteStoreOptions options;
-    options.data_dir = data_dir;
-    auto store = store::SqliteStore::Open(options);
-    if (!store.ok()) {
-      ADD_FAILURE() << store.status();
-      return;
-    }
-    store_ = std::move(*store);
-    state_ = std::make_unique<server::DesiredState>(store_.get());
-    state_->set_tag_from_metadata(true);
-    v1::RegisterRequest reg;
-    reg.set_host_id(kHost);
-    EXPECT_OK(Wait<v1::RegisterResponse>(
-        [&](auto done) { state_->RegisterHost(reg, kActor, std::move(done)); }));
+  explicit CsdTaggingFromMetadata(const std::string& data_dir) : csd_(data_dir) {
+    if (csd_.state() == nullptr) return;
+    csd_.state()->set_tag_from_metadata(true);
+    EXPECT_OK(csd_.RegisterHost(kHost, server::Actor{"test", "admin"}));
   }
 
   // Reports `vm` and answers csd's GetVM of it afterwards.
   absl::StatusOr<v1::VM> ReportAndGet(const discovery::DiscoveredVm& vm) {
-    if (state_ == nullptr) return absl::InternalError("no store");
+    server::DesiredState* state = csd_.state();
+    if (state == nullptr) return absl::InternalError("no store");
     v1::ReportRequest report;
     report.set_host_id(kHost);
     v1::VMObservation* o = report.add_vms();
     o->set_vm_id(vm.vm_id);
     o->set_uuid(vm.uuid);
     if (vm.metadata) *o->mutable_metadata() = *vm.metadata;
-    RETURN_IF_ERROR(Wait<v1::ReportResponse>([&](auto done) {
-                      state_->ApplyReport(report, std::move(done));
+    RETURN_IF_ERROR(server::testing::Wait<v1::ReportResponse>([&](auto done) {
+                      state->ApplyReport(report, std::move(done));
                     }).status());
     v1::GetVMRequest get;
     get.set_vm_id(vm.vm_id);
-    return state_->GetVm(get);
+    return state->GetVm(get);
   }
 
   static constexpr char kHost[] = "build-host";
 
  private:
-  template <typename T>
-  static absl::StatusOr<T> Wait(std::function<void(server::DesiredState::Done<T>)> call) {
-    std::promise<absl::StatusOr<T>> promise;
-    call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-    return promise.get_future().get();
-  }
-  inline static const server::Actor kActor{"test", "admin"};
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<server::DesiredState> state_;
+  server::testing::SqliteDesiredState csd_;
 };
 
 class LibvirtdProcess {

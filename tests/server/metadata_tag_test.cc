@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/desired_state.h"
-#include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -17,6 +17,7 @@ namespace cosched::server {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Wait;
 
 constexpr char kProject[] = "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d";
 constexpr char kOtherProject[] = "11112222333344445555666677778888";
@@ -97,36 +98,13 @@ TEST(MetadataTagOf, BadMetadataIsRefusedNamingTheField) {
   }
 }
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
-
 class TagFromMetadataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::SqliteStoreOptions options;
-    options.data_dir = dir_.Sub("data");
-    auto store = store::SqliteStore::Open(options);
-    ASSERT_OK(store);
-    store_ = std::move(*store);
-    state_ = std::make_unique<DesiredState>(store_.get());
+    ASSERT_NE(state_, nullptr);
     state_->set_tag_from_metadata(true);
-    ASSERT_OK(Register("host-a"));
-    ASSERT_OK(Register("host-b"));
-  }
-
-  absl::Status Register(const std::string& host) {
-    v1::RegisterRequest request;
-    request.set_host_id(host);
-    auto* core = request.mutable_topology()->add_cores();
-    core->add_cpus(0);
-    core->add_cpus(1);
-    return Wait<v1::RegisterResponse>([&](auto done) {
-             state_->RegisterHost(request, kTester, std::move(done));
-           }).status();
+    ASSERT_OK(csd_.RegisterHost("host-a", kTester));
+    ASSERT_OK(csd_.RegisterHost("host-b", kTester));
   }
 
   // A Report of `vms`: name -> metadata (unset: none).
@@ -181,8 +159,8 @@ class TagFromMetadataTest : public ::testing::Test {
   }
 
   cosched::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<DesiredState> state_;
+  testing::SqliteDesiredState csd_{dir_.Sub("data")};
+  DesiredState* state_ = csd_.state();
 };
 
 TEST_F(TagFromMetadataTest, NovasProjectTagsTheVmAndTheAuditSaysFromMetadataOnTheHost) {
@@ -354,15 +332,10 @@ TEST_F(TagFromMetadataTest, OnlyTheOwnerHostsMetadataCounts) {
 
 TEST(TagFromMetadataOff, ReportedMetadataTagsNothingAndGetSaysItIsOff) {
   cosched::testing::TempDir dir;
-  store::SqliteStoreOptions options;
-  options.data_dir = dir.Sub("data");
-  auto store = store::SqliteStore::Open(options);
-  ASSERT_OK(store);
-  DesiredState state(store->get());
-  v1::RegisterRequest reg;
-  reg.set_host_id("host-a");
-  ASSERT_OK(Wait<v1::RegisterResponse>(
-      [&](auto done) { state.RegisterHost(reg, kTester, std::move(done)); }));
+  testing::SqliteDesiredState csd(dir.Sub("data"));
+  ASSERT_NE(csd.state(), nullptr);
+  DesiredState& state = *csd.state();
+  ASSERT_OK(csd.RegisterHost("host-a", kTester));
   v1::ReportRequest report;
   report.set_host_id("host-a");
   auto* o = report.add_vms();
