@@ -73,6 +73,12 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
   RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options.allow_hazards));
   options.sched_ext_dir = config.sched_ext_dir();
   options.nested_is_hazard = config.nested_is_hazard();
+  if (config.on_hazard() == "clear") {
+    options.reconciler.clear_on_hazard = true;
+  } else if (!config.on_hazard().empty() && config.on_hazard() != "hold") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "on_hazard '", config.on_hazard(), "' must be hold (the default) or clear"));
+  }
   {
     const bool named = !config.known_bad_file().empty();
     absl::StatusOr<v1::KnownBadList> known_bad = host::LoadKnownBadList(

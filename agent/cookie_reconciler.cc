@@ -180,7 +180,17 @@ ReconcileResult CookieReconciler::Reconcile(
       MoveThreads(plans, result.stats);
       Verify(plans, result.stats);
     }
-    if (!held_why_.empty()) Hold(plans, held_why_);
+    if (!held_why_.empty()) {
+      if (!options_.clear_on_hazard) {
+        absl::StrAppend(&held_why_, "; the VM's threads keep the cookies they have");
+      } else if (const int left = ClearCookies(plans, result.stats); left == 0) {
+        absl::StrAppend(&held_why_, "; on_hazard: clear took every cookie off");
+      } else {
+        absl::StrAppend(&held_why_, "; on_hazard: clear could not take the cookie off ", left,
+                        " threads");
+      }
+      Hold(plans, held_why_);
+    }
   }
   result.stats.vms = static_cast<int>(plans.size());
   result.stats.readback_blind = readback_blind_;
@@ -194,8 +204,7 @@ std::string CookieReconciler::HazardMessage() const {
   std::vector<std::string> each;
   for (const v1::Hazard& h : options_.hazards()) each.push_back(h.detail());
   if (each.empty()) return "";
-  return absl::StrCat("tagging held: ", absl::StrJoin(each, "; "),
-                      "; the VM's threads keep the cookies they have");
+  return absl::StrCat("tagging held: ", absl::StrJoin(each, "; "));
 }
 
 bool CookieReconciler::MayWrite() {
@@ -417,51 +426,84 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
       }
     }
   }
-  for (auto& move : moves) {
+  for (auto& [group, targets] : moves) {
     if (!MayWrite()) return;
-    // Named references, not a structured binding: clang 14 (the fuzz build)
-    // cannot capture bindings in a lambda.
-    const std::string& group = move.first;
-    std::vector<ThreadState*>& targets = move.second;
-    absl::Status started = OnCourierThread(kernel_, [&] {
-      if (!group.empty()) {
-        ++stats.cookie_writes;
-        absl::Status took = kernel_->ShareFrom(cookies_[group].anchor_tid);
-        if (!took.ok()) {
-          // The anchor vanished: the next pass picks or makes another.
-          for (ThreadState* t : targets) t->error = took;
-          cookies_.erase(group);
-          return;
-        }
-      } else {
-        ++stats.cookie_reads;
-        auto own = kernel_->Get(0);
-        if (!own.ok() || *own != 0) {
-          absl::Status why = own.ok() ? absl::FailedPreconditionError(
-                                            "the agent's own threads carry a "
-                                            "cookie, so it cannot clear one")
-                                      : own.status();
-          for (ThreadState* t : targets) t->error = why;
-          return;
-        }
-      }
-      for (ThreadState* t : targets) {
-        ++stats.cookie_writes;
-        absl::Status gave = kernel_->ShareTo(t->tid, host::CoreSchedScope::kThread);
-        if (gave.ok()) {
-          t->changed = true;
-          ++stats.threads_changed;
-          if (readback_blind_) written_[t->tid] = group;
-        } else if (absl::IsNotFound(gave)) {
-          t->alive = false;
-        } else {
-          t->error = gave;
-        }
-      }
-    });
-    if (!started.ok()) {
-      for (ThreadState* t : targets) t->error = started;
+    GiveCookie(group, targets, stats);
+  }
+}
+
+int CookieReconciler::ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats) {
+  std::vector<ThreadState*> targets;
+  for (VmPlan& plan : plans) {
+    if (!plan.managed) continue;
+    for (ThreadState& t : plan.threads) {
+      if (!t.alive || !t.error.ok()) continue;
+      // While blind, a 0 read proves nothing: clear what this agent gave a
+      // cookie, which is every thread it wrote (an unknown one is cleared
+      // too: on_hazard: clear asks for no cookie on the host).
+      if (readback_blind_ ? !WrittenAs(t.tid, "") : t.actual != 0) targets.push_back(&t);
     }
+  }
+  if (!targets.empty()) {
+    LOG(WARNING) << "on_hazard: clear: taking the cookie off " << targets.size() << " threads";
+    GiveCookie("", targets, stats);
+  }
+  cookies_.clear();
+  int left = 0;
+  for (VmPlan& plan : plans) {
+    for (ThreadState& t : plan.threads) {
+      if (!t.alive) continue;
+      if (t.changed && t.error.ok()) t.actual = 0;
+      if (!t.error.ok()) {
+        NoteError(plan.outcome.enforcement, t.error);
+        ++left;
+      }
+    }
+  }
+  return left;
+}
+
+void CookieReconciler::GiveCookie(const std::string& group,
+                                  const std::vector<ThreadState*>& targets,
+                                  ReconcileStats& stats) {
+  absl::Status started = OnCourierThread(kernel_, [&] {
+    if (!group.empty()) {
+      ++stats.cookie_writes;
+      absl::Status took = kernel_->ShareFrom(cookies_[group].anchor_tid);
+      if (!took.ok()) {
+        // The anchor vanished: the next pass picks or makes another.
+        for (ThreadState* t : targets) t->error = took;
+        cookies_.erase(group);
+        return;
+      }
+    } else {
+      ++stats.cookie_reads;
+      auto own = kernel_->Get(0);
+      if (!own.ok() || *own != 0) {
+        absl::Status why = own.ok() ? absl::FailedPreconditionError(
+                                          "the agent's own threads carry a "
+                                          "cookie, so it cannot clear one")
+                                    : own.status();
+        for (ThreadState* t : targets) t->error = why;
+        return;
+      }
+    }
+    for (ThreadState* t : targets) {
+      ++stats.cookie_writes;
+      absl::Status gave = kernel_->ShareTo(t->tid, host::CoreSchedScope::kThread);
+      if (gave.ok()) {
+        t->changed = true;
+        ++stats.threads_changed;
+        if (readback_blind_) written_[t->tid] = group;
+      } else if (absl::IsNotFound(gave)) {
+        t->alive = false;
+      } else {
+        t->error = gave;
+      }
+    }
+  });
+  if (!started.ok()) {
+    for (ThreadState* t : targets) t->error = started;
   }
 }
 

@@ -53,6 +53,10 @@ struct ReconcilerOptions {
   // The hazards present now (HazardWatch); null: none. While any is, a pass
   // reads cookies and writes none: every VM is HELD with the hazard named.
   std::function<std::vector<v1::Hazard>()> hazards;
+  // on_hazard: clear. While a hazard lasts, a pass takes every cookie off
+  // the threads of the VMs it manages (once: a cleared thread reads 0) and
+  // then writes nothing; the groups get new cookies once it clears.
+  bool clear_on_hazard = false;
 };
 
 // The outcome of one pass for one VM.
@@ -129,6 +133,14 @@ class CookieReconciler {
   bool MayWrite();
   // Every VM of the pass HELD: nothing written, the cookies read reported.
   void Hold(std::vector<VmPlan>& plans, const std::string& why);
+  // on_hazard: clear: every thread of a managed VM that holds a cookie is
+  // given none; the groups' cookies are forgotten. How many threads could
+  // not be cleared (they are named in their VM's error).
+  int ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  // Gives each of `targets` the cookie of `group` ("" = none) from a
+  // courier thread; records what it changed, and each target's error.
+  void GiveCookie(const std::string& group, const std::vector<ThreadState*>& targets,
+                  ReconcileStats& stats);
   // While read-back is blind: whether this reconciler gave `tid` the cookie
   // of `group` ("" = none).
   bool WrittenAs(int tid, const std::string& group) const;

@@ -376,6 +376,22 @@ TEST(AgentOptionsTest, KnownBadListFromConfig) {
   EXPECT_TRUE(off->known_bad.empty());
 }
 
+TEST(AgentOptionsTest, OnHazardFromConfig) {
+  v1::AgentConfig config;
+  config.set_known_bad_file("off");
+  absl::StatusOr<AgentOptions> hold = AgentOptionsFromConfig(config);
+  ASSERT_OK(hold);
+  EXPECT_FALSE(hold->reconciler.clear_on_hazard);
+  config.set_on_hazard("clear");
+  absl::StatusOr<AgentOptions> clear = AgentOptionsFromConfig(config);
+  ASSERT_OK(clear);
+  EXPECT_TRUE(clear->reconciler.clear_on_hazard);
+  config.set_on_hazard("wipe");
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("on_hazard 'wipe' must be hold"));
+}
+
 TEST(AgentOptionsTest, TelemetryFromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "host/testing/core_sched_fake.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cosched::agent {
@@ -449,6 +450,98 @@ TEST_F(CookieReconcilerTest, ReadBackThatReturnsVerifiesWhatWasSetBlind) {
   EXPECT_EQ(r.vms[0].enforcement.threads_tagged(), 5);
   EXPECT_EQ(r.vms[0].enforcement.last_error(), "");
   EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+}
+
+v1::Hazard SchedExt() {
+  v1::Hazard h;
+  h.set_name("sched_ext");
+  h.set_detail("sched_ext state 'enabled', scheduler 'scx_rusty'");
+  return h;
+}
+
+TEST_F(CookieReconcilerTest, AHazardHoldsTheCookiesAsTheyAre) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                              FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  std::vector<v1::Hazard> hazards;
+  ReconcilerOptions options = Options();
+  options.hazards = [&hazards] { return hazards; };
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t c1 = OnlyCookie(vms[0]);
+
+  hazards = {SchedExt()};
+  assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[0]), c1);
+  for (const VmOutcome& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_HELD) << vm.vm_id;
+    EXPECT_EQ(vm.enforcement.last_error(),
+              "tagging held: sched_ext state 'enabled', scheduler 'scx_rusty'; the VM's "
+              "threads keep the cookies they have");
+  }
+}
+
+TEST_F(CookieReconcilerTest, OnHazardClearTakesEveryCookieOffOnceAndRetagsAfter) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                              FakeVm(kernel_, "vm-2", 200)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  std::vector<v1::Hazard> hazards;
+  ReconcilerOptions options = Options();
+  options.hazards = [&hazards] { return hazards; };
+  options.clear_on_hazard = true;
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t before = OnlyCookie(vms[0]);
+  ASSERT_NE(before, 0u);
+  ASSERT_NE(OnlyCookie(vms[1]), 0u);  // failed closed
+
+  hazards = {SchedExt()};
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(OnlyCookie(vms[0]), 0u);
+  EXPECT_EQ(OnlyCookie(vms[1]), 0u);
+  EXPECT_EQ(kernel_.CookieOf(kAgentTid), 0u);
+  for (const VmOutcome& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_HELD) << vm.vm_id;
+    EXPECT_THAT(vm.enforcement.last_error(),
+                ::testing::EndsWith("; on_hazard: clear took every cookie off"));
+  }
+  // Cleared once: later passes under the hazard write nothing, and a new
+  // VM is not tagged.
+  vms.push_back(FakeVm(kernel_, "vm-3", 300));
+  kernel_.ResetCallCounts();
+  r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[2]), 0u);
+
+  hazards.clear();
+  r = reconciler.Reconcile(vms, Lookup());
+  const uint64_t after = OnlyCookie(vms[0]);
+  EXPECT_NE(after, 0u);
+  EXPECT_NE(OnlyCookie(vms[2]), 0u);
+  EXPECT_NE(OnlyCookie(vms[2]), after);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+}
+
+TEST_F(CookieReconcilerTest, OnHazardClearSaysWhichThreadsKeptTheirCookie) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  std::vector<v1::Hazard> hazards;
+  ReconcilerOptions options = Options();
+  options.hazards = [&hazards] { return hazards; };
+  options.clear_on_hazard = true;
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  kernel_.SetTaskErrno(101, EPERM);
+  hazards = {SchedExt()};
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(kernel_.CookieOf(101), 0u);
+  EXPECT_EQ(kernel_.CookieOf(100), 0u);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_HELD);
+  EXPECT_THAT(r.vms[0].enforcement.last_error(),
+              ::testing::HasSubstr("on_hazard: clear could not take the cookie off 1 threads"));
 }
 
 }  // namespace
