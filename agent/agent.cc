@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agent/host_probe.h"
+#include "common/labels.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
@@ -73,6 +74,8 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
   RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options.allow_hazards));
   options.sched_ext_dir = config.sched_ext_dir();
   options.nested_is_hazard = config.nested_is_hazard();
+  RETURN_IF_ERROR(ValidateLabels("labels", config.labels()));
+  options.labels.insert(config.labels().begin(), config.labels().end());
   if (config.on_hazard() == "clear") {
     options.reconciler.clear_on_hazard = true;
   } else if (!config.on_hazard().empty() && config.on_hazard() != "hold") {
@@ -140,6 +143,8 @@ absl::Status Agent::CheckOptions() {
                                                  options_.procfs_root);
   }
   RETURN_IF_ERROR(host::ValidateHazardNames("allow_hazards", options_.allow_hazards));
+  RETURN_IF_ERROR(ValidateLabels(
+      "labels", Labels(options_.labels.begin(), options_.labels.end())));
   if (options_.hazard_poll.count() <= 0) {
     return absl::InvalidArgumentError("hazard_poll must be positive");
   }
@@ -154,9 +159,13 @@ absl::Status Agent::CheckOptions() {
 void Agent::PrepareStateDir() {
   if (options_.state_dir.empty()) {
     cache_ = std::make_unique<AssignmentCache>("", options_.state_fs);
+    enablement_ = std::make_unique<HostEnablementState>("", options_.state_fs);
     state_dir_usable_ = false;
     return;
   }
+  enablement_ = std::make_unique<HostEnablementState>(
+      absl::StrCat(options_.state_dir, "/", HostEnablementState::kStateFileName),
+      options_.state_fs);
   // The cache keeps the path even when the dir cannot be used now: each
   // save tries again, and one that fails is enforced from memory and says
   // so (AssignmentCache::Apply).
@@ -175,6 +184,7 @@ void Agent::PrepareStateDir() {
 
 void Agent::LoadAssignments() {
   if (!state_dir_usable_) return;
+  enablement_->Load();
   std::optional<AssignmentCache::SetAside> aside = cache_->LoadOrSetAside(absl::Now());
   if (!aside) return;
   const std::string where =
@@ -207,6 +217,7 @@ absl::Status Agent::DescribeHost() {
   capabilities->set_core_sched_detail(probe_.detail);
   capabilities->set_schedstats_enabled(schedstats);
   registration_.set_agent_version(kAgentVersion);
+  registration_.mutable_labels()->insert(options_.labels.begin(), options_.labels.end());
 
   HazardWatchOptions watch;
   watch.paths.sysfs_root = options_.sysfs_root;
@@ -247,6 +258,8 @@ absl::Status Agent::Start() {
   reconciler_options.probe = probe_;
   HazardWatch* hazard_watch = hazard_watch_.get();
   reconciler_options.hazards = [hazard_watch] { return hazard_watch->hazards(); };
+  HostEnablementState* enablement = enablement_.get();
+  reconciler_options.enablement = [enablement] { return enablement->Get(); };
   reconciler_ = std::make_unique<CookieReconciler>(options_.core_sched.get(),
                                                    reconciler_options);
   dedicated_ = std::make_unique<DedicatedCoreEnforcer>(
@@ -276,6 +289,14 @@ absl::Status Agent::Start() {
   ServerSessionOptions session_options = options_.session;
   session_options.applied_revision = [this] { return loop_->enforced_revision(); };
   session_options.preflight = [hazard_watch] { return hazard_watch->preflight(); };
+  session_options.on_enablement = [this, enablement](const v1::HostEnablement& answer) {
+    // csd changed its mind (a setting, this host's vulnerabilities): the
+    // next pass holds or resumes tagging, and csd hears the VMs' states.
+    if (enablement->Set(answer)) {
+      loop_->Trigger();
+      session_->RequestReport();
+    }
+  };
   session_options.interceptors = [agent_metrics] {
     std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
         interceptors;

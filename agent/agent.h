@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,7 @@
 #include "agent/assignment_cache.h"
 #include "agent/cookie_reconciler.h"
 #include "agent/hazard_watch.h"
+#include "agent/host_enablement.h"
 #include "agent/dedicated_cores.h"
 #include "agent/reconcile_loop.h"
 #include "agent/server_session.h"
@@ -80,6 +82,8 @@ struct AgentOptions {
   std::vector<v1::KnownBadEntry> known_bad;
   std::string sched_ext_dir;
   std::chrono::milliseconds hazard_poll{250};
+  // The config's labels (common/labels.h), sent at Register.
+  std::map<std::string, std::string> labels;
 
   // What the agent runs against; null picks the real one (LocalPseudoFs,
   // PrctlCoreSched, ...), except for vm_discovery, which must be set.
@@ -208,6 +212,7 @@ class Agent {
   host::CoreSchedProbe probe_;
   v1::RegisterRequest registration_;
   std::unique_ptr<HazardWatch> hazard_watch_;
+  std::unique_ptr<HostEnablementState> enablement_;
   std::unique_ptr<CookieReconciler> reconciler_;
   std::unique_ptr<DedicatedCoreEnforcer> dedicated_;
   std::unique_ptr<ReconcileLoop> loop_;

@@ -173,7 +173,13 @@ ReconcileResult CookieReconciler::Reconcile(
   } else {
     held_why_ = HazardMessage();
     ReadCookies(plans, result.stats);
-    if (held_why_.empty()) {
+    const v1::HostEnablement enablement =
+        options_.enablement ? options_.enablement() : v1::HostEnablement();
+    if (held_why_.empty() && enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
+      Hold(plans, v1::ENFORCEMENT_STATE_NOT_NEEDED,
+           absl::StrCat("no cookies needed: ", enablement.reason(),
+                        "; the VM's threads keep the cookies they have"));
+    } else if (held_why_.empty()) {
       // Every write asks MayWrite first: a hazard that appears during the
       // pass stops it before its next write.
       ChooseCookies(plans, result.stats);
@@ -189,7 +195,7 @@ ReconcileResult CookieReconciler::Reconcile(
         absl::StrAppend(&held_why_, "; on_hazard: clear could not take the cookie off ", left,
                         " threads");
       }
-      Hold(plans, held_why_);
+      Hold(plans, v1::ENFORCEMENT_STATE_HELD, held_why_);
     }
   }
   result.stats.vms = static_cast<int>(plans.size());
@@ -212,8 +218,11 @@ bool CookieReconciler::MayWrite() {
   return held_why_.empty();
 }
 
-void CookieReconciler::Hold(std::vector<VmPlan>& plans, const std::string& why) {
-  LOG_EVERY_T(ERROR, 60) << why << " (" << plans.size() << " VMs)";
+void CookieReconciler::Hold(std::vector<VmPlan>& plans, v1::EnforcementState state,
+                            const std::string& why) {
+  if (state == v1::ENFORCEMENT_STATE_HELD) {
+    LOG_EVERY_T(ERROR, 60) << why << " (" << plans.size() << " VMs)";
+  }
   for (VmPlan& plan : plans) {
     plan.outcome.tids.clear();
     int found = 0;
@@ -224,7 +233,7 @@ void CookieReconciler::Hold(std::vector<VmPlan>& plans, const std::string& why) 
     }
     v1::VMEnforcement& e = plan.outcome.enforcement;
     e.set_threads_found(found);
-    e.set_state(v1::ENFORCEMENT_STATE_HELD);
+    e.set_state(state);
     e.set_last_error(why);
   }
 }

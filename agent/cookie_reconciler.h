@@ -57,6 +57,10 @@ struct ReconcilerOptions {
   // the threads of the VMs it manages (once: a cleared thread reads 0) and
   // then writes nothing; the groups get new cookies once it clears.
   bool clear_on_hazard = false;
+  // What csd says of cookies on this host (HostEnablementState); null:
+  // enforce. NOT_NEEDED: a pass reads cookies and writes none, each VM
+  // NOT_NEEDED with csd's reason (a hazard, if any, is named first).
+  std::function<v1::HostEnablement()> enablement;
 };
 
 // The outcome of one pass for one VM.
@@ -131,8 +135,9 @@ class CookieReconciler {
   // Whether a cookie may be written now; false from the first hazard seen
   // in this pass on (held_why_ says why).
   bool MayWrite();
-  // Every VM of the pass HELD: nothing written, the cookies read reported.
-  void Hold(std::vector<VmPlan>& plans, const std::string& why);
+  // Every VM of the pass in `state` (HELD, NOT_NEEDED): nothing written,
+  // the cookies read reported.
+  void Hold(std::vector<VmPlan>& plans, v1::EnforcementState state, const std::string& why);
   // on_hazard: clear: every thread of a managed VM that holds a cookie is
   // given none; the groups' cookies are forgotten. How many threads could
   // not be cleared (they are named in their VM's error).

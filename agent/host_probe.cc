@@ -34,7 +34,11 @@ void PrintText(const v1::Host& host, std::ostream& out) {
       << (p.sched_ext_ops().empty() ? "" : " (" + p.sched_ext_ops() + ")") << "\n"
       << "nested guest:    " << (p.nested() ? "yes (" + p.nested_detail() + ")" : "no") << "\n"
       << "forced idle:     cgroup " << (p.cgroup_forced_idle() ? "yes" : "no")
-      << ", schedstats " << (caps.schedstats_enabled() ? "on" : "off") << "\n";
+      << ", schedstats " << (caps.schedstats_enabled() ? "on" : "off") << "\n"
+      << "libvirt:         "
+      << (p.libvirt_sched_core().empty() ? "no qemu.conf"
+                                         : "sched_core " + p.libvirt_sched_core())
+      << "\n";
   std::vector<std::string> affected, clear;
   for (const v1::CpuVulnerability& v : p.vulnerabilities()) {
     if (!v.smt_relevant()) continue;

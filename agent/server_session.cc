@@ -291,6 +291,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
                           << " with csd at " << csd.address
                           << " (csd revision " << response.revision() << ")";
+    if (options_.on_enablement) options_.on_enablement(response.enablement());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -407,6 +408,7 @@ absl::Status ServerSession::SendReport() {
   grpc::Status status = Current().stub->Report(call.context(), request, &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status), "Report");
   if (stats_ != nullptr) stats_->Acknowledge(batch);
+  if (options_.on_enablement) options_.on_enablement(response.enablement());
   return absl::OkStatus();
 }
 

@@ -54,6 +54,9 @@ struct ServerSessionOptions {
   // each Report, so that csd hears of a hazard that appears later; null:
   // none sent beyond the registration's.
   std::function<v1::HostPreflight()> preflight;
+  // Runs with csd's HostEnablement after each Register and Report it
+  // answered (on the session's thread, no lock held); null: ignored.
+  std::function<void(const v1::HostEnablement&)> on_enablement;
   // Interceptors of the channel to csd (the agent's RPC metrics); null for
   // none.
   std::function<std::vector<

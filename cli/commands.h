@@ -140,9 +140,10 @@ int RunPolicySet(Stub& stub, const PolicySetArgs& args,
 int RunPolicyList(Stub& stub, const CommandOptions& options, std::ostream& out,
                   std::ostream& err);
 
-// Every page of ListHosts. JSON: an array.
+// Every page of ListHosts, of the hosts whose labels match `selector`
+// (ListHostsRequest.selector; empty: all). JSON: an array.
 int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
-                std::ostream& err);
+                std::ostream& err, const std::string& selector = "");
 // csctl hosts drain|undrain HOST and csctl hosts rm HOST.
 int RunHostDrain(Stub& stub, const std::string& host_id, bool draining,
                  const CommandOptions& options, std::ostream& out, std::ostream& err);

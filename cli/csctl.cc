@@ -63,7 +63,7 @@ struct CsctlArgs {
   std::string output = "table";
   double timeout_s = 10;
   TagArgs tag;
-  std::string untag_vm, get_vm, policy_get_tenant, host_id;
+  std::string untag_vm, get_vm, policy_get_tenant, host_id, host_selector;
   ListArgs list;
   PolicySetArgs policy_set;
   AuditArgs audit;
@@ -178,8 +178,12 @@ void AddHostCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands
   CLI::App* hosts = app.add_subcommand("hosts", "hosts with a cs-agent");
   hosts->require_subcommand(1);
   CLI::App* ls = hosts->add_subcommand("ls", "list hosts");
-  commands.push_back({ls, nullptr, [](Stub& s, const CommandOptions& o, std::ostream& out,
-                                      std::ostream& err) { return RunHostList(s, o, out, err); }});
+  ls->add_option("--selector,-l", a.host_selector,
+                 "only hosts whose labels (cs-agent's config) match: key=value[,key=value...]");
+  commands.push_back({ls, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                        std::ostream& err) {
+                        return RunHostList(s, o, out, err, a.host_selector);
+                      }});
   // The commands on one host: what each does with it.
   const struct {
     const char* name;

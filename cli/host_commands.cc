@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/host_traits.h"
 #include "cli/output.h"
+#include "common/labels.h"
 #include "common/names.h"
 #include "common/validation.h"
 
@@ -15,7 +16,7 @@ namespace cosched::cli {
 namespace {
 
 grpc::Status ListAllHosts(Stub& stub, const CommandOptions& options,
-                          std::vector<v1::Host>* hosts) {
+                          std::vector<v1::Host>* hosts, const std::string& selector = "") {
   return CollectPages(
       0,
       [&](const std::string& token, int page_size, std::vector<v1::Host>* items,
@@ -23,6 +24,7 @@ grpc::Status ListAllHosts(Stub& stub, const CommandOptions& options,
         v1::ListHostsRequest request;
         request.set_page_size(page_size);
         request.set_page_token(token);
+        request.set_selector(selector);
         v1::ListHostsResponse response;
         grpc::Status s =
             stub.ListHosts(MakeContext(options).get(), request, &response);
@@ -38,14 +40,18 @@ grpc::Status ListAllHosts(Stub& stub, const CommandOptions& options,
 }  // namespace
 
 int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
-                std::ostream& err) {
+                std::ostream& err, const std::string& selector) {
+  if (absl::Status valid = ParseLabelSelector("--selector", selector).status(); !valid.ok()) {
+    return UsageError(valid, err);
+  }
   std::vector<v1::Host> hosts;
-  grpc::Status status = ListAllHosts(stub, options, &hosts);
+  grpc::Status status = ListAllHosts(stub, options, &hosts, selector);
   if (!status.ok()) return RpcError(status, options, "listing hosts", err);
   if (options.format == OutputFormat::kJson) {
     PrintJson(ToJsonArray(hosts, &HostToJson), out);
   } else if (hosts.empty()) {
-    out << "no hosts registered\n";
+    out << (selector.empty() ? "no hosts registered\n"
+                             : absl::StrCat("no hosts match ", selector, "\n"));
   } else {
     PrintHostTable(hosts, out);
   }

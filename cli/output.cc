@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/labels.h"
 #include "common/names.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -189,6 +190,16 @@ std::string SafetyText(const v1::HostPreflight& p) {
   return text;
 }
 
+absl::string_view EnablementName(const v1::HostEnablement& e) {
+  return e.state() == v1::HostEnablement::STATE_NOT_NEEDED ? "not-needed" : "enforce";
+}
+
+// "enforce", or "not-needed (why)".
+std::string EnablementText(const v1::HostEnablement& e) {
+  if (e.reason().empty()) return std::string(EnablementName(e));
+  return absl::StrCat(EnablementName(e), " (", e.reason(), ")");
+}
+
 json PreflightToJson(const v1::HostPreflight& p) {
   auto hazards = [](const auto& list) {
     json out = json::array();
@@ -206,12 +217,14 @@ json PreflightToJson(const v1::HostPreflight& p) {
           {"hazards", hazards(p.hazards())},
           {"allowed_hazards", hazards(p.allowed_hazards())},
           {"kernel_release", p.kernel_release()},
+          {"kernel_version", p.kernel_version()},
           {"smt_control", p.smt_control()},
           {"sched_ext_state", p.sched_ext_state()},
           {"sched_ext_ops", p.sched_ext_ops()},
           {"nested", p.nested()},
           {"nested_detail", p.nested_detail()},
           {"cgroup_forced_idle", p.cgroup_forced_idle()},
+          {"libvirt_sched_core", p.libvirt_sched_core()},
           {"vulnerabilities", vulnerabilities}};
 }
 
@@ -231,6 +244,9 @@ json HostToJson(const v1::Host& host) {
       {"draining", host.draining()},
       {"unplaceable_reason", host.unplaceable_reason()},
       {"budget_unmet", host.budget_unmet()},
+      {"cookies", std::string(EnablementName(host.enablement()))},
+      {"cookies_reason", host.enablement().reason()},
+      {"labels", std::map<std::string, std::string>(host.labels().begin(), host.labels().end())},
       {"vm_count", host.vm_count()},
       {"applied_revision", host.applied_revision()},
       {"registered_time",
@@ -383,6 +399,8 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"draining", YesNo(host.draining())},
           {"placeable", PlaceableText(host)},
           {"safety", SafetyText(caps.preflight())},
+          {"cookies", EnablementText(host.enablement())},
+          {"labels", host.labels().empty() ? "-" : LabelsText(host.labels())},
           {"budget", host.budget_unmet().empty() ? "-" : host.budget_unmet()},
           {"agent version", OrDash(host.agent_version())},
           {"kernel", OrDash(caps.preflight().kernel_release())},
@@ -399,6 +417,9 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
                                      : absl::StrJoin(affected, ", ");
            }()},
           {"core scheduling", core_sched},
+          {"libvirt", caps.preflight().libvirt_sched_core().empty()
+                          ? "-"
+                          : absl::StrCat("sched_core ", caps.preflight().libvirt_sched_core())},
           {"smt active", YesNo(caps.smt_active())},
           {"schedstats", YesNo(caps.schedstats_enabled())},
           {"telemetry", caps.telemetry_detail().empty()
@@ -418,12 +439,13 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
 }
 
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
-  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "BUDGET", "SMT",
-                   "CORES", "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
+  TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "COOKIES", "BUDGET",
+                   "SMT", "CORES", "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
   for (const v1::Host& h : hosts) {
     table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
                   SafetyText(h.capabilities().preflight()),
+                  std::string(EnablementName(h.enablement())),
                   h.budget_unmet().empty() ? "-" : "unmet",
                   h.capabilities().smt_active() ? "on" : "off",
                   absl::StrCat(h.topology().cores_size()),

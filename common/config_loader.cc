@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "yaml-cpp/yaml.h"
 
@@ -63,6 +64,23 @@ class YamlToProto {
   absl::Status SetField(const YAML::Node& value, const std::string& path,
                         const FieldDescriptor* field, Message* message) {
     if (value.IsNull()) return absl::OkStatus();  // `key:` with no value
+    if (field->is_map()) {
+      // A mapping in YAML, as in proto's JSON: `labels: {zone: a}`.
+      if (!value.IsMap()) return Error(value, path, "must be a mapping of keys to values");
+      const FieldDescriptor* key_field = field->message_type()->map_key();
+      const FieldDescriptor* value_field = field->message_type()->map_value();
+      std::set<std::string> seen;
+      for (const auto& entry : value) {
+        const std::string key = entry.first.Scalar();
+        const std::string entry_path = absl::StrCat(path, ".", key);
+        if (!seen.insert(key).second) return Error(entry.first, entry_path, "is given twice");
+        Record(entry.first, entry_path);
+        Message* pair = message->GetReflection()->AddMessage(message, field);
+        RETURN_IF_ERROR(SetOne(entry.first, entry_path, key_field, pair));
+        RETURN_IF_ERROR(SetOne(entry.second, entry_path, value_field, pair));
+      }
+      return absl::OkStatus();
+    }
     if (field->is_repeated()) {
       if (!value.IsSequence()) return Error(value, path, "must be a list");
       for (size_t i = 0; i < value.size(); ++i) {

@@ -16,18 +16,21 @@ namespace {
 // must not blow up the Register message.
 constexpr size_t kMaxValue = 256;
 
+// Bounded and printable ASCII only: the value is shown in csctl and logs.
+std::string Bounded(absl::string_view value) {
+  std::string out(value.substr(0, kMaxValue));
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
 // The file's first line, trimmed and bounded; empty when unreadable.
 std::string FirstLine(const PseudoFs& fs, const std::string& path) {
   absl::StatusOr<std::string> text = fs.ReadFile(path);
   if (!text.ok()) return "";
-  std::string line(absl::StripAsciiWhitespace(
+  return Bounded(absl::StripAsciiWhitespace(
       absl::string_view(*text).substr(0, text->find('\n'))));
-  if (line.size() > kMaxValue) line.resize(kMaxValue);
-  // Only printable ASCII goes on: the value is shown in csctl and logs.
-  for (char& c : line) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return line;
 }
 
 // The host is a guest: the CPU's hypervisor flag (x86 cpuinfo), a
@@ -116,6 +119,24 @@ bool SmtRelevantVulnerability(absl::string_view name) {
          name == "mmio_stale_data";
 }
 
+std::string LibvirtSchedCore(absl::string_view qemu_conf) {
+  // libvirt's config syntax: `name = value`, '#' to the end of a line is a
+  // comment, strings in double quotes; a later setting wins.
+  std::string value = "none";
+  for (absl::string_view line : absl::StrSplit(qemu_conf, '\n')) {
+    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (!absl::ConsumePrefix(&line, "sched_core")) continue;
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "=")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.size() >= 2 && line.front() == '"' && line.back() == '"') {
+      line = line.substr(1, line.size() - 2);
+    }
+    value = Bounded(line);
+  }
+  return value;
+}
+
 void ReadSchedExt(const PseudoFs& fs, const PreflightPaths& paths, v1::HostPreflight& out) {
   out.set_sched_ext_state(FirstLine(fs, paths.sched_ext_dir + "/state"));
   out.set_sched_ext_ops(out.sched_ext_state().empty() || out.sched_ext_state() == "disabled"
@@ -136,6 +157,9 @@ v1::HostPreflight ReadPreflight(const PseudoFs& fs, const PreflightPaths& paths)
   if (absl::StatusOr<std::string> stat = fs.ReadFile(paths.cgroupfs_root + "/cpu.stat");
       stat.ok()) {
     out.set_cgroup_forced_idle(absl::StrContains(*stat, "core_sched.force_idle_usec"));
+  }
+  if (absl::StatusOr<std::string> conf = fs.ReadFile(paths.libvirt_qemu_conf); conf.ok()) {
+    out.set_libvirt_sched_core(LibvirtSchedCore(*conf));
   }
   return out;
 }

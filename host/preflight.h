@@ -27,7 +27,14 @@ struct PreflightPaths {
   std::string sched_ext_dir = "/sys/kernel/sched_ext";
   // cgroup v2's root (its cpu.stat says whether forced idle is counted).
   std::string cgroupfs_root = "/sys/fs/cgroup";
+  // libvirt's QEMU driver config, for its own core scheduling (sched_core).
+  std::string libvirt_qemu_conf = "/etc/libvirt/qemu.conf";
 };
+
+// libvirt's sched_core setting from the text of qemu.conf: the last
+// uncommented `sched_core = "..."`, bounded and printable; "none" (libvirt's
+// default) when the file sets none.
+std::string LibvirtSchedCore(absl::string_view qemu_conf);
 
 // Hazard names an operator may allow (allow_hazards).
 inline constexpr char kHazardSchedExt[] = "sched_ext";

@@ -42,7 +42,8 @@ absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight
         {"smt_control", &p.smt_control()},
         {"sched_ext_state", &p.sched_ext_state()},
         {"sched_ext_ops", &p.sched_ext_ops()},
-        {"nested_detail", &p.nested_detail()}}) {
+        {"nested_detail", &p.nested_detail()},
+        {"libvirt_sched_core", &p.libvirt_sched_core()}}) {
     RETURN_IF_ERROR(too_long(what, *value));
   }
   for (const auto& [name, list] :

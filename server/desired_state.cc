@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/labels.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
@@ -417,6 +418,7 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
   if (valid.ok()) {
     valid = ValidatePreflight("capabilities.preflight", request.capabilities().preflight());
   }
+  if (valid.ok()) valid = ValidateLabels("labels", request.labels());
   if (valid.ok() && request.agent_version().size() > kMaxVersionLength) {
     valid = absl::InvalidArgumentError(absl::StrCat(
         "agent_version must be at most ", kMaxVersionLength, " bytes"));
@@ -436,6 +438,7 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         *host.mutable_topology() = request.topology();
         *host.mutable_capabilities() = request.capabilities();
         host.set_agent_version(request.agent_version());
+        *host.mutable_labels() = request.labels();
         if (!existing) *host.mutable_registered_time() = now;
         *host.mutable_last_seen_time() = now;
         host.clear_connected();
@@ -466,12 +469,14 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
       ApplyingPlacement<v1::RegisterResponse>(
           delta,
           LogAudit<v1::RegisterResponse>(
-              audit, [this, host_id = request.host_id(), done = std::move(done)](
-                         absl::StatusOr<v1::RegisterResponse> r) {
+              audit, [this, host_id = request.host_id(),
+                      enablement = EnablementOf(request.capabilities().preflight(), enforce_),
+                      done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
                 // Its topology may have changed: the next Report is checked
                 // and written whole.
                 if (r.ok()) ForgetReport(host_id);
                 if (r.ok()) r->set_revision(store_->CurrentRevision());
+                if (r.ok()) *r->mutable_enablement() = enablement;
                 done(std::move(r));
               })));
 }
@@ -509,6 +514,13 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
   if (valid.ok()) valid = ValidatePreflight("preflight", request.preflight());
   if (!valid.ok()) return done(valid);
+  // Every answer says whether the host should set cookies, so a change of
+  // the setting or of the host's vulnerabilities reaches a running agent.
+  done = [enablement = EnablementOf(request.preflight(), enforce_),
+          done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
+    if (r.ok()) *r->mutable_enablement() = enablement;
+    done(std::move(r));
+  };
 
   // Shared by the write and its completion: stats can be large to copy.
   auto report = std::make_shared<const v1::ReportRequest>(request);

@@ -22,6 +22,7 @@
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/placement.h"
+#include "server/host_enablement.h"
 #include "server/placement_view.h"
 #include "server/stats_aggregator.h"
 #include "store/store.h"
@@ -137,6 +138,12 @@ class DesiredState {
   // tenant any more untags it (fail-closed). A VM tagged by TagVM is never
   // changed by metadata. Set before serving; default off.
   void set_tag_from_metadata(bool on) { tag_from_metadata_ = on; }
+
+  // csd.yaml `enforce` (host_enablement.h): what Register and Report
+  // answer each host, what Place takes a host that needs no cookies for,
+  // and what GetHost shows. Set before serving; default always.
+  void set_enforce_mode(EnforceMode mode) { enforce_ = mode; }
+  EnforceMode enforce_mode() const { return enforce_; }
 
   // Whether a host's agent holds a watch stream now (csd's fan-out knows).
   // Set before serving; unset: none is.
@@ -300,6 +307,7 @@ class DesiredState {
   std::function<bool(absl::string_view)> connected_;
   absl::Duration host_stale_after_ = absl::Seconds(60);
   bool tag_from_metadata_ = false;
+  EnforceMode enforce_ = EnforceMode::kAlways;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
   // An external change could not be applied: the next one reloads the

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/labels.h"
 #include "common/status_macros.h"
 #include "absl/time/time.h"
 #include "common/validation.h"
@@ -197,6 +198,8 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
     const v1::ListHostsRequest& request) {
   ASSIGN_OR_RETURN(store::Page page,
                    PageFrom(request.page_size(), request.page_token()));
+  ASSIGN_OR_RETURN(const LabelSelector selector,
+                   ParseLabelSelector("selector", request.selector()));
   v1::ListHostsResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto hosts, txn.ListHosts(page));
@@ -205,7 +208,10 @@ absl::StatusOr<v1::ListHostsResponse> DesiredState::ListHosts(
         NextToken(hosts, page, [](const v1::Host& h) { return h.host_id(); },
                   [&](const store::Page& p) { return txn.ListHosts(p); }));
     response.set_next_page_token(token);
+    // A page holds the matching hosts of one page of the store's: fewer
+    // than page_size, or none, before the last.
     for (auto& h : hosts) {
+      if (!Matches(selector, h.labels())) continue;
       AddLiveness(h);
       *response.add_hosts() = std::move(h);
     }

@@ -1,5 +1,7 @@
 #include "server/engine_loop.h"
 
+#include "server/host_enablement.h"
+
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -18,6 +20,7 @@
 #include "policy/trust_group.h"
 #include "server/desired_state_internal.h"
 #include "server/engine_history.h"
+#include "server/host_enablement.h"
 #include "server/plan_report.h"
 
 namespace cosched::server {
@@ -221,6 +224,12 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     any = any || managed.back();
   }
   if (!any) return std::nullopt;
+  // Its agent sets no cookies (its CPUs leak nothing between siblings):
+  // there is no isolation to trade for throughput.
+  if (EnablementOf(state.host.capabilities().preflight(), state_->enforce_mode()).state() ==
+      v1::HostEnablement::STATE_NOT_NEEDED) {
+    return std::nullopt;
+  }
 
   ASSIGN_OR_RETURN(policy::Scenario scenario,
                    HostScenario(state, state_->class_conflicts(), state_->stats(),

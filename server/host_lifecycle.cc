@@ -47,6 +47,11 @@ bool DesiredState::IsLive(const v1::Host& host) const {
 std::string DesiredState::UnplaceableReason(const v1::Host& host,
                                             bool needs_isolation) const {
   if (host.draining()) return "draining";
+  // CPUs that leak nothing between siblings isolate without cookies.
+  if (EnablementOf(host.capabilities().preflight(), enforce_).state() ==
+      v1::HostEnablement::STATE_NOT_NEEDED) {
+    needs_isolation = false;
+  }
   // Its agent creates no cookies while a hazard lasts.
   if (needs_isolation && host.capabilities().preflight().hazards_size() > 0) {
     return absl::StrCat("unsafe (", host.capabilities().preflight().hazards(0).name(), ")");
@@ -68,6 +73,7 @@ void DesiredState::AddLiveness(v1::Host& host) const {
       TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(LastSeen(host)));
   if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();
   host.set_unplaceable_reason(UnplaceableReason(host, /*needs_isolation=*/true));
+  *host.mutable_enablement() = EnablementOf(host.capabilities().preflight(), enforce_);
 }
 
 void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool draining,

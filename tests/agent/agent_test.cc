@@ -317,6 +317,58 @@ TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
   EXPECT_THAT(status.message(), HasSubstr("/sys/devices/system/cpu/online"));
 }
 
+// csd says the host needs no cookies: the agent writes none, reports its
+// VMs not-needed, and remembers it across a restart while csd is away.
+TEST_F(AgentTest, NotNeededFromCsdStopsCookiesAndOutlivesARestart) {
+  discovery_->SetVms({TaggedVm(*kernel_, 0)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  v1::HostEnablement not_needed;
+  not_needed.set_state(v1::HostEnablement::STATE_NOT_NEEDED);
+  not_needed.set_reason("enforce: when-vulnerable, and the CPUs are not affected by l1tf, mds");
+  csd.service().SetEnablement(not_needed);
+  auto reported_not_needed = [&] {
+    return csd.service().WaitFor([&] {
+      const auto& reports = csd.service().reports_locked();
+      return !reports.empty() && reports.back().vms_size() == 1 &&
+             reports.back().vms(0).enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+    });
+  };
+  {
+    Agent agent(Options(csd.address()));
+    ASSERT_OK(agent.Start());
+    ASSERT_TRUE(reported_not_needed());
+    // Whatever the first pass did before csd answered, no write after.
+    const int writes = kernel_->write_calls();
+    agent.TriggerReconcile();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(kernel_->write_calls(), writes);
+    agent.Stop();
+  }
+  // Restarted with csd away: the kept answer holds from the first pass.
+  discovery_->SetVms({TaggedVm(*kernel_, 0)});  // its threads hold no cookie again
+  kernel_->ResetCallCounts();
+  {
+    Agent agent(Options("127.0.0.1:1"));
+    ASSERT_OK(agent.Start());
+    agent.TriggerReconcile();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(kernel_->write_calls(), 0);
+    EXPECT_EQ(kernel_->CookieOf(100), 0u);
+    agent.Stop();
+  }
+  // csd says enforce again: the VM gets its cookie.
+  csd.service().SetEnablement(v1::HostEnablement());
+  Agent agent(Options(csd.address()));
+  ASSERT_OK(agent.Start());
+  ASSERT_TRUE(csd.service().WaitFor([&] {
+    const auto& reports = csd.service().reports_locked();
+    return !reports.empty() && reports.back().vms_size() == 1 &&
+           reports.back().vms(0).enforcement().state() == v1::ENFORCEMENT_STATE_FAIL_CLOSED;
+  }));
+  EXPECT_NE(kernel_->CookieOf(100), 0u);
+}
+
 TEST(AgentOptionsTest, FromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
@@ -390,6 +442,19 @@ TEST(AgentOptionsTest, OnHazardFromConfig) {
   absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("on_hazard 'wipe' must be hold"));
+}
+
+TEST(AgentOptionsTest, LabelsFromConfigAreChecked) {
+  v1::AgentConfig config;
+  config.set_known_bad_file("off");
+  (*config.mutable_labels())["zone"] = "a";
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
+  ASSERT_OK(options);
+  EXPECT_EQ(options->labels, (std::map<std::string, std::string>{{"zone", "a"}}));
+  (*config.mutable_labels())["rack"] = "r 12";
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("labels.rack 'r 12' may hold only"));
 }
 
 TEST(AgentOptionsTest, TelemetryFromConfig) {

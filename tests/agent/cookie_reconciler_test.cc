@@ -544,5 +544,44 @@ TEST_F(CookieReconcilerTest, OnHazardClearSaysWhichThreadsKeptTheirCookie) {
               ::testing::HasSubstr("on_hazard: clear could not take the cookie off 1 threads"));
 }
 
+TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  v1::HostEnablement enablement;
+  ReconcilerOptions options = Options();
+  options.enablement = [&enablement] { return enablement; };
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t c1 = OnlyCookie(vms[0]);
+  ASSERT_NE(c1, 0u);
+
+  enablement.set_state(v1::HostEnablement::STATE_NOT_NEEDED);
+  enablement.set_reason("enforce: when-vulnerable, and the CPUs are not affected by l1tf, mds");
+  vms.push_back(FakeVm(kernel_, "vm-2", 200));
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[0]), c1);
+  EXPECT_EQ(OnlyCookie(vms[1]), 0u);
+  for (const VmOutcome& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_NOT_NEEDED) << vm.vm_id;
+    EXPECT_EQ(vm.enforcement.last_error(),
+              "no cookies needed: enforce: when-vulnerable, and the CPUs are not affected by "
+              "l1tf, mds; the VM's threads keep the cookies they have");
+  }
+
+  // A hazard is named before it.
+  options.hazards = [] { return std::vector<v1::Hazard>{SchedExt()}; };
+  CookieReconciler held(&kernel_, options);
+  r = held.Reconcile(vms, Lookup());
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_HELD);
+
+  // csd says enforce again: tagging resumes.
+  enablement.set_state(v1::HostEnablement::STATE_ENFORCE);
+  r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(OnlyCookie(vms[1]), 0u);
+  EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+}
+
 }  // namespace
 }  // namespace cosched::agent

@@ -27,6 +27,7 @@ class FakeAgentService final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     registers_.push_back(*request);
     response->set_revision(revision_);
+    *response->mutable_enablement() = enablement_;
     cv_.notify_all();
     return grpc::Status::OK;
   }
@@ -73,8 +74,15 @@ class FakeAgentService final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     reports_.push_back(*request);
     response->set_revision(revision_);
+    *response->mutable_enablement() = enablement_;
     cv_.notify_all();
     return report_status_;
+  }
+
+  // What Register and Report say of cookies on the host from now on.
+  void SetEnablement(v1::HostEnablement enablement) {
+    std::lock_guard<std::mutex> lock(mu_);
+    enablement_ = std::move(enablement);
   }
 
   // What Report answers from now on (the request is recorded either way).
@@ -140,6 +148,7 @@ class FakeAgentService final : public v1::AgentService::Service {
   int drop_generation_ = 0;
   int open_streams_ = 0;
   std::deque<v1::WatchAssignmentsResponse> outbox_;
+  v1::HostEnablement enablement_;
   std::vector<v1::RegisterRequest> registers_;
   std::vector<v1::WatchAssignmentsRequest> watches_;
   std::vector<v1::ReportRequest> reports_;

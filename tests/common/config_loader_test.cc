@@ -47,6 +47,22 @@ TEST(ParseYamlConfig, UnknownKeyNamesKeyFileAndLine) {
   EXPECT_EQ(config.server(), "");  // nothing half-loaded
 }
 
+TEST(ParseYamlConfig, AMapFieldTakesAMappingAndRefusesAnythingElse) {
+  v1::AgentConfig config;
+  ASSERT_OK(ParseYamlConfig("labels:\n  zone: a\n  rack: \"12\"\n", "agent.yaml", &config));
+  ASSERT_EQ(config.labels().size(), 2u);
+  EXPECT_EQ(config.labels().at("zone"), "a");
+  EXPECT_EQ(config.labels().at("rack"), "12");
+  absl::Status s = ParseYamlConfig("labels: [a, b]\n", "agent.yaml", &config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'labels' must be a mapping"), std::string::npos) << s;
+  s = ParseYamlConfig("labels:\n  zone: a\n  zone: b\n", "agent.yaml", &config);
+  EXPECT_NE(s.message().find("agent.yaml:3"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'labels.zone' is given twice"), std::string::npos) << s;
+  s = ParseYamlConfig("labels:\n  zone: [a]\n", "agent.yaml", &config);
+  EXPECT_NE(s.message().find("'labels.zone' must be a single value"), std::string::npos) << s;
+}
+
 TEST(ParseYamlConfig, AKeyGivenTwiceNamesItAndItsSecondLine) {
   v1::CsdConfig config;
   absl::Status s = ParseYamlConfig(

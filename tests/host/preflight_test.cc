@@ -30,6 +30,8 @@ FakePseudoFs BareMetal() {
   fs.SetFile(std::string(kVuln) + "/meltdown", "Not affected\n");
   fs.SetFile("/sys/fs/cgroup/cpu.stat",
              "usage_usec 10\ncore_sched.force_idle_usec 0\n");
+  fs.SetFile("/etc/libvirt/qemu.conf",
+             "# sched_core = \"full\"\n#sched_core = \"none\"\nsched_core = \"vcpus\"  # ours\n");
   return fs;
 }
 
@@ -49,8 +51,19 @@ TEST(PreflightTest, ReadsEveryFactOfABareMetalHost) {
   EXPECT_FALSE(p.vulnerabilities(1).affected());
   EXPECT_FALSE(p.vulnerabilities(1).smt_relevant());
   EXPECT_TRUE(p.cgroup_forced_idle());
+  EXPECT_EQ(p.libvirt_sched_core(), "vcpus");
   FindHazards(HazardRules(), p);
   EXPECT_EQ(p.hazards_size(), 0);
+}
+
+TEST(PreflightTest, LibvirtSchedCoreIsTheLastSettingAndNoneByDefault) {
+  EXPECT_EQ(LibvirtSchedCore(""), "none");
+  EXPECT_EQ(LibvirtSchedCore("user = \"qemu\"\n#sched_core = \"full\"\n"), "none");
+  EXPECT_EQ(LibvirtSchedCore("sched_core=\"emulator\"\nsched_core = \"full\"\n"), "full");
+  // Not sched_core itself, or not a setting.
+  EXPECT_EQ(LibvirtSchedCore("sched_core_x = \"full\"\nsched_core\n"), "none");
+  EXPECT_EQ(LibvirtSchedCore("sched_core = \"" + std::string(1000, 'v') + "\"\n").size(), 256u);
+  EXPECT_EQ(LibvirtSchedCore(std::string("sched_core = \"v\x01\"")), "v?");
 }
 
 TEST(PreflightTest, EveryFileMissingLeavesItsFieldEmpty) {
@@ -62,6 +75,7 @@ TEST(PreflightTest, EveryFileMissingLeavesItsFieldEmpty) {
   EXPECT_FALSE(p.nested());
   EXPECT_EQ(p.vulnerabilities_size(), 0);
   EXPECT_FALSE(p.cgroup_forced_idle());
+  EXPECT_EQ(p.libvirt_sched_core(), "");  // no libvirt
   FindHazards(HazardRules(), p);
   EXPECT_EQ(p.hazards_size(), 0);
 }
@@ -71,8 +85,10 @@ TEST(PreflightTest, UnreadableFilesAreLikeMissingOnes) {
   fs.SetReadError("/proc/sys/kernel/osrelease", absl::PermissionDeniedError("EACCES"));
   fs.SetReadError(std::string(kVuln) + "/mds", absl::PermissionDeniedError("EACCES"));
   fs.SetReadError("/sys/kernel/sched_ext/state", absl::PermissionDeniedError("EACCES"));
+  fs.SetReadError("/etc/libvirt/qemu.conf", absl::PermissionDeniedError("EACCES"));
   v1::HostPreflight p = ReadPreflight(fs, PreflightPaths());
   EXPECT_EQ(p.kernel_release(), "");
+  EXPECT_EQ(p.libvirt_sched_core(), "");
   ASSERT_EQ(p.vulnerabilities_size(), 1);
   EXPECT_EQ(p.vulnerabilities(0).name(), "meltdown");
   EXPECT_EQ(p.sched_ext_state(), "");

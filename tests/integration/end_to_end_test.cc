@@ -119,6 +119,51 @@ TEST_F(EndToEndTest, TagReachesTheAgentAndUntagRemovesIt) {
   EXPECT_NE(last_error_.find("vm 'vm-123' not found"), std::string::npos) << last_error_;
 }
 
+// Labels from each agent's config reach csd at Register; csctl hosts ls
+// --selector lists the hosts they match, and refuses a bad selector before
+// asking csd.
+TEST_F(EndToEndTest, HostLabelsSelectHosts) {
+  testing::MiniHostOptions zone_a;
+  zone_a.host_id = "hv-a";
+  zone_a.labels = {{"zone", "a"}, {"gen", "icx"}};
+  testing::MiniHostOptions zone_b;
+  zone_b.host_id = "hv-b";
+  zone_b.labels = {{"zone", "b"}, {"gen", "icx"}};
+  ASSERT_OK(cluster_->AddHost(zone_a));
+  ASSERT_OK(cluster_->AddHost(zone_b));
+  auto hosts_of = [&](const std::string& selector) {
+    std::vector<std::string> ids;
+    nlohmann::json hosts = Csctl([&](auto& s, auto& o, auto& out, auto& err) {
+      return cli::RunHostList(s, o, out, err, selector);
+    });
+    for (const auto& h : hosts) ids.push_back(h["host_id"]);
+    return ids;
+  };
+  ASSERT_TRUE(Eventually([&] { return hosts_of("").size() == 3; }));
+  EXPECT_EQ(hosts_of("zone=a"), std::vector<std::string>{"hv-a"});
+  EXPECT_EQ(hosts_of("gen=icx"), (std::vector<std::string>{"hv-a", "hv-b"}));
+  EXPECT_EQ(hosts_of("gen=icx,zone=b"), std::vector<std::string>{"hv-b"});
+  EXPECT_TRUE(hosts_of("zone=c").empty());
+  nlohmann::json a = Csctl([](auto& s, auto& o, auto& out, auto& err) {
+    return cli::RunHostGet(s, "hv-a", o, out, err);
+  });
+  EXPECT_EQ(a["labels"], (nlohmann::json{{"gen", "icx"}, {"zone", "a"}}));
+
+  Csctl([](auto& s, auto& o, auto& out, auto& err) {
+    return cli::RunHostList(s, o, out, err, "zone");
+  }, cli::kExitUsage);
+  EXPECT_NE(last_error_.find("--selector 'zone' must be key=value"), std::string::npos)
+      << last_error_;
+  // csd refuses one too, naming the field.
+  v1::ListHostsRequest request;
+  request.set_selector("zone=a,zone=b");
+  v1::ListHostsResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = cluster_->control().ListHosts(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "selector names zone twice");
+}
+
 TEST_F(EndToEndTest, TagBeforeAnyReportWaitsThenArrives) {
   // A VM tagged before it runs anywhere is sent as soon as an agent sees it.
   nlohmann::json tagged = Tag("vm-later");

@@ -28,8 +28,8 @@ constexpr char kSchedExtOps[] = "/sys/kernel/sched_ext/root/ops";
 
 class HazardTest : public ::testing::Test {
  protected:
-  void StartCluster() {
-    auto cluster = testing::MiniCluster::Start();
+  void StartCluster(testing::MiniClusterOptions options = {}) {
+    auto cluster = testing::MiniCluster::Start(std::move(options));
     ASSERT_OK(cluster);
     cluster_ = std::move(*cluster);
   }
@@ -215,6 +215,86 @@ TEST_F(HazardTest, AllowedHazardTagsAnywayAndIsAudited) {
     audited = audited || (r.method() == "AllowHazards" && absl::StrContains(r.after(), "sched_ext"));
   }
   EXPECT_TRUE(audited) << response.DebugString();
+}
+
+constexpr char kVulnerabilities[] = "/sys/devices/system/cpu/vulnerabilities/";
+
+// enforce: when-vulnerable. A host whose CPUs leak nothing between siblings
+// gets no cookies and says why; one whose CPUs are affected is tagged as
+// always; Place counts both as isolating.
+TEST_F(HazardTest, WhenVulnerableTagsOnlyHostsWhoseCpusLeakBetweenSiblings) {
+  testing::MiniClusterOptions cluster;
+  cluster.csd.enforce = "when-vulnerable";
+  StartCluster(std::move(cluster));
+  testing::MiniHostOptions clear;
+  clear.host_id = "hv-clear";
+  clear.extra_files = {{std::string(kVulnerabilities) + "l1tf", "Not affected\n"},
+                       {std::string(kVulnerabilities) + "mds", "Not affected\n"},
+                       {std::string(kVulnerabilities) + "spectre_v2", "Mitigation: IBRS\n"}};
+  auto added = cluster_->AddHost(clear);
+  ASSERT_OK(added);
+  testing::MiniHost& host = **added;
+  testing::MiniHostOptions leaky;
+  leaky.host_id = "hv-leaky";
+  leaky.extra_files = {{std::string(kVulnerabilities) + "l1tf", "Not affected\n"},
+                       {std::string(kVulnerabilities) + "mds",
+                        "Mitigation: Clear CPU buffers; SMT vulnerable\n"}};
+  auto added_leaky = cluster_->AddHost(leaky);
+  ASSERT_OK(added_leaky);
+  testing::MiniHost& leaky_host = **added_leaky;
+
+  host.AddVm("vm-1", 100);
+  leaky_host.AddVm("vm-2", 200);
+  Tag("vm-1", v1::ISOLATION_LEVEL_VM);
+  Tag("vm-2", v1::ISOLATION_LEVEL_VM);
+  ASSERT_TRUE(Eventually([&] {
+    v1::VM vm = GetVm("vm-1");
+    return vm.enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+  }, 5s)) << GetVm("vm-1").DebugString();
+  EXPECT_THAT(GetVm("vm-1").enforcement().last_error(),
+              HasSubstr("no cookies needed: enforce: when-vulnerable, and the CPUs are not "
+                        "affected by l1tf, mds"));
+  ASSERT_TRUE(Eventually([&] {
+    return GetVm("vm-2").enforcement().state() == v1::ENFORCEMENT_STATE_ENFORCED &&
+           leaky_host.VmCookie(200) != 0;
+  }, 5s)) << GetVm("vm-2").DebugString();
+
+  // Once the agent knows, a new VM gets no cookie and nothing is written.
+  const int writes = host.kernel().write_calls();
+  host.AddVm("vm-3", 300);
+  Tag("vm-3", v1::ISOLATION_LEVEL_VM);
+  ASSERT_TRUE(Eventually([&] {
+    return GetVm("vm-3").enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+  }, 5s)) << GetVm("vm-3").DebugString();
+  EXPECT_EQ(host.kernel().write_calls(), writes);
+  EXPECT_EQ(host.kernel().CookieOf(300), 0u);
+
+  v1::Host h = GetHost("hv-clear");
+  EXPECT_EQ(h.enablement().state(), v1::HostEnablement::STATE_NOT_NEEDED);
+  EXPECT_EQ(GetHost("hv-leaky").enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_TRUE(h.unplaceable_reason().empty()) << h.unplaceable_reason();
+  const std::string table = HostsTable();
+  EXPECT_THAT(table, HasSubstr("COOKIES"));
+  EXPECT_THAT(table, HasSubstr("not-needed"));
+  EXPECT_THAT(table, HasSubstr("enforce"));
+}
+
+// The same host under the default (always) is tagged.
+TEST_F(HazardTest, AlwaysTagsHostsWhoseCpusLeakNothing) {
+  StartCluster();
+  testing::MiniHostOptions clear;
+  clear.extra_files = {{std::string(kVulnerabilities) + "l1tf", "Not affected\n"},
+                       {std::string(kVulnerabilities) + "mds", "Not affected\n"}};
+  auto added = cluster_->AddHost(clear);
+  ASSERT_OK(added);
+  testing::MiniHost& host = **added;
+  host.AddVm("vm-1", 100);
+  Tag("vm-1", v1::ISOLATION_LEVEL_VM);
+  ASSERT_TRUE(Eventually([&] {
+    return GetVm("vm-1").enforcement().state() == v1::ENFORCEMENT_STATE_ENFORCED &&
+           host.VmCookie(100) != 0;
+  }, 5s)) << GetVm("vm-1").DebugString();
+  EXPECT_EQ(GetHost("hv-1").enablement().state(), v1::HostEnablement::STATE_ENFORCE);
 }
 
 }  // namespace

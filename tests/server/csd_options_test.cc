@@ -53,6 +53,26 @@ TEST(CsdOptions, TagFromMetadataIsOffUnlessTheConfigTurnsItOn) {
   EXPECT_TRUE(CsdOptionsFromConfig(config).tag_from_metadata);
 }
 
+TEST(CsdOptions, EnforceIsAlwaysUnlessTheConfigSaysAndIsCheckedAtStart) {
+  v1::CsdConfig config;
+  ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",
+                                 &config)
+                  .ok());
+  EXPECT_EQ(CsdOptionsFromConfig(config).enforce, "always");
+  ASSERT_TRUE(ParseYamlConfig("enforce: when-vulnerable\n", "test", &config).ok());
+  EXPECT_EQ(CsdOptionsFromConfig(config).enforce, "when-vulnerable");
+
+  cosched::testing::TempDir dir;
+  CsdOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = dir.Sub("data");
+  options.enforce = "rarely";
+  auto csd = CsdServer::Start(options);
+  ASSERT_EQ(csd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(csd.status().message().find("enforce 'rarely' must be always"), std::string::npos)
+      << csd.status();
+}
+
 TEST(CsdOptions, HostStaleAfterComesFromTheConfigAndIsChecked) {
   v1::CsdConfig config;
   ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",

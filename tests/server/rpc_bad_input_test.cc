@@ -197,6 +197,10 @@ TEST_F(BadInputTest, Register) {
   r.mutable_capabilities()->mutable_preflight()->set_kernel_version(std::string(1025, '6'));
   Expect<v1::RegisterRequest, v1::RegisterResponse>(
       reg, r, {kInvalid, "preflight.kernel_version must be at most 1024 bytes"});
+  r.mutable_capabilities()->mutable_preflight()->clear_kernel_version();
+  (*r.mutable_labels())["zone"] = "a;b";
+  Expect<v1::RegisterRequest, v1::RegisterResponse>(
+      reg, r, {kInvalid, "labels.zone 'a;b' may hold only letters"});
 }
 
 TEST_F(BadInputTest, WatchAssignments) {

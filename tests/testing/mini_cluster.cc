@@ -36,6 +36,7 @@ absl::Status MiniHost::Start() {
   options.vm_discovery = discovery_;
   options.on_assignments_changed = options_.on_assignments_changed;
   options.allow_hazards = options_.allow_hazards;
+  options.labels = options_.labels;
   options.known_bad = options_.known_bad;
   agent_ = std::make_unique<agent::Agent>(std::move(options));
   return agent_->Start();

@@ -54,6 +54,8 @@ struct MiniHostOptions {
   // AgentOptions::allow_hazards and known_bad.
   std::vector<std::string> allow_hazards;
   std::vector<v1::KnownBadEntry> known_bad;
+  // AgentOptions::labels.
+  std::map<std::string, std::string> labels;
 };
 
 // A fake host and the cs-agent that runs on it.

@@ -2,7 +2,8 @@
 # state: the agent's sched_ext_dir, which exists for tests): within a second
 # the agent creates and moves no cookie, keeps the ones set, and csd shows
 # the host unsafe; once the scheduler is gone tagging resumes. Cookies are
-# read back every 100 ms through the change.
+# read back every 100 ms through the change. Then, with on_hazard: clear,
+# the next flip takes every cookie off the VMs' threads, once.
 . /lab/lib.sh
 set -u
 trap lab_keep_logs EXIT
@@ -52,5 +53,32 @@ c1b=$(lab_one_cookie "$vm1") || exit 1
 [ "$(lab_cookies_of "$vm2")" != "$c1b" ] || lab_fail "vm-1 and vm-2 share a cookie"
 lab_wait_for 10 sh -c 'csctl hosts ls | grep -q " safe "' || lab_fail "the host is not safe again"
 lab_result "sched_ext off: tagging resumed" "vm-2 fail-closed, vm-1 regrouped"
+
+# on_hazard: clear. The restarted agent adopts the cookies; the next flip
+# takes them off every thread of both VMs.
+kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null
+LAB_AGENT_CONFIG="sched_ext_dir: /tmp/scx
+on_hazard: clear"
+lab_start_agent
+lab_wait_host
+lab_wait_enforced vm-1
+[ "$(lab_one_cookie "$vm1")" = "$c1b" ] || lab_fail "the restarted agent did not adopt vm-1's cookie"
+echo enabled >/tmp/scx/state
+lab_uptime_cs
+flipped=$LAB_NOW_CS
+both_cleared() { [ "$(lab_cookies_of "$vm1")" = 0 ] && [ "$(lab_cookies_of "$vm2")" = 0 ]; }
+lab_wait_for 10 both_cleared ||
+  lab_fail "on_hazard: clear left cookies: vm-1 $(lab_cookies_of "$vm1" | tr '\n' ' ') vm-2 $(lab_cookies_of "$vm2" | tr '\n' ' ')"
+lab_uptime_cs
+cleared=$LAB_NOW_CS
+lab_wait_for 10 sh -c "csctl get vm-1 -o json | grep -q 'on_hazard: clear took every cookie off'" ||
+  { csctl get vm-1; lab_fail "vm-1 does not say its cookies were cleared"; }
+for _ in $(seq 10); do
+  [ "$(lab_cookies_of "$vm1")" = 0 ] || lab_fail "vm-1 got a cookie back under sched_ext"
+  sleep 0.1
+done
+lab_result "on_hazard: clear" "every thread of vm-1 and vm-2 read back 0, $(( (cleared - flipped) * 10 )) ms after the flip"
+echo disabled >/tmp/scx/state
+lab_wait_enforced vm-1
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"
