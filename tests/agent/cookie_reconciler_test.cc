@@ -72,8 +72,17 @@ class CookieReconcilerTest : public ::testing::Test {
     return cookies.empty() ? 0 : *cookies.begin();
   }
 
+  // Options whose hazards are hazards_, which a test sets between passes.
+  ReconcilerOptions WithHazards(bool clear_on_hazard = false) {
+    ReconcilerOptions o = Options();
+    o.hazards = [this] { return hazards_; };
+    o.clear_on_hazard = clear_on_hazard;
+    return o;
+  }
+
   host::FakeCoreSched kernel_{kAgentTid};
   std::map<std::string, v1::Assignment> assignments_;
+  std::vector<v1::Hazard> hazards_;
 };
 
 TEST_F(CookieReconcilerTest, OneCookiePerGroupAndNothingLeftOnTheAgent) {
@@ -463,14 +472,11 @@ TEST_F(CookieReconcilerTest, AHazardHoldsTheCookiesAsTheyAre) {
   std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                               FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
-  std::vector<v1::Hazard> hazards;
-  ReconcilerOptions options = Options();
-  options.hazards = [&hazards] { return hazards; };
-  CookieReconciler reconciler(&kernel_, options);
+  CookieReconciler reconciler(&kernel_, WithHazards());
   reconciler.Reconcile(vms, Lookup());
   const uint64_t c1 = OnlyCookie(vms[0]);
 
-  hazards = {SchedExt()};
+  hazards_ = {SchedExt()};
   assignments_["vm-1"] = Assign("vm-1", "a/tenant", v1::ISOLATION_LEVEL_TENANT);
   kernel_.ResetCallCounts();
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
@@ -488,17 +494,13 @@ TEST_F(CookieReconcilerTest, OnHazardClearTakesEveryCookieOffOnceAndRetagsAfter)
   std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
                                               FakeVm(kernel_, "vm-2", 200)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
-  std::vector<v1::Hazard> hazards;
-  ReconcilerOptions options = Options();
-  options.hazards = [&hazards] { return hazards; };
-  options.clear_on_hazard = true;
-  CookieReconciler reconciler(&kernel_, options);
+  CookieReconciler reconciler(&kernel_, WithHazards(/*clear_on_hazard=*/true));
   reconciler.Reconcile(vms, Lookup());
   const uint64_t before = OnlyCookie(vms[0]);
   ASSERT_NE(before, 0u);
   ASSERT_NE(OnlyCookie(vms[1]), 0u);  // failed closed
 
-  hazards = {SchedExt()};
+  hazards_ = {SchedExt()};
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
   EXPECT_EQ(OnlyCookie(vms[0]), 0u);
   EXPECT_EQ(OnlyCookie(vms[1]), 0u);
@@ -516,7 +518,7 @@ TEST_F(CookieReconcilerTest, OnHazardClearTakesEveryCookieOffOnceAndRetagsAfter)
   EXPECT_EQ(kernel_.write_calls(), 0);
   EXPECT_EQ(OnlyCookie(vms[2]), 0u);
 
-  hazards.clear();
+  hazards_.clear();
   r = reconciler.Reconcile(vms, Lookup());
   const uint64_t after = OnlyCookie(vms[0]);
   EXPECT_NE(after, 0u);
@@ -528,14 +530,10 @@ TEST_F(CookieReconcilerTest, OnHazardClearTakesEveryCookieOffOnceAndRetagsAfter)
 TEST_F(CookieReconcilerTest, OnHazardClearSaysWhichThreadsKeptTheirCookie) {
   std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
-  std::vector<v1::Hazard> hazards;
-  ReconcilerOptions options = Options();
-  options.hazards = [&hazards] { return hazards; };
-  options.clear_on_hazard = true;
-  CookieReconciler reconciler(&kernel_, options);
+  CookieReconciler reconciler(&kernel_, WithHazards(/*clear_on_hazard=*/true));
   reconciler.Reconcile(vms, Lookup());
   kernel_.SetTaskErrno(101, EPERM);
-  hazards = {SchedExt()};
+  hazards_ = {SchedExt()};
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
   EXPECT_NE(kernel_.CookieOf(101), 0u);
   EXPECT_EQ(kernel_.CookieOf(100), 0u);

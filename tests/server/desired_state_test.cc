@@ -1,10 +1,9 @@
 #include "server/desired_state.h"
 
-#include <future>
-
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -13,23 +12,11 @@ namespace {
 
 const Actor kTester{"spiffe://test/tester", "admin"};
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
+using testing::Wait;
 
 class DesiredStateTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    store::SqliteStoreOptions options;
-    options.data_dir = dir_.Sub("data");
-    auto store = store::SqliteStore::Open(options);
-    ASSERT_OK(store);
-    store_ = std::move(*store);
-    state_ = std::make_unique<DesiredState>(store_.get());
-  }
+  void SetUp() override { ASSERT_NE(state_, nullptr); }
 
   absl::StatusOr<v1::TagVMResponse> Tag(const std::string& vm,
                                         const std::string& tenant = "",
@@ -45,16 +32,7 @@ class DesiredStateTest : public ::testing::Test {
         [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
   }
 
-  absl::Status Register(const std::string& host) {
-    v1::RegisterRequest request;
-    request.set_host_id(host);
-    auto* core = request.mutable_topology()->add_cores();
-    core->add_cpus(0);
-    core->add_cpus(1);
-    return Wait<v1::RegisterResponse>([&](auto done) {
-             state_->RegisterHost(request, kTester, std::move(done));
-           }).status();
-  }
+  absl::Status Register(const std::string& host) { return sqlite_.RegisterHost(host, kTester); }
 
   absl::Status Report(const std::string& host,
                       std::vector<std::pair<std::string, std::string>> vms) {
@@ -71,8 +49,9 @@ class DesiredStateTest : public ::testing::Test {
   }
 
   cosched::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<DesiredState> state_;
+  testing::SqliteDesiredState sqlite_{dir_.Sub("data")};
+  store::Store* const store_ = sqlite_.store();
+  DesiredState* const state_ = sqlite_.state();
 };
 
 TEST_F(DesiredStateTest, TagWithNothingButAnIdUsesDefaultTenantAndVmLevel) {

@@ -41,6 +41,7 @@ class SqliteDesiredState {
   }
 
   DesiredState* state() { return state_.get(); }
+  store::Store* store() { return store_.get(); }
 
   // Registers `host` with one core of two CPUs, as `actor`.
   absl::Status RegisterHost(const std::string& host, const Actor& actor) {
