@@ -3,8 +3,10 @@
 #include "server/host_enablement.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <future>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +47,20 @@ v1::PredictedLayout Predicted(const policy::CandidateScore& score, double gain) 
   out.set_foreign_pct(score.predicted_foreign_pct);
   out.set_gain(gain);
   return out;
+}
+
+// Runs fn(0) to fn(n - 1) on up to `threads` threads (this one among them),
+// each index once.
+void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
+  const size_t workers = std::min<size_t>(n, std::max(1, threads));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
 }
 
 // The least forced-idle budget of the tenants on the host; none: no budget.
@@ -104,6 +120,7 @@ void EngineLoop::Loop() {
     const bool leads = state_->store().Leads();
     if (leads != leading_) {
       std::lock_guard<std::mutex> pass(pass_mu_);
+      std::lock_guard<std::mutex> controls(controls_mu_);
       leading_ = leads;
       // What it held of each host may be stale by now: it is read again
       // from the store (the dwell from decisions, the hourly count from
@@ -179,6 +196,7 @@ absl::StatusOr<std::set<std::string>> EngineLoop::ManagedHosts(bool dry_run,
 
 EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
                                                SteadyClock::time_point now) {
+  std::lock_guard<std::mutex> lock(controls_mu_);
   auto [it, inserted] = hosts_.try_emplace(state.host.host_id(), options_);
   if (inserted) {
     // Its changes of the last hour before csd started count toward
@@ -440,11 +458,18 @@ int EngineLoop::RunPass(bool interval) {
     LOG_EVERY_N(WARNING, 10) << "policy engine: listing hosts: " << hosts.status();
     return 0;
   }
+  // Hosts are planned independently (a host's plan reads its own records
+  // and stats, and writes them in commits of its own), so at once.
+  const std::vector<std::string> order(hosts->begin(), hosts->end());
+  std::vector<absl::StatusOr<Outcome>> outcomes(order.size(), Outcome());
+  ParallelFor(order.size(), options_.planner_threads,
+              [&](size_t i) { outcomes[i] = ReplanAndApply(order[i], interval); });
   int changed = 0;
   int budget_unmet = 0;
   std::map<std::string, double> errors;
-  for (const std::string& host : *hosts) {
-    absl::StatusOr<Outcome> outcome = ReplanAndApply(host, interval);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string& host = order[i];
+    const absl::StatusOr<Outcome>& outcome = outcomes[i];
     LOG_IF_EVERY_N(WARNING, !outcome.ok(), 100)
         << "policy engine: host " << host << ": " << outcome.status()
         << " (logged every 100th time)";

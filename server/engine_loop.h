@@ -21,7 +21,8 @@
 // (Plan) but never written.
 //
 // Thread-safe. The loop runs on its own thread once Start() is called;
-// tests call RunPass() instead, with their own clock.
+// tests call RunPass() instead, with their own clock. A pass plans its hosts
+// on options.planner_threads threads at once, each host on one of them.
 #ifndef COSCHED_SERVER_ENGINE_LOOP_H_
 #define COSCHED_SERVER_ENGINE_LOOP_H_
 
@@ -155,12 +156,16 @@ class EngineLoop {
   const Hooks hooks_;
   const Observers observers_;
 
-  // Serialises re-plans: one host's control is never used by two at once.
+  // Serialises passes and re-plans; within a pass each host is planned by
+  // one thread, so one host's control is never used by two at once.
   std::mutex pass_mu_;
-  std::map<std::string, HostControl> hosts_;  // guarded by pass_mu_
+  // Guards hosts_ (its nodes stay where they are: a control is used
+  // outside the lock) and restored_changes_, which the threads of a pass
+  // share.
+  std::mutex controls_mu_;
+  std::map<std::string, HostControl> hosts_;
   // The engine's changes per host in the hour before this csd started,
-  // read from the audit trail when the first host is planned; guarded by
-  // pass_mu_.
+  // read from the audit trail when the first host is planned.
   using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
   std::optional<ChangesByHost> restored_changes_;
   // Whether this replica led the store at the loop's last wake (the

@@ -1,9 +1,24 @@
 #include "server/engine_options.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace cosched::server {
+
+int DefaultPlannerThreads() {
+  // A csd confined to some CPUs (systemd's CPUAffinity=, a cpuset) plans
+  // on those.
+  cpu_set_t allowed;
+  int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                 ? CPU_COUNT(&allowed)
+                 : static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cpus, 1, 16);
+}
 
 EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config) {
   EngineOptions options;
@@ -18,6 +33,8 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config) {
     options.hysteresis.max_changes_per_hour = config.max_changes_per_hour();
   }
   if (config.has_budget_windows()) options.budget.windows = config.budget_windows();
+  options.planner_threads =
+      config.has_planner_threads() ? config.planner_threads() : DefaultPlannerThreads();
   return options;
 }
 
@@ -33,6 +50,12 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (dwell < 0 || dwell > 86400) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine.min_dwell_s must be 0 to 86400 seconds (unset: 600), got ", dwell));
+  }
+  if (options.planner_threads < 1 || options.planner_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.planner_threads must be 1 to 64 (unset: the CPUs csd may run on, "
+                     "at most 16), got ",
+                     options.planner_threads));
   }
   RETURN_IF_ERROR(policy::ValidateHysteresis(options.hysteresis, "engine"));
   return policy::ValidateBudgetWatch(options.budget, "engine.budget_windows");

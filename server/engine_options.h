@@ -23,14 +23,21 @@ struct EngineOptions {
   // Simulated seconds of each prediction: long enough to average bursts
   // out, short enough that a host plans in milliseconds.
   double predict_s = 2;
+  // Hosts planned at once in a pass. 1 unless set: csd.yaml's default is
+  // DefaultPlannerThreads().
+  int planner_threads = 1;
 };
+
+// The CPUs this process may run on (its affinity), 1 to 16.
+int DefaultPlannerThreads();
 
 // Unset fields keep EngineOptions' defaults.
 EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config);
 
 // INVALID_ARGUMENT naming engine.<field> and its rule: replan_interval_s
 // 10 to 86400, min_gain 0 to 1, min_dwell_s 0 to 86400,
-// max_changes_per_hour 1 to 60, budget_windows 1 to 100.
+// max_changes_per_hour 1 to 60, budget_windows 1 to 100, planner_threads 1
+// to 64.
 absl::Status ValidateEngineOptions(const EngineOptions& options);
 
 }  // namespace cosched::server

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -115,7 +117,7 @@ class EngineLoopTest : public ::testing::Test {
                             int64_t end_ns, double load, double forced_idle,
                             double paired = 0) {
     v1::ReportRequest request;
-    request.set_host_id(kHost);
+    request.set_host_id(report_host_);
     for (const std::string& id : vms) {
       auto* o = request.add_vms();
       o->set_vm_id(id);
@@ -173,6 +175,8 @@ class EngineLoopTest : public ::testing::Test {
   SteadyClock::time_point now_ = SteadyClock::time_point() + std::chrono::hours(100);
   absl::Duration stats_ahead_ = absl::ZeroDuration();
   int64_t last_window_end_ = 0;
+  // The host that Report and ReportWindow report for.
+  std::string report_host_ = kHost;
 };
 
 TEST_F(EngineLoopTest, RegroupsAnAutoTenantsVmsAndLeavesFixedAndOperatorVmsAlone) {
@@ -214,6 +218,67 @@ TEST_F(EngineLoopTest, RegroupsAnAutoTenantsVmsAndLeavesFixedAndOperatorVmsAlone
   ASSERT_OK(Tag("a-2", "acme"));
   EXPECT_EQ(Vm("a-2").assignment().trust_group(), "acme/tenant");
   EXPECT_EQ(Vm("a-2").decision().decided_by(), v1::DECIDED_BY_ENGINE);
+}
+
+TEST_F(EngineLoopTest, APassPlansHostsOnSeveralThreadsAsItWouldOneByOne) {
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  // Eight hosts, four VMs of acme each, each host at another load.
+  constexpr int kHosts = 8;
+  std::vector<std::vector<std::string>> vms(kHosts);
+  for (int h = 0; h < kHosts; ++h) {
+    report_host_ = absl::StrCat("hv-p", h);
+    ASSERT_NO_FATAL_FAILURE(Register(report_host_));
+    for (int v = 0; v < 4; ++v) {
+      vms[h].push_back(absl::StrCat("p", h, "-", v));
+      ASSERT_OK(Tag(vms[h].back(), "acme"));
+    }
+    last_window_end_ = 0;
+    ASSERT_OK(Report(vms[h], 60, 0.55 + 0.06 * h));
+  }
+  options_.planner_threads = 4;
+  MakeEngine();
+  // What one thread decides for each host (Plan goes host by host).
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  std::map<std::string, v1::HostLayoutPlan> planned;
+  for (const v1::HostLayoutPlan& host : plan->hosts()) planned[host.host_id()] = host;
+  int applying = 0;
+  std::set<double> gains;
+  for (int h = 0; h < kHosts; ++h) {
+    const std::string host = absl::StrCat("hv-p", h);
+    ASSERT_EQ(planned.count(host), 1u) << host;
+    ASSERT_EQ(planned[host].changes_size(), 4) << host;
+    applying += planned[host].would_apply();
+    gains.insert(planned[host].planned().gain());
+  }
+  ASSERT_GE(applying, kHosts / 2) << "most hosts gain enough to change";
+  ASSERT_GE(gains.size(), 3u) << "the hosts' loads make different predictions";
+
+  EXPECT_EQ(engine_->RunPass(true), applying);
+  for (int h = 0; h < kHosts; ++h) {
+    const v1::HostLayoutPlan& host = planned[absl::StrCat("hv-p", h)];
+    for (const std::string& id : vms[h]) {
+      const v1::VM vm = Vm(id);
+      if (!host.would_apply()) {
+        EXPECT_EQ(vm.assignment().trust_group(), "acme/vm/" + id);
+        continue;
+      }
+      EXPECT_EQ(vm.assignment().trust_group(), "acme/tenant") << id;
+      EXPECT_EQ(vm.decision().decided_by(), v1::DECIDED_BY_ENGINE) << id;
+      // The same prediction as the plan made alone.
+      EXPECT_EQ(vm.decision().predicted().gain(), host.planned().gain()) << id;
+      EXPECT_EQ(vm.decision().predicted().throughput(), host.planned().throughput()) << id;
+    }
+  }
+  v1::ListAuditRecordsRequest audit;
+  audit.set_who(kEngineActor);
+  audit.set_page_size(1000);
+  auto records = state_->ListAuditRecords(audit);
+  ASSERT_OK(records);
+  int decisions = 0;
+  for (const v1::AuditRecord& r : records->records()) decisions += r.method() == "EngineDecision";
+  EXPECT_EQ(decisions, 4 * applying) << "one record per VM changed";
 }
 
 TEST_F(EngineLoopTest, SwitchingBackToFixedKeepsTheEnginesLayoutUntilRetagged) {
