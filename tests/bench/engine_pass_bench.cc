@@ -1,0 +1,226 @@
+// One pass of csd's policy engine (server/engine_loop.h) over a whole
+// fleet, from stats, as csd runs it every replan_interval: the fleet is
+// written straight into a fresh SQLite store (hosts of 32 cores x 2
+// siblings, 20 VMs of 2 vCPUs each, four tenants of which two are in mode
+// auto and allow vm and tenant), every host then Reports its VMs with one
+// stats window through DesiredState (each VM busy 20-90% of the time), and
+// the engine's RunPass is timed twice:
+//   - cold: every host runs engine-managed VMs at level vm, so each is
+//     read, predicted twice (now and planned) and, where the gain is
+//     enough, rewritten;
+//   - steady: the next pass, with no new stats: hosts that took the
+//     engine's layout are read and grouped, nothing predicted or written;
+//     hosts that min_gain refused are judged again.
+// Prints hosts per second and CPU seconds of each pass; fails only when
+// the fleet cannot be written or reported.
+//
+//   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N]
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "server/desired_state.h"
+#include "server/engine_loop.h"
+#include "store/sqlite_store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched {
+namespace {
+
+struct FleetShape {
+  int hosts = 10000;
+  int vms_per_host = 20;
+  int cores = 32;
+  int vcpus = 2;
+};
+
+std::string HostId(int h) { return absl::StrCat("host-", h); }
+std::string VmId(int h, int v) { return absl::StrCat("vm-", h, "-", v); }
+std::string TenantOf(int v) { return absl::StrCat("t", v % 4); }
+
+absl::Status WriteFleet(store::Store& store, const FleetShape& shape) {
+  for (int t = 0; t < 4; ++t) {
+    absl::Status s = store.WriteSync([&](store::Transaction& txn) {
+      v1::TenantPolicy p;
+      p.set_tenant_id(absl::StrCat("t", t));
+      p.set_explicitly_set(true);
+      p.set_default_isolation(v1::ISOLATION_LEVEL_VM);
+      p.add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+      if (t < 2) {
+        p.add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+        p.set_mode(v1::POLICY_MODE_AUTO);
+      }
+      return txn.PutTenantPolicy(p);
+    });
+    if (!s.ok()) return s;
+  }
+  // A few hundred hosts a transaction: each is one commit of the store.
+  constexpr int kHostsPerCommit = 250;
+  for (int first = 0; first < shape.hosts; first += kHostsPerCommit) {
+    absl::Status s = store.WriteSync([&](store::Transaction& txn) -> absl::Status {
+      for (int h = first; h < std::min(shape.hosts, first + kHostsPerCommit); ++h) {
+        v1::Host host;
+        host.set_host_id(HostId(h));
+        for (int c = 0; c < shape.cores; ++c) {
+          v1::Core* core = host.mutable_topology()->add_cores();
+          core->set_core_id(c);
+          core->add_cpus(c);
+          core->add_cpus(c + shape.cores);
+        }
+        host.mutable_capabilities()->set_smt_active(true);
+        if (absl::Status put = txn.PutHost(host); !put.ok()) return put;
+        std::vector<v1::VMObservation> reported;
+        for (int v = 0; v < shape.vms_per_host; ++v) {
+          v1::VM vm;
+          vm.set_vm_id(VmId(h, v));
+          vm.set_tenant_id(TenantOf(v));
+          vm.set_host_id(host.host_id());
+          v1::Assignment* a = vm.mutable_assignment();
+          a->set_vm_id(vm.vm_id());
+          a->set_tenant_id(vm.tenant_id());
+          a->set_isolation(v1::ISOLATION_LEVEL_VM);
+          a->set_trust_group(absl::StrCat(vm.tenant_id(), "/vm/", vm.vm_id()));
+          vm.mutable_decision()->set_decided_by(v1::DECIDED_BY_OPERATOR);
+          if (absl::Status put = txn.PutVm(vm); !put.ok()) return put;
+          v1::VMObservation o;
+          o.set_vm_id(vm.vm_id());
+          o.mutable_enforcement()->set_vcpus(shape.vcpus);
+          reported.push_back(std::move(o));
+        }
+        if (absl::Status put = txn.ReplaceObservations(host.host_id(), reported); !put.ok()) {
+          return put;
+        }
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Every host reports its VMs with one window of the last minute, at most
+// `in_flight` Reports at a time.
+absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, int in_flight) {
+  std::mt19937_64 rng(1);
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 0;
+  absl::Status first_error;
+  const int64_t end = absl::ToUnixNanos(absl::Now());
+  const int64_t span = int64_t{60} * 1000000000;
+  for (int h = 0; h < shape.hosts; ++h) {
+    v1::ReportRequest request;
+    request.set_host_id(HostId(h));
+    v1::StatsWindow* w = request.add_stats();
+    w->set_start_unix_ns(end - span);
+    w->set_end_unix_ns(end);
+    for (int v = 0; v < shape.vms_per_host; ++v) {
+      v1::VMObservation* o = request.add_vms();
+      o->set_vm_id(VmId(h, v));
+      o->mutable_enforcement()->set_vcpus(shape.vcpus);
+      const double load = 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000;
+      v1::VMStats* s = w->add_vms();
+      s->set_vm_id(o->vm_id());
+      const auto run = static_cast<int64_t>(load * span * shape.vcpus);
+      s->mutable_share()->set_run_ns(run);
+      s->mutable_share()->set_idle_ns(run);
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return pending < in_flight; });
+    ++pending;
+    lock.unlock();
+    state.ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
+      std::lock_guard<std::mutex> done(mu);
+      if (!r.ok() && first_error.ok()) first_error = r.status();
+      --pending;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return pending == 0; });
+  return first_error;
+}
+
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+void TimePass(server::EngineLoop& engine, const char* name, int hosts) {
+  const double cpu = CpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  const int changed = engine.RunPass(true);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%-6s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores)\n",
+              name, hosts, wall, hosts / wall, changed, CpuSeconds() - cpu,
+              (CpuSeconds() - cpu) / wall);
+}
+
+int Run(int argc, char** argv) {
+  FleetShape shape;
+  int threads = server::DefaultPlannerThreads();
+  CLI::App app{"Times one pass of csd's policy engine over a fleet, from stats."};
+  app.add_option("--hosts", shape.hosts, "hosts in the fleet")->check(CLI::Range(1, 100000));
+  app.add_option("--vms-per-host", shape.vms_per_host, "VMs on each host")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--threads", threads, "engine.planner_threads")->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
+
+  cosched::testing::TempDir dir;
+  store::SqliteStoreOptions store_options;
+  store_options.data_dir = dir.Sub("data");
+  auto store = store::SqliteStore::Open(store_options);
+  if (!store.ok()) {
+    std::fprintf(stderr, "opening the store: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  auto start = std::chrono::steady_clock::now();
+  if (absl::Status s = WriteFleet(**store, shape); !s.ok()) {
+    std::fprintf(stderr, "writing the fleet: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  server::DesiredState state(store->get());
+  if (absl::Status s = state.LoadPlacement(); !s.ok()) {
+    std::fprintf(stderr, "loading the placement view: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (absl::Status s = ReportStats(state, shape, 64); !s.ok()) {
+    std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, written and reported in %.1f s\n",
+              shape.hosts, shape.vms_per_host, shape.vcpus, shape.cores,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+
+  server::EngineOptions options;
+  options.planner_threads = threads;
+  std::printf("engine: planner_threads %d, predictions of %.1f simulated s\n", threads,
+              options.predict_s);
+  server::EngineLoop engine(&state, options);
+  TimePass(engine, "cold", shape.hosts);
+  TimePass(engine, "steady", shape.hosts);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cosched
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_minloglevel = 1;  // the audit log of every write is not the figure
+  return cosched::Run(argc, argv);
+}
