@@ -533,10 +533,7 @@ absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario) {
   return std::move(plan.vms);
 }
 
-absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
-                                             std::vector<VmDecision>& layout,
-                                             const SimParams& params,
-                                             const PlanOptions& options) {
+absl::Status PinLayout(const Scenario& scenario, std::vector<VmDecision>& layout) {
   const std::vector<VmInstance> vms = ExpandInstances(scenario);
   if (layout.size() != vms.size()) {
     return absl::InvalidArgumentError(absl::StrCat("layout has ", layout.size(),
@@ -545,17 +542,26 @@ absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
   HostPlan plan;
   plan.vms = layout;
   ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
+  for (size_t v = 0; v < layout.size(); ++v) layout[v].pin_cpus = base.pins[v];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
+                                             std::vector<VmDecision>& layout,
+                                             const SimParams& params,
+                                             const PlanOptions& options) {
+  RETURN_IF_ERROR(PinLayout(scenario, layout));
+  const std::vector<VmInstance> vms = ExpandInstances(scenario);
   std::vector<std::string> groups;
   for (const VmDecision& d : layout) groups.push_back(d.trust_group);
   SimConfig config;
   config.mode = SmtMode::kCoreSched;
   config.cookie = CookiesOf(groups);
-  config.pin_cpus = base.pins;
+  for (const VmDecision& d : layout) config.pin_cpus.push_back(d.pin_cpus);
   SimRun run;
   run.seed = scenario.seed + 1;
   run.duration_s = std::min(scenario.duration_s, options.predict_s);
   ASSIGN_OR_RETURN(SimResult result, Simulate(scenario, config, params, run));
-  for (size_t v = 0; v < layout.size(); ++v) layout[v].pin_cpus = base.pins[v];
   const std::optional<double> budget = LeastBudget(scenario, vms);
   CandidateScore score;
   score.name = "groups";
@@ -588,11 +594,9 @@ absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario) 
   return layout;
 }
 
-absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
-                                             const std::vector<VmDecision>& current,
-                                             const std::vector<bool>& managed,
-                                             const SimParams& params,
-                                             const PlanOptions& options) {
+absl::StatusOr<LayoutProposal> PlanLayout(const Scenario& scenario,
+                                          const std::vector<VmDecision>& current,
+                                          const std::vector<bool>& managed) {
   ASSIGN_OR_RETURN(std::vector<VmDecision> relaxed, ChooseGroups(scenario));
   if (current.size() != relaxed.size() || managed.size() != relaxed.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -611,16 +615,31 @@ absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
                        d.trust_group != current[v].trust_group;
   }
   if (!proposal.changes) return proposal;
-  if (SameGrouping(current, proposal.planned)) {
-    proposal.same_grouping = true;
-    return proposal;
-  }
+  proposal.same_grouping = SameGrouping(current, proposal.planned);
+  return proposal;
+}
+
+absl::Status PredictProposal(const Scenario& scenario, const std::vector<VmDecision>& current,
+                             LayoutProposal& proposal, const SimParams& params,
+                             const PlanOptions& options) {
   std::vector<VmDecision> now_layout = current;
   ASSIGN_OR_RETURN(proposal.now, PredictLayout(scenario, now_layout, params, options));
   ASSIGN_OR_RETURN(proposal.next, PredictLayout(scenario, proposal.planned, params, options));
   proposal.gain = proposal.now.predicted_throughput > 0
                       ? proposal.next.predicted_throughput / proposal.now.predicted_throughput - 1
                       : 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
+                                             const std::vector<VmDecision>& current,
+                                             const std::vector<bool>& managed,
+                                             const SimParams& params,
+                                             const PlanOptions& options) {
+  ASSIGN_OR_RETURN(LayoutProposal proposal, PlanLayout(scenario, current, managed));
+  if (proposal.changes && !proposal.same_grouping) {
+    RETURN_IF_ERROR(PredictProposal(scenario, current, proposal, params, options));
+  }
   return proposal;
 }
 

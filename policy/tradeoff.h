@@ -114,6 +114,11 @@ absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
                                              const SimParams& params = SimParams(),
                                              const PlanOptions& options = PlanOptions());
 
+// Sets each decision's pin_cpus as PredictLayout does (dedicated VMs on
+// whole cores of their own from the top), without predicting.
+// FAILED_PRECONDITION when the dedicated VMs do not fit.
+absl::Status PinLayout(const Scenario& scenario, std::vector<VmDecision>& layout);
+
 // The layout TagVM gives the scenario's VMs (ExpandInstances order): each
 // at its tenant's default level, in the group that level gives.
 absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario);
@@ -145,6 +150,16 @@ absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
                                              const std::vector<bool>& managed,
                                              const SimParams& params = SimParams(),
                                              const PlanOptions& options = PlanOptions());
+// ProposeLayout in two steps, for a caller that may already hold the
+// predictions (csd's engine, between passes): PlanLayout sets planned,
+// changes and same_grouping; PredictProposal then sets now, next, gain and
+// planned's pin_cpus. Errors as ProposeLayout's.
+absl::StatusOr<LayoutProposal> PlanLayout(const Scenario& scenario,
+                                          const std::vector<VmDecision>& current,
+                                          const std::vector<bool>& managed);
+absl::Status PredictProposal(const Scenario& scenario, const std::vector<VmDecision>& current,
+                             LayoutProposal& proposal, const SimParams& params = SimParams(),
+                             const PlanOptions& options = PlanOptions());
 
 // The simulator configuration of a fixed mode (not kPolicy).
 SimConfig ModeConfig(const Scenario& scenario, Mode mode);

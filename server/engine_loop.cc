@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/names.h"
 #include "common/status_macros.h"
@@ -33,6 +34,11 @@ using SteadyClock = std::chrono::steady_clock;
 // A write that lost a race is re-planned from a fresh read this many times
 // before the host waits for its next trigger or pass.
 constexpr int kWriteAttempts = 3;
+
+// A host's last predictions stand while no VM's load per vCPU moved more
+// than this from the load they were predicted at (EngineLoop::Predict): a
+// share of a CPU well inside what one stats window to the next measures.
+constexpr double kReusedLoadTolerance = 0.02;
 
 bool EngineManaged(const v1::VM& vm, const v1::TenantPolicy& policy, bool dry_run) {
   return policy::IsAuto(policy) && vm.requested_isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED &&
@@ -232,8 +238,46 @@ EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
   return it->second;
 }
 
+absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
+                                 const std::vector<policy::VmDecision>& current,
+                                 policy::LayoutProposal& proposal, HostControl& control) {
+  std::string inputs = absl::StrCat(scenario.cores, "/", options_.predict_s);
+  std::vector<double> loads;
+  for (size_t v = 0; v < scenario.vms.size(); ++v) {
+    const policy::VmSpec& vm = scenario.vms[v];
+    absl::StrAppend(&inputs, ";", vm.name, ",", vm.tenant, ",", vm.vcpus, ",",
+                    absl::StrJoin(vm.classes, "+"), ",", current[v].isolation, ",",
+                    current[v].trust_group, ",", proposal.planned[v].isolation, ",",
+                    proposal.planned[v].trust_group);
+    loads.push_back(vm.workload.util);
+  }
+  for (const policy::TenantSpec& t : scenario.tenants) {
+    absl::StrAppend(&inputs, ";", t.policy.tenant_id(), "=",
+                    t.forced_idle_budget_pct.value_or(-1));
+  }
+  if (control.memo && control.memo->inputs == inputs) {
+    bool near = true;
+    for (size_t v = 0; v < loads.size() && near; ++v) {
+      near = std::abs(loads[v] - control.memo->loads[v]) <= kReusedLoadTolerance;
+    }
+    if (near) {
+      ++reused_;
+      proposal.now = control.memo->now;
+      proposal.next = control.memo->next;
+      proposal.gain = control.memo->gain;
+      return policy::PinLayout(scenario, proposal.planned);
+    }
+  }
+  ++predictions_;
+  RETURN_IF_ERROR(policy::PredictProposal(scenario, current, proposal, policy::SimParams(),
+                                          {.predict_s = options_.predict_s}));
+  control.memo = PredictionMemo{std::move(inputs), std::move(loads), proposal.now, proposal.next,
+                                proposal.gain};
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
-    const HostState& state, const HostControl& control, bool dry_run,
+    const HostState& state, HostControl& control, bool dry_run,
     SteadyClock::time_point now) {
   std::vector<bool> managed;
   bool any = false;
@@ -263,7 +307,10 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   }
   const policy::PlanOptions predict{.predict_s = options_.predict_s};
   ASSIGN_OR_RETURN(policy::LayoutProposal proposed,
-                   policy::ProposeLayout(scenario, current, managed, policy::SimParams(), predict));
+                   policy::PlanLayout(scenario, current, managed));
+  if (proposed.changes && !proposed.same_grouping) {
+    RETURN_IF_ERROR(Predict(scenario, current, proposed, control));
+  }
   std::vector<policy::VmDecision>& planned = proposed.planned;
   Proposal proposal;
   v1::HostLayoutPlan& plan = proposal.plan;

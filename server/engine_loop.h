@@ -26,6 +26,7 @@
 #ifndef COSCHED_SERVER_ENGINE_LOOP_H_
 #define COSCHED_SERVER_ENGINE_LOOP_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -42,6 +43,7 @@
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/budget_watch.h"
 #include "policy/replan_gate.h"
+#include "policy/tradeoff.h"
 #include "server/desired_state.h"
 #include "server/engine_options.h"
 #include "server/host_scenario.h"
@@ -104,12 +106,27 @@ class EngineLoop {
   absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
 
  private:
+  // The predictions of a host's last proposal and what they were made
+  // from. A host whose proposal min_gain (or the hourly cap) refused is
+  // proposed the same layout pass after pass: its predictions are reused
+  // while its VMs, their classes and vCPUs, both layouts and the tenants'
+  // budgets are the same and no VM's measured load moved more than
+  // kReusedLoadTolerance from the load they were predicted at.
+  struct PredictionMemo {
+    std::string inputs;  // everything but the loads
+    std::vector<double> loads;
+    policy::CandidateScore now;
+    policy::CandidateScore next;
+    double gain = 0;
+  };
+
   // What the engine keeps of each host between re-plans.
   struct HostControl {
     explicit HostControl(const EngineOptions& options)
         : gate(options.hysteresis), watch(options.budget) {}
     policy::ReplanGate gate;
     policy::BudgetWatch watch;
+    std::optional<PredictionMemo> memo;
   };
 
   // The plan of a host and the writes it takes (of tenants that apply).
@@ -137,11 +154,17 @@ class EngineLoop {
   // Hosts running engine-managed VMs (of tenants that apply, unless
   // `dry_run`), and with `tenant` set only those running its VMs.
   absl::StatusOr<std::set<std::string>> ManagedHosts(bool dry_run, const std::string& tenant);
-  // Plans `state`'s host against `control` (read, not changed). nullopt:
-  // the host runs no VM the engine manages.
-  absl::StatusOr<std::optional<Proposal>> Propose(const HostState& state,
-                                                  const HostControl& control, bool dry_run,
+  // Plans `state`'s host against `control` (its gate and watch read, not
+  // changed; its prediction memo used and renewed). nullopt: the host runs
+  // no VM the engine manages.
+  absl::StatusOr<std::optional<Proposal>> Propose(const HostState& state, HostControl& control,
+                                                  bool dry_run,
                                                   std::chrono::steady_clock::time_point now);
+  // The prediction of `proposal` (PredictProposal), or the memo's when it
+  // still holds; counts predictions_ and reused_.
+  absl::Status Predict(const policy::Scenario& scenario,
+                       const std::vector<policy::VmDecision>& current,
+                       policy::LayoutProposal& proposal, HostControl& control);
   // Re-plans and, where allowed, writes; re-reads and re-decides when a
   // write lost a race. Whether the layout changed.
   absl::StatusOr<Outcome> ReplanAndApply(const std::string& host_id, bool interval);
@@ -168,6 +191,14 @@ class EngineLoop {
   // read from the audit trail when the first host is planned.
   using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
   std::optional<ChangesByHost> restored_changes_;
+ public:
+  // Hosts predicted, and hosts whose predictions a memo gave, since start.
+  int64_t predictions() const { return predictions_; }
+  int64_t reused_predictions() const { return reused_; }
+
+ private:
+  std::atomic<int64_t> predictions_{0};
+  std::atomic<int64_t> reused_{0};
   // Whether this replica led the store at the loop's last wake (the
   // loop's own): passes run only while it does.
   bool leading_ = true;

@@ -454,6 +454,52 @@ TEST_F(EngineLoopTest, TheHourlyChangeCountSurvivesARestart) {
   EXPECT_EQ(Vm("a-8").assignment().trust_group(), "acme/tenant");
 }
 
+TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
+  // As below: two busy VMs of acme and one of globex on two cores, so
+  // min_gain refuses acme's shared cookie pass after pass.
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Tag("g-1", "globex"));
+  // Three minutes of windows, one a minute, all inside the engine's load
+  // window: csd's stats clock runs a minute ahead.
+  stats_ahead_ = absl::Minutes(1);
+  const std::vector<std::string> vms = {"a-1", "a-2", "g-1"};
+  const absl::Time t = absl::Now();
+  auto minute = [&](int from, double load) {
+    return ReportWindow(vms, absl::ToUnixNanos(t + absl::Minutes(from)),
+                        absl::ToUnixNanos(t + absl::Minutes(from + 1)), load, 0);
+  };
+  ASSERT_OK(minute(-3, 1.0));
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(engine_->predictions(), 1);
+  const double gain = engine_->Plan(v1::PlanRequest())->hosts(0).planned().gain();
+
+  // The same loads, and loads within 0.02 of them: the predictions stand.
+  now_ += std::chrono::minutes(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  ASSERT_OK(minute(-2, 0.99));
+  now_ += std::chrono::minutes(1);
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(engine_->predictions(), 1);
+  EXPECT_EQ(engine_->reused_predictions(), 3) << "two passes and the Plan above";
+  EXPECT_EQ(engine_->Plan(v1::PlanRequest())->hosts(0).planned().gain(), gain);
+
+  // A load that moved further is predicted again: 1.0, 0.99, 0.3.
+  ASSERT_OK(minute(-1, 0.3));
+  now_ += std::chrono::minutes(1);
+  engine_->RunPass(true);
+  EXPECT_EQ(engine_->predictions(), 2);
+
+  // So is another VM on the host.
+  ASSERT_OK(Tag("a-3", "acme"));
+  ASSERT_OK(Report({"a-1", "a-2", "a-3", "g-1"}));
+  now_ += std::chrono::minutes(1);
+  engine_->RunPass(true);
+  EXPECT_EQ(engine_->predictions(), 3);
+}
+
 TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
   // Two busy VMs of acme and one of globex on two cores: the simulator
   // predicts the same throughput whether acme's share a cookie or not, so
