@@ -33,6 +33,7 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config) {
     options.hysteresis.max_changes_per_hour = config.max_changes_per_hour();
   }
   if (config.has_budget_windows()) options.budget.windows = config.budget_windows();
+  if (config.has_predict_s()) options.predict_s = config.predict_s();
   options.planner_threads =
       config.has_planner_threads() ? config.planner_threads() : DefaultPlannerThreads();
   return options;
@@ -50,6 +51,11 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (dwell < 0 || dwell > 86400) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine.min_dwell_s must be 0 to 86400 seconds (unset: 600), got ", dwell));
+  }
+  if (!(options.predict_s >= 0.25 && options.predict_s <= 10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.predict_s must be 0.25 to 10 simulated seconds (unset: 2), got ",
+        options.predict_s));
   }
   if (options.planner_threads < 1 || options.planner_threads > 64) {
     return absl::InvalidArgumentError(

@@ -37,7 +37,7 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config);
 // INVALID_ARGUMENT naming engine.<field> and its rule: replan_interval_s
 // 10 to 86400, min_gain 0 to 1, min_dwell_s 0 to 86400,
 // max_changes_per_hour 1 to 60, budget_windows 1 to 100, planner_threads 1
-// to 64.
+// to 64, predict_s 0.25 to 10.
 absl::Status ValidateEngineOptions(const EngineOptions& options);
 
 }  // namespace cosched::server

@@ -14,7 +14,7 @@
 // Prints hosts per second and CPU seconds of each pass; fails only when
 // the fleet cannot be written or reported.
 //
-//   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N]
+//   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
 #include <sys/resource.h>
 
 #include <atomic>
@@ -178,6 +178,8 @@ int Run(int argc, char** argv) {
   app.add_option("--vms-per-host", shape.vms_per_host, "VMs on each host")
       ->check(CLI::Range(1, 64));
   app.add_option("--threads", threads, "engine.planner_threads")->check(CLI::Range(1, 64));
+  double predict_s = server::EngineOptions().predict_s;
+  app.add_option("--predict-s", predict_s, "engine.predict_s")->check(CLI::Range(0.25, 10.0));
   CLI11_PARSE(app, argc, argv);
 
   cosched::testing::TempDir dir;
@@ -208,6 +210,7 @@ int Run(int argc, char** argv) {
 
   server::EngineOptions options;
   options.planner_threads = threads;
+  options.predict_s = predict_s;
   std::printf("engine: planner_threads %d, predictions of %.1f simulated s\n", threads,
               options.predict_s);
   server::EngineLoop engine(&state, options);
