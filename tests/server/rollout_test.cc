@@ -123,6 +123,33 @@ TEST(RolloutEnablementTest, OnlyTheEnabledSetEnforcesUntilDoneOverEveryHost) {
             v1::HostEnablement::STATE_NOT_NEEDED);
 }
 
+TEST(RolloutOptionsTest, ConfigFillsThemAndBadValuesNameTheField) {
+  v1::RolloutConfig config;
+  RolloutOptions defaults = RolloutOptionsFromConfig(config);
+  EXPECT_EQ(defaults.check_interval, std::chrono::seconds(10));
+  EXPECT_EQ(defaults.no_report_halt, std::chrono::seconds(120));
+  EXPECT_EQ(defaults.min_soak_s, 60);
+  EXPECT_OK(ValidateRolloutOptions(defaults));
+  config.set_check_interval_s(0);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rollout.check_interval_s must be 1 to 3600 seconds (unset: 10), got 0"));
+  config.set_check_interval_s(5);
+  config.set_no_report_halt_s(100000);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rollout.no_report_halt_s must be 1"));
+  config.set_no_report_halt_s(30);
+  config.set_min_soak_s(0);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rollout.min_soak_s must be 1"));
+  config.set_min_soak_s(1);
+  const RolloutOptions set = RolloutOptionsFromConfig(config);
+  EXPECT_OK(ValidateRolloutOptions(set));
+  EXPECT_EQ(set.check_interval, std::chrono::seconds(5));
+  EXPECT_EQ(set.no_report_halt, std::chrono::seconds(30));
+  EXPECT_EQ(set.min_soak_s, 1);
+}
+
 // RolloutControl over a DesiredState with `hosts` registered (hv-0 ...,
 // the even ones labelled zone=a, the odd ones zone=b).
 class RolloutControlTest : public ::testing::Test {
