@@ -224,5 +224,45 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   EXPECT_THAT(hosts.str(), HasSubstr("not-enabled"));
 }
 
+// The rollout is durable: a csd restarted mid-rollout goes on with it, and
+// its agents keep hearing not-enabled where it had not enabled them.
+TEST_F(RolloutTest, ARestartedCsdKeepsTheRolloutAndWhatItEnabled) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    testing::MiniHostOptions options;
+    options.host_id = HostId(i);
+    ASSERT_OK(cluster_->AddHost(options).status());
+    ids.push_back(options.host_id);
+  }
+  ASSERT_TRUE(Eventually([&] { return RegisteredHosts() == 4; }));
+  v1::StartRolloutRequest request;
+  request.add_stage_percents(25);
+  request.add_stage_percents(100);
+  request.set_soak_seconds(3600);
+  v1::Rollout started;
+  {
+    grpc::ClientContext context;
+    ASSERT_OK(cluster_->control().StartRollout(&context, request, &started));
+  }
+  ASSERT_EQ(started.enabled_hosts_size(), 1);
+  const std::string enabled = started.enabled_hosts(0);
+
+  cluster_->StopCsd();
+  ASSERT_OK(cluster_->RestartCsd());
+  const v1::Rollout after = Rollout();
+  EXPECT_EQ(after.rollout_id(), started.rollout_id());
+  EXPECT_EQ(after.state(), v1::Rollout::STATE_RUNNING);
+  EXPECT_EQ(after.stage(), 0);
+  EXPECT_EQ(after.stage_started_time().seconds(), started.stage_started_time().seconds());
+  for (const std::string& h : ids) {
+    const auto want = h == enabled ? v1::HostEnablement::STATE_ENFORCE
+                                   : v1::HostEnablement::STATE_NOT_ENABLED;
+    EXPECT_TRUE(Eventually([&] { return GetHost(h).enablement().state() == want; }, 5s)) << h;
+    EXPECT_TRUE(Eventually([&] {
+      return cluster_->host(h).agent().enablement().state() == want;
+    }, 5s)) << h;
+  }
+}
+
 }  // namespace
 }  // namespace cosched
