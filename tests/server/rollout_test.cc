@@ -349,6 +349,28 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
                                                 "AbortRollout", "StartRollout"}));
 }
 
+// Done over a selector: a matching host that registers later is enrolled
+// at the leader's next check; one that does not match stays not enabled.
+TEST_F(RolloutControlTest, DoneOverASelectorEnrolsLateMatchingHostsOnly) {
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({100}, 60, "zone=a"));
+  EXPECT_EQ(started.enabled_hosts_size(), 10);
+  now_ += absl::Seconds(60);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout done, control_->GetRollout());
+  EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_a, Register("hv-30"));
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_b, Register("hv-31"));
+  EXPECT_EQ(zone_a.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
+  EXPECT_EQ(zone_a.enablement().reason(),
+            absl::StrCat("rollout ", done.rollout_id(), " enables hosts matching zone=a only"));
+  ASSERT_OK(control_->RunPass());
+  EXPECT_EQ(EnablementOfHost("hv-30"), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(EnablementOfHost("hv-31"), v1::HostEnablement::STATE_NOT_ENABLED);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(done, control_->GetRollout());
+  EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
+  EXPECT_EQ(done.enabled_hosts_size(), 11);
+}
+
 TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
   ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 50, 100}, 600));
   const std::string canary = started.enabled_hosts(0);
