@@ -456,6 +456,13 @@ std::string Agent::csd_refusal() const {
   return session_ ? session_->refusal() : std::string();
 }
 
+v1::HostEnablement Agent::enablement() const {
+  if (enablement_) return enablement_->Get();
+  v1::HostEnablement enforce;
+  enforce.set_state(v1::HostEnablement::STATE_ENFORCE);
+  return enforce;
+}
+
 int64_t Agent::applied_revision() const {
   return cache_ ? cache_->revision() : 0;
 }

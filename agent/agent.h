@@ -160,6 +160,9 @@ class Agent {
   // fix; empty while it does not (also exported as the
   // cosched_agent_csd_refused gauge).
   std::string csd_refusal() const;
+  // What csd last said about setting cookies here (HostEnablement);
+  // ENFORCE before it said anything.
+  v1::HostEnablement enablement() const;
   // Waits until applied_revision() >= `revision`; false on timeout.
   bool WaitForRevision(int64_t revision, std::chrono::milliseconds timeout);
 

@@ -179,6 +179,13 @@ ReconcileResult CookieReconciler::Reconcile(
       Hold(plans, v1::ENFORCEMENT_STATE_NOT_NEEDED,
            absl::StrCat("no cookies needed: ", enablement.reason(),
                         "; the VM's threads keep the cookies they have"));
+    } else if (held_why_.empty() &&
+               enablement.state() == v1::HostEnablement::STATE_NOT_ENABLED) {
+      // The same path as not-needed: a staged rollout decides when this
+      // host starts making cookies, and until then it makes and moves none.
+      Hold(plans, v1::ENFORCEMENT_STATE_NOT_ENABLED,
+           absl::StrCat("cookies not enabled: ", enablement.reason(),
+                        "; the VM's threads keep the cookies they have"));
     } else if (held_why_.empty()) {
       // Every write asks MayWrite first: a hazard that appears during the
       // pass stops it before its next write.

@@ -59,7 +59,8 @@ struct ReconcilerOptions {
   bool clear_on_hazard = false;
   // What csd says of cookies on this host (HostEnablementState); null:
   // enforce. NOT_NEEDED: a pass reads cookies and writes none, each VM
-  // NOT_NEEDED with csd's reason (a hazard, if any, is named first).
+  // NOT_NEEDED with csd's reason (a hazard, if any, is named first);
+  // NOT_ENABLED (a staged rollout) the same, each VM NOT_ENABLED.
   std::function<v1::HostEnablement()> enablement;
 };
 

@@ -37,16 +37,24 @@ v1::HostEnablement HostEnablementState::Get() const {
 
 bool HostEnablementState::Enforce() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return current_.state() != v1::HostEnablement::STATE_NOT_NEEDED;
+  return current_.state() != v1::HostEnablement::STATE_NOT_NEEDED &&
+         current_.state() != v1::HostEnablement::STATE_NOT_ENABLED;
 }
 
 bool HostEnablementState::Set(const v1::HostEnablement& enablement) {
   std::lock_guard<std::mutex> lock(mu_);
   if (google::protobuf::util::MessageDifferencer::Equals(current_, enablement)) return false;
   current_ = enablement;
-  LOG(INFO) << (enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED
-                    ? "csd says cookies are not needed on this host: " + enablement.reason()
-                    : std::string("csd says to set cookies on this host"));
+  switch (enablement.state()) {
+    case v1::HostEnablement::STATE_NOT_NEEDED:
+      LOG(INFO) << "csd says cookies are not needed on this host: " << enablement.reason();
+      break;
+    case v1::HostEnablement::STATE_NOT_ENABLED:
+      LOG(INFO) << "csd has not enabled cookies on this host: " << enablement.reason();
+      break;
+    default:
+      LOG(INFO) << "csd says to set cookies on this host";
+  }
   // Under the lock: two answers in a row are saved in their order.
   if (!state_file_.empty()) {
     if (absl::Status saved = fs_->WriteFileAtomically(state_file_, enablement.SerializeAsString());

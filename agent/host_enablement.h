@@ -1,5 +1,6 @@
 // What csd last said about setting cookies on this host (HostEnablement:
-// enforce, or not needed), from its Register and Report answers. Kept in
+// enforce, not needed, or not enabled by a staged rollout), from its
+// Register and Report answers. Kept in
 // the state dir, so that a restarted agent starts from it rather than
 // making cookies csd said are not needed until its first answer; an agent
 // that never heard from csd enforces. Thread-safe.

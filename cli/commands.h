@@ -112,6 +112,25 @@ struct StatsArgs {
   std::string window = "5m";
 };
 
+// csctl rollout start.
+struct RolloutStartArgs {
+  // "1%,10%,50%,100%" (ParseStagePercents).
+  std::string stages{};
+  // "30m" (ParseSoak).
+  std::string soak{};
+  // Host labels; empty: every host.
+  std::string selector{};
+};
+
+// csctl rollout pause|resume|abort.
+struct RolloutChangeArgs {
+  // Empty: whichever rollout is current.
+  std::string rollout_id{};
+  // For the audit trail.
+  std::string reason{};
+};
+enum class RolloutChange { kPause, kResume, kAbort };
+
 using Stub = v1::ControlPlane::StubInterface;
 
 // TagVM; prints the VM with its assignment (JSON: the VM object plus
@@ -190,6 +209,21 @@ int RunExplainVm(Stub& stub, const std::string& vm_id,
 // measured (JSON: PlanReportToJson). Neither or both: a usage error.
 int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
             std::ostream& out, std::ostream& err);
+
+// StartRollout; prints the rollout (cli/rollout_output.h). kExitUsage for
+// stages that are not N% or do not strictly increase within 1-100%, a
+// soak that is not a whole number with s/m/h/d or is over 7 days, or a bad
+// selector; csd refuses the rest (a soak under its rollout.min_soak_s, a
+// selector matching no host, a rollout already running).
+int RunRolloutStart(Stub& stub, const RolloutStartArgs& args, const CommandOptions& options,
+                    std::ostream& out, std::ostream& err);
+// GetRollout: the current rollout, its stage, its enabled hosts and, when
+// halted, why.
+int RunRolloutStatus(Stub& stub, const CommandOptions& options, std::ostream& out,
+                     std::ostream& err);
+// PauseRollout, ResumeRollout or AbortRollout; prints the rollout after.
+int RunRolloutChange(Stub& stub, RolloutChange change, const RolloutChangeArgs& args,
+                     const CommandOptions& options, std::ostream& out, std::ostream& err);
 
 // ListAuditRecords, following next_page_token up to args.limit records.
 // JSON: an array of records, before/after as JSON objects.

@@ -74,6 +74,8 @@ struct CsctlArgs {
   PlaceArgs place;
   PlanArgs plan;
   HostTraitsArgs traits;
+  RolloutStartArgs rollout_start;
+  RolloutChangeArgs rollout_change;
 };
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
@@ -219,6 +221,55 @@ void AddHostCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands
                         [&a, run = command.run](Stub& s, const CommandOptions& o,
                                                 std::ostream& out, std::ostream& err) {
                           return run(s, a.host_id, o, out, err);
+                        }});
+  }
+}
+
+void AddRolloutCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* rollout = app.add_subcommand(
+      "rollout", "turn enforcement on across the fleet in stages (docs/operating.md)");
+  rollout->require_subcommand(1);
+  CLI::App* start = rollout->add_subcommand(
+      "start", "start a rollout: stage 1's hosts are enabled at once, each stage soaks");
+  start->add_option("--stages", a.rollout_start.stages,
+                    "percent of the matching hosts per stage, strictly increasing: "
+                    "1%,10%,50%,100%")
+      ->required();
+  start->add_option("--soak", a.rollout_start.soak,
+                    "how long each stage runs without a regression before the next: "
+                    "90s, 30m, 2h, 1d (at most 7d; csd sets the least)")
+      ->required();
+  start->add_option("--selector,-l", a.rollout_start.selector,
+                    "only hosts whose labels match: key=value[,key=value...]");
+  commands.push_back({start, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                           std::ostream& err) {
+                        return RunRolloutStart(s, a.rollout_start, o, out, err);
+                      }});
+  CLI::App* status = rollout->add_subcommand("status", "the current rollout");
+  commands.push_back({status, nullptr, [](Stub& s, const CommandOptions& o, std::ostream& out,
+                                          std::ostream& err) {
+                        return RunRolloutStatus(s, o, out, err);
+                      }});
+  const struct {
+    const char* name;
+    const char* help;
+    RolloutChange change;
+  } changes[] = {
+      {"pause", "no further stage; the enabled hosts stay enabled", RolloutChange::kPause},
+      {"resume", "go on from a pause or a halt: the stage soaks again from now",
+       RolloutChange::kResume},
+      {"abort", "end it: no host is enabled beyond those it enabled already",
+       RolloutChange::kAbort},
+  };
+  for (const auto& c : changes) {
+    CLI::App* sub = rollout->add_subcommand(c.name, c.help);
+    sub->add_option("--id", a.rollout_change.rollout_id,
+                    "only if this is the current rollout's id");
+    sub->add_option("--reason", a.rollout_change.reason, "why, for the audit trail");
+    commands.push_back({sub, nullptr,
+                        [&a, change = c.change](Stub& s, const CommandOptions& o,
+                                                std::ostream& out, std::ostream& err) {
+                          return RunRolloutChange(s, change, a.rollout_change, o, out, err);
                         }});
   }
 }
@@ -478,6 +529,7 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   AddPolicyCommands(app, args, commands);
   AddRecordCommands(app, args, commands);
   AddHostCommands(app, args, commands);
+  AddRolloutCommands(app, args, commands);
   AddPolicyQuestions(app, args, commands);
   if (std::optional<int> done = Parse(app, argc, argv, out, err)) return *done;
 

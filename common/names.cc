@@ -62,6 +62,18 @@ std::string EnforcementStateName(v1::EnforcementState state) {
     case v1::ENFORCEMENT_STATE_PENDING: return "pending";
     case v1::ENFORCEMENT_STATE_HELD: return "held";
     case v1::ENFORCEMENT_STATE_NOT_NEEDED: return "not-needed";
+    case v1::ENFORCEMENT_STATE_NOT_ENABLED: return "not-enabled";
+    default: return "unknown";
+  }
+}
+
+std::string RolloutStateName(v1::Rollout::State state) {
+  switch (state) {
+    case v1::Rollout::STATE_RUNNING: return "running";
+    case v1::Rollout::STATE_PAUSED: return "paused";
+    case v1::Rollout::STATE_HALTED: return "halted";
+    case v1::Rollout::STATE_ABORTED: return "aborted";
+    case v1::Rollout::STATE_DONE: return "done";
     default: return "unknown";
   }
 }

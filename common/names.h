@@ -25,8 +25,12 @@ absl::StatusOr<v1::ThreadScope> ParseThreadScope(absl::string_view field,
 // "supported", "no-smt", "no-kernel-support", "no-permission", "unknown".
 std::string CoreSchedSupportName(v1::CoreSchedSupport support);
 
-// "enforced", "partial", "failed", "fail-closed", "pending", "unknown".
+// "enforced", "partial", "failed", "fail-closed", "pending", "held",
+// "not-needed", "not-enabled", "unknown".
 std::string EnforcementStateName(v1::EnforcementState state);
+
+// "running", "paused", "halted", "aborted", "done", "unknown".
+std::string RolloutStateName(v1::Rollout::State state);
 
 }  // namespace cosched
 

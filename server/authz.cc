@@ -104,6 +104,7 @@ Role RequiredRole(absl::string_view method) {
       {"ListAuditRecords", Role::kViewer},
       {"ExplainVM", Role::kViewer},
       {"Plan", Role::kViewer},
+      {"GetRollout", Role::kViewer},
       {"TagVM", Role::kOperator},
       {"UntagVM", Role::kOperator},
       {"Place", Role::kOperator},
@@ -111,6 +112,11 @@ Role RequiredRole(absl::string_view method) {
       {"UndrainHost", Role::kOperator},
       {"RemoveHost", Role::kOperator},
       {"SetTenantPolicy", Role::kAdmin},
+      // Enforcement on or off across the fleet is the admin's call.
+      {"StartRollout", Role::kAdmin},
+      {"PauseRollout", Role::kAdmin},
+      {"ResumeRollout", Role::kAdmin},
+      {"AbortRollout", Role::kAdmin},
   };
   auto it = kRoles->find(method);
   return it == kRoles->end() ? Role::kAdmin : it->second;

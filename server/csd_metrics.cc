@@ -214,6 +214,43 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
         }
         return samples;
       });
+  // The rollout: its stage and how many hosts it enabled, and its state as
+  // one series per state (1 for the current one), so that an alert can
+  // say "halted" without knowing the enum's numbers.
+  auto rollout = [this] {
+    return options_.rollout ? options_.rollout() : std::optional<v1::Rollout>();
+  };
+  scrape_gauges_->Add("cosched_csd_rollout_stage",
+                      "The staged rollout's current stage, from 1; 0 without a rollout.",
+                      [rollout] {
+                        std::optional<v1::Rollout> r = rollout();
+                        return r ? static_cast<double>(r->stage() + 1) : 0.0;
+                      });
+  scrape_gauges_->Add("cosched_csd_rollout_enabled_hosts",
+                      "Hosts the staged rollout has enabled enforcement on; 0 without a "
+                      "rollout (every host is enabled then).",
+                      [rollout] {
+                        std::optional<v1::Rollout> r = rollout();
+                        return r ? static_cast<double>(r->enabled_hosts_size()) : 0.0;
+                      });
+  scrape_gauges_->AddFamily(
+      "cosched_csd_rollout_state",
+      "1 for the staged rollout's state (running, paused, halted, aborted, done), 0 for the "
+      "others; no series without a rollout.",
+      [rollout] {
+        std::vector<metrics::ScrapeGauges::Sample> samples;
+        std::optional<v1::Rollout> r = rollout();
+        if (!r) return samples;
+        const std::pair<v1::Rollout::State, const char*> states[] = {
+            {v1::Rollout::STATE_RUNNING, "running"}, {v1::Rollout::STATE_PAUSED, "paused"},
+            {v1::Rollout::STATE_HALTED, "halted"},   {v1::Rollout::STATE_ABORTED, "aborted"},
+            {v1::Rollout::STATE_DONE, "done"}};
+        for (const auto& state : states) {
+          samples.emplace_back(prometheus::Labels{{"state", state.second}},
+                               r->state() == state.first ? 1.0 : 0.0);
+        }
+        return samples;
+      });
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));

@@ -38,6 +38,8 @@ struct CsdMetricsOptions {
   std::function<double()> store_revision;
   // 1 while this csd leads the store's writers (Store::Leads), else 0.
   std::function<double()> leader;
+  // The staged rollout as this csd knows it (RolloutView); nullopt: none.
+  std::function<std::optional<v1::Rollout>()> rollout;
   // A host whose last accepted Report is older than this leaves the
   // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
   // to another replica).

@@ -46,6 +46,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     options.class_conflicts.emplace_back(c.a(), c.b());
   }
   options.engine = EngineOptionsFromConfig(config.engine());
+  options.rollout = RolloutOptionsFromConfig(config.rollout());
   const v1::LocalSocketConfig& local = config.local_socket();
   if (local.path().empty()) {
     options.local_socket.path = kDefaultLocalSocket;
@@ -205,6 +206,7 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
         absl::ToInt64Milliseconds(options.peer_timeout)));
   }
   RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
+  RETURN_IF_ERROR(ValidateRolloutOptions(options.rollout));
   RETURN_IF_ERROR(ValidateLocalSocketOptions(options.local_socket));
   return Authorizer::Create(options.authz).status();
 }
@@ -258,6 +260,9 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     return static_cast<double>(self->store_->CurrentRevision());
   };
   metrics_options.leader = [self] { return self->store_->Leads() ? 1.0 : 0.0; };
+  metrics_options.rollout = [self] {
+    return self->state_ ? self->state_->rollout().Get() : std::optional<v1::Rollout>();
+  };
   csd->metrics_ = std::make_unique<CsdMetrics>(std::move(metrics_options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<InstrumentedStore>(
@@ -315,6 +320,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     }
   });
   csd->engine_->Start();
+  csd->rollouts_ = std::make_unique<RolloutControl>(csd->state_.get(), options.rollout);
+  csd->rollouts_->Start();
   if (replicas != nullptr) {
     PeerStatsOptions peer_options;
     peer_options.self = replicas->name();
@@ -326,7 +333,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
-      csd->peer_stats_.get());
+      csd->peer_stats_.get(), csd->rollouts_.get());
   csd->agent_service_ = std::make_unique<AgentServiceImpl>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 
@@ -410,6 +417,7 @@ void CsdServer::Shutdown() {
                       std::chrono::seconds(2));
     server_->Wait();
     engine_->Stop();
+    if (rollouts_) rollouts_->Stop();
     // Other replicas' changes call into the fanout and the views: none
     // after this.
     store_->SetExternalObserver(nullptr);

@@ -25,6 +25,7 @@
 #include "server/engine_options.h"
 #include "server/local_peers.h"
 #include "server/local_socket.h"
+#include "server/rollout_control.h"
 #include "server/services.h"
 #include "store/etcd_store.h"
 #include "store/store.h"
@@ -72,6 +73,8 @@ struct CsdOptions {
   EngineOptions engine;
   // The Unix socket for local callers; no path: none.
   LocalSocketOptions local_socket;
+  // Staged rollouts (csd.yaml `rollout:`).
+  RolloutOptions rollout;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
@@ -82,7 +85,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
 // audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
-// roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*) and the rule. Users and groups
+// roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*, rollout.*) and the rule. Users and groups
 // named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
@@ -139,6 +142,8 @@ class CsdServer {
   // Stopped before the store drains, destroyed after it: the store's
   // commits tell it of changes until the end.
   std::unique_ptr<EngineLoop> engine_;
+  // The same: its writes go through the store until it stops.
+  std::unique_ptr<RolloutControl> rollouts_;
   // csd on etcd: gathers the other replicas' stats; before the service
   // that uses it.
   std::unique_ptr<PeerStats> peer_stats_;

@@ -470,7 +470,8 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
           delta,
           LogAudit<v1::RegisterResponse>(
               audit, [this, host_id = request.host_id(),
-                      enablement = EnablementOf(request.capabilities().preflight(), enforce_),
+                      enablement = EnablementOf(request.capabilities().preflight(), enforce_,
+                                                rollout_.VerdictFor(request.host_id())),
                       done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
                 // Its topology may have changed: the next Report is checked
                 // and written whole.
@@ -516,7 +517,9 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   if (!valid.ok()) return done(valid);
   // Every answer says whether the host should set cookies, so a change of
   // the setting or of the host's vulnerabilities reaches a running agent.
-  done = [enablement = EnablementOf(request.preflight(), enforce_),
+  health_.Note(request, absl::Now());
+  done = [enablement = EnablementOf(request.preflight(), enforce_,
+                                    rollout_.VerdictFor(request.host_id())),
           done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
     if (r.ok()) *r->mutable_enablement() = enablement;
     done(std::move(r));

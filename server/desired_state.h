@@ -24,6 +24,7 @@
 #include "policy/placement.h"
 #include "server/host_enablement.h"
 #include "server/placement_view.h"
+#include "server/rollout_view.h"
 #include "server/stats_aggregator.h"
 #include "store/store.h"
 
@@ -76,7 +77,12 @@ class DesiredState {
 
   // Builds the placement view from the store (csd calls it once at start,
   // before serving); from then on every committed write keeps it current.
-  absl::Status LoadPlacement() { return placement_.Load(*store_); }
+  // Also reads the staged rollout (rollout()).
+  absl::Status LoadPlacement() {
+    absl::Status loaded = placement_.Load(*store_);
+    if (loaded.ok()) loaded = rollout_.Load(*store_);
+    return loaded;
+  }
   const PlacementView& placement() const { return placement_; }
 
   // Idempotent upsert. FAILED_PRECONDITION when the tenant's policy forbids
@@ -144,6 +150,20 @@ class DesiredState {
   // and what GetHost shows. Set before serving; default always.
   void set_enforce_mode(EnforceMode mode) { enforce_ = mode; }
   EnforceMode enforce_mode() const { return enforce_; }
+
+  // The staged rollout as csd last wrote or read it: which hosts Register,
+  // Report and GetHost say are enabled. Its writer (RolloutControl) sets
+  // it after each commit; other replicas' writes reach it through
+  // ApplyExternalChange.
+  RolloutView& rollout() { return rollout_; }
+  const RolloutView& rollout() const { return rollout_; }
+  // What each host's last Report to this csd said of its health.
+  const ReportHealth& report_health() const { return health_; }
+  // How long since the host's agent last registered or reported (to this
+  // csd, or as stored), whether or not it holds a stream: a stuck agent
+  // keeps its stream and reports nothing.
+  absl::Duration SilentFor(const v1::Host& host) const;
+  bool IsConnected(absl::string_view host_id) const;
 
   // Whether a host's agent holds a watch stream now (csd's fan-out knows).
   // Set before serving; unset: none is.
@@ -308,6 +328,8 @@ class DesiredState {
   absl::Duration host_stale_after_ = absl::Seconds(60);
   bool tag_from_metadata_ = false;
   EnforceMode enforce_ = EnforceMode::kAlways;
+  RolloutView rollout_;
+  ReportHealth health_;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
   // An external change could not be applied: the next one reloads the

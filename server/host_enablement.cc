@@ -16,9 +16,14 @@ absl::StatusOr<EnforceMode> ParseEnforceMode(absl::string_view field, absl::stri
       absl::StrCat(field, " '", value, "' must be always (the default) or when-vulnerable"));
 }
 
-v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode) {
+v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode,
+                                const RolloutVerdict& rollout) {
   v1::HostEnablement out;
   out.set_state(v1::HostEnablement::STATE_ENFORCE);
+  if (!rollout.enabled) {
+    out.set_state(v1::HostEnablement::STATE_NOT_ENABLED);
+    out.set_reason(rollout.reason);
+  }
   if (mode != EnforceMode::kWhenVulnerable) return out;
   std::set<std::string> seen;
   std::vector<std::string> clear;

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cosched/v1/types.pb.h"
+#include "server/rollout_view.h"
 
 namespace cosched::server {
 
@@ -27,7 +28,12 @@ absl::StatusOr<EnforceMode> ParseEnforceMode(absl::string_view field, absl::stri
 // mds (the two files ChromeOS decides on) and reports no SMT-relevant issue
 // as affected. A host that cannot say (no vulnerabilities directory, an
 // older kernel without those files) is enforced: not knowing is not safe.
-v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode);
+// Otherwise NOT_ENABLED when a staged rollout has not enabled the host
+// (`rollout`, RolloutView::VerdictFor): a host that needs no cookies says
+// so whatever the rollout, since that is what Place and operators need to
+// know of it.
+v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode,
+                                const RolloutVerdict& rollout = {});
 
 }  // namespace cosched::server
 

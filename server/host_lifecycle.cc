@@ -39,6 +39,14 @@ absl::Time DesiredState::LastSeen(const v1::Host& host) const {
   return seen;
 }
 
+absl::Duration DesiredState::SilentFor(const v1::Host& host) const {
+  return std::max(absl::ZeroDuration(), absl::Now() - LastSeen(host));
+}
+
+bool DesiredState::IsConnected(absl::string_view host_id) const {
+  return connected_ && connected_(host_id);
+}
+
 bool DesiredState::IsLive(const v1::Host& host) const {
   if (connected_ && connected_(host.host_id())) return true;
   return absl::Now() - LastSeen(host) <= host_stale_after_;
@@ -48,9 +56,14 @@ std::string DesiredState::UnplaceableReason(const v1::Host& host,
                                             bool needs_isolation) const {
   if (host.draining()) return "draining";
   // CPUs that leak nothing between siblings isolate without cookies.
-  if (EnablementOf(host.capabilities().preflight(), enforce_).state() ==
-      v1::HostEnablement::STATE_NOT_NEEDED) {
+  const v1::HostEnablement enablement =
+      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host.host_id()));
+  if (enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
     needs_isolation = false;
+  }
+  // A staged rollout has not enabled it: its agent makes no cookies.
+  if (needs_isolation && enablement.state() == v1::HostEnablement::STATE_NOT_ENABLED) {
+    return "not enabled (staged rollout)";
   }
   // Its agent creates no cookies while a hazard lasts.
   if (needs_isolation && host.capabilities().preflight().hazards_size() > 0) {
@@ -73,7 +86,8 @@ void DesiredState::AddLiveness(v1::Host& host) const {
       TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(LastSeen(host)));
   if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();
   host.set_unplaceable_reason(UnplaceableReason(host, /*needs_isolation=*/true));
-  *host.mutable_enablement() = EnablementOf(host.capabilities().preflight(), enforce_);
+  *host.mutable_enablement() =
+      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host.host_id()));
 }
 
 void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool draining,
@@ -171,6 +185,7 @@ void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor&
         if (!status.ok()) return done(status);
         placement_.Apply(*delta);
         ForgetReport(host_id);
+        health_.Forget(host_id);
         internal::LogAudit(*audit);
         done(*result);
       });

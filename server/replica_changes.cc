@@ -24,6 +24,7 @@ void DesiredState::ApplyExternalChange(const store::ExternalChange& change) {
       reports_.clear();
     }
     absl::Status loaded = placement_.Load(*store_);
+    if (loaded.ok()) loaded = rollout_.Load(*store_);
     external_reload_owed_ = !loaded.ok();
     LOG_IF(ERROR, !loaded.ok()) << "placement view: reading it again after other replicas' "
                                 << "commits (to revision " << change.revision
@@ -56,6 +57,11 @@ void DesiredState::ApplyExternalChange(const store::ExternalChange& change) {
     }
     // Place reads tenant policies from the view.
     if (change.policies) RETURN_IF_ERROR(placement_.LoadPolicies(txn));
+    // The leader moved the rollout on: which hosts are enabled changed.
+    if (change.rollout) {
+      ASSIGN_OR_RETURN(std::optional<v1::Rollout> rollout, txn.GetRollout());
+      rollout_.Set(std::move(rollout));
+    }
     for (const std::string& host_id : change.hosts) {
       ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(host_id));
       if (host) {

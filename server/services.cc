@@ -221,6 +221,53 @@ grpc::ServerUnaryReactor* ControlPlaneService::Plan(grpc::CallbackServerContext*
   return AnswerNow(context, engine_->Plan(*request), response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::StartRollout(
+    grpc::CallbackServerContext* context, const v1::StartRolloutRequest* request,
+    v1::Rollout* response) {
+  auto caller = authz_->ForControlPlane(*context, "StartRollout");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  rollouts_->StartRollout(*request, ActorOf(*caller), AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::GetRollout(grpc::CallbackServerContext* context,
+                                                          const v1::GetRolloutRequest*,
+                                                          v1::Rollout* response) {
+  auto caller = authz_->ForControlPlane(*context, "GetRollout");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  return AnswerNow(context, rollouts_->GetRollout(), response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ChangeRollout(
+    grpc::CallbackServerContext* context, const char* method, RolloutControl::Change change,
+    const v1::ChangeRolloutRequest* request, v1::Rollout* response) {
+  auto caller = authz_->ForControlPlane(*context, method);
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  rollouts_->ChangeRollout(change, *request, ActorOf(*caller), AnswerLater(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::PauseRollout(
+    grpc::CallbackServerContext* context, const v1::ChangeRolloutRequest* request,
+    v1::Rollout* response) {
+  return ChangeRollout(context, "PauseRollout", RolloutControl::Change::kPause, request, response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::ResumeRollout(
+    grpc::CallbackServerContext* context, const v1::ChangeRolloutRequest* request,
+    v1::Rollout* response) {
+  return ChangeRollout(context, "ResumeRollout", RolloutControl::Change::kResume, request,
+                       response);
+}
+
+grpc::ServerUnaryReactor* ControlPlaneService::AbortRollout(
+    grpc::CallbackServerContext* context, const v1::ChangeRolloutRequest* request,
+    v1::Rollout* response) {
+  return ChangeRollout(context, "AbortRollout", RolloutControl::Change::kAbort, request, response);
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

@@ -12,16 +12,24 @@
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
 #include "server/peer_stats.h"
+#include "server/rollout_control.h"
 
 namespace cosched::server {
 
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
  public:
   // `engine` answers Plan; `peers` (csd on etcd; may be null) gathers the
-  // other replicas' stats for GetStats.
+  // other replicas' stats for GetStats; `rollouts` answers the rollout
+  // RPCs.
   ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
-                      const Authorizer* authz, EngineLoop* engine, PeerStats* peers)
-      : state_(state), fanout_(fanout), authz_(authz), engine_(engine), peers_(peers) {}
+                      const Authorizer* authz, EngineLoop* engine, PeerStats* peers,
+                      RolloutControl* rollouts)
+      : state_(state),
+        fanout_(fanout),
+        authz_(authz),
+        engine_(engine),
+        peers_(peers),
+        rollouts_(rollouts) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
                                   const v1::TagVMRequest* request,
@@ -78,13 +86,34 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
                                  const v1::PlanRequest* request,
                                  v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* StartRollout(grpc::CallbackServerContext* context,
+                                         const v1::StartRolloutRequest* request,
+                                         v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* GetRollout(grpc::CallbackServerContext* context,
+                                       const v1::GetRolloutRequest* request,
+                                       v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* PauseRollout(grpc::CallbackServerContext* context,
+                                         const v1::ChangeRolloutRequest* request,
+                                         v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* ResumeRollout(grpc::CallbackServerContext* context,
+                                          const v1::ChangeRolloutRequest* request,
+                                          v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* AbortRollout(grpc::CallbackServerContext* context,
+                                         const v1::ChangeRolloutRequest* request,
+                                         v1::Rollout* response) override;
 
  private:
+  grpc::ServerUnaryReactor* ChangeRollout(grpc::CallbackServerContext* context,
+                                          const char* method, RolloutControl::Change change,
+                                          const v1::ChangeRolloutRequest* request,
+                                          v1::Rollout* response);
+
   DesiredState* const state_;
   const AssignmentFanout* const fanout_;
   const Authorizer* const authz_;
   EngineLoop* const engine_;
   PeerStats* const peers_;
+  RolloutControl* const rollouts_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {

@@ -61,6 +61,7 @@ struct EtcdStoreOptions {
 //   meta                      EtcdMeta, written by every commit
 //   vms/<vm_id>               v1::VM
 //   policies/<tenant_id>      v1::TenantPolicy
+//   rollout                   v1::Rollout: the current staged rollout
 //   hosts/<host_id>           v1::Host
 //   reports/<host_id>         EtcdReport: the host's observations
 //   obs/<vm key>/<host_id>    empty: the index of reports by VM id and UUID

@@ -346,6 +346,23 @@ absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& fil
   return vms;
 }
 
+absl::StatusOr<std::optional<v1::Rollout>> EtcdTransaction::GetRollout() {
+  const std::string key = absl::StrCat(snap_.prefix, "/rollout");
+  ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
+  if (!value) return std::optional<v1::Rollout>();
+  ASSIGN_OR_RETURN(auto rollout, Parse<v1::Rollout>(key, *value, "rollout"));
+  return std::optional<v1::Rollout>(std::move(rollout));
+}
+
+absl::Status EtcdTransaction::PutRollout(const v1::Rollout& rollout) {
+  RETURN_IF_ERROR(RequireWrite("PutRollout"));
+  if (rollout.rollout_id().empty()) {
+    return absl::InvalidArgumentError("PutRollout: rollout_id is empty");
+  }
+  Put(absl::StrCat(snap_.prefix, "/rollout"), Serialized(rollout));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<v1::TenantPolicy>> EtcdTransaction::GetTenantPolicy(
     absl::string_view tenant_id) {
   const std::string key = Key("policies", tenant_id);

@@ -91,6 +91,8 @@ class EtcdTransaction final : public Transaction {
   absl::Status RecordChange(absl::string_view host_id, absl::string_view vm_id) override;
   absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                            int64_t revision) override;
+  absl::StatusOr<std::optional<v1::Rollout>> GetRollout() override;
+  absl::Status PutRollout(const v1::Rollout& rollout) override;
   absl::Status RequireLeadership() override;
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const AuditFilter& filter,

@@ -79,6 +79,10 @@ absl::Status AddWatchEvent(absl::string_view prefix, const mvccpb::Event& event,
     change.policies = true;
     return absl::OkStatus();
   }
+  if (tail == "rollout") {
+    change.rollout = true;
+    return absl::OkStatus();
+  }
   if (absl::ConsumePrefix(&tail, "changes/")) {
     // A delete is the leader's sweep of records no agent can ask for any
     // more (store/etcd_maintenance.h): no assignment changed.
@@ -289,6 +293,7 @@ void EtcdPrefixWatch::Handle(const etcdserverpb::WatchResponse& response) {
       }
     }
     pending.policies |= change.policies;
+    pending.rollout |= change.rollout;
   }
   flush();
   const int64_t last = events.rbegin()->kv().mod_revision();

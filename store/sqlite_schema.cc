@@ -114,6 +114,14 @@ CREATE TABLE observations (
 ) WITHOUT ROWID;
 CREATE INDEX observations_by_host ON observations (host_id);
 )sql",
+    // Version 5: the staged rollout of enforcement. One row (slot 0): csd
+    // keeps only the current rollout; its history is in the audit trail.
+    R"sql(
+CREATE TABLE IF NOT EXISTS rollout (
+  slot INTEGER PRIMARY KEY CHECK (slot = 0),
+  record BLOB NOT NULL
+);
+)sql",
 };
 
 // Not cosched::ErrnoStatus (common/file_io.h): that one maps ENOENT/ENOTDIR

@@ -228,6 +228,29 @@ absl::Status SqliteTransaction::PutTenantPolicy(
   return q.Run();
 }
 
+absl::StatusOr<std::optional<v1::Rollout>> SqliteTransaction::GetRollout() {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT record FROM rollout WHERE slot = 0", "get rollout"));
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<v1::Rollout>();
+  ASSIGN_OR_RETURN(v1::Rollout rollout,
+                   ParseRecord<v1::Rollout>(q.ColumnBlob(0), "rollout", "current", db_));
+  return std::optional<v1::Rollout>(std::move(rollout));
+}
+
+absl::Status SqliteTransaction::PutRollout(const v1::Rollout& rollout) {
+  RETURN_IF_ERROR(RequireWrite("PutRollout"));
+  if (rollout.rollout_id().empty()) {
+    return absl::InvalidArgumentError("PutRollout: rollout_id is empty");
+  }
+  ASSIGN_OR_RETURN(std::string record, Serialize(rollout, "rollout"));
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("INSERT OR REPLACE INTO rollout (slot, record) VALUES (0, ?1)",
+                             "put rollout"));
+  q.BindBlob(1, record);
+  return q.Run();
+}
+
 absl::StatusOr<std::vector<v1::TenantPolicy>>
 SqliteTransaction::ListTenantPolicies(const Page& page) {
   ASSIGN_OR_RETURN(

@@ -62,6 +62,8 @@ class SqliteTransaction final : public Transaction {
   absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                            int64_t revision) override;
   // The store has one writer, this process: it always leads.
+  absl::StatusOr<std::optional<v1::Rollout>> GetRollout() override;
+  absl::Status PutRollout(const v1::Rollout& rollout) override;
   absl::Status RequireLeadership() override { return absl::OkStatus(); }
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(

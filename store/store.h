@@ -82,10 +82,13 @@ struct ExternalChange {
   std::vector<std::pair<std::string, std::vector<v1::VMObservation>>> reports;
   // A tenant policy was written.
   bool policies = false;
+  // The rollout record was written (the leader advanced, halted or an
+  // operator changed it): which hosts are enabled may have changed.
+  bool rollout = false;
 
   bool empty() const {
     return !resync && assignment_hosts.empty() && vms.empty() && hosts.empty() &&
-           reports.empty() && !policies;
+           reports.empty() && !policies && !rollout;
   }
 };
 
@@ -158,6 +161,13 @@ class Transaction {
                                     absl::string_view vm_id) = 0;
   virtual absl::StatusOr<HostChanges> ChangesSince(absl::string_view host_id,
                                                    int64_t revision) = 0;
+
+  // The staged rollout of enforcement (v1::Rollout, stored whole): one
+  // record, the latest started whatever its state; nullopt before the
+  // first. PutRollout replaces it; INVALID_ARGUMENT when rollout_id is
+  // empty.
+  virtual absl::StatusOr<std::optional<v1::Rollout>> GetRollout() = 0;
+  virtual absl::Status PutRollout(const v1::Rollout& rollout) = 0;
 
   // Makes the writes of this transaction commit only while this process
   // leads the store's writers (Store::Leads): for the jobs that must run

@@ -446,7 +446,8 @@ absl::StatusOr<ToolReport> BackupSqlite(const StoreLocation& from, const std::st
 absl::StatusOr<bool> SqliteHoldsData(SqliteDb& db) {
   ASSIGN_OR_RETURN(int64_t revision, ReadMeta(db, "revision"));
   if (revision > 0) return true;
-  for (const char* table : {"vms", "tenant_policies", "hosts", "observations", "audit"}) {
+  for (const char* table :
+       {"vms", "tenant_policies", "hosts", "observations", "audit", "rollout"}) {
     ASSIGN_OR_RETURN(SqliteQuery q, db.Query(absl::StrCat("SELECT 1 FROM ", table, " LIMIT 1"),
                                              "look for records"));
     ASSIGN_OR_RETURN(bool row, q.Step());
@@ -530,6 +531,8 @@ struct SqliteContents {
   // host_id, vm_id, in revision order.
   std::vector<std::tuple<int64_t, std::string, std::string>> changes;
   std::vector<v1::AuditRecord> audit;  // oldest first
+  // At most one: the current staged rollout.
+  std::vector<v1::Rollout> rollout;
 };
 
 template <typename Message>
@@ -562,6 +565,7 @@ absl::StatusOr<SqliteContents> ReadSqlite(SqliteDb& db) {
   RETURN_IF_ERROR(ReadRecords(db, "SELECT tenant_id, record FROM tenant_policies",
                               "tenant policy", c.policies));
   RETURN_IF_ERROR(ReadRecords(db, "SELECT host_id, record FROM hosts", "host", c.hosts));
+  RETURN_IF_ERROR(ReadRecords(db, "SELECT slot, record FROM rollout", "rollout", c.rollout));
   RETURN_IF_ERROR(ReadRecords(db, "SELECT sequence, record FROM audit ORDER BY sequence",
                               "audit record", c.audit));
   {
@@ -714,6 +718,9 @@ absl::StatusOr<ToolReport> MigrateStore(const StoreLocation& from, const StoreLo
       RETURN_IF_ERROR(WriteInChunks<v1::TenantPolicy>(
           *store, contents.policies, kPerWrite,
           [](Transaction& txn, const v1::TenantPolicy& p) { return txn.PutTenantPolicy(p); }));
+      RETURN_IF_ERROR(WriteInChunks<v1::Rollout>(
+          *store, contents.rollout, 1,
+          [](Transaction& txn, const v1::Rollout& r) { return txn.PutRollout(r); }));
       RETURN_IF_ERROR(WriteInChunks<v1::Host>(
           *store, contents.hosts, kPerWrite,
           [](Transaction& txn, const v1::Host& h) { return txn.PutHost(h); }));
@@ -757,7 +764,8 @@ absl::StatusOr<ToolReport> MigrateStore(const StoreLocation& from, const StoreLo
     ASSIGN_OR_RETURN(auto finished, FinishEtcd(target, meta, contents.revision + 1));
     const int64_t items = static_cast<int64_t>(
         contents.vms.size() + contents.policies.size() + contents.hosts.size() +
-        contents.reports.size() + contents.changes.size() + contents.audit.size());
+        contents.reports.size() + contents.changes.size() + contents.audit.size() +
+        contents.rollout.size());
     return ToolReport{finished.first, items, finished.second};
   };
   absl::StatusOr<ToolReport> copied = copy();

@@ -581,5 +581,45 @@ TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
   EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
 }
 
+// A host a staged rollout has not enabled takes the not-needed path: no
+// cookie made or moved, not even a fail-closed one for a VM without an
+// assignment, and the cookies already set stay.
+TEST_F(CookieReconcilerTest, NotEnabledWritesNothingAndSaysCsdsReason) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  v1::HostEnablement enablement;
+  ReconcilerOptions options = Options();
+  options.enablement = [&enablement] { return enablement; };
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t c1 = OnlyCookie(vms[0]);
+  ASSERT_NE(c1, 0u);
+
+  enablement.set_state(v1::HostEnablement::STATE_NOT_ENABLED);
+  enablement.set_reason("rollout r-7 (running, stage 1 of 3 at 10%) has not enabled this host yet");
+  assignments_["vm-2"] = Assign("vm-2", "a/vm/vm-2");
+  vms.push_back(FakeVm(kernel_, "vm-2", 200));
+  vms.push_back(FakeVm(kernel_, "vm-3", 300));  // no assignment: would be fail-closed
+  kernel_.ResetCallCounts();
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[0]), c1);
+  EXPECT_EQ(OnlyCookie(vms[1]), 0u);
+  EXPECT_EQ(OnlyCookie(vms[2]), 0u);
+  for (const VmOutcome& vm : r.vms) {
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_NOT_ENABLED) << vm.vm_id;
+    EXPECT_EQ(vm.enforcement.last_error(),
+              "cookies not enabled: rollout r-7 (running, stage 1 of 3 at 10%) has not enabled "
+              "this host yet; the VM's threads keep the cookies they have");
+  }
+
+  // The rollout reaches the host: tagging starts.
+  enablement.set_state(v1::HostEnablement::STATE_ENFORCE);
+  enablement.clear_reason();
+  r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(OnlyCookie(vms[1]), 0u);
+  EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+}
+
 }  // namespace
 }  // namespace cosched::agent

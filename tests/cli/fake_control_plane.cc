@@ -283,6 +283,91 @@ void FakeControlPlane::PutHost(const v1::Host& host) {
   hosts_[host.host_id()] = host;
 }
 
+grpc::Status FakeControlPlane::StartRollout(grpc::ServerContext*,
+                                            const v1::StartRolloutRequest* request,
+                                            v1::Rollout* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  rollout_requests_.push_back(*request);
+  if (request->soak_seconds() < 60) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "soak_seconds 30s is out of range: 1m to 7d");
+  }
+  if (rollout_ && rollout_->state() == v1::Rollout::STATE_RUNNING) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "rollout r-1 is running: only one rollout runs at a time");
+  }
+  v1::Rollout r;
+  r.set_rollout_id("r-1");
+  r.set_state(v1::Rollout::STATE_RUNNING);
+  r.set_selector(request->selector());
+  *r.mutable_stage_percents() = request->stage_percents();
+  r.set_soak_seconds(request->soak_seconds());
+  r.mutable_stage_started_time()->set_seconds(1800000000);
+  r.mutable_started_time()->set_seconds(1800000000);
+  r.set_started_by("alice");
+  r.set_matching_hosts(static_cast<int>(hosts_.size()));
+  if (!hosts_.empty()) r.add_enabled_hosts(hosts_.begin()->first);
+  rollout_ = r;
+  *response = r;
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeControlPlane::GetRollout(grpc::ServerContext*, const v1::GetRolloutRequest*,
+                                          v1::Rollout* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  if (!rollout_) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no rollout was started (csctl rollout start)");
+  }
+  *response = *rollout_;
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeControlPlane::SetRolloutState(const v1::ChangeRolloutRequest* request,
+                                               v1::Rollout::State state,
+                                               v1::Rollout* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  rollout_changes_.push_back(*request);
+  if (!rollout_) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no rollout was started (csctl rollout start)");
+  }
+  rollout_->set_state(state);
+  *response = *rollout_;
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeControlPlane::PauseRollout(grpc::ServerContext*,
+                                            const v1::ChangeRolloutRequest* request,
+                                            v1::Rollout* response) {
+  return SetRolloutState(request, v1::Rollout::STATE_PAUSED, response);
+}
+
+grpc::Status FakeControlPlane::ResumeRollout(grpc::ServerContext*,
+                                             const v1::ChangeRolloutRequest* request,
+                                             v1::Rollout* response) {
+  return SetRolloutState(request, v1::Rollout::STATE_RUNNING, response);
+}
+
+grpc::Status FakeControlPlane::AbortRollout(grpc::ServerContext*,
+                                            const v1::ChangeRolloutRequest* request,
+                                            v1::Rollout* response) {
+  return SetRolloutState(request, v1::Rollout::STATE_ABORTED, response);
+}
+
+std::vector<v1::StartRolloutRequest> FakeControlPlane::rollout_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rollout_requests_;
+}
+
+std::vector<v1::ChangeRolloutRequest> FakeControlPlane::rollout_changes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rollout_changes_;
+}
+
 int FakeControlPlane::calls() const {
   std::lock_guard<std::mutex> lock(mu_);
   return calls_;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,24 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   grpc::Status GetStats(grpc::ServerContext*, const v1::GetStatsRequest* request,
                         v1::GetStatsResponse* response) override;
 
+  // One rollout at a time, as csd: StartRollout answers it running at
+  // stage 1 with the first registered host (PutHost) enabled, and
+  // FAILED_PRECONDITION while one is running; a soak under 60 s is
+  // INVALID_ARGUMENT naming soak_seconds. Pause, Resume and Abort set the
+  // state; GetRollout is NOT_FOUND before the first.
+  grpc::Status StartRollout(grpc::ServerContext*, const v1::StartRolloutRequest* request,
+                            v1::Rollout* response) override;
+  grpc::Status GetRollout(grpc::ServerContext*, const v1::GetRolloutRequest* request,
+                          v1::Rollout* response) override;
+  grpc::Status PauseRollout(grpc::ServerContext*, const v1::ChangeRolloutRequest* request,
+                            v1::Rollout* response) override;
+  grpc::Status ResumeRollout(grpc::ServerContext*, const v1::ChangeRolloutRequest* request,
+                             v1::Rollout* response) override;
+  grpc::Status AbortRollout(grpc::ServerContext*, const v1::ChangeRolloutRequest* request,
+                            v1::Rollout* response) override;
+  std::vector<v1::StartRolloutRequest> rollout_requests() const;
+  std::vector<v1::ChangeRolloutRequest> rollout_changes() const;
+
   // Stores `vm` as is (e.g. with a host and enforcement report).
   void PutVm(const v1::VM& vm);
   void PutHost(const v1::Host& host);
@@ -70,6 +89,11 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   std::vector<v1::ListVMsRequest> list_requests_;
   std::map<std::string, v1::GetStatsResponse> stats_;
   std::vector<v1::GetStatsRequest> stats_requests_;
+  std::optional<v1::Rollout> rollout_;
+  std::vector<v1::StartRolloutRequest> rollout_requests_;
+  std::vector<v1::ChangeRolloutRequest> rollout_changes_;
+  grpc::Status SetRolloutState(const v1::ChangeRolloutRequest* request, v1::Rollout::State state,
+                               v1::Rollout* response);
 };
 
 // A FakeControlPlane served on 127.0.0.1:<ephemeral port>.

@@ -4,6 +4,7 @@
 #include "server/csd_metrics.h"
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "cosched/v1/agent.grpc.pb.h"
@@ -238,6 +239,29 @@ TEST(CsdMetricsUnit, HostsThatStopReportingLeaveTheFleetGauges) {
   text = ScrapeText(metrics.collectables());
   EXPECT_EQ(SampleValue(text, "cosched_csd_reporting_hosts"), 1);
   EXPECT_EQ(SampleValue(text, "cosched_csd_vms", {{"state", "enforced"}}), 1);
+}
+
+TEST(CsdMetricsUnit, TheRolloutsStageHostsAndStateAreGauges) {
+  std::optional<v1::Rollout> rollout;
+  CsdMetricsOptions options;
+  options.rollout = [&rollout] { return rollout; };
+  CsdMetrics metrics(options);
+  std::string text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_stage"), 0);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_enabled_hosts"), 0);
+  EXPECT_EQ(text.find("cosched_csd_rollout_state{"), std::string::npos) << text;
+
+  rollout.emplace();
+  rollout->set_rollout_id("r-3");
+  rollout->set_state(v1::Rollout::STATE_HALTED);
+  rollout->set_stage(1);
+  rollout->add_enabled_hosts("hv-1");
+  rollout->add_enabled_hosts("hv-2");
+  text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_stage"), 2);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_enabled_hosts"), 2);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_state", {{"state", "halted"}}), 1);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_state", {{"state", "running"}}), 0);
 }
 
 TEST(CsdMetricsUnit, ThePredictionErrorIsAGaugePerHostOfTheEnginesLastPass) {

@@ -255,6 +255,53 @@ TEST_F(CsdReplicasTest, PlaceOnOneReplicaSeesAnotherReplicasWrites) {
   EXPECT_TRUE(Eventually([&] { return PlaceOn(b) == PlaceOn(a); }));
 }
 
+// A rollout started on replica A reaches replica B through its watch: B
+// answers its agents' Reports with what the rollout says of each host.
+TEST_F(CsdReplicasTest, ARolloutStartedOnOneReplicaDecidesAnotherReplicasAnswers) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  for (int i = 0; i < 10; ++i) RegisterAndReport(b, absl::StrCat("h", i), {});
+  auto enablement_on_b = [&](const std::string& host) {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    v1::ReportResponse response;
+    EXPECT_OK(b.agent->Report(&context, request, &response));
+    return response.enablement().state();
+  };
+  EXPECT_EQ(enablement_on_b("h0"), v1::HostEnablement::STATE_ENFORCE);
+
+  v1::StartRolloutRequest start;
+  start.add_stage_percents(10);
+  start.add_stage_percents(100);
+  start.set_soak_seconds(3600);
+  v1::Rollout rollout;
+  {
+    grpc::ClientContext context;
+    ASSERT_OK(a.control->StartRollout(&context, start, &rollout));
+  }
+  ASSERT_EQ(rollout.enabled_hosts_size(), 1);
+  const std::string enabled = rollout.enabled_hosts(0);
+  const std::string other = enabled == "h0" ? "h1" : "h0";
+  EXPECT_TRUE(Eventually([&] {
+    return enablement_on_b(other) == v1::HostEnablement::STATE_NOT_ENABLED;
+  })) << other;
+  EXPECT_EQ(enablement_on_b(enabled), v1::HostEnablement::STATE_ENFORCE);
+
+  // Aborted on B: A's status says so.
+  {
+    grpc::ClientContext context;
+    v1::Rollout aborted;
+    ASSERT_OK(b.control->AbortRollout(&context, v1::ChangeRolloutRequest(), &aborted));
+  }
+  grpc::ClientContext context;
+  v1::Rollout seen;
+  ASSERT_OK(a.control->GetRollout(&context, v1::GetRolloutRequest(), &seen));
+  EXPECT_EQ(seen.state(), v1::Rollout::STATE_ABORTED);
+}
+
 // etcd compacts what B's watch had yet to read while B was cut off from
 // it: B reads its views again, and its agent gets what changed (as a
 // snapshot: the stream's revision is compacted away, as for an agent that

@@ -187,6 +187,8 @@ TEST(EtcdWatchEvent, SaysWhatChanged) {
   ASSERT_OK(AddWatchEvent("/p", PutEvent("/p/changes/h1/vm-1", "", 7), change, revision));
   ASSERT_OK(AddWatchEvent("/p", PutEvent("/p/hosts/h1", "", 7), change, revision));
   ASSERT_OK(AddWatchEvent("/p", PutEvent("/p/policies/t1", "", 7), change, revision));
+  EXPECT_FALSE(change.rollout);
+  ASSERT_OK(AddWatchEvent("/p", PutEvent("/p/rollout", "", 7), change, revision));
   ASSERT_OK(AddWatchEvent("/p", PutEvent("/p/audit/ffff", "", 7), change, revision));
   ASSERT_OK(AddWatchEvent("/p", PutEvent("/pq/vms/x", "", 7), change, revision));
   EXPECT_EQ(revision.revision, 7);
@@ -195,6 +197,7 @@ TEST(EtcdWatchEvent, SaysWhatChanged) {
   EXPECT_THAT(change.assignment_hosts, ElementsAre("h1"));
   EXPECT_THAT(change.hosts, ElementsAre("h1"));
   EXPECT_TRUE(change.policies);
+  EXPECT_TRUE(change.rollout);
   ASSERT_EQ(change.reports.size(), 1u);
   EXPECT_EQ(change.reports[0].first, "h1");
   ASSERT_EQ(change.reports[0].second.size(), 1u);

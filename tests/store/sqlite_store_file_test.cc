@@ -53,7 +53,7 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(DbPath().c_str(), &db), SQLITE_OK);
   EXPECT_EQ(sqlite3_exec(db,
-                         "DROP TABLE audit; DROP TABLE vm_presence; "
+                         "DROP TABLE audit; DROP TABLE vm_presence; DROP TABLE rollout; "
                          "CREATE INDEX vms_by_trust_group ON vms (trust_group, vm_id); "
                          "UPDATE meta SET value = 1 WHERE key = 'schema_version'",
                          nullptr, nullptr, nullptr),
@@ -62,9 +62,13 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
 
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 4);
-  ASSERT_TRUE(store->WriteSync([](Transaction& txn) {
-                    return txn.AppendAudit(MakeAudit("alice", "vm-old", 1));
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), 5);
+  ASSERT_TRUE(store->WriteSync([](Transaction& txn) -> absl::Status {
+                    RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-old", 1)));
+                    // Version 5 added the rollout.
+                    v1::Rollout rollout;
+                    rollout.set_rollout_id("r-1");
+                    return txn.PutRollout(rollout);
                   }).ok());
   ASSERT_TRUE(store
                   ->Read([](Transaction& txn) -> absl::Status {
@@ -83,7 +87,7 @@ TEST_F(SqliteStoreTest, SchemaVersionOneStoreIsMigratedKeepingItsData) {
                                -1, &stmt, nullptr),
             SQLITE_OK);
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 4);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 5);
   sqlite3_finalize(stmt);
   // Version 4 added the hosts that report each VM.
   ASSERT_EQ(sqlite3_prepare_v2(

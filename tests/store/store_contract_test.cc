@@ -84,6 +84,61 @@ TEST_P(StoreContractTest, PutGetDeleteRoundtrip) {
           .ok());
 }
 
+// One rollout record, replaced whole by each Put, kept across a reopen.
+TEST_P(StoreContractTest, RolloutIsOneRecordReplacedWhole) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto get = [](Store& s) {
+    std::optional<v1::Rollout> got;
+    EXPECT_OK(s.Read([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(got, txn.GetRollout());
+      return absl::OkStatus();
+    }));
+    return got;
+  };
+  EXPECT_FALSE(get(*store).has_value());
+
+  v1::Rollout first;
+  first.set_rollout_id("r-1");
+  first.set_selector("zone=a");
+  for (int percent : {1, 10, 100}) first.add_stage_percents(percent);
+  first.set_soak_seconds(1800);
+  first.set_state(v1::Rollout::STATE_RUNNING);
+  first.add_enabled_hosts("h1");
+  first.mutable_stage_started_time()->set_seconds(1700000000);
+  ASSERT_OK(store->WriteSync([&](Transaction& txn) { return txn.PutRollout(first); }));
+  std::optional<v1::Rollout> got = get(*store);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->DebugString(), first.DebugString());
+
+  v1::Rollout second;
+  second.set_rollout_id("r-2");
+  second.set_state(v1::Rollout::STATE_HALTED);
+  second.set_halt_reason("host h2 stopped reporting");
+  ASSERT_OK(store->WriteSync([&](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutRollout(second));
+    ASSIGN_OR_RETURN(auto own, txn.GetRollout());
+    if (!own || own->rollout_id() != "r-2") return absl::InternalError("own write not visible");
+    return absl::OkStatus();
+  }));
+  got = get(*store);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->DebugString(), second.DebugString());
+
+  v1::Rollout nameless;
+  EXPECT_THAT(store->WriteSync([&](Transaction& txn) { return txn.PutRollout(nameless); }),
+              cosched::testing::StatusIs(absl::StatusCode::kInvalidArgument, "rollout_id"));
+  EXPECT_THAT(store->Read([&](Transaction& txn) { return txn.PutRollout(first); }),
+              cosched::testing::StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  got = get(*store);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->rollout_id(), "r-2");
+}
+
 TEST_P(StoreContractTest, TransactionReadsItsOwnWrites) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);

@@ -41,13 +41,15 @@ struct Contents {
   std::vector<std::string> vms, policies, hosts, observations;
   // Oldest first, sequences left out (etcd numbers its own).
   std::vector<std::string> audit;
+  // The staged rollout, serialized; empty when there is none.
+  std::string rollout;
   bool operator==(const Contents&) const = default;
 };
 
 void PrintTo(const Contents& c, std::ostream* os) {
   *os << c.vms.size() << " VMs, " << c.policies.size() << " policies, " << c.hosts.size()
       << " hosts, " << c.observations.size() << " observations, " << c.audit.size()
-      << " audit records";
+      << " audit records, " << (c.rollout.empty() ? "no" : "a") << " rollout";
 }
 
 Contents ReadContents(Store& store) {
@@ -76,6 +78,8 @@ Contents ReadContents(Store& store) {
       if (hosts.empty()) break;
       page.after = hosts.back().host_id();
     }
+    ASSIGN_OR_RETURN(auto rollout, txn.GetRollout());
+    if (rollout) c.rollout = rollout->SerializeAsString();
     keys.push_back("unplaced-vm");
     keys.push_back("uuid-of-a");
     for (const std::string& key : keys) {
@@ -115,7 +119,14 @@ void Fill(Store& store, int vms = 12) {
       host.set_agent_version("1.2");
       RETURN_IF_ERROR(txn.PutHost(host));
     }
-    return absl::OkStatus();
+    v1::Rollout rollout;
+    rollout.set_rollout_id("r-1");
+    rollout.set_state(v1::Rollout::STATE_HALTED);
+    for (int percent : {10, 50, 100}) rollout.add_stage_percents(percent);
+    rollout.set_stage(1);
+    rollout.add_enabled_hosts("h1");
+    rollout.set_halt_reason("host h1 stopped reporting");
+    return txn.PutRollout(rollout);
   }));
   for (int i = 0; i < vms; ++i) {
     ASSERT_OK(store.WriteSync([&](Transaction& txn) -> absl::Status {
@@ -153,6 +164,7 @@ void ExpectFilled(const Contents& c, size_t vms) {
   EXPECT_EQ(c.vms.size(), vms);
   EXPECT_EQ(c.policies.size(), 2u);
   EXPECT_EQ(c.hosts.size(), 2u);
+  EXPECT_NE(c.rollout, "");
   // vm-0 on h2 then h1 (newest first), its UUID's the same, unplaced-vm.
   ASSERT_EQ(c.observations.size(), 5u);
   EXPECT_EQ(c.observations[0].rfind("vm-0 on h2", 0), 0u) << c.observations[0];

@@ -1,0 +1,109 @@
+// csd's staged rollouts of enforcement (`csctl rollout`, issue #17 part
+// 4): the RPCs that start and steer one, and the leader's job that soaks
+// each stage, moves to the next, enrols hosts that register later and
+// halts the rollout when a host it enabled regresses.
+//
+// A rollout is one durable record (v1::Rollout, Transaction::PutRollout),
+// written and audited in one transaction per change; DesiredState's
+// RolloutView holds it for the Register and Report answers
+// (HostEnablement NOT_ENABLED for a host it has not enabled).
+//
+// Thread-safe. The job runs on its own thread once Start() is called, and
+// does anything only while this csd leads the store's writers; its writes
+// are fenced on that leadership. Tests call RunPass() instead.
+#ifndef COSCHED_SERVER_ROLLOUT_CONTROL_H_
+#define COSCHED_SERVER_ROLLOUT_CONTROL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cosched/v1/config.pb.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "server/desired_state.h"
+
+namespace cosched::server {
+
+// The audit trail's `who` of the job's changes.
+inline constexpr char kRolloutActor[] = "csd:rollout";
+
+// csd.yaml's `rollout:` block.
+struct RolloutOptions {
+  // How often the leader checks the current rollout.
+  std::chrono::seconds check_interval{10};
+  // A host this rollout enabled whose agent has been silent this long
+  // halts it.
+  std::chrono::seconds no_report_halt{120};
+  // The shortest soak StartRollout accepts.
+  int64_t min_soak_s = 60;
+};
+
+// Unset fields keep RolloutOptions' defaults.
+RolloutOptions RolloutOptionsFromConfig(const v1::RolloutConfig& config);
+// INVALID_ARGUMENT naming rollout.<field> and its rule: check_interval_s 1
+// to 3600, no_report_halt_s 1 to 86400, min_soak_s 1 to 604800.
+absl::Status ValidateRolloutOptions(const RolloutOptions& options);
+
+class RolloutControl {
+ public:
+  using Clock = std::function<absl::Time()>;
+  // Called after every committed change of the rollout, with it (metrics).
+  using Observer = std::function<void(const v1::Rollout&)>;
+
+  // `clock` nullptr: absl::Now.
+  RolloutControl(DesiredState* state, RolloutOptions options, Clock clock = nullptr,
+                 Observer observer = nullptr);
+  ~RolloutControl();
+  RolloutControl(const RolloutControl&) = delete;
+  RolloutControl& operator=(const RolloutControl&) = delete;
+
+  void Start();
+  void Stop();
+
+  // INVALID_ARGUMENT naming stage_percents, soak_seconds or selector and
+  // the rule (a selector must match a registered host); FAILED_PRECONDITION
+  // while a rollout is running, paused or halted. The first stage's hosts
+  // are enabled at once.
+  void StartRollout(const v1::StartRolloutRequest& request, const Actor& actor,
+                    DesiredState::Done<v1::Rollout> done);
+  enum class Change { kPause, kResume, kAbort };
+  // NOT_FOUND without a rollout; FAILED_PRECONDITION for another
+  // rollout_id or a state the change does not apply to. Pausing a paused
+  // rollout answers it unchanged.
+  void ChangeRollout(Change change, const v1::ChangeRolloutRequest& request, const Actor& actor,
+                     DesiredState::Done<v1::Rollout> done);
+  // NOT_FOUND when none was ever started.
+  absl::StatusOr<v1::Rollout> GetRollout() const;
+
+  // One check, when this csd leads: halt on a regression, else enrol
+  // hosts that register late and move to the next stage once the current
+  // one soaked. Writes only when something changed.
+  absl::Status RunPass();
+
+ private:
+  void Loop();
+  // Why the host regressed, naming it; empty when it did not.
+  std::string Regression(const v1::Host& host) const;
+  // After a committed change: the view, the log, the observer.
+  void Committed(const v1::Rollout& rollout, const v1::AuditRecord& audit);
+
+  DesiredState* const state_;
+  const RolloutOptions options_;
+  const Clock clock_;
+  const Observer observer_;
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_ROLLOUT_CONTROL_H_

@@ -1,0 +1,135 @@
+#include "server/rollout_view.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+
+namespace cosched::server {
+
+RolloutVerdict VerdictOf(const v1::Rollout* rollout, absl::string_view host_id) {
+  if (rollout == nullptr) return {};
+  if (rollout->state() == v1::Rollout::STATE_DONE && rollout->selector().empty()) return {};
+  // Sorted by the writer (RolloutControl), and a few thousand at most.
+  if (std::binary_search(rollout->enabled_hosts().begin(), rollout->enabled_hosts().end(),
+                         host_id)) {
+    return {};
+  }
+  RolloutVerdict verdict;
+  verdict.enabled = false;
+  const std::string& id = rollout->rollout_id();
+  switch (rollout->state()) {
+    case v1::Rollout::STATE_ABORTED:
+      verdict.reason = absl::StrCat("rollout ", id, " was aborted before it enabled this host");
+      break;
+    case v1::Rollout::STATE_DONE:
+      verdict.reason = absl::StrCat("rollout ", id, " enables hosts matching ",
+                                    rollout->selector(), " only");
+      break;
+    default: {
+      const int stage = rollout->stage();
+      const int percent =
+          stage < rollout->stage_percents_size() ? rollout->stage_percents(stage) : 0;
+      verdict.reason = absl::StrCat("rollout ", id, " (", RolloutStateName(rollout->state()),
+                                    ", stage ", stage + 1, " of ", rollout->stage_percents_size(),
+                                    " at ", percent, "%) has not enabled this host yet");
+    }
+  }
+  return verdict;
+}
+
+uint64_t RolloutHash(absl::string_view host_id) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : host_id) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::vector<std::string> StageHosts(std::vector<std::string> matching, int percent) {
+  std::sort(matching.begin(), matching.end(), [](const std::string& a, const std::string& b) {
+    const uint64_t ha = RolloutHash(a);
+    const uint64_t hb = RolloutHash(b);
+    return ha != hb ? ha < hb : a < b;
+  });
+  const size_t n = matching.size();
+  size_t take = (n * static_cast<size_t>(std::clamp(percent, 0, 100)) + 99) / 100;
+  if (n > 0 && take == 0) take = 1;
+  matching.resize(take);
+  return matching;
+}
+
+absl::Status RolloutView::Load(store::Store& store) {
+  std::optional<v1::Rollout> rollout;
+  RETURN_IF_ERROR(store.Read([&rollout](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(rollout, txn.GetRollout());
+    return absl::OkStatus();
+  }));
+  Set(std::move(rollout));
+  return absl::OkStatus();
+}
+
+void RolloutView::Set(std::optional<v1::Rollout> rollout) {
+  std::shared_ptr<const v1::Rollout> next;
+  if (rollout) {
+    auto sorted = std::make_shared<v1::Rollout>(std::move(*rollout));
+    std::sort(sorted->mutable_enabled_hosts()->begin(), sorted->mutable_enabled_hosts()->end());
+    next = std::move(sorted);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  rollout_ = std::move(next);
+}
+
+std::optional<v1::Rollout> RolloutView::Get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!rollout_) return std::nullopt;
+  return *rollout_;
+}
+
+RolloutVerdict RolloutView::VerdictFor(absl::string_view host_id) const {
+  std::shared_ptr<const v1::Rollout> rollout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rollout = rollout_;
+  }
+  return VerdictOf(rollout.get(), host_id);
+}
+
+void ReportHealth::Note(const v1::ReportRequest& report, absl::Time now) {
+  Seen seen{now, ""};
+  if (report.preflight().hazards_size() > 0) {
+    const v1::Hazard& hazard = report.preflight().hazards(0);
+    seen.problem = absl::StrCat("reports the hazard ", hazard.name(),
+                                hazard.detail().empty() ? "" : absl::StrCat(" (", hazard.detail(), ")"));
+  }
+  for (const v1::VMObservation& vm : report.vms()) {
+    if (!seen.problem.empty()) break;
+    const v1::EnforcementState state = vm.enforcement().state();
+    if (state == v1::ENFORCEMENT_STATE_FAILED || state == v1::ENFORCEMENT_STATE_PARTIAL) {
+      seen.problem = absl::StrCat("has reconcile errors: VM ", vm.vm_id(), " is ",
+                                  EnforcementStateName(state),
+                                  vm.enforcement().last_error().empty()
+                                      ? ""
+                                      : absl::StrCat(" (", vm.enforcement().last_error(), ")"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  hosts_[report.host_id()] = std::move(seen);
+}
+
+void ReportHealth::Forget(absl::string_view host_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hosts_.erase(host_id);
+}
+
+std::optional<ReportHealth::Seen> ReportHealth::Of(absl::string_view host_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hosts_.find(host_id);
+  if (it == hosts_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace cosched::server

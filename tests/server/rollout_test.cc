@@ -1,0 +1,419 @@
+// Staged rollouts in csd: which hosts a stage enables, what HostEnablement
+// a rollout gives each host, and RolloutControl's writes and checks on a
+// DesiredState over SQLite, with a clock of the test's own for the soak.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/host_enablement.h"
+#include "server/rollout_control.h"
+#include "server/rollout_view.h"
+#include "tests/server/desired_state_testing.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+// Declares or assigns `lhs` from a StatusOr, failing the test otherwise.
+#define ROLLOUT_TEST_CONCAT_(a, b) a##b
+#define ROLLOUT_TEST_CONCAT(a, b) ROLLOUT_TEST_CONCAT_(a, b)
+#define ASSERT_OK_AND_ASSIGN_OR_FAIL(lhs, expr) \
+  ROLLOUT_TEST_ASSIGN_(ROLLOUT_TEST_CONCAT(result_, __LINE__), lhs, expr)
+#define ROLLOUT_TEST_ASSIGN_(tmp, lhs, expr)    \
+  auto tmp = (expr);                            \
+  ASSERT_TRUE(tmp.ok()) << tmp.status();        \
+  lhs = std::move(*tmp)
+
+namespace cosched::server {
+namespace {
+
+using ::cosched::testing::StatusIs;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsSupersetOf;
+
+std::vector<std::string> Hosts(int n) {
+  std::vector<std::string> hosts;
+  for (int i = 0; i < n; ++i) hosts.push_back(absl::StrCat("hv-", i));
+  return hosts;
+}
+
+TEST(StageHostsTest, GrowsMonotonicallyAndTakesEveryHostAt100) {
+  const std::vector<std::string> hosts = Hosts(20);
+  std::vector<std::string> previous;
+  for (int percent : {1, 5, 10, 25, 50, 75, 99, 100}) {
+    std::vector<std::string> stage = StageHosts(hosts, percent);
+    EXPECT_EQ(stage.size(), std::max<size_t>(1, (20 * percent + 99) / 100)) << percent;
+    EXPECT_THAT(stage, IsSupersetOf(previous)) << percent;
+    previous = stage;
+  }
+  std::vector<std::string> all = StageHosts(hosts, 100);
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> sorted = hosts;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(all, sorted);
+  EXPECT_TRUE(StageHosts({}, 50).empty());
+  EXPECT_EQ(StageHosts({"only"}, 1).size(), 1u);
+}
+
+TEST(StageHostsTest, IsStableWhateverTheOrderAndGrowsWithNewHosts) {
+  std::vector<std::string> hosts = Hosts(50);
+  const std::vector<std::string> stage = StageHosts(hosts, 10);
+  std::reverse(hosts.begin(), hosts.end());
+  EXPECT_THAT(StageHosts(hosts, 10), ElementsAreArray(stage));
+  // A host that registers later never pushes an earlier pick out of a
+  // larger stage: the order is by each host's own hash.
+  std::vector<std::string> more = hosts;
+  for (int i = 50; i < 60; ++i) more.push_back(absl::StrCat("hv-", i));
+  const std::vector<std::string> half_before = StageHosts(hosts, 50);
+  const std::vector<std::string> all_after = StageHosts(more, 100);
+  EXPECT_THAT(all_after, IsSupersetOf(half_before));
+}
+
+v1::Rollout RolloutOf(v1::Rollout::State state, std::vector<std::string> enabled,
+                      std::string selector = "") {
+  v1::Rollout r;
+  r.set_rollout_id("r-9");
+  r.set_state(state);
+  r.set_selector(std::move(selector));
+  for (int percent : {10, 50, 100}) r.add_stage_percents(percent);
+  std::sort(enabled.begin(), enabled.end());
+  for (const std::string& h : enabled) r.add_enabled_hosts(h);
+  return r;
+}
+
+TEST(RolloutEnablementTest, OnlyTheEnabledSetEnforcesUntilDoneOverEveryHost) {
+  const v1::HostPreflight preflight;
+  auto state_of = [&](const v1::Rollout* rollout, const std::string& host) {
+    return EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(rollout, host)).state();
+  };
+  // No rollout: every host, as before rollouts existed.
+  EXPECT_EQ(state_of(nullptr, "hv-1"), v1::HostEnablement::STATE_ENFORCE);
+  for (auto s : {v1::Rollout::STATE_RUNNING, v1::Rollout::STATE_PAUSED,
+                 v1::Rollout::STATE_HALTED, v1::Rollout::STATE_ABORTED}) {
+    const v1::Rollout r = RolloutOf(s, {"hv-1", "hv-3"});
+    EXPECT_EQ(state_of(&r, "hv-1"), v1::HostEnablement::STATE_ENFORCE) << s;
+    EXPECT_EQ(state_of(&r, "hv-3"), v1::HostEnablement::STATE_ENFORCE) << s;
+    EXPECT_EQ(state_of(&r, "hv-2"), v1::HostEnablement::STATE_NOT_ENABLED) << s;
+  }
+  const v1::Rollout running = RolloutOf(v1::Rollout::STATE_RUNNING, {"hv-1"});
+  EXPECT_EQ(EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(&running, "hv-2")).reason(),
+            "rollout r-9 (running, stage 1 of 3 at 10%) has not enabled this host yet");
+  const v1::Rollout aborted = RolloutOf(v1::Rollout::STATE_ABORTED, {"hv-1"});
+  EXPECT_EQ(VerdictOf(&aborted, "hv-2").reason,
+            "rollout r-9 was aborted before it enabled this host");
+  // Done over every host: every host, including those never seen.
+  const v1::Rollout done_all = RolloutOf(v1::Rollout::STATE_DONE, {"hv-1"});
+  EXPECT_EQ(state_of(&done_all, "hv-new"), v1::HostEnablement::STATE_ENFORCE);
+  // Done over a selector: its hosts only (the leader enrols new ones).
+  const v1::Rollout done_zone = RolloutOf(v1::Rollout::STATE_DONE, {"hv-1"}, "zone=a");
+  EXPECT_EQ(state_of(&done_zone, "hv-1"), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(state_of(&done_zone, "hv-2"), v1::HostEnablement::STATE_NOT_ENABLED);
+  // A host that needs no cookies says so, whatever the rollout.
+  v1::HostPreflight clear;
+  for (const char* name : {"l1tf", "mds"}) {
+    v1::CpuVulnerability* v = clear.add_vulnerabilities();
+    v->set_name(name);
+    v->set_smt_relevant(true);
+  }
+  EXPECT_EQ(EnablementOf(clear, EnforceMode::kWhenVulnerable, VerdictOf(&running, "hv-2")).state(),
+            v1::HostEnablement::STATE_NOT_NEEDED);
+}
+
+TEST(RolloutOptionsTest, ConfigFillsThemAndBadValuesNameTheField) {
+  v1::RolloutConfig config;
+  RolloutOptions defaults = RolloutOptionsFromConfig(config);
+  EXPECT_EQ(defaults.check_interval, std::chrono::seconds(10));
+  EXPECT_EQ(defaults.no_report_halt, std::chrono::seconds(120));
+  EXPECT_EQ(defaults.min_soak_s, 60);
+  EXPECT_OK(ValidateRolloutOptions(defaults));
+  config.set_check_interval_s(0);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rollout.check_interval_s must be 1 to 3600 seconds (unset: 10), got 0"));
+  config.set_check_interval_s(5);
+  config.set_no_report_halt_s(100000);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rollout.no_report_halt_s must be 1"));
+  config.set_no_report_halt_s(30);
+  config.set_min_soak_s(0);
+  EXPECT_THAT(ValidateRolloutOptions(RolloutOptionsFromConfig(config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rollout.min_soak_s must be 1"));
+  config.set_min_soak_s(1);
+  const RolloutOptions set = RolloutOptionsFromConfig(config);
+  EXPECT_OK(ValidateRolloutOptions(set));
+  EXPECT_EQ(set.check_interval, std::chrono::seconds(5));
+  EXPECT_EQ(set.no_report_halt, std::chrono::seconds(30));
+  EXPECT_EQ(set.min_soak_s, 1);
+}
+
+// RolloutControl over a DesiredState with `hosts` registered (hv-0 ...,
+// the even ones labelled zone=a, the odd ones zone=b).
+class RolloutControlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(sqlite_.state(), nullptr);
+    RolloutOptions options;
+    options.min_soak_s = 60;
+    options.no_report_halt = std::chrono::seconds(3600);
+    control_ = std::make_unique<RolloutControl>(sqlite_.state(), options,
+                                                [this] { return now_; });
+    for (int i = 0; i < 20; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
+  }
+
+  absl::StatusOr<v1::RegisterResponse> Register(const std::string& host) {
+    v1::RegisterRequest request;
+    request.set_host_id(host);
+    auto* core = request.mutable_topology()->add_cores();
+    core->add_cpus(0);
+    core->add_cpus(1);
+    const int n = std::stoi(host.substr(3));
+    (*request.mutable_labels())["zone"] = n % 2 == 0 ? "a" : "b";
+    return testing::Wait<v1::RegisterResponse>([&](auto done) {
+      sqlite_.state()->RegisterHost(request, Actor{host, "host"}, std::move(done));
+    });
+  }
+
+  absl::StatusOr<v1::Rollout> Start(std::vector<int> percents, int64_t soak,
+                                    std::string selector = "") {
+    v1::StartRolloutRequest request;
+    for (int p : percents) request.add_stage_percents(p);
+    request.set_soak_seconds(soak);
+    request.set_selector(std::move(selector));
+    return testing::Wait<v1::Rollout>([&](auto done) {
+      control_->StartRollout(request, Actor{"alice", "admin"}, std::move(done));
+    });
+  }
+
+  absl::StatusOr<v1::Rollout> Change(RolloutControl::Change change) {
+    return testing::Wait<v1::Rollout>([&](auto done) {
+      control_->ChangeRollout(change, v1::ChangeRolloutRequest(), Actor{"alice", "admin"},
+                              std::move(done));
+    });
+  }
+
+  v1::HostEnablement::State EnablementOfHost(const std::string& host) {
+    v1::GetHostRequest get;
+    get.set_host_id(host);
+    absl::StatusOr<v1::Host> h = sqlite_.state()->GetHost(get);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? h->enablement().state() : v1::HostEnablement::STATE_UNSPECIFIED;
+  }
+
+  std::vector<std::string> AuditMethods() {
+    v1::ListAuditRecordsRequest request;
+    request.set_page_size(100);
+    absl::StatusOr<v1::ListAuditRecordsResponse> records =
+        sqlite_.state()->ListAuditRecords(request);
+    EXPECT_TRUE(records.ok()) << records.status();
+    std::vector<std::string> methods;
+    if (!records.ok()) return methods;
+    for (const v1::AuditRecord& r : records->records()) {
+      if (absl::StrContains(r.method(), "Rollout")) methods.insert(methods.begin(), r.method());
+    }
+    return methods;
+  }
+
+  cosched::testing::TempDir dir_;
+  testing::SqliteDesiredState sqlite_{dir_.Sub("data")};
+  absl::Time now_ = absl::FromUnixSeconds(1800000000);
+  std::unique_ptr<RolloutControl> control_;
+};
+
+TEST_F(RolloutControlTest, RefusesBadInputNamingTheFieldAndTheRule) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(Start({}, 600).status(), StatusIs(bad, "stage_percents is empty"));
+  EXPECT_THAT(Start({10, 10}, 600).status(), StatusIs(bad, "stages strictly increase"));
+  EXPECT_THAT(Start({10, 150}, 600).status(), StatusIs(bad, "stage_percents[1] 150% must be 1%"));
+  EXPECT_THAT(Start({10}, 30).status(),
+              StatusIs(bad, "soak_seconds 30s is out of range: 1m to 7d"));
+  EXPECT_THAT(Start({10}, 8 * 86400).status(), StatusIs(bad, "soak_seconds"));
+  EXPECT_THAT(Start({10}, 600, "zone").status(), StatusIs(bad, "selector"));
+  EXPECT_THAT(Start({10}, 600, "zone=c").status(),
+              StatusIs(bad, "selector 'zone=c' must match a registered host; it matches none "
+                            "of the 20 registered"));
+  EXPECT_THAT(control_->GetRollout().status(),
+              StatusIs(absl::StatusCode::kNotFound, "no rollout was started"));
+  EXPECT_THAT(Change(RolloutControl::Change::kPause).status(),
+              StatusIs(absl::StatusCode::kNotFound, "no rollout"));
+}
+
+TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 50, 100}, 600));
+  EXPECT_EQ(started.state(), v1::Rollout::STATE_RUNNING);
+  EXPECT_EQ(started.stage(), 0);
+  EXPECT_EQ(started.matching_hosts(), 20);
+  const std::vector<std::string> stage1 = StageHosts(Hosts(20), 10);
+  std::vector<std::string> enabled(started.enabled_hosts().begin(), started.enabled_hosts().end());
+  std::vector<std::string> want = stage1;
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(enabled, want);
+  for (int i = 0; i < 20; ++i) {
+    const std::string host = absl::StrCat("hv-", i);
+    const bool in = std::count(stage1.begin(), stage1.end(), host) > 0;
+    EXPECT_EQ(EnablementOfHost(host), in ? v1::HostEnablement::STATE_ENFORCE
+                                         : v1::HostEnablement::STATE_NOT_ENABLED)
+        << host;
+  }
+  // What a Register answers says the same.
+  const std::vector<std::string> all = Hosts(20);
+  const std::string outside = *std::find_if(
+      all.begin(), all.end(),
+      [&](const std::string& h) { return std::count(stage1.begin(), stage1.end(), h) == 0; });
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse again, Register(outside));
+  EXPECT_EQ(again.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
+
+  EXPECT_THAT(Start({50}, 600).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("rollout ", started.rollout_id(),
+                                    " is running: only one rollout runs at a time")));
+
+  // Before the soak ends, nothing moves.
+  now_ += absl::Seconds(599);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 0);
+  now_ += absl::Seconds(1);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 1);
+  EXPECT_EQ(r.enabled_hosts_size(), 10);
+  EXPECT_THAT(std::vector<std::string>(r.enabled_hosts().begin(), r.enabled_hosts().end()),
+              IsSupersetOf(stage1));
+  // A host registered during stage 2 is enrolled when it falls in the
+  // stage's share.
+  for (int i = 20; i < 24; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.matching_hosts(), 24);
+  EXPECT_EQ(r.enabled_hosts_size(), 12);
+
+  now_ += absl::Seconds(600);
+  ASSERT_OK(control_->RunPass());
+  now_ += absl::Seconds(600);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_DONE);
+  EXPECT_EQ(r.enabled_hosts_size(), 24);
+  // Done over every host: one registered now is enabled at once.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse late, Register("hv-99"));
+  EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_THAT(AuditMethods(),
+              ElementsAreArray({"StartRollout", "AdvanceRollout", "EnrolRolloutHosts",
+                                "AdvanceRollout", "FinishRollout"}));
+}
+
+TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 100}, 600, "zone=a"));
+  EXPECT_EQ(started.matching_hosts(), 10);
+  EXPECT_EQ(started.enabled_hosts_size(), 1);
+  EXPECT_THAT(Change(RolloutControl::Change::kResume).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "is running; only a paused or halted rollout resumes"));
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout paused, Change(RolloutControl::Change::kPause));
+  EXPECT_EQ(paused.state(), v1::Rollout::STATE_PAUSED);
+  // Paused: the soak passes and nothing moves.
+  now_ += absl::Seconds(3600);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 0);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, Change(RolloutControl::Change::kResume));
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_RUNNING);
+  // The stage soaks again from the resume.
+  now_ += absl::Seconds(300);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 0);
+
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, Change(RolloutControl::Change::kAbort));
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_ABORTED);
+  EXPECT_EQ(r.enabled_hosts_size(), 1);
+  EXPECT_THAT(Change(RolloutControl::Change::kAbort).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is aborted"));
+  // Aborted: no stage comes, the host it enabled stays enabled, the others
+  // wait.
+  now_ += absl::Seconds(3600);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.enabled_hosts_size(), 1);
+  EXPECT_EQ(EnablementOfHost(r.enabled_hosts(0)), v1::HostEnablement::STATE_ENFORCE);
+
+  // The next rollout carries the host the aborted one enabled.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout next, Start({5}, 600, "zone=b"));
+  EXPECT_THAT(next.carried_hosts(), ElementsAreArray({r.enabled_hosts(0)}));
+  EXPECT_EQ(next.enabled_hosts_size(), 2);
+  EXPECT_THAT(AuditMethods(), ElementsAreArray({"StartRollout", "PauseRollout", "ResumeRollout",
+                                                "AbortRollout", "StartRollout"}));
+}
+
+// Done over a selector: a matching host that registers later is enrolled
+// at the leader's next check; one that does not match stays not enabled.
+TEST_F(RolloutControlTest, DoneOverASelectorEnrolsLateMatchingHostsOnly) {
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({100}, 60, "zone=a"));
+  EXPECT_EQ(started.enabled_hosts_size(), 10);
+  now_ += absl::Seconds(60);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout done, control_->GetRollout());
+  EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_a, Register("hv-30"));
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_b, Register("hv-31"));
+  EXPECT_EQ(zone_a.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
+  EXPECT_EQ(zone_a.enablement().reason(),
+            absl::StrCat("rollout ", done.rollout_id(), " enables hosts matching zone=a only"));
+  ASSERT_OK(control_->RunPass());
+  EXPECT_EQ(EnablementOfHost("hv-30"), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(EnablementOfHost("hv-31"), v1::HostEnablement::STATE_NOT_ENABLED);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(done, control_->GetRollout());
+  EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
+  EXPECT_EQ(done.enabled_hosts_size(), 11);
+}
+
+TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 50, 100}, 600));
+  const std::string canary = started.enabled_hosts(0);
+  v1::ReportRequest report;
+  report.set_host_id(canary);
+  v1::VMObservation* vm = report.add_vms();
+  vm->set_vm_id("vm-1");
+  vm->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_FAILED);
+  vm->mutable_enforcement()->set_last_error("EPERM on tid 101");
+  ASSERT_OK(testing::Wait<v1::ReportResponse>([&](auto done) {
+              sqlite_.state()->ApplyReport(report, std::move(done));
+            }).status());
+  now_ += absl::Seconds(600);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_HALTED);
+  EXPECT_EQ(r.stage(), 0);
+  EXPECT_EQ(r.halted_host(), canary);
+  EXPECT_EQ(r.halt_reason(), absl::StrCat("host ", canary,
+                                          " has reconcile errors: VM vm-1 is failed "
+                                          "(EPERM on tid 101)"));
+  // Halted: no stage comes however long it waits.
+  now_ += absl::Seconds(6000);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 0);
+
+  // Resumed while the host still reports a hazard: halted again.
+  report.clear_vms();
+  v1::Hazard* hazard = report.mutable_preflight()->add_hazards();
+  hazard->set_name("sched_ext");
+  hazard->set_detail("sched_ext state 'enabled'");
+  ASSERT_OK(testing::Wait<v1::ReportResponse>([&](auto done) {
+              sqlite_.state()->ApplyReport(report, std::move(done));
+            }).status());
+  ASSERT_OK(Change(RolloutControl::Change::kResume).status());
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_HALTED);
+  EXPECT_EQ(r.halt_reason(), absl::StrCat("host ", canary,
+                                          " reports the hazard sched_ext (sched_ext state "
+                                          "'enabled')"));
+}
+
+}  // namespace
+}  // namespace cosched::server
