@@ -127,7 +127,7 @@ struct Domain {
   // virDomainGetState's; -1 when it failed.
   int state = -1;
   int reason = 0;
-  std::optional<v1::DomainMetadata> metadata;
+  std::optional<v1::DomainMetadata> metadata = std::nullopt;
 };
 
 // Domains are remembered under their UUID, else their name.

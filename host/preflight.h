@@ -62,12 +62,12 @@ void ReadSchedExt(const PseudoFs& fs, const PreflightPaths& paths, v1::HostPrefl
 
 struct HazardRules {
   // Hazards present but allowed: reported apart, not acted on.
-  std::set<std::string> allow;
+  std::set<std::string> allow = {};
   // Running nested (HostPreflight.nested) is a hazard.
   bool nested = false;
   // The known-bad list's entries (host/known_bad.h, validated): each that
   // matches is the hazard "known_bad:ID".
-  std::vector<v1::KnownBadEntry> known_bad;
+  std::vector<v1::KnownBadEntry> known_bad = {};
 };
 
 // Fills preflight.hazards (and allowed_hazards) from its facts. A sched_ext

@@ -276,14 +276,14 @@ Figures Measure(Host& host, bool connector, bool long_lived, int rate, double se
       std::vector<int> exiting;  // short-lived processes of the last tick
       while (!stop.load()) {
         const auto now = Clock::now();
-        for (int pid : exiting) execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, pid, pid, 0}, now);
+        for (int pid : exiting) execs.Add(host::ProcessEvent{host::ProcessEventKind::kExit, pid, pid, 0, true, {}}, now);
         exiting.clear();
         const double elapsed = std::chrono::duration<double>(now - start).count();
         for (const long due = static_cast<long>(elapsed * rate); sent < due; ++sent) {
           const int child = next_child++;
           const int pid = long_lived ? bystander : child;
-          execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, child, child, 1}, now);
-          execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, pid, pid, 0}, now);
+          execs.Add(host::ProcessEvent{host::ProcessEventKind::kFork, child, child, 1, true, {}}, now);
+          execs.Add(host::ProcessEvent{host::ProcessEventKind::kExec, pid, pid, 0, true, {}}, now);
           counts.execs.fetch_add(1, std::memory_order_relaxed);
           if (!long_lived) exiting.push_back(child);
         }
