@@ -22,13 +22,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
       cores_(scenario.cores),
       rng_(seed) {
   cpus_.resize(2 * cores_);
-  core_done_.assign(cores_, -1);
-  core_dirty_.assign(cores_, 0);
-  finish_at_.assign(2 * cores_, kNone);
-  estimated_task_.assign(2 * cores_, kNone);
-  estimated_step_.assign(2 * cores_, 0);
-  finish_checks_.reserve(8 * cores_);
-  slice_ends_.reserve(8 * cores_);
+  running_.assign(2 * cores_, kNone);
   nr_running_.assign(2 * cores_, 0);
   const size_t words = (2 * cores_ + 63) / 64;
   run_bits_.assign(words, 0);
@@ -65,9 +59,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
     const std::vector<int>& pin =
         config.pin_cpus.empty() ? vm.pin_cpus : config.pin_cpus[v];
     int mask = AddMask(pin, &mask_ids);
-    vm_tasks_.emplace_back();
     for (int i = 0; i < vm.vcpus; ++i) {
-      vm_tasks_.back().push_back(static_cast<int>(tasks_.size()));
       Task t;
       t.vm = static_cast<int>(v);
       t.cookie = config.cookie.empty() ? static_cast<int>(v) + 1 : config.cookie[v];
@@ -112,19 +104,24 @@ SimResult Engine::Run(double duration_s) {
   for (now_ = 0; now_ < total_ticks; ++now_) {
     measuring_ = now_ >= warmup_ticks_;
     balance_tick_ = now_ % balance_ticks_ == 0;
-    horizon_ = now_ - 1;
     ProcessWakeups();
-    PickPhase();
+    if (mode_ == SmtMode::kCoreSched) {
+      for (int core = 0; core < cores_; ++core) {
+        if (NeedsPick(core) || NeedsPick(core + cores_)) PickCore(core);
+      }
+    } else {
+      for (int c = 0; c < 2 * cores_; ++c) {
+        if (cpus_[c].online && NeedsPick(c)) PickCpu(c);
+      }
+    }
     if (queued_ > 0) PullToIdle();
-    ProcessFinishes();
-    horizon_ = now_;
+    Execute();
     if (balance_tick_) {
       if (mode_ != SmtMode::kNoSmt) SpreadToIdleCores();
       BalanceQueues();
     }
     std::fill(stopped_[now_ & 1].begin(), stopped_[now_ & 1].end(), 0);
   }
-  for (int core = 0; core < cores_; ++core) Flush(core, total_ticks - 1);
   return Collect(total_ticks);
 }
 

@@ -3,21 +3,10 @@
 // the tick loop, statistics), simulator_sched.cc (the fair scheduler, core
 // scheduling and load balancing) and simulator_workload.cc (the workloads'
 // bursts and sleeps and what a tick of execution achieves).
-//
-// Scheduling is stepped every tick, but execution is not: between two
-// events that touch a core (a pick, a wake-up or pull onto it, a burst's
-// end, a change of the coupling of a VM it runs) its two CPUs run the same
-// tasks at the same speeds, so a core is executed lazily, tick by tick in a
-// tight loop, only when something is about to read or change it (Flush).
-// The end of a burst is found from an estimate that never comes late
-// (EstimateFinish). The arithmetic of each tick is the one the eager loop
-// did, so results are the same, except the order in which a VM's work is
-// summed (last-bit differences in throughput).
 #ifndef COSCHED_POLICY_SIMULATOR_ENGINE_H_
 #define COSCHED_POLICY_SIMULATOR_ENGINE_H_
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -152,28 +141,20 @@ class Engine {
   int NrRunning(int c) const { return nr_running_[c]; }
   void AddRunnable(int c, int delta) {
     const uint64_t bit = uint64_t{1} << (c % 64);
-    fi_cpus_ -= ForcedWithQueue(c);
     nr_running_[c] += delta;
-    fi_cpus_ += ForcedWithQueue(c);
     one_bits_[c / 64] = nr_running_[c] == 1 ? one_bits_[c / 64] | bit : one_bits_[c / 64] & ~bit;
     two_bits_[c / 64] = nr_running_[c] >= 2 ? two_bits_[c / 64] | bit : two_bits_[c / 64] & ~bit;
   }
-  // The core of `c` must have been flushed (Flush) to horizon_.
   void SetCurr(int c, int task) {
     const uint64_t bit = uint64_t{1} << (c % 64);
-    MarkDirty(CoreOf(c));
     cpus_[c].curr = task;
     run_bits_[c / 64] = task != kNone ? run_bits_[c / 64] | bit : run_bits_[c / 64] & ~bit;
   }
   void SetForcedIdle(int c, bool forced) {
     const uint64_t bit = uint64_t{1} << (c % 64);
-    fi_cpus_ -= ForcedWithQueue(c);
     cpus_[c].forced_idle = forced;
-    fi_cpus_ += ForcedWithQueue(c);
     forced_bits_[c / 64] = forced ? forced_bits_[c / 64] | bit : forced_bits_[c / 64] & ~bit;
   }
-  // Counted in forced_idle_ticks_: forced idle with a task queued.
-  int ForcedWithQueue(int c) const { return cpus_[c].forced_idle && nr_running_[c] > 0; }
   bool CpuIdle(int c) const { return nr_running_[c] == 0; }
   bool CoreIdle(int c) const {
     int s = Sibling(c);
@@ -204,9 +185,6 @@ class Engine {
     }
     return cpu.resched || now_ >= cpu.slice_end;
   }
-  // The picks of the tick: PickCore for each core that needs one (PickCpu
-  // for each CPU without core scheduling).
-  void PickPhase();
   int BestInQueue(int c, int cookie) const;
   void UpdateMinVruntime(int c);
   void PickCpu(int c);
@@ -220,33 +198,8 @@ class Engine {
   void StartBurst(Task& t);
   void FinishBurst(int task);
   void ProcessWakeups();
-  // The execute step of the tick: the forced-idle count, and the ends of
-  // the bursts that finish in this tick, in CPU order (they draw random
-  // numbers).
-  void ProcessFinishes();
-  // Executes `core`'s running tasks for every tick after the last one it
-  // executed up to `through`. Before anything reads or changes what a core
-  // runs, its core is flushed to horizon_; ticks already executed are not
-  // executed again.
-  void Flush(int core, int64_t through);
-  void FlushCpu(int c) { Flush(CoreOf(c), horizon_); }
-  // Executes one running task from `from` to `through`, ticks in which its
-  // burst does not end.
-  void ExecuteTask(int c, int task, int other, int64_t from, int64_t through);
-  // What the core runs changed (or may now run at another speed): its
-  // bursts' ends are estimated again before the next execute step.
-  void MarkDirty(int core) {
-    if (!core_dirty_[core]) {
-      core_dirty_[core] = 1;
-      dirty_cores_.push_back(core);
-    }
-  }
-  // Sets finish_at_ of the core's CPUs: the first tick their bursts may end
-  // in, assuming the fastest speed they may have until then.
-  void EstimateFinish(int core);
-  // Before the coupling of `vm` changes (its first vCPU queued or its last
-  // one no longer queued): flushes the cores that run its vCPUs.
-  void FlushRunnersOf(int vm);
+  void Execute();
+  void ExecuteOn(int c);
 
   const Scenario& scenario_;
   const std::vector<VmInstance> instances_;
@@ -271,33 +224,12 @@ class Engine {
   std::vector<int> nr_running_;
   // Bit c of word c / 64: CPU c has one runnable task; two or more; is
   // forced idle; runs a task. PullToIdle lists the CPUs it may take tasks
-  // from, and those that may pull, with them.
+  // from with them, Execute the CPUs that run.
   std::vector<uint64_t> run_bits_;
   std::vector<uint64_t> one_bits_;
   std::vector<uint64_t> two_bits_;
   std::vector<uint64_t> forced_bits_;
-  // CPUs forced idle with a task queued (ForcedWithQueue), kept as bits
-  // change: what each execute step adds to forced_idle_ticks_.
-  int fi_cpus_ = 0;
-  // The last tick whose execution is over: now_ - 1 until the execute
-  // step of now_, now_ after it.
-  int64_t horizon_ = -1;
-  // Per core: the last tick its CPUs were executed to (Flush).
-  std::vector<int64_t> core_done_;
-  std::vector<char> core_dirty_;
-  std::vector<int> dirty_cores_;
-  // Per CPU: the tick whose execute step checks whether its task's burst
-  // ended (kNone: none pending), with the task and tick of work it was
-  // estimated for; an estimate of the same task at the same speed stands.
-  std::vector<int64_t> finish_at_;
-  std::vector<int> estimated_task_;
-  std::vector<double> estimated_step_;
-  // Pending checks as a min-heap of (tick, CPU), which pops a tick's
-  // checks in CPU order; checks estimated again since are skipped.
-  void AddFinishCheck(int64_t tick, int c);
-  std::vector<std::pair<int64_t, int>> finish_checks_;
-  // Per VM: its tasks.
-  std::vector<std::vector<int>> vm_tasks_;
+  std::vector<int> running_;
   std::vector<int> sources_;
   std::vector<Task> tasks_;
   std::vector<std::vector<int>> masks_;
@@ -306,12 +238,6 @@ class Engine {
   // after it (0 past the end), where a wake-up's scan starts.
   std::vector<std::vector<int>> scan_start_;
   std::vector<int> pullers_;
-  // PickPhase: the CPUs (cores) it asks, the CPUs that wake-ups of this
-  // tick asked to reschedule, and the slices given, a min-heap of
-  // (slice_end, CPU).
-  std::vector<int> pick_cpus_;
-  std::vector<int> resched_cpus_;
-  std::vector<std::pair<int64_t, int>> slice_ends_;
   // Bitsets of the CPUs whose task stopped (idle_since or forced_since set
   // to the tick) in even and odd ticks; they may have run again since.
   std::vector<uint64_t> stopped_[2];
@@ -328,10 +254,8 @@ class Engine {
   // Sleeping tasks by wake-up tick: a ring of buckets for the next
   // kWheelTicks ticks (A1 wakes ~30 000 tasks per simulated second; a heap
   // was a tenth of the run time), later ones in a heap until they are
-  // due. Within a tick tasks wake in task order. 256 ms at 0.25 ms ticks
-  // holds nearly every sleep, and a short ring reuses its buckets' memory
-  // instead of allocating thousands of them for each run.
-  static constexpr int64_t kWheelTicks = 1024;
+  // near. Within a tick tasks wake in task order.
+  static constexpr int64_t kWheelTicks = 4096;
   void AddWakeup(int64_t tick, int task);
   std::vector<std::vector<int>> wheel_;
   using Wakeup = std::pair<int64_t, int>;

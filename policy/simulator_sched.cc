@@ -10,18 +10,11 @@ namespace cosched::policy::sim {
 
 void Engine::Migrate(int task, int to) {
   Task& t = tasks_[task];
-  FlushCpu(t.cpu);
-  FlushCpu(to);
   t.vruntime += cpus_[to].min_vruntime - cpus_[t.cpu].min_vruntime;
   t.cpu = to;
 }
 
 void Engine::Enqueue(int task, int c) {
-  // The running task's min_vruntime rule depends on an empty queue, and a
-  // VM's first queued vCPU slows its running ones.
-  FlushCpu(c);
-  const int vm = tasks_[task].vm;
-  if (vm_coupled_[vm] && vm_queued_[vm] == 0) FlushRunnersOf(vm);
   tasks_[task].state = TaskState::kQueued;
   cpus_[c].queue.push_back(task);
   AddRunnable(c, 1);
@@ -32,9 +25,6 @@ void Engine::Enqueue(int task, int c) {
 
 void Engine::RemoveFromQueue(int c, size_t index) {
   auto& q = cpus_[c].queue;
-  FlushCpu(c);
-  const int vm = tasks_[q[index]].vm;
-  if (vm_coupled_[vm] && vm_queued_[vm] == 1) FlushRunnersOf(vm);
   --queued_per_cookie_[tasks_[q[index]].cookie];
   --vm_queued_[tasks_[q[index]].vm];
   q[index] = q.back();
@@ -57,8 +47,6 @@ void Engine::StartOnCpu(int c, size_t index) {
   // Rounded to the nearest tick (a positive number).
   int64_t slice = static_cast<int64_t>(latency_ticks_ / NrRunning(c) + 0.5);
   cpu.slice_end = now_ + std::max(slice_min_ticks_, slice);
-  slice_ends_.emplace_back(cpu.slice_end, c);
-  std::push_heap(slice_ends_.begin(), slice_ends_.end(), std::greater<>());
   if (t.woke_tick != kNone) {
     if (measuring_) stats_[t.vm].latency.Add(now_ - t.woke_tick);
     t.woke_tick = kNone;
@@ -70,7 +58,6 @@ void Engine::StartOnCpu(int c, size_t index) {
 void Engine::Preempt(int c) {
   Cpu& cpu = cpus_[c];
   if (cpu.curr == kNone) return;
-  FlushCpu(c);
   Enqueue(cpu.curr, c);
   SetCurr(c, kNone);
   AddRunnable(c, -1);
@@ -94,49 +81,11 @@ int Engine::BestInQueue(int c, int cookie) const {
 }
 
 void Engine::UpdateMinVruntime(int c) {
-  FlushCpu(c);
   Cpu& cpu = cpus_[c];
   double low = kForever;
   if (cpu.curr != kNone) low = tasks_[cpu.curr].vruntime;
   for (int task : cpu.queue) low = std::min(low, tasks_[task].vruntime);
   if (low != kForever) cpu.min_vruntime = std::max(cpu.min_vruntime, low);
-}
-
-void Engine::PickPhase() {
-  // A CPU needs a pick (NeedsPick) when a task waits and none runs (also
-  // when forced idle: it picks again at the balance tick or when its
-  // sibling stops), a wake-up asked it to reschedule in this tick, or its
-  // slice is over. A pick changes nothing of another core, so only the
-  // cores of those CPUs are asked, in CPU order, as a scan of all would.
-  pick_cpus_.clear();
-  for (size_t w = 0; w < run_bits_.size(); ++w) {
-    for (uint64_t bits = (one_bits_[w] | two_bits_[w]) & ~run_bits_[w]; bits != 0;
-         bits &= bits - 1) {
-      pick_cpus_.push_back(static_cast<int>(64 * w) + __builtin_ctzll(bits));
-    }
-  }
-  pick_cpus_.insert(pick_cpus_.end(), resched_cpus_.begin(), resched_cpus_.end());
-  resched_cpus_.clear();
-  while (!slice_ends_.empty() && slice_ends_.front().first <= now_) {
-    const int c = slice_ends_.front().second;
-    std::pop_heap(slice_ends_.begin(), slice_ends_.end(), std::greater<>());
-    slice_ends_.pop_back();
-    // Slices given again since end later.
-    if (cpus_[c].curr != kNone && cpus_[c].slice_end <= now_) pick_cpus_.push_back(c);
-  }
-  if (pick_cpus_.empty()) return;
-  if (mode_ == SmtMode::kCoreSched) {
-    for (int& c : pick_cpus_) c = CoreOf(c);
-  }
-  std::sort(pick_cpus_.begin(), pick_cpus_.end());
-  pick_cpus_.erase(std::unique(pick_cpus_.begin(), pick_cpus_.end()), pick_cpus_.end());
-  for (int c : pick_cpus_) {
-    if (mode_ == SmtMode::kCoreSched) {
-      if (NeedsPick(c) || NeedsPick(c + cores_)) PickCore(c);
-    } else if (cpus_[c].online && NeedsPick(c)) {
-      PickCpu(c);
-    }
-  }
 }
 
 void Engine::PickCpu(int c) {
@@ -157,8 +106,6 @@ void Engine::PickCore(int core) {
   const bool need_a = NeedsPick(a);
   const bool need_b = NeedsPick(b);
   if (!need_a && !need_b) return;
-  // A running task that keeps its CPU competes with its vruntime now.
-  Flush(core, horizon_);
   if (need_a) Preempt(a);
   if (need_b) Preempt(b);
   UpdateMinVruntime(a);
