@@ -38,7 +38,8 @@ int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
 }  // namespace
 
 bool IsReplicaKey(absl::string_view key) {
-  return key == "leader" || key == "compact" || absl::StartsWith(key, "replicas/");
+  return key == "leader" || key == "compact" || absl::StartsWith(key, "replicas/") ||
+         absl::StartsWith(key, "seen/");
 }
 
 absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options) {
@@ -52,6 +53,12 @@ absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "store.etcd.lease_ttl_s must be 2 to 300 seconds (unset: 10), got ",
         absl::ToInt64Seconds(options.ttl)));
+  }
+  if (options.seen_interval < absl::Milliseconds(200) ||
+      options.seen_interval > absl::Seconds(60)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.liveness_interval_ms must be 200 to 60000 (unset: 5000), got ",
+        absl::ToInt64Milliseconds(options.seen_interval)));
   }
   if (options.poll <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the replicas' poll interval must be positive");
@@ -67,6 +74,7 @@ EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplica
   if (options_.name.empty()) options_.name = DefaultName();
   address_ = options_.address;
   own_key_ = absl::StrCat(prefix_, "/replicas/", options_.name);
+  seen_key_ = absl::StrCat(prefix_, "/seen/", options_.name, "/");
   Round();
   thread_ = std::thread([this] { Run(); });
 }
@@ -125,7 +133,8 @@ void EtcdReplicas::LostFence(int64_t fence, const std::string& leader) {
 }
 
 void EtcdReplicas::Run() {
-  const absl::Duration wait = std::min(options_.poll, options_.ttl / 3);
+  const absl::Duration wait =
+      std::min({options_.poll, options_.ttl / 3, options_.seen_interval});
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), [this] { return stopping_; });
@@ -146,6 +155,10 @@ void EtcdReplicas::Round() {
       return;
     }
     lease_ = *lease;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lease_id_ = lease_;
+    }
     registered_ = false;
     renewed_ = asked;
     next_renewal_ = asked + absl::ToChronoMilliseconds(options_.ttl / 3);
@@ -167,6 +180,7 @@ void EtcdReplicas::Round() {
         << "etcd replicas: " << options_.name << " campaigning: " << status;
   }
   if (Clock::now() >= next_renewal_) Renew();
+  ExchangeSeen();
   // Step down before etcd can expire the lease: it counts from a renewal's
   // arrival, after it was sent.
   if (lease_ != 0 && Clock::now() >= renewed_ + absl::ToChronoMilliseconds(options_.ttl * 0.9)) {
@@ -262,6 +276,11 @@ void EtcdReplicas::Renew() {
   // Expired: its keys are gone; a new lease, registration and campaign.
   LOG(WARNING) << "etcd replicas: " << options_.name << "'s lease expired";
   lease_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_id_ = 0;
+  }
+  next_seen_ = Clock::time_point();  // its record went with the lease: at once
   registered_ = false;
   LeadershipObserver observer;
   {
@@ -284,6 +303,89 @@ absl::StatusOr<std::vector<EtcdReplica>> EtcdReplicas::List() const {
     replicas.push_back(std::move(replica));
   }
   return replicas;
+}
+
+void EtcdReplicas::SetSeenExchange(SeenSource source, SeenSink sink) {
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  seen_source_ = std::move(source);
+  seen_sink_ = std::move(sink);
+}
+
+void EtcdReplicas::ExchangeSeen() {
+  if (lease_ == 0 || Clock::now() < next_seen_) return;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  if (!seen_source_) return;
+  next_seen_ = Clock::now() + absl::ToChronoMilliseconds(options_.seen_interval);
+  absl::Status published = PublishSeen(seen_source_());
+  LOG_IF_EVERY_N(WARNING, !published.ok(), 30)
+      << "etcd replicas: writing which hosts " << options_.name << " hears: " << published;
+  absl::StatusOr<std::vector<EtcdSeen>> others = ListSeen();
+  if (!others.ok()) {
+    // The last view stands: a host it had live goes stale by its own
+    // times, never by a read that failed.
+    LOG_EVERY_N(WARNING, 30) << "etcd replicas: reading which hosts the others hear: "
+                             << others.status();
+    return;
+  }
+  if (seen_sink_) seen_sink_(*std::move(others));
+}
+
+absl::Status EtcdReplicas::PublishSeen(const std::vector<EtcdSeenHost>& hosts) {
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease = lease_id_;
+  }
+  if (lease == 0) {
+    return absl::UnavailableError(absl::StrCat("etcd replicas: ", options_.name,
+                                               " holds no lease yet to write its seen record"));
+  }
+  // Parts of at most kSeenPartBytes: etcd refuses a request over 1.5 MiB,
+  // and a fleet's worth of hosts may be more. Always one part, possibly
+  // empty, so that readers see the replica hears nobody.
+  std::vector<EtcdSeen> parts(1);
+  const int64_t now = NowUnixNs();
+  for (const EtcdSeenHost& host : hosts) {
+    if (parts.back().hosts_size() > 0 &&
+        parts.back().ByteSizeLong() + host.ByteSizeLong() + 8 > kSeenPartBytes) {
+      parts.emplace_back();
+    }
+    *parts.back().add_hosts() = host;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].set_replica(options_.name);
+    parts[i].set_written_unix_ns(now);
+    RETURN_IF_ERROR(client_.Put(absl::StrFormat("%s%04d", seen_key_, i),
+                                parts[i].SerializeAsString(), lease)
+                        .status());
+  }
+  // Parts of a longer record before.
+  return client_
+      .DeleteRange(absl::StrFormat("%s%04d", seen_key_, parts.size()), etcd::PrefixEnd(seen_key_))
+      .status();
+}
+
+absl::StatusOr<std::vector<EtcdSeen>> EtcdReplicas::ListSeen() const {
+  const std::string base = absl::StrCat(prefix_, "/seen/");
+  ASSIGN_OR_RETURN(etcd::RangeResult range, client_.Range(base, etcd::PrefixEnd(base)));
+  std::vector<EtcdSeen> records;
+  for (const mvccpb::KeyValue& kv : range.kvs) {
+    if (absl::StartsWith(kv.key(), seen_key_)) continue;  // its own
+    EtcdSeen part;
+    if (!part.ParseFromString(kv.value())) {
+      return absl::DataLossError(absl::StrCat("etcd store: value of key ", kv.key(),
+                                              " does not parse as a seen record"));
+    }
+    // Parts of one replica are adjacent in key order.
+    if (!records.empty() && records.back().replica() == part.replica()) {
+      EtcdSeen& record = records.back();
+      record.set_written_unix_ns(std::min(record.written_unix_ns(), part.written_unix_ns()));
+      for (EtcdSeenHost& host : *part.mutable_hosts()) *record.add_hosts() = std::move(host);
+    } else {
+      records.push_back(std::move(part));
+    }
+  }
+  return records;
 }
 
 }  // namespace cosched::store

@@ -2,7 +2,11 @@
 // lease of its own, and one of them at a time leads, the one that runs the
 // jobs that must run once per fleet (issue #16): etcd compaction, audit
 // pruning, the change-log sweep (store/etcd_maintenance.h) and the policy
-// engine (server/engine_loop.h).
+// engine (server/engine_loop.h). Each also says, under the same lease,
+// which hosts' agents it hears (<prefix>/seen/<name>/, an EtcdSeen in
+// parts), and reads the others': an agent talks to one replica, and a
+// Report that changes nothing is not written to the store, so this is how
+// every replica knows which hosts are live (server/host_liveness.h).
 //
 // Leadership is the key <prefix>/leader, created under the leader's lease
 // only while it is absent (a Txn comparing its create_revision with 0). The
@@ -51,11 +55,15 @@ struct EtcdReplicasOptions {
   // How often a replica that does not lead looks whether the leader is
   // gone.
   absl::Duration poll = absl::Seconds(1);
+  // How often the hosts it hears are written and the others' read
+  // (store.etcd.liveness_interval_ms): 200 ms to 60 s.
+  absl::Duration seen_interval = absl::Seconds(5);
 };
 
 // Whether `key` (relative to the prefix, without its '/') belongs to the
 // replicas running on the prefix rather than to the desired state:
-// replicas/<name>, leader (both under a live lease) and compact. Backups
+// replicas/<name>, seen/<name>/..., leader (all under a live lease) and
+// compact. Backups
 // leave them out: restored, a leader key without its lease would keep every
 // replica from leading.
 bool IsReplicaKey(absl::string_view key);
@@ -105,6 +113,23 @@ class EtcdReplicas {
   // The replicas registered now, by name (a linearizable read).
   absl::StatusOr<std::vector<EtcdReplica>> List() const;
 
+  // The exchange of which hosts each replica hears: every seen_interval
+  // the campaign's thread writes what `source` returns as this replica's
+  // record (under its lease: it goes with the replica) and hands `sink`
+  // the other replicas' records. Setting (nullptr to stop) waits for an
+  // exchange in progress, so that neither is called once it returns.
+  using SeenSource = std::function<std::vector<EtcdSeenHost>()>;
+  using SeenSink = std::function<void(std::vector<EtcdSeen> others)>;
+  void SetSeenExchange(SeenSource source, SeenSink sink);
+  // Writes `hosts` as this replica's seen record, in parts of at most
+  // kSeenPartBytes, and deletes parts left from a longer one before.
+  // UNAVAILABLE before the replica holds a lease.
+  absl::Status PublishSeen(const std::vector<EtcdSeenHost>& hosts);
+  // The other replicas' seen records, parts merged (a linearizable read).
+  // DATA_LOSS naming the key of a value that does not parse.
+  absl::StatusOr<std::vector<EtcdSeen>> ListSeen() const;
+  static constexpr size_t kSeenPartBytes = 512 * 1024;
+
  private:
   using Clock = std::chrono::steady_clock;
 
@@ -113,6 +138,8 @@ class EtcdReplicas {
   // due. Returns what it changed of `leading`.
   void Round();
   absl::Status Register();
+  // The exchange, when set and due.
+  void ExchangeSeen();
   absl::Status Campaign();
   void Renew();
   // Under mu_; calls the observer after unlocking (returns it).
@@ -123,6 +150,7 @@ class EtcdReplicas {
   const std::string leader_key_;
   EtcdReplicasOptions options_;
   std::string own_key_;  // <prefix>/replicas/<name>
+  std::string seen_key_;  // <prefix>/seen/<name>/
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;
@@ -132,11 +160,17 @@ class EtcdReplicas {
   LeadershipObserver observer_;       // guarded by mu_
   std::string address_;               // guarded by mu_
   bool address_changed_ = false;      // guarded by mu_
+  // Held through an exchange: SetSeenExchange waits for it.
+  std::mutex seen_mu_;
+  SeenSource seen_source_;            // guarded by seen_mu_
+  SeenSink seen_sink_;                // guarded by seen_mu_
+  int64_t lease_id_ = 0;              // guarded by mu_: lease_, for PublishSeen
   // The campaign thread's own.
   int64_t lease_ = 0;
   bool registered_ = false;
   Clock::time_point renewed_{};       // when the last renewal that succeeded was sent
   Clock::time_point next_renewal_{};
+  Clock::time_point next_seen_{};
   std::thread thread_;
 };
 

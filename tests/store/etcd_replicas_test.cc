@@ -5,6 +5,7 @@
 // commit), and compaction, the change-log sweep and audit pruning.
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,7 @@ class EtcdReplicasTest : public ::testing::Test {
     options.replicas.name = name;
     options.replicas.ttl = absl::Seconds(3);
     options.replicas.poll = absl::Milliseconds(100);
+    options.replicas.seen_interval = absl::Milliseconds(200);
     // The tests run the jobs themselves (RunOnce).
     options.maintenance.interval = absl::ZeroDuration();
     options.maintenance.audit_retention = audit_retention;
@@ -321,6 +323,114 @@ TEST_F(EtcdReplicasTest, AuditPruningDeletesOnlyRecordsOlderThanTheRetentionOlde
   EXPECT_THAT(subjects(), ::testing::ElementsAre("newest", "new-1", "new-0"));
 }
 
+// Which hosts each replica hears (the seen records): a replica reads the
+// others' and not its own, a record too big for one etcd request is
+// written in parts and read back whole, a shorter one leaves no part of
+// the longer one behind, and a replica's record goes with it.
+TEST_F(EtcdReplicasTest, EachReplicaReadsWhichHostsTheOthersHearAndTheRecordGoesWithIt) {
+  std::unique_ptr<EtcdStore> a = Open("a");
+  std::unique_ptr<EtcdStore> b = Open("b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto hosts = [](int n, const std::string& problem) {
+    std::vector<EtcdSeenHost> list(n);
+    for (int i = 0; i < n; ++i) {
+      list[i].set_host_id(absl::StrCat("hypervisor-", i));
+      list[i].set_last_report_unix_ns(1700000000000000000 + i);
+      list[i].set_connected(i % 2 == 0);
+      list[i].set_problem(problem);
+    }
+    return list;
+  };
+  // Over three parts: 6 000 hosts of about 230 bytes each.
+  const std::string problem(200, 'p');
+  ASSERT_OK(a->replicas().PublishSeen(hosts(6000, problem)));
+  auto parts = a->client().Range("/cosched/seen/a/", etcd::PrefixEnd("/cosched/seen/a/"));
+  ASSERT_OK(parts.status());
+  EXPECT_GE(parts->kvs.size(), 3u);
+  for (const auto& kv : parts->kvs) {
+    EXPECT_LE(kv.value().size(), EtcdReplicas::kSeenPartBytes) << kv.key();
+  }
+
+  auto seen_by_b = b->replicas().ListSeen();
+  ASSERT_OK(seen_by_b.status());
+  ASSERT_EQ(seen_by_b->size(), 1u);
+  const EtcdSeen& record = (*seen_by_b)[0];
+  EXPECT_EQ(record.replica(), "a");
+  ASSERT_EQ(record.hosts_size(), 6000);
+  EXPECT_EQ(record.hosts(5999).host_id(), "hypervisor-5999");
+  EXPECT_EQ(record.hosts(5999).last_report_unix_ns(), 1700000000000000000 + 5999);
+  EXPECT_FALSE(record.hosts(5999).connected());
+  EXPECT_TRUE(record.hosts(5998).connected());
+  EXPECT_EQ(record.hosts(0).problem(), problem);
+  // Its own is not among what a reads.
+  auto seen_by_a = a->replicas().ListSeen();
+  ASSERT_OK(seen_by_a.status());
+  EXPECT_TRUE(seen_by_a->empty());
+
+  // Shorter: one part, nothing of the longer record left.
+  ASSERT_OK(a->replicas().PublishSeen(hosts(2, "")));
+  seen_by_b = b->replicas().ListSeen();
+  ASSERT_OK(seen_by_b.status());
+  ASSERT_EQ(seen_by_b->size(), 1u);
+  EXPECT_EQ((*seen_by_b)[0].hosts_size(), 2);
+
+  // A replica that hears nobody says so: an empty record, not none.
+  ASSERT_OK(b->replicas().PublishSeen({}));
+  seen_by_a = a->replicas().ListSeen();
+  ASSERT_OK(seen_by_a.status());
+  ASSERT_EQ(seen_by_a->size(), 1u);
+  EXPECT_EQ((*seen_by_a)[0].replica(), "b");
+  EXPECT_EQ((*seen_by_a)[0].hosts_size(), 0);
+
+  // Backups leave the records out: they live only as long as the replica.
+  EXPECT_TRUE(IsReplicaKey("seen/a/0000"));
+
+  // a resigns: its record goes with its lease.
+  a.reset();
+  seen_by_b = b->replicas().ListSeen();
+  ASSERT_OK(seen_by_b.status());
+  EXPECT_TRUE(seen_by_b->empty());
+}
+
+// The exchange runs on the campaign's thread every seen_interval: what
+// the source says is written, and the sink gets the others' records.
+TEST_F(EtcdReplicasTest, TheExchangeWritesTheSourceAndHandsTheOthersToTheSink) {
+  std::unique_ptr<EtcdStore> a = Open("a");
+  std::unique_ptr<EtcdStore> b = Open("b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::mutex mu;
+  std::vector<EtcdSeen> seen_by_b;
+  a->replicas().SetSeenExchange(
+      [] {
+        EtcdSeenHost host;
+        host.set_host_id("hv-1");
+        host.set_connected(true);
+        return std::vector<EtcdSeenHost>{host};
+      },
+      [](std::vector<EtcdSeen>) {});
+  b->replicas().SetSeenExchange([] { return std::vector<EtcdSeenHost>(); },
+                                [&](std::vector<EtcdSeen> others) {
+                                  std::lock_guard<std::mutex> lock(mu);
+                                  seen_by_b = std::move(others);
+                                });
+  EXPECT_TRUE(testing::Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen_by_b.size() == 1 && seen_by_b[0].hosts_size() == 1 &&
+           seen_by_b[0].hosts(0).host_id() == "hv-1" && seen_by_b[0].hosts(0).connected();
+  }));
+  // Stopped: neither is called after SetSeenExchange returns.
+  b->replicas().SetSeenExchange(nullptr, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    seen_by_b.clear();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(seen_by_b.empty());
+}
+
 TEST(EtcdReplicasOptionsTest, BadOptionsNameTheirField) {
   EtcdReplicasOptions options;
   options.name = "has space";
@@ -331,6 +441,13 @@ TEST(EtcdReplicasOptionsTest, BadOptionsNameTheirField) {
   EXPECT_THAT(ValidateEtcdReplicasOptions(options).message(),
               HasSubstr("store.etcd.lease_ttl_s must be 2 to 300"));
   options.ttl = absl::Seconds(10);
+  options.seen_interval = absl::Milliseconds(100);
+  EXPECT_THAT(ValidateEtcdReplicasOptions(options).message(),
+              HasSubstr("store.etcd.liveness_interval_ms must be 200 to 60000"));
+  options.seen_interval = absl::Seconds(61);
+  EXPECT_THAT(ValidateEtcdReplicasOptions(options).message(),
+              HasSubstr("store.etcd.liveness_interval_ms must be 200 to 60000"));
+  options.seen_interval = absl::Seconds(5);
   EXPECT_OK(ValidateEtcdReplicasOptions(options));
 }
 
