@@ -189,6 +189,16 @@ bool AssignmentFanout::IsConnected(absl::string_view host_id) const {
   return it != watchers_.end() && !it->second.empty();
 }
 
+std::vector<std::string> AssignmentFanout::ConnectedHosts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> hosts;
+  hosts.reserve(watchers_.size());
+  for (const auto& [host, list] : watchers_) {
+    if (!list.empty()) hosts.push_back(host);
+  }
+  return hosts;
+}
+
 size_t AssignmentFanout::WatcherCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;

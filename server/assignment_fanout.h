@@ -43,6 +43,8 @@ class AssignmentFanout {
 
   // True while some agent of `host_id` holds a stream.
   bool IsConnected(absl::string_view host_id) const;
+  // The hosts that hold a stream now.
+  std::vector<std::string> ConnectedHosts() const;
   size_t WatcherCount() const;
 
  private:

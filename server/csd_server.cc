@@ -75,6 +75,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     }
     store.maintenance.compact = !etcd.disable_compaction();
     store.replicas.address = etcd.advertise_address();
+    if (etcd.liveness_interval_ms() != 0) {
+      store.replicas.seen_interval = absl::Milliseconds(etcd.liveness_interval_ms());
+    }
     options.etcd_store = std::move(store);
     if (etcd.peer_timeout_ms() != 0) {
       options.peer_timeout = absl::Milliseconds(etcd.peer_timeout_ms());
@@ -330,6 +333,12 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     peer_options.insecure = options.insecure;
     csd->peer_stats_ = std::make_unique<PeerStats>([replicas] { return replicas->List(); },
                                                    std::move(peer_options));
+    // Which hosts' agents each replica hears, so that every replica judges
+    // liveness (Place, csctl hosts, rollouts) by all of them.
+    csd->replicas_ = replicas;
+    replicas->SetSeenExchange(
+        [state, fanout] { return state->liveness().Record(fanout->ConnectedHosts()); },
+        [state](std::vector<store::EtcdSeen> others) { state->liveness().SetOthers(others); });
   }
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
@@ -421,6 +430,7 @@ void CsdServer::Shutdown() {
     // Other replicas' changes call into the fanout and the views: none
     // after this.
     store_->SetExternalObserver(nullptr);
+    if (replicas_ != nullptr) replicas_->SetSeenExchange(nullptr, nullptr);
     // The store's writer tells the fanout of a commit after it answered
     // the write, so a client may already be gone while that call is still
     // to come: wait for the writes in flight (a write after them completes
@@ -456,6 +466,7 @@ CsdServer::~CsdServer() {
   } else if (store_) {
     // Start failed: the store must not call into what goes before it.
     store_->SetExternalObserver(nullptr);
+    if (replicas_ != nullptr) replicas_->SetSeenExchange(nullptr, nullptr);
   }
 }
 

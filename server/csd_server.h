@@ -133,6 +133,8 @@ class CsdServer {
   std::unique_ptr<CsdMetrics> metrics_;
   std::unique_ptr<metrics::MetricsHttpServer> metrics_server_;
   std::unique_ptr<store::Store> store_;
+  // The replicas on the etcd prefix (in store_); null on SQLite.
+  store::EtcdReplicas* replicas_ = nullptr;
   // Before the authorizer, which reads it, and the local socket, which
   // fills it.
   std::unique_ptr<LocalPeerTable> local_peers_;

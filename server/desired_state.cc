@@ -517,7 +517,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   if (!valid.ok()) return done(valid);
   // Every answer says whether the host should set cookies, so a change of
   // the setting or of the host's vulnerabilities reaches a running agent.
-  health_.Note(request, absl::Now());
+  liveness_.Note(request, absl::Now());
   done = [enablement = EnablementOf(request.preflight(), enforce_,
                                     rollout_.VerdictFor(request.host_id())),
           done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
@@ -647,7 +647,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
         }
         RememberReport(report->host_id(),
-                       ReportSeen{content, *cores, absl::Now(), *tagged_id});
+                       ReportSeen{content, *cores, *tagged_id});
         if (layout_observer_) layout_observer_(report->host_id());
         AddReportStats(report, std::move(*tagged_id), std::move(done));
       });
@@ -706,7 +706,6 @@ std::optional<DesiredState::ReportSeen> DesiredState::UnchangedReport(
   std::lock_guard<std::mutex> lock(reports_mu_);
   auto it = reports_.find(host_id);
   if (it == reports_.end()) return std::nullopt;
-  it->second.last_report = absl::Now();
   if (it->second.content != content) return std::nullopt;
   ReportSeen seen;  // without the content: nobody needs a copy
   seen.cores = it->second.cores;
@@ -725,10 +724,9 @@ void DesiredState::ForgetReport(absl::string_view host_id) {
 }
 
 std::optional<absl::Time> DesiredState::LastReport(absl::string_view host_id) const {
-  std::lock_guard<std::mutex> lock(reports_mu_);
-  auto it = reports_.find(host_id);
-  if (it == reports_.end()) return std::nullopt;
-  return it->second.last_report;
+  std::optional<HostLiveness::Seen> seen = liveness_.Latest(host_id);
+  if (!seen || seen->time == absl::InfinitePast()) return std::nullopt;
+  return seen->time;
 }
 
 }  // namespace cosched::server

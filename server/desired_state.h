@@ -23,6 +23,7 @@
 #include "cosched/v1/control_plane.pb.h"
 #include "policy/placement.h"
 #include "server/host_enablement.h"
+#include "server/host_liveness.h"
 #include "server/placement_view.h"
 #include "server/rollout_view.h"
 #include "server/stats_aggregator.h"
@@ -157,16 +158,20 @@ class DesiredState {
   // ApplyExternalChange.
   RolloutView& rollout() { return rollout_; }
   const RolloutView& rollout() const { return rollout_; }
-  // What each host's last Report to this csd said of its health.
-  const ReportHealth& report_health() const { return health_; }
-  // How long since the host's agent last registered or reported (to this
-  // csd, or as stored), whether or not it holds a stream: a stuck agent
+  // Each host's last Report and stream, to this csd or (replicas on etcd)
+  // to another replica, by its seen record (server/host_liveness.h).
+  HostLiveness& liveness() { return liveness_; }
+  const HostLiveness& liveness() const { return liveness_; }
+  // How long since the host's agent last registered or reported (to any
+  // replica, or as stored), whether or not it holds a stream: a stuck agent
   // keeps its stream and reports nothing.
   absl::Duration SilentFor(const v1::Host& host) const;
+  // Its agent holds a stream on this csd or, by its last seen record, on
+  // another replica.
   bool IsConnected(absl::string_view host_id) const;
 
-  // Whether a host's agent holds a watch stream now (csd's fan-out knows).
-  // Set before serving; unset: none is.
+  // Whether a host's agent holds a watch stream on this csd now (csd's
+  // fan-out knows). Set before serving; unset: none does.
   void set_connected_check(std::function<bool(absl::string_view)> check) {
     connected_ = std::move(check);
   }
@@ -190,8 +195,8 @@ class DesiredState {
   void set_host_stale_after(absl::Duration d) { host_stale_after_ = d; }
   // Why Place would not choose `host` now: empty when it would.
   std::string UnplaceableReason(const v1::Host& host, bool needs_isolation) const;
-  // When the host's agent last reported to this csd (nullopt: not since
-  // csd started).
+  // When the host's agent last reported to any replica (nullopt: not
+  // since csd started, as far as it knows).
   std::optional<absl::Time> LastReport(absl::string_view host_id) const;
 
   // NOT_FOUND when the VM is not tagged; for a VM that hosts report, the
@@ -270,7 +275,6 @@ class DesiredState {
   struct ReportSeen {
     std::string content;  // ReportContent
     int cores = 0;        // of the topology it was checked against
-    absl::Time last_report;
     // Reported vm_id -> the id it is tagged under, where they differ: where
     // an unchanged Report's stats windows go.
     absl::flat_hash_map<std::string, std::string> tagged_id;
@@ -279,7 +283,7 @@ class DesiredState {
   static std::string ReportContent(const v1::ReportRequest& request);
   // What csd remembers of the host's last Report when `content` is what
   // it reported then (the Report can be answered without a write); nullopt
-  // when something changed. Notes the report's time either way.
+  // when something changed.
   std::optional<ReportSeen> UnchangedReport(absl::string_view host_id,
                                             const std::string& content);
   void RememberReport(const std::string& host_id, ReportSeen seen);
@@ -292,7 +296,8 @@ class DesiredState {
                       Done<v1::ReportResponse> done);
   // The host as it is now: its last report time and whether it is placeable.
   void AddLiveness(v1::Host& host) const;
-  // The later of its stored last_seen_time and its last Report to this csd.
+  // The later of its stored last_seen_time and its last Report to any
+  // replica.
   absl::Time LastSeen(const v1::Host& host) const;
   // Connected, or seen within host_stale_after.
   bool IsLive(const v1::Host& host) const;
@@ -329,7 +334,7 @@ class DesiredState {
   bool tag_from_metadata_ = false;
   EnforceMode enforce_ = EnforceMode::kAlways;
   RolloutView rollout_;
-  ReportHealth health_;
+  HostLiveness liveness_;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
   // An external change could not be applied: the next one reloads the

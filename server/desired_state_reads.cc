@@ -128,8 +128,10 @@ absl::StatusOr<v1::ListVMsResponse> DesiredState::ListVms(
   }
   ASSIGN_OR_RETURN(store::Page page,
                    PageFrom(request.page_size(), request.page_token()));
-  store::VmFilter filter{request.tenant_id(), request.host_id(),
-                         request.trust_group()};
+  store::VmFilter filter;
+  filter.tenant_id = request.tenant_id();
+  filter.host_id = request.host_id();
+  filter.trust_group = request.trust_group();
   auto last_report = [this](absl::string_view host) { return LastReport(host); };
   v1::ListVMsResponse response;
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
@@ -343,8 +345,11 @@ absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
     // The VMs it owns, and those it reports that another host owns (a live
     // migration's other side).
     std::set<std::string> sent;
-    for (store::VmFilter filter : {store::VmFilter{.host_id = std::string(host_id)},
-                                   store::VmFilter{.reported_on = std::string(host_id)}}) {
+    store::VmFilter owned;
+    owned.host_id = std::string(host_id);
+    store::VmFilter reported;
+    reported.reported_on = std::string(host_id);
+    for (const store::VmFilter& filter : {owned, reported}) {
       ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
       for (auto& vm : vms) {
         if (!ReceivesAssignment(vm, host_id) || !sent.insert(vm.vm_id()).second) continue;

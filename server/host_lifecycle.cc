@@ -44,11 +44,11 @@ absl::Duration DesiredState::SilentFor(const v1::Host& host) const {
 }
 
 bool DesiredState::IsConnected(absl::string_view host_id) const {
-  return connected_ && connected_(host_id);
+  return (connected_ && connected_(host_id)) || liveness_.ConnectedElsewhere(host_id);
 }
 
 bool DesiredState::IsLive(const v1::Host& host) const {
-  if (connected_ && connected_(host.host_id())) return true;
+  if (IsConnected(host.host_id())) return true;
   return absl::Now() - LastSeen(host) <= host_stale_after_;
 }
 
@@ -126,7 +126,7 @@ void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor&
                               Done<v1::RemoveHostResponse> done) {
   absl::Status valid = ValidateId("host_id", request.host_id());
   if (!valid.ok()) return done(valid);
-  if (connected_ && connected_(request.host_id())) {
+  if (IsConnected(request.host_id())) {
     return done(absl::FailedPreconditionError(absl::StrCat(
         "host '", request.host_id(),
         "' has an agent connected; stop its cs-agent before removing it")));
@@ -185,7 +185,7 @@ void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor&
         if (!status.ok()) return done(status);
         placement_.Apply(*delta);
         ForgetReport(host_id);
-        health_.Forget(host_id);
+        liveness_.Forget(host_id);
         internal::LogAudit(*audit);
         done(*result);
       });

@@ -308,11 +308,12 @@ std::string RolloutControl::Regression(const v1::Host& host) const {
                         absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))),
                         " (rollout.no_report_halt_s ", options_.no_report_halt.count(), ")");
   }
-  if (std::optional<ReportHealth::Seen> seen = state_->report_health().Of(host.host_id())) {
+  if (std::optional<HostLiveness::Seen> seen = state_->liveness().Latest(host.host_id());
+      seen && seen->time != absl::InfinitePast()) {
     if (!seen->problem.empty()) return absl::StrCat("host ", host.host_id(), " ", seen->problem);
     return "";
   }
-  // No Report to this csd yet: what it said at Register.
+  // No Report to any replica yet: what it said at Register.
   if (host.capabilities().preflight().hazards_size() > 0) {
     return absl::StrCat("host ", host.host_id(), " reports the hazard ",
                         host.capabilities().preflight().hazards(0).name());

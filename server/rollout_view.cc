@@ -98,38 +98,4 @@ RolloutVerdict RolloutView::VerdictFor(absl::string_view host_id) const {
   return VerdictOf(rollout.get(), host_id);
 }
 
-void ReportHealth::Note(const v1::ReportRequest& report, absl::Time now) {
-  Seen seen{now, ""};
-  if (report.preflight().hazards_size() > 0) {
-    const v1::Hazard& hazard = report.preflight().hazards(0);
-    seen.problem = absl::StrCat("reports the hazard ", hazard.name(),
-                                hazard.detail().empty() ? "" : absl::StrCat(" (", hazard.detail(), ")"));
-  }
-  for (const v1::VMObservation& vm : report.vms()) {
-    if (!seen.problem.empty()) break;
-    const v1::EnforcementState state = vm.enforcement().state();
-    if (state == v1::ENFORCEMENT_STATE_FAILED || state == v1::ENFORCEMENT_STATE_PARTIAL) {
-      seen.problem = absl::StrCat("has reconcile errors: VM ", vm.vm_id(), " is ",
-                                  EnforcementStateName(state),
-                                  vm.enforcement().last_error().empty()
-                                      ? ""
-                                      : absl::StrCat(" (", vm.enforcement().last_error(), ")"));
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  hosts_[report.host_id()] = std::move(seen);
-}
-
-void ReportHealth::Forget(absl::string_view host_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  hosts_.erase(host_id);
-}
-
-std::optional<ReportHealth::Seen> ReportHealth::Of(absl::string_view host_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hosts_.find(host_id);
-  if (it == hosts_.end()) return std::nullopt;
-  return it->second;
-}
-
 }  // namespace cosched::server

@@ -61,26 +61,6 @@ class RolloutView {
   std::shared_ptr<const v1::Rollout> rollout_;
 };
 
-// What each host's last Report said of its health, as a rollout judges a
-// regression: a hazard in its preflight, or VMs whose enforcement FAILED or
-// is PARTIAL (reconcile errors). Only this csd's agents' reports. Thread-
-// safe.
-class ReportHealth {
- public:
-  struct Seen {
-    absl::Time time;
-    // Empty when healthy; else what is wrong, in a sentence.
-    std::string problem;
-  };
-  void Note(const v1::ReportRequest& report, absl::Time now);
-  void Forget(absl::string_view host_id);
-  std::optional<Seen> Of(absl::string_view host_id) const;
-
- private:
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, Seen> hosts_;
-};
-
 }  // namespace cosched::server
 
 #endif  // COSCHED_SERVER_ROLLOUT_VIEW_H_

@@ -115,7 +115,7 @@ grpc::ServerUnaryReactor* ControlPlaneService::ListHosts(
   auto hosts = state_->ListHosts(*request);
   if (hosts.ok()) {
     for (auto& host : *hosts->mutable_hosts()) {
-      host.set_connected(fanout_->IsConnected(host.host_id()));
+      host.set_connected(state_->IsConnected(host.host_id()));
     }
   }
   return AnswerNow(context, std::move(hosts), response);
@@ -127,7 +127,7 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
   auto caller = authz_->ForControlPlane(*context, "GetHost");
   if (!caller.ok()) return Refuse(context, caller.status());
   auto host = state_->GetHost(*request);
-  if (host.ok()) host->set_connected(fanout_->IsConnected(host->host_id()));
+  if (host.ok()) host->set_connected(state_->IsConnected(host->host_id()));
   return AnswerNow(context, std::move(host), response);
 }
 

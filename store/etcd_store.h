@@ -75,6 +75,8 @@ struct EtcdStoreOptions {
 //                             assignment last changed for that host
 //   audit/<~sequence, hex>    v1::AuditRecord, newest first in key order
 //   replicas/<name>           EtcdReplica, under the replica's lease
+//   seen/<name>/<part>        EtcdSeen: the hosts whose agents it hears,
+//                             under its lease (store/etcd_replicas.h)
 //   leader                    EtcdReplica: the replica that leads, under
 //                             its lease (store/etcd_replicas.h)
 //   compact                   EtcdCompaction: the leader's last compaction

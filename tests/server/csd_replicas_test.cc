@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,7 +60,9 @@ class CsdReplicasTest : public ::testing::Test {
   void SetUp() override { ASSERT_OK(etcd_.Start()); }
 
   // A replica whose store reaches etcd at `endpoint` (default: directly).
-  Replica Start(const std::string& endpoint = "") {
+  // `tweak` changes the options before it starts.
+  Replica Start(const std::string& endpoint = "",
+                const std::function<void(CsdOptions&)>& tweak = nullptr) {
     CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("unused");
@@ -74,6 +77,7 @@ class CsdReplicasTest : public ::testing::Test {
     if (!endpoint.empty()) store.client.endpoints = {endpoint};
     store.prefix = "/cosched";
     options.etcd_store = store;
+    if (tweak) tweak(options);
     Replica replica;
     auto csd = CsdServer::Start(options);
     EXPECT_TRUE(csd.ok()) << csd.status();
@@ -690,6 +694,93 @@ TEST_F(CsdReplicasTest, GetStatsOnAnyReplicaGathersEveryReplicasAgents) {
   EXPECT_NE(none.error_message().find("missing: ghost"), std::string::npos)
       << none.error_message();
   close(silent);
+}
+
+// A host whose agent talks to replica B is live on replica A too, past
+// host_stale_after, by B's seen record (issue #16): A's Place chooses it,
+// A's GetHost says it is connected, and a rollout A leads does not halt on
+// it while its agent reports to B. Once that agent goes silent, A halts
+// the rollout naming it, and once its stream is gone A's Place no longer
+// chooses it.
+TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica) {
+  auto tweak = [](CsdOptions& options) {
+    options.host_stale_after_s = 2;
+    options.etcd_store->replicas.seen_interval = absl::Milliseconds(200);
+    options.rollout.check_interval = std::chrono::seconds(1);
+    options.rollout.no_report_halt = std::chrono::seconds(3);
+    options.rollout.min_soak_s = 1;
+  };
+  Replica a = Start("", tweak);  // leads: it campaigned first
+  Replica b = Start("", tweak);
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "hv-1", {});
+  std::unique_ptr<Stream> stream = Watch(b, "hv-1");
+  v1::WatchAssignmentsResponse first;
+  ASSERT_TRUE(stream->reader->Read(&first));
+  auto report = [&b] {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(5));
+    v1::ReportRequest request;
+    request.set_host_id("hv-1");
+    v1::ReportResponse response;
+    return b.agent->Report(&context, request, &response).ok();
+  };
+  auto get_on_a = [&a] {
+    grpc::ClientContext context;
+    v1::GetHostRequest request;
+    request.set_host_id("hv-1");
+    v1::Host host;
+    EXPECT_OK(a.control->GetHost(&context, request, &host));
+    return host;
+  };
+  auto rollout_on_a = [&a] {
+    grpc::ClientContext context;
+    v1::Rollout rollout;
+    EXPECT_OK(a.control->GetRollout(&context, v1::GetRolloutRequest(), &rollout));
+    return rollout;
+  };
+
+  // Reporting to B every 300 ms, from well past host_stale_after.
+  std::atomic<bool> reporting{true};
+  std::thread agent([&] {
+    while (reporting) {
+      report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  v1::StartRolloutRequest start;
+  start.add_stage_percents(100);
+  start.set_soak_seconds(3600);
+  v1::Rollout rollout;
+  {
+    grpc::ClientContext context;
+    ASSERT_OK(a.control->StartRollout(&context, start, &rollout));
+  }
+  ASSERT_EQ(rollout.enabled_hosts_size(), 1);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  v1::Host host = get_on_a();
+  EXPECT_TRUE(host.connected());
+  EXPECT_EQ(host.unplaceable_reason(), "");
+  EXPECT_GT(absl::FromUnixSeconds(host.last_seen_time().seconds()),
+            absl::Now() - absl::Seconds(3));
+  EXPECT_EQ(PlaceOn(a), "hv-1");
+  EXPECT_EQ(rollout_on_a().state(), v1::Rollout::STATE_RUNNING) << rollout_on_a().halt_reason();
+
+  // Silent, its stream still held (a stuck agent): A halts the rollout.
+  reporting = false;
+  agent.join();
+  EXPECT_TRUE(Eventually([&] { return rollout_on_a().state() == v1::Rollout::STATE_HALTED; },
+                         std::chrono::seconds(15)));
+  EXPECT_NE(rollout_on_a().halt_reason().find("host hv-1 stopped reporting"), std::string::npos)
+      << rollout_on_a().halt_reason();
+  // Still connected: still placeable.
+  EXPECT_EQ(PlaceOn(a), "hv-1");
+
+  // Its stream gone too: A's Place rules it out within a record or two.
+  stream->context.TryCancel();
+  EXPECT_TRUE(Eventually([&] { return !get_on_a().connected(); }, std::chrono::seconds(10)));
+  EXPECT_NE(PlaceOn(a).find("error"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,123 @@
+// HostLiveness: what this csd heard of each host merged with the other
+// replicas' seen records, as Place, csctl hosts and staged rollouts judge
+// liveness and health (issue #16).
+#include "server/host_liveness.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cosched::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1800000000);
+
+v1::ReportRequest Report(const std::string& host) {
+  v1::ReportRequest report;
+  report.set_host_id(host);
+  return report;
+}
+
+store::EtcdSeen Record(const std::string& replica, const std::string& host, absl::Time reported,
+                       bool connected, const std::string& problem = "") {
+  store::EtcdSeen record;
+  record.set_replica(replica);
+  store::EtcdSeenHost* seen = record.add_hosts();
+  seen->set_host_id(host);
+  if (reported != absl::InfinitePast()) seen->set_last_report_unix_ns(absl::ToUnixNanos(reported));
+  seen->set_connected(connected);
+  seen->set_problem(problem);
+  return record;
+}
+
+TEST(HostLivenessTest, TheLatestReportToAnyReplicaSpeaks) {
+  HostLiveness liveness;
+  EXPECT_FALSE(liveness.Latest("hv-1").has_value());
+  liveness.Note(Report("hv-1"), kT0);
+  ASSERT_TRUE(liveness.Latest("hv-1").has_value());
+  EXPECT_EQ(liveness.Latest("hv-1")->time, kT0);
+  EXPECT_EQ(liveness.Latest("hv-1")->replica, "");
+
+  // The agent moved to replica b, which heard it later, with a problem.
+  liveness.SetOthers({Record("b", "hv-1", kT0 + absl::Seconds(30), true, "reports the hazard X")});
+  std::optional<HostLiveness::Seen> seen = liveness.Latest("hv-1");
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->time, kT0 + absl::Seconds(30));
+  EXPECT_EQ(seen->replica, "b");
+  EXPECT_EQ(seen->problem, "reports the hazard X");
+  EXPECT_TRUE(seen->connected);
+  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1"));
+  // What this csd heard itself stays its own.
+  EXPECT_EQ(liveness.Local("hv-1")->time, kT0);
+
+  // Back here, later and healthy: this csd's Report speaks.
+  liveness.Note(Report("hv-1"), kT0 + absl::Seconds(60));
+  seen = liveness.Latest("hv-1");
+  EXPECT_EQ(seen->time, kT0 + absl::Seconds(60));
+  EXPECT_EQ(seen->replica, "");
+  EXPECT_EQ(seen->problem, "");
+
+  // b's next record no longer has it: nothing connects it elsewhere.
+  liveness.SetOthers({});
+  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-1"));
+  EXPECT_EQ(liveness.Latest("hv-1")->time, kT0 + absl::Seconds(60));
+}
+
+TEST(HostLivenessTest, AHostInTwoRecordsIsConnectedIfEitherHoldsItsStream) {
+  HostLiveness liveness;
+  // Mid-move: b has the later Report, c holds the stream and has none yet.
+  liveness.SetOthers({Record("b", "hv-1", kT0 + absl::Seconds(5), false),
+                      Record("c", "hv-1", absl::InfinitePast(), true)});
+  std::optional<HostLiveness::Seen> seen = liveness.Latest("hv-1");
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->time, kT0 + absl::Seconds(5));
+  EXPECT_EQ(seen->replica, "b");
+  EXPECT_TRUE(seen->connected);
+  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1"));
+  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-2"));
+}
+
+TEST(HostLivenessTest, TheRecordHasEveryHostHeardAndEveryStreamHeld) {
+  HostLiveness liveness;
+  v1::ReportRequest failing = Report("hv-1");
+  v1::VMObservation* vm = failing.add_vms();
+  vm->set_vm_id("vm-9");
+  vm->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_FAILED);
+  vm->mutable_enforcement()->set_last_error("prctl: EPERM");
+  liveness.Note(failing, kT0);
+  liveness.Note(Report("hv-2"), kT0);
+  liveness.Forget("hv-2");  // removed
+
+  std::vector<store::EtcdSeenHost> record = liveness.Record({"hv-1", "hv-3"});
+  ASSERT_EQ(record.size(), 2u);
+  const store::EtcdSeenHost& one = record[0].host_id() == "hv-1" ? record[0] : record[1];
+  const store::EtcdSeenHost& three = record[0].host_id() == "hv-3" ? record[0] : record[1];
+  EXPECT_EQ(one.host_id(), "hv-1");
+  EXPECT_EQ(one.last_report_unix_ns(), absl::ToUnixNanos(kT0));
+  EXPECT_TRUE(one.connected());
+  EXPECT_THAT(one.problem(), HasSubstr("has reconcile errors: VM vm-9"));
+  EXPECT_THAT(one.problem(), HasSubstr("prctl: EPERM"));
+  EXPECT_EQ(three.host_id(), "hv-3");
+  EXPECT_EQ(three.last_report_unix_ns(), 0);  // holds a stream, no Report yet
+  EXPECT_TRUE(three.connected());
+}
+
+TEST(HostLivenessTest, AProblemIsAShortSentence) {
+  v1::ReportRequest report = Report("hv-1");
+  EXPECT_EQ(ReportProblem(report), "");
+  v1::Hazard* hazard = report.mutable_preflight()->add_hazards();
+  hazard->set_name("sched_ext");
+  hazard->set_detail(std::string(1000, 'd'));
+  const std::string problem = ReportProblem(report);
+  EXPECT_THAT(problem, HasSubstr("reports the hazard sched_ext"));
+  EXPECT_LE(problem.size(), 240u);
+  EXPECT_THAT(problem, ::testing::EndsWith("..."));
+}
+
+}  // namespace
+}  // namespace cosched::server
