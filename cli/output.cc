@@ -245,6 +245,7 @@ json HostToJson(const v1::Host& host) {
       {"host_id", host.host_id()},
       {"agent_version", host.agent_version()},
       {"connected", host.connected()},
+      {"connected_replica", host.connected_replica()},
       {"draining", host.draining()},
       {"unplaceable_reason", host.unplaceable_reason()},
       {"budget_unmet", host.budget_unmet()},
@@ -399,7 +400,10 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
   PrintFields(
       {
           {"host", host.host_id()},
-          {"connected", YesNo(host.connected())},
+          {"connected", host.connected_replica().empty()
+                            ? YesNo(host.connected())
+                            : absl::StrCat(YesNo(host.connected()), " (to replica ",
+                                           host.connected_replica(), ")")},
           {"draining", YesNo(host.draining())},
           {"placeable", PlaceableText(host)},
           {"safety", SafetyText(caps.preflight())},

@@ -111,6 +111,10 @@ Role RequiredRole(absl::string_view method) {
       {"DrainHost", Role::kOperator},
       {"UndrainHost", Role::kOperator},
       {"RemoveHost", Role::kOperator},
+      // Replica.ForwardStats: another replica's agents' load, which the
+      // leader's engine plans from (as TagVM, it moves VMs between groups
+      // within their tenants' bounds).
+      {"ForwardStats", Role::kOperator},
       {"SetTenantPolicy", Role::kAdmin},
       // Enforcement on or off across the fleet is the admin's call.
       {"StartRollout", Role::kAdmin},

@@ -251,6 +251,21 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
         }
         return samples;
       });
+  scrape_gauges_->AddFamily(
+      "cosched_csd_forwarded_stats_reports",
+      "Reports whose stats windows this replica sent to the leader for its policy engine "
+      "(outcome forwarded) or could not (dropped), since it started; replicas on etcd only.",
+      [forwarded = options_.forwarded_stats] {
+        std::vector<metrics::ScrapeGauges::Sample> samples;
+        if (!forwarded) return samples;
+        std::optional<std::pair<int64_t, int64_t>> counts = forwarded();
+        if (!counts) return samples;
+        samples.emplace_back(prometheus::Labels{{"outcome", "forwarded"}},
+                             static_cast<double>(counts->first));
+        samples.emplace_back(prometheus::Labels{{"outcome", "dropped"}},
+                             static_cast<double>(counts->second));
+        return samples;
+      });
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));

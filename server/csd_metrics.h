@@ -40,6 +40,9 @@ struct CsdMetricsOptions {
   std::function<double()> leader;
   // The staged rollout as this csd knows it (RolloutView); nullopt: none.
   std::function<std::optional<v1::Rollout>()> rollout;
+  // Replicas on etcd: Reports of stats forwarded to the leader and
+  // dropped, since the start (StatsForwarder); nullopt: none (SQLite).
+  std::function<std::optional<std::pair<int64_t, int64_t>>()> forwarded_stats;
   // A host whose last accepted Report is older than this leaves the
   // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
   // to another replica).

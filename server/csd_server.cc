@@ -266,6 +266,10 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   metrics_options.rollout = [self] {
     return self->state_ ? self->state_->rollout().Get() : std::optional<v1::Rollout>();
   };
+  metrics_options.forwarded_stats = [self]() -> std::optional<std::pair<int64_t, int64_t>> {
+    if (!self->stats_forwarder_) return std::nullopt;
+    return std::pair{self->stats_forwarder_->forwarded(), self->stats_forwarder_->dropped()};
+  };
   csd->metrics_ = std::make_unique<CsdMetrics>(std::move(metrics_options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<InstrumentedStore>(
@@ -336,9 +340,26 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     // Which hosts' agents each replica hears, so that every replica judges
     // liveness (Place, csctl hosts, rollouts) by all of them.
     csd->replicas_ = replicas;
+    state->set_replica_name(replicas->name());
     replicas->SetSeenExchange(
         [state, fanout] { return state->liveness().Record(fanout->ConnectedHosts()); },
         [state](std::vector<store::EtcdSeen> others) { state->liveness().SetOthers(others); });
+    // The leader's engine plans every replica's hosts: their windows go
+    // to it, and it takes them (Replica.ForwardStats).
+    StatsForwarderOptions forward_options;
+    forward_options.self = replicas->name();
+    forward_options.timeout = options.peer_timeout;
+    forward_options.tls = options.tls;
+    forward_options.insecure = options.insecure;
+    csd->stats_forwarder_ = std::make_unique<StatsForwarder>(
+        [replicas] { return replicas->leader(); }, [replicas] { return replicas->List(); },
+        std::move(forward_options));
+    StatsForwarder* forwarder = csd->stats_forwarder_.get();
+    state->set_stats_observer([forwarder](auto report, auto tagged_id) {
+      forwarder->Enqueue(std::move(report), std::move(tagged_id));
+    });
+    csd->replica_service_ = std::make_unique<ReplicaServiceImpl>(
+        state, csd->authz_.get(), [replicas] { return replicas->leader(); });
   }
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
@@ -352,6 +373,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   builder.AddListeningPort(options.listen, *credentials, &csd->port_);
   builder.RegisterService(csd->control_plane_.get());
   builder.RegisterService(csd->agent_service_.get());
+  if (csd->replica_service_) builder.RegisterService(csd->replica_service_.get());
   builder.experimental().SetInterceptorCreators(
       csd->metrics_->MakeInterceptorFactories());
   // Agents hold streams for days: find dead peers, let idle agents ping.
@@ -440,6 +462,8 @@ void CsdServer::Shutdown() {
     LOG_IF(WARNING, !drained.ok()) << "draining the store at shutdown: " << drained;
     fanout_.reset();
     store_.reset();
+    // No Report is taken any more.
+    stats_forwarder_.reset();
     LOG(INFO) << "csd stopped";
   });
 }

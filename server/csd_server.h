@@ -27,6 +27,7 @@
 #include "server/local_socket.h"
 #include "server/rollout_control.h"
 #include "server/services.h"
+#include "server/stats_forwarder.h"
 #include "store/etcd_store.h"
 #include "store/store.h"
 
@@ -151,6 +152,10 @@ class CsdServer {
   std::unique_ptr<PeerStats> peer_stats_;
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
+  // Replicas on etcd only: the stats of this replica's agents to the
+  // leader, and the service the others call.
+  std::unique_ptr<StatsForwarder> stats_forwarder_;
+  std::unique_ptr<ReplicaServiceImpl> replica_service_;
   std::unique_ptr<grpc::Server> server_;
   // After the server: stopped (and destroyed) before it.
   std::unique_ptr<LocalSocketServer> local_socket_;

@@ -572,8 +572,8 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
         // Every VM this host owned or reported before, and every tagged VM
         // it reports now, with what it reports of each.
         std::map<std::string, v1::VM> vms;
-        for (store::VmFilter filter : {store::VmFilter{.host_id = host_id},
-                                       store::VmFilter{.reported_on = host_id}}) {
+        for (const store::VmFilter& filter :
+             {store::VmFilter::OwnedBy(host_id), store::VmFilter::ReportedOn(host_id)}) {
           ASSIGN_OR_RETURN(auto listed, AllVms(txn, filter));
           for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
         }
@@ -662,9 +662,11 @@ void DesiredState::AddReportStats(
   // Only a committed (or unchanged) Report counts: a refused one changes
   // nothing. Answered once its windows are in, so the agent's next Report
   // and any GetStats after the answer see them.
+  auto tagged = std::make_shared<const absl::flat_hash_map<std::string, std::string>>(
+      std::move(tagged_id));
+  if (stats_observer_ && report->stats_size() > 0) stats_observer_(report, tagged);
   stats_.AddInBackground(
-      report,
-      std::make_shared<absl::flat_hash_map<std::string, std::string>>(std::move(tagged_id)),
+      report, tagged,
       [host = report->host_id(), done = std::move(done), response](int64_t ignored) {
         LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
             << "host " << host << ": ignored " << ignored

@@ -72,7 +72,8 @@ class DesiredState {
                         StatsAggregator::Clock stats_clock = nullptr,
                         policy::PlacementOptions placement = {})
       : store_(store),
-        stats_(std::move(stats_clock)),
+        stats_(stats_clock),
+        forwarded_stats_(std::move(stats_clock)),
         conflicts_(placement.conflicts),
         placement_(std::move(placement)) {}
 
@@ -169,6 +170,11 @@ class DesiredState {
   // Its agent holds a stream on this csd or, by its last seen record, on
   // another replica.
   bool IsConnected(absl::string_view host_id) const;
+  // The replica that holds its agent's stream: this csd's name
+  // (set_replica_name) or another's; empty when none does.
+  std::string ConnectedReplica(absl::string_view host_id) const;
+  // This csd's name among the replicas on etcd. Set before serving.
+  void set_replica_name(std::string name) { replica_name_ = std::move(name); }
 
   // Whether a host's agent holds a watch stream on this csd now (csd's
   // fan-out knows). Set before serving; unset: none does.
@@ -183,9 +189,19 @@ class DesiredState {
   void set_layout_observer(std::function<void(const std::string& host_id)> observer) {
     layout_observer_ = std::move(observer);
   }
-  // What the engine reads besides the store: the agents' stats and the
-  // class conflicts.
-  const StatsAggregator& stats() const { return stats_; }
+  // What the engine and ExplainVM read besides the store: the agents'
+  // stats (this csd's own and, on etcd, those the other replicas forwarded
+  // while it led) and the class conflicts.
+  const StatsSource& stats() const { return engine_stats_; }
+  // Where the stats other replicas forward go (ReplicaService).
+  StatsAggregator& forwarded_stats() { return forwarded_stats_; }
+  // Called with each Report's stats once this csd took them (csd replicas
+  // on etcd: the forwarder to the leader). Set before serving.
+  using StatsObserver =
+      std::function<void(std::shared_ptr<const v1::ReportRequest> report,
+                         std::shared_ptr<const absl::flat_hash_map<std::string, std::string>>
+                             tagged_id)>;
+  void set_stats_observer(StatsObserver observer) { stats_observer_ = std::move(observer); }
   const std::vector<std::pair<std::string, std::string>>& class_conflicts() const {
     return conflicts_;
   }
@@ -324,7 +340,10 @@ class DesiredState {
   Done<T> NotifyingLayout(std::shared_ptr<std::optional<std::string>> host_id, Done<T> done);
 
   store::Store* store_;
-  StatsAggregator stats_;
+  StatsAggregator stats_;             // this csd's agents' (GetStats)
+  StatsAggregator forwarded_stats_;   // the other replicas' (the engine)
+  MergedStats engine_stats_{stats_, forwarded_stats_};
+  StatsObserver stats_observer_;
   std::function<void(const std::string&)> layout_observer_;
   const std::vector<std::pair<std::string, std::string>> conflicts_;
   PlacementView placement_;
@@ -335,6 +354,7 @@ class DesiredState {
   EnforceMode enforce_ = EnforceMode::kAlways;
   RolloutView rollout_;
   HostLiveness liveness_;
+  std::string replica_name_;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;
   // An external change could not be applied: the next one reloads the

@@ -345,11 +345,8 @@ absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
     // The VMs it owns, and those it reports that another host owns (a live
     // migration's other side).
     std::set<std::string> sent;
-    store::VmFilter owned;
-    owned.host_id = std::string(host_id);
-    store::VmFilter reported;
-    reported.reported_on = std::string(host_id);
-    for (const store::VmFilter& filter : {owned, reported}) {
+    for (const store::VmFilter& filter : {store::VmFilter::OwnedBy(std::string(host_id)),
+                                          store::VmFilter::ReportedOn(std::string(host_id))}) {
       ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
       for (auto& vm : vms) {
         if (!ReceivesAssignment(vm, host_id) || !sent.insert(vm.vm_id()).second) continue;

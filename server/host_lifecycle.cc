@@ -47,6 +47,11 @@ bool DesiredState::IsConnected(absl::string_view host_id) const {
   return (connected_ && connected_(host_id)) || liveness_.ConnectedElsewhere(host_id);
 }
 
+std::string DesiredState::ConnectedReplica(absl::string_view host_id) const {
+  if (connected_ && connected_(host_id)) return replica_name_;
+  return liveness_.ConnectedReplica(host_id);
+}
+
 bool DesiredState::IsLive(const v1::Host& host) const {
   if (IsConnected(host.host_id())) return true;
   return absl::Now() - LastSeen(host) <= host_stale_after_;
@@ -141,8 +146,8 @@ void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor&
         ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
         if (!host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' not found"));
         std::map<std::string, v1::VM> vms;
-        for (store::VmFilter filter : {store::VmFilter{.host_id = host_id},
-                                       store::VmFilter{.reported_on = host_id}}) {
+        for (const store::VmFilter& filter :
+             {store::VmFilter::OwnedBy(host_id), store::VmFilter::ReportedOn(host_id)}) {
           ASSIGN_OR_RETURN(auto listed, AllVms(txn, filter));
           for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
         }

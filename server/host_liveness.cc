@@ -68,6 +68,7 @@ std::optional<HostLiveness::Seen> HostLiveness::Latest(absl::string_view host_id
   if (local == local_.end() || other->second.time > local->second.time) return other->second;
   Seen seen = local->second;
   seen.connected = other->second.connected;
+  seen.connected_to = other->second.connected_to;
   return seen;
 }
 
@@ -75,6 +76,12 @@ bool HostLiveness::ConnectedElsewhere(absl::string_view host_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = others_.find(host_id);
   return it != others_.end() && it->second.connected;
+}
+
+std::string HostLiveness::ConnectedReplica(absl::string_view host_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = others_.find(host_id);
+  return it != others_.end() && it->second.connected ? it->second.connected_to : "";
 }
 
 std::vector<store::EtcdSeenHost> HostLiveness::Record(
@@ -114,13 +121,17 @@ void HostLiveness::SetOthers(const std::vector<store::EtcdSeen>& others) {
       seen.problem = host.problem();
       seen.connected = host.connected();
       seen.replica = record.replica();
+      if (seen.connected) seen.connected_to = record.replica();
       auto [it, inserted] = merged.try_emplace(host.host_id(), seen);
       if (inserted) continue;
       // Its agent moved between replicas: the latest Report speaks, and
       // it is connected if either holds its stream.
       const bool connected = it->second.connected || seen.connected;
+      const std::string connected_to =
+          seen.connected ? seen.connected_to : it->second.connected_to;
       if (seen.time > it->second.time) it->second = std::move(seen);
       it->second.connected = connected;
+      it->second.connected_to = connected_to;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -46,6 +46,8 @@ class HostLiveness {
     bool connected = false;
     // The replica that heard it; empty: this csd.
     std::string replica;
+    // The other replica that holds its stream (when `connected`).
+    std::string connected_to;
   };
 
   // A Report of this csd's agents, at `now`.
@@ -61,6 +63,8 @@ class HostLiveness {
   std::optional<Seen> Latest(absl::string_view host_id) const;
   // Another replica holds the host's stream, by its last record.
   bool ConnectedElsewhere(absl::string_view host_id) const;
+  // Which one; empty when none does.
+  std::string ConnectedReplica(absl::string_view host_id) const;
 
   // This csd's record for the others: every host it heard a Report from
   // and every host in `connected` (those whose agents hold a stream here).

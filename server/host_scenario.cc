@@ -41,7 +41,7 @@ absl::StatusOr<HostState> ReadHostState(store::Transaction& txn, const std::stri
 
 absl::StatusOr<policy::Scenario> HostScenario(
     const HostState& state, const std::vector<std::pair<std::string, std::string>>& conflicts,
-    const StatsAggregator& stats, double predict_s) {
+    const StatsSource& stats, double predict_s) {
   const v1::Topology& topology = state.host.topology();
   const std::string& host_id = state.host.host_id();
   if (topology.cores().empty()) {
@@ -124,12 +124,12 @@ v1::MeasuredLayout MeasuredFrom(const v1::GetStatsResponse& host, int cpus) {
   return measured;
 }
 
-v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
+v1::MeasuredLayout MeasuredOnHost(const StatsSource& stats, const std::string& host_id,
                                   int cpus, int64_t span_seconds) {
   return MeasuredFrom(stats.QueryHost(host_id, span_seconds), cpus);
 }
 
-v1::MeasuredLayout MeasuredOnHostSince(const StatsAggregator& stats, const std::string& host_id,
+v1::MeasuredLayout MeasuredOnHostSince(const StatsSource& stats, const std::string& host_id,
                                        int cpus, absl::Time since) {
   return MeasuredFrom(stats.QueryHostSince(host_id, absl::ToUnixNanos(since)), cpus);
 }

@@ -44,18 +44,18 @@ inline constexpr int64_t kLoadWindowSeconds = 300;
 // whose cores are not 2 SMT siblings each.
 absl::StatusOr<policy::Scenario> HostScenario(
     const HostState& state, const std::vector<std::pair<std::string, std::string>>& conflicts,
-    const StatsAggregator& stats, double predict_s);
+    const StatsSource& stats, double predict_s);
 
 // What the host's agent measured over the last `span_seconds`: forced idle
 // in percent of the host's CPU time (`cpus` of them; unset when no window
 // had it: schedstats off), foreign share of its VMs' run time and the
 // throughput proxy (MeasuredLayout.throughput). windows == 0: nothing
 // reported.
-v1::MeasuredLayout MeasuredOnHost(const StatsAggregator& stats, const std::string& host_id,
+v1::MeasuredLayout MeasuredOnHost(const StatsSource& stats, const std::string& host_id,
                                   int cpus, int64_t span_seconds);
 // The same over the windows that began at or after `since`, at most the
 // last hour (StatsAggregator::QueryHostSince).
-v1::MeasuredLayout MeasuredOnHostSince(const StatsAggregator& stats, const std::string& host_id,
+v1::MeasuredLayout MeasuredOnHostSince(const StatsSource& stats, const std::string& host_id,
                                        int cpus, absl::Time since);
 // The figures of a host's stats (QueryHost's answer) on `cpus` CPUs.
 v1::MeasuredLayout MeasuredFrom(const v1::GetStatsResponse& host, int cpus);

@@ -74,7 +74,7 @@ void CompareWithMeasured(const v1::MeasuredLayout& since, v1::HostPlanReport& re
 }
 
 std::optional<v1::HostPlanReport> ReportHost(const HostState& state,
-                                             const StatsAggregator& stats) {
+                                             const StatsSource& stats) {
   std::optional<v1::HostPlanReport> report = NewestPlan(state);
   if (!report) return std::nullopt;
   const absl::Time decided_at = absl::FromUnixNanos(Nanos(report->decided_at()));

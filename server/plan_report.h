@@ -29,7 +29,7 @@ void CompareWithMeasured(const v1::MeasuredLayout& since, v1::HostPlanReport& re
 // NewestPlan compared with the host's windows that began after it (at most
 // the last hour); nullopt as NewestPlan.
 std::optional<v1::HostPlanReport> ReportHost(const HostState& state,
-                                             const StatsAggregator& stats);
+                                             const StatsSource& stats);
 
 // The fleet's figures over `reports`, and `reports` sorted by predicted
 // gain, highest first, then by host id.

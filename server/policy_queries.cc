@@ -170,7 +170,7 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
   const HostState& state = explain.host;
   const v1::Topology& topology = state.host.topology();
   ASSIGN_OR_RETURN(policy::Scenario scenario,
-                   HostScenario(state, conflicts_, stats_, explain_predict_s_));
+                   HostScenario(state, conflicts_, engine_stats_, explain_predict_s_));
   int vcpus = 1;
   double load = 1.0;
   for (const policy::VmSpec& spec : scenario.vms) {
@@ -231,14 +231,14 @@ absl::StatusOr<v1::ExplainVMResponse> DesiredState::ExplainVm(
   response.set_load(load);
   *response.mutable_current() = explain.vm.assignment();
   *response.mutable_decision() = explain.vm.decision();
-  v1::MeasuredLayout measured = MeasuredOnHost(stats_, state.host.host_id(), scenario.cpus(),
+  v1::MeasuredLayout measured = MeasuredOnHost(engine_stats_, state.host.host_id(), scenario.cpus(),
                                                kLoadWindowSeconds);
   if (explain.vm.decision().has_predicted() && measured.has_forced_idle_pct()) {
     measured.set_forced_idle_error_pct(measured.forced_idle_pct() -
                                        explain.vm.decision().predicted().forced_idle_pct());
   }
   *response.mutable_measured() = std::move(measured);
-  if (auto report = ReportHost(state, stats_)) *response.mutable_host_plan() = *std::move(report);
+  if (auto report = ReportHost(state, engine_stats_)) *response.mutable_host_plan() = *std::move(report);
   if (!state.host.budget_unmet().empty()) RecommendHost(explain.vm, vcpus, load, response);
   return response;
 }

@@ -1,6 +1,8 @@
 #include "server/services.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/transport.h"
+#include "server/stats_forwarder.h"
 #include "glog/logging.h"
 
 namespace cosched::server {
@@ -116,6 +118,7 @@ grpc::ServerUnaryReactor* ControlPlaneService::ListHosts(
   if (hosts.ok()) {
     for (auto& host : *hosts->mutable_hosts()) {
       host.set_connected(state_->IsConnected(host.host_id()));
+      host.set_connected_replica(state_->ConnectedReplica(host.host_id()));
     }
   }
   return AnswerNow(context, std::move(hosts), response);
@@ -127,7 +130,10 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetHost(
   auto caller = authz_->ForControlPlane(*context, "GetHost");
   if (!caller.ok()) return Refuse(context, caller.status());
   auto host = state_->GetHost(*request);
-  if (host.ok()) host->set_connected(state_->IsConnected(host->host_id()));
+  if (host.ok()) {
+    host->set_connected(state_->IsConnected(host->host_id()));
+    host->set_connected_replica(state_->ConnectedReplica(host->host_id()));
+  }
   return AnswerNow(context, std::move(host), response);
 }
 
@@ -310,6 +316,25 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Report(
   auto* reactor = context->DefaultReactor();
   state_->ApplyReport(*request, AnswerLater(reactor, response));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ReplicaServiceImpl::ForwardStats(
+    grpc::CallbackServerContext* context, const v1::ForwardStatsRequest* request,
+    v1::ForwardStatsResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "ForwardStats");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  // Only the leader's engine plans: windows taken elsewhere would be lost
+  // to it. The sender asks again who leads.
+  if (!state_->store().Leads()) {
+    const std::string leader = leader_ ? leader_() : "";
+    return AnswerNow(context,
+                     absl::StatusOr<v1::ForwardStatsResponse>(absl::FailedPreconditionError(
+                         absl::StrCat("this replica does not lead",
+                                      leader.empty() ? "" : absl::StrCat(" (", leader, " does)"),
+                                      ": forward stats to the leader"))),
+                     response);
+  }
+  return AnswerNow(context, TakeForwardedStats(*request, state_->forwarded_stats()), response);
 }
 
 }  // namespace cosched::server

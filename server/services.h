@@ -7,6 +7,7 @@
 
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
+#include "cosched/v1/replica.grpc.pb.h"
 #include "server/assignment_fanout.h"
 #include "server/authz.h"
 #include "server/desired_state.h"
@@ -136,6 +137,24 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
   DesiredState* const state_;
   AssignmentFanout* const fanout_;
   const Authorizer* const authz_;
+};
+
+// What the other csd replicas on the etcd prefix call (replica.proto).
+class ReplicaServiceImpl final : public v1::Replica::CallbackService {
+ public:
+  // `leader`: the leading replica's name as this one knows it.
+  ReplicaServiceImpl(DesiredState* state, const Authorizer* authz,
+                     std::function<std::string()> leader)
+      : state_(state), authz_(authz), leader_(std::move(leader)) {}
+
+  grpc::ServerUnaryReactor* ForwardStats(grpc::CallbackServerContext* context,
+                                         const v1::ForwardStatsRequest* request,
+                                         v1::ForwardStatsResponse* response) override;
+
+ private:
+  DesiredState* const state_;
+  const Authorizer* const authz_;
+  const std::function<std::string()> leader_;
 };
 
 }  // namespace cosched::server

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "cosched/v1/agent.pb.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "server/stats_source.h"
 
 namespace cosched::server {
 
@@ -57,7 +58,7 @@ absl::Status ValidateStatsWindows(
 // reported (about 186 KiB for a 64-core host). Series with no window in the last 24 h are
 // dropped by a sweep that runs at most every 10 minutes, so the total is
 // bounded by the (host, VM) pairs seen in a day.
-class StatsAggregator {
+class StatsAggregator final : public StatsSource {
  public:
   // Nanoseconds since the Unix epoch.
   using Clock = std::function<int64_t()>;
@@ -93,15 +94,16 @@ class StatsAggregator {
   // their total. windows/lost_events/dropped_windows are those of the
   // hosts they ran on over the span. windows == 0: nothing was reported.
   v1::GetStatsResponse QueryVms(const std::vector<std::string>& vm_ids,
-                                int64_t span_seconds) const;
+                                int64_t span_seconds) const override;
   // Every VM of the host, the host's per-core sums and its windows.
   v1::GetStatsResponse QueryHost(absl::string_view host_id,
-                                 int64_t span_seconds) const;
+                                 int64_t span_seconds) const override;
   // The host's VMs over the windows that began at or after `since_unix_ns`
   // and ended within the last hour: whole one-minute buckets, so a bucket
   // that also holds an earlier window is left out (a plan's effect is
   // measured from the first minute wholly after it).
-  v1::GetStatsResponse QueryHostSince(absl::string_view host_id, int64_t since_unix_ns) const;
+  v1::GetStatsResponse QueryHostSince(absl::string_view host_id,
+                                      int64_t since_unix_ns) const override;
 
   // (host, VM) series held now: what the memory bound multiplies.
   size_t VmSeriesCount() const;

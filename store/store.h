@@ -33,6 +33,19 @@ struct VmFilter {
   // other host that reports them, as during a live migration. Only alone:
   // INVALID_ARGUMENT with any other filter.
   std::string reported_on;
+
+  // The two listings of a host's VMs: those it owns, and those it reports
+  // (a live migration's other side).
+  static VmFilter OwnedBy(std::string host_id) {
+    VmFilter filter;
+    filter.host_id = std::move(host_id);
+    return filter;
+  }
+  static VmFilter ReportedOn(std::string host_id) {
+    VmFilter filter;
+    filter.reported_on = std::move(host_id);
+    return filter;
+  }
 };
 
 // One page of a listing: keys strictly greater than `after`, at most `limit`.

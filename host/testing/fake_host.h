@@ -19,7 +19,7 @@ struct FakeHostShape {
   // /sys/devices/system/cpu/smt/active; none: the file is absent.
   std::optional<bool> smt_active = true;
   // /proc/sys/kernel/sched_schedstats; none: the file is absent.
-  std::optional<bool> schedstats;
+  std::optional<bool> schedstats = std::nullopt;
 };
 
 // Writes `shape`'s topology into `fs`: cpu/online, each CPU's

@@ -139,6 +139,23 @@ TEST(OutputTest, AHostTheEngineFlaggedShowsItsBudgetUnmet) {
       << block.str();
 }
 
+TEST(OutputTest, AHostSaysWhichReplicaItsAgentIsConnectedTo) {
+  v1::Host host;
+  host.set_host_id("hv-1");
+  host.set_connected(true);
+  host.set_connected_replica("csd-b");
+  std::ostringstream block;
+  PrintHost(host, block);
+  EXPECT_NE(block.str().find("yes (to replica csd-b)"), std::string::npos) << block.str();
+  EXPECT_EQ(HostToJson(host)["connected_replica"], "csd-b");
+  host.set_connected(false);
+  host.clear_connected_replica();
+  std::ostringstream alone;
+  PrintHost(host, alone);
+  EXPECT_EQ(alone.str().find("replica"), std::string::npos) << alone.str();
+  EXPECT_EQ(HostToJson(host)["connected_replica"], "");
+}
+
 TEST(OutputTest, PlanShowsEachChangeAndThePredictedGain) {
   v1::PlanResponse response;
   v1::HostLayoutPlan* h = response.add_hosts();

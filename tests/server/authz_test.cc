@@ -57,6 +57,7 @@ TEST(RequiredRole, ReadsViewerChangesOperatorPoliciesAdminUnknownAdmin) {
   EXPECT_EQ(RequiredRole("GetStats"), Role::kViewer);
   EXPECT_EQ(RequiredRole("TagVM"), Role::kOperator);
   EXPECT_EQ(RequiredRole("UntagVM"), Role::kOperator);
+  EXPECT_EQ(RequiredRole("ForwardStats"), Role::kOperator);
   EXPECT_EQ(RequiredRole("SetTenantPolicy"), Role::kAdmin);
   EXPECT_EQ(RequiredRole("SomeNewMethod"), Role::kAdmin);
 }

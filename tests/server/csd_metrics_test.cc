@@ -264,6 +264,20 @@ TEST(CsdMetricsUnit, TheRolloutsStageHostsAndStateAreGauges) {
   EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_state", {{"state", "running"}}), 0);
 }
 
+TEST(CsdMetricsUnit, StatsForwardedToTheLeaderByOutcomeOnEtcdReplicasOnly) {
+  CsdMetricsOptions options;
+  std::optional<std::pair<int64_t, int64_t>> counts;
+  options.forwarded_stats = [&counts] { return counts; };
+  CsdMetrics metrics(options);
+  std::string text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(text.find("cosched_csd_forwarded_stats_reports{"), std::string::npos) << text;
+  counts = std::pair<int64_t, int64_t>{12, 3};
+  text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_csd_forwarded_stats_reports", {{"outcome", "forwarded"}}),
+            12);
+  EXPECT_EQ(SampleValue(text, "cosched_csd_forwarded_stats_reports", {{"outcome", "dropped"}}), 3);
+}
+
 TEST(CsdMetricsUnit, ThePredictionErrorIsAGaugePerHostOfTheEnginesLastPass) {
   CsdMetrics metrics({});
   metrics.SetPredictionErrors({{"hv-1", 1.5}, {"hv-2", -0.25}});

@@ -23,6 +23,7 @@
 #include "cosched/store/etcd_records.pb.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
+#include "cosched/v1/replica.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -703,15 +704,18 @@ TEST_F(CsdReplicasTest, GetStatsOnAnyReplicaGathersEveryReplicasAgents) {
 // the rollout naming it, and once its stream is gone A's Place no longer
 // chooses it.
 TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica) {
-  auto tweak = [](CsdOptions& options) {
-    options.host_stale_after_s = 2;
-    options.etcd_store->replicas.seen_interval = absl::Milliseconds(200);
-    options.rollout.check_interval = std::chrono::seconds(1);
-    options.rollout.no_report_halt = std::chrono::seconds(3);
-    options.rollout.min_soak_s = 1;
+  auto tweak = [](const std::string& name) {
+    return [name](CsdOptions& options) {
+      options.host_stale_after_s = 2;
+      options.etcd_store->replicas.name = name;
+      options.etcd_store->replicas.seen_interval = absl::Milliseconds(200);
+      options.rollout.check_interval = std::chrono::seconds(1);
+      options.rollout.no_report_halt = std::chrono::seconds(3);
+      options.rollout.min_soak_s = 1;
+    };
   };
-  Replica a = Start("", tweak);  // leads: it campaigned first
-  Replica b = Start("", tweak);
+  Replica a = Start("", tweak("csd-a"));  // leads: it campaigned first
+  Replica b = Start("", tweak("csd-b"));
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
   RegisterAndReport(b, "hv-1", {});
@@ -761,6 +765,7 @@ TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica
   std::this_thread::sleep_for(std::chrono::seconds(5));
   v1::Host host = get_on_a();
   EXPECT_TRUE(host.connected());
+  EXPECT_EQ(host.connected_replica(), "csd-b");
   EXPECT_EQ(host.unplaceable_reason(), "");
   EXPECT_GT(absl::FromUnixSeconds(host.last_seen_time().seconds()),
             absl::Now() - absl::Seconds(3));
@@ -780,7 +785,92 @@ TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica
   // Its stream gone too: A's Place rules it out within a record or two.
   stream->context.TryCancel();
   EXPECT_TRUE(Eventually([&] { return !get_on_a().connected(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(get_on_a().connected_replica(), "");
   EXPECT_NE(PlaceOn(a).find("error"), std::string::npos);
+}
+
+// The policy engine runs on the leader, and an agent reports to one
+// replica: B forwards its agents' windows to the leader A (Replica.
+// ForwardStats), so A's engine and ExplainVM see the load of a host whose
+// agent talks to B, while GetStats still counts each window once.
+TEST_F(CsdReplicasTest, TheLeadersEngineSeesTheLoadOfHostsWhoseAgentsTalkToAnotherReplica) {
+  Replica a = Start();  // leads: it campaigned first
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-b", &tagged));
+  RegisterAndReport(b, "host-b", {"vm-b"});
+  ReportWindow(b, "host-b", "vm-b", 500);
+
+  auto explain_on_a = [&a] {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(30));
+    v1::ExplainVMRequest request;
+    request.set_vm_id("vm-b");
+    v1::ExplainVMResponse response;
+    grpc::Status status = a.control->ExplainVM(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  v1::ExplainVMResponse explained;
+  EXPECT_TRUE(Eventually([&] {
+    explained = explain_on_a();
+    return explained.measured().windows() == 1;
+  })) << explained.DebugString();
+  EXPECT_GT(explained.load(), 0);
+  EXPECT_GT(explained.measured().throughput(), 0);
+
+  // Fleet-wide GetStats on A: B's window once, from B's answer.
+  v1::GetStatsRequest vm_b;
+  vm_b.set_vm_id("vm-b");
+  v1::GetStatsResponse stats;
+  ASSERT_OK(Stats(a, vm_b, &stats));
+  EXPECT_EQ(stats.windows(), 1);
+  EXPECT_EQ(stats.total().run_ns(), 500000000);
+  // A's own agents have none of it.
+  vm_b.set_local_only(true);
+  EXPECT_EQ(Stats(a, vm_b, &stats).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Replica.ForwardStats is refused by a replica that does not lead (naming
+// the leader), and checks what it is given, naming the field.
+TEST_F(CsdReplicasTest, ForwardStatsIsTheLeadersAndChecksItsInput) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  auto forward = [](Replica& r, const v1::ForwardStatsRequest& request) {
+    auto stub = v1::Replica::NewStub(
+        grpc::CreateChannel(r.csd->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::ForwardStatsResponse response;
+    return stub->ForwardStats(&context, request, &response);
+  };
+  v1::ForwardStatsRequest request;
+  request.set_replica("test");
+  v1::ForwardedStats* report = request.add_reports();
+  report->set_host_id("hv-1");
+  v1::StatsWindow* window = report->add_stats();
+  window->set_end_unix_ns(absl::ToUnixNanos(absl::Now()));
+  window->set_start_unix_ns(window->end_unix_ns() - 1000000000);
+  EXPECT_OK(forward(a, request));
+  grpc::Status refused = forward(b, request);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("this replica does not lead"), std::string::npos)
+      << refused.error_message();
+
+  report->set_host_id("bad host");
+  grpc::Status bad = forward(a, request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("reports[0].host_id"), std::string::npos)
+      << bad.error_message();
+  report->set_host_id("hv-1");
+  window->set_start_unix_ns(window->end_unix_ns() + 1);
+  bad = forward(a, request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("reports[0].stats[0]"), std::string::npos)
+      << bad.error_message();
 }
 
 }  // namespace

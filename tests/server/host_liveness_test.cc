@@ -79,7 +79,9 @@ TEST(HostLivenessTest, AHostInTwoRecordsIsConnectedIfEitherHoldsItsStream) {
   EXPECT_EQ(seen->replica, "b");
   EXPECT_TRUE(seen->connected);
   EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1"));
+  EXPECT_EQ(liveness.ConnectedReplica("hv-1"), "c");
   EXPECT_FALSE(liveness.ConnectedElsewhere("hv-2"));
+  EXPECT_EQ(liveness.ConnectedReplica("hv-2"), "");
 }
 
 TEST(HostLivenessTest, TheRecordHasEveryHostHeardAndEveryStreamHeld) {

@@ -1,0 +1,191 @@
+#include "server/stats_forwarder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "common/validation.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+
+namespace cosched::server {
+namespace {
+
+// Bytes of one request at most, well under gRPC's 4 MiB default.
+constexpr size_t kMaxRequestBytes = 2 * 1024 * 1024;
+
+absl::Status Within(const std::string& field, absl::Status status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(field, ".", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardStatsRequest& request,
+                                                            StatsAggregator& into) {
+  if (request.reports_size() > kMaxForwardedReports) {
+    return absl::InvalidArgumentError(absl::StrCat("reports has ", request.reports_size(),
+                                                   " entries; at most ", kMaxForwardedReports,
+                                                   " are allowed"));
+  }
+  std::vector<absl::flat_hash_map<std::string, std::string>> tagged(request.reports_size());
+  for (int i = 0; i < request.reports_size(); ++i) {
+    const v1::ForwardedStats& report = request.reports(i);
+    const std::string field = absl::StrCat("reports[", i, "]");
+    RETURN_IF_ERROR(ValidateId(absl::StrCat(field, ".host_id"), report.host_id()));
+    RETURN_IF_ERROR(Within(field, ValidateStatsWindows(report.stats(), report.dropped_windows())));
+    for (const auto& [reported, id] : report.tagged_id()) {
+      RETURN_IF_ERROR(ValidateId(absl::StrCat(field, ".tagged_id key"), reported));
+      RETURN_IF_ERROR(ValidateId(absl::StrCat(field, ".tagged_id['", reported, "']"), id));
+      tagged[i].emplace(reported, id);
+    }
+  }
+  v1::ForwardStatsResponse response;
+  int64_t ignored = 0;
+  for (int i = 0; i < request.reports_size(); ++i) {
+    const v1::ForwardedStats& report = request.reports(i);
+    ignored += into.Add(report.host_id(), report.stats(), report.dropped_windows(), tagged[i]);
+  }
+  response.set_ignored_windows(ignored);
+  return response;
+}
+
+StatsForwarder::StatsForwarder(Leader leader, Lister lister, StatsForwarderOptions options)
+    : leader_(std::move(leader)), lister_(std::move(lister)), options_(std::move(options)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+StatsForwarder::~StatsForwarder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void StatsForwarder::Enqueue(
+    std::shared_ptr<const v1::ReportRequest> report,
+    std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() < options_.max_queued) {
+      queue_.push_back(Item{std::move(report), std::move(tagged_id)});
+      return;
+    }
+  }
+  Drop(1, absl::ResourceExhaustedError(
+              absl::StrCat("the queue to the leader is full (", options_.max_queued, " Reports)")));
+}
+
+void StatsForwarder::Drop(size_t n, const absl::Status& why) {
+  dropped_ += static_cast<int64_t>(n);
+  LOG_EVERY_N(WARNING, 100) << "stats forwarder: dropped " << n
+                            << " Report(s) of stats for the leader's policy engine: " << why
+                            << " (logged every 100th time; " << dropped_.load() << " so far)";
+}
+
+void StatsForwarder::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.flush_interval),
+                   [this] { return stopping_; });
+    if (stopping_ || queue_.empty()) continue;
+    std::vector<Item> items(std::make_move_iterator(queue_.begin()),
+                            std::make_move_iterator(queue_.end()));
+    queue_.clear();
+    lock.unlock();
+    Send(std::move(items));
+    lock.lock();
+  }
+}
+
+absl::StatusOr<std::string> StatsForwarder::LeaderAddress(const std::string& leader) {
+  if (absl::Now() - listed_at_ >= options_.list_for) {
+    absl::StatusOr<std::vector<store::EtcdReplica>> listed = lister_();
+    if (listed.ok()) {
+      replicas_ = std::move(*listed);
+      listed_at_ = absl::Now();
+    } else if (listed_at_ == absl::InfinitePast()) {
+      return listed.status();
+    }
+  }
+  for (const store::EtcdReplica& replica : replicas_) {
+    if (replica.name() != leader) continue;
+    if (replica.address().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the leader ", leader, " registered no address (store.etcd.advertise_address)"));
+    }
+    return replica.address();
+  }
+  listed_at_ = absl::InfinitePast();  // a new leader: read the list again next time
+  return absl::UnavailableError(absl::StrCat("the leader ", leader, " is not registered"));
+}
+
+absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> StatsForwarder::StubFor(
+    const std::string& address) {
+  auto it = stubs_.find(address);
+  if (it != stubs_.end()) return it->second;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(address, options_.tls, options_.insecure);
+  if (!credentials.ok()) return credentials.status();
+  if (stubs_.size() > 16) stubs_.clear();  // leaders come and go: keep a few channels
+  std::shared_ptr<v1::Replica::Stub> stub =
+      v1::Replica::NewStub(grpc::CreateChannel(address, *credentials));
+  stubs_[address] = stub;
+  return stub;
+}
+
+void StatsForwarder::Send(std::vector<Item> items) {
+  const std::string leader = leader_();
+  // The leader's own agents' windows are in its own aggregator.
+  if (leader == options_.self) return;
+  if (leader.empty()) {
+    return Drop(items.size(), absl::UnavailableError("no replica leads now"));
+  }
+  absl::StatusOr<std::string> address = LeaderAddress(leader);
+  if (!address.ok()) return Drop(items.size(), address.status());
+  absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> stub = StubFor(*address);
+  if (!stub.ok()) return Drop(items.size(), stub.status());
+  size_t next = 0;
+  while (next < items.size()) {
+    v1::ForwardStatsRequest request;
+    request.set_replica(options_.self);
+    size_t bytes = 0;
+    const size_t first = next;
+    for (; next < items.size() && request.reports_size() < kMaxForwardedReports; ++next) {
+      const v1::ReportRequest& report = *items[next].report;
+      v1::ForwardedStats forwarded;
+      forwarded.set_host_id(report.host_id());
+      *forwarded.mutable_stats() = report.stats();
+      forwarded.set_dropped_windows(report.dropped_windows());
+      if (items[next].tagged_id) {
+        for (const auto& [reported, id] : *items[next].tagged_id) {
+          (*forwarded.mutable_tagged_id())[reported] = id;
+        }
+      }
+      const size_t size = forwarded.ByteSizeLong();
+      if (request.reports_size() > 0 && bytes + size > kMaxRequestBytes) break;
+      bytes += size;
+      *request.add_reports() = std::move(forwarded);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(options_.timeout));
+    v1::ForwardStatsResponse response;
+    const grpc::Status status = (*stub)->ForwardStats(&context, request, &response);
+    if (status.ok()) {
+      forwarded_ += static_cast<int64_t>(next - first);
+      continue;
+    }
+    absl::Status error = FromGrpcStatus(status);
+    Drop(next - first, absl::Status(error.code(), absl::StrCat("the leader ", leader, " at ",
+                                                                *address, ": ", error.message())));
+  }
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,119 @@
+// Stats windows from this replica's agents to the leading replica (csd
+// replicas on etcd, issue #16): the policy engine runs on the leader only,
+// and an agent reports to one replica, so without this the engine would
+// plan the other replicas' hosts without their load.
+//
+// Every Report's windows are queued as this replica takes them and sent to
+// the leader (Replica.ForwardStats, at its registered address, with csd's
+// own TLS identity, which needs the operator role there) every
+// flush_interval, in requests of at most 1000 Reports. Best effort, like
+// the stats themselves: nothing is forwarded while this replica leads,
+// and what cannot be sent (no leader known, the leader unreachable, the
+// queue full) is dropped and counted, never retried, so a leader that
+// comes back is not flooded with old windows. The engine plans from what
+// it has: a host with fewer windows is planned from less, never wrongly.
+#ifndef COSCHED_SERVER_STATS_FORWARDER_H_
+#define COSCHED_SERVER_STATS_FORWARDER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cosched/store/etcd_records.pb.h"
+#include "cosched/v1/config.pb.h"
+#include "cosched/v1/replica.grpc.pb.h"
+#include "server/stats_aggregator.h"
+
+namespace cosched::server {
+
+// Most Reports in one ForwardStats request.
+inline constexpr int kMaxForwardedReports = 1000;
+
+// The leader's side: checks `request` (INVALID_ARGUMENT naming the field
+// and the rule: reports[i].host_id, reports[i].stats..., reports[i].
+// tagged_id) and adds every Report's windows to `into`; nothing is added
+// when any part is bad.
+absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardStatsRequest& request,
+                                                            StatsAggregator& into);
+
+struct StatsForwarderOptions {
+  // This replica's name.
+  std::string self;
+  // Deadline of each request (store.etcd.peer_timeout_ms).
+  absl::Duration timeout = absl::Seconds(1);
+  // How the leader is dialled: as PeerStats dials peers.
+  v1::TlsConfig tls;
+  bool insecure = false;
+  absl::Duration flush_interval = absl::Seconds(1);
+  // Reports queued at most; more are dropped (counted).
+  size_t max_queued = 20000;
+  // How long a list of the replicas is used before it is read again.
+  absl::Duration list_for = absl::Seconds(5);
+};
+
+// Thread-safe; sends on a thread of its own from construction to
+// destruction.
+class StatsForwarder {
+ public:
+  // The leading replica's name as this replica knows it (empty: none).
+  using Leader = std::function<std::string()>;
+  using Lister = std::function<absl::StatusOr<std::vector<store::EtcdReplica>>()>;
+
+  StatsForwarder(Leader leader, Lister lister, StatsForwarderOptions options);
+  ~StatsForwarder();
+  StatsForwarder(const StatsForwarder&) = delete;
+  StatsForwarder& operator=(const StatsForwarder&) = delete;
+
+  // Queues the Report's windows for the leader.
+  void Enqueue(std::shared_ptr<const v1::ReportRequest> report,
+               std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id);
+
+  // Reports the leader took, and those dropped, since the start.
+  int64_t forwarded() const { return forwarded_.load(); }
+  int64_t dropped() const { return dropped_.load(); }
+
+ private:
+  struct Item {
+    std::shared_ptr<const v1::ReportRequest> report;
+    std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id;
+  };
+  void Run();
+  void Send(std::vector<Item> items);
+  // The leader's address, from a list at most list_for old; an error
+  // saying why there is none.
+  absl::StatusOr<std::string> LeaderAddress(const std::string& leader);
+  absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> StubFor(const std::string& address);
+  void Drop(size_t n, const absl::Status& why);
+
+  const Leader leader_;
+  const Lister lister_;
+  const StatsForwarderOptions options_;
+  std::atomic<int64_t> forwarded_{0};
+  std::atomic<int64_t> dropped_{0};
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Item> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+
+  // The sending thread's own.
+  std::vector<store::EtcdReplica> replicas_;
+  absl::Time listed_at_ = absl::InfinitePast();
+  std::map<std::string, std::shared_ptr<v1::Replica::Stub>> stubs_;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_STATS_FORWARDER_H_
