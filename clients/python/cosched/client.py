@@ -290,3 +290,57 @@ class Client:
         FailedPrecondition when no agent reported it yet."""
         return self._call(self._stub.ExplainVM, control_plane_pb2.ExplainVMRequest(vm_id=vm_id),
                           timeout)
+
+    # Hosts and staged rollouts (docs/operating.md).
+
+    def get_host(self, host_id: str, *, timeout: float | None = None) -> types_pb2.Host:
+        """A registered host: its topology, whether its agent is connected
+        (and to which csd replica), whether Place would choose it and why
+        not. NotFound for a host never registered."""
+        return self._call(self._stub.GetHost, control_plane_pb2.GetHostRequest(host_id=host_id),
+                          timeout)
+
+    def start_rollout(
+        self,
+        stage_percents: Iterable[int],
+        soak_seconds: int,
+        *,
+        selector: str = "",
+        timeout: float | None = None,
+    ) -> types_pb2.Rollout:
+        """Turns cookies on host by host: stage by stage (percents of the
+        hosts matching `selector`, strictly increasing, up to 100), each
+        soaking `soak_seconds` before the next, halting on a host that
+        regresses. InvalidArgument naming the field for bad stages, soak or
+        selector; FailedPrecondition while another rollout is active. Needs
+        the admin role."""
+        request = control_plane_pb2.StartRolloutRequest(
+            stage_percents=list(stage_percents), soak_seconds=soak_seconds, selector=selector)
+        return self._call(self._stub.StartRollout, request, timeout)
+
+    def rollout(self, *, timeout: float | None = None) -> types_pb2.Rollout:
+        """The current (or last) rollout. NotFound when none was started."""
+        return self._call(self._stub.GetRollout, control_plane_pb2.GetRolloutRequest(), timeout)
+
+    def pause_rollout(self, *, rollout_id: str = "", reason: str = "",
+                      timeout: float | None = None) -> types_pb2.Rollout:
+        """Stops advancing stages; enabled hosts stay enabled. `rollout_id`
+        (empty: the current one) guards against acting on a newer rollout
+        than the caller saw: a different one is FailedPrecondition."""
+        return self._change_rollout(self._stub.PauseRollout, rollout_id, reason, timeout)
+
+    def resume_rollout(self, *, rollout_id: str = "", reason: str = "",
+                       timeout: float | None = None) -> types_pb2.Rollout:
+        """Goes on from a paused or halted rollout's current stage."""
+        return self._change_rollout(self._stub.ResumeRollout, rollout_id, reason, timeout)
+
+    def abort_rollout(self, *, rollout_id: str = "", reason: str = "",
+                      timeout: float | None = None) -> types_pb2.Rollout:
+        """Enables no more hosts; those enabled stay enabled (their cookies
+        are not torn down under running VMs)."""
+        return self._change_rollout(self._stub.AbortRollout, rollout_id, reason, timeout)
+
+    def _change_rollout(self, method: Callable[..., _Response], rollout_id: str, reason: str,
+                        timeout: float | None) -> _Response:
+        return self._call(method, control_plane_pb2.ChangeRolloutRequest(
+            rollout_id=rollout_id, reason=reason), timeout)
