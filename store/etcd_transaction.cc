@@ -19,11 +19,6 @@ constexpr int kMaxPageLimit = 1000;
 
 int ClampLimit(int limit) { return std::clamp(limit, 1, kMaxPageLimit); }
 
-bool TrustGroupOfTenant(absl::string_view group, absl::string_view tenant) {
-  return !tenant.empty() && group.size() > tenant.size() && absl::StartsWith(group, tenant) &&
-         group[tenant.size()] == '/';
-}
-
 // Newest first in key order: the key of sequence s sorts before s - 1's.
 std::string AuditId(int64_t sequence) {
   char buf[17];
@@ -310,9 +305,10 @@ absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& fil
         "ListVms: reported_on cannot be combined with other filters");
   }
   std::vector<v1::VM> vms;
-  // By the index when the filter names a host or a tenant: its keys are in
-  // vm_id order, as the records, and each VM read is checked against the
-  // whole filter.
+  // By the index when the filter names a host, a tenant or a trust group
+  // (through its tenant's index, as a group is one tenant's): its keys are
+  // in vm_id order, as the records, and each VM read is checked against
+  // the whole filter.
   std::string index;
   if (!filter.reported_on.empty()) {
     index = IndexPrefix("reported", filter.reported_on);
@@ -320,6 +316,8 @@ absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& fil
     index = IndexPrefix("host", filter.host_id);
   } else if (!filter.tenant_id.empty()) {
     index = IndexPrefix("tenant", filter.tenant_id);
+  } else if (!filter.trust_group.empty()) {
+    index = IndexPrefix("tenant", TenantOfTrustGroup(filter.trust_group));
   }
   if (!index.empty() && Indexed()) {
     const std::string begin = page.after.empty() ? index : absl::StrCat(index, page.after) + '\0';
@@ -332,8 +330,8 @@ absl::StatusOr<std::vector<v1::VM>> EtcdTransaction::ListVms(const VmFilter& fil
     }));
     return vms;
   }
-  // Else a scan of every VM after page.after, filtered here (a trust group,
-  // or a store whose index is not built yet).
+  // Else a scan of every VM after page.after, filtered here (a store whose
+  // index is not built yet, or no filter).
   const std::string base = Key("vms", "");
   const std::string begin = page.after.empty() ? base : Key("vms", page.after) + '\0';
   RETURN_IF_ERROR(Scan(begin, etcd::PrefixEnd(base), ClampLimit(page.limit),

@@ -17,18 +17,6 @@ namespace {
 
 constexpr int kMaxPageLimit = 1000;
 
-// The tenant a trust group belongs to: its id up to the first '/'
-// (policy/trust_group.h: "<tenant>/vm/<vm>", "<tenant>/tenant[/classes]",
-// "<tenant>/dedicated/<vm>").
-absl::string_view TenantOfTrustGroup(absl::string_view group) {
-  return group.substr(0, group.find('/'));
-}
-
-bool TrustGroupOfTenant(absl::string_view group, absl::string_view tenant) {
-  return !tenant.empty() && group.size() > tenant.size() &&
-         absl::StartsWith(group, tenant) && group[tenant.size()] == '/';
-}
-
 template <typename Message>
 absl::StatusOr<Message> ParseRecord(absl::string_view blob,
                                     absl::string_view kind,

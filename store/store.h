@@ -48,6 +48,14 @@ struct VmFilter {
   }
 };
 
+// The tenant a trust group belongs to: its id up to the first '/'
+// (policy/trust_group.h: "<tenant>/vm/<vm>", "<tenant>/tenant[/classes]",
+// "<tenant>/dedicated/<vm>"). Both stores list a group's VMs through their
+// index of VMs by tenant.
+absl::string_view TenantOfTrustGroup(absl::string_view group);
+// Whether `group` is one of `tenant`'s: what PutVm requires of a VM.
+bool TrustGroupOfTenant(absl::string_view group, absl::string_view tenant);
+
 // One page of a listing: keys strictly greater than `after`, at most `limit`.
 struct Page {
   std::string after;
