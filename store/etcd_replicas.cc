@@ -77,6 +77,7 @@ EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplica
   seen_key_ = absl::StrCat(prefix_, "/seen/", options_.name, "/");
   Round();
   thread_ = std::thread([this] { Run(); });
+  seen_thread_ = std::thread([this] { RunSeen(); });
 }
 
 EtcdReplicas::~EtcdReplicas() {
@@ -86,6 +87,7 @@ EtcdReplicas::~EtcdReplicas() {
     observer_ = nullptr;
   }
   stop_cv_.notify_all();
+  seen_thread_.join();
   thread_.join();
   if (lease_ != 0) {
     absl::Status revoked = client_.LeaseRevoke(lease_);
@@ -133,8 +135,7 @@ void EtcdReplicas::LostFence(int64_t fence, const std::string& leader) {
 }
 
 void EtcdReplicas::Run() {
-  const absl::Duration wait =
-      std::min({options_.poll, options_.ttl / 3, options_.seen_interval});
+  const absl::Duration wait = std::min(options_.poll, options_.ttl / 3);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), [this] { return stopping_; });
@@ -180,7 +181,6 @@ void EtcdReplicas::Round() {
         << "etcd replicas: " << options_.name << " campaigning: " << status;
   }
   if (Clock::now() >= next_renewal_) Renew();
-  ExchangeSeen();
   // Step down before etcd can expire the lease: it counts from a renewal's
   // arrival, after it was sent.
   if (lease_ != 0 && Clock::now() >= renewed_ + absl::ToChronoMilliseconds(options_.ttl * 0.9)) {
@@ -280,7 +280,6 @@ void EtcdReplicas::Renew() {
     std::lock_guard<std::mutex> lock(mu_);
     lease_id_ = 0;
   }
-  next_seen_ = Clock::time_point();  // its record went with the lease: at once
   registered_ = false;
   LeadershipObserver observer;
   {
@@ -311,11 +310,21 @@ void EtcdReplicas::SetSeenExchange(SeenSource source, SeenSink sink) {
   seen_sink_ = std::move(sink);
 }
 
+void EtcdReplicas::RunSeen() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.seen_interval),
+                      [this] { return stopping_; });
+    if (stopping_ || lease_id_ == 0) continue;
+    lock.unlock();
+    ExchangeSeen();
+    lock.lock();
+  }
+}
+
 void EtcdReplicas::ExchangeSeen() {
-  if (lease_ == 0 || Clock::now() < next_seen_) return;
   std::lock_guard<std::mutex> lock(seen_mu_);
   if (!seen_source_) return;
-  next_seen_ = Clock::now() + absl::ToChronoMilliseconds(options_.seen_interval);
   absl::Status published = PublishSeen(seen_source_());
   LOG_IF_EVERY_N(WARNING, !published.ok(), 30)
       << "etcd replicas: writing which hosts " << options_.name << " hears: " << published;

@@ -72,7 +72,7 @@ bool IsReplicaKey(absl::string_view key);
 absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options);
 
 // Thread-safe. Campaigns on a thread of its own from construction to
-// destruction.
+// destruction, and exchanges the seen records on another.
 class EtcdReplicas {
  public:
   using LeadershipObserver = std::function<void(bool leading)>;
@@ -114,7 +114,7 @@ class EtcdReplicas {
   absl::StatusOr<std::vector<EtcdReplica>> List() const;
 
   // The exchange of which hosts each replica hears: every seen_interval
-  // the campaign's thread writes what `source` returns as this replica's
+  // its own thread writes what `source` returns as this replica's
   // record (under its lease: it goes with the replica) and hands `sink`
   // the other replicas' records. Setting (nullptr to stop) waits for an
   // exchange in progress, so that neither is called once it returns.
@@ -138,7 +138,9 @@ class EtcdReplicas {
   // due. Returns what it changed of `leading`.
   void Round();
   absl::Status Register();
-  // The exchange, when set and due.
+  // The exchange's own thread: every seen_interval while a lease is held,
+  // so that a slow etcd never delays the campaign's lease renewals.
+  void RunSeen();
   void ExchangeSeen();
   absl::Status Campaign();
   void Renew();
@@ -170,8 +172,8 @@ class EtcdReplicas {
   bool registered_ = false;
   Clock::time_point renewed_{};       // when the last renewal that succeeded was sent
   Clock::time_point next_renewal_{};
-  Clock::time_point next_seen_{};
   std::thread thread_;
+  std::thread seen_thread_;
 };
 
 }  // namespace cosched::store
