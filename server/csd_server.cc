@@ -443,12 +443,14 @@ void CsdServer::Shutdown() {
     }
     // No connection is handed to a server that is shutting down.
     if (local_socket_) local_socket_->Stop();
+    // A csd that is going away refuses its agents' Reports from here on:
+    // it must not halt a rollout because they fell silent to it.
+    if (rollouts_) rollouts_->Stop();
     // Streams never end on their own: give calls a moment, then cancel.
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();
     engine_->Stop();
-    if (rollouts_) rollouts_->Stop();
     // Other replicas' changes call into the fanout and the views: none
     // after this.
     store_->SetExternalObserver(nullptr);
