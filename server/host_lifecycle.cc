@@ -44,12 +44,13 @@ absl::Duration DesiredState::SilentFor(const v1::Host& host) const {
 }
 
 bool DesiredState::IsConnected(absl::string_view host_id) const {
-  return (connected_ && connected_(host_id)) || liveness_.ConnectedElsewhere(host_id);
+  return (connected_ && connected_(host_id)) ||
+         liveness_.ConnectedElsewhere(host_id, absl::Now() - host_stale_after_);
 }
 
 std::string DesiredState::ConnectedReplica(absl::string_view host_id) const {
   if (connected_ && connected_(host_id)) return replica_name_;
-  return liveness_.ConnectedReplica(host_id);
+  return liveness_.ConnectedReplica(host_id, absl::Now() - host_stale_after_);
 }
 
 bool DesiredState::IsLive(const v1::Host& host) const {

@@ -69,19 +69,20 @@ std::optional<HostLiveness::Seen> HostLiveness::Latest(absl::string_view host_id
   Seen seen = local->second;
   seen.connected = other->second.connected;
   seen.connected_to = other->second.connected_to;
+  seen.connected_as_of = other->second.connected_as_of;
   return seen;
 }
 
-bool HostLiveness::ConnectedElsewhere(absl::string_view host_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = others_.find(host_id);
-  return it != others_.end() && it->second.connected;
+bool HostLiveness::ConnectedElsewhere(absl::string_view host_id, absl::Time not_before) const {
+  return !ConnectedReplica(host_id, not_before).empty();
 }
 
-std::string HostLiveness::ConnectedReplica(absl::string_view host_id) const {
+std::string HostLiveness::ConnectedReplica(absl::string_view host_id,
+                                           absl::Time not_before) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = others_.find(host_id);
-  return it != others_.end() && it->second.connected ? it->second.connected_to : "";
+  if (it == others_.end() || !it->second.connected) return "";
+  return it->second.connected_as_of >= not_before ? it->second.connected_to : "";
 }
 
 std::vector<store::EtcdSeenHost> HostLiveness::Record(
@@ -121,17 +122,27 @@ void HostLiveness::SetOthers(const std::vector<store::EtcdSeen>& others) {
       seen.problem = host.problem();
       seen.connected = host.connected();
       seen.replica = record.replica();
-      if (seen.connected) seen.connected_to = record.replica();
+      if (seen.connected) {
+        seen.connected_to = record.replica();
+        seen.connected_as_of = absl::FromUnixNanos(record.written_unix_ns());
+      }
       auto [it, inserted] = merged.try_emplace(host.host_id(), seen);
       if (inserted) continue;
       // Its agent moved between replicas: the latest Report speaks, and
       // it is connected if either holds its stream.
+      // By the newest record that says so.
       const bool connected = it->second.connected || seen.connected;
+      const bool newer_stream =
+          seen.connected && (!it->second.connected ||
+                             seen.connected_as_of > it->second.connected_as_of);
       const std::string connected_to =
-          seen.connected ? seen.connected_to : it->second.connected_to;
+          newer_stream ? seen.connected_to : it->second.connected_to;
+      const absl::Time connected_as_of =
+          newer_stream ? seen.connected_as_of : it->second.connected_as_of;
       if (seen.time > it->second.time) it->second = std::move(seen);
       it->second.connected = connected;
       it->second.connected_to = connected_to;
+      it->second.connected_as_of = connected_as_of;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

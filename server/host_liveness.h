@@ -46,8 +46,10 @@ class HostLiveness {
     bool connected = false;
     // The replica that heard it; empty: this csd.
     std::string replica;
-    // The other replica that holds its stream (when `connected`).
+    // The other replica that holds its stream (when `connected`), and
+    // when that replica wrote the record that says so.
     std::string connected_to;
+    absl::Time connected_as_of = absl::InfinitePast();
   };
 
   // A Report of this csd's agents, at `now`.
@@ -61,10 +63,13 @@ class HostLiveness {
   // others' records; `connected` is whether another replica holds its
   // stream (this csd's own streams are the fan-out's to say).
   std::optional<Seen> Latest(absl::string_view host_id) const;
-  // Another replica holds the host's stream, by its last record.
-  bool ConnectedElsewhere(absl::string_view host_id) const;
+  // Another replica holds the host's stream, by a record it wrote at or
+  // after `not_before`: a replica that cannot read the records any more
+  // (etcd away) keeps the last ones, and a stream they name may be long
+  // gone.
+  bool ConnectedElsewhere(absl::string_view host_id, absl::Time not_before) const;
   // Which one; empty when none does.
-  std::string ConnectedReplica(absl::string_view host_id) const;
+  std::string ConnectedReplica(absl::string_view host_id, absl::Time not_before) const;
 
   // This csd's record for the others: every host it heard a Report from
   // and every host in `connected` (those whose agents hold a stream here).

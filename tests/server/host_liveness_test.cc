@@ -23,10 +23,13 @@ v1::ReportRequest Report(const std::string& host) {
   return report;
 }
 
+// A record `replica` wrote at kT0 + 60 s.
 store::EtcdSeen Record(const std::string& replica, const std::string& host, absl::Time reported,
-                       bool connected, const std::string& problem = "") {
+                       bool connected, const std::string& problem = "",
+                       absl::Time written = kT0 + absl::Seconds(60)) {
   store::EtcdSeen record;
   record.set_replica(replica);
+  record.set_written_unix_ns(absl::ToUnixNanos(written));
   store::EtcdSeenHost* seen = record.add_hosts();
   seen->set_host_id(host);
   if (reported != absl::InfinitePast()) seen->set_last_report_unix_ns(absl::ToUnixNanos(reported));
@@ -51,7 +54,7 @@ TEST(HostLivenessTest, TheLatestReportToAnyReplicaSpeaks) {
   EXPECT_EQ(seen->replica, "b");
   EXPECT_EQ(seen->problem, "reports the hazard X");
   EXPECT_TRUE(seen->connected);
-  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1"));
+  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1", kT0));
   // What this csd heard itself stays its own.
   EXPECT_EQ(liveness.Local("hv-1")->time, kT0);
 
@@ -64,7 +67,7 @@ TEST(HostLivenessTest, TheLatestReportToAnyReplicaSpeaks) {
 
   // b's next record no longer has it: nothing connects it elsewhere.
   liveness.SetOthers({});
-  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-1"));
+  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-1", kT0));
   EXPECT_EQ(liveness.Latest("hv-1")->time, kT0 + absl::Seconds(60));
 }
 
@@ -78,10 +81,22 @@ TEST(HostLivenessTest, AHostInTwoRecordsIsConnectedIfEitherHoldsItsStream) {
   EXPECT_EQ(seen->time, kT0 + absl::Seconds(5));
   EXPECT_EQ(seen->replica, "b");
   EXPECT_TRUE(seen->connected);
-  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1"));
-  EXPECT_EQ(liveness.ConnectedReplica("hv-1"), "c");
-  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-2"));
-  EXPECT_EQ(liveness.ConnectedReplica("hv-2"), "");
+  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1", kT0));
+  EXPECT_EQ(liveness.ConnectedReplica("hv-1", kT0), "c");
+  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-2", kT0));
+  EXPECT_EQ(liveness.ConnectedReplica("hv-2", kT0), "");
+}
+
+// A replica that could not read the records for a while keeps the last
+// ones: a stream they name counts only while the record is recent enough.
+TEST(HostLivenessTest, AStreamCountsOnlyByARecentRecord) {
+  HostLiveness liveness;
+  liveness.SetOthers({Record("b", "hv-1", absl::InfinitePast(), true, "", kT0),
+                      Record("c", "hv-1", absl::InfinitePast(), true, "", kT0 - absl::Hours(1))});
+  EXPECT_EQ(liveness.ConnectedReplica("hv-1", kT0 - absl::Seconds(60)), "b");
+  EXPECT_TRUE(liveness.ConnectedElsewhere("hv-1", kT0));
+  EXPECT_FALSE(liveness.ConnectedElsewhere("hv-1", kT0 + absl::Seconds(1)));
+  EXPECT_EQ(liveness.ConnectedReplica("hv-1", kT0 + absl::Seconds(1)), "");
 }
 
 TEST(HostLivenessTest, TheRecordHasEveryHostHeardAndEveryStreamHeld) {
