@@ -330,13 +330,13 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   csd->rollouts_ = std::make_unique<RolloutControl>(csd->state_.get(), options.rollout);
   csd->rollouts_->Start();
   if (replicas != nullptr) {
-    PeerStatsOptions peer_options;
+    PeerDirectoryOptions peer_options;
     peer_options.self = replicas->name();
-    peer_options.timeout = options.peer_timeout;
     peer_options.tls = options.tls;
     peer_options.insecure = options.insecure;
-    csd->peer_stats_ = std::make_unique<PeerStats>([replicas] { return replicas->List(); },
-                                                   std::move(peer_options));
+    csd->peer_directory_ = std::make_unique<PeerDirectory>(
+        [replicas] { return replicas->List(); }, std::move(peer_options));
+    csd->peer_stats_ = std::make_unique<PeerStats>(*csd->peer_directory_, options.peer_timeout);
     // Which hosts' agents each replica hears, so that every replica judges
     // liveness (Place, csctl hosts, rollouts) by all of them.
     csd->replicas_ = replicas;
@@ -347,12 +347,9 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     // The leader's engine plans every replica's hosts: their windows go
     // to it, and it takes them (Replica.ForwardStats).
     StatsForwarderOptions forward_options;
-    forward_options.self = replicas->name();
     forward_options.timeout = options.peer_timeout;
-    forward_options.tls = options.tls;
-    forward_options.insecure = options.insecure;
     csd->stats_forwarder_ = std::make_unique<StatsForwarder>(
-        [replicas] { return replicas->leader(); }, [replicas] { return replicas->List(); },
+        [replicas] { return replicas->leader(); }, *csd->peer_directory_,
         std::move(forward_options));
     StatsForwarder* forwarder = csd->stats_forwarder_.get();
     state->set_stats_observer([forwarder](auto report, auto tagged_id) {

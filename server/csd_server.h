@@ -147,6 +147,9 @@ class CsdServer {
   std::unique_ptr<EngineLoop> engine_;
   // The same: its writes go through the store until it stops.
   std::unique_ptr<RolloutControl> rollouts_;
+  // Replicas on etcd only: the others, as GetStats and the stats
+  // forwarder reach them; outlives both.
+  std::unique_ptr<PeerDirectory> peer_directory_;
   // csd on etcd: gathers the other replicas' stats; before the service
   // that uses it.
   std::unique_ptr<PeerStats> peer_stats_;

@@ -92,52 +92,6 @@ absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
   return local;
 }
 
-PeerStats::PeerStats(Lister lister, PeerStatsOptions options)
-    : lister_(std::move(lister)), options_(std::move(options)) {}
-
-absl::StatusOr<std::vector<store::EtcdReplica>> PeerStats::Replicas() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Now() - listed_at_ < options_.list_for) return replicas_;
-  }
-  absl::StatusOr<std::vector<store::EtcdReplica>> listed = lister_();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!listed.ok()) {
-    // etcd away: the replicas last listed are the best there is (they
-    // answer from memory too); none listed yet is a gap.
-    if (listed_at_ == absl::InfinitePast()) return listed.status();
-    LOG_EVERY_N(WARNING, 100) << "GetStats: the replicas registered in etcd could not be listed "
-                                 "again; asking those listed "
-                              << absl::FormatDuration(absl::Now() - listed_at_)
-                              << " ago: " << listed.status();
-    return replicas_;
-  }
-  replicas_ = std::move(*listed);
-  listed_at_ = absl::Now();
-  // Channels to addresses no longer registered are let go.
-  for (auto it = stubs_.begin(); it != stubs_.end();) {
-    const bool listed_now = std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& r) {
-      return r.address() == it->first;
-    });
-    it = listed_now ? std::next(it) : stubs_.erase(it);
-  }
-  return replicas_;
-}
-
-absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> PeerStats::StubFor(
-    const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = stubs_.find(address);
-  if (it != stubs_.end()) return it->second;
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(address, options_.tls, options_.insecure);
-  if (!credentials.ok()) return credentials.status();
-  std::shared_ptr<v1::ControlPlane::Stub> stub =
-      v1::ControlPlane::NewStub(grpc::CreateChannel(address, *credentials));
-  stubs_[address] = stub;
-  return stub;
-}
-
 namespace {
 
 // One gathering: every call's context and answer, alive until the last
@@ -167,7 +121,7 @@ void PeerStats::Gather(const v1::GetStatsRequest& request, Done done) {
   gathering->request = request;
   gathering->request.set_local_only(true);
   gathering->done = std::move(done);
-  absl::StatusOr<std::vector<store::EtcdReplica>> replicas = Replicas();
+  absl::StatusOr<std::vector<store::EtcdReplica>> replicas = peers_.Replicas();
   if (!replicas.ok()) {
     gathering->gaps.push_back(Gap("*", absl::StrCat("the replicas registered in etcd could "
                                                     "not be listed: ",
@@ -176,25 +130,25 @@ void PeerStats::Gather(const v1::GetStatsRequest& request, Done done) {
     return;
   }
   for (const store::EtcdReplica& replica : *replicas) {
-    if (replica.name() == options_.self) continue;
+    if (replica.name() == peers_.options().self) continue;
     if (replica.address().empty()) {
       gathering->gaps.push_back(Gap(replica.name(),
                                     "it registered no address (store.etcd.advertise_address)"));
       continue;
     }
-    absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> stub = StubFor(replica.address());
-    if (!stub.ok()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = peers_.ChannelTo(replica.address());
+    if (!channel.ok()) {
       gathering->gaps.push_back(
           Gap(replica.name(), absl::StrCat("at ", replica.address(), ": ",
-                                           stub.status().ToString())));
+                                           channel.status().ToString())));
       continue;
     }
     auto call = std::make_unique<Gathering::Call>();
     call->replica = replica.name();
     call->address = replica.address();
-    call->stub = std::move(*stub);
+    call->stub = v1::ControlPlane::NewStub(*channel);
     call->context.set_deadline(std::chrono::system_clock::now() +
-                               absl::ToChronoMilliseconds(options_.timeout));
+                               absl::ToChronoMilliseconds(timeout_));
     gathering->calls.push_back(std::move(call));
   }
   gathering->answers.resize(gathering->calls.size());
@@ -207,7 +161,7 @@ void PeerStats::Gather(const v1::GetStatsRequest& request, Done done) {
     Gathering::Call* call = gathering->calls[i].get();
     call->stub->async()->GetStats(
         &call->context, &gathering->request, &call->response,
-        [gathering, call, i, timeout = options_.timeout](grpc::Status status) {
+        [gathering, call, i, timeout = timeout_](grpc::Status status) {
           PeerStatsAnswer& answer = gathering->answers[i];
           answer.replica = call->replica;
           if (status.ok()) {

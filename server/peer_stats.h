@@ -20,6 +20,7 @@
 #include "cosched/store/etcd_records.pb.h"
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
+#include "server/peer_directory.h"
 
 namespace cosched::server {
 
@@ -44,29 +45,15 @@ absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
     v1::GetStatsResponse local, const std::vector<PeerStatsAnswer>& peers,
     std::vector<v1::StatsReplicaGap> gaps, const std::string& not_found);
 
-struct PeerStatsOptions {
-  // This replica's name: left out of those asked.
-  std::string self;
-  // How long the others have to answer.
-  absl::Duration timeout = absl::Seconds(1);
-  // How peers are dialled: csd's own TLS settings, its certificate as the
-  // client's (so it needs the clientAuth usage, and a viewer role binding
-  // on the peers), or plaintext on loopback or with `insecure`.
-  v1::TlsConfig tls;
-  bool insecure = false;
-  // How long a list of the replicas is used before it is read again.
-  absl::Duration list_for = absl::Seconds(5);
-};
-
 // Thread-safe.
 class PeerStats {
  public:
-  // Lists the replicas registered on the store (EtcdReplicas::List).
-  using Lister = std::function<absl::StatusOr<std::vector<store::EtcdReplica>>()>;
   using Done =
       std::function<void(std::vector<PeerStatsAnswer> answers, std::vector<v1::StatsReplicaGap>)>;
 
-  PeerStats(Lister lister, PeerStatsOptions options);
+  // Asks the replicas `peers` lists but itself (options().self); each has
+  // `timeout` to answer (store.etcd.peer_timeout_ms). `peers` outlives it.
+  PeerStats(PeerDirectory& peers, absl::Duration timeout) : peers_(peers), timeout_(timeout) {}
 
   // Asks every other registered replica for `request` (local_only set) and
   // calls `done` once with their answers and the replicas it could not ask,
@@ -74,17 +61,8 @@ class PeerStats {
   void Gather(const v1::GetStatsRequest& request, Done done);
 
  private:
-  // The replicas to ask, from a list at most list_for old, or the last one
-  // when etcd cannot be read; an error when none was ever read.
-  absl::StatusOr<std::vector<store::EtcdReplica>> Replicas();
-  absl::StatusOr<std::shared_ptr<v1::ControlPlane::Stub>> StubFor(const std::string& address);
-
-  const Lister lister_;
-  const PeerStatsOptions options_;
-  std::mutex mu_;
-  std::vector<store::EtcdReplica> replicas_;                          // guarded by mu_
-  absl::Time listed_at_ = absl::InfinitePast();                       // guarded by mu_
-  std::map<std::string, std::shared_ptr<v1::ControlPlane::Stub>> stubs_;  // guarded by mu_
+  PeerDirectory& peers_;
+  const absl::Duration timeout_;
 };
 
 }  // namespace cosched::server

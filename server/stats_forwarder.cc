@@ -10,7 +10,6 @@
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
 
 namespace cosched::server {
 namespace {
@@ -54,8 +53,8 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
   return response;
 }
 
-StatsForwarder::StatsForwarder(Leader leader, Lister lister, StatsForwarderOptions options)
-    : leader_(std::move(leader)), lister_(std::move(lister)), options_(std::move(options)) {
+StatsForwarder::StatsForwarder(Leader leader, PeerDirectory& peers, StatsForwarderOptions options)
+    : leader_(std::move(leader)), peers_(peers), options_(std::move(options)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -105,56 +104,37 @@ void StatsForwarder::Run() {
 }
 
 absl::StatusOr<std::string> StatsForwarder::LeaderAddress(const std::string& leader) {
-  if (absl::Now() - listed_at_ >= options_.list_for) {
-    absl::StatusOr<std::vector<store::EtcdReplica>> listed = lister_();
-    if (listed.ok()) {
-      replicas_ = std::move(*listed);
-      listed_at_ = absl::Now();
-    } else if (listed_at_ == absl::InfinitePast()) {
-      return listed.status();
+  for (bool fresh : {false, true}) {
+    ASSIGN_OR_RETURN(std::vector<store::EtcdReplica> replicas, peers_.Replicas(fresh));
+    for (const store::EtcdReplica& replica : replicas) {
+      if (replica.name() != leader) continue;
+      if (replica.address().empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the leader ", leader, " registered no address (store.etcd.advertise_address)"));
+      }
+      return replica.address();
     }
+    // A leader newer than the list: read it again, once.
   }
-  for (const store::EtcdReplica& replica : replicas_) {
-    if (replica.name() != leader) continue;
-    if (replica.address().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the leader ", leader, " registered no address (store.etcd.advertise_address)"));
-    }
-    return replica.address();
-  }
-  listed_at_ = absl::InfinitePast();  // a new leader: read the list again next time
   return absl::UnavailableError(absl::StrCat("the leader ", leader, " is not registered"));
-}
-
-absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> StatsForwarder::StubFor(
-    const std::string& address) {
-  auto it = stubs_.find(address);
-  if (it != stubs_.end()) return it->second;
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(address, options_.tls, options_.insecure);
-  if (!credentials.ok()) return credentials.status();
-  if (stubs_.size() > 16) stubs_.clear();  // leaders come and go: keep a few channels
-  std::shared_ptr<v1::Replica::Stub> stub =
-      v1::Replica::NewStub(grpc::CreateChannel(address, *credentials));
-  stubs_[address] = stub;
-  return stub;
 }
 
 void StatsForwarder::Send(std::vector<Item> items) {
   const std::string leader = leader_();
   // The leader's own agents' windows are in its own aggregator.
-  if (leader == options_.self) return;
+  if (leader == peers_.options().self) return;
   if (leader.empty()) {
     return Drop(items.size(), absl::UnavailableError("no replica leads now"));
   }
   absl::StatusOr<std::string> address = LeaderAddress(leader);
   if (!address.ok()) return Drop(items.size(), address.status());
-  absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> stub = StubFor(*address);
-  if (!stub.ok()) return Drop(items.size(), stub.status());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = peers_.ChannelTo(*address);
+  if (!channel.ok()) return Drop(items.size(), channel.status());
+  std::unique_ptr<v1::Replica::Stub> stub = v1::Replica::NewStub(*channel);
   size_t next = 0;
   while (next < items.size()) {
     v1::ForwardStatsRequest request;
-    request.set_replica(options_.self);
+    request.set_replica(peers_.options().self);
     size_t bytes = 0;
     const size_t first = next;
     for (; next < items.size() && request.reports_size() < kMaxForwardedReports; ++next) {
@@ -177,7 +157,7 @@ void StatsForwarder::Send(std::vector<Item> items) {
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(options_.timeout));
     v1::ForwardStatsResponse response;
-    const grpc::Status status = (*stub)->ForwardStats(&context, request, &response);
+    const grpc::Status status = stub->ForwardStats(&context, request, &response);
     if (status.ok()) {
       forwarded_ += static_cast<int64_t>(next - first);
       continue;

@@ -4,8 +4,9 @@
 // plan the other replicas' hosts without their load.
 //
 // Every Report's windows are queued as this replica takes them and sent to
-// the leader (Replica.ForwardStats, at its registered address, with csd's
-// own TLS identity, which needs the operator role there) every
+// the leader (Replica.ForwardStats, at its registered address, through the
+// PeerDirectory: csd's own TLS identity, which needs the operator role
+// there) every
 // flush_interval, in requests of at most 1000 Reports. Best effort, like
 // the stats themselves: nothing is forwarded while this replica leads,
 // and what cannot be sent (no leader known, the leader unreachable, the
@@ -20,7 +21,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,8 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cosched/store/etcd_records.pb.h"
-#include "cosched/v1/config.pb.h"
 #include "cosched/v1/replica.grpc.pb.h"
+#include "server/peer_directory.h"
 #include "server/stats_aggregator.h"
 
 namespace cosched::server {
@@ -48,18 +48,11 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
                                                             StatsAggregator& into);
 
 struct StatsForwarderOptions {
-  // This replica's name.
-  std::string self;
   // Deadline of each request (store.etcd.peer_timeout_ms).
   absl::Duration timeout = absl::Seconds(1);
-  // How the leader is dialled: as PeerStats dials peers.
-  v1::TlsConfig tls;
-  bool insecure = false;
   absl::Duration flush_interval = absl::Seconds(1);
   // Reports queued at most; more are dropped (counted).
   size_t max_queued = 20000;
-  // How long a list of the replicas is used before it is read again.
-  absl::Duration list_for = absl::Seconds(5);
 };
 
 // Thread-safe; sends on a thread of its own from construction to
@@ -68,9 +61,9 @@ class StatsForwarder {
  public:
   // The leading replica's name as this replica knows it (empty: none).
   using Leader = std::function<std::string()>;
-  using Lister = std::function<absl::StatusOr<std::vector<store::EtcdReplica>>()>;
 
-  StatsForwarder(Leader leader, Lister lister, StatsForwarderOptions options);
+  // Finds the leader's address among `peers` (which outlives it).
+  StatsForwarder(Leader leader, PeerDirectory& peers, StatsForwarderOptions options);
   ~StatsForwarder();
   StatsForwarder(const StatsForwarder&) = delete;
   StatsForwarder& operator=(const StatsForwarder&) = delete;
@@ -90,14 +83,12 @@ class StatsForwarder {
   };
   void Run();
   void Send(std::vector<Item> items);
-  // The leader's address, from a list at most list_for old; an error
-  // saying why there is none.
+  // The leader's address; an error saying why there is none.
   absl::StatusOr<std::string> LeaderAddress(const std::string& leader);
-  absl::StatusOr<std::shared_ptr<v1::Replica::Stub>> StubFor(const std::string& address);
   void Drop(size_t n, const absl::Status& why);
 
   const Leader leader_;
-  const Lister lister_;
+  PeerDirectory& peers_;
   const StatsForwarderOptions options_;
   std::atomic<int64_t> forwarded_{0};
   std::atomic<int64_t> dropped_{0};
@@ -106,11 +97,6 @@ class StatsForwarder {
   std::condition_variable wake_;
   std::deque<Item> queue_;  // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
-
-  // The sending thread's own.
-  std::vector<store::EtcdReplica> replicas_;
-  absl::Time listed_at_ = absl::InfinitePast();
-  std::map<std::string, std::shared_ptr<v1::Replica::Stub>> stubs_;
   std::thread thread_;  // last: starts once the rest is built
 };
 

@@ -118,8 +118,9 @@ std::vector<v1::StatsReplicaGap> GapsWithNobodyToAsk(PeerStats& peers) {
 }
 
 TEST(PeerStats, AListThatCannotBeReadIsAGapNamedStar) {
-  PeerStats peers([] { return absl::UnavailableError("etcd at 127.0.0.1:1 is unavailable"); },
-                  PeerStatsOptions());
+  PeerDirectory directory(
+      [] { return absl::UnavailableError("etcd at 127.0.0.1:1 is unavailable"); }, {});
+  PeerStats peers(directory, absl::Seconds(1));
   std::vector<v1::StatsReplicaGap> gaps = GapsWithNobodyToAsk(peers);
   ASSERT_EQ(gaps.size(), 1u);
   EXPECT_EQ(gaps[0].replica(), "*");
@@ -127,9 +128,9 @@ TEST(PeerStats, AListThatCannotBeReadIsAGapNamedStar) {
 }
 
 TEST(PeerStats, ItselfIsNotAskedAndNoAddressIsAGap) {
-  PeerStatsOptions options;
+  PeerDirectoryOptions options;
   options.self = "csd-a";
-  PeerStats peers(
+  PeerDirectory directory(
       [] {
         std::vector<store::EtcdReplica> replicas(2);
         replicas[0].set_name("csd-a");
@@ -138,6 +139,7 @@ TEST(PeerStats, ItselfIsNotAskedAndNoAddressIsAGap) {
         return absl::StatusOr<std::vector<store::EtcdReplica>>(replicas);
       },
       options);
+  PeerStats peers(directory, absl::Seconds(1));
   std::vector<v1::StatsReplicaGap> gaps = GapsWithNobodyToAsk(peers);
   ASSERT_EQ(gaps.size(), 1u);
   EXPECT_EQ(gaps[0].replica(), "csd-b");

@@ -71,22 +71,27 @@ class StatsForwarderTest : public ::testing::Test {
 
   std::unique_ptr<StatsForwarder> Forwarder(std::string leader, size_t max_queued = 100) {
     StatsForwarderOptions options;
-    options.self = "b";
     options.flush_interval = absl::Milliseconds(50);
     options.max_queued = max_queued;
-    const std::string address = absl::StrCat("127.0.0.1:", port_);
-    return std::make_unique<StatsForwarder>(
-        [leader] { return leader; },
-        [address]() -> absl::StatusOr<std::vector<store::EtcdReplica>> {
-          store::EtcdReplica a;
-          a.set_name("a");
-          a.set_address(address);
-          store::EtcdReplica mute;
-          mute.set_name("mute");
-          return std::vector<store::EtcdReplica>{a, mute};
-        },
-        std::move(options));
+    return std::make_unique<StatsForwarder>([leader] { return leader; }, directory_,
+                                            std::move(options));
   }
+
+  // This replica is "b"; "a" is the fake leader, "mute" gave no address.
+  static PeerDirectoryOptions AsB() {
+    PeerDirectoryOptions options;
+    options.self = "b";
+    return options;
+  }
+  PeerDirectory directory_{[this]() -> absl::StatusOr<std::vector<store::EtcdReplica>> {
+                             store::EtcdReplica a;
+                             a.set_name("a");
+                             a.set_address(absl::StrCat("127.0.0.1:", port_));
+                             store::EtcdReplica mute;
+                             mute.set_name("mute");
+                             return std::vector<store::EtcdReplica>{a, mute};
+                           },
+                           AsB()};
 
   FakeLeader leader_;
   int port_ = 0;
