@@ -1,0 +1,180 @@
+// What csd replicas on one etcd prefix share besides the store's records
+// (issue #16): which hosts each one's agents are connected to and report
+// (the seen records, server/host_liveness.h), so that every replica judges
+// liveness alike, and the stats windows the others forward to the leader's
+// policy engine (server/stats_forwarder.h).
+#include "tests/server/csd_replicas_fixture.h"
+
+namespace cosched::server::replicas_testing {
+namespace {
+
+// A host whose agent talks to replica B is live on replica A too, past
+// host_stale_after, by B's seen record (issue #16): A's Place chooses it,
+// A's GetHost says it is connected, and a rollout A leads does not halt on
+// it while its agent reports to B. Once that agent goes silent, A halts
+// the rollout naming it, and once its stream is gone A's Place no longer
+// chooses it.
+TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica) {
+  auto tweak = [](const std::string& name) {
+    return [name](CsdOptions& options) {
+      options.host_stale_after_s = 2;
+      options.etcd_store->replicas.name = name;
+      options.etcd_store->replicas.seen_interval = absl::Milliseconds(200);
+      options.rollout.check_interval = std::chrono::seconds(1);
+      options.rollout.no_report_halt = std::chrono::seconds(3);
+      options.rollout.min_soak_s = 1;
+    };
+  };
+  Replica a = Start("", tweak("csd-a"));  // leads: it campaigned first
+  Replica b = Start("", tweak("csd-b"));
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "hv-1", {});
+  std::unique_ptr<Stream> stream = Watch(b, "hv-1");
+  v1::WatchAssignmentsResponse first;
+  ASSERT_TRUE(stream->reader->Read(&first));
+  auto report = [&b] {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(5));
+    v1::ReportRequest request;
+    request.set_host_id("hv-1");
+    v1::ReportResponse response;
+    return b.agent->Report(&context, request, &response).ok();
+  };
+  auto get_on_a = [&a] {
+    grpc::ClientContext context;
+    v1::GetHostRequest request;
+    request.set_host_id("hv-1");
+    v1::Host host;
+    EXPECT_OK(a.control->GetHost(&context, request, &host));
+    return host;
+  };
+  auto rollout_on_a = [&a] {
+    grpc::ClientContext context;
+    v1::Rollout rollout;
+    EXPECT_OK(a.control->GetRollout(&context, v1::GetRolloutRequest(), &rollout));
+    return rollout;
+  };
+
+  // Reporting to B every 300 ms, from well past host_stale_after.
+  std::atomic<bool> reporting{true};
+  std::thread agent([&] {
+    while (reporting) {
+      report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  ASSERT_EQ(StartRollout(a, {100}, 3600).enabled_hosts_size(), 1);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  v1::Host host = get_on_a();
+  EXPECT_TRUE(host.connected());
+  EXPECT_EQ(host.connected_replica(), "csd-b");
+  EXPECT_EQ(host.unplaceable_reason(), "");
+  EXPECT_GT(absl::FromUnixSeconds(host.last_seen_time().seconds()),
+            absl::Now() - absl::Seconds(3));
+  EXPECT_EQ(PlaceOn(a), "hv-1");
+  EXPECT_EQ(rollout_on_a().state(), v1::Rollout::STATE_RUNNING) << rollout_on_a().halt_reason();
+
+  // Silent, its stream still held (a stuck agent): A halts the rollout.
+  reporting = false;
+  agent.join();
+  EXPECT_TRUE(Eventually([&] { return rollout_on_a().state() == v1::Rollout::STATE_HALTED; },
+                         std::chrono::seconds(15)));
+  EXPECT_NE(rollout_on_a().halt_reason().find("host hv-1 stopped reporting"), std::string::npos)
+      << rollout_on_a().halt_reason();
+  // Still connected: still placeable.
+  EXPECT_EQ(PlaceOn(a), "hv-1");
+
+  // Its stream gone too: A's Place rules it out within a record or two.
+  stream->context.TryCancel();
+  EXPECT_TRUE(Eventually([&] { return !get_on_a().connected(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(get_on_a().connected_replica(), "");
+  EXPECT_NE(PlaceOn(a).find("error"), std::string::npos);
+}
+
+// The policy engine runs on the leader, and an agent reports to one
+// replica: B forwards its agents' windows to the leader A (Replica.
+// ForwardStats), so A's engine and ExplainVM see the load of a host whose
+// agent talks to B, while GetStats still counts each window once.
+TEST_F(CsdReplicasTest, TheLeadersEngineSeesTheLoadOfHostsWhoseAgentsTalkToAnotherReplica) {
+  Replica a = Start();  // leads: it campaigned first
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-b", &tagged));
+  RegisterAndReport(b, "host-b", {"vm-b"});
+  ReportWindow(b, "host-b", "vm-b", 500);
+
+  auto explain_on_a = [&a] {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(30));
+    v1::ExplainVMRequest request;
+    request.set_vm_id("vm-b");
+    v1::ExplainVMResponse response;
+    grpc::Status status = a.control->ExplainVM(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  v1::ExplainVMResponse explained;
+  EXPECT_TRUE(Eventually([&] {
+    explained = explain_on_a();
+    return explained.measured().windows() == 1;
+  })) << explained.DebugString();
+  EXPECT_GT(explained.load(), 0);
+  EXPECT_GT(explained.measured().throughput(), 0);
+
+  // Fleet-wide GetStats on A: B's window once, from B's answer.
+  v1::GetStatsRequest vm_b;
+  vm_b.set_vm_id("vm-b");
+  v1::GetStatsResponse stats;
+  ASSERT_OK(Stats(a, vm_b, &stats));
+  EXPECT_EQ(stats.windows(), 1);
+  EXPECT_EQ(stats.total().run_ns(), 500000000);
+  // A's own agents have none of it.
+  vm_b.set_local_only(true);
+  EXPECT_EQ(Stats(a, vm_b, &stats).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Replica.ForwardStats is refused by a replica that does not lead (naming
+// the leader), and checks what it is given, naming the field.
+TEST_F(CsdReplicasTest, ForwardStatsIsTheLeadersAndChecksItsInput) {
+  Replica a = Start();
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  auto forward = [](Replica& r, const v1::ForwardStatsRequest& request) {
+    auto stub = v1::Replica::NewStub(
+        grpc::CreateChannel(r.csd->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::ForwardStatsResponse response;
+    return stub->ForwardStats(&context, request, &response);
+  };
+  v1::ForwardStatsRequest request;
+  request.set_replica("test");
+  v1::ForwardedStats* report = request.add_reports();
+  report->set_host_id("hv-1");
+  v1::StatsWindow* window = report->add_stats();
+  window->set_end_unix_ns(absl::ToUnixNanos(absl::Now()));
+  window->set_start_unix_ns(window->end_unix_ns() - 1000000000);
+  EXPECT_OK(forward(a, request));
+  grpc::Status refused = forward(b, request);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("this replica does not lead"), std::string::npos)
+      << refused.error_message();
+
+  report->set_host_id("bad host");
+  grpc::Status bad = forward(a, request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("reports[0].host_id"), std::string::npos)
+      << bad.error_message();
+  report->set_host_id("hv-1");
+  window->set_start_unix_ns(window->end_unix_ns() + 1);
+  bad = forward(a, request);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("reports[0].stats[0]"), std::string::npos)
+      << bad.error_message();
+}
+
+}  // namespace
+}  // namespace cosched::server::replicas_testing
