@@ -20,7 +20,7 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
       params_(params),
       mode_(config.mode),
       cores_(scenario.cores),
-      rng_(seed) {
+      seed_(seed) {
   cpus_.resize(2 * cores_);
   running_.assign(2 * cores_, kNone);
   nr_running_.assign(2 * cores_, 0);
@@ -77,6 +77,9 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
                     ? params_.smt_share_interactive
                     : params_.smt_share_cpu;
       t.mask = mask;
+      // Streams far apart: SplitMix64's state advances by a constant, so
+      // offsets by distinct multiples of 2^40 never meet in a run.
+      t.rng = seed_ + (static_cast<uint64_t>(tasks_.size()) << 40) * 0x9e3779b97f4a7c15;
       const std::vector<int>& allowed = masks_[mask];
       t.cpu = allowed[(tasks_.size() * 7) % allowed.size()];
       tasks_.push_back(t);
@@ -94,9 +97,9 @@ SimResult Engine::Run(double duration_s) {
   // a random phase of their period), so start-up order does not matter.
   for (size_t i = 0; i < tasks_.size(); ++i) {
     Task& t = tasks_[i];
-    double start_ms = Uniform() * 10;
+    double start_ms = Uniform(t) * 10;
     if (t.workload->kind == WorkloadKind::kPeriodic) {
-      start_ms = Uniform() * t.workload->period_ms;
+      start_ms = Uniform(t) * t.workload->period_ms;
       t.next_release_ms = start_ms;
     }
     AddWakeup(TicksFromMs(start_ms), static_cast<int>(i));

@@ -13,7 +13,6 @@
 #include <limits>
 #include <map>
 #include <queue>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +87,10 @@ struct Task {
   double remaining = 0;  // work left in this burst, ms at full speed
   int64_t woke_tick = kNone;
   double next_release_ms = 0;  // periodic
+  // The task's own random stream (SplitMix64): its bursts and sleeps are
+  // the same whatever the layout, so two layouts' predictions differ by
+  // what the layout does, not by which draws each task happened to get.
+  uint64_t rng = 0;
 };
 
 struct Cpu {
@@ -127,10 +130,16 @@ class Engine {
   int AddMask(const std::vector<int>& pin, std::map<std::vector<int>, int>* ids);
   SimResult Collect(int64_t total_ticks);
 
-  // 53 random bits in [0, 1).
-  double Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
-  double Exponential(double mean) {
-    return -mean * std::log(1.0 - Uniform());
+  // 53 random bits in [0, 1) from the stream of `t`.
+  static double Uniform(Task& t) {
+    uint64_t z = (t.rng += 0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+  static double Exponential(Task& t, double mean) {
+    return -mean * std::log(1.0 - Uniform(t));
   }
   int64_t TicksFromMs(double ms) const {
     return std::max<int64_t>(0, std::llround(ms / tick_));
@@ -206,7 +215,7 @@ class Engine {
   const SimParams params_;
   const SmtMode mode_;
   const int cores_;
-  std::mt19937_64 rng_;
+  const uint64_t seed_;
   double tick_ = 0.25;
   size_t scan_limit_ = 4;
   bool cookie_aware_ = true;

@@ -12,14 +12,14 @@ void Engine::StartBurst(Task& t) {
   switch (w.kind) {
     case WorkloadKind::kCpu:
     case WorkloadKind::kAvx:
-      t.remaining = w.util >= 1.0 ? kForever : Exponential(w.burst_ms);
+      t.remaining = w.util >= 1.0 ? kForever : Exponential(t, w.burst_ms);
       break;
     case WorkloadKind::kPeriodic:
       t.remaining += w.burst_ms;
       t.next_release_ms += w.period_ms;
       break;
     case WorkloadKind::kInteractive:
-      t.remaining = Exponential(w.work_ms);
+      t.remaining = Exponential(t, w.work_ms);
       break;
   }
 }
@@ -36,7 +36,7 @@ void Engine::FinishBurst(int task) {
   switch (w.kind) {
     case WorkloadKind::kCpu:
     case WorkloadKind::kAvx:
-      sleep_ms = Exponential(w.burst_ms * (1 - w.util) / w.util);
+      sleep_ms = Exponential(t, w.burst_ms * (1 - w.util) / w.util);
       break;
     case WorkloadKind::kPeriodic: {
       double now_ms = (now_ + 1) * tick_;
@@ -45,11 +45,11 @@ void Engine::FinishBurst(int task) {
         StartBurst(t);
         return;
       }
-      sleep_ms = t.next_release_ms - now_ms + Uniform() * w.jitter * w.period_ms;
+      sleep_ms = t.next_release_ms - now_ms + Uniform(t) * w.jitter * w.period_ms;
       break;
     }
     case WorkloadKind::kInteractive:
-      sleep_ms = Exponential(w.think_ms);
+      sleep_ms = Exponential(t, w.think_ms);
       break;
   }
   Cpu& cpu = cpus_[t.cpu];
