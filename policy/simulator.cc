@@ -1,5 +1,5 @@
-// The simulator's entry point, Simulate(), which checks the config, and the
-// engine's set-up, tick loop and result statistics. The engine itself is in
+// The simulator's entry points, Simulate() and Simulation, which check the
+// config, and the engine's set-up, tick loop and result statistics. The engine itself is in
 // simulator_engine.h.
 #include "policy/simulator.h"
 
@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "policy/simulator_engine.h"
 
 namespace cosched::policy::sim {
@@ -88,11 +89,10 @@ Engine::Engine(const Scenario& scenario, std::vector<VmInstance> instances,
   queued_per_cookie_.assign(cookie_ids.size(), 0);
 }
 
-SimResult Engine::Run(double duration_s) {
-  const int64_t total_ticks =
-      std::max<int64_t>(1, std::llround(duration_s * 1000 / tick_));
+void Engine::Start(double duration_s) {
+  total_ticks_ = std::max<int64_t>(1, std::llround(duration_s * 1000 / tick_));
   warmup_ticks_ = std::min<int64_t>(std::llround(1000 / tick_),
-                                    std::llround(total_ticks * params_.warmup_share));
+                                    std::llround(total_ticks_ * params_.warmup_share));
   // Everyone starts asleep and wakes in the first 10 ms (periodic tasks at
   // a random phase of their period), so start-up order does not matter.
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -104,7 +104,10 @@ SimResult Engine::Run(double duration_s) {
     }
     AddWakeup(TicksFromMs(start_ms), static_cast<int>(i));
   }
-  for (now_ = 0; now_ < total_ticks; ++now_) {
+}
+
+void Engine::Advance(int64_t until) {
+  for (until = std::min(until, total_ticks_); now_ < until; ++now_) {
     measuring_ = now_ >= warmup_ticks_;
     balance_tick_ = now_ % balance_ticks_ == 0;
     ProcessWakeups();
@@ -125,7 +128,6 @@ SimResult Engine::Run(double duration_s) {
     }
     std::fill(stopped_[now_ & 1].begin(), stopped_[now_ & 1].end(), 0);
   }
-  return Collect(total_ticks);
 }
 
 int Engine::AddMask(const std::vector<int>& pin,
@@ -159,9 +161,10 @@ int Engine::AddMask(const std::vector<int>& pin,
   return it->second;
 }
 
-SimResult Engine::Collect(int64_t total_ticks) {
+SimResult Engine::Collect() const {
   SimResult r;
-  const int64_t measured = total_ticks - warmup_ticks_;
+  // At least one tick, so that a result taken during warm-up is zeros.
+  const int64_t measured = std::max<int64_t>(1, now_ - warmup_ticks_);
   r.simulated_s = measured * tick_ / 1000;
   int64_t on_cpu = 0, same = 0, idle = 0, foreign = 0, cross = 0;
   LatencyHistogram all;
@@ -209,9 +212,10 @@ namespace cosched::policy {
 
 using sim::Engine;
 
-absl::StatusOr<SimResult> Simulate(const Scenario& scenario,
-                                   const SimConfig& config,
-                                   const SimParams& params, const SimRun& run) {
+absl::StatusOr<std::unique_ptr<Simulation>> Simulation::Create(const Scenario& scenario,
+                                                             const SimConfig& config,
+                                                             const SimParams& params,
+                                                             const SimRun& run) {
   std::vector<VmInstance> instances = ExpandInstances(scenario);
   if (!config.cookie.empty() && config.cookie.size() != instances.size()) {
     return absl::InvalidArgumentError(
@@ -242,9 +246,31 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario,
   if (!(duration_s > 0)) {
     return absl::InvalidArgumentError("duration_s must be positive");
   }
-  Engine engine(scenario, std::move(instances), config, params,
-                run.seed.value_or(scenario.seed));
-  return engine.Run(duration_s);
+  auto engine = std::make_unique<Engine>(scenario, std::move(instances), config, params,
+                                         run.seed.value_or(scenario.seed));
+  engine->Start(duration_s);
+  return std::unique_ptr<Simulation>(new Simulation(std::move(engine), duration_s));
+}
+
+Simulation::Simulation(std::unique_ptr<Engine> engine, double duration_s)
+    : engine_(std::move(engine)), duration_s_(duration_s) {}
+
+Simulation::~Simulation() = default;
+
+SimResult Simulation::RunTo(double simulated_s) {
+  const int64_t ticks = std::llround(simulated_s * 1000 / engine_->tick_ms());
+  engine_->Advance(std::max(ticks, engine_->warmup_ticks() + 1));
+  return engine_->Collect();
+}
+
+bool Simulation::done() const { return engine_->now() >= engine_->total_ticks(); }
+
+absl::StatusOr<SimResult> Simulate(const Scenario& scenario,
+                                   const SimConfig& config,
+                                   const SimParams& params, const SimRun& run) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Simulation> simulation,
+                   Simulation::Create(scenario, config, params, run));
+  return simulation->RunTo(simulation->duration_s());
 }
 
 }  // namespace cosched::policy

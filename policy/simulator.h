@@ -8,6 +8,7 @@
 #define COSCHED_POLICY_SIMULATOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -143,6 +144,40 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario,
                                    const SimConfig& config,
                                    const SimParams& params = SimParams(),
                                    const SimRun& run = SimRun());
+
+namespace sim {
+class Engine;
+}
+
+// Simulate() in steps: a caller that may stop early (the policy engine's
+// screen, tradeoff.h) looks at what was measured so far and runs on only
+// when it needs to. Running to the run's duration in any number of steps
+// gives exactly Simulate()'s result. Keeps a reference to the scenario,
+// which must outlive it.
+class Simulation {
+ public:
+  // INVALID_ARGUMENT as Simulate().
+  static absl::StatusOr<std::unique_ptr<Simulation>> Create(const Scenario& scenario,
+                                                            const SimConfig& config,
+                                                            const SimParams& params = SimParams(),
+                                                            const SimRun& run = SimRun());
+  ~Simulation();
+
+  // Runs on until `simulated_s` seconds from the start (at least the
+  // warm-up and one tick more, at most the run's duration; never back)
+  // and returns the statistics of the measured time so far.
+  SimResult RunTo(double simulated_s);
+  // The run's duration, warm-up included.
+  double duration_s() const { return duration_s_; }
+  // Whether it has run its whole duration.
+  bool done() const;
+
+ private:
+  Simulation(std::unique_ptr<sim::Engine> engine, double duration_s);
+
+  std::unique_ptr<sim::Engine> engine_;
+  double duration_s_;
+};
 
 }  // namespace cosched::policy
 

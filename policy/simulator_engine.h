@@ -123,12 +123,21 @@ class Engine {
   Engine(const Scenario& scenario, std::vector<VmInstance> instances,
          const SimConfig& config, const SimParams& params, uint64_t seed);
 
-  SimResult Run(double duration_s);
+  // Sets the run's length and puts every task to sleep until its start;
+  // once, before Advance.
+  void Start(double duration_s);
+  // Runs ticks until `until` (at most the run's end).
+  void Advance(int64_t until);
+  // The statistics of the measured ticks run so far.
+  SimResult Collect() const;
+  int64_t now() const { return now_; }
+  int64_t warmup_ticks() const { return warmup_ticks_; }
+  int64_t total_ticks() const { return total_ticks_; }
+  double tick_ms() const { return tick_; }
 
  private:
   // simulator.cc
   int AddMask(const std::vector<int>& pin, std::map<std::vector<int>, int>* ids);
-  SimResult Collect(int64_t total_ticks);
 
   // 53 random bits in [0, 1) from the stream of `t`.
   static double Uniform(Task& t) {
@@ -224,6 +233,7 @@ class Engine {
   int64_t hysteresis_ticks_ = 0;
   int64_t balance_ticks_ = 1;
   int64_t warmup_ticks_ = 0;
+  int64_t total_ticks_ = 0;
   int64_t now_ = 0;
   bool measuring_ = false;
   bool balance_tick_ = false;  // now_ is a multiple of balance_ticks_
