@@ -56,6 +56,9 @@ struct CandidateScore {
   // Run time beside a sibling of another group or a host task.
   double predicted_foreign_pct = 0;
   bool within_budget = true;
+  // Measured time of the prediction (after warm-up): shorter than the
+  // run's when a screen settled it.
+  double simulated_s = 0;
 };
 
 struct HostPlan {
@@ -84,6 +87,19 @@ struct PlanOptions {
   // csd's engine does on a host it has not changed yet (engine.min_gain's
   // default, replan_gate.h).
   double level_min_gain = 0.03;
+  // PredictProposal's screen: both layouts first run screen_s simulated
+  // seconds (warm-up included), and the rest of predict_s only when that
+  // leaves the answer open: the gain within screen_gain_margin of
+  // level_min_gain, or a layout's forced idle within
+  // screen_forced_idle_margin_pct points of the budget. Both margins widen
+  // as 1/sqrt(work) when the screen simulated less than 5 core-seconds of
+  // work, since a small host's short prediction is noisy. Each task's
+  // demand is the same in both layouts (simulator.h), which keeps the early
+  // gain's error small on hosts of some size (docs/benchmarks.md). 0, or at
+  // least predict_s, turns the screen off.
+  double screen_s = 0.5;
+  double screen_gain_margin = 0.02;
+  double screen_forced_idle_margin_pct = 1.0;
 };
 
 // Chooses groupings and pinning for the scenario's VMs, as csd's engine
@@ -140,6 +156,9 @@ struct LayoutProposal {
   CandidateScore now;
   CandidateScore next;
   double gain = 0;
+  // The screen settled it (PlanOptions::screen_s): now and next are the
+  // screen's figures.
+  bool screened = false;
 };
 // Whether to apply it is the caller's: csd's engine asks its ReplanGate
 // (min_gain, min_dwell, hourly cap) and budget watch, PlanHost a fresh
@@ -152,8 +171,10 @@ absl::StatusOr<LayoutProposal> ProposeLayout(const Scenario& scenario,
                                              const PlanOptions& options = PlanOptions());
 // ProposeLayout in two steps, for a caller that may already hold the
 // predictions (csd's engine, between passes): PlanLayout sets planned,
-// changes and same_grouping; PredictProposal then sets now, next, gain and
-// planned's pin_cpus. Errors as ProposeLayout's.
+// changes and same_grouping; PredictProposal then sets now, next, gain,
+// screened and planned's pin_cpus, judging the screen against
+// options.level_min_gain (csd's engine passes engine.min_gain). Errors as
+// ProposeLayout's.
 absl::StatusOr<LayoutProposal> PlanLayout(const Scenario& scenario,
                                           const std::vector<VmDecision>& current,
                                           const std::vector<bool>& managed);

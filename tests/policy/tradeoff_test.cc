@@ -248,6 +248,124 @@ TEST(PredictLayout, DedicatedVmsGetWholeCoresAndTheLayoutPassesTheRules) {
   EXPECT_EQ(PredictLayout(s, short_layout).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A host of 32 cores with 20 VMs of 2 vCPUs busy 20-90% of the time, two of
+// its four tenants allowed tenant level (csd's engine_pass_bench's hosts),
+// or, with `cores` 2 and 5 one-vCPU VMs, one as small as the lab's.
+Scenario ScreenHost(int cores, int vms, int vcpus, uint64_t seed) {
+  Scenario s;
+  s.name = "screen";
+  s.cores = cores;
+  s.duration_s = 8;
+  s.seed = seed;
+  for (int t = 0; t < 4; ++t) {
+    TenantSpec tenant;
+    tenant.policy.set_tenant_id("t" + std::to_string(t));
+    tenant.policy.set_default_isolation(v1::ISOLATION_LEVEL_VM);
+    tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+    if (t < 2) tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    s.tenants.push_back(tenant);
+  }
+  for (int v = 0; v < vms; ++v) {
+    VmSpec vm;
+    vm.name = "vm-" + std::to_string(v);
+    vm.vcpus = vcpus;
+    vm.tenant = "t" + std::to_string(v % 2);
+    vm.workload.util = 0.2 + 0.7 * ((v * 37) % 10) / 10.0;
+    s.vms.push_back(vm);
+  }
+  return s;
+}
+
+// The proposal of every VM at its relaxed level, from every VM at level vm.
+struct Proposed {
+  std::vector<VmDecision> current;
+  LayoutProposal proposal;
+};
+Proposed Propose(const Scenario& s, PlanOptions options) {
+  Proposed p;
+  auto groups = ChooseGroups(s);
+  EXPECT_OK(groups);
+  p.current = *groups;
+  for (VmDecision& d : p.current) {
+    d.isolation = v1::ISOLATION_LEVEL_VM;
+    d.trust_group = d.tenant + "/vm/" + d.vm;
+  }
+  p.proposal.planned = *groups;
+  EXPECT_OK(PredictProposal(s, p.current, p.proposal, SimParams(), options));
+  return p;
+}
+
+TEST(PredictProposal, TheScreenSettlesAClearAnswerEarly) {
+  const Scenario s = ScreenHost(32, 20, 2, 1);
+  PlanOptions options;
+  options.predict_s = 2;
+  options.screen_s = 0.5;
+  options.level_min_gain = 0.5;  // far above anything regrouping gains here
+  Proposed screened = Propose(s, options);
+  EXPECT_TRUE(screened.proposal.screened);
+  // 0.5 s of a 2-s run whose first 0.2 s are warm-up.
+  EXPECT_NEAR(screened.proposal.now.simulated_s, 0.3, 1e-9);
+  EXPECT_NEAR(screened.proposal.next.simulated_s, 0.3, 1e-9);
+  options.screen_s = 0;
+  Proposed full = Propose(s, options);
+  EXPECT_FALSE(full.proposal.screened);
+  EXPECT_NEAR(full.proposal.now.simulated_s, 1.8, 1e-9);
+  // The same side of level_min_gain either way.
+  EXPECT_LT(screened.proposal.gain, 0.5);
+  EXPECT_LT(full.proposal.gain, 0.5);
+}
+
+TEST(PredictProposal, ACloseCallRunsTheWholePrediction) {
+  const Scenario s = ScreenHost(32, 20, 2, 1);
+  PlanOptions options;
+  options.predict_s = 2;
+  options.screen_s = 0.5;
+  options.level_min_gain = 0.5;
+  const double screened_gain = Propose(s, options).proposal.gain;
+  // A threshold right at the screen's gain: the screen cannot settle it.
+  options.level_min_gain = screened_gain + 0.01;
+  Proposed close = Propose(s, options);
+  EXPECT_FALSE(close.proposal.screened);
+  options.screen_s = 0;
+  Proposed full = Propose(s, options);
+  EXPECT_EQ(close.proposal.gain, full.proposal.gain);
+  EXPECT_EQ(close.proposal.now.predicted_forced_idle_pct,
+            full.proposal.now.predicted_forced_idle_pct);
+  EXPECT_EQ(close.proposal.next.predicted_throughput, full.proposal.next.predicted_throughput);
+}
+
+// The same distance from level_min_gain settles a large host's screen and
+// not a small one's, which simulated a few percent of the work.
+TEST(PredictProposal, TheScreensMarginWidensOnASmallHost) {
+  PlanOptions options;
+  options.predict_s = 2;
+  options.screen_s = 0.5;
+  for (const auto& [s, settles] : std::vector<std::pair<Scenario, bool>>{
+           {ScreenHost(32, 20, 2, 1), true}, {ScreenHost(2, 5, 1, 1), false}}) {
+    SCOPED_TRACE(s.cores);
+    options.level_min_gain = 0.5;
+    const double gain = Propose(s, options).proposal.gain;
+    // 3 points away: beyond the 2-point margin, within a widened one.
+    options.level_min_gain = gain + 0.03;
+    EXPECT_EQ(Propose(s, options).proposal.screened, settles);
+  }
+}
+
+TEST(PredictProposal, AForcedIdleNearTheBudgetRunsTheWholePrediction) {
+  Scenario s = ScreenHost(32, 20, 2, 1);
+  PlanOptions options;
+  options.predict_s = 2;
+  options.screen_s = 0.5;
+  options.level_min_gain = 0.5;
+  const LayoutProposal first = Propose(s, options).proposal;
+  ASSERT_TRUE(first.screened);
+  s.forced_idle_budget_pct = first.now.predicted_forced_idle_pct + 0.5;
+  EXPECT_FALSE(Propose(s, options).proposal.screened);
+  s.forced_idle_budget_pct = first.now.predicted_forced_idle_pct +
+                             first.next.predicted_forced_idle_pct + 5;
+  EXPECT_TRUE(Propose(s, options).proposal.screened);
+}
+
 TEST(ParseMode, KnowsTheFiveModes) {
   for (const char* name : {"smt", "nosmt", "vm", "tenant", "policy"}) {
     auto m = ParseMode("--modes", name);
