@@ -238,10 +238,21 @@ EngineLoop::HostControl& EngineLoop::ControlOf(const HostState& state,
   return it->second;
 }
 
+policy::PlanOptions EngineLoop::PlanOptions() const {
+  policy::PlanOptions options;
+  options.predict_s = options_.predict_s;
+  options.screen_s = options_.screen_s;
+  // The screen settles a prediction only when its gain is clear of what
+  // the gate will ask for.
+  options.level_min_gain = options_.hysteresis.min_gain;
+  return options;
+}
+
 absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
                                  const std::vector<policy::VmDecision>& current,
                                  policy::LayoutProposal& proposal, HostControl& control) {
-  std::string inputs = absl::StrCat(scenario.cores, "/", options_.predict_s);
+  std::string inputs =
+      absl::StrCat(scenario.cores, "/", options_.predict_s, "/", options_.screen_s);
   std::vector<double> loads;
   for (size_t v = 0; v < scenario.vms.size(); ++v) {
     const policy::VmSpec& vm = scenario.vms[v];
@@ -265,14 +276,16 @@ absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
       proposal.now = control.memo->now;
       proposal.next = control.memo->next;
       proposal.gain = control.memo->gain;
+      proposal.screened = control.memo->screened;
       return policy::PinLayout(scenario, proposal.planned);
     }
   }
   ++predictions_;
-  RETURN_IF_ERROR(policy::PredictProposal(scenario, current, proposal, policy::SimParams(),
-                                          {.predict_s = options_.predict_s}));
+  RETURN_IF_ERROR(
+      policy::PredictProposal(scenario, current, proposal, policy::SimParams(), PlanOptions()));
+  if (proposal.screened) ++screened_;
   control.memo = PredictionMemo{std::move(inputs), std::move(loads), proposal.now, proposal.next,
-                                proposal.gain};
+                                proposal.gain, proposal.screened};
   return absl::OkStatus();
 }
 
@@ -305,7 +318,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     d.trust_group = vm.assignment().trust_group();
     current.push_back(std::move(d));
   }
-  const policy::PlanOptions predict{.predict_s = options_.predict_s};
+  const policy::PlanOptions predict = PlanOptions();
   ASSIGN_OR_RETURN(policy::LayoutProposal proposed,
                    policy::PlanLayout(scenario, current, managed));
   if (proposed.changes && !proposed.same_grouping) {
@@ -362,12 +375,17 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     return proposal;
   }
   *plan.mutable_planned() = Predicted(new_score, gain);
-  const std::string summary = absl::StrFormat(
+  std::string summary = absl::StrFormat(
       "predicted throughput %.2f core-equivalents (now %.2f, gain %+.1f%%), forced idle "
       "%.1f%% (now %.1f%%), cross-tenant %.1f%% (now %.1f%%)",
       new_score.predicted_throughput, now_score.predicted_throughput, 100 * gain,
       new_score.predicted_forced_idle_pct, now_score.predicted_forced_idle_pct,
       new_score.predicted_cross_tenant_pct, now_score.predicted_cross_tenant_pct);
+  if (proposed.screened) {
+    absl::StrAppendFormat(&summary,
+                          " over %.2f simulated s: the screen settled it (engine.screen_s)",
+                          new_score.simulated_s);
+  }
   plan.add_reasons(summary);
   if (absl::Status rules = policy::CheckLayout(scenario, planned); !rules.ok()) {
     plan.add_reasons(absl::StrCat("refused by the layout rules: ", rules.message()));

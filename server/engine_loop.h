@@ -118,6 +118,7 @@ class EngineLoop {
     policy::CandidateScore now;
     policy::CandidateScore next;
     double gain = 0;
+    bool screened = false;
   };
 
   // What the engine keeps of each host between re-plans.
@@ -160,6 +161,9 @@ class EngineLoop {
   absl::StatusOr<std::optional<Proposal>> Propose(const HostState& state, HostControl& control,
                                                   bool dry_run,
                                                   std::chrono::steady_clock::time_point now);
+  // PredictProposal's options: engine.predict_s, engine.screen_s, and
+  // engine.min_gain as the gain the screen must be clear of.
+  policy::PlanOptions PlanOptions() const;
   // The prediction of `proposal` (PredictProposal), or the memo's when it
   // still holds; counts predictions_ and reused_.
   absl::Status Predict(const policy::Scenario& scenario,
@@ -192,12 +196,15 @@ class EngineLoop {
   using ChangesByHost = std::map<std::string, std::vector<absl::Time>>;
   std::optional<ChangesByHost> restored_changes_;
  public:
-  // Hosts predicted, and hosts whose predictions a memo gave, since start.
+  // Hosts predicted, those of them the screen settled, and hosts whose
+  // predictions a memo gave, since start.
   int64_t predictions() const { return predictions_; }
+  int64_t screened_predictions() const { return screened_; }
   int64_t reused_predictions() const { return reused_; }
 
  private:
   std::atomic<int64_t> predictions_{0};
+  std::atomic<int64_t> screened_{0};
   std::atomic<int64_t> reused_{0};
   // Whether this replica led the store at the loop's last wake (the
   // loop's own): passes run only while it does.

@@ -34,6 +34,7 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config) {
   }
   if (config.has_budget_windows()) options.budget.windows = config.budget_windows();
   if (config.has_predict_s()) options.predict_s = config.predict_s();
+  if (config.has_screen_s()) options.screen_s = config.screen_s();
   options.planner_threads =
       config.has_planner_threads() ? config.planner_threads() : DefaultPlannerThreads();
   return options;
@@ -54,8 +55,13 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   }
   if (!(options.predict_s >= 0.25 && options.predict_s <= 10)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine.predict_s must be 0.25 to 10 simulated seconds (unset: 2), got ",
+        "engine.predict_s must be 0.25 to 10 simulated seconds (unset: 1), got ",
         options.predict_s));
+  }
+  if (!(options.screen_s == 0 || (options.screen_s >= 0.25 && options.screen_s <= 10))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.screen_s must be 0 (off) or 0.25 to 10 simulated seconds (unset: 0.35), got ",
+        options.screen_s));
   }
   if (options.planner_threads < 1 || options.planner_threads > 64) {
     return absl::InvalidArgumentError(

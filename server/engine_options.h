@@ -22,7 +22,11 @@ struct EngineOptions {
   policy::BudgetWatchOptions budget;
   // Simulated seconds of each prediction: long enough to average bursts
   // out, short enough that a host plans in milliseconds.
-  double predict_s = 2;
+  double predict_s = 1;
+  // Simulated seconds of the screen that ends a prediction early when the
+  // answer is clear (policy::PlanOptions::screen_s); 0: off. Both defaults
+  // are measured in docs/benchmarks.md ("Re-planning a fleet").
+  double screen_s = 0.35;
   // Hosts planned at once in a pass. 1 unless set: csd.yaml's default is
   // DefaultPlannerThreads().
   int planner_threads = 1;
@@ -37,7 +41,7 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config);
 // INVALID_ARGUMENT naming engine.<field> and its rule: replan_interval_s
 // 10 to 86400, min_gain 0 to 1, min_dwell_s 0 to 86400,
 // max_changes_per_hour 1 to 60, budget_windows 1 to 100, planner_threads 1
-// to 64, predict_s 0.25 to 10.
+// to 64, predict_s 0.25 to 10, screen_s 0 or 0.25 to 10.
 absl::Status ValidateEngineOptions(const EngineOptions& options);
 
 }  // namespace cosched::server

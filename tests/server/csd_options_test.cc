@@ -172,7 +172,8 @@ TEST(CsdOptions, TheEngineBlockComesFromTheConfigWithDefaults) {
   EXPECT_EQ(defaults.hysteresis.min_dwell, std::chrono::seconds(600));
   EXPECT_EQ(defaults.hysteresis.max_changes_per_hour, 4);
   EXPECT_EQ(defaults.budget.windows, 3);
-  EXPECT_EQ(defaults.predict_s, 2);
+  EXPECT_EQ(defaults.predict_s, 1);
+  EXPECT_EQ(defaults.screen_s, 0.35);
   EXPECT_EQ(defaults.planner_threads, DefaultPlannerThreads());
   EXPECT_GE(defaults.planner_threads, 1);
   EXPECT_OK(ValidateEngineOptions(defaults));
@@ -180,7 +181,8 @@ TEST(CsdOptions, TheEngineBlockComesFromTheConfigWithDefaults) {
   v1::CsdConfig config;
   ASSERT_OK(ParseYamlConfig("engine:\n  replan_interval_s: 30\n  min_gain: 0\n"
                             "  min_dwell_s: 0\n  max_changes_per_hour: 10\n"
-                            "  budget_windows: 5\n  planner_threads: 3\n  predict_s: 0.5\n",
+                            "  budget_windows: 5\n  planner_threads: 3\n  predict_s: 0.5\n"
+                            "  screen_s: 0\n",
                             "csd.yaml", &config));
   EngineOptions set = CsdOptionsFromConfig(config).engine;
   EXPECT_EQ(set.replan_interval, std::chrono::seconds(30));
@@ -190,6 +192,7 @@ TEST(CsdOptions, TheEngineBlockComesFromTheConfigWithDefaults) {
   EXPECT_EQ(set.budget.windows, 5);
   EXPECT_EQ(set.planner_threads, 3);
   EXPECT_EQ(set.predict_s, 0.5);
+  EXPECT_EQ(set.screen_s, 0);
   EXPECT_OK(ValidateCsdOptions(CsdOptionsFromConfig(config)));
 }
 
@@ -207,6 +210,9 @@ TEST(CsdOptions, AnEngineSettingOutOfRangeIsRefusedNamingTheFieldAndTheRule) {
       {"planner_threads: 65", "engine.planner_threads must be 1 to 64"},
       {"predict_s: 0.1", "engine.predict_s must be 0.25 to 10 simulated seconds"},
       {"predict_s: 11", "engine.predict_s must be 0.25 to 10 simulated seconds"},
+      {"screen_s: 0.1", "engine.screen_s must be 0 (off) or 0.25 to 10 simulated seconds"},
+      {"screen_s: -1", "engine.screen_s must be 0 (off) or 0.25 to 10 simulated seconds"},
+      {"screen_s: 10.5", "engine.screen_s must be 0 (off) or 0.25 to 10 simulated seconds"},
   };
   for (const auto& [yaml, message] : cases) {
     SCOPED_TRACE(yaml);

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,7 @@ namespace cosched::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using SteadyClock = std::chrono::steady_clock;
 
 const Actor kTester{"spiffe://test/tester", "admin"};
@@ -519,6 +521,35 @@ TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
   EXPECT_LT(plan->hosts(0).planned().gain(), options_.hysteresis.min_gain);
   EXPECT_THAT(plan->hosts(0).reasons(plan->hosts(0).reasons_size() - 1),
               HasSubstr("below min_gain"));
+}
+
+TEST_F(EngineLoopTest, TheScreenSettlesAPredictionWhoseAnswerIsClear) {
+  options_.hysteresis.min_gain = 1;  // no gain comes near it
+  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
+  ASSERT_OK(Tag("g-1", "globex"));
+  ASSERT_OK(Report({"a-1", "a-2", "g-1"}));
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(engine_->predictions(), 1);
+  EXPECT_EQ(engine_->screened_predictions(), 1);
+  auto plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->hosts_size(), 1);
+  EXPECT_THAT(absl::StrJoin(plan->hosts(0).reasons(), "\n"),
+              HasSubstr("the screen settled it (engine.screen_s)"));
+
+  // Off: the whole prediction, and the plan says nothing of a screen.
+  options_.screen_s = 0;
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(engine_->predictions(), 1);
+  EXPECT_EQ(engine_->screened_predictions(), 0);
+  plan = engine_->Plan(v1::PlanRequest());
+  ASSERT_OK(plan);
+  EXPECT_THAT(absl::StrJoin(plan->hosts(0).reasons(), "\n"),
+              Not(HasSubstr("screen")));
 }
 
 TEST_F(EngineLoopTest, MeasuredForcedIdleOverBudgetForKWindowsOverridesMinGain) {
