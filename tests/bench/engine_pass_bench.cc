@@ -15,6 +15,7 @@
 // the fleet cannot be written or reported.
 //
 //   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
+//       [--screen-s S]
 #include <sys/resource.h>
 
 #include <atomic>
@@ -162,12 +163,17 @@ double CpuSeconds() {
 void TimePass(server::EngineLoop& engine, const char* name, int hosts) {
   const double cpu = CpuSeconds();
   const auto start = std::chrono::steady_clock::now();
+  const int64_t predicted = engine.predictions();
+  const int64_t screened = engine.screened_predictions();
   const int changed = engine.RunPass(true);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%-6s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores)\n",
+  std::printf("%-6s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores); "
+              "%lld predicted, %lld of them settled by the screen\n",
               name, hosts, wall, hosts / wall, changed, CpuSeconds() - cpu,
-              (CpuSeconds() - cpu) / wall);
+              (CpuSeconds() - cpu) / wall,
+              static_cast<long long>(engine.predictions() - predicted),
+              static_cast<long long>(engine.screened_predictions() - screened));
 }
 
 int Run(int argc, char** argv) {
@@ -180,6 +186,9 @@ int Run(int argc, char** argv) {
   app.add_option("--threads", threads, "engine.planner_threads")->check(CLI::Range(1, 64));
   double predict_s = server::EngineOptions().predict_s;
   app.add_option("--predict-s", predict_s, "engine.predict_s")->check(CLI::Range(0.25, 10.0));
+  double screen_s = server::EngineOptions().screen_s;
+  app.add_option("--screen-s", screen_s, "engine.screen_s (0: off)")
+      ->check(CLI::Range(0.0, 10.0));
   CLI11_PARSE(app, argc, argv);
 
   cosched::testing::TempDir dir;
@@ -211,8 +220,13 @@ int Run(int argc, char** argv) {
   server::EngineOptions options;
   options.planner_threads = threads;
   options.predict_s = predict_s;
-  std::printf("engine: planner_threads %d, predictions of %.1f simulated s\n", threads,
-              options.predict_s);
+  options.screen_s = screen_s;
+  if (absl::Status s = server::ValidateEngineOptions(options); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::printf("engine: planner_threads %d, predictions of %.1f simulated s, screen %.2f s\n",
+              threads, options.predict_s, options.screen_s);
   server::EngineLoop engine(&state, options);
   TimePass(engine, "cold", shape.hosts);
   TimePass(engine, "steady", shape.hosts);
