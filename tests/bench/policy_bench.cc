@@ -16,6 +16,7 @@
 #include "policy/layout_rules.h"
 #include "policy/placement.h"
 #include "policy/tradeoff.h"
+#include "tests/testing/engine_hosts.h"
 
 namespace cosched::policy {
 namespace {
@@ -118,27 +119,10 @@ BENCHMARK(BM_Place)->Unit(benchmark::kMicrosecond)->MinTime(2);
 // host from its store before this; the benchmark leaves that out.
 Scenario EngineHost(uint64_t seed) {
   std::mt19937_64 rng(seed);
-  Scenario s;
-  s.name = "engine-host";
-  s.cores = 32;
+  Scenario s = testing::EngineHost(
+      32, 20, 2, 4, [&](int) { return 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000; },
+      seed);
   s.duration_s = 2;
-  s.seed = seed;
-  for (int t = 0; t < 4; ++t) {
-    TenantSpec tenant;
-    tenant.policy.set_tenant_id("t" + std::to_string(t));
-    tenant.policy.set_default_isolation(v1::ISOLATION_LEVEL_VM);
-    tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
-    if (t < 2) tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
-    s.tenants.push_back(tenant);
-  }
-  for (int v = 0; v < 20; ++v) {
-    VmSpec vm;
-    vm.name = "vm-" + std::to_string(v);
-    vm.vcpus = 2;
-    vm.tenant = "t" + std::to_string(v % 4);
-    vm.workload.util = 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000;
-    s.vms.push_back(vm);
-  }
   return s;
 }
 

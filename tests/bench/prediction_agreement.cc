@@ -21,59 +21,31 @@
 
 #include "CLI/CLI.hpp"
 #include "policy/tradeoff.h"
+#include "tests/testing/engine_hosts.h"
 
 namespace cosched::policy {
 namespace {
 
 constexpr double kMinGain = 0.03;
 
-void AddTenants(Scenario& s) {
-  for (int t = 0; t < 4; ++t) {
-    TenantSpec tenant;
-    tenant.policy.set_tenant_id("t" + std::to_string(t));
-    tenant.policy.set_default_isolation(v1::ISOLATION_LEVEL_VM);
-    tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
-    if (t < 2) tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
-    s.tenants.push_back(tenant);
-  }
-}
-
 Scenario RandomHost(std::mt19937_64& rng, uint64_t seed) {
-  Scenario s;
-  s.name = "random";
-  s.cores = std::vector<int>{8, 16, 32}[rng() % 3];
-  s.seed = seed;
-  AddTenants(s);
+  const int cores = std::vector<int>{8, 16, 32}[rng() % 3];
   const int vms = 4 + static_cast<int>(rng() % 20);
   const int vcpus = 1 + static_cast<int>(rng() % 4);
   const double busy_per_core = 0.2 + 1.3 * static_cast<double>(rng() % 1000) / 1000;
-  for (int v = 0; v < vms; ++v) {
-    VmSpec vm;
-    vm.name = "vm-" + std::to_string(v);
-    vm.vcpus = vcpus;
-    vm.tenant = "t" + std::to_string(v % 4);
-    const double spread = 0.5 + static_cast<double>(rng() % 1000) / 1000;
-    vm.workload.util = std::clamp(busy_per_core * s.cores / (vms * vcpus) * spread, 0.02, 1.0);
-    s.vms.push_back(vm);
-  }
-  return s;
+  return testing::EngineHost(
+      cores, vms, vcpus, 4,
+      [&](int) {
+        const double spread = 0.5 + static_cast<double>(rng() % 1000) / 1000;
+        return std::clamp(busy_per_core * cores / (vms * vcpus) * spread, 0.02, 1.0);
+      },
+      seed);
 }
 
 Scenario BenchHost(std::mt19937_64& rng, uint64_t seed) {
-  Scenario s;
-  s.name = "bench";
-  s.cores = 32;
-  s.seed = seed;
-  AddTenants(s);
-  for (int v = 0; v < 20; ++v) {
-    VmSpec vm;
-    vm.name = "vm-" + std::to_string(v);
-    vm.vcpus = 2;
-    vm.tenant = "t" + std::to_string(v % 4);
-    vm.workload.util = 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000;
-    s.vms.push_back(vm);
-  }
-  return s;
+  return testing::EngineHost(
+      32, 20, 2, 4, [&](int) { return 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000; },
+      seed);
 }
 
 struct Setting {

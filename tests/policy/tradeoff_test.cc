@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/engine_hosts.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
@@ -252,28 +253,8 @@ TEST(PredictLayout, DedicatedVmsGetWholeCoresAndTheLayoutPassesTheRules) {
 // its four tenants allowed tenant level (csd's engine_pass_bench's hosts),
 // or, with `cores` 2 and 5 one-vCPU VMs, one as small as the lab's.
 Scenario ScreenHost(int cores, int vms, int vcpus, uint64_t seed) {
-  Scenario s;
-  s.name = "screen";
-  s.cores = cores;
-  s.duration_s = 8;
-  s.seed = seed;
-  for (int t = 0; t < 4; ++t) {
-    TenantSpec tenant;
-    tenant.policy.set_tenant_id("t" + std::to_string(t));
-    tenant.policy.set_default_isolation(v1::ISOLATION_LEVEL_VM);
-    tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
-    if (t < 2) tenant.policy.add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
-    s.tenants.push_back(tenant);
-  }
-  for (int v = 0; v < vms; ++v) {
-    VmSpec vm;
-    vm.name = "vm-" + std::to_string(v);
-    vm.vcpus = vcpus;
-    vm.tenant = "t" + std::to_string(v % 2);
-    vm.workload.util = 0.2 + 0.7 * ((v * 37) % 10) / 10.0;
-    s.vms.push_back(vm);
-  }
-  return s;
+  return testing::EngineHost(
+      cores, vms, vcpus, 2, [](int v) { return 0.2 + 0.7 * ((v * 37) % 10) / 10.0; }, seed);
 }
 
 // The proposal of every VM at its relaxed level, from every VM at level vm.
