@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/simulator.h"
@@ -67,6 +68,16 @@ class EngineLoopTest : public ::testing::Test {
     if (!hooks.clock) hooks.clock = [this] { return now_; };
     engine_ = std::make_unique<EngineLoop>(state_.get(), options_, std::move(hooks),
                                            std::move(observers));
+  }
+
+  // Two VMs of acme (auto, vm or tenant) and one of globex on the host,
+  // reported busy.
+  absl::Status TwoOfAcmeOneOfGlobex() {
+    RETURN_IF_ERROR(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                              {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+    for (const char* vm : {"a-1", "a-2"}) RETURN_IF_ERROR(Tag(vm, "acme"));
+    RETURN_IF_ERROR(Tag("g-1", "globex"));
+    return Report({"a-1", "a-2", "g-1"});
   }
 
   absl::Status SetPolicy(const std::string& tenant, v1::PolicyMode mode,
@@ -506,11 +517,7 @@ TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
   // Two busy VMs of acme and one of globex on two cores: the simulator
   // predicts the same throughput whether acme's share a cookie or not, so
   // the stricter layout stays.
-  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
-                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
-  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
-  ASSERT_OK(Tag("g-1", "globex"));
-  ASSERT_OK(Report({"a-1", "a-2", "g-1"}));
+  ASSERT_OK(TwoOfAcmeOneOfGlobex());
   MakeEngine();
   EXPECT_EQ(engine_->RunPass(true), 0);
   EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
@@ -525,11 +532,7 @@ TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
 
 TEST_F(EngineLoopTest, TheScreenSettlesAPredictionWhoseAnswerIsClear) {
   options_.hysteresis.min_gain = 1;  // no gain comes near it
-  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
-                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
-  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
-  ASSERT_OK(Tag("g-1", "globex"));
-  ASSERT_OK(Report({"a-1", "a-2", "g-1"}));
+  ASSERT_OK(TwoOfAcmeOneOfGlobex());
   MakeEngine();
   EXPECT_EQ(engine_->RunPass(true), 0);
   EXPECT_EQ(engine_->predictions(), 1);
