@@ -1,6 +1,7 @@
-// The one parser of kernel CPU lists ("0-3,8,10-11": sysfs's online and
-// thread_siblings_list, a topology file, a scenario's pins). Header-only so
-// that telemetry stays free of cosched_common's link dependencies.
+// The one parser and printer of kernel CPU lists ("0-3,8,10-11": sysfs's
+// online and thread_siblings_list, a topology file, a scenario's pins).
+// Header-only so that telemetry stays free of cosched_common's link
+// dependencies.
 #ifndef COSCHED_COMMON_CPU_LIST_H_
 #define COSCHED_COMMON_CPU_LIST_H_
 
@@ -74,6 +75,21 @@ inline absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
     ranges.emplace_back(first, last);
   }
   return ExpandCpuRanges(std::move(ranges));
+}
+
+// The list format of sorted, distinct ids: {0,1,2,3,8} -> "0-3,8"; "" for
+// none.
+inline std::string FormatCpuList(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    absl::StrAppend(&out, cpus[i]);
+    if (j > i) absl::StrAppend(&out, "-", cpus[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 }  // namespace cosched

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/cpu_list.h"
 
 namespace cosched::host {
 
@@ -63,18 +64,7 @@ class CpuSet {
   }
 
   // The kernel's list format: "0-1,4"; "" for the empty set.
-  std::string ToString() const {
-    std::string out;
-    for (size_t i = 0; i < cpus_.size();) {
-      size_t j = i;
-      while (j + 1 < cpus_.size() && cpus_[j + 1] == cpus_[j] + 1) ++j;
-      if (!out.empty()) out += ",";
-      absl::StrAppend(&out, cpus_[i]);
-      if (j > i) absl::StrAppend(&out, "-", cpus_[j]);
-      i = j + 1;
-    }
-    return out;
-  }
+  std::string ToString() const { return FormatCpuList(cpus_); }
 
   bool operator==(const CpuSet&) const = default;
 
