@@ -271,6 +271,7 @@ absl::Status Agent::Start() {
   };
   AssignmentCache* cache = cache_.get();
   loop_options.assignment_revision = [cache] { return cache->revision(); };
+  loop_options.host_id = options_.host_id;
   loop_ = std::make_unique<ReconcileLoop>(
       loop_options, options_.vm_discovery.get(), reconciler_.get(),
       [cache](const discovery::DiscoveredVm& vm) -> std::optional<v1::Assignment> {

@@ -65,6 +65,13 @@ int StateRank(v1::EnforcementState state) {
   }
 }
 
+// The part of a non-dedicated VM's pin it may use: its CPUs off the
+// dedicated cores (and on the host).
+host::CpuSet UsablePin(const DedicatedVmThreads& vm, const DedicatedCorePlan& plan) {
+  if (vm.dedicated || vm.pin.empty()) return host::CpuSet();
+  return vm.pin.Intersect(plan.shared);
+}
+
 }  // namespace
 
 const DedicatedPlacement* DedicatedCorePlan::Find(
@@ -219,6 +226,8 @@ struct DedicatedCoreEnforcer::AffinityJob {
   int tid = 0;
   size_t vm = 0;  // index into vms
   bool dedicated_vcpu = false;
+  // A vCPU of a VM the engine pins: `constraint` is its pin.
+  bool pinned_vcpu = false;
   host::CpuSet constraint;
   // After the pass:
   bool gone = false;
@@ -254,6 +263,30 @@ DedicatedVmOutcome DedicatedCoreEnforcer::OutcomeOf(
     if (!p->status.ok()) {
       problems.push_back(std::string(p->status.message()));
       note_error(p->status);
+    }
+  }
+
+  o.pinned = UsablePin(vm, plan);
+  if (!vm.dedicated && !vm.pin.empty()) {
+    if (o.pinned.empty()) {
+      problems.push_back(absl::StrCat("pin: CPUs ", vm.pin.ToString(),
+                                      " are all on other VMs' dedicated cores or not on "
+                                      "this host; not pinned"));
+    } else {
+      for (int tid : vm.vcpu_tids) {
+        auto it = job_of.find(tid);
+        if (it == job_of.end() || it->second->gone) continue;
+        const AffinityJob& job = *it->second;
+        ++o.vcpus;
+        if (job.affinity && job.affinity->IsSubsetOf(o.pinned)) ++o.vcpus_confined;
+        if (!job.error.ok()) note_error(job.error);
+      }
+      if (o.vcpus_confined < o.vcpus) {
+        problems.push_back(absl::StrCat(
+            "pin: ", o.vcpus_confined, " of ", o.vcpus, " vCPU threads confined to CPUs ",
+            o.pinned.ToString(),
+            first_error.ok() ? "" : absl::StrCat(": ", first_error.message())));
+      }
     }
   }
 
@@ -336,24 +369,26 @@ std::vector<DedicatedCoreEnforcer::AffinityJob> DedicatedCoreEnforcer::AffinityJ
           vms[i].dedicated ? plan.Find(vms[i].vm_id) : nullptr;
       const bool placed = p != nullptr && !p->cores.empty();
       const host::CpuSet& others = active ? plan.shared : plan.host_cpus;
-      auto add = [&](int tid, bool dedicated_vcpu) {
-        // Without dedicated cores only threads still carrying a change of
-        // ours are visited, to give their CPUs back.
-        if (!active && !changes_.count(tid)) return;
+      const host::CpuSet pin = UsablePin(vms[i], plan);
+      auto add = [&](int tid, bool dedicated_vcpu, bool pinned_vcpu) {
+        // Without dedicated cores only pinned vCPUs and threads still
+        // carrying a change of ours are visited, to give their CPUs back.
+        if (!active && !pinned_vcpu && !changes_.count(tid)) return;
         AffinityJob job;
         job.tid = tid;
         job.vm = i;
         job.dedicated_vcpu = dedicated_vcpu;
-        job.constraint = dedicated_vcpu ? p->cpus : others;
+        job.pinned_vcpu = pinned_vcpu;
+        job.constraint = dedicated_vcpu ? p->cpus : pinned_vcpu ? pin : others;
         jobs.push_back(std::move(job));
       };
       if (round == 0) {
-        for (int tid : vms[i].other_tids) add(tid, false);
+        for (int tid : vms[i].other_tids) add(tid, false, false);
         if (!placed) {
-          for (int tid : vms[i].vcpu_tids) add(tid, false);
+          for (int tid : vms[i].vcpu_tids) add(tid, false, !pin.empty());
         }
       } else if (placed) {
-        for (int tid : vms[i].vcpu_tids) add(tid, true);
+        for (int tid : vms[i].vcpu_tids) add(tid, true, false);
       }
     }
   }
@@ -382,7 +417,7 @@ void DedicatedCoreEnforcer::RunJobs(std::vector<AffinityJob>& jobs, DedicatedCor
                              : nullptr;
     const host::CpuSet before = prev ? prev->before : *actual;
     host::CpuSet target = job.constraint;
-    if (!job.dedicated_vcpu) {
+    if (!job.dedicated_vcpu && !job.pinned_vcpu) {
       // Keep the thread's own pinning where it avoids the dedicated cores.
       host::CpuSet narrowed = before.Intersect(job.constraint);
       if (!narrowed.empty()) target = std::move(narrowed);
@@ -442,11 +477,38 @@ void DedicatedCoreEnforcer::Apply(const DedicatedCorePlan& plan,
   for (const AffinityJob& job : jobs) job_of[job.tid] = &job;
   for (size_t i = 0; i < vms.size(); ++i) {
     result.vms.push_back(OutcomeOf(i, vms[i], plan, jobs, job_of));
+    result.vms.back().vcpu_affinity = OthersAffinity(vms[i], plan, job_of, result.stats);
   }
+}
+
+host::CpuSet DedicatedCoreEnforcer::OthersAffinity(const DedicatedVmThreads& vm,
+                                                   const DedicatedCorePlan& plan,
+                                                   const std::map<int, const AffinityJob*>& job_of,
+                                                   DedicatedCoreStats& stats) {
+  host::CpuSet all;
+  for (int tid : vm.vcpu_tids) {
+    if (auto change = changes_.find(tid); change != changes_.end()) {
+      all = all.Union(change->second.before);
+      continue;
+    }
+    if (auto job = job_of.find(tid); job != job_of.end()) {
+      if (job->second->affinity) all = all.Union(*job->second->affinity);
+      continue;
+    }
+    ++stats.affinity_reads;
+    absl::StatusOr<host::CpuSet> actual = affinity_->Get(tid);
+    if (actual.ok()) all = all.Union(*actual);
+  }
+  const host::CpuSet on_host = all.Intersect(plan.host_cpus);
+  return on_host == plan.host_cpus ? host::CpuSet() : on_host;
 }
 
 void MergeDedicatedOutcome(const DedicatedVmOutcome& outcome,
                            v1::VMEnforcement& enforcement) {
+  enforcement.clear_vcpu_affinity();
+  for (int cpu : outcome.vcpu_affinity.cpus()) enforcement.add_vcpu_affinity(cpu);
+  enforcement.clear_pinned_cpus();
+  for (int cpu : outcome.pinned.cpus()) enforcement.add_pinned_cpus(cpu);
   if (outcome.status.ok()) return;
   const std::string message(outcome.status.message());
   enforcement.set_last_error(

@@ -91,6 +91,10 @@ struct DedicatedVmThreads {
   std::vector<int> vcpu_tids;
   // Every other thread of the VM (emulator, I/O, vhost, helpers).
   std::vector<int> other_tids;
+  // The CPUs the policy engine pins its vCPU threads to on this host
+  // (Assignment.pin); empty: not pinned. Ignored for a dedicated VM. Only
+  // the part off other VMs' dedicated cores applies.
+  host::CpuSet pin;
 };
 
 // What the enforcer did for one VM, for its report.
@@ -103,8 +107,15 @@ struct DedicatedVmOutcome {
   // "dedicated cores 1,3 (CPUs 2-3,6-7)", or why it has none; empty for
   // other VMs.
   std::string note;
-  // Alive vCPU threads, and those confined to the VM's dedicated CPUs
-  // (dedicated VMs only).
+  // The engine's pin as applied (DedicatedVmThreads::pin minus the
+  // dedicated cores); empty when the VM is not pinned.
+  host::CpuSet pinned;
+  // Where its vCPU threads may run by others' pinning: the union of their
+  // affinities before any change of the enforcer's; empty when that is
+  // every CPU of the host (or none could be read).
+  host::CpuSet vcpu_affinity;
+  // Alive vCPU threads, and those confined to the VM's dedicated CPUs or,
+  // for a pinned VM, to `pinned`.
   int vcpus = 0;
   int vcpus_confined = 0;
   // Threads that should be kept off dedicated cores but may still run
@@ -116,6 +127,7 @@ struct DedicatedVmOutcome {
 };
 
 struct DedicatedCoreStats {
+  // Reads of the pass, those for vcpu_affinity included.
   int affinity_reads = 0;
   int affinity_writes = 0;
   // Threads given back CPUs they had lost to a dedicated VM.
@@ -134,10 +146,15 @@ struct DedicatedCoreResult {
 // whose affinity it changed, the affinity the thread had before, so CPUs
 // taken away are given back when no longer dedicated to anyone.
 //
+// It also applies the policy engine's pins: a pinned VM's vCPU threads are
+// confined to its pin's CPUs outside the dedicated cores, and given their
+// CPUs back when the pin goes.
+//
 // It reads affinities first and writes only what differs, so a pass where
-// nothing changed makes no writes. When no VM holds dedicated cores and no
-// thread carries a change of its own, it makes no calls at all: hosts that
-// do not use the level keep whatever pinning other tools set. Other VMs'
+// nothing changed makes no writes. When no VM holds dedicated cores or a
+// pin and no thread carries a change of its own, it only reads the vCPU
+// threads' affinities (for vcpu_affinity): hosts that use neither keep
+// whatever pinning other tools set. Other VMs'
 // threads keep their own pinning where it avoids the dedicated cores, and
 // otherwise are confined to the shared CPUs.
 class DedicatedCoreEnforcer {
@@ -179,16 +196,24 @@ class DedicatedCoreEnforcer {
                                       const std::vector<AffinityJob>& jobs,
                                       const std::map<int, const AffinityJob*>& job_of);
 
+  // VM `vm`'s vcpu_affinity (DedicatedVmOutcome), after RunJobs: what its
+  // vCPUs had before our changes, read where the pass did not visit them.
+  host::CpuSet OthersAffinity(const DedicatedVmThreads& vm, const DedicatedCorePlan& plan,
+                              const std::map<int, const AffinityJob*>& job_of,
+                              DedicatedCoreStats& stats);
+
   host::CpuAffinity* const affinity_;
   const v1::Topology topology_;
   std::map<std::string, std::vector<int>> held_;
   std::map<int, Change> changes_;
 };
 
-// Folds a VM's dedicated-core outcome into its enforcement report: a
+// Folds a VM's dedicated-core outcome into its enforcement report: its
+// vcpu_affinity and pinned_cpus are set; a
 // failure is appended to last_error and lowers the state (a dedicated VM
 // whose vCPUs are not all confined is PARTIAL, FAILED when none is); a
-// success changes nothing.
+// success changes nothing. A pin that did not hold is only reported: the
+// VM's isolation is its cookie's, which a pin does not change.
 void MergeDedicatedOutcome(const DedicatedVmOutcome& outcome,
                            v1::VMEnforcement& enforcement);
 

@@ -350,6 +350,11 @@ std::vector<DedicatedVmOutcome> ReconcileLoop::EnforceDedicatedCores(
     t.dedicated = assignment.has_value() &&
                   (assignment->dedicated_cores() ||
                    assignment->isolation() == v1::ISOLATION_LEVEL_DEDICATED);
+    if (assignment.has_value() && assignment->has_pin() &&
+        assignment->pin().host_id() == options_.host_id) {
+      t.pin = host::CpuSet(
+          std::vector<int>(assignment->pin().cpus().begin(), assignment->pin().cpus().end()));
+    }
     for (const discovery::DiscoveredThread& thread : vm.threads) {
       (thread.kind == discovery::DiscoveredThread::Kind::kVcpu ? t.vcpu_tids
                                                     : t.other_tids)
@@ -359,7 +364,7 @@ std::vector<DedicatedVmOutcome> ReconcileLoop::EnforceDedicatedCores(
   }
   DedicatedCoreResult applied = dedicated_->Enforce(threads);
   LOG_IF(INFO, applied.stats.affinity_writes > 0)
-      << "dedicated cores: " << applied.stats.affinity_writes
+      << "dedicated cores and pins: " << applied.stats.affinity_writes
       << " affinity writes, " << applied.stats.threads_restored
       << " threads given their CPUs back; shared CPUs "
       << applied.plan.shared.ToString();

@@ -71,6 +71,9 @@ struct ReconcileLoopOptions {
   std::chrono::milliseconds stuck_after{std::chrono::seconds(30)};
   // Called on the loop's thread after each pass, before passes() counts it.
   std::function<void(const PassRecord&)> on_pass;
+  // This host's id: an assignment's pin (Assignment.pin) applies only when
+  // it names this host.
+  std::string host_id;
   // The revision of the assignments the lookup answers from, read as a
   // pass starts (null: 0): what enforced_revision() reports.
   std::function<int64_t()> assignment_revision;
@@ -82,9 +85,10 @@ class ReconcileLoop {
   // Called after a pass whose per-VM enforcement differs from the last.
   using ChangeListener = std::function<void()>;
 
-  // `dedicated`, when not null, runs after each cookie pass and keeps the
-  // whole cores of VMs whose assignment has dedicated_cores; its outcome is
-  // folded into their enforcement. Null: the level is not enforced.
+  // `dedicated`, when not null, runs after each cookie pass, keeps the
+  // whole cores of VMs whose assignment has dedicated_cores and applies the
+  // policy engine's pins; its outcome is folded into their enforcement.
+  // Null: neither is enforced.
   ReconcileLoop(ReconcileLoopOptions options, discovery::VmDiscovery* discovery,
                 CookieReconciler* reconciler, AssignmentLookup lookup,
                 ChangeListener on_change,

@@ -164,8 +164,8 @@ class DedicatedCoreEnforcerTest : public ::testing::Test {
   }
 
   std::vector<DedicatedVmThreads> Vms(bool dedicated) {
-    return {DedicatedVmThreads{"vm-d", dedicated, {101, 102}, {100}},
-            DedicatedVmThreads{"vm-o", false, {201}, {200}}};
+    return {DedicatedVmThreads{"vm-d", dedicated, {101, 102}, {100}, {}},
+            DedicatedVmThreads{"vm-o", false, {201}, {200}, {}}};
   }
 
   static const DedicatedVmOutcome& Of(const DedicatedCoreResult& r,
@@ -205,10 +205,10 @@ TEST_F(DedicatedCoreEnforcerTest, ConfinesAndThenWritesOnlyDifferences) {
   EXPECT_OK(Of(r, "vm-d").status);
 }
 
-TEST_F(DedicatedCoreEnforcerTest, TouchesNothingWhenNoVmIsDedicated) {
+TEST_F(DedicatedCoreEnforcerTest, OnlyReadsTheVcpusWhenNoVmIsDedicatedOrPinned) {
   kernel_.AddThread(200, host::CpuSet{3});  // pinned by another tool
   DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
-  EXPECT_EQ(kernel_.read_calls(), 0);
+  EXPECT_EQ(kernel_.read_calls(), 3);  // vCPUs 101, 102, 201: vcpu_affinity
   EXPECT_EQ(kernel_.write_calls(), 0);
   EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({3}));
   ASSERT_EQ(r.vms.size(), 2u);
@@ -228,11 +228,36 @@ TEST_F(DedicatedCoreEnforcerTest, GivesCpusBackWhenNoLongerDedicated) {
   EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({0, 2}));
   for (const DedicatedVmOutcome& o : r.vms) EXPECT_OK(o.status);
 
-  // Everything given back: later passes make no calls at all.
+  // Everything given back: later passes only read the vCPUs.
   kernel_.ResetCallCounts();
   enforcer_.Enforce(Vms(false));
-  EXPECT_EQ(kernel_.read_calls(), 0);
+  EXPECT_EQ(kernel_.read_calls(), 3);
   EXPECT_EQ(kernel_.write_calls(), 0);
+}
+
+// vcpu_affinity: where others pin a VM's vCPUs, before any change of ours,
+// for csd's engine to predict it there.
+TEST_F(DedicatedCoreEnforcerTest, ReportsWhereOthersPinTheVcpus) {
+  kernel_.AddThread(201, host::CpuSet{1});  // pinned by another tool
+  DedicatedCoreResult r = enforcer_.Enforce(Vms(false));
+  EXPECT_EQ(Of(r, "vm-o").vcpu_affinity, host::CpuSet({1}));
+  EXPECT_TRUE(Of(r, "vm-d").vcpu_affinity.empty()) << "every CPU: not pinned";
+  r = enforcer_.Enforce(Vms(true));
+  EXPECT_EQ(kernel_.CpusOf(101), host::CpuSet({2, 3}));
+  EXPECT_TRUE(Of(r, "vm-d").vcpu_affinity.empty()) << "its dedicated cores are ours";
+  EXPECT_EQ(Of(r, "vm-o").vcpu_affinity, host::CpuSet({1}));
+  std::vector<DedicatedVmThreads> pinned = Vms(false);
+  pinned[0].pin = host::CpuSet{0, 2};
+  r = enforcer_.Enforce(pinned);
+  EXPECT_EQ(kernel_.CpusOf(101), host::CpuSet({0, 2}));
+  EXPECT_TRUE(Of(r, "vm-d").vcpu_affinity.empty()) << "the pin is ours";
+  v1::VMEnforcement e;
+  MergeDedicatedOutcome(Of(r, "vm-d"), e);
+  EXPECT_THAT(e.pinned_cpus(), ElementsAre(0, 2));
+  EXPECT_TRUE(e.vcpu_affinity().empty());
+  MergeDedicatedOutcome(Of(r, "vm-o"), e);
+  EXPECT_THAT(e.vcpu_affinity(), ElementsAre(1));
+  EXPECT_TRUE(e.pinned_cpus().empty());
 }
 
 TEST_F(DedicatedCoreEnforcerTest, DoesNotFightALaterPinningByAnotherTool) {
@@ -300,7 +325,7 @@ TEST_F(DedicatedCoreEnforcerTest, AnotherVmsThreadLeftOnTheCoresIsReported) {
 
 TEST_F(DedicatedCoreEnforcerTest, NoFreeCoreFailsTheDedicatedVm) {
   std::vector<DedicatedVmThreads> vms = {
-      DedicatedVmThreads{"vm-d", true, {101, 102, 103, 104}, {100}}};
+      DedicatedVmThreads{"vm-d", true, {101, 102, 103, 104}, {100}, {}}};
   for (int tid : {103, 104}) kernel_.AddThread(tid);
   DedicatedCoreResult r = enforcer_.Enforce(vms);
   const DedicatedVmOutcome& d = Of(r, "vm-d");
@@ -320,11 +345,11 @@ TEST(DedicatedCoreEnforcerStabilityTest, KeepsItsCoresWhenAnotherVmArrives) {
   for (int tid : {100, 101, 102, 301, 302}) kernel.AddThread(tid);
   DedicatedCoreEnforcer enforcer(&kernel, FourByTwo());
   DedicatedCoreResult r =
-      enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}}});
+      enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}, {}}});
   ASSERT_EQ(r.vms.size(), 1u);
   EXPECT_THAT(r.vms[0].cores, ElementsAre(3));
-  r = enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}},
-                        DedicatedVmThreads{"vm-a", true, {301, 302}, {}}});
+  r = enforcer.Enforce({DedicatedVmThreads{"vm-b", true, {101, 102}, {100}, {}},
+                        DedicatedVmThreads{"vm-a", true, {301, 302}, {}, {}}});
   ASSERT_EQ(r.vms.size(), 2u);
   EXPECT_EQ(r.vms[0].vm_id, "vm-a");
   EXPECT_THAT(r.vms[0].cores, ElementsAre(2));
@@ -343,6 +368,80 @@ TEST_F(DedicatedCoreEnforcerTest, ThreadsThatExitAreNotErrors) {
   EXPECT_OK(Of(r, "vm-d").status) << Of(r, "vm-d").status;
   EXPECT_EQ(Of(r, "vm-d").vcpus, 1);
   EXPECT_OK(Of(r, "vm-o").status);
+}
+
+// The policy engine's pins (Assignment.pin): a pinned VM's vCPU threads,
+// and nothing else, are confined to the pin; the CPUs go back with it.
+TEST_F(DedicatedCoreEnforcerTest, PinnedVcpusAreConfinedAndGivenBackWhenUnpinned) {
+  std::vector<DedicatedVmThreads> vms = Vms(false);
+  vms[1].pin = host::CpuSet{2, 3};
+  DedicatedCoreResult r = enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({2, 3}));
+  for (int tid : {100, 101, 102, 200}) {
+    EXPECT_EQ(kernel_.CpusOf(tid), host::CpuSet({0, 1, 2, 3})) << tid;
+  }
+  EXPECT_EQ(r.stats.affinity_writes, 1);
+  const DedicatedVmOutcome& o = Of(r, "vm-o");
+  EXPECT_OK(o.status) << o.status;
+  EXPECT_EQ(o.pinned, host::CpuSet({2, 3}));
+  EXPECT_EQ(o.vcpus, 1);
+  EXPECT_EQ(o.vcpus_confined, 1);
+  EXPECT_TRUE(Of(r, "vm-d").pinned.empty());
+
+  kernel_.ResetCallCounts();
+  enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(kernel_.read_calls(), 3);  // the vCPUs only
+
+  // Pinned elsewhere: moved once more.
+  vms[1].pin = host::CpuSet{0, 1};
+  enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({0, 1}));
+
+  vms[1].pin = host::CpuSet();
+  r = enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({0, 1, 2, 3}));
+  EXPECT_EQ(r.stats.threads_restored, 1);
+  kernel_.ResetCallCounts();
+  enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.read_calls(), 3);
+  EXPECT_EQ(kernel_.write_calls(), 0);
+}
+
+TEST_F(DedicatedCoreEnforcerTest, APinKeepsOffDedicatedCores) {
+  std::vector<DedicatedVmThreads> vms = Vms(true);
+  vms[1].pin = host::CpuSet{1, 2, 3};
+  DedicatedCoreResult r = enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.CpusOf(101), host::CpuSet({2, 3}));
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({1}));
+  EXPECT_EQ(kernel_.CpusOf(200), host::CpuSet({0, 1}));
+  EXPECT_OK(Of(r, "vm-o").status);
+  EXPECT_EQ(Of(r, "vm-o").pinned, host::CpuSet({1}));
+
+  // A pin on the dedicated VM's cores alone: not pinned, and said so.
+  vms[1].pin = host::CpuSet{2, 3};
+  r = enforcer_.Enforce(vms);
+  EXPECT_EQ(kernel_.CpusOf(201), host::CpuSet({0, 1}));
+  const DedicatedVmOutcome& o = Of(r, "vm-o");
+  EXPECT_TRUE(o.pinned.empty());
+  EXPECT_THAT(std::string(o.status.message()),
+              HasSubstr("pin: CPUs 2-3 are all on other VMs' dedicated cores"));
+  v1::VMEnforcement e;
+  e.set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  MergeDedicatedOutcome(o, e);
+  EXPECT_EQ(e.state(), v1::ENFORCEMENT_STATE_ENFORCED);  // its cookie holds
+  EXPECT_THAT(e.last_error(), HasSubstr("pin: CPUs 2-3"));
+}
+
+TEST_F(DedicatedCoreEnforcerTest, APinThatCannotBeSetIsReported) {
+  kernel_.SetThreadErrno(201, EPERM);
+  std::vector<DedicatedVmThreads> vms = Vms(false);
+  vms[1].pin = host::CpuSet{2, 3};
+  DedicatedCoreResult r = enforcer_.Enforce(vms);
+  const DedicatedVmOutcome& o = Of(r, "vm-o");
+  EXPECT_EQ(o.vcpus_confined, 0);
+  EXPECT_THAT(std::string(o.status.message()),
+              HasSubstr("pin: 0 of 1 vCPU threads confined to CPUs 2-3"));
 }
 
 // The reconcile loop runs the enforcer after each cookie pass and folds its
@@ -428,6 +527,49 @@ TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
   ASSERT_EQ(dedicated.size(), 3u);
   EXPECT_EQ(dedicated[1].vm_id, "vm-d");
   EXPECT_EQ(dedicated[1].note, "dedicated core 1 (CPUs 2-3)");
+}
+
+// A pin applies on the host it names only: a VM that migrated runs
+// unpinned until the engine plans its new host.
+TEST(ReconcileLoopDedicatedTest, APinAppliesOnTheHostItNames) {
+  using namespace std::chrono_literals;
+  host::FakeCoreSched cookies;
+  host::FakeCpuAffinity affinity(host::CpuSet{0, 1, 2, 3});
+  ReconcilerOptions o;
+  o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+  CookieReconciler reconciler(&cookies, o);
+  DedicatedCoreEnforcer enforcer(&affinity, TwoByTwo());
+  discovery::StaticVmDiscovery discovery;
+  std::vector<discovery::DiscoveredVm> vms;
+  for (int pid : {100, 200}) {
+    discovery::DiscoveredVm v;
+    v.vm_id = absl::StrCat("vm-", pid);
+    v.qemu_pid = pid;
+    v.threads.push_back({pid + 1, pid, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu});
+    cookies.AddTask(pid + 1, pid);
+    affinity.AddThread(pid + 1);
+    vms.push_back(v);
+  }
+  discovery.SetVms(vms);
+  auto lookup = [](const discovery::DiscoveredVm& v) -> std::optional<v1::Assignment> {
+    v1::Assignment a;
+    a.set_vm_id(v.vm_id);
+    a.set_isolation(v1::ISOLATION_LEVEL_VM);
+    a.set_trust_group(absl::StrCat("t/", v.vm_id));
+    a.mutable_pin()->set_host_id(v.vm_id == "vm-100" ? "h1" : "h2");
+    a.mutable_pin()->add_cpus(1);
+    a.mutable_pin()->add_cpus(3);
+    return a;
+  };
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  options.host_id = "h1";
+  ReconcileLoop loop(options, &discovery, &reconciler, lookup, nullptr, &enforcer);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  loop.Stop();
+  EXPECT_EQ(affinity.CpusOf(101), host::CpuSet({1, 3}));
+  EXPECT_EQ(affinity.CpusOf(201), host::CpuSet({0, 1, 2, 3}));
 }
 
 }  // namespace
