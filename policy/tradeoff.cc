@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/cpu_list.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "policy/replan_gate.h"
@@ -27,46 +28,14 @@ using internal::LeastBudget;
 
 namespace {
 
-// A VM is "busy" when it has this many vCPUs and declares at least this
-// load per vCPU: worth whole cores of its own.
-constexpr int kBusyMinVcpus = 2;
-constexpr double kBusyMinLoad = 0.5;
-
 std::map<std::string, v1::TenantPolicy> TenantPolicies(const Scenario& s) {
   std::map<std::string, v1::TenantPolicy> out;
   for (const TenantSpec& t : s.tenants) out[t.policy.tenant_id()] = t.policy;
   return out;
 }
 
-
-std::vector<int> CoreCpus(int first_core, int count, int cores) {
-  std::vector<int> cpus;
-  for (int c = first_core; c < first_core + count; ++c) cpus.push_back(c);
-  for (int c = first_core; c < first_core + count; ++c) cpus.push_back(c + cores);
-  return cpus;
-}
-
-std::string CpuListString(const std::vector<int>& cpus) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    parts.push_back(j == i ? absl::StrCat(cpus[i])
-                           : absl::StrCat(cpus[i], "-", cpus[j]));
-    i = j + 1;
-  }
-  return absl::StrJoin(parts, ",");
-}
-
-std::vector<int> Intersect(const std::vector<int>& a, const std::vector<int>& b) {
-  std::vector<int> out;
-  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(),
-                        std::back_inserter(out));
-  return out;
-}
-
 // Whether the simulator sees two layouts alike: the same VMs share a
-// group and the same VMs are dedicated.
+// group and the same VMs are dedicated (pins alike).
 bool SameGrouping(const std::vector<VmDecision>& a, const std::vector<VmDecision>& b) {
   std::vector<std::string> groups_a, groups_b;
   for (size_t v = 0; v < a.size(); ++v) {
@@ -79,12 +48,6 @@ bool SameGrouping(const std::vector<VmDecision>& a, const std::vector<VmDecision
   }
   return CookiesOf(groups_a) == CookiesOf(groups_b);
 }
-
-struct Candidate {
-  std::string name;
-  std::vector<std::vector<int>> pins;
-  std::string why;  // host-level sentence when chosen
-};
 
 }  // namespace
 
@@ -242,302 +205,157 @@ absl::Status DecideGroups(const Scenario& scenario, const std::vector<VmInstance
   return absl::OkStatus();
 }
 
-// Step 1b: the relaxed levels replace the ones TagVM gives only when a
-// fresh ReplanGate lets them (csd's engine on a host it has not changed):
-// isolation is given up only where it pays.
-absl::Status GateLevels(const Scenario& scenario, const SimParams& params,
-                        const PlanOptions& options, HostPlan& plan) {
-  ASSIGN_OR_RETURN(std::vector<VmDecision> defaults, DefaultLayout(scenario));
-  ASSIGN_OR_RETURN(LayoutProposal proposal,
-                   ProposeLayout(scenario, defaults, std::vector<bool>(defaults.size(), true),
-                                 params, options));
-  if (!proposal.changes) return absl::OkStatus();
+// PlanHost stops after this many moves tried: far more than a host's few
+// moves need to settle (each pinning is one move, and a move is tried again
+// only after every other).
+constexpr int kMaxPlanMoves = 64;
+
+// The gate of one of PlanHost's moves, as csd's engine judges it on a host
+// whose measured forced idle is within budget, except that a layout
+// predicted over the budget stands for a breached one: a move predicted
+// within it then needs no gain.
+GateVerdict JudgeMove(const LayoutProposal& move, const PlanOptions& options) {
   HysteresisOptions hysteresis;
   hysteresis.min_gain = options.level_min_gain;
-  const GateVerdict verdict = ReplanGate(hysteresis).Consider(
-      std::chrono::steady_clock::time_point(), ChangeKind::kGain, proposal.gain);
-  if (verdict.allowed) return absl::OkStatus();
-  std::vector<std::string> groups;
-  for (size_t v = 0; v < plan.vms.size(); ++v) {
-    VmDecision& d = plan.vms[v];
-    if (d.isolation != defaults[v].isolation || d.trust_group != defaults[v].trust_group) {
-      d.reasons = {absl::StrCat(
-          "keeps its tenant's default level `", IsolationName(defaults[v].isolation),
-          "` (group '", defaults[v].trust_group, "') over `", IsolationName(d.isolation),
-          "`: ", verdict.reason,
-          proposal.same_grouping ? " (the groups would hold the same VMs)" : "")};
-      d.isolation = defaults[v].isolation;
-      d.trust_group = defaults[v].trust_group;
-    }
-    groups.push_back(d.trust_group);
+  if (move.now.within_budget && !move.next.within_budget) {
+    return {false, "refused: predicted over the forced-idle budget, the layout it would replace "
+                   "within it"};
   }
-  plan.config.cookie = CookiesOf(groups);
-  return absl::OkStatus();
+  const ChangeKind kind = !move.now.within_budget && move.next.within_budget
+                              ? ChangeKind::kBudget
+                              : ChangeKind::kGain;
+  // Pinnings are taken only while they improve, so that the moves settle
+  // whatever level_min_gain (below 0, it relaxes levels at any cost).
+  if (kind == ChangeKind::kGain && move.move != "groups" && !(move.gain > 0)) {
+    return {false, absl::StrFormat("refused: predicted gain %+.1f%% is none", 100 * move.gain)};
+  }
+  return ReplanGate(hysteresis).Consider(std::chrono::steady_clock::time_point(), kind,
+                                         move.gain);
 }
 
-// Where each VM may run before any layout is tried.
-struct BaseLayout {
-  std::vector<int> all_cpus;
-  // Cores [top, cores) are given to dedicated VMs; the CPUs of the others.
-  int top = 0;
-  std::vector<int> shared_cpus;
-  std::vector<std::vector<int>> pins;
-};
-
-// Step 2: dedicated VMs get whole cores from the top, which nobody else
-// uses; the others keep what they asked for, within the shared cores.
-absl::StatusOr<BaseLayout> GiveDedicatedCores(const Scenario& scenario,
-                                              const std::vector<VmInstance>& vms,
-                                              HostPlan& plan) {
-  const int cores = scenario.cores;
-  BaseLayout base;
-  std::vector<int>& all_cpus = base.all_cpus;
-  for (int c = 0; c < 2 * cores; ++c) all_cpus.push_back(c);
-  std::vector<std::vector<int>>& base_pins = base.pins;
-  base_pins.resize(vms.size());
-  int& top = base.top;
-  top = cores;
-  for (size_t v = 0; v < vms.size(); ++v) {
-    if (plan.vms[v].isolation != v1::ISOLATION_LEVEL_DEDICATED) continue;
-    int need = (vms[v].vcpus + 1) / 2;
-    if (top - need < 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "VM '", vms[v].name, "' needs ", need,
-          " whole free cores for `dedicated`; the host has ", top - 1,
-          " left"));
-    }
-    top -= need;
-    base_pins[v] = CoreCpus(top, need, cores);
-    plan.vms[v].reasons.push_back(absl::StrCat(
-        "dedicated: whole cores ", top, "-", top + need - 1, " (CPUs ",
-        CpuListString(base_pins[v]), "), used by no other VM"));
-  }
-  base.shared_cpus = [&] {
-    std::vector<int> cpus;
-    for (int c = 0; c < 2 * cores; ++c) {
-      if (c % cores < top) cpus.push_back(c);
-    }
-    return cpus;
-  }();
-  for (size_t v = 0; v < vms.size(); ++v) {
-    if (plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
-    if (top == cores) {
-      base_pins[v] = vms[v].pin_cpus;
+// The last sentences of each VM's reasons in the plan: its dedicated
+// cores, or where it runs and what the layout is predicted to give it.
+void ExplainPlacement(const std::vector<VmInstance>& vms, const internal::BaseLayout& base,
+                      const SimResult& predicted, int cores, std::vector<VmDecision>& layout) {
+  for (size_t v = 0; v < layout.size(); ++v) {
+    VmDecision& d = layout[v];
+    const VmSimResult& r = predicted.vms[v];
+    if (base.dedicated_first[v] >= 0) {
+      const int first = base.dedicated_first[v];
+      const int count = static_cast<int>(d.pin_cpus.size()) / 2;
+      d.reasons.push_back(absl::StrCat("dedicated: whole cores ", first, "-", first + count - 1,
+                                       " (CPUs ", FormatCpuList(d.pin_cpus),
+                                       "), used by no other VM"));
       continue;
     }
-    base_pins[v] = Intersect(vms[v].pin_cpus.empty() ? all_cpus : vms[v].pin_cpus,
-                             base.shared_cpus);
-    if (base_pins[v].empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "VM '", vms[v].name, "' is pinned only to cores given to dedicated VMs"));
-    }
-  }
-
-  return base;
-}
-
-// Step 3: the layouts to predict. `busy` gets the VMs that a whole-core
-// layout pins, largest first.
-std::vector<Candidate> CandidateLayouts(const Scenario& scenario,
-                                        const std::vector<VmInstance>& vms,
-                                        const HostPlan& plan, const BaseLayout& base,
-                                        std::vector<size_t>& busy) {
-  const int cores = scenario.cores;
-  const std::vector<std::vector<int>>& base_pins = base.pins;
-  const std::vector<int>& all_cpus = base.all_cpus;
-  const std::vector<int>& shared_cpus = base.shared_cpus;
-  const int top = base.top;
-  std::vector<Candidate> candidates;
-  candidates.push_back({"groups", base_pins,
-                        "groups only: no pinning beyond what was asked"});
-  for (size_t v = 0; v < vms.size(); ++v) {
-    if (!vms[v].pin_cpus.empty() ||
-        plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) {
-      continue;
-    }
-    if (vms[v].vcpus >= kBusyMinVcpus &&
-        vms[v].workload.DeclaredLoad() >= kBusyMinLoad) {
-      busy.push_back(v);
-    }
-  }
-  std::stable_sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
-    return vms[a].vcpus > vms[b].vcpus;
-  });
-  const bool others_share = busy.size() < vms.size();
-  if (scenario.policy_may_pin && !busy.empty() && others_share) {
-    for (double scale : {1.0, 1.25, 1.5}) {
-      Candidate cand{absl::StrFormat("busy-whole-cores-x%.2f", scale), base_pins, ""};
-      int next = 0;
-      bool fits = true;
-      std::vector<std::string> placed;
-      for (size_t v : busy) {
-        int need = static_cast<int>(std::ceil(scale * vms[v].vcpus / 2.0));
-        if (next + need >= top) {
-          fits = false;
-          break;
-        }
-        cand.pins[v] = CoreCpus(next, need, cores);
-        placed.push_back(absl::StrCat(vms[v].name, " on cores ", next, "-",
-                                      next + need - 1));
-        next += need;
-      }
-      if (!fits) continue;
-      std::vector<int> rest;
-      for (int c : shared_cpus) {
-        if (c % cores >= next) rest.push_back(c);
-      }
-      for (size_t v = 0; v < vms.size(); ++v) {
-        if (std::find(busy.begin(), busy.end(), v) != busy.end()) continue;
-        if (plan.vms[v].isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
-        if (!vms[v].pin_cpus.empty()) continue;  // asked for: kept
-        cand.pins[v] = rest;
-      }
-      cand.why = absl::StrCat("busy VMs pinned to whole cores of their own (",
-                              absl::StrJoin(placed, ", "),
-                              "), the others to the remaining cores");
-      candidates.push_back(std::move(cand));
-    }
-  }
-  {
-    Candidate cand{"one-thread-per-core", base_pins,
-                   "every VM on the first thread of each core (the cost of "
-                   "nosmt, without a reboot)"};
-    for (size_t v = 0; v < vms.size(); ++v) {
-      std::vector<int> first;
-      for (int c : cand.pins[v].empty() ? all_cpus : cand.pins[v]) {
-        first.push_back(c % cores);
-      }
-      std::sort(first.begin(), first.end());
-      first.erase(std::unique(first.begin(), first.end()), first.end());
-      cand.pins[v] = first;
-    }
-    candidates.push_back(std::move(cand));
-  }
-
-  return candidates;
-}
-
-
-// Step 4: predicts each layout and chooses: the best throughput within the
-// tenants' forced-idle budget (by at least min_gain over the simplest),
-// else the least forced idle. Returns each layout's prediction.
-absl::StatusOr<std::vector<SimResult>> PredictAndChoose(
-    const Scenario& scenario, const SimParams& params, const PlanOptions& options,
-    const std::vector<VmInstance>& vms, const std::vector<Candidate>& candidates,
-    HostPlan& plan, size_t& chosen) {
-  const std::optional<double> budget = LeastBudget(scenario, vms);
-  plan.forced_idle_budget_pct = budget;
-  SimRun run;
-  run.seed = scenario.seed + 1;
-  run.duration_s = std::min(scenario.duration_s, options.predict_s);
-  std::vector<SimResult> predicted;
-  for (const Candidate& cand : candidates) {
-    SimConfig config = plan.config;
-    config.pin_cpus = cand.pins;
-    auto result = Simulate(scenario, config, params, run);
-    if (!result.ok()) return result.status();
-    CandidateScore score;
-    score.name = cand.name;
-    score.predicted_throughput = result->total_throughput;
-    score.predicted_forced_idle_pct = result->forced_idle_pct;
-    score.predicted_cross_tenant_pct = result->cross_tenant_pct;
-    score.predicted_foreign_pct = result->foreign_pct;
-    score.within_budget =
-        !budget.has_value() || result->forced_idle_pct <= *budget;
-    plan.candidates.push_back(score);
-    predicted.push_back(*std::move(result));
-  }
-  chosen = 0;
-  bool any_within = false;
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    any_within = any_within || plan.candidates[i].within_budget;
-  }
-  for (size_t i = 1; i < plan.candidates.size(); ++i) {
-    const CandidateScore& c = plan.candidates[i];
-    const CandidateScore& best = plan.candidates[chosen];
-    if (any_within) {
-      if (!c.within_budget) continue;
-      if (!best.within_budget ||
-          c.predicted_throughput >
-              best.predicted_throughput * (1 + options.min_gain)) {
-        chosen = i;
-      }
-    } else if (c.predicted_forced_idle_pct < best.predicted_forced_idle_pct) {
-      chosen = i;
-    }
-  }
-  plan.chosen = candidates[chosen].name;
-  plan.config.pin_cpus = candidates[chosen].pins;
-  const CandidateScore& won = plan.candidates[chosen];
-  const CandidateScore& simplest = plan.candidates[0];
-  plan.reasons.push_back(absl::StrFormat(
-      "chose '%s' (%s): predicted throughput %.2f core-equivalents, forced "
-      "idle %.1f%% (simplest layout: %.2f, %.1f%%)",
-      won.name, candidates[chosen].why, won.predicted_throughput,
-      won.predicted_forced_idle_pct, simplest.predicted_throughput,
-      simplest.predicted_forced_idle_pct));
-  if (budget.has_value()) {
-    plan.reasons.push_back(
-        any_within
-            ? absl::StrFormat("forced-idle budget %.1f%% of host CPU time: met",
-                              *budget)
-            : absl::StrFormat("forced-idle budget %.1f%%: no layout meets it; "
-                              "chose the one with the least forced idle",
-                              *budget));
-  }
-  return predicted;
-}
-
-// Why each VM is pinned where the chosen layout puts it.
-void ExplainPins(const std::vector<VmInstance>& vms, const BaseLayout& base,
-                 const std::vector<size_t>& busy, const std::vector<SimResult>& predicted,
-                 size_t chosen, HostPlan& plan) {
-  const std::vector<std::vector<int>>& base_pins = base.pins;
-  for (size_t v = 0; v < vms.size(); ++v) {
-    VmDecision& d = plan.vms[v];
-    d.pin_cpus = plan.config.pin_cpus[v];
-    if (d.isolation == v1::ISOLATION_LEVEL_DEDICATED) continue;
-    const VmSimResult& r = predicted[chosen].vms[v];
-    if (!vms[v].pin_cpus.empty()) {
-      d.reasons.push_back(absl::StrCat("pinned to CPUs ",
-                                       CpuListString(d.pin_cpus),
-                                       " as the scenario asks"));
-    } else if (!d.pin_cpus.empty() && d.pin_cpus != base_pins[v]) {
-      bool is_busy = std::find(busy.begin(), busy.end(), v) != busy.end();
-      d.reasons.push_back(absl::StrFormat(
-          "%s: pinned to CPUs %s (layout '%s'); predicted %.2f "
-          "core-equivalents (%.2f in the simplest layout)",
-          is_busy ? absl::StrFormat("busy (%d vCPUs, load %.2f per vCPU)",
-                                    vms[v].vcpus,
-                                    vms[v].workload.DeclaredLoad())
-                  : std::string("kept off the busy VMs' cores"),
-          CpuListString(d.pin_cpus), plan.chosen, r.throughput,
-          predicted[0].vms[v].throughput));
-    } else {
-      d.reasons.push_back(absl::StrFormat(
-          "not pinned; predicted %.2f core-equivalents, sibling %.0f%% same "
-          "/ %.0f%% idle / %.0f%% foreign",
-          r.throughput, r.same_pct, r.idle_pct, r.foreign_pct));
-    }
+    d.reasons.push_back(absl::StrFormat(
+        "%s; predicted %.2f core-equivalents, sibling %.0f%% same / %.0f%% idle / %.0f%% foreign",
+        vms[v].pin_cpus.empty()
+            ? internal::DescribePin(d.pin_cpus, cores)
+            : internal::DescribePin(d.pin_cpus, cores) + " as the scenario asks",
+        r.throughput, r.same_pct, r.idle_pct, r.foreign_pct));
   }
 }
 
 }  // namespace
 
-absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
-                                  const SimParams& params,
+absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario, const SimParams& params,
                                   const PlanOptions& options) {
   const std::vector<VmInstance> vms = ExpandInstances(scenario);
   HostPlan plan;
-  RETURN_IF_ERROR(DecideGroups(scenario, vms, plan));
-  RETURN_IF_ERROR(GateLevels(scenario, params, options, plan));
-  ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
-  std::vector<size_t> busy;
-  const std::vector<Candidate> candidates = CandidateLayouts(scenario, vms, plan, base, busy);
-  size_t chosen = 0;
-  ASSIGN_OR_RETURN(std::vector<SimResult> predicted,
-                   PredictAndChoose(scenario, params, options, vms, candidates, plan, chosen));
-  ExplainPins(vms, base, busy, predicted, chosen, plan);
+  plan.forced_idle_budget_pct = LeastBudget(scenario, vms);
+  ASSIGN_OR_RETURN(std::vector<VmDecision> layout, DefaultLayout(scenario));
+  RETURN_IF_ERROR(PinLayout(scenario, layout));
+  const std::vector<bool> managed(layout.size(), true);
+  // Each VM's reasons for its level, and for its pinning when a move set it.
+  std::vector<std::vector<std::string>> level_reasons;
+  for (const VmDecision& d : layout) level_reasons.push_back(d.reasons);
+  std::vector<std::string> pin_reasons(layout.size());
+  std::optional<GateVerdict> groups_refused;
+  plan.chosen = "default";
+  std::vector<std::string> taken;
+  size_t cursor = 0;
+  size_t without_change = 0;
+  for (int tried = 0; tried < kMaxPlanMoves; ++tried) {
+    ASSIGN_OR_RETURN(std::vector<LayoutProposal> moves, EngineMoves(scenario, layout, managed));
+    if (!scenario.policy_may_pin) {
+      std::erase_if(moves, [](const LayoutProposal& m) { return m.move != "groups"; });
+    }
+    if (moves.empty() || without_change >= moves.size()) break;
+    LayoutProposal& move = moves[cursor++ % moves.size()];
+    RETURN_IF_ERROR(PredictProposal(scenario, layout, move, params, options));
+    CandidateScore score = move.next;
+    score.name = move.move;
+    plan.candidates.push_back(score);
+    const GateVerdict verdict = JudgeMove(move, options);
+    if (move.move == "groups") groups_refused.reset();
+    if (!verdict.allowed) {
+      if (move.move == "groups") groups_refused = verdict;
+      ++without_change;
+      continue;
+    }
+    without_change = 0;
+    for (size_t v = 0; v < layout.size(); ++v) {
+      if (move.move == "groups") {
+        level_reasons[v] = move.planned[v].reasons;
+      } else if (move.planned[v].pin_cpus != layout[v].pin_cpus) {
+        pin_reasons[v] = move.planned[v].reasons.back();
+      }
+    }
+    layout = std::move(move.planned);
+    plan.chosen = move.move;
+    taken.push_back(absl::StrFormat("'%s' (predicted gain %+.1f%%)", move.move, 100 * move.gain));
+  }
+  // Where the groups move did not pay (or would only rename groups), the
+  // VMs it would have changed say so.
+  ASSIGN_OR_RETURN(LayoutProposal groups, PlanLayout(scenario, layout, managed));
+  if (groups.changes && (groups_refused || groups.same_grouping)) {
+    const std::string why =
+        groups.same_grouping ? std::string("it is predicted to gain nothing") : groups_refused->reason;
+    for (size_t v = 0; v < layout.size(); ++v) {
+      const VmDecision& would = groups.planned[v];
+      if (would.isolation == layout[v].isolation && would.trust_group == layout[v].trust_group) {
+        continue;
+      }
+      level_reasons[v] = {absl::StrCat(
+          "keeps its tenant's default level `", IsolationName(layout[v].isolation), "` (group '",
+          layout[v].trust_group, "') over `", IsolationName(would.isolation), "`: ",
+          why, groups.same_grouping ? " (the groups would hold the same VMs)" : "")};
+    }
+  }
+
+  std::vector<std::string> group_names;
+  for (const VmDecision& d : layout) group_names.push_back(d.trust_group);
+  plan.config.mode = SmtMode::kCoreSched;
+  plan.config.cookie = CookiesOf(group_names);
+  for (const VmDecision& d : layout) plan.config.pin_cpus.push_back(d.pin_cpus);
+  SimRun run;
+  run.seed = scenario.seed + 1;
+  run.duration_s = std::min(scenario.duration_s, options.predict_s);
+  ASSIGN_OR_RETURN(const SimResult predicted, Simulate(scenario, plan.config, params, run));
+  ASSIGN_OR_RETURN(const internal::BaseLayout base, internal::PinBase(scenario, vms, layout));
+  for (size_t v = 0; v < layout.size(); ++v) {
+    layout[v].reasons = level_reasons[v];
+    if (!pin_reasons[v].empty()) layout[v].reasons.push_back(pin_reasons[v]);
+  }
+  ExplainPlacement(vms, base, predicted, scenario.cores, layout);
+  plan.vms = std::move(layout);
+
+  const std::optional<double>& budget = plan.forced_idle_budget_pct;
+  const bool within = !budget.has_value() || predicted.forced_idle_pct <= *budget;
+  plan.reasons.push_back(absl::StrFormat(
+      "chose '%s' after %d moves tried%s: predicted throughput %.2f core-equivalents, forced "
+      "idle %.1f%%",
+      plan.chosen, plan.candidates.size(),
+      taken.empty() ? std::string(", none taken")
+                    : absl::StrCat(", took ", absl::StrJoin(taken, " then ")),
+      predicted.total_throughput, predicted.forced_idle_pct));
+  if (budget.has_value()) {
+    plan.reasons.push_back(
+        within ? absl::StrFormat("forced-idle budget %.1f%% of host CPU time: met", *budget)
+               : absl::StrFormat("forced-idle budget %.1f%%: no move the engine tries meets it",
+                                 *budget));
+  }
   return plan;
 }
 
@@ -545,19 +363,6 @@ absl::StatusOr<std::vector<VmDecision>> ChooseGroups(const Scenario& scenario) {
   HostPlan plan;
   RETURN_IF_ERROR(DecideGroups(scenario, ExpandInstances(scenario), plan));
   return std::move(plan.vms);
-}
-
-absl::Status PinLayout(const Scenario& scenario, std::vector<VmDecision>& layout) {
-  const std::vector<VmInstance> vms = ExpandInstances(scenario);
-  if (layout.size() != vms.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("layout has ", layout.size(),
-                                                   " VMs; the scenario has ", vms.size()));
-  }
-  HostPlan plan;
-  plan.vms = layout;
-  ASSIGN_OR_RETURN(BaseLayout base, GiveDedicatedCores(scenario, vms, plan));
-  for (size_t v = 0; v < layout.size(); ++v) layout[v].pin_cpus = base.pins[v];
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario) {

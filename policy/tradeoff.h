@@ -102,11 +102,13 @@ struct PlanOptions {
   double screen_forced_idle_margin_pct = 1.0;
 };
 
-// Chooses groupings and pinning for the scenario's VMs, as csd's engine
-// would on a host it has not changed yet: from the layout TagVM gives
-// (DefaultLayout), the tenants' relaxed levels (ChooseGroups) only when
-// ProposeLayout predicts them to gain level_min_gain, then pinning (which
-// csd does not apply: its assignments carry levels and groups).
+// Chooses levels, groups and pinning for the scenario's VMs as csd's engine
+// settles them on a host it has not changed yet: from the layout TagVM
+// gives (DefaultLayout), it takes the engine's moves (EngineMoves) in the
+// order csd's engine tries them, one at a time, each when predicted to gain
+// at least level_min_gain over the layout before it, until a whole round of
+// moves gains nothing. Every VM is the engine's; VMs the scenario pins keep
+// their pinning, and none is pinned when policy_may_pin is false.
 // FAILED_PRECONDITION when a tenant's policy cannot be met (a `dedicated`
 // VM without enough free whole cores).
 absl::StatusOr<HostPlan> PlanHost(const Scenario& scenario,
@@ -130,10 +132,36 @@ absl::StatusOr<CandidateScore> PredictLayout(const Scenario& scenario,
                                              const SimParams& params = SimParams(),
                                              const PlanOptions& options = PlanOptions());
 
-// Sets each decision's pin_cpus as PredictLayout does (dedicated VMs on
-// whole cores of their own from the top), without predicting.
-// FAILED_PRECONDITION when the dedicated VMs do not fit.
+// Sets each decision's pin_cpus as PredictLayout does, without predicting:
+// dedicated VMs on whole cores of their own from the top; the others where
+// the scenario pins them, else where the decision pins them, within the
+// remaining cores. FAILED_PRECONDITION when the dedicated VMs do not fit.
 absl::Status PinLayout(const Scenario& scenario, std::vector<VmDecision>& layout);
+
+// A pinning of a layout's VMs (ExpandInstances order): the CPUs each VM's
+// vCPUs may run on, empty for anywhere.
+struct Pinning {
+  std::string name;
+  // What it does, one sentence.
+  std::string why;
+  std::vector<std::vector<int>> pins;
+};
+
+// The pinnings the engine tries for `layout` (levels and groups set, each
+// decision's pin_cpus where it is pinned now), in this order:
+//   "unpinned": no VM pinned beyond the dedicated cores;
+//   "busy-whole-cores-x1.00", "-x1.25", "-x1.50": busy VMs (2 vCPUs or
+//     more, load 0.5 or more) on whole cores of their own from core 0,
+//     scale x their vCPUs / 2 cores each, the other VMs on the remaining
+//     cores (when some VM is not busy and one core stays);
+//   "one-thread-per-core": every VM on the first thread of each core.
+// Only VMs with may_pin[v] move, never a dedicated VM nor one the scenario
+// pins; the others keep where they are. Pinnings alike to an earlier one
+// are left out. Errors as PinLayout's; INVALID_ARGUMENT when the sizes do
+// not match the scenario's VMs.
+absl::StatusOr<std::vector<Pinning>> PinningCandidates(const Scenario& scenario,
+                                                       const std::vector<VmDecision>& layout,
+                                                       const std::vector<bool>& may_pin);
 
 // The layout TagVM gives the scenario's VMs (ExpandInstances order): each
 // at its tenant's default level, in the group that level gives.
@@ -144,7 +172,7 @@ absl::StatusOr<std::vector<VmDecision>> DefaultLayout(const Scenario& scenario);
 // ChooseGroups level and group (with the reasons), the others as they are.
 struct LayoutProposal {
   std::vector<VmDecision> planned;
-  // Some VM's level or group differs from `current`.
+  // Some VM's level, group or pinning differs from `current`.
   bool changes = false;
   // The two split the VMs into the same groups with the same dedicated
   // VMs (only names differ): the simulator cannot tell them apart, so
@@ -159,6 +187,9 @@ struct LayoutProposal {
   // The screen settled it (PlanOptions::screen_s): now and next are the
   // screen's figures.
   bool screened = false;
+  // The move that `planned` makes (EngineMoves): "groups", or a pinning's
+  // name (PinningCandidates).
+  std::string move;
 };
 // Whether to apply it is the caller's: csd's engine asks its ReplanGate
 // (min_gain, min_dwell, hourly cap) and budget watch, PlanHost a fresh
@@ -181,6 +212,18 @@ absl::StatusOr<LayoutProposal> PlanLayout(const Scenario& scenario,
 absl::Status PredictProposal(const Scenario& scenario, const std::vector<VmDecision>& current,
                              LayoutProposal& proposal, const SimParams& params = SimParams(),
                              const PlanOptions& options = PlanOptions());
+
+// The engine's moves from `current` (levels, groups and pins,
+// ExpandInstances order), each a LayoutProposal with `changes` set and
+// nothing predicted: first "groups" (PlanLayout's, when it changes more
+// than names), then each pinning of PinningCandidates (the managed VMs may
+// move) that pins otherwise than `current`, with a reason for every VM it
+// moves. csd's engine tries one move per host and re-plan, in turn;
+// PlanHost tries them in the same order. Errors as PlanLayout's and
+// PinningCandidates'.
+absl::StatusOr<std::vector<LayoutProposal>> EngineMoves(const Scenario& scenario,
+                                                        const std::vector<VmDecision>& current,
+                                                        const std::vector<bool>& managed);
 
 // The simulator configuration of a fixed mode (not kPolicy).
 SimConfig ModeConfig(const Scenario& scenario, Mode mode);
