@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/cpu_list.h"
 #include "common/labels.h"
 #include "common/names.h"
 #include "google/protobuf/util/time_util.h"
@@ -122,7 +123,15 @@ json VmToJson(const v1::VM& vm) {
         {"threads_untaggable", e.threads_untaggable()},
         {"last_error", e.last_error()},
         {"report_time", TimeJson(e.has_report_time(), e.report_time())},
+        {"vcpus", e.vcpus()},
+        {"vcpu_affinity", std::vector<int>(e.vcpu_affinity().begin(), e.vcpu_affinity().end())},
+        {"pinned_cpus", std::vector<int>(e.pinned_cpus().begin(), e.pinned_cpus().end())},
     };
+  }
+  json pin = nullptr;
+  if (a.has_pin()) {
+    pin = {{"host_id", a.pin().host_id()},
+           {"cpus", std::vector<int>(a.pin().cpus().begin(), a.pin().cpus().end())}};
   }
   json presence = json::array();
   for (const v1::VMPresence& p : vm.presence()) {
@@ -139,6 +148,7 @@ json VmToJson(const v1::VM& vm) {
       {"trust_group", a.trust_group()},
       {"revision", a.revision()},
       {"dedicated_cores", a.dedicated_cores()},
+      {"pin", pin},
       {"interference_classes",
        json(std::vector<std::string>(vm.interference_classes().begin(),
                                      vm.interference_classes().end()))},
@@ -321,6 +331,10 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
                                  ")")},
       {"trust group", OrDash(a.trust_group())},
       {"dedicated cores", YesNo(a.dedicated_cores())},
+      {"pinned", a.has_pin() ? absl::StrCat("CPUs ", FormatCpuList({a.pin().cpus().begin(),
+                                                                    a.pin().cpus().end()}),
+                                            " of host ", a.pin().host_id(), " (the engine's)")
+                             : std::string("no")},
       {"interference classes", Classes(vm)},
       {"thread scope", ThreadScopeName(EffectiveScope(vm))},
       {"revision", absl::StrCat(a.revision())},
@@ -334,6 +348,11 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
                                        ? "TagVM"
                                        : absl::StrCat("domain metadata on host ",
                                                       vm.metadata_host())});
+  if (vm.has_enforcement() && !vm.enforcement().vcpu_affinity().empty()) {
+    const auto& cpus = vm.enforcement().vcpu_affinity();
+    fields.push_back({"vCPU affinity", absl::StrCat(FormatCpuList({cpus.begin(), cpus.end()}),
+                                                    " (set by others: libvirt, taskset)")});
+  }
   if (vm.has_enforcement() && !vm.enforcement().last_error().empty()) {
     fields.push_back({"last error", vm.enforcement().last_error()});
   }

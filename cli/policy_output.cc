@@ -1,5 +1,7 @@
 #include "cli/policy_output.h"
 
+#include "host/cpu_affinity.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/output.h"
+#include "common/cpu_list.h"
 #include "common/names.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -262,9 +265,11 @@ json PlanToJson(const v1::PlanResponse& response) {
       changes.push_back({{"vm_id", c.vm_id()},
                          {"tenant_id", c.tenant_id()},
                          {"from", {{"isolation", IsolationName(c.from_isolation())},
-                                   {"trust_group", c.from_trust_group()}}},
+                                   {"trust_group", c.from_trust_group()},
+                                   {"pin_cpus", Ints(c.from_pin_cpus())}}},
                          {"to", {{"isolation", IsolationName(c.to_isolation())},
-                                 {"trust_group", c.to_trust_group()}}}});
+                                 {"trust_group", c.to_trust_group()},
+                                 {"pin_cpus", Ints(c.to_pin_cpus())}}}});
     }
     hosts.push_back(
         {{"host_id", h.host_id()},
@@ -290,10 +295,16 @@ void PrintPlan(const v1::PlanResponse& response, std::ostream& out) {
     out << "host " << h.host_id() << ": "
         << (h.would_apply() ? "would change now" : "would not change now") << "\n";
     TextTable table({"VM", "TENANT", "FROM", "TO"});
+    // "vm acme/vm/a-1", and the CPUs where the engine pins it: "on 0-1".
+    auto layout = [](v1::IsolationLevel level, const std::string& group, const auto& pins) {
+      std::string text = absl::StrCat(IsolationName(level), " ", group);
+      if (!pins.empty()) absl::StrAppend(&text, " on ", FormatCpuList(Ints(pins)));
+      return text;
+    };
     for (const v1::VMLayoutChange& c : h.changes()) {
       table.AddRow({c.vm_id(), c.tenant_id(),
-                    absl::StrCat(IsolationName(c.from_isolation()), " ", c.from_trust_group()),
-                    absl::StrCat(IsolationName(c.to_isolation()), " ", c.to_trust_group())});
+                    layout(c.from_isolation(), c.from_trust_group(), c.from_pin_cpus()),
+                    layout(c.to_isolation(), c.to_trust_group(), c.to_pin_cpus())});
     }
     table.Print(out);
     for (const std::string& reason : h.reasons()) out << "  - " << reason << "\n";

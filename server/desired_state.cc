@@ -367,6 +367,7 @@ void DesiredState::SetTenantPolicy(const v1::SetTenantPolicyRequest& request,
                                ClassesOf(vm), wanted));
           v1::VM updated = vm;
           SetAssignment(updated, decision);
+          if (!keep_engine) updated.mutable_assignment()->clear_pin();
           updated.mutable_assignment()->set_revision(vm.assignment().revision());
           if (google::protobuf::util::MessageDifferencer::Equals(updated, vm)) {
             continue;

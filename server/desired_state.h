@@ -48,6 +48,9 @@ struct LayoutChange {
   int64_t expected_revision = 0;
   v1::IsolationLevel isolation = v1::ISOLATION_LEVEL_UNSPECIFIED;
   std::string trust_group;
+  // The host's CPUs its vCPUs are pinned to (Assignment.pin on the host
+  // planned); empty: not pinned.
+  std::vector<int> pin_cpus;
   // Reasons and predicted figures; decided_by and decided_at are set by
   // ApplyLayout.
   v1::LayoutDecision decision;

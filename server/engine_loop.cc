@@ -40,6 +40,10 @@ constexpr int kWriteAttempts = 3;
 // share of a CPU well inside what one stats window to the next measures.
 constexpr double kReusedLoadTolerance = 0.02;
 
+// Memos a host keeps (EngineLoop::Predict): one per move it has, and a few
+// more for layouts it just left.
+constexpr size_t kMaxMemos = 12;
+
 bool EngineManaged(const v1::VM& vm, const v1::TenantPolicy& policy, bool dry_run) {
   return policy::IsAuto(policy) && vm.requested_isolation() == v1::ISOLATION_LEVEL_UNSPECIFIED &&
          (dry_run || policy::Applies(policy));
@@ -256,27 +260,33 @@ absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
   std::vector<double> loads;
   for (size_t v = 0; v < scenario.vms.size(); ++v) {
     const policy::VmSpec& vm = scenario.vms[v];
+    const policy::VmDecision& from = current[v];
+    const policy::VmDecision& to = proposal.planned[v];
     absl::StrAppend(&inputs, ";", vm.name, ",", vm.tenant, ",", vm.vcpus, ",",
-                    absl::StrJoin(vm.classes, "+"), ",", current[v].isolation, ",",
-                    current[v].trust_group, ",", proposal.planned[v].isolation, ",",
-                    proposal.planned[v].trust_group);
+                    absl::StrJoin(vm.classes, "+"), ",", absl::StrJoin(vm.pin_cpus, " "), ",",
+                    from.isolation, ",", from.trust_group, ",", absl::StrJoin(from.pin_cpus, " "),
+                    ",", to.isolation, ",", to.trust_group, ",", absl::StrJoin(to.pin_cpus, " "));
     loads.push_back(vm.workload.util);
   }
   for (const policy::TenantSpec& t : scenario.tenants) {
     absl::StrAppend(&inputs, ";", t.policy.tenant_id(), "=",
                     t.forced_idle_budget_pct.value_or(-1));
   }
-  if (control.memo && control.memo->inputs == inputs) {
-    bool near = true;
+  const uint64_t key = std::hash<std::string>()(inputs);
+  const uint64_t at = ++control.predicts;
+  if (auto it = control.memos.find(key); it != control.memos.end()) {
+    PredictionMemo& memo = it->second;
+    bool near = memo.loads.size() == loads.size();
     for (size_t v = 0; v < loads.size() && near; ++v) {
-      near = std::abs(loads[v] - control.memo->loads[v]) <= kReusedLoadTolerance;
+      near = std::abs(loads[v] - memo.loads[v]) <= kReusedLoadTolerance;
     }
     if (near) {
       ++reused_;
-      proposal.now = control.memo->now;
-      proposal.next = control.memo->next;
-      proposal.gain = control.memo->gain;
-      proposal.screened = control.memo->screened;
+      memo.used_at = at;
+      proposal.now = memo.now;
+      proposal.next = memo.next;
+      proposal.gain = memo.gain;
+      proposal.screened = memo.screened;
       return policy::PinLayout(scenario, proposal.planned);
     }
   }
@@ -284,8 +294,14 @@ absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
   RETURN_IF_ERROR(
       policy::PredictProposal(scenario, current, proposal, policy::SimParams(), PlanOptions()));
   if (proposal.screened) ++screened_;
-  control.memo = PredictionMemo{std::move(inputs), std::move(loads), proposal.now, proposal.next,
-                                proposal.gain, proposal.screened};
+  if (control.memos.size() >= kMaxMemos && control.memos.count(key) == 0) {
+    auto oldest = std::min_element(
+        control.memos.begin(), control.memos.end(),
+        [](const auto& a, const auto& b) { return a.second.used_at < b.second.used_at; });
+    control.memos.erase(oldest);
+  }
+  control.memos[key] = PredictionMemo{std::move(loads), proposal.now, proposal.next,
+                                      proposal.gain, proposal.screened, at};
   return absl::OkStatus();
 }
 
@@ -309,6 +325,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   ASSIGN_OR_RETURN(policy::Scenario scenario,
                    HostScenario(state, state_->class_conflicts(), state_->stats(),
                                 options_.predict_s));
+  const v1::Topology& topology = state.host.topology();
   std::vector<policy::VmDecision> current;
   for (const v1::VM& vm : state.vms) {
     policy::VmDecision d;
@@ -316,51 +333,48 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     d.tenant = vm.tenant_id();
     d.isolation = vm.assignment().isolation();
     d.trust_group = vm.assignment().trust_group();
+    // A pin of another host (the VM migrated) does not hold here.
+    if (vm.assignment().pin().host_id() == state.host.host_id()) {
+      d.pin_cpus = ScenarioCpusOf(topology, {vm.assignment().pin().cpus().begin(),
+                                             vm.assignment().pin().cpus().end()});
+    }
     current.push_back(std::move(d));
   }
-  const policy::PlanOptions predict = PlanOptions();
-  ASSIGN_OR_RETURN(policy::LayoutProposal proposed,
-                   policy::PlanLayout(scenario, current, managed));
-  if (proposed.changes && !proposed.same_grouping) {
-    RETURN_IF_ERROR(Predict(scenario, current, proposed, control));
+  // Where the agent runs each VM's vCPUs.
+  RETURN_IF_ERROR(policy::PinLayout(scenario, current));
+  ASSIGN_OR_RETURN(std::vector<policy::LayoutProposal> moves,
+                   policy::EngineMoves(scenario, current, managed));
+  const bool breached = control.watch.breached();
+  // One move per re-plan, in turn; over budget, every move, for the best
+  // one predicted within it.
+  policy::LayoutProposal* chosen = nullptr;
+  if (breached) {
+    for (policy::LayoutProposal& move : moves) {
+      RETURN_IF_ERROR(Predict(scenario, current, move, control));
+      if (move.next.within_budget &&
+          (chosen == nullptr ||
+           move.next.predicted_throughput > chosen->next.predicted_throughput)) {
+        chosen = &move;
+      }
+    }
+  } else if (!moves.empty()) {
+    chosen = &moves[control.next_move % moves.size()];
+    RETURN_IF_ERROR(Predict(scenario, current, *chosen, control));
   }
-  std::vector<policy::VmDecision>& planned = proposed.planned;
+
   Proposal proposal;
   v1::HostLayoutPlan& plan = proposal.plan;
   plan.set_host_id(state.host.host_id());
-  for (size_t v = 0; v < state.vms.size(); ++v) {
-    if (planned[v].isolation == current[v].isolation &&
-        planned[v].trust_group == current[v].trust_group) {
-      continue;
+  if (chosen == nullptr) {
+    if (!breached) {
+      plan.add_reasons("the host already has the engine's layout: no move changes it");
+      return proposal;
     }
-    v1::VMLayoutChange* change = plan.add_changes();
-    change->set_vm_id(state.vms[v].vm_id());
-    change->set_tenant_id(state.vms[v].tenant_id());
-    change->set_from_isolation(current[v].isolation);
-    change->set_from_trust_group(current[v].trust_group);
-    change->set_to_isolation(planned[v].isolation);
-    change->set_to_trust_group(planned[v].trust_group);
-  }
-  const bool breached = control.watch.breached();
-  if (plan.changes().empty() && !breached) {
-    plan.add_reasons("the host already has the engine's layout");
-    return proposal;
-  }
-  if (plan.changes().empty() || proposed.same_grouping) {
-    // Predicted once: the layouts are alike to the simulator (or there is
-    // no other).
-    ASSIGN_OR_RETURN(proposed.now, policy::PredictLayout(scenario, planned, policy::SimParams(),
-                                                         predict));
-    proposed.next = proposed.now;
-  }
-  const policy::CandidateScore& now_score = proposed.now;
-  const policy::CandidateScore& new_score = proposed.next;
-  const double gain = proposed.gain;
-  *plan.mutable_current() = Predicted(now_score, 0);
-  if (plan.changes().empty()) {
-    // Over budget with the engine's layout in place: nothing allowed does
-    // better. Flagged (logged, and in the plan's reasons); csd never
-    // migrates VMs.
+    // Over budget and nothing allowed does better. Flagged (logged, and in
+    // the plan's reasons); csd never migrates VMs.
+    ASSIGN_OR_RETURN(policy::CandidateScore held,
+                     policy::PredictLayout(scenario, current, policy::SimParams(), PlanOptions()));
+    *plan.mutable_current() = Predicted(held, 0);
     plan.add_reasons(absl::StrFormat(
         "measured forced idle over the budget for %d re-plan intervals and no allowed "
         "layout is predicted within it: move VMs to another host (csctl place)",
@@ -374,14 +388,47 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
         LeastBudget(state).value_or(100));
     return proposal;
   }
+
+  std::vector<policy::VmDecision>& planned = chosen->planned;
+  // The engine's pins as written: none for a VM that runs where it would
+  // unpinned (a dedicated VM, one others pin, or one on all shared CPUs).
+  std::vector<policy::VmDecision> unpinned = planned;
+  for (policy::VmDecision& d : unpinned) d.pin_cpus.clear();
+  RETURN_IF_ERROR(policy::PinLayout(scenario, unpinned));
+  auto engine_pin = [&](const std::vector<policy::VmDecision>& layout, size_t v) {
+    return layout[v].pin_cpus == unpinned[v].pin_cpus ? std::vector<int>()
+                                                      : HostCpusOf(topology, layout[v].pin_cpus);
+  };
+  std::vector<size_t> changed;
+  for (size_t v = 0; v < state.vms.size(); ++v) {
+    if (planned[v].isolation == current[v].isolation &&
+        planned[v].trust_group == current[v].trust_group &&
+        planned[v].pin_cpus == current[v].pin_cpus) {
+      continue;
+    }
+    changed.push_back(v);
+    v1::VMLayoutChange* change = plan.add_changes();
+    change->set_vm_id(state.vms[v].vm_id());
+    change->set_tenant_id(state.vms[v].tenant_id());
+    change->set_from_isolation(current[v].isolation);
+    change->set_from_trust_group(current[v].trust_group);
+    change->set_to_isolation(planned[v].isolation);
+    change->set_to_trust_group(planned[v].trust_group);
+    for (int cpu : engine_pin(current, v)) change->add_from_pin_cpus(cpu);
+    for (int cpu : engine_pin(planned, v)) change->add_to_pin_cpus(cpu);
+  }
+  const policy::CandidateScore& now_score = chosen->now;
+  const policy::CandidateScore& new_score = chosen->next;
+  const double gain = chosen->gain;
+  *plan.mutable_current() = Predicted(now_score, 0);
   *plan.mutable_planned() = Predicted(new_score, gain);
   std::string summary = absl::StrFormat(
-      "predicted throughput %.2f core-equivalents (now %.2f, gain %+.1f%%), forced idle "
-      "%.1f%% (now %.1f%%), cross-tenant %.1f%% (now %.1f%%)",
-      new_score.predicted_throughput, now_score.predicted_throughput, 100 * gain,
+      "move '%s': predicted throughput %.2f core-equivalents (now %.2f, gain %+.1f%%), forced "
+      "idle %.1f%% (now %.1f%%), cross-tenant %.1f%% (now %.1f%%)",
+      chosen->move, new_score.predicted_throughput, now_score.predicted_throughput, 100 * gain,
       new_score.predicted_forced_idle_pct, now_score.predicted_forced_idle_pct,
       new_score.predicted_cross_tenant_pct, now_score.predicted_cross_tenant_pct);
-  if (proposed.screened) {
+  if (chosen->screened) {
     absl::StrAppendFormat(&summary,
                           " over %.2f simulated s: the screen settled it (engine.screen_s)",
                           new_score.simulated_s);
@@ -389,31 +436,28 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   plan.add_reasons(summary);
   if (absl::Status rules = policy::CheckLayout(scenario, planned); !rules.ok()) {
     plan.add_reasons(absl::StrCat("refused by the layout rules: ", rules.message()));
+    proposal.next_move = true;
     return proposal;
   }
-  proposal.kind = breached && new_score.within_budget ? policy::ChangeKind::kBudget
-                                                      : policy::ChangeKind::kGain;
-  if (breached && !new_score.within_budget) {
-    plan.add_reasons("measured forced idle is over the budget and no allowed layout is "
-                     "predicted within it");
-    proposal.budget_unmet = true;
-    proposal.budget_reason = absl::StrFormat(
-        "measured forced idle over the least budget of its tenants (%.1f%%) and no allowed "
-        "layout is predicted within it: move VMs to another host",
-        LeastBudget(state).value_or(100));
+  proposal.kind = breached ? policy::ChangeKind::kBudget : policy::ChangeKind::kGain;
+  policy::GateVerdict verdict;
+  if (!breached && now_score.within_budget && !new_score.within_budget) {
+    verdict.reason =
+        "refused: predicted over the forced-idle budget, the layout it would replace within it";
+  } else {
+    verdict = control.gate.Consider(now, proposal.kind, gain);
+    if (verdict.allowed && !breached && !(gain > 0)) {
+      // With min_gain 0, layouts predicted alike would otherwise take turns.
+      verdict = {false, absl::StrFormat("refused: predicted gain %+.1f%% is none", 100 * gain)};
+    }
   }
-  const policy::GateVerdict verdict = control.gate.Consider(now, proposal.kind, gain);
   plan.add_reasons(verdict.reason);
   bool applies = verdict.allowed;
   // The baseline of the plan's measured gain (plan_report.h), recorded with
   // it: csd keeps no stats across a restart.
   const v1::MeasuredLayout before =
       MeasuredOnHost(state_->stats(), state.host.host_id(), scenario.cpus(), kLoadWindowSeconds);
-  for (size_t v = 0; v < state.vms.size(); ++v) {
-    if (planned[v].trust_group == current[v].trust_group &&
-        planned[v].isolation == current[v].isolation) {
-      continue;
-    }
+  for (size_t v : changed) {
     const v1::TenantPolicy& p = state.policies.at(state.vms[v].tenant_id());
     if (!policy::Applies(p)) {
       applies = false;
@@ -424,6 +468,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     write.expected_revision = state.vms[v].assignment().revision();
     write.isolation = planned[v].isolation;
     write.trust_group = planned[v].trust_group;
+    write.pin_cpus = engine_pin(planned, v);
     for (const std::string& r : planned[v].reasons) write.decision.add_reasons(r);
     write.decision.add_reasons(summary);
     write.decision.add_reasons(verdict.reason);
@@ -434,6 +479,12 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
   if (applies != verdict.allowed) plan.add_reasons("dry run: a tenant has apply: false");
   plan.set_would_apply(applies);
   if (!verdict.allowed) proposal.writes.clear();
+  // A move that does not pay gives way to the next; one that pays waits
+  // for the gate (min_dwell, the hourly cap) or a tenant's apply.
+  const bool pays = verdict.allowed || (!breached && gain >= options_.hysteresis.min_gain &&
+                                        gain > 0 &&
+                                        !(now_score.within_budget && !new_score.within_budget));
+  proposal.next_move = !breached && (!pays || applies);
   return proposal;
 }
 
@@ -450,6 +501,9 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
     RETURN_IF_ERROR(read);
     const SteadyClock::time_point now = hooks_.clock ? hooks_.clock() : SteadyClock::now();
     HostControl& control = ControlOf(state, now);
+    // A trigger (a VM came, left or was retagged, a policy changed) starts
+    // the host's moves over: its groups first.
+    if (!interval && attempt == 1) control.next_move = 0;
     if (interval && attempt == 1) {
       const v1::MeasuredLayout measured =
           MeasuredOnHost(state_->stats(), host_id, 2 * state.host.topology().cores_size(),
@@ -459,6 +513,8 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
                             LeastBudget(state));
     }
     ASSIGN_OR_RETURN(std::optional<Proposal> proposal, Propose(state, control, false, now));
+    // The move was judged; applied moves count once written.
+    if (proposal && proposal->next_move && proposal->writes.empty()) ++control.next_move;
     Outcome outcome;
     if (interval && attempt == 1) {
       if (auto report = ReportHost(state, state_->stats());
@@ -481,6 +537,7 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
       const bool budget = proposal->kind == policy::ChangeKind::kBudget;
       control.gate.Changed(now);
       if (budget) control.watch.Reset();
+      ++control.next_move;
       if (observers_.changed) observers_.changed(budget);
       LOG(INFO) << "policy engine: host " << host_id << " changed "
                 << proposal->writes.size() << " VM(s) at revision " << *revision << ": "

@@ -106,19 +106,20 @@ class EngineLoop {
   absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
 
  private:
-  // The predictions of a host's last proposal and what they were made
-  // from. A host whose proposal min_gain (or the hourly cap) refused is
-  // proposed the same layout pass after pass: its predictions are reused
-  // while its VMs, their classes and vCPUs, both layouts and the tenants'
-  // budgets are the same and no VM's measured load moved more than
+  // The predictions of one of a host's moves and what they were made
+  // from. A host whose moves min_gain refused is proposed the same moves
+  // round after round: their predictions are reused while its VMs, their
+  // classes, vCPUs and pinning, both layouts and the tenants' budgets are
+  // the same and no VM's measured load moved more than
   // kReusedLoadTolerance from the load they were predicted at.
   struct PredictionMemo {
-    std::string inputs;  // everything but the loads
     std::vector<double> loads;
     policy::CandidateScore now;
     policy::CandidateScore next;
     double gain = 0;
     bool screened = false;
+    // HostControl::predicts when it was last used.
+    uint64_t used_at = 0;
   };
 
   // What the engine keeps of each host between re-plans.
@@ -127,13 +128,24 @@ class EngineLoop {
         : gate(options.hysteresis), watch(options.budget) {}
     policy::ReplanGate gate;
     policy::BudgetWatch watch;
-    std::optional<PredictionMemo> memo;
+    // By a hash of everything a move's prediction depends on but the loads;
+    // at most kMaxMemos, the least recently used dropped first.
+    std::map<uint64_t, PredictionMemo> memos;
+    uint64_t predicts = 0;
+    // The host's moves are tried one per re-plan, in turn
+    // (policy::EngineMoves): the next one's index, modulo their number. A
+    // triggered re-plan starts again at 0.
+    size_t next_move = 0;
   };
 
   // The plan of a host and the writes it takes (of tenants that apply).
   struct Proposal {
     v1::HostLayoutPlan plan;
     std::vector<LayoutChange> writes;
+    // The host's next re-plan tries its next move: this one was applied or
+    // does not gain min_gain. A move that would gain but waits for
+    // min_dwell, the hourly cap or a tenant's apply: false is tried again.
+    bool next_move = false;
     policy::ChangeKind kind = policy::ChangeKind::kGain;
     // Measured over budget, and no allowed layout predicted within it.
     bool budget_unmet = false;

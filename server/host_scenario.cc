@@ -1,6 +1,7 @@
 #include "server/host_scenario.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -81,6 +82,8 @@ absl::StatusOr<policy::Scenario> HostScenario(
     spec.vcpus = std::max(vm.vcpus, 1);
     spec.tenant = vm.tenant_id;
     spec.classes = vm.classes;
+    // Where others pin it: predicted there, and never pinned by the engine.
+    spec.pin_cpus = ScenarioCpusOf(topology, vm.vcpu_affinity);
     spec.workload.kind = policy::WorkloadKind::kCpu;
     // Measured load when the agent reported stats for it, else busy.
     v1::GetStatsResponse measured = stats.QueryVms({vm.vm_id}, kLoadWindowSeconds);
@@ -99,6 +102,53 @@ absl::StatusOr<policy::Scenario> HostScenario(
     scenario.tenants.push_back(std::move(spec));
   }
   return scenario;
+}
+
+namespace {
+
+// The CPU ids of each core, ascending.
+std::vector<std::vector<int>> SortedCores(const v1::Topology& topology) {
+  std::vector<std::vector<int>> cores;
+  for (const v1::Core& core : topology.cores()) {
+    cores.emplace_back(core.cpus().begin(), core.cpus().end());
+    std::sort(cores.back().begin(), cores.back().end());
+  }
+  return cores;
+}
+
+}  // namespace
+
+std::vector<int> HostCpusOf(const v1::Topology& topology, const std::vector<int>& scenario_cpus) {
+  const std::vector<std::vector<int>> cores = SortedCores(topology);
+  std::vector<int> out;
+  if (cores.empty()) return out;
+  const int n = static_cast<int>(cores.size());
+  for (int c : scenario_cpus) {
+    if (c < 0) continue;
+    const std::vector<int>& threads = cores[c % n];
+    if (c / n < static_cast<int>(threads.size())) out.push_back(threads[c / n]);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<int> ScenarioCpusOf(const v1::Topology& topology, const std::vector<int>& host_cpus) {
+  const std::vector<std::vector<int>> cores = SortedCores(topology);
+  const int n = static_cast<int>(cores.size());
+  std::map<int, int> scenario_of;
+  for (int core = 0; core < n; ++core) {
+    for (int t = 0; t < static_cast<int>(cores[core].size()); ++t) {
+      scenario_of[cores[core][t]] = t * n + core;
+    }
+  }
+  std::vector<int> out;
+  for (int cpu : host_cpus) {
+    if (auto it = scenario_of.find(cpu); it != scenario_of.end()) out.push_back(it->second);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 v1::MeasuredLayout MeasuredFrom(const v1::GetStatsResponse& host, int cpus) {

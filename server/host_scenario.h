@@ -38,13 +38,22 @@ inline constexpr int64_t kLoadWindowSeconds = 300;
 
 // The scenario of the host, VMs in `state.vms` order, each a CPU-bound
 // workload at its load measured over the last kLoadWindowSeconds (1 when
-// not reported), predicted for `predict_s` simulated seconds.
+// not reported), pinned where its agent found others pin it
+// (PlacedVm::vcpu_affinity), predicted for `predict_s` simulated seconds.
 // FAILED_PRECONDITION for hosts the engine cannot plan in reasonable time
 // (no topology, over 1024 cores, over 8 vCPUs per hardware thread) or
 // whose cores are not 2 SMT siblings each.
 absl::StatusOr<policy::Scenario> HostScenario(
     const HostState& state, const std::vector<std::pair<std::string, std::string>>& conflicts,
     const StatsSource& stats, double predict_s);
+
+// The scenario names a host's CPUs as the simulator does: CPU c is thread
+// c / cores of core c % cores (HostScenario's cores are the topology's, in
+// its order; a core's threads in ascending CPU id). These turn a list of
+// them into the host's Linux CPU ids and back, ascending; ids the topology
+// does not have are left out.
+std::vector<int> HostCpusOf(const v1::Topology& topology, const std::vector<int>& scenario_cpus);
+std::vector<int> ScenarioCpusOf(const v1::Topology& topology, const std::vector<int>& host_cpus);
 
 // What the host's agent measured over the last `span_seconds`: forced idle
 // in percent of the host's CPU time (`cpus` of them; unset when no window

@@ -62,6 +62,11 @@ void DesiredState::ApplyLayout(const std::string& host_id, std::vector<LayoutCha
           a->set_isolation(decision.isolation);
           a->set_trust_group(decision.trust_group);
           a->set_dedicated_cores(decision.dedicated_cores);
+          a->clear_pin();
+          if (!change.pin_cpus.empty()) {
+            a->mutable_pin()->set_host_id(host_id);
+            for (int cpu : change.pin_cpus) a->mutable_pin()->add_cpus(cpu);
+          }
           a->set_revision(*revision);
           *vm.mutable_decision() = change.decision;
           vm.mutable_decision()->set_decided_by(v1::DECIDED_BY_ENGINE);

@@ -47,7 +47,10 @@ absl::StatusOr<PlacedVm> PlacedVmOf(store::Transaction& txn, const v1::VM& vm) {
     // The owner's observation: during a migration both sides report it.
     ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
     for (const store::Observation& o : seen) {
-      if (o.host_id == vm.host_id()) out.vcpus = o.vm.enforcement().vcpus();
+      if (o.host_id != vm.host_id()) continue;
+      out.vcpus = o.vm.enforcement().vcpus();
+      out.vcpu_affinity.assign(o.vm.enforcement().vcpu_affinity().begin(),
+                               o.vm.enforcement().vcpu_affinity().end());
     }
   }
   return out;

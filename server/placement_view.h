@@ -34,6 +34,9 @@ struct PlacedVm {
   std::vector<std::string> classes;
   // As last reported by its host's agent; 0 when not known (counted as 1).
   int vcpus = 0;
+  // The host's CPUs others confine its vCPUs to, as its agent last
+  // reported them (VMEnforcement.vcpu_affinity); empty: anywhere.
+  std::vector<int> vcpu_affinity;
 
   bool operator==(const PlacedVm&) const = default;
 };

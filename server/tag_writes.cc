@@ -102,6 +102,8 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
                        ClassesOf(wanted), policy));
   v1::VM vm = wanted;
   SetAssignment(vm, decision);
+  // The engine's pin goes with its level: an operator's level is unpinned.
+  if (keep_engine) *vm.mutable_assignment()->mutable_pin() = existing->assignment().pin();
   *vm.mutable_decision() =
       keep_engine ? existing->decision() : OperatorDecision(wanted, policy);
   if (!keep_engine && !reason.empty()) vm.mutable_decision()->add_reasons(std::string(reason));

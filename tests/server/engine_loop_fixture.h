@@ -111,8 +111,9 @@ class EngineLoopTest : public ::testing::Test {
            }).status();
   }
 
-  // The host reports `vms` (1 vCPU each), with one stats window of up to
-  // `window_s` ending now in which each ran `load` of the time and forced
+  // The host reports `vms` (1 vCPU each unless vcpus_ says otherwise), with
+  // one stats window of up to `window_s` ending now in which each vCPU ran
+  // `load` of the time (unless loads_ says otherwise) and each VM forced
   // `forced_idle` of a CPU idle, when window_s > 0.
   absl::Status Report(const std::vector<std::string>& vms, int window_s = 0,
                       double load = 1, double forced_idle = 0) {
@@ -136,7 +137,10 @@ class EngineLoopTest : public ::testing::Test {
     for (const std::string& id : vms) {
       auto* o = request.add_vms();
       o->set_vm_id(id);
-      o->mutable_enforcement()->set_vcpus(1);
+      o->mutable_enforcement()->set_vcpus(VcpusOf(id));
+      if (auto pinned = pinned_by_others_.find(id); pinned != pinned_by_others_.end()) {
+        for (int cpu : pinned->second) o->mutable_enforcement()->add_vcpu_affinity(cpu);
+      }
     }
     if (end_ns > 0) {
       const int64_t span = end_ns - start_ns;
@@ -147,7 +151,9 @@ class EngineLoopTest : public ::testing::Test {
       for (const std::string& id : vms) {
         v1::VMStats* s = w->add_vms();
         s->set_vm_id(id);
-        const auto run = static_cast<int64_t>(load * span);
+        const auto it = loads_.find(id);
+        const auto run = static_cast<int64_t>((it != loads_.end() ? it->second : load) *
+                                              VcpusOf(id) * span);
         const auto same = static_cast<int64_t>(paired * run);
         s->mutable_share()->set_run_ns(run);
         s->mutable_share()->set_same_ns(same);
@@ -192,6 +198,17 @@ class EngineLoopTest : public ::testing::Test {
   int64_t last_window_end_ = 0;
   // The host that Report and ReportWindow report for.
   std::string report_host_ = kHost;
+  // VMs whose vCPUs the agent reports pinned by others (libvirt), and where.
+  std::map<std::string, std::vector<int>> pinned_by_others_;
+  // VMs of more than 1 vCPU, and VMs whose vCPUs run another load than the
+  // one Report is given.
+  std::map<std::string, int> vcpus_;
+  std::map<std::string, double> loads_;
+
+  int VcpusOf(const std::string& vm) const {
+    auto it = vcpus_.find(vm);
+    return it != vcpus_.end() ? it->second : 1;
+  }
 };
 
 }  // namespace cosched::server::engine_testing

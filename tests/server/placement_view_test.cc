@@ -250,7 +250,8 @@ TEST(PlacementView, ReportedVcpusOfAnotherReplicaChangeTheCoresAVmTakes) {
   }
   delta.hosts.push_back(host);
   PlacedVm big{.vm_id = "big", .tenant_id = "t", .host_id = "h",
-               .isolation = v1::ISOLATION_LEVEL_DEDICATED, .classes = {}, .vcpus = 2};
+               .isolation = v1::ISOLATION_LEVEL_DEDICATED, .classes = {}, .vcpus = 2,
+               .vcpu_affinity = {}};
   delta.vms.push_back(big);
   view.Apply(delta);
   policy::PlacementRequest r;
