@@ -83,7 +83,7 @@ absl::StatusOr<policy::Scenario> HostScenario(
     spec.tenant = vm.tenant_id;
     spec.classes = vm.classes;
     // Where others pin it: predicted there, and never pinned by the engine.
-    spec.pin_cpus = ScenarioCpusOf(topology, vm.vcpu_affinity);
+    if (!vm.vcpu_affinity.empty()) spec.pin_cpus = ScenarioCpusOf(topology, vm.vcpu_affinity);
     spec.workload.kind = policy::WorkloadKind::kCpu;
     // Measured load when the agent reported stats for it, else busy.
     v1::GetStatsResponse measured = stats.QueryVms({vm.vm_id}, kLoadWindowSeconds);

@@ -46,6 +46,10 @@ struct FleetShape {
   int vcpus = 2;
 };
 
+// Passes timed before the steady one, at most: a host has a groups move and
+// at most five pinnings.
+constexpr int kMaxPasses = 8;
+
 std::string HostId(int h) { return absl::StrCat("host-", h); }
 std::string VmId(int h, int v) { return absl::StrCat("vm-", h, "-", v); }
 std::string TenantOf(int v) { return absl::StrCat("t", v % 4); }
@@ -160,7 +164,8 @@ double CpuSeconds() {
          (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
-void TimePass(server::EngineLoop& engine, const char* name, int hosts) {
+// Times one pass; returns how many predictions it made.
+int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts) {
   const double cpu = CpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   const int64_t predicted = engine.predictions();
@@ -168,12 +173,13 @@ void TimePass(server::EngineLoop& engine, const char* name, int hosts) {
   const int changed = engine.RunPass(true);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%-6s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores); "
+  std::printf("%-7s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores); "
               "%lld predicted, %lld of them settled by the screen\n",
-              name, hosts, wall, hosts / wall, changed, CpuSeconds() - cpu,
+              name.c_str(), hosts, wall, hosts / wall, changed, CpuSeconds() - cpu,
               (CpuSeconds() - cpu) / wall,
               static_cast<long long>(engine.predictions() - predicted),
               static_cast<long long>(engine.screened_predictions() - screened));
+  return engine.predictions() - predicted;
 }
 
 int Run(int argc, char** argv) {
@@ -228,7 +234,13 @@ int Run(int argc, char** argv) {
   std::printf("engine: planner_threads %d, predictions of %.1f simulated s, screen %.2f s\n",
               threads, options.predict_s, options.screen_s);
   server::EngineLoop engine(&state, options);
+  // The first pass tries each host's first move (its groups); each later
+  // one the host's next move (a pinning), predicted once, until a round of
+  // moves is over and a pass predicts nothing: then it is steady.
   TimePass(engine, "cold", shape.hosts);
+  for (int pass = 2; pass <= kMaxPasses; ++pass) {
+    if (TimePass(engine, absl::StrCat("pass ", pass), shape.hosts) == 0) break;
+  }
   TimePass(engine, "steady", shape.hosts);
   return 0;
 }
