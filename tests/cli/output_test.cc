@@ -39,6 +39,7 @@ TEST(OutputTest, VmBlock) {
             "isolation:            tenant (requested: default)\n"
             "trust group:          tg-acme\n"
             "dedicated cores:      no\n"
+            "pinned:               no\n"
             "interference classes: db,noisy\n"
             "thread scope:         emulator\n"
             "revision:             12\n"
@@ -49,6 +50,28 @@ TEST(OutputTest, VmBlock) {
             "last error:           tid 77:?EPERM\n"
             "created:              -\n"
             "updated:              2023-11-14T22:13:20Z\n");
+}
+
+// The engine's pin, and where the agent found others pin the vCPUs.
+TEST(OutputTest, VmBlockAndJsonShowPins) {
+  v1::VM vm = TaggedVm("vm-1", "acme");
+  vm.mutable_assignment()->mutable_pin()->set_host_id("kvm-01");
+  for (int cpu : {0, 1, 2, 3, 8}) vm.mutable_assignment()->mutable_pin()->add_cpus(cpu);
+  for (int cpu : {4, 5}) vm.mutable_enforcement()->add_vcpu_affinity(cpu);
+  std::ostringstream out;
+  PrintVm(vm, out);
+  EXPECT_NE(out.str().find("pinned:               CPUs 0-3,8 of host kvm-01 (the engine's)\n"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("vCPU affinity:        4-5 (set by others: libvirt, taskset)\n"),
+            std::string::npos)
+      << out.str();
+  const nlohmann::json json = VmToJson(vm);
+  EXPECT_EQ(json["pin"]["host_id"], "kvm-01");
+  EXPECT_EQ(json["pin"]["cpus"], nlohmann::json({0, 1, 2, 3, 8}));
+  EXPECT_EQ(json["enforcement"]["vcpu_affinity"], nlohmann::json({4, 5}));
+  EXPECT_EQ(json["enforcement"]["pinned_cpus"], nlohmann::json::array());
+  EXPECT_TRUE(VmToJson(TaggedVm("vm-2", "acme"))["pin"].is_null());
 }
 
 TEST(OutputTest, VmTableAlignsColumnsWithoutTrailingSpaces) {

@@ -7,9 +7,11 @@
 # sibling of core 0: at level vm (a cookie each) a VM on one sibling keeps
 # the other idle whenever only another acme VM is queued there, far over
 # budget. globex (fixed, vm only) has one VM on core 1, busy 5% of the
-# time, beside the host's own tasks (at 10% the engine's prediction of the
-# tenant layout, which does not know the VMs' pinning, came out at the 2%
-# budget itself, and a run could flag the host instead of regrouping).
+# time, beside the host's own tasks (at 10%, before agents reported where
+# others pin vCPUs, the engine's prediction of the tenant layout came out
+# at the 2% budget itself, and a run could flag the host instead of
+# regrouping). The VMs are pinned by the lab, so the engine does not pin
+# them: its only move is the regroup.
 # Phases, the VMs stopped (SIGSTOP) at every edge so that the agent's
 # windows and the lab's counters hold the same growth:
 #   vm       acme applies nothing yet (apply: false): the VMs run 10 s at
