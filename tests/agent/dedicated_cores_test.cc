@@ -446,16 +446,21 @@ TEST_F(DedicatedCoreEnforcerTest, APinThatCannotBeSetIsReported) {
 
 // The reconcile loop runs the enforcer after each cookie pass and folds its
 // outcome into the VMs' reports.
-TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
-  using namespace std::chrono_literals;
-  host::FakeCoreSched cookies;
-  host::FakeCpuAffinity affinity(host::CpuSet{0, 1, 2, 3});
-  ReconcilerOptions o;
-  o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
-  CookieReconciler reconciler(&cookies, o);
-  DedicatedCoreEnforcer enforcer(&affinity, TwoByTwo());
+class ReconcileLoopDedicatedTest : public ::testing::Test {
+ protected:
+  ReconcileLoopDedicatedTest()
+      : affinity(host::CpuSet{0, 1, 2, 3}),
+        reconciler(&cookies, Supported()),
+        enforcer(&affinity, TwoByTwo()) {}
 
-  auto vm = [&](const std::string& id, int pid, int vcpus) {
+  static ReconcilerOptions Supported() {
+    ReconcilerOptions o;
+    o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+    return o;
+  }
+
+  // A VM with an emulator thread (pid) and `vcpus` vCPU threads (pid + n).
+  discovery::DiscoveredVm vm(const std::string& id, int pid, int vcpus) {
     discovery::DiscoveredVm v;
     v.vm_id = id;
     v.qemu_pid = pid;
@@ -470,7 +475,16 @@ TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
       affinity.AddThread(pid + i);
     }
     return v;
-  };
+  }
+
+  host::FakeCoreSched cookies;
+  host::FakeCpuAffinity affinity;
+  CookieReconciler reconciler;
+  DedicatedCoreEnforcer enforcer;
+};
+
+TEST_F(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
+  using namespace std::chrono_literals;
   discovery::StaticVmDiscovery discovery;
   // vm-a asks for 4 vCPUs' worth of cores: more than a 2-core host can give.
   discovery.SetVms({vm("vm-a", 300, 4), vm("vm-d", 100, 2), vm("vm-o", 200, 1)});
@@ -531,26 +545,10 @@ TEST(ReconcileLoopDedicatedTest, DedicatedVmGetsItsCoreAndReportsShortage) {
 
 // A pin applies on the host it names only: a VM that migrated runs
 // unpinned until the engine plans its new host.
-TEST(ReconcileLoopDedicatedTest, APinAppliesOnTheHostItNames) {
+TEST_F(ReconcileLoopDedicatedTest, APinAppliesOnTheHostItNames) {
   using namespace std::chrono_literals;
-  host::FakeCoreSched cookies;
-  host::FakeCpuAffinity affinity(host::CpuSet{0, 1, 2, 3});
-  ReconcilerOptions o;
-  o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
-  CookieReconciler reconciler(&cookies, o);
-  DedicatedCoreEnforcer enforcer(&affinity, TwoByTwo());
   discovery::StaticVmDiscovery discovery;
-  std::vector<discovery::DiscoveredVm> vms;
-  for (int pid : {100, 200}) {
-    discovery::DiscoveredVm v;
-    v.vm_id = absl::StrCat("vm-", pid);
-    v.qemu_pid = pid;
-    v.threads.push_back({pid + 1, pid, "CPU 0/KVM", discovery::DiscoveredThread::Kind::kVcpu});
-    cookies.AddTask(pid + 1, pid);
-    affinity.AddThread(pid + 1);
-    vms.push_back(v);
-  }
-  discovery.SetVms(vms);
+  discovery.SetVms({vm("vm-100", 100, 1), vm("vm-200", 200, 1)});
   auto lookup = [](const discovery::DiscoveredVm& v) -> std::optional<v1::Assignment> {
     v1::Assignment a;
     a.set_vm_id(v.vm_id);

@@ -202,6 +202,17 @@ lab_start_agent() {
   AGENT_PID=$!
 }
 
+# lab_start_reporting_agent [ARGS...]: lab_start_agent with its collector
+# on (1 s windows, as after lab_crosscheck_begin) but no lab trace, once csd
+# has its registration: for scenarios that judge the stats it reports.
+lab_start_reporting_agent() {
+  local crosscheck=${LAB_CROSSCHECK:-0}
+  LAB_CROSSCHECK=1
+  lab_start_agent "$@"
+  LAB_CROSSCHECK=$crosscheck
+  lab_wait_host
+}
+
 # lab_wait_host: csd has the agent's registration.
 lab_wait_host() {
   lab_wait_for 30 sh -c 'csctl hosts get lab -o json | grep -q "\"connected\": true"' ||

@@ -56,20 +56,7 @@ cg=/sys/fs/cgroup/machine/vm-a
 mkdir -p "$cg" && echo "$pid_a" >"$cg/cgroup.procs" || lab_fail "cannot put vm-a in cgroup /machine/vm-a"
 
 lab_start_csd
-cat >/tmp/agent.yaml <<EOF
-server: "$CSCTL_SERVER"
-host_id: lab
-state_dir: /tmp/agent
-discovery: procfs
-report_interval_s: 1
-telemetry:
-  enabled: true
-  buffer_size_kb: 2048
-  poll_interval_ms: 500
-EOF
-cs-agent --config /tmp/agent.yaml >>/tmp/agent.log 2>&1 &
-AGENT_PID=$!
-lab_wait_host
+lab_start_reporting_agent
 for vm in vm-a vm-b vm-c; do
   csctl tag $vm --tenant acme >/dev/null || lab_fail "tag $vm"
 done

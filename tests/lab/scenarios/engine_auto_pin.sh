@@ -42,20 +42,7 @@ LAB_CSD_CONFIG="engine:
   min_dwell_s: 0
   max_changes_per_hour: $max_changes"
 lab_start_csd
-cat >/tmp/agent.yaml <<YAML
-server: "$CSCTL_SERVER"
-host_id: lab
-state_dir: /tmp/agent
-discovery: procfs
-report_interval_s: 1
-telemetry:
-  enabled: true
-  buffer_size_kb: 2048
-  poll_interval_ms: 500
-YAML
-cs-agent --config /tmp/agent.yaml >>/tmp/agent.log 2>&1 &
-AGENT_PID=$!
-lab_wait_host
+lab_start_reporting_agent
 
 csctl policy set acme --default vm --allow vm --mode auto --no-apply >/dev/null ||
   lab_fail "policy set acme (dry run)"

@@ -55,20 +55,7 @@ LAB_CSD_CONFIG="engine:
   max_changes_per_hour: $max_changes
   budget_windows: 2"
 lab_start_csd
-cat >/tmp/agent.yaml <<YAML
-server: "$CSCTL_SERVER"
-host_id: lab
-state_dir: /tmp/agent
-discovery: procfs
-report_interval_s: 1
-telemetry:
-  enabled: true
-  buffer_size_kb: 2048
-  poll_interval_ms: 500
-YAML
-cs-agent --config /tmp/agent.yaml >>/tmp/agent.log 2>&1 &
-AGENT_PID=$!
-lab_wait_host
+lab_start_reporting_agent
 
 csctl policy set acme --default vm --allow vm,tenant --mode auto --no-apply \
   --forced-idle-budget 2 >/dev/null || lab_fail "policy set acme (dry run)"
