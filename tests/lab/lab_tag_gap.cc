@@ -6,8 +6,16 @@
 // background. With --comm, only a new thread whose name matches PATTERN
 // (fnmatch) counts; it is timed from when it first appeared, under whatever
 // name (QEMU names its threads after creating them). Prints one line:
-//   tid TID inherited            (it held COOKIE when first seen: gap 0)
+//   tid TID inherited            (it held COOKIE when first seen, as did
+//                                 the process's main thread, which makes
+//                                 them: gap 0)
 //   tid TID tagged_after_us N    (the agent tagged it N us after it appeared)
+//   tid TID tagged_after_us 0 before_seen_us M
+//                                (it held COOKIE when first seen, M us after
+//                                 it was asked for, and the main thread did
+//                                 not: the agent tagged it before a poll saw
+//                                 it, on a guest slow enough to starve the
+//                                 poller)
 // Exits 1 when the thread never gets COOKIE within the timeout (default
 // 10000 ms), 3 when COMMAND failed without creating such a thread (its
 // output went to stderr).
@@ -247,7 +255,8 @@ int main(int argc, char** argv) {
       _exit(127);
     }
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto asked = Clock::now();
+  const auto deadline = asked + std::chrono::milliseconds(timeout_ms);
   int tid = 0;
   int command_status = -1;
   // Every new thread: when it was first seen, and whether it held the
@@ -320,7 +329,13 @@ int main(int argc, char** argv) {
   int result = 1;
   while (Clock::now() < deadline) {
     if (holds(tid)) {
-      if (born_with_cookie) {
+      if (born_with_cookie && !vhost && !holds(pid)) {
+        // Nothing it could inherit from held the cookie.
+        std::printf("tid %d tagged_after_us 0 before_seen_us %lld\n", tid,
+                    static_cast<long long>(
+                        std::chrono::duration_cast<std::chrono::microseconds>(seen - asked)
+                            .count()));
+      } else if (born_with_cookie) {
         std::printf("tid %d inherited\n", tid);
       } else {
         auto us = std::chrono::duration_cast<std::chrono::microseconds>(
