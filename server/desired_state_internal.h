@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -96,6 +98,28 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
 absl::StatusOr<int64_t> WriteUntag(store::Transaction& txn, const v1::VM& existing,
                                    const Actor& actor, absl::string_view reason,
                                    v1::AuditRecord* logged);
+
+// Runs `done` with the outcome of a write whose result `fn` fills in.
+template <typename T>
+void WriteAndAnswer(store::Store* store,
+                    std::function<absl::Status(store::Transaction&, T&)> fn,
+                    DesiredState::Done<T> done) {
+  auto result = std::make_shared<T>();
+  store->Write(
+      [fn = std::move(fn), result](store::Transaction& txn) {
+        // A store may run the function again (EtcdStore, after losing a
+        // race): each run answers afresh.
+        *result = T();
+        return fn(txn, *result);
+      },
+      [done = std::move(done), result](absl::Status status) {
+        if (status.ok()) {
+          done(std::move(*result));
+        } else {
+          done(status);
+        }
+      });
+}
 
 }  // namespace cosched::server::internal
 
