@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "policy/layout_rules.h"
 #include "policy/tradeoff.h"
+#include "tests/testing/parse_scenario.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
@@ -16,11 +17,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-Scenario Parse(const std::string& yaml) {
-  auto s = ParseScenarioYaml(yaml);
-  EXPECT_OK(s);
-  return s.ok() ? *s : Scenario();
-}
+Scenario Parse(const std::string& yaml) { return testing::ParseScenario(yaml); }
 
 // The lab's engine_auto_pin host: one busy 2-vCPU VM of acme and two
 // half-busy 1-vCPU VMs of globex on 2 cores, a cookie each.

@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/engine_hosts.h"
+#include "tests/testing/parse_scenario.h"
 #include "tests/testing/status_matchers.h"
 
 namespace cosched::policy {
@@ -14,11 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Scenario Parse(const std::string& yaml) {
-  auto s = ParseScenarioYaml(yaml);
-  EXPECT_OK(s);
-  return s.ok() ? *s : Scenario();
-}
+Scenario Parse(const std::string& yaml) { return testing::ParseScenario(yaml); }
 
 constexpr char kTwoTenants[] = R"(
 name: tenants

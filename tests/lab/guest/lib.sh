@@ -213,6 +213,20 @@ lab_start_reporting_agent() {
   lab_wait_host
 }
 
+# lab_engine_changes_within MAX: the policy engine changed the host's layout
+# at least once and at most MAX times (its EngineDecision audit records, one
+# revision a change), kept in $LAB_OUT/engine-audit.json.
+lab_engine_changes_within() {
+  local changes
+  csctl audit --who csd:engine --limit 1000 -o json >"$LAB_OUT/engine-audit.json" ||
+    lab_fail "csctl audit"
+  changes=$(awk '/"method": "EngineDecision"/ { d = 1 } d && /"revision":/ { r = $2; sub(/,$/, "", r); seen[r] = 1; d = 0 }
+    END { n = 0; for (r in seen) n++; print n }' "$LAB_OUT/engine-audit.json")
+  [ "$changes" -ge 1 ] && [ "$changes" -le "$1" ] ||
+    lab_fail "the engine changed the layout $changes times (bound: $1 per hour)"
+  lab_result "layout changes" "$changes (bound $1 per hour)"
+}
+
 # lab_wait_host: csd has the agent's registration.
 lab_wait_host() {
   lab_wait_for 30 sh -c 'csctl hosts get lab -o json | grep -q "\"connected\": true"' ||

@@ -127,11 +127,5 @@ case "$summary" in samples*) ;; *) lab_fail "the cookie sampler: $summary" ;; es
 grep -q '^change' /tmp/watch.txt && lab_fail "a cookie changed while the engine pinned: $(grep '^change' /tmp/watch.txt | head -3)"
 lab_result "cookies read every 100 ms" "$summary; none changed"
 
-csctl audit --who csd:engine --limit 1000 -o json >"$LAB_OUT/engine-audit.json" ||
-  lab_fail "csctl audit"
-changes=$(awk '/"method": "EngineDecision"/ { d = 1 } d && /"revision":/ { r = $2; sub(/,$/, "", r); seen[r] = 1; d = 0 }
-  END { n = 0; for (r in seen) n++; print n }' "$LAB_OUT/engine-audit.json")
-[ "$changes" -ge 1 ] && [ "$changes" -le $max_changes ] ||
-  lab_fail "the engine changed the layout $changes times (bound: $max_changes per hour)"
-lab_result "layout changes" "$changes (bound $max_changes per hour)"
+lab_engine_changes_within "$max_changes"
 for pid in $all; do lab_stop_vm "$pid"; done

@@ -176,13 +176,7 @@ awk -v g="$pid_g" -v c="$cookie_g" '$1 == "change" && ($3 == g || $7 == c) { bad
   lab_fail "globex's VM changed cookie or shared it: $(cat /tmp/bad.txt)"
 lab_result "cookies read every 100 ms" "$summary; globex's never changed, no acme thread took it"
 
-csctl audit --who csd:engine --limit 1000 -o json >"$LAB_OUT/engine-audit.json" ||
-  lab_fail "csctl audit"
-changes=$(awk '/"method": "EngineDecision"/ { d = 1 } d && /"revision":/ { r = $2; sub(/,$/, "", r); seen[r] = 1; d = 0 }
-  END { n = 0; for (r in seen) n++; print n }' "$LAB_OUT/engine-audit.json")
-[ "$changes" -ge 1 ] && [ "$changes" -le $max_changes ] ||
-  lab_fail "the engine changed the layout $changes times (bound: $max_changes per hour)"
-lab_result "layout changes" "$changes (bound $max_changes per hour)"
+lab_engine_changes_within "$max_changes"
 csctl plan --report -o json >"$LAB_OUT/plan-report.json" || lab_fail "csctl plan --report"
 csctl plan --report >"$LAB_OUT/plan-report.txt" || lab_fail "csctl plan --report"
 lab_result "plan report" "$(tail -1 "$LAB_OUT/plan-report.txt")"
