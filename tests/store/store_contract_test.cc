@@ -714,10 +714,17 @@ TEST_P(StoreContractTest, WriterCommitsOnWhileAnAnswerRuns) {
     };
   };
   const int64_t base = store->CurrentRevision();
+  // vm-1's own revision, taken in its transaction: by the time its answer
+  // runs, vm-2 may already have committed, so CurrentRevision() there could
+  // be vm-2's.
   std::atomic<int64_t> first_committed{0};
-  store->Write(put("vm-1"), [&](absl::Status s) {
+  auto put_first = [&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(const int64_t revision, txn.WriteRevision());
+    first_committed = revision;
+    return txn.PutVm(MakeVm("vm-1"));
+  };
+  store->Write(put_first, [&](absl::Status s) {
     ASSERT_OK(s);
-    first_committed = store->CurrentRevision();
     // Wait (bounded) for the second write to commit meanwhile.
     for (int i = 0; i < 500 && store->CurrentRevision() <= first_committed; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
