@@ -8,7 +8,6 @@
 #include "server/engine_loop.h"
 
 #include <cmath>
-#include <future>
 #include <map>
 #include <set>
 
@@ -20,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "policy/simulator.h"
 #include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -30,12 +30,7 @@ using SteadyClock = std::chrono::steady_clock;
 inline const Actor kTester{"spiffe://test/tester", "admin"};
 inline constexpr char kHost[] = "hv-1";
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
+using testing::Wait;
 
 class EngineLoopTest : public ::testing::Test {
  protected:

@@ -8,7 +8,6 @@
 // changes nothing; PlanHost takes the same moves in the same order.
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <map>
 #include <sstream>
 
@@ -23,6 +22,7 @@
 #include "server/engine_loop.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::server {
@@ -31,12 +31,7 @@ namespace {
 const Actor kTester{"spiffe://test/tester", "admin"};
 constexpr char kHost[] = "hv-1";
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
+using testing::Wait;
 
 // One VM's decision, as both sides state it. The host's CPU c is the
 // scenario's CPU c (core c % cores, as the simulator numbers them).

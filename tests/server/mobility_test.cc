@@ -2,7 +2,6 @@
 // host lifecycle (drain, undrain, remove) with Place's rules of which hosts
 // it may choose.
 #include <atomic>
-#include <future>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "server/instrumented_store.h"
 #include "server/vm_presence.h"
 #include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -22,12 +22,7 @@ namespace {
 
 const Actor kTester{"spiffe://test/tester", "admin"};
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
+using testing::Wait;
 
 struct Seen {
   std::string vm_id;

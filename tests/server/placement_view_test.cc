@@ -4,7 +4,6 @@
 // moves, untags and policy changes.
 #include "server/placement_view.h"
 
-#include <future>
 #include <random>
 
 #include "common/config_loader.h"
@@ -13,6 +12,7 @@
 #include "server/csd_server.h"
 #include "server/desired_state.h"
 #include "store/sqlite_store.h"
+#include "tests/server/desired_state_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -21,12 +21,7 @@ namespace {
 
 const Actor kTester{"spiffe://test/tester", "admin"};
 
-template <typename T>
-absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
-  std::promise<absl::StatusOr<T>> promise;
-  call([&](absl::StatusOr<T> r) { promise.set_value(std::move(r)); });
-  return promise.get_future().get();
-}
+using testing::Wait;
 
 policy::PlacementOptions Options() {
   policy::PlacementOptions options;
