@@ -337,6 +337,8 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     csd->peer_directory_ = std::make_unique<PeerDirectory>(
         [replicas] { return replicas->List(); }, std::move(peer_options));
     csd->peer_stats_ = std::make_unique<PeerStats>(*csd->peer_directory_, options.peer_timeout);
+    csd->leader_queries_ = std::make_unique<LeaderQueries>(
+        [replicas] { return replicas->leader(); }, *csd->peer_directory_);
     // Which hosts' agents each replica hears, so that every replica judges
     // liveness (Place, csctl hosts, rollouts) by all of them.
     csd->replicas_ = replicas;
@@ -360,7 +362,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   }
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
-      csd->peer_stats_.get(), csd->rollouts_.get());
+      csd->peer_stats_.get(), csd->leader_queries_.get(), csd->rollouts_.get());
   csd->agent_service_ = std::make_unique<AgentServiceImpl>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 

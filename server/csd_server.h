@@ -153,6 +153,8 @@ class CsdServer {
   // csd on etcd: gathers the other replicas' stats; before the service
   // that uses it.
   std::unique_ptr<PeerStats> peer_stats_;
+  // csd on etcd: ExplainVM and Plan asked of the leader; the same.
+  std::unique_ptr<LeaderQueries> leader_queries_;
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   // Replicas on etcd only: the stats of this replica's agents to the

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
@@ -38,6 +40,22 @@ absl::StatusOr<std::vector<store::EtcdReplica>> PeerDirectory::Replicas(bool fre
     it = listed_now ? std::next(it) : channels_.erase(it);
   }
   return replicas_;
+}
+
+absl::StatusOr<std::string> PeerDirectory::LeaderAddress(const std::string& leader) {
+  for (bool fresh : {false, true}) {
+    ASSIGN_OR_RETURN(std::vector<store::EtcdReplica> replicas, Replicas(fresh));
+    for (const store::EtcdReplica& replica : replicas) {
+      if (replica.name() != leader) continue;
+      if (replica.address().empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the leader ", leader, " registered no address (store.etcd.advertise_address)"));
+      }
+      return replica.address();
+    }
+    // A leader newer than the list: read it again, once.
+  }
+  return absl::UnavailableError(absl::StrCat("the leader ", leader, " is not registered"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerDirectory::ChannelTo(

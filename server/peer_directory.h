@@ -48,6 +48,11 @@ class PeerDirectory {
   // list_for old, or the last one when etcd cannot be read (logged); the
   // error when none was ever read. `fresh` reads the list now.
   absl::StatusOr<std::vector<store::EtcdReplica>> Replicas(bool fresh = false);
+  // The address `leader` registered, from the list or, when the list does
+  // not name it yet (a leader newer than the list), from one read now;
+  // FAILED_PRECONDITION when it registered none, UNAVAILABLE when it is not
+  // registered.
+  absl::StatusOr<std::string> LeaderAddress(const std::string& leader);
   // The channel to `address`, made once; channels to addresses no longer
   // registered are let go when the list is read again.
   absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelTo(const std::string& address);

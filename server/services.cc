@@ -208,11 +208,21 @@ grpc::ServerUnaryReactor* ControlPlaneService::Place(
   return AnswerNow(context, state_->Place(*request), response);
 }
 
+bool ControlPlaneService::AskTheLeader(bool local_only) const {
+  return leader_ != nullptr && !local_only && !state_->store().Leads();
+}
+
 grpc::ServerUnaryReactor* ControlPlaneService::ExplainVM(
     grpc::CallbackServerContext* context, const v1::ExplainVMRequest* request,
     v1::ExplainVMResponse* response) {
   auto caller = authz_->ForControlPlane(*context, "ExplainVM");
   if (!caller.ok()) return Refuse(context, caller.status());
+  if (AskTheLeader(request->local_only())) {
+    auto* reactor = context->DefaultReactor();
+    leader_->ExplainVM(*context, *request, response,
+                       [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    return reactor;
+  }
   // Runs the simulator on this callback thread: a few at a time are fine,
   // and the answer is what the caller waits for.
   return AnswerNow(context, state_->ExplainVm(*request), response);
@@ -223,6 +233,12 @@ grpc::ServerUnaryReactor* ControlPlaneService::Plan(grpc::CallbackServerContext*
                                                     v1::PlanResponse* response) {
   auto caller = authz_->ForControlPlane(*context, "Plan");
   if (!caller.ok()) return Refuse(context, caller.status());
+  if (AskTheLeader(request->local_only())) {
+    auto* reactor = context->DefaultReactor();
+    leader_->Plan(*context, *request, response,
+                  [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    return reactor;
+  }
   // Like ExplainVM: predictions on this callback thread, a few hosts' worth.
   return AnswerNow(context, engine_->Plan(*request), response);
 }

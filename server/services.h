@@ -12,6 +12,7 @@
 #include "server/authz.h"
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
+#include "server/leader_queries.h"
 #include "server/peer_stats.h"
 #include "server/rollout_control.h"
 
@@ -20,16 +21,18 @@ namespace cosched::server {
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
  public:
   // `engine` answers Plan; `peers` (csd on etcd; may be null) gathers the
-  // other replicas' stats for GetStats; `rollouts` answers the rollout
-  // RPCs.
+  // other replicas' stats for GetStats; `leader` (csd on etcd; may be
+  // null) asks the leader ExplainVM and Plan while this replica does not
+  // lead; `rollouts` answers the rollout RPCs.
   ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
                       const Authorizer* authz, EngineLoop* engine, PeerStats* peers,
-                      RolloutControl* rollouts)
+                      LeaderQueries* leader, RolloutControl* rollouts)
       : state_(state),
         fanout_(fanout),
         authz_(authz),
         engine_(engine),
         peers_(peers),
+        leader_(leader),
         rollouts_(rollouts) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
@@ -104,6 +107,9 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
                                          v1::Rollout* response) override;
 
  private:
+  // Whether ExplainVM and Plan go to the leader: its engine's record and
+  // every replica's stats are there (server/leader_queries.h).
+  bool AskTheLeader(bool local_only) const;
   grpc::ServerUnaryReactor* ChangeRollout(grpc::CallbackServerContext* context,
                                           const char* method, RolloutControl::Change change,
                                           const v1::ChangeRolloutRequest* request,
@@ -114,6 +120,7 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   const Authorizer* const authz_;
   EngineLoop* const engine_;
   PeerStats* const peers_;
+  LeaderQueries* const leader_;
   RolloutControl* const rollouts_;
 };
 

@@ -103,22 +103,6 @@ void StatsForwarder::Run() {
   }
 }
 
-absl::StatusOr<std::string> StatsForwarder::LeaderAddress(const std::string& leader) {
-  for (bool fresh : {false, true}) {
-    ASSIGN_OR_RETURN(std::vector<store::EtcdReplica> replicas, peers_.Replicas(fresh));
-    for (const store::EtcdReplica& replica : replicas) {
-      if (replica.name() != leader) continue;
-      if (replica.address().empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the leader ", leader, " registered no address (store.etcd.advertise_address)"));
-      }
-      return replica.address();
-    }
-    // A leader newer than the list: read it again, once.
-  }
-  return absl::UnavailableError(absl::StrCat("the leader ", leader, " is not registered"));
-}
-
 void StatsForwarder::Send(std::vector<Item> items) {
   const std::string leader = leader_();
   // The leader's own agents' windows are in its own aggregator.
@@ -126,7 +110,7 @@ void StatsForwarder::Send(std::vector<Item> items) {
   if (leader.empty()) {
     return Drop(items.size(), absl::UnavailableError("no replica leads now"));
   }
-  absl::StatusOr<std::string> address = LeaderAddress(leader);
+  absl::StatusOr<std::string> address = peers_.LeaderAddress(leader);
   if (!address.ok()) return Drop(items.size(), address.status());
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = peers_.ChannelTo(*address);
   if (!channel.ok()) return Drop(items.size(), channel.status());

@@ -83,8 +83,6 @@ class StatsForwarder {
   };
   void Run();
   void Send(std::vector<Item> items);
-  // The leader's address; an error saying why there is none.
-  absl::StatusOr<std::string> LeaderAddress(const std::string& leader);
   void Drop(size_t n, const absl::Status& why);
 
   const Leader leader_;

@@ -160,6 +160,63 @@ class CsdReplicasTest : public ::testing::Test {
     return r.control->TagVM(&context, request, out);
   }
 
+  // Puts `tenant` in mode auto, allowing levels vm and tenant.
+  static grpc::Status SetAutoPolicy(Replica& r, const std::string& tenant) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    v1::SetTenantPolicyRequest request;
+    v1::TenantPolicy* policy = request.mutable_policy();
+    policy->set_tenant_id(tenant);
+    policy->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+    policy->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
+    policy->set_mode(v1::POLICY_MODE_AUTO);
+    v1::TenantPolicy response;
+    return r.control->SetTenantPolicy(&context, request, &response);
+  }
+
+  // Tags `vm` for `tenant` without a level: the engine's to decide.
+  static grpc::Status TagForEngine(Replica& r, const std::string& vm,
+                                   const std::string& tenant = "acme") {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    v1::TagVMRequest request;
+    request.set_vm_id(vm);
+    request.set_tenant_id(tenant);
+    v1::TagVMResponse response;
+    return r.control->TagVM(&context, request, &response);
+  }
+
+  static bool DecidedByEngine(Replica& r, const std::string& vm) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(10));
+    v1::GetVMRequest request;
+    request.set_vm_id(vm);
+    v1::VM response;
+    return r.control->GetVM(&context, request, &response).ok() &&
+           response.decision().decided_by() == v1::DECIDED_BY_ENGINE;
+  }
+
+  static grpc::Status Explain(Replica& r, const std::string& vm, v1::ExplainVMResponse* out,
+                              bool local_only = false) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(30));
+    v1::ExplainVMRequest request;
+    request.set_vm_id(vm);
+    request.set_local_only(local_only);
+    return r.control->ExplainVM(&context, request, out);
+  }
+
+  // Plan's report: each host's applied plan against what was measured.
+  static grpc::Status PlanReport(Replica& r, v1::PlanResponse* out, bool local_only = false) {
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + seconds(30));
+    v1::PlanRequest request;
+    request.set_report(true);
+    request.set_local_only(local_only);
+    return r.control->Plan(&context, request, out);
+  }
+
   static std::unique_ptr<Stream> Watch(Replica& r, const std::string& host) {
     auto stream = std::make_unique<Stream>();
     stream->context.set_deadline(system_clock::now() + seconds(60));

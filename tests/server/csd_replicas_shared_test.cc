@@ -106,20 +106,10 @@ TEST_F(CsdReplicasTest, TheLeadersEngineSeesTheLoadOfHostsWhoseAgentsTalkToAnoth
   RegisterAndReport(b, "host-b", {"vm-b"});
   ReportWindow(b, "host-b", "vm-b", 500);
 
-  auto explain_on_a = [&a] {
-    grpc::ClientContext context;
-    context.set_deadline(system_clock::now() + seconds(30));
-    v1::ExplainVMRequest request;
-    request.set_vm_id("vm-b");
-    v1::ExplainVMResponse response;
-    grpc::Status status = a.control->ExplainVM(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  };
   v1::ExplainVMResponse explained;
   EXPECT_TRUE(Eventually([&] {
-    explained = explain_on_a();
-    return explained.measured().windows() == 1;
+    explained.Clear();
+    return Explain(a, "vm-b", &explained).ok() && explained.measured().windows() == 1;
   })) << explained.DebugString();
   EXPECT_GT(explained.load(), 0);
   EXPECT_GT(explained.measured().throughput(), 0);
@@ -134,6 +124,84 @@ TEST_F(CsdReplicasTest, TheLeadersEngineSeesTheLoadOfHostsWhoseAgentsTalkToAnoth
   // A's own agents have none of it.
   vm_b.set_local_only(true);
   EXPECT_EQ(Stats(a, vm_b, &stats).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// ExplainVM and Plan rest on every replica's agents' stats and on the
+// engine's record of the plans it applied, and the leader alone has both:
+// a replica that does not lead answers them with the leader's answer;
+// local_only gives its own.
+TEST_F(CsdReplicasTest, ExplainAndPlanOnAReplicaThatDoesNotLeadAreTheLeaders) {
+  Replica a = Start();  // leads
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  ASSERT_OK(SetAutoPolicy(a, "acme"));
+  // As in OnlyTheLeaderRunsTheEngine: acme sharing a cookie pays. The
+  // host's agent talks to a, so its windows are a's alone (only the
+  // leader is forwarded any).
+  const std::vector<std::string> vms = {"a-1", "a-2", "a-3", "g-1", "g-2"};
+  ASSERT_NO_FATAL_FAILURE(RegisterAndReport(a, "h1", vms, 1));
+  for (const char* vm : {"a-1", "a-2", "a-3"}) ASSERT_OK(TagForEngine(a, vm));
+  for (const char* vm : {"g-1", "g-2"}) ASSERT_OK(TagForEngine(a, vm, "globex"));
+  ASSERT_TRUE(Eventually([&] { return DecidedByEngine(b, "a-1"); }, seconds(10)));
+  // A window that begins after the plan (ReportWindow's begins 2 s before
+  // it is sent), so that the plan's report counts it.
+  std::this_thread::sleep_for(seconds(3));
+  ASSERT_NO_FATAL_FAILURE(ReportWindow(a, "h1", "a-1", 500));
+
+  v1::ExplainVMResponse on_b;
+  EXPECT_TRUE(Eventually([&] {
+    on_b.Clear();
+    return Explain(b, "a-1", &on_b).ok() && on_b.measured().windows() == 1;
+  })) << on_b.DebugString();
+  EXPECT_EQ(on_b.decision().decided_by(), v1::DECIDED_BY_ENGINE);
+  EXPECT_EQ(on_b.host_plan().since().windows(), 1) << on_b.DebugString();
+  // b's own agents sent none of it.
+  v1::ExplainVMResponse local;
+  ASSERT_OK(Explain(b, "a-1", &local, /*local_only=*/true));
+  EXPECT_EQ(local.measured().windows(), 0);
+  EXPECT_EQ(local.host_plan().since().windows(), 0);
+  // The leader's own errors come back as they are.
+  EXPECT_EQ(Explain(b, "never-tagged", &local).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::PlanResponse report_a, report_b, report_b_local;
+  ASSERT_OK(PlanReport(a, &report_a));
+  ASSERT_OK(PlanReport(b, &report_b));
+  ASSERT_OK(PlanReport(b, &report_b_local, /*local_only=*/true));
+  ASSERT_EQ(report_a.reports_size(), 1) << report_a.DebugString();
+  EXPECT_EQ(report_a.reports(0).since().windows(), 1) << report_a.DebugString();
+  EXPECT_EQ(report_b.DebugString(), report_a.DebugString());
+  ASSERT_EQ(report_b_local.reports_size(), 1) << report_b_local.DebugString();
+  EXPECT_EQ(report_b_local.reports(0).since().windows(), 0) << report_b_local.DebugString();
+}
+
+// A replica that cannot ask the leader says so, naming the leader and
+// why, and still answers from its own state when asked to.
+TEST_F(CsdReplicasTest, AReplicaThatCannotAskTheLeaderSaysWhy) {
+  // a listens on a wildcard address and advertises none.
+  Replica a = Start("", [](CsdOptions& options) {
+    options.listen = "0.0.0.0:0";
+    options.insecure = true;  // plaintext beyond loopback, as the wildcard is
+  });
+  Replica b = Start();
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  ASSERT_TRUE(a.csd->leads());
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(b, "vm-1", &tagged));
+  ASSERT_NO_FATAL_FAILURE(RegisterAndReport(b, "h1", {"vm-1"}));
+
+  v1::ExplainVMResponse explained;
+  grpc::Status refused = Explain(b, "vm-1", &explained);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("does not lead and asks the leader"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("registered no address"), std::string::npos)
+      << refused.error_message();
+  v1::PlanResponse plan;
+  EXPECT_EQ(PlanReport(b, &plan).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_OK(Explain(b, "vm-1", &explained, /*local_only=*/true));
+  EXPECT_EQ(explained.host_id(), "h1");
 }
 
 // Replica.ForwardStats is refused by a replica that does not lead (naming
