@@ -155,8 +155,10 @@ TEST_F(FailoverTest, ACrashedLeaderIsReplacedOnceItsLeaseExpires) {
   ASSERT_FALSE(first.empty());
   replicas_[0]->Kill();
   const auto killed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(Eventually([&] { return !leader().empty() && leader() != first; }, seconds(6)))
-      << "no other replica led within 6 s of the leader's SIGKILL (lease ttl 2 s)";
+  // The bound is generous: etcd expires leases on its own schedule, late
+  // on a loaded machine; the figure printed below is the measurement.
+  ASSERT_TRUE(Eventually([&] { return !leader().empty() && leader() != first; }, seconds(15)))
+      << "no other replica led within 15 s of the leader's SIGKILL (lease ttl 2 s)";
   const auto took = std::chrono::steady_clock::now() - killed;
   // Not before the lease could expire: the dead one's key held it off.
   EXPECT_GE(took, milliseconds(1000));
