@@ -110,8 +110,8 @@ class EngineLoop {
   // from. A host whose moves min_gain refused is proposed the same moves
   // round after round: their predictions are reused while its VMs, their
   // classes, vCPUs and pinning, both layouts and the tenants' budgets are
-  // the same and no VM's measured load moved more than
-  // kReusedLoadTolerance from the load they were predicted at.
+  // the same and the VMs' measured loads stayed near the loads they were
+  // predicted at (LoadsNear in engine_loop.cc).
   struct PredictionMemo {
     std::vector<double> loads;
     policy::CandidateScore now;

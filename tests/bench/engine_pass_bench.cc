@@ -14,10 +14,15 @@
 // Prints hosts per second and CPU seconds of each pass; fails only when
 // the fleet cannot be written or reported.
 //
+// With --noise SD, more passes follow, each after every host reported one
+// more minute's window in which each VM's load is its own plus a normal
+// deviate of SD: the steady state of a fleet whose measured loads wander.
+//
 //   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
-//       [--screen-s S]
+//       [--screen-s S] [--noise SD [--noisy-passes N]]
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -114,16 +119,22 @@ absl::Status WriteFleet(store::Store& store, const FleetShape& shape) {
   return absl::OkStatus();
 }
 
-// Every host reports its VMs with one window of the last minute, at most
-// `in_flight` Reports at a time.
-absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, int in_flight) {
+constexpr int64_t kWindowNs = int64_t{60} * 1000000000;
+
+// Every host reports its VMs with one window of a minute ending at `end`, at most
+// `in_flight` Reports at a time. Each VM's load is the same in every call
+// (its base, 20-90% busy) plus, with `noise` > 0, a normal deviate of that
+// standard deviation drawn anew for each window (clamped to 1-100%).
+absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, int in_flight,
+                         int64_t end, double noise = 0, uint64_t window = 0) {
   std::mt19937_64 rng(1);
+  std::mt19937_64 noise_rng(window + 2);
+  std::normal_distribution<double> deviate(0, noise > 0 ? noise : 1);
   std::mutex mu;
   std::condition_variable cv;
   int pending = 0;
   absl::Status first_error;
-  const int64_t end = absl::ToUnixNanos(absl::Now());
-  const int64_t span = int64_t{60} * 1000000000;
+  const int64_t span = kWindowNs;
   for (int h = 0; h < shape.hosts; ++h) {
     v1::ReportRequest request;
     request.set_host_id(HostId(h));
@@ -134,7 +145,8 @@ absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, i
       v1::VMObservation* o = request.add_vms();
       o->set_vm_id(VmId(h, v));
       o->mutable_enforcement()->set_vcpus(shape.vcpus);
-      const double load = 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000;
+      double load = 0.2 + 0.7 * static_cast<double>(rng() % 1000) / 1000;
+      if (noise > 0) load = std::clamp(load + deviate(noise_rng), 0.01, 1.0);
       v1::VMStats* s = w->add_vms();
       s->set_vm_id(o->vm_id());
       const auto run = static_cast<int64_t>(load * span * shape.vcpus);
@@ -195,6 +207,14 @@ int Run(int argc, char** argv) {
   double screen_s = server::EngineOptions().screen_s;
   app.add_option("--screen-s", screen_s, "engine.screen_s (0: off)")
       ->check(CLI::Range(0.0, 10.0));
+  double noise = 0;
+  int noisy_passes = 5;
+  app.add_option("--noise", noise,
+                 "after the steady pass: a new window each pass, every VM's load its own "
+                 "plus a normal deviate of this standard deviation (0: off)")
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--noisy-passes", noisy_passes, "passes with --noise")
+      ->check(CLI::Range(1, 60));
   CLI11_PARSE(app, argc, argv);
 
   cosched::testing::TempDir dir;
@@ -210,12 +230,17 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "writing the fleet: %s\n", s.ToString().c_str());
     return 1;
   }
-  server::DesiredState state(store->get());
+  // csd's stats clock: the end of the newest window. Windows follow one
+  // another without gaps, as an agent's do, a minute of stats time each
+  // noisy pass however long the passes took.
+  const int64_t first_end = absl::ToUnixNanos(absl::Now());
+  std::atomic<int64_t> stats_now{first_end};
+  server::DesiredState state(store->get(), [&stats_now] { return stats_now.load(); });
   if (absl::Status s = state.LoadPlacement(); !s.ok()) {
     std::fprintf(stderr, "loading the placement view: %s\n", s.ToString().c_str());
     return 1;
   }
-  if (absl::Status s = ReportStats(state, shape, 64); !s.ok()) {
+  if (absl::Status s = ReportStats(state, shape, 64, first_end); !s.ok()) {
     std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
     return 1;
   }
@@ -242,6 +267,16 @@ int Run(int argc, char** argv) {
     if (TimePass(engine, absl::StrCat("pass ", pass), shape.hosts) == 0) break;
   }
   TimePass(engine, "steady", shape.hosts);
+  // Loads that wander as measured ones do: each pass after a minute's new
+  // window of every host (not timed), the engine's 5-minute mean moves.
+  for (int pass = 1; noise > 0 && pass <= noisy_passes; ++pass) {
+    stats_now = first_end + pass * kWindowNs;
+    if (absl::Status s = ReportStats(state, shape, 64, stats_now, noise, pass); !s.ok()) {
+      std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    TimePass(engine, absl::StrCat("noisy ", pass), shape.hosts);
+  }
   return 0;
 }
 
