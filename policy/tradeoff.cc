@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/cpu_list.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "policy/replan_gate.h"
@@ -241,11 +240,16 @@ void ExplainPlacement(const std::vector<VmInstance>& vms, const internal::BaseLa
     VmDecision& d = layout[v];
     const VmSimResult& r = predicted.vms[v];
     if (base.dedicated_first[v] >= 0) {
+      // In cores, as DescribePin says pins: the CPU ids here are the
+      // simulator's (core c is CPUs c and c + cores), which need not be
+      // the host's; the host's are in the VM's pin.
       const int first = base.dedicated_first[v];
       const int count = static_cast<int>(d.pin_cpus.size()) / 2;
-      d.reasons.push_back(absl::StrCat("dedicated: whole cores ", first, "-", first + count - 1,
-                                       " (CPUs ", FormatCpuList(d.pin_cpus),
-                                       "), used by no other VM"));
+      d.reasons.push_back(absl::StrCat(
+          "dedicated: ",
+          count == 1 ? absl::StrCat("whole core ", first)
+                     : absl::StrCat("whole cores ", first, "-", first + count - 1),
+          ", used by no other VM"));
       continue;
     }
     d.reasons.push_back(absl::StrFormat(

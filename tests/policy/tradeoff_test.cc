@@ -87,6 +87,9 @@ TEST(PlanHost, DedicatedGetsWholeCoresNobodyElseUses) {
   const VmDecision& d = plan->vms.back();
   EXPECT_EQ(d.isolation, v1::ISOLATION_LEVEL_DEDICATED);
   EXPECT_EQ(d.pin_cpus, (std::vector<int>{6, 7, 14, 15}));  // cores 6-7
+  // Said in cores: the CPU ids are the simulator's, which csd's hosts
+  // need not share (their own are in the VM's pin).
+  EXPECT_THAT(d.reasons, ::testing::Contains("dedicated: whole cores 6-7, used by no other VM"));
   for (size_t v = 0; v + 1 < plan->vms.size(); ++v) {
     ASSERT_FALSE(plan->vms[v].pin_cpus.empty()) << plan->vms[v].vm;
     for (int cpu : plan->vms[v].pin_cpus) EXPECT_LT(cpu % 8, 6) << plan->vms[v].vm;
