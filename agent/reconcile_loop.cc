@@ -93,11 +93,23 @@ void ReconcileLoop::Trigger() {
   wake_.notify_all();
 }
 
-bool ReconcileLoop::NamesVhostOfKnownVmLocked(const std::string& comm) const {
+namespace {
+
+// The pid a vhost worker named "vhost-<pid>" serves; 0 for another name.
+int VhostOwner(const std::string& comm) {
   int owner = 0;
-  return absl::StartsWith(comm, "vhost-") &&
-         absl::SimpleAtoi(absl::string_view(comm).substr(6), &owner) &&
-         vm_pids_.count(owner) > 0;
+  if (!absl::StartsWith(comm, "vhost-") ||
+      !absl::SimpleAtoi(absl::string_view(comm).substr(6), &owner)) {
+    return 0;
+  }
+  return owner;
+}
+
+}  // namespace
+
+bool ReconcileLoop::NamesVhostOfKnownVmLocked(const std::string& comm) const {
+  const int owner = VhostOwner(comm);
+  return owner > 0 && vm_pids_.count(owner) > 0;
 }
 
 void ReconcileLoop::NoteProcessEvent(const host::ProcessEvent& event) {
@@ -135,9 +147,49 @@ void ReconcileLoop::NoteProcessEvent(const host::ProcessEvent& event) {
     if (relevant) {
       TriggerLocked(PassTrigger::kProcessEvent,
                     std::chrono::steady_clock::now() + options_.settle);
+    } else if (pass_started_.has_value()) {
+      NoteIgnoredDuringPassLocked(event);
     }
   }
   if (relevant) wake_.notify_all();
+}
+
+void ReconcileLoop::NoteIgnoredDuringPassLocked(const host::ProcessEvent& event) {
+  // A QEMU start is a burst of thread forks while the pass its exec
+  // triggered lists and tags it; a fork after the listing and before the
+  // main thread's tagging leaves a thread that neither inherited the cookie
+  // nor was seen. Storms of short-lived processes (cron, monitoring) are
+  // one parent each, so the set stays small.
+  int owner = 0;
+  switch (event.kind) {
+    case host::ProcessEventKind::kFork:
+      if (event.parent_tgid == 2) {
+        owner = VhostOwner(event.comm);  // kthreadd's: a vhost kernel thread
+      } else {
+        owner = event.tid == event.tgid ? event.parent_tgid : event.tgid;
+      }
+      break;
+    case host::ProcessEventKind::kComm:
+      owner = VhostOwner(event.comm);
+      break;
+    default:
+      return;  // an exec that is not QEMU's, an exit: nothing to tag
+  }
+  if (owner <= 0) return;
+  constexpr size_t kMaxIgnoredOwners = 4096;
+  if (ignored_during_pass_.size() < kMaxIgnoredOwners) {
+    ignored_during_pass_.insert(owner);
+  } else {
+    ignored_overflow_ = true;
+  }
+}
+
+bool ReconcileLoop::IgnoredEventConcernsLocked(const std::set<int>& pids) {
+  bool concerns = ignored_overflow_;
+  for (int owner : ignored_during_pass_) concerns = concerns || pids.count(owner) > 0;
+  ignored_during_pass_.clear();
+  ignored_overflow_ = false;
+  return concerns;
 }
 
 void ReconcileLoop::Run() {
@@ -213,6 +265,8 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     std::lock_guard<std::mutex> lock(mu_);
     discovery_status_ = vms.status();
     pass_started_.reset();
+    // The VMs are unknown; the next pass (a retry or rescan) lists anew.
+    IgnoredEventConcernsLocked({});
     ++passes_;
     wake_.notify_all();
     return;
@@ -263,6 +317,10 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     pass_started_.reset();
     last_dedicated_ = std::move(dedicated);
     discovery_status_ = absl::OkStatus();
+    if (IgnoredEventConcernsLocked(pids)) {
+      TriggerLocked(PassTrigger::kProcessEvent,
+                    std::chrono::steady_clock::now() + options_.settle);
+    }
     vm_pids_ = std::move(pids);
   }
   if (changed && on_change_) on_change_();

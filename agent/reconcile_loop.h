@@ -132,6 +132,13 @@ class ReconcileLoop {
   void Pass(PassTrigger trigger);
   // Whether `comm` is "vhost-<pid of a VM of the last pass>"; mu_ held.
   bool NamesVhostOfKnownVmLocked(const std::string& comm) const;
+  // Notes, while a pass runs, which process an event found irrelevant would
+  // have concerned had it been a VM: a new thread's process, a new
+  // process's parent, the owner a vhost worker is named after; mu_ held.
+  void NoteIgnoredDuringPassLocked(const host::ProcessEvent& event);
+  // At a pass's end, with the VMs it found: whether an event ignored
+  // during it concerned one of them; clears the notes; mu_ held.
+  bool IgnoredEventConcernsLocked(const std::set<int>& pids);
   // Marks a pass as wanted for `trigger`, to start no sooner than
   // `not_before` unless something else wants it sooner; mu_ held.
   void TriggerLocked(PassTrigger trigger,
@@ -163,6 +170,14 @@ class ReconcileLoop {
   int64_t last_revision_ = 0;
   std::vector<DedicatedVmOutcome> last_dedicated_;
   std::set<int> vm_pids_;
+  // While a pass runs: the processes that forks and vhost names of the
+  // events it ignored were about (see OwnersOfIgnoredEventLocked). One of
+  // them may be a VM this very pass finds, listed before the fork and
+  // tagged after it, so that the new thread neither inherited a cookie nor
+  // was seen; the pass's end runs another for it. Bounded: past the bound,
+  // another pass runs anyway.
+  std::set<int> ignored_during_pass_;
+  bool ignored_overflow_ = false;
   std::thread thread_;
 };
 
