@@ -36,30 +36,26 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr int kWriteAttempts = 3;
 
 // A host's last predictions stand while its VMs' loads stay near the
-// loads they were predicted at (EngineLoop::Predict): no VM's load per
-// vCPU moved more than kReusedVmLoadMove, and all of them together (the
-// sum of each VM's vCPUs times its move) by at most kReusedHostLoadShare
-// of the host's CPUs. Measured loads wander from one minute's window to
-// the next: with a bound on each VM alone (it was 0.02), a host of 20
-// VMs whose loads wander by 0.05 a window was predicted again every pass,
+// loads they were predicted at (EngineLoop::Predict), within
+// EngineOptions' reuse bounds: no VM's load per vCPU moved more than
+// reuse_vm_load_move (0.1), and all of them together (the sum of each
+// VM's vCPUs times its move) by at most reuse_host_load_share (2%) of the
+// host's CPUs. Measured loads wander from one minute's window to the
+// next: with a bound on each VM alone (it was 0.02), a host of 20 VMs
+// whose loads wander by 0.05 a window was predicted again every pass,
 // which cost csd a fleet-wide re-plan every replan_interval
-// (docs/benchmarks.md, --noise). A move of 2% of the host's CPUs shifts
-// the load of both layouts a prediction compares alike; the anchor is the
-// memo's loads, so a slow drift is predicted again once it adds up.
-constexpr double kReusedVmLoadMove = 0.1;
-constexpr double kReusedHostLoadShare = 0.02;
-
-// Whether `loads` (per vCPU, one per VM of `scenario`) are near `memo`'s.
+// (docs/benchmarks.md, --noise). The anchor is the memo's loads, so a
+// slow drift is predicted again once it adds up.
 bool LoadsNear(const policy::Scenario& scenario, const std::vector<double>& loads,
-               const std::vector<double>& memo) {
+               const std::vector<double>& memo, const EngineOptions& options) {
   if (loads.size() != memo.size() || loads.size() != scenario.vms.size()) return false;
   double moved_cpus = 0;
   for (size_t v = 0; v < loads.size(); ++v) {
     const double move = std::abs(loads[v] - memo[v]);
-    if (move > kReusedVmLoadMove) return false;
+    if (move > options.reuse_vm_load_move) return false;
     moved_cpus += move * scenario.vms[v].vcpus * scenario.vms[v].count;
   }
-  return moved_cpus <= kReusedHostLoadShare * scenario.cpus();
+  return moved_cpus <= options.reuse_host_load_share * scenario.cpus();
 }
 
 // Memos a host keeps (EngineLoop::Predict): one per move it has, and a few
@@ -298,7 +294,7 @@ absl::Status EngineLoop::Predict(const policy::Scenario& scenario,
   const uint64_t at = ++control.predicts;
   if (auto it = control.memos.find(key); it != control.memos.end()) {
     PredictionMemo& memo = it->second;
-    if (LoadsNear(scenario, loads, memo.loads)) {
+    if (LoadsNear(scenario, loads, memo.loads, options_)) {
       ++reused_;
       memo.used_at = at;
       proposal.now = memo.now;

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <utility>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,14 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
         absl::StrCat("engine.planner_threads must be 1 to 64 (unset: the CPUs csd may run on, "
                      "at most 16), got ",
                      options.planner_threads));
+  }
+  for (const auto& [name, bound] : {std::pair{"reuse_vm_load_move", options.reuse_vm_load_move},
+                                    std::pair{"reuse_host_load_share",
+                                              options.reuse_host_load_share}}) {
+    if (!(bound >= 0 && bound <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine.", name, " must be 0 to 1, got ", bound));
+    }
   }
   RETURN_IF_ERROR(policy::ValidateHysteresis(options.hysteresis, "engine"));
   return policy::ValidateBudgetWatch(options.budget, "engine.budget_windows");

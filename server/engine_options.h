@@ -30,6 +30,15 @@ struct EngineOptions {
   // Hosts planned at once in a pass. 1 unless set: csd.yaml's default is
   // DefaultPlannerThreads().
   int planner_threads = 1;
+  // A host's predictions stand while its VMs' loads stay near those they
+  // were made at: no VM's load per vCPU moved more than
+  // reuse_vm_load_move, and all of them together (each VM's vCPUs times
+  // its move) at most reuse_host_load_share of the host's CPUs. 0 and 0:
+  // predicted again whenever a load moved at all. Not in csd.yaml: what
+  // the defaults cost in decisions is measured against 0 and 0 by
+  // engine_pass_bench --compare-fresh (docs/benchmarks.md).
+  double reuse_vm_load_move = 0.1;
+  double reuse_host_load_share = 0.02;
 };
 
 // The CPUs this process may run on (its affinity), 1 to 16.
@@ -41,7 +50,8 @@ EngineOptions EngineOptionsFromConfig(const v1::EngineConfig& config);
 // INVALID_ARGUMENT naming engine.<field> and its rule: replan_interval_s
 // 10 to 86400, min_gain 0 to 1, min_dwell_s 0 to 86400,
 // max_changes_per_hour 1 to 60, budget_windows 1 to 100, planner_threads 1
-// to 64, predict_s 0.25 to 10, screen_s 0 or 0.25 to 10.
+// to 64, predict_s 0.25 to 10, screen_s 0 or 0.25 to 10; the reuse bounds
+// 0 to 1.
 absl::Status ValidateEngineOptions(const EngineOptions& options);
 
 }  // namespace cosched::server

@@ -18,16 +18,28 @@
 // more minute's window in which each VM's load is its own plus a normal
 // deviate of SD: the steady state of a fleet whose measured loads wander.
 //
+// With --compare-fresh, a second fleet, the same in every way, is planned
+// pass for pass by an engine that predicts a host again whenever any load
+// moved (EngineOptions' reuse bounds 0): after each pass the bench counts
+// the hosts and VMs whose layouts differ, what reusing predictions within
+// the default bounds changed in the engine's decisions, and compares the
+// two engines' dry-run plans of every host: gains and verdicts. Those plans
+// are predicted and memoized too, so the fleet's pass figures in this mode
+// are not the engine's alone: time without it.
+//
 //   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
-//       [--screen-s S] [--noise SD [--noisy-passes N]]
+//       [--screen-s S] [--noise SD [--noisy-passes N]] [--compare-fresh]
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +47,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
@@ -194,6 +207,107 @@ int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts)
   return engine.predictions() - predicted;
 }
 
+// One fleet in a store of its own, reported to, with the engine that
+// plans it. Its stats clock is the caller's.
+struct BenchFleet {
+  cosched::testing::TempDir dir;
+  std::unique_ptr<store::SqliteStore> store;
+  std::unique_ptr<server::DesiredState> state;
+  std::unique_ptr<server::EngineLoop> engine;
+};
+
+absl::StatusOr<std::unique_ptr<BenchFleet>> MakeFleet(const FleetShape& shape,
+                                                     const server::EngineOptions& options,
+                                                     std::atomic<int64_t>& stats_now) {
+  auto fleet = std::make_unique<BenchFleet>();
+  store::SqliteStoreOptions store_options;
+  store_options.data_dir = fleet->dir.Sub("data");
+  auto store = store::SqliteStore::Open(store_options);
+  if (!store.ok()) return store.status();
+  fleet->store = std::move(*store);
+  if (absl::Status s = WriteFleet(*fleet->store, shape); !s.ok()) return s;
+  fleet->state = std::make_unique<server::DesiredState>(
+      fleet->store.get(), [&stats_now] { return stats_now.load(); });
+  if (absl::Status s = fleet->state->LoadPlacement(); !s.ok()) return s;
+  if (absl::Status s = ReportStats(*fleet->state, shape, 64, stats_now); !s.ok()) return s;
+  fleet->engine = std::make_unique<server::EngineLoop>(fleet->state.get(), options);
+  return fleet;
+}
+
+// Every VM of `store`, ordered by id.
+absl::StatusOr<std::vector<v1::VM>> AllVms(store::Store& store) {
+  std::vector<v1::VM> all;
+  absl::Status read = store.Read([&](store::Transaction& txn) -> absl::Status {
+    store::Page page;
+    page.limit = 1000;
+    while (true) {
+      auto vms = txn.ListVms(store::VmFilter(), page);
+      if (!vms.ok()) return vms.status();
+      if (vms->empty()) return absl::OkStatus();
+      page.after = vms->back().vm_id();
+      for (v1::VM& vm : *vms) all.push_back(std::move(vm));
+    }
+  });
+  if (!read.ok()) return read;
+  return all;
+}
+
+// Prints how many hosts and VMs hold another layout (level, trust group or
+// pin) in `fresh` than in `fleet`: the two fleets are the same and saw the
+// same windows, so that is what reusing predictions changed.
+absl::Status CompareLayouts(store::Store& fleet, store::Store& fresh) {
+  ASSIGN_OR_RETURN(std::vector<v1::VM> a, AllVms(fleet));
+  ASSIGN_OR_RETURN(std::vector<v1::VM> b, AllVms(fresh));
+  if (a.size() != b.size()) {
+    return absl::InternalError(absl::StrCat(a.size(), " VMs against ", b.size()));
+  }
+  std::set<std::string> hosts;
+  int vms = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const v1::Assignment& x = a[i].assignment();
+    const v1::Assignment& y = b[i].assignment();
+    if (x.isolation() != y.isolation() || x.trust_group() != y.trust_group() ||
+        x.pin().SerializeAsString() != y.pin().SerializeAsString()) {
+      ++vms;
+      hosts.insert(a[i].host_id());
+    }
+  }
+  std::printf("        layouts unlike those re-predicted at every move: %zu hosts, %d VMs\n",
+              hosts.size(), vms);
+  return absl::OkStatus();
+}
+
+// What the two engines would do now (EngineLoop::Plan, a dry run of every
+// host): how far the fleet's predicted gains, reused within the bounds, are
+// from the fresh ones, and on how many hosts the verdict differs (a
+// change, and whether it would be applied).
+absl::Status ComparePlans(server::EngineLoop& fleet, server::EngineLoop& fresh) {
+  ASSIGN_OR_RETURN(v1::PlanResponse a, fleet.Plan(v1::PlanRequest()));
+  ASSIGN_OR_RETURN(v1::PlanResponse b, fresh.Plan(v1::PlanRequest()));
+  if (a.hosts_size() != b.hosts_size()) {
+    return absl::InternalError(absl::StrCat(a.hosts_size(), " hosts planned against ",
+                                            b.hosts_size()));
+  }
+  double sum = 0;
+  double max = 0;
+  int verdicts = 0;
+  for (int i = 0; i < a.hosts_size(); ++i) {
+    const v1::HostLayoutPlan& x = a.hosts(i);
+    const v1::HostLayoutPlan& y = b.hosts(i);
+    const double off = std::abs(x.planned().gain() - y.planned().gain());
+    sum += off;
+    max = std::max(max, off);
+    if (x.changes().empty() != y.changes().empty() || x.would_apply() != y.would_apply()) {
+      ++verdicts;
+    }
+  }
+  std::printf("        planned gain against fresh predictions: mean %.3f, max %.3f percentage "
+              "points; verdict differs on %d of %d hosts\n",
+              a.hosts_size() > 0 ? 100 * sum / a.hosts_size() : 0.0, 100 * max, verdicts,
+              a.hosts_size());
+  return absl::OkStatus();
+}
+
 int Run(int argc, char** argv) {
   FleetShape shape;
   int threads = server::DefaultPlannerThreads();
@@ -215,38 +329,11 @@ int Run(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.5));
   app.add_option("--noisy-passes", noisy_passes, "passes with --noise")
       ->check(CLI::Range(1, 60));
+  bool compare_fresh = false;
+  app.add_flag("--compare-fresh", compare_fresh,
+               "plan a second, identical fleet whose predictions are made again at every "
+               "load move (reuse bounds 0), and count after each pass the layouts that differ");
   CLI11_PARSE(app, argc, argv);
-
-  cosched::testing::TempDir dir;
-  store::SqliteStoreOptions store_options;
-  store_options.data_dir = dir.Sub("data");
-  auto store = store::SqliteStore::Open(store_options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "opening the store: %s\n", store.status().ToString().c_str());
-    return 1;
-  }
-  auto start = std::chrono::steady_clock::now();
-  if (absl::Status s = WriteFleet(**store, shape); !s.ok()) {
-    std::fprintf(stderr, "writing the fleet: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  // csd's stats clock: the end of the newest window. Windows follow one
-  // another without gaps, as an agent's do, a minute of stats time each
-  // noisy pass however long the passes took.
-  const int64_t first_end = absl::ToUnixNanos(absl::Now());
-  std::atomic<int64_t> stats_now{first_end};
-  server::DesiredState state(store->get(), [&stats_now] { return stats_now.load(); });
-  if (absl::Status s = state.LoadPlacement(); !s.ok()) {
-    std::fprintf(stderr, "loading the placement view: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (absl::Status s = ReportStats(state, shape, 64, first_end); !s.ok()) {
-    std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, written and reported in %.1f s\n",
-              shape.hosts, shape.vms_per_host, shape.vcpus, shape.cores,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
   server::EngineOptions options;
   options.planner_threads = threads;
@@ -256,26 +343,73 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
   }
+  server::EngineOptions fresh_options = options;
+  fresh_options.reuse_vm_load_move = 0;
+  fresh_options.reuse_host_load_share = 0;
+
+  // csd's stats clock: the end of the newest window. Windows follow one
+  // another without gaps, as an agent's do, a minute of stats time each
+  // noisy pass however long the passes took.
+  const int64_t first_end = absl::ToUnixNanos(absl::Now());
+  std::atomic<int64_t> stats_now{first_end};
+  auto start = std::chrono::steady_clock::now();
+  auto fleet = MakeFleet(shape, options, stats_now);
+  if (!fleet.ok()) {
+    std::fprintf(stderr, "writing and reporting the fleet: %s\n",
+                 fleet.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, written and reported in %.1f s\n",
+              shape.hosts, shape.vms_per_host, shape.vcpus, shape.cores,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::unique_ptr<BenchFleet> fresh;
+  if (compare_fresh) {
+    auto made = MakeFleet(shape, fresh_options, stats_now);
+    if (!made.ok()) {
+      std::fprintf(stderr, "writing and reporting the fresh fleet: %s\n",
+                   made.status().ToString().c_str());
+      return 1;
+    }
+    fresh = std::move(*made);
+  }
   std::printf("engine: planner_threads %d, predictions of %.1f simulated s, screen %.2f s\n",
               threads, options.predict_s, options.screen_s);
-  server::EngineLoop engine(&state, options);
+  // Each pass of the fleet, and of the fresh one after it. Returns the
+  // fleet's predictions, or -1 when the comparison failed.
+  auto pass = [&](const std::string& name) -> int64_t {
+    const int64_t predicted = TimePass(*(*fleet)->engine, name, shape.hosts);
+    if (fresh == nullptr) return predicted;
+    TimePass(*fresh->engine, "fresh", shape.hosts);
+    absl::Status compared = CompareLayouts(*(*fleet)->store, *fresh->store);
+    if (compared.ok()) compared = ComparePlans(*(*fleet)->engine, *fresh->engine);
+    if (!compared.ok()) {
+      std::fprintf(stderr, "comparing the fleets: %s\n", compared.ToString().c_str());
+      return -1;
+    }
+    return predicted;
+  };
   // The first pass tries each host's first move (its groups); each later
   // one the host's next move (a pinning), predicted once, until a round of
   // moves is over and a pass predicts nothing: then it is steady.
-  TimePass(engine, "cold", shape.hosts);
-  for (int pass = 2; pass <= kMaxPasses; ++pass) {
-    if (TimePass(engine, absl::StrCat("pass ", pass), shape.hosts) == 0) break;
+  if (pass("cold") < 0) return 1;
+  for (int n = 2; n <= kMaxPasses; ++n) {
+    const int64_t predicted = pass(absl::StrCat("pass ", n));
+    if (predicted < 0) return 1;
+    if (predicted == 0) break;
   }
-  TimePass(engine, "steady", shape.hosts);
+  if (pass("steady") < 0) return 1;
   // Loads that wander as measured ones do: each pass after a minute's new
   // window of every host (not timed), the engine's 5-minute mean moves.
-  for (int pass = 1; noise > 0 && pass <= noisy_passes; ++pass) {
-    stats_now = first_end + pass * kWindowNs;
-    if (absl::Status s = ReportStats(state, shape, 64, stats_now, noise, pass); !s.ok()) {
-      std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
-      return 1;
+  for (int n = 1; noise > 0 && n <= noisy_passes; ++n) {
+    stats_now = first_end + n * kWindowNs;
+    for (BenchFleet* f : {fleet->get(), fresh.get()}) {
+      if (f == nullptr) continue;
+      if (absl::Status s = ReportStats(*f->state, shape, 64, stats_now, noise, n); !s.ok()) {
+        std::fprintf(stderr, "reporting stats: %s\n", s.ToString().c_str());
+        return 1;
+      }
     }
-    TimePass(engine, absl::StrCat("noisy ", pass), shape.hosts);
+    if (pass(absl::StrCat("noisy ", n)) < 0) return 1;
   }
   return 0;
 }

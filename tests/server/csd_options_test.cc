@@ -224,5 +224,26 @@ TEST(CsdOptions, AnEngineSettingOutOfRangeIsRefusedNamingTheFieldAndTheRule) {
   }
 }
 
+// Set by the engine's benchmark only (not in csd.yaml), still checked.
+TEST(CsdOptions, PredictionReuseBoundsOutsideZeroToOneAreRefused) {
+  EngineOptions options;
+  EXPECT_OK(ValidateEngineOptions(options));
+  options.reuse_vm_load_move = 0;
+  options.reuse_host_load_share = 0;
+  EXPECT_OK(ValidateEngineOptions(options));
+  options.reuse_vm_load_move = 1.5;
+  absl::Status valid = ValidateEngineOptions(options);
+  EXPECT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(valid.message().find("engine.reuse_vm_load_move must be 0 to 1, got 1.5"),
+            std::string::npos)
+      << valid;
+  options.reuse_vm_load_move = 0.1;
+  options.reuse_host_load_share = -0.01;
+  valid = ValidateEngineOptions(options);
+  EXPECT_NE(valid.message().find("engine.reuse_host_load_share must be 0 to 1"),
+            std::string::npos)
+      << valid;
+}
+
 }  // namespace
 }  // namespace cosched::server

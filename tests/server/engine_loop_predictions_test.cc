@@ -17,23 +17,33 @@ using engine_testing::Wait;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
-  // As below: two busy VMs of acme and one of globex on two cores, so
-  // min_gain refuses acme's shared cookie pass after pass.
-  ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
-                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
-  for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
-  ASSERT_OK(Tag("g-1", "globex"));
-  // Three minutes of windows, one a minute, all inside the engine's load
-  // window: csd's stats clock runs a minute ahead.
-  stats_ahead_ = absl::Minutes(1);
-  const std::vector<std::string> vms = {"a-1", "a-2", "g-1"};
-  const absl::Time t = absl::Now();
-  auto minute = [&](int from, double load) {
-    return ReportWindow(vms, absl::ToUnixNanos(t + absl::Minutes(from)),
-                        absl::ToUnixNanos(t + absl::Minutes(from + 1)), load, 0);
-  };
-  ASSERT_OK(minute(-4, 1.0));
+// As below: two busy VMs of acme and one of globex on two cores, so
+// min_gain refuses acme's shared cookie pass after pass; the stats come a
+// window a minute, all inside the engine's load window (csd's stats clock
+// runs a minute ahead).
+class EngineReuseTest : public EngineLoopTest {
+ protected:
+  // Tags the three VMs and reports their first minute, all busy.
+  void SetUpBusyHost() {
+    ASSERT_OK(SetPolicy("acme", v1::POLICY_MODE_AUTO,
+                        {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT}));
+    for (const char* vm : {"a-1", "a-2"}) ASSERT_OK(Tag(vm, "acme"));
+    ASSERT_OK(Tag("g-1", "globex"));
+    stats_ahead_ = absl::Minutes(1);
+    ASSERT_OK(Minute(-4, 1.0));
+  }
+  // The window of minute `from` (from the test's start), every VM at
+  // `load` but those loads_ sets.
+  absl::Status Minute(int from, double load) {
+    return ReportWindow({"a-1", "a-2", "g-1"}, absl::ToUnixNanos(start_ + absl::Minutes(from)),
+                        absl::ToUnixNanos(start_ + absl::Minutes(from + 1)), load, 0);
+  }
+
+  const absl::Time start_ = absl::Now();
+};
+
+TEST_F(EngineReuseTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
+  ASSERT_NO_FATAL_FAILURE(SetUpBusyHost());
   MakeEngine();
   // The host has two moves, acme's shared cookie and acme's VMs on one
   // thread per core, tried one a pass: the first round predicts each once.
@@ -45,7 +55,7 @@ TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
   // The same loads, and loads near them: the predictions stand.
   now_ += std::chrono::minutes(1);
   EXPECT_EQ(engine_->RunPass(true), 0);
-  ASSERT_OK(minute(-3, 0.99));
+  ASSERT_OK(Minute(-3, 0.99));
   now_ += std::chrono::minutes(1);
   EXPECT_EQ(engine_->RunPass(true), 0);
   EXPECT_EQ(engine_->predictions(), 2);
@@ -56,7 +66,7 @@ TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
   // and no VM by more than 0.1. Measured loads wander that much; the
   // predictions still stand.
   loads_["g-1"] = 0.85;
-  ASSERT_OK(minute(-2, 0.99));
+  ASSERT_OK(Minute(-2, 0.99));
   loads_.clear();
   now_ += std::chrono::minutes(1);
   EXPECT_EQ(engine_->RunPass(true), 0);
@@ -64,7 +74,7 @@ TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
 
   // Loads that moved further are predicted again: every VM's by about
   // 0.2 (to the mean of 1.0, 0.99, 0.99 or 0.85, and 0.3).
-  ASSERT_OK(minute(-1, 0.3));
+  ASSERT_OK(Minute(-1, 0.3));
   now_ += std::chrono::minutes(1);
   engine_->RunPass(true);
   EXPECT_EQ(engine_->predictions(), 3);
@@ -75,6 +85,27 @@ TEST_F(EngineLoopTest, ARefusedProposalIsNotPredictedAgainUntilItsInputsMove) {
   now_ += std::chrono::minutes(1);
   engine_->RunPass(true);
   EXPECT_EQ(engine_->predictions(), 4);
+}
+
+// engine_pass_bench --compare-fresh plans with no reuse bounds to measure
+// what the defaults change: then any load that moved is predicted again.
+TEST_F(EngineReuseTest, WithReuseBoundsOfZeroAnyMovedLoadIsPredictedAgain) {
+  ASSERT_NO_FATAL_FAILURE(SetUpBusyHost());
+  options_.reuse_vm_load_move = 0;
+  options_.reuse_host_load_share = 0;
+  MakeEngine();
+  engine_->RunPass(true);
+  engine_->RunPass(true);
+  EXPECT_EQ(engine_->predictions(), 2);
+  // The same loads: the predictions stand.
+  now_ += std::chrono::minutes(1);
+  engine_->RunPass(true);
+  EXPECT_EQ(engine_->predictions(), 2);
+  // Loads 0.003 away, which the default bounds take as the same.
+  ASSERT_OK(Minute(-3, 0.99));
+  now_ += std::chrono::minutes(1);
+  engine_->RunPass(true);
+  EXPECT_GT(engine_->predictions(), 2);
 }
 
 TEST_F(EngineLoopTest, NoChangeWithoutEnoughPredictedGain) {
