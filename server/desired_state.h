@@ -269,8 +269,14 @@ class DesiredState {
   // INVALID_ARGUMENT for a bad host id or negative revision;
   // FAILED_PRECONDITION for an unregistered host.
   absl::Status ValidateWatch(const v1::WatchAssignmentsRequest& request);
-  // The first message of a watch: a delta since `resume_revision` when the
-  // change log still covers it, else a snapshot of the host's assignments.
+  // Every message's revision is the one of the read that produced it, so
+  // that an agent at revision R holds every change of its host up to R: a
+  // commit that lands while the message is read is either in it or above
+  // its revision (docs/architecture.md, "What an agent's revision means").
+  //
+  // The first message of a watch: a delta since `resume_revision` (empty
+  // when nothing changed) when the change log still covers it, else a
+  // snapshot of the host's assignments.
   absl::StatusOr<v1::WatchAssignmentsResponse> FirstWatchMessage(
       absl::string_view host_id, int64_t resume_revision);
   // The changes of `host_id` after `revision`, as a delta (or a snapshot
@@ -326,8 +332,11 @@ class DesiredState {
   void RecommendHost(const v1::VM& vm, int vcpus, double load,
                      v1::ExplainVMResponse& response) const;
 
-  absl::StatusOr<v1::WatchAssignmentsResponse> Snapshot(
-      absl::string_view host_id, int64_t revision);
+  // What the watch of `host_id` sends after `revision` (0: a snapshot), in
+  // one read: a delta, empty when nothing changed, or a snapshot when the
+  // change log no longer covers `revision`.
+  absl::StatusOr<v1::WatchAssignmentsResponse> ReadWatchMessage(absl::string_view host_id,
+                                                                int64_t revision);
 
   // `done`, after applying what a committed write changed to the view.
   template <typename T>

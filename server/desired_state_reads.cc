@@ -336,56 +336,42 @@ absl::Status DesiredState::ValidateWatch(
   });
 }
 
-absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::Snapshot(
+namespace {
+
+// The host's assignments as a snapshot, read in `txn`: the VMs it owns, and
+// those it reports that another host owns (a live migration's other side).
+absl::Status ReadSnapshot(store::Transaction& txn, absl::string_view host_id,
+                          v1::WatchAssignmentsResponse& message) {
+  message.Clear();
+  message.set_kind(v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
+  std::set<std::string> sent;
+  for (const store::VmFilter& filter : {store::VmFilter::OwnedBy(std::string(host_id)),
+                                        store::VmFilter::ReportedOn(std::string(host_id))}) {
+    ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
+    for (auto& vm : vms) {
+      if (!ReceivesAssignment(vm, host_id) || !sent.insert(vm.vm_id()).second) continue;
+      *message.add_assignments() = vm.assignment();
+    }
+  }
+  ASSIGN_OR_RETURN(const int64_t revision, txn.ReadRevision());
+  message.set_revision(revision);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::ReadWatchMessage(
     absl::string_view host_id, int64_t revision) {
   v1::WatchAssignmentsResponse message;
-  message.set_kind(v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
-  message.set_revision(revision);
   RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
-    // The VMs it owns, and those it reports that another host owns (a live
-    // migration's other side).
-    std::set<std::string> sent;
-    for (const store::VmFilter& filter : {store::VmFilter::OwnedBy(std::string(host_id)),
-                                          store::VmFilter::ReportedOn(std::string(host_id))}) {
-      ASSIGN_OR_RETURN(auto vms, AllVms(txn, filter));
-      for (auto& vm : vms) {
-        if (!ReceivesAssignment(vm, host_id) || !sent.insert(vm.vm_id()).second) continue;
-        *message.add_assignments() = vm.assignment();
-      }
-    }
-    return absl::OkStatus();
-  }));
-  return message;
-}
-
-absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::FirstWatchMessage(
-    absl::string_view host_id, int64_t resume_revision) {
-  if (resume_revision > 0) {
-    ASSIGN_OR_RETURN(auto update, WatchUpdate(host_id, resume_revision));
-    if (update) return *update;
-    // Nothing changed since: an empty delta tells the agent it is current.
-    v1::WatchAssignmentsResponse message;
-    message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
-    message.set_revision(std::max(resume_revision, store_->CurrentRevision()));
-    return message;
-  }
-  return Snapshot(host_id, store_->CurrentRevision());
-}
-
-absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>>
-DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
-  // The delta is at the revision the read saw, so that the next one starts
-  // right after what this one sends: a change is sent once, however far
-  // this csd's idea of the current revision lags (another replica's commit
-  // is read before its watch event arrives).
-  int64_t current = store_->CurrentRevision();
-  v1::WatchAssignmentsResponse message;
-  bool complete = true;
-  RETURN_IF_ERROR(store_->Read([&](store::Transaction& txn) -> absl::Status {
+    if (revision <= 0) return ReadSnapshot(txn, host_id, message);
     ASSIGN_OR_RETURN(auto changes, txn.ChangesSince(host_id, revision));
-    complete = changes.complete;
-    if (!complete) return absl::OkStatus();
-    current = std::max(current, changes.revision);
+    if (!changes.complete) return ReadSnapshot(txn, host_id, message);
+    message.Clear();
+    message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
+    // Complete only when `revision` is at most the read's, so the stream
+    // never goes back.
+    message.set_revision(changes.revision);
     for (const std::string& vm_id : changes.vm_ids) {
       ASSIGN_OR_RETURN(auto vm, txn.GetVm(vm_id));
       if (vm && ReceivesAssignment(*vm, host_id)) {
@@ -396,15 +382,23 @@ DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
     }
     return absl::OkStatus();
   }));
-  if (!complete) {
-    ASSIGN_OR_RETURN(auto snapshot, Snapshot(host_id, current));
-    return snapshot;
-  }
-  if (message.assignments().empty() && message.removed_vm_ids().empty()) {
+  return message;
+}
+
+absl::StatusOr<v1::WatchAssignmentsResponse> DesiredState::FirstWatchMessage(
+    absl::string_view host_id, int64_t resume_revision) {
+  // Nothing changed since a resume: the empty delta tells the agent it is
+  // current up to the read's revision.
+  return ReadWatchMessage(host_id, resume_revision);
+}
+
+absl::StatusOr<std::optional<v1::WatchAssignmentsResponse>>
+DesiredState::WatchUpdate(absl::string_view host_id, int64_t revision) {
+  ASSIGN_OR_RETURN(v1::WatchAssignmentsResponse message, ReadWatchMessage(host_id, revision));
+  if (message.kind() == v1::WatchAssignmentsResponse::KIND_DELTA &&
+      message.assignments().empty() && message.removed_vm_ids().empty()) {
     return std::nullopt;
   }
-  message.set_kind(v1::WatchAssignmentsResponse::KIND_DELTA);
-  message.set_revision(std::max(current, revision));
   return message;
 }
 

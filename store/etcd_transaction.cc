@@ -204,6 +204,11 @@ absl::StatusOr<int64_t> EtcdTransaction::WriteRevision() {
   return snap_.revision + 1;
 }
 
+absl::StatusOr<int64_t> EtcdTransaction::ReadRevision() {
+  // The last csd commit at its snapshot, or its own revision once taken.
+  return write_ != nullptr && write_->revision_taken ? snap_.revision + 1 : snap_.meta_revision;
+}
+
 std::string EtcdTransaction::IndexPrefix(absl::string_view kind, absl::string_view value) const {
   return absl::StrCat(snap_.prefix, "/vm_by/", kind, "/", value, "/");
 }
@@ -531,10 +536,8 @@ absl::Status EtcdTransaction::RecordChange(absl::string_view host_id, absl::stri
 absl::StatusOr<HostChanges> EtcdTransaction::ChangesSince(absl::string_view host_id,
                                                           int64_t revision) {
   HostChanges changes;
-  // "Current" as this transaction sees it: the last commit at its snapshot,
-  // or its own revision once it took one.
-  const int64_t current = write_ != nullptr && write_->revision_taken ? snap_.revision + 1
-                                                                      : snap_.meta_revision;
+  // "Current" as this transaction sees it.
+  ASSIGN_OR_RETURN(const int64_t current, ReadRevision());
   if (revision > current || revision < snap_.meta.changes_horizon()) return changes;
   if (revision < snap_.revision) {
     // Once etcd compacted past the revision, this replica cannot tell what

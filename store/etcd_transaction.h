@@ -70,6 +70,7 @@ class EtcdTransaction final : public Transaction {
       : snap_(snapshot), write_(write) {}
 
   absl::StatusOr<int64_t> WriteRevision() override;
+  absl::StatusOr<int64_t> ReadRevision() override;
   absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) override;
   absl::Status PutVm(const v1::VM& vm) override;
   absl::Status DeleteVm(absl::string_view vm_id) override;

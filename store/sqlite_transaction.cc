@@ -63,6 +63,12 @@ absl::StatusOr<int64_t> SqliteTransaction::WriteRevision() {
   return write_->revision;
 }
 
+absl::StatusOr<int64_t> SqliteTransaction::ReadRevision() {
+  // The meta row is read in this transaction's snapshot; a write
+  // transaction's WriteRevision updated it.
+  return ReadMeta(db_, "revision");
+}
+
 absl::StatusOr<std::optional<v1::VM>> SqliteTransaction::GetVm(
     absl::string_view vm_id) {
   ASSIGN_OR_RETURN(
@@ -441,7 +447,7 @@ absl::StatusOr<HostChanges> SqliteTransaction::ChangesSince(
     absl::string_view host_id, int64_t revision) {
   HostChanges changes;
   // Both read in this transaction's snapshot, with the log itself.
-  ASSIGN_OR_RETURN(int64_t current, ReadMeta(db_, "revision"));
+  ASSIGN_OR_RETURN(int64_t current, ReadRevision());
   ASSIGN_OR_RETURN(int64_t horizon, ReadMeta(db_, "compacted_revision"));
   if (revision > current || revision < horizon) return changes;
   ASSIGN_OR_RETURN(SqliteQuery q,

@@ -35,6 +35,7 @@ class SqliteTransaction final : public Transaction {
   SqliteTransaction(SqliteDb& db, WriteState* write) : db_(db), write_(write) {}
 
   absl::StatusOr<int64_t> WriteRevision() override;
+  absl::StatusOr<int64_t> ReadRevision() override;
   absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) override;
   absl::Status PutVm(const v1::VM& vm) override;
   absl::Status DeleteVm(absl::string_view vm_id) override;

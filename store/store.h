@@ -134,6 +134,12 @@ class Transaction {
   // one write function (and, in EtcdStore, for every function committed in
   // the same etcd Txn). Errors in read-only transactions.
   virtual absl::StatusOr<int64_t> WriteRevision() = 0;
+  // The last revision this transaction's view includes: the newest commit
+  // its snapshot sees, or its own WriteRevision() once taken. Whatever a
+  // caller sends from this transaction's reads is stamped with it, never
+  // with a revision read separately (Store::CurrentRevision may already be
+  // past a commit the reads did not see).
+  virtual absl::StatusOr<int64_t> ReadRevision() = 0;
 
   // VMs: stored whole (host_id and presence included, enforcement ignored).
   virtual absl::StatusOr<std::optional<v1::VM>> GetVm(absl::string_view vm_id) = 0;
