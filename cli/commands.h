@@ -131,6 +131,14 @@ struct RolloutChangeArgs {
 };
 enum class RolloutChange { kPause, kResume, kAbort };
 
+// csctl rollout new-hosts [VALUE].
+struct RolloutNewHostsArgs {
+  // "enforce" or "wait-for-rollout"; empty: print the setting.
+  std::string value{};
+  // For the audit trail.
+  std::string reason{};
+};
+
 using Stub = v1::ControlPlane::StubInterface;
 
 // TagVM; prints the VM with its assignment (JSON: the VM object plus
@@ -224,6 +232,11 @@ int RunRolloutStatus(Stub& stub, const CommandOptions& options, std::ostream& ou
 // PauseRollout, ResumeRollout or AbortRollout; prints the rollout after.
 int RunRolloutChange(Stub& stub, RolloutChange change, const RolloutChangeArgs& args,
                      const CommandOptions& options, std::ostream& out, std::ostream& err);
+// SetNewHosts with a value, GetRollout without; prints the setting
+// (JSON: the rollout record). kExitUsage for a value other than enforce or
+// wait-for-rollout.
+int RunRolloutNewHosts(Stub& stub, const RolloutNewHostsArgs& args, const CommandOptions& options,
+                       std::ostream& out, std::ostream& err);
 
 // ListAuditRecords, following next_page_token up to args.limit records.
 // JSON: an array of records, before/after as JSON objects.

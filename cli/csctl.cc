@@ -76,6 +76,7 @@ struct CsctlArgs {
   HostTraitsArgs traits;
   RolloutStartArgs rollout_start;
   RolloutChangeArgs rollout_change;
+  RolloutNewHostsArgs rollout_new_hosts;
 };
 
 void AddGlobalOptions(CLI::App& app, CsctlArgs& a) {
@@ -261,6 +262,16 @@ void AddRolloutCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& comma
       {"abort", "end it: no host is enabled beyond those it enabled already",
        RolloutChange::kAbort},
   };
+  CLI::App* new_hosts = rollout->add_subcommand(
+      "new-hosts",
+      "what a host that registers for the first time does: enforce (the default) or "
+      "wait-for-rollout; without a value, print it");
+  new_hosts->add_option("value", a.rollout_new_hosts.value, "enforce or wait-for-rollout");
+  new_hosts->add_option("--reason", a.rollout_new_hosts.reason, "why, for the audit trail");
+  commands.push_back({new_hosts, nullptr, [&a](Stub& s, const CommandOptions& o,
+                                               std::ostream& out, std::ostream& err) {
+                        return RunRolloutNewHosts(s, a.rollout_new_hosts, o, out, err);
+                      }});
   for (const auto& c : changes) {
     CLI::App* sub = rollout->add_subcommand(c.name, c.help);
     sub->add_option("--id", a.rollout_change.rollout_id,

@@ -1,5 +1,5 @@
 // csctl: the staged rollout commands: rollout start, status, pause, resume,
-// abort. (cli/commands.h says how every command validates, calls csd and
+// abort, new-hosts. (cli/commands.h says how every command validates, calls csd and
 // prints.)
 #include "absl/strings/str_cat.h"
 #include "cli/command_support.h"
@@ -7,6 +7,7 @@
 #include "cli/output.h"
 #include "cli/rollout_output.h"
 #include "common/labels.h"
+#include "common/names.h"
 #include "common/rollout_spec.h"
 
 namespace cosched::cli {
@@ -82,6 +83,39 @@ int RunRolloutChange(Stub& stub, RolloutChange change, const RolloutChangeArgs& 
   if (!status.ok()) return RpcError(status, options, "the rollout", err);
   return PrintAnswer(rollout, absl::StrCat("rollout ", rollout.rollout_id(), " ", verb), options,
                      out);
+}
+
+int RunRolloutNewHosts(Stub& stub, const RolloutNewHostsArgs& args, const CommandOptions& options,
+                       std::ostream& out, std::ostream& err) {
+  v1::Rollout rollout;
+  grpc::Status status;
+  std::string said;
+  if (args.value.empty()) {
+    status = stub.GetRollout(MakeContext(options).get(), v1::GetRolloutRequest(), &rollout);
+    // Never set and no rollout: the default.
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) status = grpc::Status::OK;
+    if (!status.ok()) return RpcError(status, options, "the new_hosts setting", err);
+  } else {
+    absl::StatusOr<v1::NewHosts> value = ParseNewHosts("new-hosts", args.value);
+    if (!value.ok()) return UsageError(value.status(), err);
+    v1::SetNewHostsRequest request;
+    request.set_new_hosts(*value);
+    request.set_reason(args.reason);
+    status = stub.SetNewHosts(MakeContext(options).get(), request, &rollout);
+    if (!status.ok()) return RpcError(status, options, "setting new_hosts", err);
+    said = "set: ";
+  }
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(RolloutToJson(rollout), out);
+    return kExitOk;
+  }
+  out << said << "new hosts: " << NewHostsName(rollout.new_hosts())
+      << (rollout.new_hosts() == v1::NEW_HOSTS_WAIT_FOR_ROLLOUT
+              ? " (a host that registers for the first time makes no cookies until a rollout "
+                "enables it)"
+              : " (a host that registers for the first time enforces at once)")
+      << "\n";
+  return kExitOk;
 }
 
 }  // namespace cosched::cli

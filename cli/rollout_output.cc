@@ -41,6 +41,7 @@ int StagePercent(const v1::Rollout& r) {
 nlohmann::json RolloutToJson(const v1::Rollout& r) {
   const std::optional<google::protobuf::Timestamp> next = NextStageTime(r);
   return {
+      {"new_hosts", NewHostsName(r.new_hosts())},
       {"rollout_id", r.rollout_id()},
       {"state", RolloutStateName(r.state())},
       {"selector", r.selector()},
@@ -64,6 +65,11 @@ nlohmann::json RolloutToJson(const v1::Rollout& r) {
 }
 
 void PrintRollout(const v1::Rollout& r, std::ostream& out) {
+  if (r.rollout_id().empty()) {
+    PrintFields({{"rollout", "(none was started)"}, {"new hosts", NewHostsName(r.new_hosts())}},
+                out);
+    return;
+  }
   const std::optional<google::protobuf::Timestamp> next = NextStageTime(r);
   std::vector<std::string> stages;
   for (int percent : r.stage_percents()) stages.push_back(absl::StrCat(percent, "%"));
@@ -78,12 +84,14 @@ void PrintRollout(const v1::Rollout& r, std::ostream& out) {
       {"stage started", TimeText(r.has_stage_started_time(), r.stage_started_time())},
       {"next stage", next ? TimeUtil::ToString(*next) : "-"},
       {"enabled hosts", absl::StrCat(r.enabled_hosts_size(), " (", r.matching_hosts(),
-                                     " match the selector", r.carried_hosts_size() > 0
+                                     " waiting host(s) match the selector",
+                                     r.carried_hosts_size() > 0
                                          ? absl::StrCat(", ", r.carried_hosts_size(),
                                                         " carried from the rollout before")
                                          : "",
                                      ")")},
   };
+  fields.emplace_back("new hosts", NewHostsName(r.new_hosts()));
   if (r.state() == v1::Rollout::STATE_HALTED) fields.emplace_back("halted", r.halt_reason());
   fields.emplace_back("started", absl::StrCat(TimeText(r.has_started_time(), r.started_time()),
                                               r.started_by().empty() ? "" : " by ",

@@ -78,4 +78,15 @@ std::string RolloutStateName(v1::Rollout::State state) {
   }
 }
 
+std::string NewHostsName(v1::NewHosts new_hosts) {
+  return new_hosts == v1::NEW_HOSTS_WAIT_FOR_ROLLOUT ? "wait-for-rollout" : "enforce";
+}
+
+absl::StatusOr<v1::NewHosts> ParseNewHosts(absl::string_view field, absl::string_view name) {
+  if (name == "enforce") return v1::NEW_HOSTS_ENFORCE;
+  if (name == "wait-for-rollout") return v1::NEW_HOSTS_WAIT_FOR_ROLLOUT;
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " '", name, "' must be enforce (the default) or wait-for-rollout"));
+}
+
 }  // namespace cosched

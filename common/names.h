@@ -32,6 +32,12 @@ std::string EnforcementStateName(v1::EnforcementState state);
 // "running", "paused", "halted", "aborted", "done", "unknown".
 std::string RolloutStateName(v1::Rollout::State state);
 
+// "enforce" (also for UNSPECIFIED, its default) and "wait-for-rollout";
+// ParseNewHosts takes those names, INVALID_ARGUMENT naming `field`
+// otherwise.
+std::string NewHostsName(v1::NewHosts new_hosts);
+absl::StatusOr<v1::NewHosts> ParseNewHosts(absl::string_view field, absl::string_view name);
+
 }  // namespace cosched
 
 #endif  // COSCHED_COMMON_NAMES_H_

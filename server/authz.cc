@@ -121,6 +121,7 @@ Role RequiredRole(absl::string_view method) {
       {"PauseRollout", Role::kAdmin},
       {"ResumeRollout", Role::kAdmin},
       {"AbortRollout", Role::kAdmin},
+      {"SetNewHosts", Role::kAdmin},
   };
   auto it = kRoles->find(method);
   return it == kRoles->end() ? Role::kAdmin : it->second;

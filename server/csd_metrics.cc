@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "metrics/grpc_metrics.h"
+#include "server/rollout_view.h"
 
 namespace cosched::server {
 namespace {
@@ -217,8 +218,11 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
   // The rollout: its stage and how many hosts it enabled, and its state as
   // one series per state (1 for the current one), so that an alert can
   // say "halted" without knowing the enum's numbers.
+  // A record that only holds new_hosts is no rollout.
   auto rollout = [this] {
-    return options_.rollout ? options_.rollout() : std::optional<v1::Rollout>();
+    std::optional<v1::Rollout> r = options_.rollout ? options_.rollout() : std::nullopt;
+    if (r && !Started(*r)) r.reset();
+    return r;
   };
   scrape_gauges_->Add("cosched_csd_rollout_stage",
                       "The staged rollout's current stage, from 1; 0 without a rollout.",
@@ -227,8 +231,8 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                         return r ? static_cast<double>(r->stage() + 1) : 0.0;
                       });
   scrape_gauges_->Add("cosched_csd_rollout_enabled_hosts",
-                      "Hosts the staged rollout has enabled enforcement on; 0 without a "
-                      "rollout (every host is enabled then).",
+                      "Hosts the staged rollout has enabled enforcement on among those that "
+                      "waited for one; 0 without a rollout.",
                       [rollout] {
                         std::optional<v1::Rollout> r = rollout();
                         return r ? static_cast<double>(r->enabled_hosts_size()) : 0.0;

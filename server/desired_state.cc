@@ -401,11 +401,17 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
   auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::RegisterResponse>(
       store_,
-      [request, actor, audit, delta](store::Transaction& txn,
-                                     v1::RegisterResponse&) -> absl::Status {
+      [request, actor, audit, delta, enforce = enforce_](
+          store::Transaction& txn, v1::RegisterResponse& response) -> absl::Status {
         *delta = PlacementDelta();
         ASSIGN_OR_RETURN(auto existing, txn.GetHost(request.host_id()));
+        ASSIGN_OR_RETURN(std::optional<v1::Rollout> rollout, txn.GetRollout());
         v1::Host host = existing.value_or(v1::Host());
+        // A host new to csd follows the fleet's new_hosts setting; a known
+        // one keeps what it had (a rollout only ever enables).
+        if (!existing && rollout && rollout->new_hosts() == v1::NEW_HOSTS_WAIT_FOR_ROLLOUT) {
+          host.set_waits_for_rollout(true);
+        }
         auto now = TimeUtil::GetCurrentTime();
         host.set_host_id(request.host_id());
         *host.mutable_topology() = request.topology();
@@ -417,6 +423,9 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         host.clear_connected();
         RETURN_IF_ERROR(txn.PutHost(host));
         delta->hosts.push_back(host);
+        *response.mutable_enablement() =
+            EnablementOf(request.capabilities().preflight(), enforce,
+                         VerdictOf(rollout ? &*rollout : nullptr, host));
         // An operator's override of a hazard (allow_hazards) is on record
         // whenever it starts to apply or changes.
         const auto& allowed = host.capabilities().preflight().allowed_hazards();
@@ -443,14 +452,11 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
           delta,
           LogAudit<v1::RegisterResponse>(
               audit, [this, host_id = request.host_id(),
-                      enablement = EnablementOf(request.capabilities().preflight(), enforce_,
-                                                rollout_.VerdictFor(request.host_id())),
                       done = std::move(done)](absl::StatusOr<v1::RegisterResponse> r) {
                 // Its topology may have changed: the next Report is checked
                 // and written whole.
                 if (r.ok()) ForgetReport(host_id);
                 if (r.ok()) r->set_revision(store_->CurrentRevision());
-                if (r.ok()) *r->mutable_enablement() = enablement;
                 done(std::move(r));
               })));
 }

@@ -63,7 +63,7 @@ std::string DesiredState::UnplaceableReason(const v1::Host& host,
   if (host.draining()) return "draining";
   // CPUs that leak nothing between siblings isolate without cookies.
   const v1::HostEnablement enablement =
-      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host.host_id()));
+      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host));
   if (enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
     needs_isolation = false;
   }
@@ -93,7 +93,7 @@ void DesiredState::AddLiveness(v1::Host& host) const {
   if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();
   host.set_unplaceable_reason(UnplaceableReason(host, /*needs_isolation=*/true));
   *host.mutable_enablement() =
-      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host.host_id()));
+      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host));
 }
 
 void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool draining,

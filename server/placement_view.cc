@@ -299,4 +299,11 @@ size_t PlacementView::host_count() const {
   return index_.host_count();
 }
 
+std::optional<v1::Host> PlacementView::HostRecord(const std::string& host_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hosts_.find(host_id);
+  if (it == hosts_.end() || it->second.record.host_id().empty()) return std::nullopt;
+  return it->second.record;
+}
+
 }  // namespace cosched::server

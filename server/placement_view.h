@@ -104,6 +104,9 @@ class PlacementView {
   std::map<std::string, std::vector<std::string>> VmsByHost() const;
   // Hosts with a topology (placeable).
   size_t host_count() const;
+  // The registered host's record as last committed, without its topology;
+  // nullopt for a host that is not registered.
+  std::optional<v1::Host> HostRecord(const std::string& host_id) const;
 
  private:
   struct HostInfo {

@@ -82,8 +82,9 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   // Every answer says whether the host should set cookies, so a change of
   // the setting or of the host's vulnerabilities reaches a running agent.
   liveness_.Note(request, absl::Now());
+  std::optional<v1::Host> registered = placement_.HostRecord(request.host_id());
   done = [enablement = EnablementOf(request.preflight(), enforce_,
-                                    rollout_.VerdictFor(request.host_id())),
+                                    registered ? rollout_.VerdictFor(*registered) : RolloutVerdict{}),
           done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
     if (r.ok()) *r->mutable_enablement() = enablement;
     done(std::move(r));

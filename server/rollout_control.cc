@@ -57,6 +57,17 @@ std::vector<std::string> MatchingHosts(const std::vector<v1::Host>& hosts,
   return matching;
 }
 
+// The hosts a rollout concerns: those the selector matches that wait for
+// a rollout. Every other host enforces already, and a rollout only enables.
+std::vector<std::string> WaitingHosts(const std::vector<v1::Host>& hosts,
+                                      const LabelSelector& selector) {
+  std::vector<std::string> waiting;
+  for (const v1::Host& h : hosts) {
+    if (h.waits_for_rollout() && Matches(selector, h.labels())) waiting.push_back(h.host_id());
+  }
+  return waiting;
+}
+
 // Sorted, without duplicates: RolloutView finds hosts by binary search.
 void SetEnabled(v1::Rollout& rollout, const std::set<std::string>& hosts) {
   rollout.clear_enabled_hosts();
@@ -149,6 +160,8 @@ absl::StatusOr<v1::Rollout> RolloutControl::GetRollout() const {
   if (!rollout) {
     return absl::NotFoundError("no rollout was started (csctl rollout start)");
   }
+  // Only the new_hosts setting, when no rollout was started: answered too,
+  // for what it says of new hosts.
   return *std::move(rollout);
 }
 
@@ -169,7 +182,10 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
           store::Transaction& txn) -> absl::Status {
         result->Clear();
         audit->Clear();
-        ASSIGN_OR_RETURN(std::optional<v1::Rollout> previous, txn.GetRollout());
+        ASSIGN_OR_RETURN(std::optional<v1::Rollout> record, txn.GetRollout());
+        // The rollout before, if any (the record may hold new_hosts only).
+        std::optional<v1::Rollout> previous;
+        if (record && Started(*record)) previous = record;
         if (previous && Active(*previous)) {
           return absl::FailedPreconditionError(absl::StrCat(
               "rollout ", previous->rollout_id(), " is ", RolloutStateName(previous->state()),
@@ -185,8 +201,30 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
                   : absl::StrCat("selector '", request.selector(), "' must match a registered ",
                                  "host; it matches none of the ", hosts.size(), " registered"));
         }
+        // What the rollout before enabled stays so: a new rollout only
+        // ever adds hosts.
+        std::set<std::string> enabled;
+        std::vector<std::string> carried;
+        for (const v1::Host& h : hosts) {
+          if (h.waits_for_rollout() && VerdictOf(previous ? &*previous : nullptr, h).enabled) {
+            carried.push_back(h.host_id());
+            enabled.insert(h.host_id());
+          }
+        }
+        const std::vector<std::string> waiting = WaitingHosts(hosts, parsed);
+        if (std::all_of(waiting.begin(), waiting.end(),
+                        [&](const std::string& h) { return enabled.count(h) != 0; })) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "every one of the ", matching.size(), " host(s) ",
+              request.selector().empty() ? "registered"
+                                         : absl::StrCat("matching '", request.selector(), "'"),
+              " already enforces: a rollout only enables hosts that wait for one (hosts that "
+              "registered while new_hosts was wait-for-rollout: csctl rollout new-hosts); "
+              "nothing was changed"));
+        }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         v1::Rollout& r = *result;
+        if (record) r.set_new_hosts(record->new_hosts());
         r.set_rollout_id(absl::StrCat("r-", revision));
         r.set_selector(request.selector());
         *r.mutable_stage_percents() = request.stage_percents();
@@ -197,25 +235,15 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
         *r.mutable_started_time() = ProtoTime(now);
         *r.mutable_updated_time() = ProtoTime(now);
         r.set_started_by(actor.who);
-        r.set_matching_hosts(static_cast<int>(matching.size()));
-        // What the rollout before enabled stays so: a new rollout only
-        // ever adds hosts.
-        std::set<std::string> enabled;
-        if (previous) {
-          for (const v1::Host& h : hosts) {
-            if (VerdictOf(&*previous, h.host_id()).enabled) {
-              r.add_carried_hosts(h.host_id());
-              enabled.insert(h.host_id());
-            }
-          }
-        }
-        for (std::string& h : StageHosts(matching, request.stage_percents(0))) {
+        r.set_matching_hosts(static_cast<int>(waiting.size()));
+        for (const std::string& h : carried) r.add_carried_hosts(h);
+        for (std::string& h : StageHosts(waiting, request.stage_percents(0))) {
           enabled.insert(std::move(h));
         }
         SetEnabled(r, enabled);
         RETURN_IF_ERROR(txn.PutRollout(r));
         return internal::Audit(txn, actor.who, actor.role, "StartRollout", r.rollout_id(),
-                               previous ? &*previous : nullptr, &r, revision, audit.get());
+                               record ? &*record : nullptr, &r, revision, audit.get());
       },
       [this, result, audit, done = std::move(done)](absl::Status status) {
         if (!status.ok()) return done(status);
@@ -241,7 +269,7 @@ void RolloutControl::ChangeRollout(Change change, const v1::ChangeRolloutRequest
         audit->Clear();
         *wrote = false;
         ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
-        if (!current) {
+        if (!current || !Started(*current)) {
           return absl::NotFoundError("no rollout was started (csctl rollout start)");
         }
         if (!request.rollout_id().empty() && request.rollout_id() != current->rollout_id()) {
@@ -301,6 +329,44 @@ void RolloutControl::ChangeRollout(Change change, const v1::ChangeRolloutRequest
       });
 }
 
+void RolloutControl::SetNewHosts(const v1::SetNewHostsRequest& request, const Actor& actor,
+                                 DesiredState::Done<v1::Rollout> done) {
+  const v1::NewHosts wanted = request.new_hosts();
+  if (wanted != v1::NEW_HOSTS_ENFORCE && wanted != v1::NEW_HOSTS_WAIT_FOR_ROLLOUT) {
+    return done(absl::InvalidArgumentError(
+        "new_hosts must be NEW_HOSTS_ENFORCE or NEW_HOSTS_WAIT_FOR_ROLLOUT"));
+  }
+  if (request.reason().size() > internal::kMaxDetailLength) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "reason must be at most ", internal::kMaxDetailLength, " characters")));
+  }
+  auto result = std::make_shared<v1::Rollout>();
+  auto audit = std::make_shared<v1::AuditRecord>();
+  auto wrote = std::make_shared<bool>(false);
+  state_->store().Write(
+      [request, actor, wanted, result, audit, wrote](store::Transaction& txn) -> absl::Status {
+        audit->Clear();
+        *wrote = false;
+        ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
+        *result = current.value_or(v1::Rollout());
+        const v1::NewHosts was = result->new_hosts() == v1::NEW_HOSTS_UNSPECIFIED
+                                     ? v1::NEW_HOSTS_ENFORCE
+                                     : result->new_hosts();
+        if (was == wanted) return absl::OkStatus();
+        result->set_new_hosts(wanted);
+        RETURN_IF_ERROR(txn.PutRollout(*result));
+        *wrote = true;
+        return internal::Audit(txn, actor.who, actor.role, "SetNewHosts", "new-hosts",
+                               current ? &*current : nullptr, &*result, 0, audit.get(),
+                               request.reason());
+      },
+      [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        if (*wrote) Committed(*result, *audit);
+        done(*result);
+      });
+}
+
 std::string RolloutControl::Regression(const v1::Host& host) const {
   const absl::Duration silent = state_->SilentFor(host);
   if (silent > absl::FromChrono(options_.no_report_halt)) {
@@ -333,18 +399,18 @@ absl::Status RolloutControl::RunPass() {
     *wrote = false;
     RETURN_IF_ERROR(txn.RequireLeadership());
     ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
-    if (!current) return absl::OkStatus();
-    const bool running = current->state() == v1::Rollout::STATE_RUNNING;
-    const bool done = current->state() == v1::Rollout::STATE_DONE;
-    // Done over every host: nothing left to enrol (every host is enabled).
-    if (!running && !(done && !current->selector().empty())) return absl::OkStatus();
+    if (!current || !Started(*current)) return absl::OkStatus();
+    // Only a running rollout moves. A finished one enables every waiting
+    // host its selector matches, later ones included (VerdictOf): nothing
+    // is left to enrol.
+    if (current->state() != v1::Rollout::STATE_RUNNING) return absl::OkStatus();
     ASSIGN_OR_RETURN(LabelSelector selector, ParseLabelSelector("selector", current->selector()));
     ASSIGN_OR_RETURN(std::vector<v1::Host> hosts, AllHosts(txn));
     v1::Rollout& r = *result;
     r = *current;
     std::string method;
     std::string reason;
-    if (running) {
+    {
       const std::set<std::string> carried(current->carried_hosts().begin(),
                                           current->carried_hosts().end());
       const std::set<std::string> enabled = EnabledSet(*current);
@@ -361,8 +427,8 @@ absl::Status RolloutControl::RunPass() {
       }
     }
     if (method.empty()) {
-      const std::vector<std::string> matching = MatchingHosts(hosts, selector);
-      if (running && now - TimeOf(r.stage_started_time()) >= absl::Seconds(r.soak_seconds())) {
+      const std::vector<std::string> matching = WaitingHosts(hosts, selector);
+      if (now - TimeOf(r.stage_started_time()) >= absl::Seconds(r.soak_seconds())) {
         if (r.stage() + 1 < r.stage_percents_size()) {
           r.set_stage(r.stage() + 1);
           *r.mutable_stage_started_time() = ProtoTime(now);

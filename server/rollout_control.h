@@ -79,8 +79,14 @@ class RolloutControl {
   // rollout answers it unchanged.
   void ChangeRollout(Change change, const v1::ChangeRolloutRequest& request, const Actor& actor,
                      DesiredState::Done<v1::Rollout> done);
-  // NOT_FOUND when none was ever started.
+  // NOT_FOUND when none was ever started and new_hosts was never set.
   absl::StatusOr<v1::Rollout> GetRollout() const;
+  // The fleet's new_hosts setting; changes no registered host.
+  // INVALID_ARGUMENT for a value other than enforce or wait-for-rollout,
+  // or a reason over 1024 characters. Setting the value it has answers the
+  // record unchanged, with nothing written.
+  void SetNewHosts(const v1::SetNewHostsRequest& request, const Actor& actor,
+                   DesiredState::Done<v1::Rollout> done);
 
   // One check, when this csd leads: halt on a regression, else enrol
   // hosts that register late and move to the next stage once the current

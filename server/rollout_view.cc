@@ -4,18 +4,29 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/labels.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 
 namespace cosched::server {
 
-RolloutVerdict VerdictOf(const v1::Rollout* rollout, absl::string_view host_id) {
-  if (rollout == nullptr) return {};
-  if (rollout->state() == v1::Rollout::STATE_DONE && rollout->selector().empty()) return {};
+RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host) {
+  if (!host.waits_for_rollout()) return {};
+  const std::string& host_id = host.host_id();
+  if (rollout == nullptr || !Started(*rollout)) {
+    return {false, "it registered while new_hosts was wait-for-rollout, and no rollout has "
+                   "enabled it yet (csctl rollout start)"};
+  }
   // Sorted by the writer (RolloutControl), and a few thousand at most.
   if (std::binary_search(rollout->enabled_hosts().begin(), rollout->enabled_hosts().end(),
                          host_id)) {
     return {};
+  }
+  if (rollout->state() == v1::Rollout::STATE_DONE) {
+    // Stored by StartRollout, which parsed it: a selector that no longer
+    // parses matches nothing.
+    absl::StatusOr<LabelSelector> selector = ParseLabelSelector("selector", rollout->selector());
+    if (selector.ok() && Matches(*selector, host.labels())) return {};
   }
   RolloutVerdict verdict;
   verdict.enabled = false;
@@ -89,13 +100,21 @@ std::optional<v1::Rollout> RolloutView::Get() const {
   return *rollout_;
 }
 
-RolloutVerdict RolloutView::VerdictFor(absl::string_view host_id) const {
+RolloutVerdict RolloutView::VerdictFor(const v1::Host& host) const {
   std::shared_ptr<const v1::Rollout> rollout;
   {
     std::lock_guard<std::mutex> lock(mu_);
     rollout = rollout_;
   }
-  return VerdictOf(rollout.get(), host_id);
+  return VerdictOf(rollout.get(), host);
+}
+
+v1::NewHosts RolloutView::NewHosts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!rollout_ || rollout_->new_hosts() == v1::NEW_HOSTS_UNSPECIFIED) {
+    return v1::NEW_HOSTS_ENFORCE;
+  }
+  return rollout_->new_hosts();
 }
 
 }  // namespace cosched::server

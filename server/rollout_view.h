@@ -31,10 +31,15 @@ struct RolloutVerdict {
   std::string reason;
 };
 
-// Enabled without a rollout, once one is done over every host (no
-// selector), and for the hosts in its enabled_hosts; every other host
-// waits, whatever the rollout's state: an aborted rollout enables no more.
-RolloutVerdict VerdictOf(const v1::Rollout* rollout, absl::string_view host_id);
+// A rollout only enables. A host enforces unless it waits for a rollout
+// (Host.waits_for_rollout: it registered first while new_hosts was
+// wait-for-rollout); a waiting host enforces once `rollout` lists it in
+// enabled_hosts, or is done and its selector matches the host's labels.
+// An aborted rollout enables no more; nothing ever disables a host.
+RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host);
+
+// Whether `rollout` is a started one (not only the new_hosts setting).
+inline bool Started(const v1::Rollout& rollout) { return !rollout.rollout_id().empty(); }
 
 // The order stages enable hosts in: FNV-1a of the host id, so that it does
 // not depend on when hosts registered, and the same host leads in every
@@ -54,7 +59,9 @@ class RolloutView {
   absl::Status Load(store::Store& store);
   void Set(std::optional<v1::Rollout> rollout);
   std::optional<v1::Rollout> Get() const;
-  RolloutVerdict VerdictFor(absl::string_view host_id) const;
+  RolloutVerdict VerdictFor(const v1::Host& host) const;
+  // The fleet's new_hosts setting (NEW_HOSTS_ENFORCE when never set).
+  v1::NewHosts NewHosts() const;
 
  private:
   mutable std::mutex mu_;

@@ -290,6 +290,16 @@ grpc::ServerUnaryReactor* ControlPlaneService::AbortRollout(
   return ChangeRollout(context, "AbortRollout", RolloutControl::Change::kAbort, request, response);
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::SetNewHosts(
+    grpc::CallbackServerContext* context, const v1::SetNewHostsRequest* request,
+    v1::Rollout* response) {
+  auto caller = authz_->ForControlPlane(*context, "SetNewHosts");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  auto* reactor = context->DefaultReactor();
+  rollouts_->SetNewHosts(*request, ActorOf(*caller), AnswerLater(reactor, response));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

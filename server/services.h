@@ -105,6 +105,9 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* AbortRollout(grpc::CallbackServerContext* context,
                                          const v1::ChangeRolloutRequest* request,
                                          v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* SetNewHosts(grpc::CallbackServerContext* context,
+                                        const v1::SetNewHostsRequest* request,
+                                        v1::Rollout* response) override;
 
  private:
   // Whether ExplainVM and Plan go to the leader: its engine's record and

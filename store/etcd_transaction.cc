@@ -359,8 +359,8 @@ absl::StatusOr<std::optional<v1::Rollout>> EtcdTransaction::GetRollout() {
 
 absl::Status EtcdTransaction::PutRollout(const v1::Rollout& rollout) {
   RETURN_IF_ERROR(RequireWrite("PutRollout"));
-  if (rollout.rollout_id().empty()) {
-    return absl::InvalidArgumentError("PutRollout: rollout_id is empty");
+  if (rollout.rollout_id().empty() && rollout.state() != v1::Rollout::STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("PutRollout: rollout_id is empty in a started rollout");
   }
   Put(absl::StrCat(snap_.prefix, "/rollout"), Serialized(rollout));
   return absl::OkStatus();

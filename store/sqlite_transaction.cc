@@ -234,8 +234,8 @@ absl::StatusOr<std::optional<v1::Rollout>> SqliteTransaction::GetRollout() {
 
 absl::Status SqliteTransaction::PutRollout(const v1::Rollout& rollout) {
   RETURN_IF_ERROR(RequireWrite("PutRollout"));
-  if (rollout.rollout_id().empty()) {
-    return absl::InvalidArgumentError("PutRollout: rollout_id is empty");
+  if (rollout.rollout_id().empty() && rollout.state() != v1::Rollout::STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("PutRollout: rollout_id is empty in a started rollout");
   }
   ASSIGN_OR_RETURN(std::string record, Serialize(rollout, "rollout"));
   ASSIGN_OR_RETURN(SqliteQuery q,

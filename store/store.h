@@ -192,7 +192,8 @@ class Transaction {
   // The staged rollout of enforcement (v1::Rollout, stored whole): one
   // record, the latest started whatever its state; nullopt before the
   // first. PutRollout replaces it; INVALID_ARGUMENT when rollout_id is
-  // empty.
+  // empty in a started one (a record that only holds the fleet's
+  // new_hosts setting has neither id nor state).
   virtual absl::StatusOr<std::optional<v1::Rollout>> GetRollout() = 0;
   virtual absl::Status PutRollout(const v1::Rollout& rollout) = 0;
 

@@ -358,6 +358,17 @@ grpc::Status FakeControlPlane::AbortRollout(grpc::ServerContext*,
   return SetRolloutState(request, v1::Rollout::STATE_ABORTED, response);
 }
 
+grpc::Status FakeControlPlane::SetNewHosts(grpc::ServerContext*,
+                                           const v1::SetNewHostsRequest* request,
+                                           v1::Rollout* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  if (!rollout_) rollout_ = v1::Rollout();
+  rollout_->set_new_hosts(request->new_hosts());
+  *response = *rollout_;
+  return grpc::Status::OK;
+}
+
 std::vector<v1::StartRolloutRequest> FakeControlPlane::rollout_requests() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rollout_requests_;

@@ -65,6 +65,10 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
                              v1::Rollout* response) override;
   grpc::Status AbortRollout(grpc::ServerContext*, const v1::ChangeRolloutRequest* request,
                             v1::Rollout* response) override;
+  // Keeps new_hosts in the rollout record (one with an empty id when no
+  // rollout was started), as csd.
+  grpc::Status SetNewHosts(grpc::ServerContext*, const v1::SetNewHostsRequest* request,
+                           v1::Rollout* response) override;
   std::vector<v1::StartRolloutRequest> rollout_requests() const;
   std::vector<v1::ChangeRolloutRequest> rollout_changes() const;
 

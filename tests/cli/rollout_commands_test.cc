@@ -1,4 +1,4 @@
-// csctl rollout start|status|pause|resume|abort, parsed as csctl parses its
+// csctl rollout start|status|pause|resume|abort|new-hosts, parsed as csctl parses its
 // command line, against the fake control plane: what is sent, what is
 // shown, and bad input refused before anything is sent (exit 2).
 #include <sstream>
@@ -130,6 +130,27 @@ TEST_F(RolloutCommandsTest, BadInputIsAUsageErrorNamingTheFlagAndTheRule) {
   EXPECT_THAT(err_.str(), HasSubstr("soak_seconds 30s is out of range"));
   // Both flags are required.
   EXPECT_EQ(Run({"rollout", "start", "--stages", "10%"}), kExitUsage);
+}
+
+TEST_F(RolloutCommandsTest, NewHostsSetsAndPrintsTheSettingAndRefusesOtherValues) {
+  // Never set: the default, without asking anything of csd but the record.
+  ASSERT_EQ(Run({"rollout", "new-hosts"}), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("new hosts: enforce"));
+  ASSERT_EQ(Run({"rollout", "new-hosts", "wait-for-rollout", "--reason", "staged"}), kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), StartsWith("set: new hosts: wait-for-rollout"));
+  ASSERT_EQ(Run({"rollout", "new-hosts"}), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("new hosts: wait-for-rollout"));
+  // No rollout was started: status says so, and what new hosts do.
+  ASSERT_EQ(Run({"rollout", "status"}), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("(none was started)"));
+  ASSERT_EQ(Run({"rollout", "new-hosts", "-o", "json"}), kExitOk) << err_.str();
+  EXPECT_EQ(json::parse(out_.str())["new_hosts"], "wait-for-rollout");
+  const int calls = server_.service().calls();
+  EXPECT_EQ(Run({"rollout", "new-hosts", "sometimes"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("new-hosts 'sometimes' must be enforce (the default) or "
+                                    "wait-for-rollout"));
+  EXPECT_EQ(server_.service().calls(), calls);
 }
 
 }  // namespace

@@ -88,6 +88,19 @@ class RolloutTest : public ::testing::Test {
 };
 
 TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
+  cli::CommandOptions cli_options;
+  cli_options.server = cluster_->csd_address();
+  {
+    // Enforcement is turned on in stages: the hosts wait for the rollout.
+    cli::RolloutNewHostsArgs args;
+    args.value = "wait-for-rollout";
+    args.reason = "staged turn-on";
+    std::ostringstream out, err;
+    ASSERT_EQ(cli::RunRolloutNewHosts(cluster_->control(), args, cli_options, out, err),
+              cli::kExitOk)
+        << err.str();
+    EXPECT_THAT(out.str(), HasSubstr("new hosts: wait-for-rollout"));
+  }
   std::vector<std::string> ids;
   for (int i = 0; i < kHosts; ++i) {
     testing::MiniHostOptions options;
@@ -113,8 +126,6 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   ASSERT_FALSE(silent.empty());
   const std::set<std::string> in_stage2(stage2.begin(), stage2.end());
 
-  cli::CommandOptions cli_options;
-  cli_options.server = cluster_->csd_address();
   {
     cli::RolloutStartArgs args;
     args.stages = "10%,50%,100%";

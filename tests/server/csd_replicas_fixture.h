@@ -249,6 +249,15 @@ class CsdReplicasTest : public ::testing::Test {
     return s.ok() ? response.host_id() : absl::StrCat("error: ", s.error_message());
   }
 
+  // Sets the fleet's new_hosts through `r`.
+  static void SetNewHosts(Replica& r, v1::NewHosts value) {
+    v1::SetNewHostsRequest request;
+    request.set_new_hosts(value);
+    grpc::ClientContext context;
+    v1::Rollout record;
+    EXPECT_OK(r.control->SetNewHosts(&context, request, &record));
+  }
+
   // Starts a rollout on `r` of `percents`, each soaking `soak_seconds`.
   static v1::Rollout StartRollout(Replica& r, const std::vector<int>& percents,
                                   int64_t soak_seconds) {

@@ -29,6 +29,7 @@ TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica
   Replica b = Start("", tweak("csd-b"));
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
+  SetNewHosts(a, v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
   RegisterAndReport(b, "hv-1", {});
   std::unique_ptr<Stream> stream = Watch(b, "hv-1");
   v1::WatchAssignmentsResponse first;

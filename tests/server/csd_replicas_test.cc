@@ -82,6 +82,8 @@ TEST_F(CsdReplicasTest, ARolloutStartedOnOneReplicaDecidesAnotherReplicasAnswers
   Replica b = Start();
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
+  // Hosts that wait for a rollout, set through A and followed by B.
+  SetNewHosts(a, v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
   for (int i = 0; i < 10; ++i) RegisterAndReport(b, absl::StrCat("h", i), {});
   auto enablement_on_b = [&](const std::string& host) {
     grpc::ClientContext context;
@@ -91,16 +93,16 @@ TEST_F(CsdReplicasTest, ARolloutStartedOnOneReplicaDecidesAnotherReplicasAnswers
     EXPECT_OK(b.agent->Report(&context, request, &response));
     return response.enablement().state();
   };
-  EXPECT_EQ(enablement_on_b("h0"), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(enablement_on_b("h0"), v1::HostEnablement::STATE_NOT_ENABLED);
 
   const v1::Rollout rollout = StartRollout(a, {10, 100}, 3600);
   ASSERT_EQ(rollout.enabled_hosts_size(), 1);
   const std::string enabled = rollout.enabled_hosts(0);
   const std::string other = enabled == "h0" ? "h1" : "h0";
   EXPECT_TRUE(Eventually([&] {
-    return enablement_on_b(other) == v1::HostEnablement::STATE_NOT_ENABLED;
-  })) << other;
-  EXPECT_EQ(enablement_on_b(enabled), v1::HostEnablement::STATE_ENFORCE);
+    return enablement_on_b(enabled) == v1::HostEnablement::STATE_ENFORCE;
+  })) << enabled;
+  EXPECT_EQ(enablement_on_b(other), v1::HostEnablement::STATE_NOT_ENABLED);
 
   // Aborted on B: A's status says so.
   {

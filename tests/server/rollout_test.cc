@@ -85,33 +85,51 @@ v1::Rollout RolloutOf(v1::Rollout::State state, std::vector<std::string> enabled
   return r;
 }
 
-TEST(RolloutEnablementTest, OnlyTheEnabledSetEnforcesUntilDoneOverEveryHost) {
+v1::Host HostOf(const std::string& id, bool waits, std::string zone = "a") {
+  v1::Host host;
+  host.set_host_id(id);
+  host.set_waits_for_rollout(waits);
+  (*host.mutable_labels())["zone"] = std::move(zone);
+  return host;
+}
+
+TEST(RolloutEnablementTest, ARolloutOnlyEnablesHostsThatWaitForOne) {
   const v1::HostPreflight preflight;
-  auto state_of = [&](const v1::Rollout* rollout, const std::string& host) {
+  auto state_of = [&](const v1::Rollout* rollout, const v1::Host& host) {
     return EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(rollout, host)).state();
   };
-  // No rollout: every host, as before rollouts existed.
-  EXPECT_EQ(state_of(nullptr, "hv-1"), v1::HostEnablement::STATE_ENFORCE);
+  const v1::Host enforcing = HostOf("hv-2", false);
+  const v1::Host waiting = HostOf("hv-2", true);
+  // A host that does not wait enforces whatever the rollout says: a
+  // rollout never turns enforcement off.
+  EXPECT_EQ(state_of(nullptr, enforcing), v1::HostEnablement::STATE_ENFORCE);
   for (auto s : {v1::Rollout::STATE_RUNNING, v1::Rollout::STATE_PAUSED,
-                 v1::Rollout::STATE_HALTED, v1::Rollout::STATE_ABORTED}) {
-    const v1::Rollout r = RolloutOf(s, {"hv-1", "hv-3"});
-    EXPECT_EQ(state_of(&r, "hv-1"), v1::HostEnablement::STATE_ENFORCE) << s;
-    EXPECT_EQ(state_of(&r, "hv-3"), v1::HostEnablement::STATE_ENFORCE) << s;
-    EXPECT_EQ(state_of(&r, "hv-2"), v1::HostEnablement::STATE_NOT_ENABLED) << s;
+                 v1::Rollout::STATE_HALTED, v1::Rollout::STATE_ABORTED, v1::Rollout::STATE_DONE}) {
+    const v1::Rollout r = RolloutOf(s, {"hv-1", "hv-3"}, "zone=b");
+    EXPECT_EQ(state_of(&r, enforcing), v1::HostEnablement::STATE_ENFORCE) << s;
+    EXPECT_EQ(state_of(&r, HostOf("hv-1", true)), v1::HostEnablement::STATE_ENFORCE) << s;
+    EXPECT_EQ(state_of(&r, waiting), v1::HostEnablement::STATE_NOT_ENABLED) << s;
   }
+  // A waiting host with no rollout, or only the new_hosts setting.
+  v1::Rollout setting;
+  setting.set_new_hosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
+  EXPECT_EQ(state_of(nullptr, waiting), v1::HostEnablement::STATE_NOT_ENABLED);
+  EXPECT_THAT(VerdictOf(&setting, waiting).reason,
+              HasSubstr("registered while new_hosts was wait-for-rollout"));
   const v1::Rollout running = RolloutOf(v1::Rollout::STATE_RUNNING, {"hv-1"});
-  EXPECT_EQ(EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(&running, "hv-2")).reason(),
+  EXPECT_EQ(EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(&running, waiting)).reason(),
             "rollout r-9 (running, stage 1 of 3 at 10%) has not enabled this host yet");
   const v1::Rollout aborted = RolloutOf(v1::Rollout::STATE_ABORTED, {"hv-1"});
-  EXPECT_EQ(VerdictOf(&aborted, "hv-2").reason,
+  EXPECT_EQ(VerdictOf(&aborted, waiting).reason,
             "rollout r-9 was aborted before it enabled this host");
-  // Done over every host: every host, including those never seen.
+  // Done over every host: every waiting host, including those never seen.
   const v1::Rollout done_all = RolloutOf(v1::Rollout::STATE_DONE, {"hv-1"});
-  EXPECT_EQ(state_of(&done_all, "hv-new"), v1::HostEnablement::STATE_ENFORCE);
-  // Done over a selector: its hosts only (the leader enrols new ones).
+  EXPECT_EQ(state_of(&done_all, HostOf("hv-new", true)), v1::HostEnablement::STATE_ENFORCE);
+  // Done over a selector: the waiting hosts it matches, later ones too.
   const v1::Rollout done_zone = RolloutOf(v1::Rollout::STATE_DONE, {"hv-1"}, "zone=a");
-  EXPECT_EQ(state_of(&done_zone, "hv-1"), v1::HostEnablement::STATE_ENFORCE);
-  EXPECT_EQ(state_of(&done_zone, "hv-2"), v1::HostEnablement::STATE_NOT_ENABLED);
+  EXPECT_EQ(state_of(&done_zone, HostOf("hv-new", true, "a")), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(state_of(&done_zone, HostOf("hv-new", true, "b")),
+            v1::HostEnablement::STATE_NOT_ENABLED);
   // A host that needs no cookies says so, whatever the rollout.
   v1::HostPreflight clear;
   for (const char* name : {"l1tf", "mds"}) {
@@ -119,7 +137,7 @@ TEST(RolloutEnablementTest, OnlyTheEnabledSetEnforcesUntilDoneOverEveryHost) {
     v->set_name(name);
     v->set_smt_relevant(true);
   }
-  EXPECT_EQ(EnablementOf(clear, EnforceMode::kWhenVulnerable, VerdictOf(&running, "hv-2")).state(),
+  EXPECT_EQ(EnablementOf(clear, EnforceMode::kWhenVulnerable, VerdictOf(&running, waiting)).state(),
             v1::HostEnablement::STATE_NOT_NEEDED);
 }
 
@@ -161,7 +179,19 @@ class RolloutControlTest : public ::testing::Test {
     options.no_report_halt = std::chrono::seconds(3600);
     control_ = std::make_unique<RolloutControl>(sqlite_.state(), options,
                                                 [this] { return now_; });
+    // A fleet whose enforcement is turned on in stages: its hosts wait.
+    if (HostsWait()) ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT));
     for (int i = 0; i < 20; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
+  }
+
+  virtual bool HostsWait() const { return true; }
+
+  absl::StatusOr<v1::Rollout> SetNewHosts(v1::NewHosts value) {
+    v1::SetNewHostsRequest request;
+    request.set_new_hosts(value);
+    return testing::Wait<v1::Rollout>([&](auto done) {
+      control_->SetNewHosts(request, Actor{"alice", "admin"}, std::move(done));
+    });
   }
 
   absl::StatusOr<v1::RegisterResponse> Register(const std::string& host) {
@@ -203,7 +233,9 @@ class RolloutControlTest : public ::testing::Test {
     return h.ok() ? h->enablement().state() : v1::HostEnablement::STATE_UNSPECIFIED;
   }
 
-  std::vector<std::string> AuditMethods() {
+  // The methods of the audit records whose method names a rollout, oldest
+  // first.
+  std::vector<std::string> AuditMethods(absl::string_view about = "Rollout") {
     v1::ListAuditRecordsRequest request;
     request.set_page_size(100);
     absl::StatusOr<v1::ListAuditRecordsResponse> records =
@@ -212,7 +244,7 @@ class RolloutControlTest : public ::testing::Test {
     std::vector<std::string> methods;
     if (!records.ok()) return methods;
     for (const v1::AuditRecord& r : records->records()) {
-      if (absl::StrContains(r.method(), "Rollout")) methods.insert(methods.begin(), r.method());
+      if (absl::StrContains(r.method(), about)) methods.insert(methods.begin(), r.method());
     }
     return methods;
   }
@@ -235,8 +267,9 @@ TEST_F(RolloutControlTest, RefusesBadInputNamingTheFieldAndTheRule) {
   EXPECT_THAT(Start({10}, 600, "zone=c").status(),
               StatusIs(bad, "selector 'zone=c' must match a registered host; it matches none "
                             "of the 20 registered"));
-  EXPECT_THAT(control_->GetRollout().status(),
-              StatusIs(absl::StatusCode::kNotFound, "no rollout was started"));
+  // Nothing was started: the record holds the new_hosts setting only.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout record, control_->GetRollout());
+  EXPECT_EQ(record.rollout_id(), "");
   EXPECT_THAT(Change(RolloutControl::Change::kPause).status(),
               StatusIs(absl::StatusCode::kNotFound, "no rollout"));
 }
@@ -349,9 +382,9 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
                                                 "AbortRollout", "StartRollout"}));
 }
 
-// Done over a selector: a matching host that registers later is enrolled
-// at the leader's next check; one that does not match stays not enabled.
-TEST_F(RolloutControlTest, DoneOverASelectorEnrolsLateMatchingHostsOnly) {
+// Done over a selector: a waiting host that registers later enforces at
+// once when the selector matches it; one that does not match waits.
+TEST_F(RolloutControlTest, DoneOverASelectorEnablesLateMatchingHostsOnly) {
   ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({100}, 60, "zone=a"));
   EXPECT_EQ(started.enabled_hosts_size(), 10);
   now_ += absl::Seconds(60);
@@ -360,15 +393,98 @@ TEST_F(RolloutControlTest, DoneOverASelectorEnrolsLateMatchingHostsOnly) {
   EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
   ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_a, Register("hv-30"));
   ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_b, Register("hv-31"));
-  EXPECT_EQ(zone_a.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
-  EXPECT_EQ(zone_a.enablement().reason(),
+  EXPECT_EQ(zone_a.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(zone_b.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
+  EXPECT_EQ(zone_b.enablement().reason(),
             absl::StrCat("rollout ", done.rollout_id(), " enables hosts matching zone=a only"));
   ASSERT_OK(control_->RunPass());
   EXPECT_EQ(EnablementOfHost("hv-30"), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_EQ(EnablementOfHost("hv-31"), v1::HostEnablement::STATE_NOT_ENABLED);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(done, control_->GetRollout());
+}
+
+// Issue #32 item 2: before, every host outside stage 1 of the first
+// rollout became not-enabled. Hosts that enforce when a rollout starts
+// keep enforcing through every stage, pause, abort and finish.
+TEST_F(RolloutControlTest, ARolloutNeverTurnsEnforcementOff) {
+  ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_ENFORCE));
+  const std::vector<std::string> enforcing = {"hv-40", "hv-41", "hv-42", "hv-43"};
+  for (const std::string& h : enforcing) {
+    ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse r, Register(h));
+    EXPECT_EQ(r.enablement().state(), v1::HostEnablement::STATE_ENFORCE) << h;
+  }
+  auto all_enforce = [&](const std::string& when) {
+    for (const std::string& h : enforcing) {
+      EXPECT_EQ(EnablementOfHost(h), v1::HostEnablement::STATE_ENFORCE) << h << " " << when;
+    }
+  };
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({25, 100}, 600));
+  // The stages are shares of the 20 hosts that wait, not of all 24.
+  EXPECT_EQ(started.matching_hosts(), 20);
+  EXPECT_EQ(started.enabled_hosts_size(), 5);
+  all_enforce("at stage 1");
+  ASSERT_OK(Change(RolloutControl::Change::kPause).status());
+  all_enforce("paused");
+  ASSERT_OK(Change(RolloutControl::Change::kAbort).status());
+  all_enforce("aborted");
+  // After the abort, a host new to csd follows new_hosts: enforce.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse late, Register("hv-50"));
+  EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  // A known host that re-registers keeps what it had.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse again, Register("hv-40"));
+  EXPECT_EQ(again.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout next, Start({100}, 60));
+  now_ += absl::Seconds(60);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout done, control_->GetRollout());
   EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
-  EXPECT_EQ(done.enabled_hosts_size(), 11);
+  all_enforce("done");
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(EnablementOfHost(absl::StrCat("hv-", i)), v1::HostEnablement::STATE_ENFORCE) << i;
+  }
+}
+
+TEST_F(RolloutControlTest, NewHostsIsAnAuditedSettingThatChangesNoRegisteredHost) {
+  EXPECT_THAT(SetNewHosts(v1::NEW_HOSTS_UNSPECIFIED).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "new_hosts must be NEW_HOSTS_ENFORCE or NEW_HOSTS_WAIT_FOR_ROLLOUT"));
+  // No rollout was started: the record holds the setting only.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout record, control_->GetRollout());
+  EXPECT_EQ(record.rollout_id(), "");
+  EXPECT_EQ(record.new_hosts(), v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
+  EXPECT_THAT(Change(RolloutControl::Change::kPause).status(),
+              StatusIs(absl::StatusCode::kNotFound, "no rollout"));
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(record, SetNewHosts(v1::NEW_HOSTS_ENFORCE));
+  EXPECT_EQ(record.new_hosts(), v1::NEW_HOSTS_ENFORCE);
+  // The hosts that registered while it was wait-for-rollout still wait.
+  EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_NOT_ENABLED);
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse fresh, Register("hv-60"));
+  EXPECT_EQ(fresh.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
+  // Setting the value it has writes nothing.
+  ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_ENFORCE).status());
+  EXPECT_THAT(AuditMethods("SetNewHosts"), ElementsAreArray({"SetNewHosts", "SetNewHosts"}));
+  // A rollout started later keeps the setting.
+  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10}, 600));
+  EXPECT_EQ(started.new_hosts(), v1::NEW_HOSTS_ENFORCE);
+}
+
+// Hosts that registered with new_hosts at its default all enforce.
+class RolloutOnAnEnforcingFleetTest : public RolloutControlTest {
+ protected:
+  bool HostsWait() const override { return false; }
+};
+
+TEST_F(RolloutOnAnEnforcingFleetTest, StartSaysEveryHostEnforcesAndChangesNothing) {
+  EXPECT_THAT(Start({25, 100}, 600).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "every one of the 20 host(s) registered already enforces"));
+  EXPECT_THAT(Start({100}, 600, "zone=a").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "every one of the 10 host(s) matching 'zone=a' already enforces"));
+  EXPECT_EQ(control_->GetRollout().status().code(), absl::StatusCode::kNotFound);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(EnablementOfHost(absl::StrCat("hv-", i)), v1::HostEnablement::STATE_ENFORCE) << i;
+  }
+  EXPECT_TRUE(AuditMethods().empty());
 }
 
 TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {

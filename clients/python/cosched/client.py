@@ -319,7 +319,9 @@ class Client:
         return self._call(self._stub.StartRollout, request, timeout)
 
     def rollout(self, *, timeout: float | None = None) -> types_pb2.Rollout:
-        """The current (or last) rollout. NotFound when none was started."""
+        """The current (or last) rollout, with the fleet's new_hosts
+        setting (rollout_id empty when only that was set). NotFound when
+        neither was."""
         return self._call(self._stub.GetRollout, control_plane_pb2.GetRolloutRequest(), timeout)
 
     def pause_rollout(self, *, rollout_id: str = "", reason: str = "",
@@ -339,6 +341,16 @@ class Client:
         """Enables no more hosts; those enabled stay enabled (their cookies
         are not torn down under running VMs)."""
         return self._change_rollout(self._stub.AbortRollout, rollout_id, reason, timeout)
+
+    def set_new_hosts(self, new_hosts: int, *, reason: str = "",
+                      timeout: float | None = None) -> types_pb2.Rollout:
+        """What a host that registers for the first time does:
+        types_pb2.NEW_HOSTS_ENFORCE (the default) or
+        types_pb2.NEW_HOSTS_WAIT_FOR_ROLLOUT (it makes no cookies until a
+        rollout enables it). Changes no registered host. Needs the admin
+        role; audited."""
+        return self._call(self._stub.SetNewHosts, control_plane_pb2.SetNewHostsRequest(
+            new_hosts=new_hosts, reason=reason), timeout)
 
     def _change_rollout(self, method: Callable[..., _Response], rollout_id: str, reason: str,
                         timeout: float | None) -> _Response:
