@@ -1,5 +1,6 @@
 #include "server/agent_input.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -164,6 +165,37 @@ absl::Status ValidateEnforcement(absl::string_view field,
         " bytes"));
   }
   return absl::OkStatus();
+}
+
+absl::flat_hash_set<absl::string_view> ListedVms(const v1::ReportRequest& report) {
+  absl::flat_hash_set<absl::string_view> listed;
+  listed.reserve(report.vms_size());
+  for (const v1::VMObservation& vm : report.vms()) listed.insert(vm.vm_id());
+  return listed;
+}
+
+int64_t DropUnlistedStats(v1::ReportRequest& report, std::vector<std::string>* sample,
+                          size_t max_sample) {
+  // Ids copied: the set's views point into report.vms(), which this does
+  // not change.
+  const absl::flat_hash_set<absl::string_view> listed = ListedVms(report);
+  std::set<std::string> sampled;
+  int64_t dropped = 0;
+  for (v1::StatsWindow& window : *report.mutable_stats()) {
+    auto* vms = window.mutable_vms();
+    const auto kept = std::stable_partition(vms->begin(), vms->end(), [&](const v1::VMStats& v) {
+      return listed.contains(v.vm_id());
+    });
+    for (auto it = kept; it != vms->end(); ++it) {
+      ++dropped;
+      if (sample != nullptr && sampled.size() < max_sample && sampled.insert(it->vm_id()).second) {
+        sample->push_back(it->vm_id());
+      }
+    }
+    vms->DeleteSubrange(static_cast<int>(kept - vms->begin()),
+                        static_cast<int>(vms->end() - kept));
+  }
+  return dropped;
 }
 
 }  // namespace cosched::server::internal

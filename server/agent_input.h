@@ -1,11 +1,16 @@
 // The checks of what agents send csd (Register, Report): every figure and
-// string an agent reports is bounded and named in the error, so a broken or
-// hostile agent cannot make csd store garbage or grow without bound.
+// string an agent reports is bounded and named in the error, and stats
+// count only for the VMs the same Report lists, so a broken or hostile
+// agent cannot make csd store garbage or keep series for other hosts' VMs.
+// (What bounds csd's memory per host beyond that is still open: issue #32
+// item 3's per-host series and Report-rate limits.)
 #ifndef COSCHED_SERVER_AGENT_INPUT_H_
 #define COSCHED_SERVER_AGENT_INPUT_H_
 
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "cosched/v1/agent.pb.h"
@@ -34,6 +39,17 @@ absl::Status ValidateDomainMetadata(absl::string_view field, const v1::DomainMet
 // INVALID_ARGUMENT naming `field`.<what> when a preflight (Register's
 // capabilities, each Report) holds more than csd keeps.
 absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight& p);
+
+// csd trusts a host for its own VMs' stats only: a stats window's entry
+// counts when the same Report lists its VM (ReportRequest.vms), and is
+// dropped otherwise, so that a host cannot make csd keep series for VMs
+// it does not run (issue #32). The VM ids a Report lists, for IsListed.
+absl::flat_hash_set<absl::string_view> ListedVms(const v1::ReportRequest& report);
+// Removes from `report`'s windows every entry of a VM it does not list;
+// returns how many it removed, and puts up to `max_sample` distinct ids of
+// them in `sample` (may be null).
+int64_t DropUnlistedStats(v1::ReportRequest& report, std::vector<std::string>* sample,
+                          size_t max_sample = 10);
 
 }  // namespace cosched::server::internal
 

@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "metrics/grpc_metrics.h"
+#include "server/agent_input.h"
 #include "server/rollout_view.h"
 
 namespace cosched::server {
@@ -92,8 +93,13 @@ ReportSummary SummarizeReport(const v1::ReportRequest& report) {
   }
   s.windows = report.stats_size();
   s.dropped_windows = std::max<int64_t>(report.dropped_windows(), 0);
+  const absl::flat_hash_set<absl::string_view> listed = internal::ListedVms(report);
   for (const v1::StatsWindow& window : report.stats()) {
     for (const v1::VMStats& vm : window.vms()) {
+      if (!listed.contains(vm.vm_id())) {
+        ++s.unlisted_vm_stats;
+        continue;
+      }
       const v1::SiblingShare& share = vm.share();
       s.run_ns += std::max<int64_t>(share.run_ns(), 0);
       s.sibling_ns[0] += std::max<int64_t>(share.same_ns(), 0);
@@ -142,6 +148,13 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                                  "not report for too long.")
                            .Register(*registry_)
                            .Add({})),
+      unlisted_vm_stats_(prometheus::BuildCounter()
+                             .Name("cosched_csd_report_unlisted_vm_stats_total")
+                             .Help("Stats entries in accepted Reports of VMs the same Report "
+                                   "does not list: dropped, since a host is trusted for its "
+                                   "own VMs' stats only.")
+                             .Register(*registry_)
+                             .Add({})),
       run_seconds_(prometheus::BuildCounter()
                        .Name("cosched_fleet_vm_run_seconds_total")
                        .Help("Run time of all VMs in reported windows.")
@@ -326,6 +339,7 @@ std::chrono::steady_clock::time_point CsdMetrics::Now() const {
 void CsdMetrics::RecordAcceptedReport(const ReportSummary& report) {
   windows_.Increment(static_cast<double>(report.windows));
   dropped_windows_.Increment(static_cast<double>(report.dropped_windows));
+  unlisted_vm_stats_.Increment(static_cast<double>(report.unlisted_vm_stats));
   run_seconds_.Increment(Seconds(report.run_ns));
   for (size_t i = 0; i < kSharing.size(); ++i) {
     sibling_seconds_[i]->Increment(Seconds(report.sibling_ns[i]));

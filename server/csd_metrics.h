@@ -59,6 +59,9 @@ struct ReportSummary {
   std::array<int, v1::EnforcementState_ARRAYSIZE> vms_by_state{};
   int64_t windows = 0;
   int64_t dropped_windows = 0;
+  // Entries of VMs the Report does not list: csd keeps and sums none of
+  // them (internal::DropUnlistedStats).
+  int64_t unlisted_vm_stats = 0;
   // Sums over the windows' VMs, in ns: run, same, idle, foreign, unknown,
   // forced idle (where known).
   int64_t run_ns = 0;
@@ -127,6 +130,7 @@ class CsdMetrics {
   prometheus::Family<prometheus::Counter>& store_writes_;
   prometheus::Counter& windows_;
   prometheus::Counter& dropped_windows_;
+  prometheus::Counter& unlisted_vm_stats_;
   prometheus::Counter& run_seconds_;
   std::array<prometheus::Counter*, 4> sibling_seconds_{};
   prometheus::Counter& foreign_intervals_;

@@ -32,6 +32,7 @@ namespace cosched::server {
 namespace {
 
 using internal::AllVms;
+using internal::DropUnlistedStats;
 using internal::RecordReceiverChanges;
 using internal::ValidateDomainMetadata;
 using internal::ValidateEnforcement;
@@ -91,7 +92,25 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   };
 
   // Shared by the write and its completion: stats can be large to copy.
-  auto report = std::make_shared<const v1::ReportRequest>(request);
+  // Stats of VMs the Report does not list are dropped here, before the
+  // store, the stats kept in memory or the leader see them.
+  auto own = std::make_shared<v1::ReportRequest>(request);
+  auto dropped_ids = std::make_shared<std::vector<std::string>>();
+  const int64_t dropped = DropUnlistedStats(*own, dropped_ids.get());
+  if (dropped > 0) {
+    LOG_EVERY_T(WARNING, 60) << "host " << request.host_id() << ": dropped " << dropped
+                             << " stats entries of VMs its Report does not list, e.g. "
+                             << (*dropped_ids)[0] << " (logged once a minute)";
+    done = [dropped, dropped_ids, done = std::move(done)](
+               absl::StatusOr<v1::ReportResponse> r) mutable {
+      if (r.ok()) {
+        r->set_dropped_vm_stats(dropped);
+        for (std::string& id : *dropped_ids) r->add_dropped_vm_ids(std::move(id));
+      }
+      done(std::move(r));
+    };
+  }
+  std::shared_ptr<const v1::ReportRequest> report = std::move(own);
   const std::string content = ReportContent(request);
   if (std::optional<ReportSeen> last = UnchangedReport(request.host_id(), content)) {
     // The same as the host's last committed Report: nothing to write, no
