@@ -119,6 +119,7 @@ ReconcileResult CookieReconciler::Reconcile(
     out.cgroup = vm.cgroup;
     out.run_state = vm.run_state;
     out.metadata = vm.metadata;
+    out.metadata_unknown = vm.metadata_unknown;
     std::optional<v1::Assignment> assignment = lookup(vm);
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();

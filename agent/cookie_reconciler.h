@@ -83,6 +83,7 @@ struct VmOutcome {
   v1::VMEnforcement enforcement;
   // As discovery read it (DiscoveredVm::metadata), for csd.
   std::optional<v1::DomainMetadata> metadata;
+  bool metadata_unknown = false;
 };
 
 struct ReconcileStats {

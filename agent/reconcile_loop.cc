@@ -27,6 +27,7 @@ bool SameReported(const ReconcileResult& a, const ReconcileResult& b) {
     if (x.vm_id != y.vm_id ||
         !google::protobuf::util::MessageDifferencer::Equals(x.enforcement, y.enforcement) ||
         x.metadata.has_value() != y.metadata.has_value() ||
+        x.metadata_unknown != y.metadata_unknown ||
         (x.metadata && !google::protobuf::util::MessageDifferencer::Equals(*x.metadata,
                                                                           *y.metadata))) {
       return false;
@@ -367,6 +368,7 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
     *o.mutable_enforcement() = vm.enforcement;
     *o.mutable_enforcement()->mutable_report_time() = now;
     if (vm.metadata) *o.mutable_metadata() = *vm.metadata;
+    o.set_metadata_unknown(vm.metadata_unknown);
     observations.push_back(std::move(o));
   }
   return observations;

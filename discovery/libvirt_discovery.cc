@@ -128,6 +128,8 @@ struct Domain {
   int state = -1;
   int reason = 0;
   std::optional<v1::DomainMetadata> metadata = std::nullopt;
+  // libvirt could not give its XML this time (DiscoveredVm::metadata_unknown).
+  bool metadata_unknown = false;
 };
 
 // Domains are remembered under their UUID, else their name.
@@ -273,7 +275,8 @@ struct LibvirtDiscovery::State {
     auto it = metadata_generation.find(key);
     return it == metadata_generation.end() ? 0 : it->second;
   }
-  std::optional<v1::DomainMetadata> MetadataOf(virDomainPtr dom, const std::string& key);
+  absl::StatusOr<std::optional<v1::DomainMetadata>> MetadataOf(virDomainPtr dom,
+                                                                const std::string& key);
 
   void SendPendingResync() {
     if (options.listener && resync_pending.exchange(false)) {
@@ -376,8 +379,8 @@ void LibvirtDiscovery::State::DisconnectLocked() {
   conn = nullptr;
 }
 
-std::optional<v1::DomainMetadata> LibvirtDiscovery::State::MetadataOf(virDomainPtr dom,
-                                                                    const std::string& key) {
+absl::StatusOr<std::optional<v1::DomainMetadata>> LibvirtDiscovery::State::MetadataOf(
+    virDomainPtr dom, const std::string& key) {
   const bool cached = static_cast<bool>(options.listener);
   const uint64_t generation = MetadataGeneration(key);
   if (cached) {
@@ -389,12 +392,11 @@ std::optional<v1::DomainMetadata> LibvirtDiscovery::State::MetadataOf(virDomainP
   }
   absl::StatusOr<std::optional<v1::DomainMetadata>> read = ReadDomainMetadata(dom);
   if (!read.ok()) {
-    // Not cached: tried again on the next pass. Until then csd is told
-    // why, and keeps the VM on a cookie of its own rather than guess.
+    // Not cached: tried again on the next pass. Until then csd is told it
+    // is unknown, and keeps the VM's tag as it is: a transient read error
+    // is no reason to untag it (nor to tag it).
     LOG_EVERY_N(WARNING, 100) << "libvirt: domain " << key << ": " << read.status().message();
-    v1::DomainMetadata refused;
-    refused.set_error(std::string(read.status().message()));
-    return refused;
+    return read.status();
   }
   if (cached) {
     std::lock_guard<std::mutex> lock(metadata_mu);
@@ -419,7 +421,12 @@ absl::StatusOr<std::vector<Domain>> LibvirtDiscovery::State::ListActiveDomainsLo
                                 << LastLibvirtError() << "; reporting it as running";
       d.state = -1;
     }
-    d.metadata = MetadataOf(list[i], DomainKey(d));
+    absl::StatusOr<std::optional<v1::DomainMetadata>> metadata = MetadataOf(list[i], DomainKey(d));
+    if (metadata.ok()) {
+      d.metadata = *std::move(metadata);
+    } else {
+      d.metadata_unknown = true;
+    }
     domains.push_back(std::move(d));
     virDomainFree(list[i]);
   }
@@ -593,6 +600,7 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
     vm.uuid = d.uuid;
     vm.run_state = run_states[i];
     vm.metadata = d.metadata;
+    vm.metadata_unknown = d.metadata_unknown;
     if (status) {
       // libvirt knows its vCPU threads whatever their names.
       for (const LibvirtDomainStatus::Vcpu& vcpu : status->vcpus) {
@@ -636,7 +644,13 @@ absl::StatusOr<std::vector<DiscoveredVm>> CombinedDiscovery::Discover() {
   if (vms.ok()) return vms;
   LOG_EVERY_N(WARNING, 30) << "discovery: libvirt unavailable, using procfs alone: "
                            << vms.status().message();
-  return procfs_->Discover();
+  vms = procfs_->Discover();
+  // What libvirt's domains say of their tenancy cannot be read now: csd
+  // keeps what it tagged from it (a libvirtd restart untags nothing).
+  if (vms.ok()) {
+    for (DiscoveredVm& vm : *vms) vm.metadata_unknown = true;
+  }
+  return vms;
 }
 
 }  // namespace cosched::discovery

@@ -11,7 +11,8 @@ bool DiscoveredVm::operator==(const DiscoveredVm& other) const {
     return false;
   }
   return vm_id == other.vm_id && uuid == other.uuid && qemu_pid == other.qemu_pid &&
-         threads == other.threads && cgroup == other.cgroup && run_state == other.run_state;
+         threads == other.threads && cgroup == other.cgroup && run_state == other.run_state &&
+         metadata_unknown == other.metadata_unknown;
 }
 
 }  // namespace cosched::discovery

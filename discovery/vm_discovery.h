@@ -54,6 +54,10 @@ struct DiscoveredVm {
   // (discovery/domain_metadata_xml.h); nullopt when it says nothing or the
   // VM is not libvirt's.
   std::optional<v1::DomainMetadata> metadata;
+  // Its tenancy could not be read now (libvirt away, so the VM was found
+  // in /proc; or libvirt could not give its XML): `metadata` is nullopt
+  // and says nothing either way (VMObservation.metadata_unknown).
+  bool metadata_unknown = false;
 
   // Field by field; the metadata as protobuf's MessageDifferencer compares.
   bool operator==(const DiscoveredVm& other) const;

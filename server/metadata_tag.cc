@@ -38,6 +38,15 @@ absl::StatusOr<std::optional<MetadataTag>> MetadataTagOf(const v1::DomainMetadat
   if (!cosched.isolation().empty()) {
     ASSIGN_OR_RETURN(tag.isolation,
                      ParseIsolation("metadata.cosched.isolation", cosched.isolation()));
+    // Whoever can write a domain's XML (or a compromised host) could turn
+    // a VM's isolation off: only an operator may (csctl tag --isolation
+    // none, where the tenant's policy allows it).
+    if (tag.isolation == v1::ISOLATION_LEVEL_NONE) {
+      return absl::InvalidArgumentError(
+          "metadata.cosched.isolation 'none' is never taken from metadata: an operator "
+          "tags a VM at level none (csctl tag --isolation none) where its tenant's policy "
+          "allows it");
+    }
   }
   RETURN_IF_ERROR(ValidateClasses("metadata.cosched.interference_classes",
                                   cosched.interference_classes(), &tag.interference_classes));
@@ -81,6 +90,10 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
   // A TagVM wins; and during a migration only the owner's metadata counts.
   if (vm && vm->metadata_host().empty()) return vm;
   if (vm && !vm->host_id().empty() && vm->host_id() != host_id) return vm;
+  // The agent could not read the metadata now (libvirtd restarting, an XML
+  // read that failed): that is not "metadata gone", so nothing changes.
+  // Only metadata positively absent or refused untags.
+  if (o.metadata_unknown()) return vm;
   const std::string vm_id = vm ? vm->vm_id() : o.vm_id();
   const Actor actor{host_id, "host"};
   if (vm && o.has_metadata()) {

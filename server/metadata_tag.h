@@ -53,6 +53,7 @@ struct MetadataWrites {
 // tagged). A VM tagged by TagVM, or owned by another host, is left alone.
 // Metadata that is refused (MetadataTagOf, or the tenant's policy) leaves
 // an untagged VM untagged and untags one tagged from metadata: fail-closed.
+// Metadata the agent could not read (o.metadata_unknown) changes nothing.
 absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
                                                       const std::string& host_id,
                                                       const v1::VMObservation& o,

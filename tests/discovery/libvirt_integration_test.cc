@@ -130,6 +130,7 @@ class CsdTaggingFromMetadata {
     o->set_vm_id(vm.vm_id);
     o->set_uuid(vm.uuid);
     if (vm.metadata) *o->mutable_metadata() = *vm.metadata;
+    o->set_metadata_unknown(vm.metadata_unknown);
     RETURN_IF_ERROR(server::testing::Wait<v1::ReportResponse>([&](auto done) {
                       state->ApplyReport(report, std::move(done));
                     }).status());
@@ -686,6 +687,10 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     CombinedDiscovery combined(
         std::make_unique<LibvirtDiscovery>(LibvirtDiscovery::Options(), proc_fs),
         std::make_unique<ProcfsDiscovery>(proc_fs));
+    // Tagged from its Nova metadata again (the bad cosched element above
+    // untagged it), as before the restart.
+    auto before_restart = csd.ReportAndGet(vm);
+    ASSERT_OK(before_restart);
     own_libvirtd.Stop();
     auto down = discovery.Discover();
     EXPECT_EQ(down.status().code(), absl::StatusCode::kUnavailable) << down.status();
@@ -696,6 +701,15 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     ASSERT_NE(from_procfs, nullptr) << "CombinedDiscovery lost the VM while libvirtd was down";
     EXPECT_EQ(from_procfs->uuid, uuid);
     EXPECT_EQ(from_procfs->threads.size(), vm.threads.size());
+    // Its metadata cannot be read meanwhile, and says so: csd keeps the
+    // tag (before issue #32 item 8 it untagged the VM, then tagged it
+    // again after the restart).
+    EXPECT_TRUE(from_procfs->metadata_unknown);
+    EXPECT_FALSE(from_procfs->metadata.has_value());
+    auto kept = csd.ReportAndGet(*from_procfs);
+    ASSERT_OK(kept) << "csd untagged the VM while libvirtd was down";
+    EXPECT_EQ(kept->tenant_id(), before_restart->tenant_id());
+    EXPECT_EQ(kept->assignment().trust_group(), before_restart->assignment().trust_group());
 
     ASSERT_EQ(own_libvirtd.Start(), "") << "cannot restart libvirtd";
     auto restarted = Clock::now();

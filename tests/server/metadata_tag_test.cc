@@ -87,6 +87,8 @@ TEST(MetadataTagOf, BadMetadataIsRefusedNamingTheField) {
       {Cosched("acme corp", ""), "metadata.cosched.tenant 'acme corp'"},
       {Cosched("acme", "", {"ok", "not ok"}), "metadata.cosched.interference_classes[1]"},
       {Cosched("", "vm"), "metadata.cosched.tenant is required"},
+      // Issue #32 item 4: before, metadata could turn a VM's isolation off.
+      {Cosched("acme", "none"), "metadata.cosched.isolation 'none' is never taken from metadata"},
       {no_uuid, "metadata.nova.project_uuid is required"},
       {unread, "could not be read by the agent: cosched:tenant is given more than once"},
   };
@@ -313,6 +315,34 @@ TEST_F(TagFromMetadataTest, MetadataThatTurnsBadOrGoesUntagsTheVm) {
   // Good again: tagged again.
   ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}, {"vm-2", std::nullopt}}));
   EXPECT_OK(Get("vm-1"));
+}
+
+// Issue #32 item 8: before, a Report without metadata while libvirtd
+// restarted (procfs discovery) untagged every VM tagged from metadata, and
+// the next Report tagged them again.
+TEST_F(TagFromMetadataTest, MetadataTheAgentCouldNotReadChangesNothing) {
+  ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}}));
+  ASSERT_OK(Get("vm-1"));
+  v1::ReportRequest unknown;
+  unknown.set_host_id("host-a");
+  v1::VMObservation* o = unknown.add_vms();
+  o->set_vm_id("vm-1");
+  o->set_metadata_unknown(true);
+  // Untagged ones stay untagged too: nothing is tagged from unknown.
+  unknown.add_vms()->set_vm_id("vm-2");
+  unknown.mutable_vms(1)->set_metadata_unknown(true);
+  ASSERT_OK(Wait<v1::ReportResponse>([&](auto done) {
+              state_->ApplyReport(unknown, std::move(done));
+            }).status());
+  auto vm = Get("vm-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->tenant_id(), "acme");
+  EXPECT_EQ(vm->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+  EXPECT_EQ(Get("vm-2").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(AuditOf("vm-1").size(), 1u);
+  // Metadata positively gone (read, and naming no tenant) still untags.
+  ASSERT_OK(Report("host-a", {{"vm-1", std::nullopt}}));
+  EXPECT_EQ(Get("vm-1").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(TagFromMetadataTest, OnlyTheOwnerHostsMetadataCounts) {
