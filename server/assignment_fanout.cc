@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 
@@ -18,6 +19,11 @@ class AssignmentFanout::Watcher
 
   // Keeps the reactor alive until gRPC is done with it.
   void Adopt(std::shared_ptr<Watcher> self) { self_ = std::move(self); }
+
+  void End(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(status);
+  }
 
   // Something changed for the host: send it once no write is in flight.
   void MarkDirty() {
@@ -170,6 +176,38 @@ void AssignmentFanout::OnCommit(const std::vector<std::string>& hosts) {
   for (auto& w : touched) w->MarkDirty();
 }
 
+void AssignmentFanout::SetStoreReachable(bool reachable, absl::Duration end_after,
+                                         const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reachable || end_after <= absl::ZeroDuration()) {
+      end_streams_at_ = absl::InfiniteFuture();
+    } else if (end_streams_at_ == absl::InfiniteFuture()) {
+      end_streams_at_ = absl::Now() + end_after;
+      lost_why_ = absl::StrCat("this csd replica cannot reach its store for over ",
+                               absl::FormatDuration(end_after), " (", why,
+                               "): move to another replica");
+    }
+  }
+  wake_.notify_one();
+}
+
+void AssignmentFanout::EndAll(const std::string& message) {
+  std::vector<std::shared_ptr<Watcher>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [host, list] : watchers_) {
+      for (auto& weak : list) {
+        if (auto w = weak.lock()) all.push_back(std::move(w));
+      }
+    }
+  }
+  if (!all.empty()) {
+    LOG(WARNING) << "ending " << all.size() << " assignment stream(s): " << message;
+  }
+  for (auto& w : all) w->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+}
+
 void AssignmentFanout::OnResync() {
   std::vector<std::shared_ptr<Watcher>> all;
   {
@@ -232,14 +270,34 @@ void AssignmentFanout::Remove(const Watcher* watcher) {
 void AssignmentFanout::WorkerLoop() {
   while (true) {
     std::shared_ptr<Watcher> next;
+    std::string end_all;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // A message to pump, a stop, or the time the streams end; the time
+      // may move while waiting (the store comes back, or is lost).
+      while (!stopping_ && queue_.empty() && absl::Now() < end_streams_at_) {
+        if (end_streams_at_ == absl::InfiniteFuture()) {
+          wake_.wait(lock);
+        } else {
+          wake_.wait_until(lock, absl::ToChronoTime(end_streams_at_));
+        }
+      }
       if (stopping_) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      if (absl::Now() >= end_streams_at_) {
+        end_all = lost_why_;
+        // While the store stays lost, streams that start meanwhile end
+        // within a second.
+        end_streams_at_ = absl::Now() + absl::Seconds(1);
+      } else {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
-    next->Pump();
+    if (next != nullptr) {
+      next->Pump();
+    } else {
+      EndAll(end_all);
+    }
   }
 }
 

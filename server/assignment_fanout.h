@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/desired_state.h"
@@ -41,6 +43,14 @@ class AssignmentFanout {
   // reads what changed since it last sent.
   void OnResync();
 
+  // The store (etcd) cannot be reached. Once that has lasted `end_after`,
+  // every stream is ended with UNAVAILABLE naming `why`, and so is every
+  // stream that starts while it lasts: an agent then moves to another
+  // replica, which can send it what is written there, instead of waiting
+  // on one that receives nothing. Reachable again: streams stay. A zero
+  // `end_after` never ends them.
+  void SetStoreReachable(bool reachable, absl::Duration end_after, const std::string& why);
+
   // True while some agent of `host_id` holds a stream.
   bool IsConnected(absl::string_view host_id) const;
   // The hosts that hold a stream now.
@@ -52,6 +62,8 @@ class AssignmentFanout {
   friend class Watcher;
 
   void Enqueue(std::shared_ptr<Watcher> watcher);
+  // Ends every stream (UNAVAILABLE `message`); called without mu_.
+  void EndAll(const std::string& message);
   void Remove(const Watcher* watcher);
   void WorkerLoop();
 
@@ -61,6 +73,10 @@ class AssignmentFanout {
   std::deque<std::shared_ptr<Watcher>> queue_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  // While the store is lost: when streams end, and why. InfiniteFuture
+  // while it is reachable (or they never end).
+  absl::Time end_streams_at_ = absl::InfiniteFuture();
+  std::string lost_why_;
   std::thread worker_;
 };
 

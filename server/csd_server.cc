@@ -287,6 +287,11 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     return loaded;
   }
   csd->fanout_ = std::make_unique<AssignmentFanout>(csd->state_.get());
+  csd->end_streams_after_store_lost_ = options.end_streams_after_store_lost;
+  {
+    std::lock_guard<std::mutex> lock(csd->health_mu_);
+    csd->fanout_for_store_ = csd->fanout_.get();
+  }
   AssignmentFanout* fanout = csd->fanout_.get();
   csd->state_->set_connected_check(
       [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
@@ -461,6 +466,10 @@ void CsdServer::Shutdown() {
     absl::Status drained = store_->WriteSync(
         [](store::Transaction&) { return absl::OkStatus(); });
     LOG_IF(WARNING, !drained.ok()) << "draining the store at shutdown: " << drained;
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      fanout_for_store_ = nullptr;
+    }
     fanout_.reset();
     store_.reset();
     // No Report is taken any more.
@@ -475,6 +484,9 @@ void CsdServer::SetStoreReachable(bool reachable, const std::string& why) {
   std::lock_guard<std::mutex> lock(health_mu_);
   if (reachable == store_reachable_) return;
   store_reachable_ = reachable;
+  if (fanout_for_store_ != nullptr) {
+    fanout_for_store_->SetStoreReachable(reachable, end_streams_after_store_lost_, why);
+  }
   LOG(WARNING) << "csd health: " << (reachable ? "SERVING, the store is back"
                                               : "NOT_SERVING, the store cannot be reached: ")
                << why;

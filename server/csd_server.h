@@ -70,6 +70,10 @@ struct CsdOptions {
   // How long GetStats waits for the other replicas on etcd (100 ms to
   // 10 s): store.etcd.peer_timeout_ms.
   absl::Duration peer_timeout = absl::Seconds(1);
+  // A replica on etcd that cannot reach it for this long ends its agents'
+  // streams with UNAVAILABLE, so that they move to another replica
+  // (AssignmentFanout::SetStoreReachable); zero: never. Tests shorten it.
+  absl::Duration end_streams_after_store_lost = absl::Seconds(10);
   // The policy engine's loop (tenants in mode auto).
   EngineOptions engine;
   // The Unix socket for local callers; no path: none.
@@ -170,6 +174,9 @@ class CsdServer {
   std::mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ = nullptr;  // guarded by health_mu_
   bool store_reachable_ = true;                          // guarded by health_mu_
+  // fanout_ while it takes the store's reachability; null from Shutdown.
+  AssignmentFanout* fanout_for_store_ = nullptr;         // guarded by health_mu_
+  absl::Duration end_streams_after_store_lost_;
 };
 
 }  // namespace cosched::server

@@ -124,7 +124,10 @@ TEST_F(CsdReplicasTest, ACompactionWhileAReplicaIsBehindIsReadAgain) {
   testing::PartitionProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
   ASSERT_NE(proxy.port(), 0);
   Replica a = Start();
-  Replica b = Start(proxy.address());
+  // An outage shorter than end_streams_after_store_lost keeps the stream.
+  Replica b = Start(proxy.address(), [](CsdOptions& options) {
+    options.end_streams_after_store_lost = absl::Minutes(5);
+  });
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
   RegisterAndReport(b, "h1", {"vm-1"});
@@ -162,11 +165,74 @@ TEST_F(CsdReplicasTest, ACompactionWhileAReplicaIsBehindIsReadAgain) {
   stream->context.TryCancel();
 }
 
+// Issue #32 item 6: before, a replica cut off from etcd kept its agents'
+// streams open, and they received nothing made through the other replicas
+// until the link came back. Now it ends them within
+// end_streams_after_store_lost (2 s here) of losing etcd; an agent that
+// resumes on another replica gets what was written there.
+TEST_F(CsdReplicasTest, AReplicaCutOffFromEtcdEndsItsStreamsAndTheAgentMovesOn) {
+  testing::PartitionProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  ASSERT_NE(proxy.port(), 0);
+  Replica a = Start();
+  Replica b = Start(proxy.address(), [](CsdOptions& options) {
+    options.end_streams_after_store_lost = absl::Seconds(2);
+  });
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "h1", {"vm-1"});
+  auto stream = Watch(b, "h1");
+  v1::WatchAssignmentsResponse message;
+  ASSERT_TRUE(stream->reader->Read(&message));
+  const int64_t held = message.revision();
+
+  proxy.Partition();
+  proxy.Cut();
+  const auto cut = std::chrono::steady_clock::now();
+  // Nothing more comes on B's stream: it ends, naming why.
+  while (stream->reader->Read(&message)) {
+  }
+  const grpc::Status ended = stream->reader->Finish();
+  const auto took = std::chrono::steady_clock::now() - cut;
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
+  EXPECT_NE(ended.error_message().find("cannot reach its store"), std::string::npos)
+      << ended.error_message();
+  // B notices within etcd's keepalive and call deadlines (a few seconds),
+  // then waits its 2 s.
+  EXPECT_LT(took, seconds(15));
+  std::cout << "B ended its stream " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms after it was cut off from etcd\n";
+
+  // The agent moves to A and resumes: the tag made through A reaches it.
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  Stream on_a;
+  on_a.context.set_deadline(system_clock::now() + seconds(30));
+  v1::WatchAssignmentsRequest resume;
+  resume.set_host_id("h1");
+  resume.set_resume_revision(held);
+  on_a.reader = a.agent->WatchAssignments(&on_a.context, resume);
+  ASSERT_TRUE(on_a.reader->Read(&message));
+  ASSERT_EQ(message.assignments_size(), 1);
+  EXPECT_EQ(message.assignments(0).vm_id(), "vm-1");
+  EXPECT_GE(message.revision(), tagged.vm().assignment().revision());
+  on_a.context.TryCancel();
+
+  // A stream that starts on B while it is still cut off ends too.
+  auto again = Watch(b, "h1");
+  while (again->reader->Read(&message)) {
+  }
+  EXPECT_EQ(again->reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  proxy.Heal();
+}
+
 // etcd restarts: B says NOT_SERVING while it is away and SERVING once its
 // watch is back, and what A writes then reaches B's agent.
 TEST_F(CsdReplicasTest, AfterAnEtcdRestartTheWatchResumes) {
   Replica a = Start();
-  Replica b = Start();
+  // An outage shorter than end_streams_after_store_lost keeps the stream.
+  Replica b = Start("", [](CsdOptions& options) {
+    options.end_streams_after_store_lost = absl::Minutes(5);
+  });
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
   RegisterAndReport(b, "h1", {"vm-1"});
