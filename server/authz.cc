@@ -251,8 +251,11 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
       caller.host_id = std::string(rest);
     }
   }
+  // A host's certificate is issued for the host: whatever CN its issuer
+  // put in it (often the host's name, which a role binding may also name
+  // for a person's certificate), it gets no role from it.
   if (auto it = by_common_name_.find(peer.common_name);
-      it != by_common_name_.end()) {
+      caller.host_id.empty() && it != by_common_name_.end()) {
     caller.role = std::max(caller.role, it->second);
   }
   if (caller.who.empty()) caller.who = absl::StrCat("cn:", peer.common_name);

@@ -65,7 +65,10 @@ StepFailure ApplyFlags(CsdRun& run) {
     run.options.data_dir = run.data_dir;
     run.locations.Forget("data_dir");
   }
-  if (run.insecure) run.options.insecure = true;
+  if (run.insecure) {
+    run.options.insecure = true;
+    if (run.config.plaintext_role().empty()) run.options.authz.plaintext_role = "none";
+  }
   return {};
 }
 

@@ -38,6 +38,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   options.tag_from_metadata = config.tag_from_metadata();
   options.enforce = config.enforce();
   options.authz = AuthzOptionsFromConfig(config);
+  // Plaintext off loopback: any machine on the network is a plaintext
+  // caller.
+  if (config.insecure() && config.plaintext_role().empty()) options.authz.plaintext_role = "none";
   options.metrics_listen =
       config.metrics_listen().empty()
           ? kDefaultMetricsListen
@@ -211,6 +214,14 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
   RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
   RETURN_IF_ERROR(ValidateRolloutOptions(options.rollout));
   RETURN_IF_ERROR(ValidateLocalSocketOptions(options.local_socket));
+  if (options.insecure && (options.authz.plaintext_role == "operator" ||
+                           options.authz.plaintext_role == "admin")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plaintext_role '", options.authz.plaintext_role,
+        "' is refused with insecure: plaintext callers can then be any machine on the "
+        "network; use viewer or none (the default with insecure), and give roles to "
+        "certificates or tokens"));
+  }
   return Authorizer::Create(options.authz).status();
 }
 

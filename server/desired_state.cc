@@ -443,8 +443,22 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
                                 existing ? &existing->capabilities().preflight() : nullptr,
                                 &host.capabilities().preflight(), 0, &logged));
         }
-        // Re-registration of a known host is routine (every agent start).
-        if (existing) return absl::OkStatus();
+        // Re-registration of a known host is routine (every agent start),
+        // but what it says of itself is on record when it changes: its
+        // topology decides which CPUs are siblings, its labels which
+        // rollouts and selectors concern it.
+        if (existing) {
+          v1::Host before, after;
+          *before.mutable_topology() = existing->topology();
+          *before.mutable_labels() = existing->labels();
+          *after.mutable_topology() = host.topology();
+          *after.mutable_labels() = host.labels();
+          if (google::protobuf::util::MessageDifferencer::Equals(before, after)) {
+            return absl::OkStatus();
+          }
+          return Audit(txn, actor, "ChangeHost", host.host_id(), &before, &after, 0,
+                       audit.get());
+        }
         return Audit(txn, actor, "Register", host.host_id(), nullptr, &host, 0,
                      audit.get());
       },

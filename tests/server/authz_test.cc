@@ -80,6 +80,18 @@ TEST(Authorizer, AgentCertificateIsItsHostOnly) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// Issue #32 item 10: before, a host certificate whose CN a binding names
+// ("bob", an operator) made the host an operator.
+TEST(Authorizer, AHostCertificateGetsNoRoleFromItsCommonName) {
+  Authorizer authz = Make();
+  auto host = authz.Identify(Certificate({"spiffe://example.org/host/node-1"}, "root-of-all"));
+  ASSERT_OK(host);
+  EXPECT_EQ(host->host_id, "node-1");
+  EXPECT_EQ(host->role, Role::kNone);
+  EXPECT_EQ(Authorizer::AllowControlPlane(*host, "TagVM").code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 TEST(Authorizer, HostIdFromAnotherTrustDomainOrPathIsNoHost) {
   Authorizer authz = Make();
   for (const char* uri : {"spiffe://evil.org/host/node-1",

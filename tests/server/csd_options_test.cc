@@ -1,6 +1,7 @@
 // csd's options from its config file, and their checks at start: the
 // listen address, the change log's and audit trail's retention (which a
 // running csd applies to its store).
+#include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -51,6 +52,31 @@ TEST(CsdOptions, TagFromMetadataIsOffUnlessTheConfigTurnsItOn) {
   EXPECT_FALSE(CsdOptionsFromConfig(config).tag_from_metadata);
   ASSERT_TRUE(ParseYamlConfig("tag_from_metadata: true\n", "test", &config).ok());
   EXPECT_TRUE(CsdOptionsFromConfig(config).tag_from_metadata);
+}
+
+// Issue #32 item 10: with `insecure`, plaintext callers may be any machine
+// on the network. Before, they were viewers by default and could be made
+// admins.
+TEST(CsdOptions, WithInsecurePlaintextCallersHaveNoRoleAndNoneAboveViewer) {
+  v1::CsdConfig config;
+  ASSERT_OK(ParseYamlConfig("insecure: true\n", "test", &config));
+  EXPECT_EQ(CsdOptionsFromConfig(config).authz.plaintext_role, "none");
+  EXPECT_OK(ValidateCsdOptions(CsdOptionsFromConfig(config)));
+  ASSERT_OK(ParseYamlConfig("insecure: true\nplaintext_role: viewer\n", "test", &config));
+  EXPECT_EQ(CsdOptionsFromConfig(config).authz.plaintext_role, "viewer");
+  EXPECT_OK(ValidateCsdOptions(CsdOptionsFromConfig(config)));
+  for (const char* role : {"operator", "admin"}) {
+    ASSERT_OK(ParseYamlConfig(absl::StrCat("insecure: true\nplaintext_role: ", role, "\n"),
+                              "test", &config));
+    absl::Status refused = ValidateCsdOptions(CsdOptionsFromConfig(config));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << role;
+    EXPECT_NE(refused.message().find(absl::StrCat("plaintext_role '", role,
+                                                  "' is refused with insecure")),
+              std::string::npos)
+        << refused;
+  }
+  // On loopback (no insecure) the default stays viewer.
+  EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).authz.plaintext_role, "viewer");
 }
 
 TEST(CsdOptions, EnforceIsAlwaysUnlessTheConfigSaysAndIsCheckedAtStart) {

@@ -506,5 +506,45 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Issue #32 item 10: a host's topology and labels are what it says of
+// itself; a change after its first Register is on record, a routine
+// re-registration is not.
+TEST_F(DesiredStateTest, AChangeOfAHostsTopologyOrLabelsIsAudited) {
+  auto register_with = [&](std::vector<int> cpus, std::string zone) {
+    v1::RegisterRequest request;
+    request.set_host_id("host-a");
+    auto* core = request.mutable_topology()->add_cores();
+    for (int cpu : cpus) core->add_cpus(cpu);
+    (*request.mutable_labels())["zone"] = std::move(zone);
+    return Wait<v1::RegisterResponse>([&](auto done) {
+             state_->RegisterHost(request, Actor{"spiffe://test/host/host-a", "host"},
+                                  std::move(done));
+           }).status();
+  };
+  auto methods = [&] {
+    v1::ListAuditRecordsRequest list;
+    list.set_subject("host-a");
+    auto records = state_->ListAuditRecords(list);
+    std::vector<std::string> out;
+    if (records.ok()) {
+      for (const auto& r : records->records()) out.insert(out.begin(), r.method());
+    }
+    return out;
+  };
+  ASSERT_OK(register_with({0, 1}, "a"));
+  ASSERT_OK(register_with({0, 1}, "a"));
+  EXPECT_EQ(methods(), std::vector<std::string>({"Register"}));
+  ASSERT_OK(register_with({0, 1}, "b"));
+  ASSERT_OK(register_with({0, 2}, "b"));
+  EXPECT_EQ(methods(), std::vector<std::string>({"Register", "ChangeHost", "ChangeHost"}));
+  v1::ListAuditRecordsRequest list;
+  list.set_subject("host-a");
+  auto records = state_->ListAuditRecords(list);
+  ASSERT_OK(records);
+  const v1::AuditRecord& labels = records->records(1);
+  EXPECT_NE(labels.before().find("\"a\""), std::string::npos) << labels.before();
+  EXPECT_NE(labels.after().find("\"b\""), std::string::npos) << labels.after();
+}
+
 }  // namespace
 }  // namespace cosched::server
