@@ -32,7 +32,12 @@ struct CookieReconciler::VmPlan {
 
 namespace {
 
+// Fail-closed groups are named apart from every valid trust group (those
+// begin with a tenant id, never '~') and from each other: a VM id has no
+// '/', so "~fail-closed/<vm id>" never equals "~fail-closed-pid/<pid>" of
+// a QEMU without a name.
 constexpr char kFailClosedPrefix[] = "~fail-closed/";
+constexpr char kFailClosedPidPrefix[] = "~fail-closed-pid/";
 
 // Runs `fn` on a new thread that ends right after: the courier whose copy
 // of a VM's cookie must not outlive its errand. RESOURCE_EXHAUSTED when no
@@ -71,7 +76,7 @@ std::string BlindReadbackMessage(int unverified) {
 
 std::string FailClosedGroup(const discovery::DiscoveredVm& vm) {
   // A QEMU without a name still gets a cookie no other VM shares.
-  if (vm.vm_id.empty()) return absl::StrCat(kFailClosedPrefix, "pid-", vm.qemu_pid);
+  if (vm.vm_id.empty()) return absl::StrCat(kFailClosedPidPrefix, vm.qemu_pid);
   return absl::StrCat(kFailClosedPrefix, vm.vm_id);
 }
 
@@ -486,9 +491,26 @@ void CookieReconciler::GiveCookie(const std::string& group,
   absl::Status started = OnCourierThread(kernel_, [&] {
     if (!group.empty()) {
       ++stats.cookie_writes;
-      absl::Status took = kernel_->ShareFrom(cookies_[group].anchor_tid);
+      const GroupCookie cookie = cookies_[group];
+      absl::Status took = kernel_->ShareFrom(cookie.anchor_tid);
+      if (took.ok() && !readback_blind_) {
+        // The anchor was checked this pass, but its tid may have gone to
+        // another task since (it exited and the tid was reused, or someone
+        // else re-cookied it): never hand out a cookie that is not the
+        // group's.
+        ++stats.cookie_reads;
+        absl::StatusOr<uint64_t> own = kernel_->Get(0);
+        if (!own.ok()) {
+          took = own.status();
+        } else if (*own != cookie.hash) {
+          took = absl::AbortedError(absl::StrCat(
+              "the cookie taken from thread ", cookie.anchor_tid, " is not group ", group,
+              "'s any more (the thread exited or was re-tagged); nothing was shared"));
+        }
+      }
       if (!took.ok()) {
-        // The anchor vanished: the next pass picks or makes another.
+        // The anchor vanished or changed: the next pass picks or makes
+        // another.
         for (ThreadState* t : targets) t->error = took;
         cookies_.erase(group);
         return;

@@ -175,8 +175,63 @@ TEST_F(CookieReconcilerTest, UnnamedQemusFailClosedApart) {
   EXPECT_NE(OnlyCookie(vms[0]), 0u);
   EXPECT_NE(OnlyCookie(vms[1]), 0u);
   EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
-  EXPECT_EQ(r.vms[0].group, "~fail-closed/pid-100");
-  EXPECT_EQ(r.vms[1].group, "~fail-closed/pid-200");
+  EXPECT_EQ(r.vms[0].group, "~fail-closed-pid/100");
+  EXPECT_EQ(r.vms[1].group, "~fail-closed-pid/200");
+}
+
+// Issue #32 item 10: before, a QEMU without a name (pid 100) and a VM named
+// "pid-100" both fell closed into "~fail-closed/pid-100", one cookie.
+TEST_F(CookieReconcilerTest, AnUnnamedQemuNeverSharesAFailClosedCookieWithANamedVm) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "", 100),
+                                              FakeVm(kernel_, "pid-100", 200)};
+  CookieReconciler reconciler(&kernel_, Options());
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  EXPECT_NE(r.vms[0].group, r.vms[1].group);
+  EXPECT_NE(OnlyCookie(vms[0]), 0u);
+  EXPECT_NE(OnlyCookie(vms[0]), OnlyCookie(vms[1]));
+}
+
+// A kernel whose task `reuse_tid` becomes another process's, holding a
+// cookie of its own, right before the next SHARE_FROM of it: the group's
+// anchor exited and its tid was reused between the pass's check of the
+// anchor and the courier's copy.
+class AnchorTidReusedKernel : public host::FakeCoreSched {
+ public:
+  static constexpr uint64_t kStranger = 0x5151;
+  int reuse_tid = 0;
+
+  absl::Status ShareFrom(int tid) override {
+    if (tid == reuse_tid) {
+      reuse_tid = 0;
+      RemoveTask(tid);
+      AddTask(tid, 9000, 9000, kStranger);
+    }
+    return FakeCoreSched::ShareFrom(tid);
+  }
+};
+
+// Issue #32 item 10: before, the courier shared whatever cookie it took.
+TEST_F(CookieReconcilerTest, ACourierThatTookAnotherCookieSharesNothing) {
+  AnchorTidReusedKernel kernel;
+  discovery::DiscoveredVm vm = FakeVm(kernel, "vm-1", 100);
+  assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
+  CookieReconciler reconciler(&kernel, Options());
+  reconciler.Reconcile({vm}, Lookup());
+  const uint64_t group = kernel.CookieOf(100);
+  ASSERT_NE(group, 0u);
+  // vm-1 starts a thread; the anchor's tid goes to a stranger meanwhile.
+  vm.threads.push_back(discovery::DiscoveredThread{150, 100, "worker", Kind::kEmulator});
+  kernel.AddTask(150, 100, 100, 0);
+  kernel.reuse_tid = 100;
+  ReconcileResult r = reconciler.Reconcile({vm}, Lookup());
+  EXPECT_NE(kernel.CookieOf(150), AnchorTidReusedKernel::kStranger);
+  EXPECT_NE(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  // The stranger is no thread of vm-1 any more: the next pass gives the
+  // new thread the group's cookie.
+  vm.threads.erase(vm.threads.begin());
+  r = reconciler.Reconcile({vm}, Lookup());
+  EXPECT_EQ(kernel.CookieOf(150), group);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
 }
 
 TEST_F(CookieReconcilerTest, RestartedAgentAdoptsCookiesInTheKernel) {
