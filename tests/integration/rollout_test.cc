@@ -238,6 +238,13 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
 // The rollout is durable: a csd restarted mid-rollout goes on with it, and
 // its agents keep hearing not-enabled where it had not enabled them.
 TEST_F(RolloutTest, ARestartedCsdKeepsTheRolloutAndWhatItEnabled) {
+  {
+    v1::SetNewHostsRequest wait;
+    wait.set_new_hosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
+    v1::Rollout record;
+    grpc::ClientContext context;
+    ASSERT_OK(cluster_->control().SetNewHosts(&context, wait, &record));
+  }
   std::vector<std::string> ids;
   for (int i = 0; i < 4; ++i) {
     testing::MiniHostOptions options;
@@ -265,6 +272,7 @@ TEST_F(RolloutTest, ARestartedCsdKeepsTheRolloutAndWhatItEnabled) {
   EXPECT_EQ(after.state(), v1::Rollout::STATE_RUNNING);
   EXPECT_EQ(after.stage(), 0);
   EXPECT_EQ(after.stage_started_time().seconds(), started.stage_started_time().seconds());
+  EXPECT_EQ(after.new_hosts(), v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
   for (const std::string& h : ids) {
     const auto want = h == enabled ? v1::HostEnablement::STATE_ENFORCE
                                    : v1::HostEnablement::STATE_NOT_ENABLED;

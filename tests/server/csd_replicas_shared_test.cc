@@ -183,6 +183,8 @@ TEST_F(CsdReplicasTest, AReplicaThatCannotAskTheLeaderSaysWhy) {
   Replica a = Start("", [](CsdOptions& options) {
     options.listen = "0.0.0.0:0";
     options.insecure = true;  // plaintext beyond loopback, as the wildcard is
+    // With insecure, plaintext callers may be at most viewers.
+    options.authz.plaintext_role = "viewer";
   });
   Replica b = Start();
   ASSERT_NE(a.csd, nullptr);

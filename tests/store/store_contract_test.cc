@@ -120,7 +120,10 @@ TEST_P(StoreContractTest, RolloutIsOneRecordReplacedWhole) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->DebugString(), second.DebugString());
 
+  // A started rollout has an id; a record that only holds the fleet's
+  // new_hosts setting has neither id nor state.
   v1::Rollout nameless;
+  nameless.set_state(v1::Rollout::STATE_RUNNING);
   EXPECT_THAT(store->WriteSync([&](Transaction& txn) { return txn.PutRollout(nameless); }),
               cosched::testing::StatusIs(absl::StatusCode::kInvalidArgument, "rollout_id"));
   EXPECT_THAT(store->Read([&](Transaction& txn) { return txn.PutRollout(first); }),

@@ -277,7 +277,7 @@ def test_docs_show_the_tested_example() -> None:
     assert "def handle_notification" + shown in source
 
 
-def test_a_rollout_starts_pauses_resumes_and_aborts(client: cosched.Client,
+def test_a_rollout_starts_pauses_resumes_and_aborts(csd: Csd, client: cosched.Client,
                                                     agent: FakeAgent) -> None:
     # Last in this file: hosts an aborted rollout did not enable get no
     # cookies, which would change what Place answers the tests above.
@@ -285,6 +285,18 @@ def test_a_rollout_starts_pauses_resumes_and_aborts(client: cosched.Client,
         client.rollout()
     with pytest.raises(cosched.InvalidArgument, match="stage_percents"):
         client.start_rollout([50, 10], 3600)
+    # Every registered host enforces: a rollout only enables, so there is
+    # nothing for it to do.
+    with pytest.raises(cosched.FailedPrecondition, match="already enforces"):
+        client.start_rollout([50, 100], 3600)
+    setting = client.set_new_hosts(types_pb2.NEW_HOSTS_WAIT_FOR_ROLLOUT, reason="staged")
+    assert setting.new_hosts == types_pb2.NEW_HOSTS_WAIT_FOR_ROLLOUT
+    assert client.rollout().rollout_id == ""
+    waiting = FakeAgent(csd.address, "hv-waits")
+    try:
+        assert client.get_host("hv-waits").waits_for_rollout
+    finally:
+        waiting.close()
     started = client.start_rollout([50, 100], 3600)
     assert started.state == types_pb2.Rollout.STATE_RUNNING
     assert list(started.stage_percents) == [50, 100]
