@@ -534,7 +534,8 @@ absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
     if (kvs.empty()) return 0;
     mvccpb::KeyValue kv = kvs[0];
     // Back through meta's versions to the first one after meta_revision.
-    for (int step = 0; step < 64 && kv.mod_revision() > meta_revision; ++step) {
+    constexpr int kMaxSteps = 64;
+    for (int step = 0; step < kMaxSteps && kv.mod_revision() > meta_revision; ++step) {
       EtcdMeta meta;
       if (meta.ParseFromString(kv.value()) && meta.commit_id() == commit_id) {
         return kv.mod_revision();
@@ -544,6 +545,13 @@ absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
       if (!older.ok()) return older.status();
       if (older->kvs.empty()) return 0;
       kv = older->kvs[0];
+    }
+    if (kv.mod_revision() > meta_revision) {
+      // The walk stopped before it reached the first change after
+      // meta_revision: ours may be further back.
+      return absl::UnavailableError(absl::StrCat(
+          "meta changed more than ", kMaxSteps, " times since revision ", meta_revision,
+          ", the walk back stopped before it could tell"));
     }
     return 0;
   }

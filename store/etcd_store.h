@@ -205,7 +205,8 @@ class EtcdStore final : public Store {
   void NoteReachability(bool reachable, const std::string& why);
   // After a commit whose answer was lost: makes sure it can no longer apply
   // and says whether it did (its revision) or not (0). UNAVAILABLE when
-  // etcd cannot tell.
+  // etcd cannot tell, or when meta changed too often since to look back
+  // that far (never "not applied" without having seen it).
   absl::StatusOr<int64_t> ResolveCommit(int64_t meta_revision, const std::string& meta_value,
                                         uint64_t commit_id);
   void NoteRevision(int64_t revision);

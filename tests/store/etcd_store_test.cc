@@ -424,6 +424,56 @@ TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostIsFoundAndAnsweredOk) {
   EXPECT_EQ(audit.size(), 1u);
 }
 
+// Issue #32 item 10: when other writers changed meta more than the walk
+// back looks (64 versions) while a commit's answer was lost, the store
+// cannot tell whether the commit applied. Before, it answered as if it had
+// not; now it says that the outcome is unknown.
+TEST_F(EtcdStoreTest, ACommitWhoseAnswerWasLostBehindManyOthersIsOfUnknownOutcome) {
+  AnswerDelayProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  EtcdStoreOptions options;
+  options.client = etcd_.ClientOptions();
+  options.client.endpoints = {proxy.endpoint()};
+  options.client.timeout = absl::Milliseconds(2500);
+  options.replicas.name = "slow";
+  auto store = EtcdStore::Open(options);
+  ASSERT_OK(store.status());
+  EtcdStoreOptions direct_options;
+  direct_options.client = etcd_.ClientOptions();
+  direct_options.replicas.name = "busy";
+  auto other = EtcdStore::Open(direct_options);
+  ASSERT_OK(other.status());
+  std::atomic<int> runs{0};
+  std::thread busy;
+  absl::Status written = (*store)->WriteSync([&](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutVm(MakeVm("vm-1", "t1", "h1")));
+    if (runs++ == 0) {
+      // The commit reaches etcd, its answer does not; meanwhile another
+      // replica commits 70 times, all before this store's fence.
+      // Answers come back 3 s later: after the commit's 2.5 s deadline,
+      // within the fence's that follows it.
+      proxy.HoldAnswers(true);
+      const auto held = std::chrono::steady_clock::now();
+      busy = std::thread([&, held] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 70; ++i) {
+          EXPECT_OK((*other)->WriteSync([i](Transaction& t) {
+            return t.PutVm(MakeVm(absl::StrCat("other-", i), "t2", "h2"));
+          }));
+        }
+        std::this_thread::sleep_until(held + std::chrono::seconds(3));
+        proxy.HoldAnswers(false);
+      });
+    }
+    return absl::OkStatus();
+  });
+  busy.join();
+  EXPECT_TRUE(absl::IsUnavailable(written)) << written;
+  EXPECT_NE(written.message().find("whether the write was applied is unknown"),
+            std::string::npos)
+      << written;
+  EXPECT_NE(written.message().find("more than 64 times"), std::string::npos) << written;
+}
+
 // A store of layout 1 (no vm_by/ index: written before it existed) gets
 // its index built at open, then lists by host and tenant from it; a VM that
 // moves leaves no index key behind.
