@@ -78,6 +78,13 @@ std::set<std::string> EnabledSet(const v1::Rollout& rollout) {
   return {rollout.enabled_hosts().begin(), rollout.enabled_hosts().end()};
 }
 
+// The free text an operator gives a change for the audit trail.
+absl::Status ValidateReason(const std::string& reason) {
+  if (reason.size() <= internal::kMaxDetailLength) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("reason must be at most ", internal::kMaxDetailLength, " characters"));
+}
+
 }  // namespace
 
 RolloutOptions RolloutOptionsFromConfig(const v1::RolloutConfig& config) {
@@ -254,10 +261,7 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
 
 void RolloutControl::ChangeRollout(Change change, const v1::ChangeRolloutRequest& request,
                                    const Actor& actor, DesiredState::Done<v1::Rollout> done) {
-  if (request.reason().size() > internal::kMaxDetailLength) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "reason must be at most ", internal::kMaxDetailLength, " characters")));
-  }
+  if (absl::Status valid = ValidateReason(request.reason()); !valid.ok()) return done(valid);
   auto result = std::make_shared<v1::Rollout>();
   auto audit = std::make_shared<v1::AuditRecord>();
   auto wrote = std::make_shared<bool>(false);
@@ -336,10 +340,7 @@ void RolloutControl::SetNewHosts(const v1::SetNewHostsRequest& request, const Ac
     return done(absl::InvalidArgumentError(
         "new_hosts must be NEW_HOSTS_ENFORCE or NEW_HOSTS_WAIT_FOR_ROLLOUT"));
   }
-  if (request.reason().size() > internal::kMaxDetailLength) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "reason must be at most ", internal::kMaxDetailLength, " characters")));
-  }
+  if (absl::Status valid = ValidateReason(request.reason()); !valid.ok()) return done(valid);
   auto result = std::make_shared<v1::Rollout>();
   auto audit = std::make_shared<v1::AuditRecord>();
   auto wrote = std::make_shared<bool>(false);

@@ -24,6 +24,19 @@ absl::StatusOr<T> Wait(std::function<void(DesiredState::Done<T>)> call) {
   return promise.get_future().get();
 }
 
+// Registers `host` with one core of two CPUs on `state`, as `actor`.
+inline absl::Status RegisterHost(DesiredState& state, const std::string& host,
+                                 const Actor& actor) {
+  v1::RegisterRequest request;
+  request.set_host_id(host);
+  auto* core = request.mutable_topology()->add_cores();
+  core->add_cpus(0);
+  core->add_cpus(1);
+  return Wait<v1::RegisterResponse>([&](auto done) {
+           state.RegisterHost(request, actor, std::move(done));
+         }).status();
+}
+
 // A DesiredState over a fresh SQLite store in `data_dir`; a failure to open
 // it fails the test (state() is then null).
 class SqliteDesiredState {
@@ -45,14 +58,7 @@ class SqliteDesiredState {
 
   // Registers `host` with one core of two CPUs, as `actor`.
   absl::Status RegisterHost(const std::string& host, const Actor& actor) {
-    v1::RegisterRequest request;
-    request.set_host_id(host);
-    auto* core = request.mutable_topology()->add_cores();
-    core->add_cpus(0);
-    core->add_cpus(1);
-    return Wait<v1::RegisterResponse>([&](auto done) {
-             state_->RegisterHost(request, actor, std::move(done));
-           }).status();
+    return testing::RegisterHost(*state_, host, actor);
   }
 
  private:

@@ -91,14 +91,7 @@ class WatchRevisionTest : public ::testing::TestWithParam<Backend> {
   }
 
   static absl::Status Register(DesiredState& state, const std::string& host) {
-    v1::RegisterRequest request;
-    request.set_host_id(host);
-    auto* core = request.mutable_topology()->add_cores();
-    core->add_cpus(0);
-    core->add_cpus(1);
-    return Wait<v1::RegisterResponse>([&](auto done) {
-             state.RegisterHost(request, kTester, std::move(done));
-           }).status();
+    return testing::RegisterHost(state, host, kTester);
   }
 
   static absl::Status Report(DesiredState& state, const std::string& host,
