@@ -249,6 +249,20 @@ class CsdReplicasTest : public ::testing::Test {
     return s.ok() ? response.host_id() : absl::StrCat("error: ", s.error_message());
   }
 
+  // The port of the test's etcd member, for a proxy in front of it.
+  int EtcdPort() const {
+    const std::string endpoint = etcd_.endpoint();
+    return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  }
+
+  // A replica that reaches etcd through `proxy` and ends its agents'
+  // streams once etcd has been away for `end_streams_after`.
+  Replica StartBehind(const testing::PartitionProxy& proxy, absl::Duration end_streams_after) {
+    return Start(proxy.address(), [end_streams_after](CsdOptions& options) {
+      options.end_streams_after_store_lost = end_streams_after;
+    });
+  }
+
   // Sets the fleet's new_hosts through `r`.
   static void SetNewHosts(Replica& r, v1::NewHosts value) {
     v1::SetNewHostsRequest request;

@@ -121,13 +121,11 @@ TEST_F(CsdReplicasTest, ARolloutStartedOnOneReplicaDecidesAnotherReplicasAnswers
 // snapshot: the stream's revision is compacted away, as for an agent that
 // resumes from one).
 TEST_F(CsdReplicasTest, ACompactionWhileAReplicaIsBehindIsReadAgain) {
-  testing::PartitionProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  testing::PartitionProxy proxy(EtcdPort());
   ASSERT_NE(proxy.port(), 0);
   Replica a = Start();
   // An outage shorter than end_streams_after_store_lost keeps the stream.
-  Replica b = Start(proxy.address(), [](CsdOptions& options) {
-    options.end_streams_after_store_lost = absl::Minutes(5);
-  });
+  Replica b = StartBehind(proxy, absl::Minutes(5));
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
   RegisterAndReport(b, "h1", {"vm-1"});
@@ -171,12 +169,10 @@ TEST_F(CsdReplicasTest, ACompactionWhileAReplicaIsBehindIsReadAgain) {
 // end_streams_after_store_lost (2 s here) of losing etcd; an agent that
 // resumes on another replica gets what was written there.
 TEST_F(CsdReplicasTest, AReplicaCutOffFromEtcdEndsItsStreamsAndTheAgentMovesOn) {
-  testing::PartitionProxy proxy(std::stoi(etcd_.endpoint().substr(etcd_.endpoint().rfind(':') + 1)));
+  testing::PartitionProxy proxy(EtcdPort());
   ASSERT_NE(proxy.port(), 0);
   Replica a = Start();
-  Replica b = Start(proxy.address(), [](CsdOptions& options) {
-    options.end_streams_after_store_lost = absl::Seconds(2);
-  });
+  Replica b = StartBehind(proxy, absl::Seconds(2));
   ASSERT_NE(a.csd, nullptr);
   ASSERT_NE(b.csd, nullptr);
   RegisterAndReport(b, "h1", {"vm-1"});
