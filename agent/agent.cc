@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agent/host_probe.h"
@@ -39,6 +40,34 @@ absl::StatusOr<std::string> DefaultHostId() {
   }
   return std::string(name);
 }
+
+namespace {
+
+// vmm_binaries and vmm_users, or their defaults, into `rule`.
+absl::Status VmmRuleFromConfig(const v1::AgentConfig& config, discovery::VmmRule& rule) {
+  constexpr int kMaxEntries = 32;
+  if (config.vmm_binaries_size() > kMaxEntries || config.vmm_users_size() > kMaxEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vmm_binaries and vmm_users must have at most ", kMaxEntries, " entries"));
+  }
+  if (config.vmm_binaries_size() > 0) {
+    rule.binaries.assign(config.vmm_binaries().begin(), config.vmm_binaries().end());
+    for (size_t i = 0; i < rule.binaries.size(); ++i) {
+      if (!absl::StartsWith(rule.binaries[i], "/")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "vmm_binaries[", i, "] '", rule.binaries[i], "' must be an absolute path pattern"));
+      }
+    }
+  }
+  const bool defaults = config.vmm_users_size() == 0;
+  const std::vector<std::string> users =
+      defaults ? std::vector<std::string>{"root", "libvirt-qemu"}
+               : std::vector<std::string>(config.vmm_users().begin(), config.vmm_users().end());
+  ASSIGN_OR_RETURN(rule.uids, discovery::ResolveUsers(users, "vmm_users", defaults));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     const v1::AgentConfig& config) {
@@ -76,6 +105,15 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
   options.nested_is_hazard = config.nested_is_hazard();
   RETURN_IF_ERROR(ValidateLabels("labels", config.labels()));
   options.labels.insert(config.labels().begin(), config.labels().end());
+  RETURN_IF_ERROR(VmmRuleFromConfig(config, options.vmm));
+  if (config.report_failures_before_moving() != 0) {
+    if (config.report_failures_before_moving() < 1 || config.report_failures_before_moving() > 100) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report_failures_before_moving must be between 1 and 100, got ",
+                       config.report_failures_before_moving()));
+    }
+    options.session.report_failures_before_moving = config.report_failures_before_moving();
+  }
   if (config.on_hazard() == "clear") {
     options.reconciler.clear_on_hazard = true;
   } else if (!config.on_hazard().empty() && config.on_hazard() != "hold") {
@@ -290,6 +328,7 @@ absl::Status Agent::Start() {
   ServerSessionOptions session_options = options_.session;
   session_options.applied_revision = [this] { return loop_->enforced_revision(); };
   session_options.preflight = [hazard_watch] { return hazard_watch->preflight(); };
+  session_options.impostors = [this] { return loop_->Impostors(); };
   session_options.on_enablement = [this, enablement](const v1::HostEnablement& answer) {
     // csd changed its mind (a setting, this host's vulnerabilities): the
     // next pass holds or resumes tagging, and csd hears the VMs' states.

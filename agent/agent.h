@@ -28,6 +28,7 @@
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/types.pb.h"
 #include "discovery/vm_discovery.h"
+#include "discovery/vmm_identity.h"
 #include "host/core_sched.h"
 #include "host/cpu_affinity.h"
 #include "host/process_events.h"
@@ -84,6 +85,9 @@ struct AgentOptions {
   std::chrono::milliseconds hazard_poll{250};
   // The config's labels (common/labels.h), sent at Register.
   std::map<std::string, std::string> labels;
+  // Which processes may be VMs (vmm_binaries, vmm_users), for the
+  // discovery that cs-agent's main builds; tests build their own.
+  discovery::VmmRule vmm;
 
   // What the agent runs against; null picks the real one (LocalPseudoFs,
   // PrctlCoreSched, ...), except for vm_discovery, which must be set.

@@ -83,6 +83,7 @@ StepFailure SetUpDiscovery(AgentRun& run) {
                                   run.options.procfs_root));
   discovery::DiscoverySetup discovery;
   discovery.procfs_root = run.options.procfs_root;
+  discovery.vmm = run.options.vmm;
   discovery.mode = run.config.discovery();
   if (!run.config.libvirt_uri().empty()) discovery.libvirt_uri = run.config.libvirt_uri();
   discovery.on_domain_event = [running = run.running] {

@@ -66,6 +66,15 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
                     "per thread and cannot be verified; VMs show pending.")
               .Register(*registry_)
               .Add({})),
+      impostors_(prometheus::BuildGauge()
+                     .Name("cosched_agent_impostor_processes")
+                     .Help("Processes that claim to be a VM and are not believed (not an "
+                           "allowed VMM binary or user, not libvirt's process for the "
+                           "domain, or a second claim of a VM's name), each isolated on "
+                           "a cookie of its own, as of the last reconcile pass. Not 0: "
+                           "something on the host is posing as a VM.")
+                     .Register(*registry_)
+                     .Add({})),
       prctl_writes_(prometheus::BuildCounter()
                         .Name("cosched_agent_prctl_writes_total")
                         .Help("prctl(PR_SCHED_CORE) calls that change a cookie "
@@ -218,6 +227,7 @@ void AgentMetrics::RecordReconcilePass(const PassRecord& pass) {
   }
   threads[4] = result.stats.threads_unverified;
   readback_blind_.Set(result.stats.readback_blind ? 1 : 0);
+  impostors_.Set(pass.impostors);
   for (v1::EnforcementState state : kStates) {
     vms_.Add({{"state", EnforcementStateName(state)}}).Set(by_state[state]);
   }

@@ -88,6 +88,7 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& vms_;
   prometheus::Family<prometheus::Gauge>& threads_;
   prometheus::Gauge& readback_blind_;
+  prometheus::Gauge& impostors_;
   prometheus::Counter& prctl_writes_;
   prometheus::Counter& prctl_reads_;
   prometheus::Counter& threads_moved_;

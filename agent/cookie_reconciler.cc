@@ -125,11 +125,15 @@ ReconcileResult CookieReconciler::Reconcile(
     out.run_state = vm.run_state;
     out.metadata = vm.metadata;
     out.metadata_unknown = vm.metadata_unknown;
-    std::optional<v1::Assignment> assignment = lookup(vm);
+    // An impostor (a process posing as a VM) never gets an assignment, and
+    // fails closed even with fail_open: untagged, it could share cores
+    // with whatever else runs untagged.
+    std::optional<v1::Assignment> assignment =
+        vm.impostor ? std::nullopt : lookup(vm);
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();
     if (!assignment) {
-      if (options_.fail_open) {
+      if (options_.fail_open && !vm.impostor) {
         plan.managed = false;
         out.enforcement.set_state(v1::ENFORCEMENT_STATE_PENDING);
         out.enforcement.set_last_error(

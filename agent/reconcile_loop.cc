@@ -217,6 +217,37 @@ void ReconcileLoop::Run() {
   }
 }
 
+std::vector<v1::ImpostorProcess> ImpostorsOf(const std::vector<discovery::DiscoveredVm>& vms) {
+  std::vector<v1::ImpostorProcess> impostors;
+  for (const discovery::DiscoveredVm& vm : vms) {
+    if (!vm.impostor) continue;
+    v1::ImpostorProcess& p = impostors.emplace_back();
+    p.set_pid(vm.qemu_pid);
+    // Bounded as csd takes them: what a process claims is its own choice.
+    p.set_claimed_vm_id(vm.impostor->claimed_vm_id.substr(0, 256));
+    p.set_claimed_uuid(vm.impostor->claimed_uuid.substr(0, 256));
+    p.set_reason(vm.impostor->reason.substr(0, 512));
+  }
+  return impostors;
+}
+
+namespace {
+
+bool SameImpostors(const std::vector<v1::ImpostorProcess>& a,
+                   const std::vector<v1::ImpostorProcess>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const v1::ImpostorProcess& x, const v1::ImpostorProcess& y) {
+                      return x.SerializeAsString() == y.SerializeAsString();
+                    });
+}
+
+}  // namespace
+
+std::vector<v1::ImpostorProcess> ReconcileLoop::Impostors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impostors_;
+}
+
 std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<discovery::DiscoveredVm>& vms) {
   std::map<std::string, std::string> first;  // vm_id or uuid -> the first VM's id
   std::map<std::string, std::vector<int>> impostors;
@@ -233,8 +264,7 @@ std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<discovery
       impostors[claimed].push_back(vm.qemu_pid);
       // With no name it gets the fail-closed cookie of its pid, and is not
       // reported: csd would refuse a Report naming a VM twice.
-      vm.vm_id.clear();
-      vm.uuid.clear();
+      vm.MarkImpostor(absl::StrCat("another process already runs VM '", claimed, "'"));
       continue;
     }
     for (const std::string* key : {&vm.vm_id, &vm.uuid}) {
@@ -273,6 +303,8 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     return;
   }
   const std::map<std::string, std::vector<int>> impostors = SetAsideDuplicates(*vms);
+  std::vector<v1::ImpostorProcess> posing = ImpostorsOf(*vms);
+  record.impostors = static_cast<int>(posing.size());
   ReconcileResult result = reconciler_->Reconcile(*vms, lookup_);
   for (VmOutcome& vm : result.vms) {
     auto it = impostors.find(vm.vm_id);
@@ -312,8 +344,9 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     changed = !last_ || !discovery_status_.ok() || !SameReported(*last_, result) ||
-              revision != last_revision_;
+              revision != last_revision_ || !SameImpostors(impostors_, posing);
     last_ = std::move(result);
+    impostors_ = std::move(posing);
     last_revision_ = revision;
     pass_started_.reset();
     last_dedicated_ = std::move(dedicated);

@@ -44,12 +44,18 @@ struct PassRecord {
   // OK, or why discovery failed (then `result` is null: nothing was done).
   absl::Status discovery;
   const ReconcileResult* result = nullptr;
+  // Processes found posing as VMs (discovery's impostors and duplicates).
+  int impostors = 0;
 };
+
+// The impostors among `vms` (DiscoveredVm::impostor), as Reports carry them.
+std::vector<v1::ImpostorProcess> ImpostorsOf(const std::vector<discovery::DiscoveredVm>& vms);
 
 // Among VMs claiming one name or UUID (a stray QEMU, a qemu:///session
 // domain, or a process posing as a VM to share its cookie), the first keeps
 // it; the others lose theirs, so that they fail closed on cookies of their
-// own and are not reported. Discovery lists libvirt's domains first.
+// own and are not reported (they become impostors). Discovery lists
+// libvirt's domains first.
 // Returns the pids set aside, by the id of the VM that kept it.
 std::map<std::string, std::vector<int>> SetAsideDuplicates(std::vector<discovery::DiscoveredVm>& vms);
 
@@ -115,6 +121,10 @@ class ReconcileLoop {
   // stuck (options.stuck_after).
   absl::StatusOr<std::vector<v1::VMObservation>> Observations() const;
 
+  // The processes the last pass found posing as VMs, each on a fail-closed
+  // cookie of its own (ReportRequest.impostors).
+  std::vector<v1::ImpostorProcess> Impostors() const;
+
   // The assignment revision the last completed pass enforced (what the
   // agent tells csd it applied); 0 before one.
   int64_t enforced_revision() const;
@@ -165,6 +175,7 @@ class ReconcileLoop {
   int passes_ = 0;
   absl::Status discovery_status_ = absl::UnavailableError("no pass yet");
   std::optional<ReconcileResult> last_;
+  std::vector<v1::ImpostorProcess> impostors_;
   // When the running pass started; empty between passes.
   std::optional<std::chrono::steady_clock::time_point> pass_started_;
   int64_t last_revision_ = 0;

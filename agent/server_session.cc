@@ -144,6 +144,13 @@ void ServerSession::MoveToNextEndpoint(const absl::Status& why) {
                << "): " << why;
 }
 
+void ServerSession::LeaveEndpoint(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (endpoints_.size() < 2) return;
+  left_because_ = why;
+  for (grpc::ClientContext* context : active_calls_) context->TryCancel();
+}
+
 void ServerSession::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -268,6 +275,10 @@ void ServerSession::WatchLoop() {
 
 absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failure) {
   *failure = ConnectFailure::kCsd;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left_because_ = absl::OkStatus();
+  }
   const Endpoint& csd = Current();
   {
     TrackedCall call(this);
@@ -335,10 +346,13 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     if (listener_) listener_(cache_->revision());
   }
   grpc::Status finished = reader->Finish();
+  absl::Status left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     watching_ = false;
+    left = std::exchange(left_because_, absl::OkStatus());
   }
+  if (!left.ok()) return left;
   // A stream that stayed up a long while was a success even if quiet.
   if (std::chrono::steady_clock::now() - opened >= options_.backoff_max) {
     *progressed = true;
@@ -354,10 +368,30 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
   return Annotate(FromGrpcStatus(finished), "WatchAssignments");
 }
 
+namespace {
+
+// A Report failure that is the replica's or the network's.
+bool CsdFailed(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void ServerSession::ReportLoop() {
   using Clock = std::chrono::steady_clock;
   auto next = Clock::now() + options_.report_interval;
   auto earliest = Clock::time_point::min();
+  int failed_in_a_row = 0;
+  std::string failed_at;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     wake_.wait_until(lock, next, [this] {
@@ -374,10 +408,22 @@ void ServerSession::ReportLoop() {
     if (!registered_) continue;
     report_requested_ = false;
     lock.unlock();
-    absl::Status status = SendReport();
+    const std::string address = current_address();
+    bool called = false;
+    absl::Status status = SendReport(&called);
     if (!status.ok()) {
-      LOG_EVERY_T(WARNING, 60) << "report to csd at " << current_address()
-                               << " failed: " << status;
+      LOG_EVERY_T(WARNING, 60) << "report to csd at " << address << " failed: " << status;
+    }
+    // Failures of one replica in a row; a refusal or a Report skipped here
+    // (no observations yet) says nothing about the replica.
+    failed_in_a_row =
+        called && CsdFailed(status) ? (address == failed_at ? failed_in_a_row + 1 : 1) : 0;
+    failed_at = address;
+    if (failed_in_a_row >= options_.report_failures_before_moving) {
+      failed_in_a_row = 0;
+      LeaveEndpoint(absl::UnavailableError(absl::StrCat(
+          options_.report_failures_before_moving, " Reports in a row failed at csd at ", address,
+          ", the last with: ", status.ToString())));
     }
     lock.lock();
     if (status.ok()) ++report_count_;
@@ -385,7 +431,7 @@ void ServerSession::ReportLoop() {
   }
 }
 
-absl::Status ServerSession::SendReport() {
+absl::Status ServerSession::SendReport(bool* called) {
   absl::StatusOr<std::vector<v1::VMObservation>> observations = observations_();
   // Reporting nothing would tell csd the VMs are gone: skip instead.
   if (!observations.ok()) return observations.status();
@@ -394,6 +440,13 @@ absl::Status ServerSession::SendReport() {
   v1::ReportRequest request =
       MakeReportRequest(registration_.host_id(), applied, std::move(*observations));
   if (options_.preflight) *request.mutable_preflight() = options_.preflight();
+  if (options_.impostors) {
+    std::vector<v1::ImpostorProcess> impostors = options_.impostors();
+    request.set_impostor_count(static_cast<int32_t>(impostors.size()));
+    constexpr size_t kMaxListed = 32;  // csd's bound
+    if (impostors.size() > kMaxListed) impostors.resize(kMaxListed);
+    for (v1::ImpostorProcess& p : impostors) *request.add_impostors() = std::move(p);
+  }
   StatsBatch batch;
   if (stats_ != nullptr) {
     batch = stats_->Peek();
@@ -405,6 +458,7 @@ absl::Status ServerSession::SendReport() {
   call.context()->set_deadline(std::chrono::system_clock::now() +
                                options_.rpc_timeout);
   v1::ReportResponse response;
+  *called = true;
   grpc::Status status = Current().stub->Report(call.context(), request, &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status), "Report");
   if (stats_ != nullptr) stats_->Acknowledge(batch);

@@ -54,6 +54,15 @@ struct ServerSessionOptions {
   // each Report, so that csd hears of a hazard that appears later; null:
   // none sent beyond the registration's.
   std::function<v1::HostPreflight()> preflight;
+  // The processes posing as VMs now, sent with each Report (the first 32,
+  // and their count); null: none.
+  std::function<std::vector<v1::ImpostorProcess>()> impostors;
+  // Failed Reports in a row (csd or the network failing: UNAVAILABLE,
+  // DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ABORTED) after which the session
+  // leaves its replica for the next one, as when its stream fails: a
+  // replica that lost its store may keep the stream open. Only with
+  // several addresses.
+  int report_failures_before_moving = 3;
   // Runs with csd's HostEnablement after each Register and Report it
   // answered (on the session's thread, no lock held); null: ignored.
   std::function<void(const v1::HostEnablement&)> on_enablement;
@@ -145,7 +154,9 @@ class ServerSession {
   // `failure` to what ended it.
   absl::Status ConnectOnce(bool* progressed, ConnectFailure* failure);
   void ReportLoop();
-  absl::Status SendReport();
+  // Sets `called` once the Report RPC is made (not when there was nothing
+  // to report).
+  absl::Status SendReport(bool* called);
   // One csd replica.
   struct Endpoint {
     std::string address;
@@ -156,6 +167,9 @@ class ServerSession {
   const Endpoint& Current() const;
   // After a failed connection, the next endpoint of the list (if several).
   void MoveToNextEndpoint(const absl::Status& why);
+  // Ends the connection to the endpoint in use (its stream and calls) for
+  // `why`, so that the watch loop moves to the next; only with several.
+  void LeaveEndpoint(const absl::Status& why);
   // Waits until `deadline` or Stop; returns false on Stop.
   bool SleepUntil(std::chrono::steady_clock::time_point deadline);
 
@@ -179,6 +193,8 @@ class ServerSession {
   int report_count_ = 0;
   size_t current_ = 0;
   int failovers_ = 0;
+  // Set by LeaveEndpoint: why the connection in progress was ended.
+  absl::Status left_because_;
   std::set<grpc::ClientContext*> active_calls_;
   std::thread watch_thread_;
   std::thread report_thread_;

@@ -107,6 +107,21 @@ std::string PlaceableText(const v1::Host& host) {
   return host.unplaceable_reason().empty() ? "yes" : absl::StrCat("no: ", host.unplaceable_reason());
 }
 
+// "none", or each process posing as a VM: "pid 123 claims vm-9 (why)".
+std::string ImpostorsText(const v1::Host& host) {
+  if (host.impostor_count() == 0) return "none";
+  std::vector<std::string> parts;
+  for (const v1::ImpostorProcess& p : host.impostors()) {
+    parts.push_back(absl::StrCat(
+        "pid ", p.pid(), " claims '", p.claimed_vm_id().empty() ? p.claimed_uuid() : p.claimed_vm_id(),
+        "' (", p.reason(), ")"));
+  }
+  if (host.impostor_count() > host.impostors_size()) {
+    parts.push_back(absl::StrCat("and ", host.impostor_count() - host.impostors_size(), " more"));
+  }
+  return absl::StrCat(host.impostor_count(), ": ", absl::StrJoin(parts, "; "));
+}
+
 }  // namespace
 
 json VmToJson(const v1::VM& vm) {
@@ -263,6 +278,17 @@ json HostToJson(const v1::Host& host) {
       {"cookies_reason", host.enablement().reason()},
       {"labels", std::map<std::string, std::string>(host.labels().begin(), host.labels().end())},
       {"vm_count", host.vm_count()},
+      {"impostor_count", host.impostor_count()},
+      {"impostors", [&] {
+         json list = json::array();
+         for (const v1::ImpostorProcess& p : host.impostors()) {
+           list.push_back({{"pid", p.pid()},
+                           {"claimed_vm_id", p.claimed_vm_id()},
+                           {"claimed_uuid", p.claimed_uuid()},
+                           {"reason", p.reason()}});
+         }
+         return list;
+       }()},
       {"applied_revision", host.applied_revision()},
       {"registered_time",
        TimeJson(host.has_registered_time(), host.registered_time())},
@@ -456,6 +482,7 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"cores", absl::StrCat(host.topology().cores_size())},
           {"cpus", absl::StrCat(CpuCount(host.topology()))},
           {"vms", absl::StrCat(host.vm_count())},
+          {"impostors", ImpostorsText(host)},
           {"applied revision", absl::StrCat(host.applied_revision())},
           {"registered",
            TimeText(host.has_registered_time(), host.registered_time())},

@@ -21,6 +21,7 @@ absl::StatusOr<std::shared_ptr<VmDiscovery>> MakeVmDiscovery(
   auto fs = std::make_shared<host::LocalPseudoFs>();
   ProcfsDiscovery::Options procfs;
   procfs.procfs_root = setup.procfs_root;
+  procfs.vmm = setup.vmm;
   std::error_code error;
   const bool libvirt_here = std::filesystem::exists(setup.libvirt_socket, error);
   if (mode == "procfs" || (mode == "auto" && !libvirt_here)) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "discovery/vm_discovery.h"
+#include "discovery/vmm_identity.h"
 
 namespace cosched::discovery {
 
@@ -18,6 +19,8 @@ struct DiscoverySetup {
   std::string libvirt_uri = "qemu:///system";
   std::string libvirt_socket = "/run/libvirt/libvirt-sock";
   std::string procfs_root = "/proc";
+  // Which processes may be VMs.
+  VmmRule vmm;
   // Called on libvirt lifecycle events (a domain started, stopped, ...).
   std::function<void()> on_domain_event;
 };

@@ -629,7 +629,14 @@ absl::StatusOr<std::vector<DiscoveredVm>> LibvirtDiscovery::Discover(bool includ
             [](const DiscoveredVm& a, const DiscoveredVm& b) { return a.qemu_pid < b.qemu_pid; });
   if (include_unmanaged) {
     for (DiscoveredVm& vm : *scanned) {
-      if (!claimed.count(vm.qemu_pid)) vms.push_back(std::move(vm));
+      if (claimed.count(vm.qemu_pid)) continue;
+      if (!vm.vm_id.empty() || !vm.uuid.empty()) {
+        LOG_EVERY_N(WARNING, 100) << "discovery: QEMU pid " << vm.qemu_pid << " claims VM '"
+                                  << vm.vm_id << "' but libvirt runs no domain as it: "
+                                  << "isolating it on a cookie of its own";
+      }
+      vm.MarkImpostor("libvirt runs no domain as this process");
+      vms.push_back(std::move(vm));
     }
   }
   return vms;
@@ -641,16 +648,42 @@ CombinedDiscovery::CombinedDiscovery(std::unique_ptr<LibvirtDiscovery> libvirt,
 
 absl::StatusOr<std::vector<DiscoveredVm>> CombinedDiscovery::Discover() {
   absl::StatusOr<std::vector<DiscoveredVm>> vms = libvirt_->DiscoverWithUnmanaged();
-  if (vms.ok()) return vms;
+  if (vms.ok()) {
+    std::map<int, std::string> libvirt_vms;
+    for (const DiscoveredVm& vm : *vms) {
+      if (!vm.impostor) libvirt_vms.emplace(vm.qemu_pid, vm.vm_id);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    libvirt_vms_ = std::move(libvirt_vms);
+    libvirt_seen_ = true;
+    return vms;
+  }
   LOG_EVERY_N(WARNING, 30) << "discovery: libvirt unavailable, using procfs alone: "
                            << vms.status().message();
   vms = procfs_->Discover();
-  // What libvirt's domains say of their tenancy cannot be read now: csd
-  // keeps what it tagged from it (a libvirtd restart untags nothing).
-  if (vms.ok()) {
-    for (DiscoveredVm& vm : *vms) vm.metadata_unknown = true;
+  if (!vms.ok()) return vms;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (DiscoveredVm& vm : *vms) {
+    // What libvirt's domains say of their tenancy cannot be read now: csd
+    // keeps what it tagged from it (a libvirtd restart untags nothing).
+    vm.metadata_unknown = !vm.impostor;
   }
+  // libvirt starts every domain; while it is away, a VM is only a process
+  // it last said runs that domain.
+  if (libvirt_seen_) MarkVmsLibvirtDidNotName(*vms, libvirt_vms_);
   return vms;
+}
+
+void MarkVmsLibvirtDidNotName(std::vector<DiscoveredVm>& vms,
+                              const std::map<int, std::string>& libvirt_vms) {
+  for (DiscoveredVm& vm : vms) {
+    if (vm.impostor) continue;
+    auto known = libvirt_vms.find(vm.qemu_pid);
+    if (known == libvirt_vms.end() || known->second != vm.vm_id) {
+      vm.MarkImpostor(absl::StrCat("libvirtd is away, and when last reached it ran no domain '",
+                                   vm.vm_id, "' as this process"));
+    }
+  }
 }
 
 }  // namespace cosched::discovery

@@ -3,7 +3,9 @@
 #define COSCHED_DISCOVERY_LIBVIRT_DISCOVERY_H_
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -109,7 +111,8 @@ class LibvirtDiscovery : public VmDiscovery {
   absl::StatusOr<std::vector<DiscoveredVm>> Discover() override;
 
   // As Discover(), plus, from the same procfs scan, the QEMU processes that
-  // libvirt does not manage (after libvirt's domains, by QEMU pid).
+  // libvirt does not manage (after libvirt's domains, by QEMU pid), each an
+  // impostor: where libvirt runs, a VM is a process libvirt runs for it.
   absl::StatusOr<std::vector<DiscoveredVm>> DiscoverWithUnmanaged();
 
   // True while the connection to libvirtd is open.
@@ -124,10 +127,18 @@ class LibvirtDiscovery : public VmDiscovery {
   std::shared_ptr<const host::PseudoFs> fs_;
 };
 
-// libvirt's domains, and the QEMU processes it does not manage, in one
-// scan; when libvirtd cannot be reached, every QEMU process from procfs
-// alone (their -name is the domain name for libvirt's), so that an agent
-// keeps protecting its VMs while libvirtd restarts. Thread-safe.
+// While libvirtd is away: marks as impostors the VMs of `vms` that
+// `libvirt_vms` (QEMU pid -> domain name, as libvirt last said) does not
+// name as they claim.
+void MarkVmsLibvirtDidNotName(std::vector<DiscoveredVm>& vms,
+                              const std::map<int, std::string>& libvirt_vms);
+
+// libvirt's domains, and the QEMU processes it does not manage (as
+// impostors), in one scan; when libvirtd cannot be reached, the QEMU
+// processes of procfs (their -name is the domain name for libvirt's), so
+// that an agent keeps protecting its VMs while libvirtd restarts. Once
+// libvirt has been reached, only the processes it last said run a domain
+// are that domain then; any other is an impostor. Thread-safe.
 class CombinedDiscovery : public VmDiscovery {
  public:
   CombinedDiscovery(std::unique_ptr<LibvirtDiscovery> libvirt,
@@ -139,6 +150,9 @@ class CombinedDiscovery : public VmDiscovery {
  private:
   std::unique_ptr<LibvirtDiscovery> libvirt_;
   std::unique_ptr<ProcfsDiscovery> procfs_;
+  std::mutex mu_;
+  bool libvirt_seen_ = false;              // guarded by mu_
+  std::map<int, std::string> libvirt_vms_;  // QEMU pid -> domain; guarded by mu_
 };
 
 }  // namespace cosched::discovery

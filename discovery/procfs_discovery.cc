@@ -144,7 +144,8 @@ std::map<int, Process> ScanProcesses(const host::PseudoFs& fs, absl::string_view
 struct ProcessTree {
   int kthreadd = 0;
   std::map<int, Process> processes;
-  std::map<int, QemuCommandLine> qemus;  // the VMs
+  std::map<int, QemuCommandLine> qemus;  // the VMs, and impostors
+  std::map<int, std::string> impostors;  // pid -> why it is not believed
   std::map<int, std::vector<int>> children;
   std::map<std::string, std::vector<int>> vhost_by_comm;  // "vhost-<pid>" -> pids
   // Each VM's own cgroup, and (with helpers) every other process in one.
@@ -152,9 +153,15 @@ struct ProcessTree {
   std::map<std::string, std::vector<int>> cgroup_members;
 };
 
-void FindQemus(const std::set<int>& known, ProcessTree& tree) {
+void FindQemus(const host::PseudoFs& fs, absl::string_view root, const VmmRule& vmm,
+               const std::set<int>& known, ProcessTree& tree) {
   for (const auto& [pid, process] : tree.processes) {
     if (std::optional<QemuCommandLine> qemu = ParseQemuCommandLine(process.cmdline)) {
+      if (!known.count(pid)) {
+        if (std::optional<std::string> why = VmmRuleViolation(fs, root, pid, vmm)) {
+          tree.impostors.emplace(pid, std::move(*why));
+        }
+      }
       tree.qemus.emplace(pid, std::move(*qemu));
     } else if (known.count(pid)) {
       tree.qemus.emplace(pid, ParseQemuArguments(process.cmdline));
@@ -171,6 +178,7 @@ void FindQemus(const std::set<int>& known, ProcessTree& tree) {
     auto parent = tree.processes.find(process.stat.ppid);
     if (!known.count(it->first) && tree.qemus.count(process.stat.ppid) &&
         parent != tree.processes.end() && parent->second.cmdline == process.cmdline) {
+      tree.impostors.erase(it->first);
       it = tree.qemus.erase(it);
     } else {
       ++it;
@@ -258,7 +266,12 @@ std::optional<DiscoveredVm> BuildVm(const host::PseudoFs& fs, absl::string_view 
             [](const DiscoveredThread& a, const DiscoveredThread& b) {
               return std::pair(a.pid, a.tid) < std::pair(b.pid, b.tid);
             });
-  if (vm.vm_id.empty()) {
+  if (auto impostor = tree.impostors.find(qemu_pid); impostor != tree.impostors.end()) {
+    LOG_EVERY_N(WARNING, 100) << "discovery: pid " << qemu_pid << " claims VM '" << vm.vm_id
+                              << "' but " << impostor->second
+                              << ": isolating it on a cookie of its own";
+    vm.MarkImpostor(impostor->second);
+  } else if (vm.vm_id.empty()) {
     LOG_EVERY_N(WARNING, 100) << "discovery: QEMU pid " << qemu_pid
                               << " has neither -name nor -uuid";
   }
@@ -279,7 +292,8 @@ absl::StatusOr<std::vector<DiscoveredVm>> ProcfsDiscovery::Discover(
   ProcessTree tree;
   tree.kthreadd = KthreaddPid(fs, root);
   tree.processes = ScanProcesses(fs, root, *names, tree.kthreadd);
-  FindQemus(std::set<int>(known_qemu_pids.begin(), known_qemu_pids.end()), tree);
+  FindQemus(fs, root, options_.vmm, std::set<int>(known_qemu_pids.begin(), known_qemu_pids.end()),
+            tree);
   FindCgroups(fs, root, options_, tree);
   std::vector<DiscoveredVm> vms;
   for (const auto& [qemu_pid, qemu] : tree.qemus) {

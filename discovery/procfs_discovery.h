@@ -9,13 +9,17 @@
 
 #include "absl/status/statusor.h"
 #include "discovery/vm_discovery.h"
+#include "discovery/vmm_identity.h"
 #include "cosched/v1/types.pb.h"
 #include "host/pseudo_fs.h"
 
 namespace cosched::discovery {
 
-// A VM is a process whose argv[0] runs qemu-system-* or qemu-kvm. Its
-// threads are:
+// A VM is a process whose argv[0] runs qemu-system-* or qemu-kvm and that
+// runs an allowed VMM binary as an allowed user (`vmm`, vmm_identity.h);
+// one that looks like QEMU but fails that is an impostor: found with its
+// threads (they get a fail-closed cookie of their own) but not as the VM it
+// names. Its threads are:
 //  - every thread of the QEMU process, classified by name (vCPU, iothread,
 //    in-group vhost worker, emulator);
 //  - vhost workers outside QEMU's thread group: any task named
@@ -32,6 +36,7 @@ class ProcfsDiscovery : public VmDiscovery {
     std::vector<std::string> vm_cgroup_parents = {"/machine.slice", "/machine"};
     // Where the procfs to scan is mounted.
     std::string procfs_root = "/proc";
+    VmmRule vmm;
   };
 
   explicit ProcfsDiscovery(std::shared_ptr<const host::PseudoFs> fs);
@@ -43,8 +48,9 @@ class ProcfsDiscovery : public VmDiscovery {
 
   // As Discover(), and also takes `known_qemu_pids` for QEMU processes even
   // when their command line does not look like QEMU's (e.g. a wrapper
-  // binary configured as libvirt's emulator). A known pid that does not
-  // exist is left out.
+  // binary configured as libvirt's emulator), without the `vmm` check:
+  // libvirt said they are its domains'. A known pid that does not exist is
+  // left out.
   absl::StatusOr<std::vector<DiscoveredVm>> Discover(std::span<const int> known_qemu_pids);
 
  private:

@@ -34,6 +34,16 @@ struct DiscoveredThread {
   bool operator==(const DiscoveredThread&) const = default;
 };
 
+// A process that claims to be a VM the agent cannot trust it to be
+// (discovery/vmm_identity.h): what it claimed, and why it is not believed.
+struct Impostor {
+  std::string claimed_vm_id;
+  std::string claimed_uuid;
+  std::string reason;
+
+  bool operator==(const Impostor&) const = default;
+};
+
 // One VM on the host.
 struct DiscoveredVm {
   // The name it runs under (libvirt domain name, QEMU -name guest=...).
@@ -58,6 +68,12 @@ struct DiscoveredVm {
   // in /proc; or libvirt could not give its XML): `metadata` is nullopt
   // and says nothing either way (VMObservation.metadata_unknown).
   bool metadata_unknown = false;
+  // Set for an impostor: vm_id and uuid are then empty, so that it gets a
+  // fail-closed cookie of its own (by pid) and is never reported as the VM.
+  std::optional<Impostor> impostor;
+
+  // Marks this VM an impostor for `reason`, keeping what it claimed.
+  void MarkImpostor(std::string reason);
 
   // Field by field; the metadata as protobuf's MessageDifferencer compares.
   bool operator==(const DiscoveredVm& other) const;

@@ -27,6 +27,10 @@ class PseudoFs {
   // The names in directory `path`, without "." and "..", sorted.
   virtual absl::StatusOr<std::vector<std::string>> ListDirectory(
       absl::string_view path) const = 0;
+
+  // The target of the symbolic link at `path` (/proc/<pid>/exe), as
+  // readlink(2) gives it: a deleted file's name ends in " (deleted)".
+  virtual absl::StatusOr<std::string> ReadLink(absl::string_view path) const = 0;
 };
 
 // The machine's own filesystem.
@@ -35,6 +39,7 @@ class LocalPseudoFs : public PseudoFs {
   absl::StatusOr<std::string> ReadFile(absl::string_view path) const override;
   absl::StatusOr<std::vector<std::string>> ListDirectory(
       absl::string_view path) const override;
+  absl::StatusOr<std::string> ReadLink(absl::string_view path) const override;
 };
 
 }  // namespace cosched::host

@@ -1,4 +1,6 @@
 #include <dirent.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -29,6 +31,18 @@ absl::StatusOr<std::vector<std::string>> LocalPseudoFs::ListDirectory(
   if (err != 0) return ErrnoStatus(err, "cannot list directory", path);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+absl::StatusOr<std::string> LocalPseudoFs::ReadLink(absl::string_view path) const {
+  std::string p(path);
+  char target[PATH_MAX];
+  const ssize_t n = readlink(p.c_str(), target, sizeof(target));
+  if (n < 0) return ErrnoStatus(errno, "cannot read link", path);
+  // A target of PATH_MAX bytes may have been cut short.
+  if (static_cast<size_t>(n) == sizeof(target)) {
+    return ErrnoStatus(ENAMETOOLONG, "cannot read link", path);
+  }
+  return std::string(target, static_cast<size_t>(n));
 }
 
 }  // namespace cosched::host

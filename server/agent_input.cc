@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,37 @@ absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight
     const std::string at = absl::StrCat("vulnerabilities[", i, "]");
     RETURN_IF_ERROR(too_long(at + ".name", p.vulnerabilities(i).name()));
     RETURN_IF_ERROR(too_long(at + ".status", p.vulnerabilities(i).status()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateImpostors(const v1::ReportRequest& report) {
+  constexpr int kMaxListed = 32;
+  constexpr int kMaxCount = 1000000;
+  constexpr size_t kMaxClaim = 256;
+  constexpr size_t kMaxReason = 512;
+  if (report.impostors_size() > kMaxListed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("impostors must have at most ", kMaxListed, " entries"));
+  }
+  if (report.impostor_count() < report.impostors_size() || report.impostor_count() > kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "impostor_count must be between the number of impostors listed (",
+        report.impostors_size(), ") and ", kMaxCount));
+  }
+  for (int i = 0; i < report.impostors_size(); ++i) {
+    const v1::ImpostorProcess& p = report.impostors(i);
+    const std::string field = absl::StrCat("impostors[", i, "]");
+    if (p.pid() <= 0) return absl::InvalidArgumentError(absl::StrCat(field, ".pid must be positive"));
+    for (const auto& [name, value, limit] :
+         {std::tuple{"claimed_vm_id", &p.claimed_vm_id(), kMaxClaim},
+          {"claimed_uuid", &p.claimed_uuid(), kMaxClaim},
+          {"reason", &p.reason(), kMaxReason}}) {
+      if (value->size() > limit) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".", name, " must be at most ", limit, " bytes"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -40,6 +40,10 @@ absl::Status ValidateDomainMetadata(absl::string_view field, const v1::DomainMet
 // capabilities, each Report) holds more than csd keeps.
 absl::Status ValidatePreflight(const std::string& field, const v1::HostPreflight& p);
 
+// A Report's impostors: at most 32 listed, impostor_count at least that
+// many and at most a million, each with a pid and bounded strings.
+absl::Status ValidateImpostors(const v1::ReportRequest& report);
+
 // csd trusts a host for its own VMs' stats only: a stats window's entry
 // counts when the same Report lists its VM (ReportRequest.vms), and is
 // dropped otherwise, so that a host cannot make csd keep series for VMs

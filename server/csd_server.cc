@@ -85,6 +85,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     if (etcd.peer_timeout_ms() != 0) {
       options.peer_timeout = absl::Milliseconds(etcd.peer_timeout_ms());
     }
+    if (etcd.end_streams_after_store_lost_s() != 0) {
+      options.end_streams_after_store_lost = absl::Seconds(etcd.end_streams_after_store_lost_s());
+    }
   }
   return options;
 }
@@ -210,6 +213,12 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "store.etcd.peer_timeout_ms must be 100 to 10000 (unset: 1000), got ",
         absl::ToInt64Milliseconds(options.peer_timeout)));
+  }
+  if (options.end_streams_after_store_lost < absl::Seconds(2) ||
+      options.end_streams_after_store_lost > absl::Seconds(600)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store.etcd.end_streams_after_store_lost_s must be 2 to 600 (unset: 10), got ",
+        absl::ToInt64Seconds(options.end_streams_after_store_lost)));
   }
   RETURN_IF_ERROR(ValidateEngineOptions(options.engine));
   RETURN_IF_ERROR(ValidateRolloutOptions(options.rollout));

@@ -79,6 +79,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   }
   if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
   if (valid.ok()) valid = ValidatePreflight("preflight", request.preflight());
+  if (valid.ok()) valid = internal::ValidateImpostors(request);
   if (!valid.ok()) return done(valid);
   // Every answer says whether the host should set cookies, so a change of
   // the setting or of the host's vulnerabilities reaches a running agent.
@@ -217,6 +218,9 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
           *host->mutable_capabilities()->mutable_preflight() = request.preflight();
           delta->hosts.push_back(*host);
         }
+        // What the host says of processes posing as VMs: shown, never acted on.
+        host->mutable_impostors()->CopyFrom(request.impostors());
+        host->set_impostor_count(request.impostor_count());
         return txn.PutHost(*host);
       },
       [this, report, content, tagged_id, delta, moves, cores, from_metadata,
@@ -278,10 +282,16 @@ std::string DesiredState::ReportContent(const v1::ReportRequest& request) {
       out.WriteVarint64(scratch.ByteSizeLong());
       scratch.SerializeWithCachedSizes(&out);
     }
-    // A hazard that comes or goes changes the host, so it is content.
+    // A hazard that comes or goes changes the host, so it is content; so
+    // does a process posing as a VM.
     if (request.has_preflight()) {
       out.WriteVarint64(request.preflight().ByteSizeLong());
       request.preflight().SerializeWithCachedSizes(&out);
+    }
+    out.WriteVarint32(static_cast<uint32_t>(request.impostor_count()));
+    for (const v1::ImpostorProcess& impostor : request.impostors()) {
+      out.WriteVarint64(impostor.ByteSizeLong());
+      impostor.SerializeWithCachedSizes(&out);
     }
   }
   return bytes;

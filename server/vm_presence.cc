@@ -93,11 +93,20 @@ void ResolveOwner(v1::VM& vm) {
 
 bool ReceivesAssignment(const v1::VM& vm, absl::string_view host_id) {
   if (host_id.empty() || !vm.conflict().empty()) return false;
-  if (vm.host_id() == host_id) return true;
+  const v1::VMPresence* own = nullptr;
+  bool another_has_uuid = false;
   for (const v1::VMPresence& p : vm.presence()) {
-    if (p.host_id() == host_id) return true;
+    if (p.host_id() == host_id) {
+      own = &p;
+    } else if (!p.uuid().empty()) {
+      another_has_uuid = true;
+    }
   }
-  return false;
+  // A copy without a UUID where another host reports the VM with one may
+  // be a process posing as it (libvirt's VMs always have a UUID): it gets
+  // nothing, and fails closed on a cookie of its own.
+  if (own != nullptr && own->uuid().empty() && another_has_uuid) return false;
+  return own != nullptr || vm.host_id() == host_id;
 }
 
 std::set<std::string> HostsOf(const v1::VM& vm) {

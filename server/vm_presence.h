@@ -37,7 +37,8 @@ void SetPresence(v1::VM& vm, absl::string_view host_id,
 void ResolveOwner(v1::VM& vm);
 
 // Whether `host_id`'s agent is sent the VM's assignment: it owns or reports
-// the VM, and no conflict holds (then every copy stays fail-closed).
+// the VM, no conflict holds (then every copy stays fail-closed), and its
+// copy has a UUID when another host reports the VM with one.
 bool ReceivesAssignment(const v1::VM& vm, absl::string_view host_id);
 
 // Every host that owns or reports the VM.

@@ -14,8 +14,19 @@ void FakePseudoFs::SetReadError(absl::string_view path, absl::Status error) {
   files_[std::string(path)] = Entry{"", std::move(error)};
 }
 
+void FakePseudoFs::SetLink(absl::string_view path, absl::string_view target) {
+  links_[std::string(path)] = std::string(target);
+}
+
 void FakePseudoFs::Remove(absl::string_view path) {
   const std::string dir_prefix = absl::StrCat(path, "/");
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (it->first == path || absl::StartsWith(it->first, dir_prefix)) {
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = files_.begin(); it != files_.end();) {
     if (it->first == path || absl::StartsWith(it->first, dir_prefix)) {
       it = files_.erase(it);
@@ -32,6 +43,14 @@ absl::StatusOr<std::string> FakePseudoFs::ReadFile(absl::string_view path) const
   }
   if (!it->second.error.ok()) return it->second.error;
   return it->second.content;
+}
+
+absl::StatusOr<std::string> FakePseudoFs::ReadLink(absl::string_view path) const {
+  auto it = links_.find(path);
+  if (it == links_.end()) {
+    return absl::NotFoundError(absl::StrCat("cannot read link ", path, ": No such file or directory"));
+  }
+  return it->second;
 }
 
 absl::StatusOr<std::vector<std::string>> FakePseudoFs::ListDirectory(

@@ -18,12 +18,15 @@ class FakePseudoFs : public PseudoFs {
   // The file is listed in its directory, but reading it fails with `error`:
   // a thread that exits between the listing and the read.
   void SetReadError(absl::string_view path, absl::Status error);
+  // A symbolic link at `path` to `target` (ReadLink; it is not listed).
+  void SetLink(absl::string_view path, absl::string_view target);
   // Removes `path` and everything below it.
   void Remove(absl::string_view path);
 
   absl::StatusOr<std::string> ReadFile(absl::string_view path) const override;
   absl::StatusOr<std::vector<std::string>> ListDirectory(
       absl::string_view path) const override;
+  absl::StatusOr<std::string> ReadLink(absl::string_view path) const override;
 
  private:
   struct Entry {
@@ -31,6 +34,7 @@ class FakePseudoFs : public PseudoFs {
     absl::Status error;
   };
   std::map<std::string, Entry, std::less<>> files_;
+  std::map<std::string, std::string, std::less<>> links_;
 };
 
 }  // namespace cosched::host

@@ -399,6 +399,39 @@ TEST(AgentOptionsTest, FromConfig) {
   EXPECT_THAT(bad.status().message(), HasSubstr("report_interval_s"));
 }
 
+TEST(AgentOptionsTest, VmmRuleAndReportFailuresFromConfig) {
+  v1::AgentConfig config;
+  config.set_known_bad_file("off");
+  absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);
+  ASSERT_OK(defaults);
+  EXPECT_EQ(defaults->vmm.binaries, discovery::VmmRule::DefaultBinaries());
+  EXPECT_EQ(defaults->vmm.uids.front(), 0u);  // root, and libvirt-qemu where it exists
+  EXPECT_EQ(defaults->session.report_failures_before_moving, 3);
+
+  config.add_vmm_binaries("/opt/qemu/bin/qemu-system-*");
+  config.add_vmm_users("root");
+  config.add_vmm_users("4242");
+  config.set_report_failures_before_moving(5);
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(config);
+  ASSERT_OK(options);
+  EXPECT_EQ(options->vmm.binaries, std::vector<std::string>{"/opt/qemu/bin/qemu-system-*"});
+  EXPECT_EQ(options->vmm.uids, (std::vector<uint32_t>{0, 4242}));
+  EXPECT_EQ(options->session.report_failures_before_moving, 5);
+
+  config.add_vmm_users("no-such-user-here");
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("vmm_users: user 'no-such-user-here'"));
+  config.clear_vmm_users();
+  config.add_vmm_binaries("qemu-system-x86_64");
+  bad = AgentOptionsFromConfig(config);
+  EXPECT_THAT(bad.status().message(), HasSubstr("vmm_binaries[1] 'qemu-system-x86_64' must be an absolute"));
+  config.clear_vmm_binaries();
+  config.set_report_failures_before_moving(101);
+  bad = AgentOptionsFromConfig(config);
+  EXPECT_THAT(bad.status().message(), HasSubstr("report_failures_before_moving must be between 1 and 100"));
+}
+
 TEST(AgentOptionsTest, KnownBadListFromConfig) {
   TempDir dir;
   v1::AgentConfig config;

@@ -280,6 +280,61 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
     EXPECT_NE(kernel_.CookieOf(impostor), victim) << impostor;
   }
   EXPECT_NE(kernel_.CookieOf(300), kernel_.CookieOf(400));
+  // Reported to csd as impostors, with what they claimed.
+  std::vector<v1::ImpostorProcess> impostors = loop.Impostors();
+  ASSERT_EQ(impostors.size(), 2u);
+  EXPECT_EQ(impostors[0].pid(), 300);
+  EXPECT_EQ(impostors[0].claimed_vm_id(), "vm-1");
+  EXPECT_EQ(impostors[0].reason(), "another process already runs VM 'vm-1'");
+  EXPECT_EQ(impostors[1].pid(), 400);
+  EXPECT_EQ(impostors[1].claimed_vm_id(), "other-name");
+  EXPECT_EQ(impostors[1].claimed_uuid(), "uuid-1");
+  loop.Stop();
+}
+
+// An impostor from discovery (not a VMM binary or user, not libvirt's)
+// never gets the assignment of the VM it names, even where no other
+// process runs that VM: it fails closed on a cookie of its own.
+TEST_F(ReconcileLoopTest, ADiscoveredImpostorNeverGetsTheVmsGroup) {
+  auto vm = [this](const std::string& id, int pid) {
+    discovery::DiscoveredVm v;
+    v.vm_id = id;
+    v.qemu_pid = pid;
+    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(pid, pid);
+    return v;
+  };
+  discovery::DiscoveredVm real = vm("acme-1", 100);
+  discovery::DiscoveredVm posing = vm("acme-9", 200);
+  posing.MarkImpostor("it runs /tmp/q, not an allowed VMM binary");
+  discovery_.SetVms({real, posing});
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  std::vector<std::string> looked_up;
+  ReconcileLoop loop(options, &discovery_, reconciler_.get(),
+                     [&looked_up](const discovery::DiscoveredVm& v) -> std::optional<v1::Assignment> {
+                       looked_up.push_back(v.vm_id);
+                       // Both acme VMs share the tenant's group.
+                       v1::Assignment a;
+                       a.set_vm_id(v.vm_id);
+                       a.set_trust_group("acme/tenant");
+                       return a;
+                     },
+                     [] {});
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  const uint64_t tenant = kernel_.CookieOf(100);
+  ASSERT_NE(tenant, 0u);
+  EXPECT_NE(kernel_.CookieOf(200), 0u);
+  EXPECT_NE(kernel_.CookieOf(200), tenant);
+  auto observations = loop.Observations();
+  ASSERT_OK(observations);
+  ASSERT_EQ(observations->size(), 1u);
+  EXPECT_EQ((*observations)[0].vm_id(), "acme-1");
+  std::vector<v1::ImpostorProcess> impostors = loop.Impostors();
+  ASSERT_EQ(impostors.size(), 1u);
+  EXPECT_EQ(impostors[0].pid(), 200);
+  EXPECT_EQ(impostors[0].claimed_vm_id(), "acme-9");
   loop.Stop();
 }
 

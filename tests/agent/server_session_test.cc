@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "agent/backoff.h"
@@ -43,8 +44,10 @@ class ServerSessionTest : public ::testing::Test {
   std::unique_ptr<ServerSession> MakeSession(
       const std::string& address, StatsWindowQueue* stats = nullptr,
       std::chrono::milliseconds report_interval = 100ms,
-      std::chrono::milliseconds min_report_gap = 10ms) {
+      std::chrono::milliseconds min_report_gap = 10ms,
+      std::function<std::vector<v1::ImpostorProcess>()> impostors = nullptr) {
     ServerSessionOptions options;
+    options.impostors = std::move(impostors);
     options.server_address = address;
     options.report_interval = report_interval;
     options.min_report_gap = min_report_gap;
@@ -240,6 +243,69 @@ TEST_F(ServerSessionTest, DiscoveryFailureSkipsTheReport) {
   discovery_.SetError(absl::OkStatus());
   ASSERT_TRUE(csd.service().WaitFor(
       [&] { return !csd.service().reports_locked().empty(); }));
+  session->Stop();
+}
+
+// Issue #32 item 6: a replica that lost its store may keep the stream open
+// while every Report fails; after report_failures_before_moving (3) of
+// them in a row the agent leaves it for the next replica, resuming there.
+TEST_F(ServerSessionTest, ReportsFailingAtOneReplicaMoveTheAgentOn) {
+  discovery_.SetVms({Vm("vm-1", "", 100)});
+  FakeCsd cut_off, healthy;
+  ASSERT_TRUE(cut_off.ok() && healthy.ok());
+  cut_off.service().SetReportStatus(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "cannot reach its store"));
+  cut_off.service().Push(MakeSnapshot(1, {}));
+  healthy.service().Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session =
+      MakeSession(absl::StrCat(cut_off.address(), ",", healthy.address()));
+  ASSERT_OK(session->Start());
+  ASSERT_TRUE(healthy.service().WaitFor(
+      [&] { return !healthy.service().reports_locked().empty(); }))
+      << "the agent stayed on the replica whose Reports fail";
+  EXPECT_EQ(session->current_address(), healthy.address());
+  EXPECT_EQ(session->failovers(), 1);
+  // At least three failed Reports there (the stream itself never failed);
+  // one more may leave while the stream winds down.
+  EXPECT_GE(cut_off.service().reports().size(), 3u);
+  EXPECT_LE(cut_off.service().reports().size(), 4u);
+  session->Stop();
+}
+
+// With one address there is nowhere to go: Reports keep being retried.
+TEST_F(ServerSessionTest, ReportsFailingAtTheOnlyCsdKeepTheStream) {
+  discovery_.SetVms({Vm("vm-1", "", 100)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().SetReportStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store away"));
+  csd.service().Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session = MakeSession(csd.address());
+  ASSERT_OK(session->Start());
+  ASSERT_TRUE(csd.service().WaitFor([&] { return csd.service().reports_locked().size() >= 6; }));
+  EXPECT_EQ(session->failovers(), 0);
+  EXPECT_TRUE(session->watching());
+  EXPECT_EQ(session->watch_count(), 1);
+  session->Stop();
+}
+
+// Reports carry the impostors the agent found: the first 32, and the count.
+TEST_F(ServerSessionTest, ReportsCarryImpostorsBounded) {
+  discovery_.SetVms({Vm("vm-1", "", 100)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {}));
+  std::unique_ptr<ServerSession> session =
+      MakeSession(csd.address(), nullptr, 100ms, 10ms, [] {
+        std::vector<v1::ImpostorProcess> impostors(40);
+        for (int i = 0; i < 40; ++i) impostors[i].set_pid(1000 + i);
+        return impostors;
+      });
+  ASSERT_OK(session->Start());
+  ASSERT_TRUE(csd.service().WaitFor([&] { return !csd.service().reports_locked().empty(); }));
+  const v1::ReportRequest report = csd.service().reports().front();
+  EXPECT_EQ(report.impostor_count(), 40);
+  ASSERT_EQ(report.impostors_size(), 32);
+  EXPECT_EQ(report.impostors(31).pid(), 1031);
   session->Stop();
 }
 

@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -691,6 +692,47 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     // untagged it), as before the restart.
     auto before_restart = csd.ReportAndGet(vm);
     ASSERT_OK(before_restart);
+    // A real QEMU, run by root but not by libvirt, under the domain's
+    // name: never the VM, with libvirtd up or away (issue #32 item 5).
+    const pid_t posing = fork();
+    ASSERT_GE(posing, 0);
+    if (posing == 0) {
+      const std::string guest = "guest=" + name;
+      execl("/usr/bin/qemu-system-x86_64", "qemu-system-x86_64", "-name", guest.c_str(),
+            "-uuid", uuid.c_str(), "-machine", "none", "-display", "none", "-nodefaults", "-S",
+            nullptr);
+      _exit(127);
+    }
+    struct Reap {
+      pid_t pid;
+      ~Reap() {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    } reap{posing};
+    auto posing_listed = [posing](const std::vector<discovery::DiscoveredVm>& vms) {
+      for (const discovery::DiscoveredVm& v : vms) {
+        if (v.qemu_pid == posing) return &v;
+      }
+      return static_cast<const discovery::DiscoveredVm*>(nullptr);
+    };
+    const discovery::DiscoveredVm* seen = nullptr;
+    std::optional<std::vector<discovery::DiscoveredVm>> up;
+    for (int i = 0; i < 100 && seen == nullptr; ++i) {
+      auto listed = combined.Discover();
+      ASSERT_OK(listed);
+      up = std::move(*listed);
+      seen = posing_listed(*up);
+      if (seen == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_NE(seen, nullptr) << "the posing QEMU " << posing << " was not found";
+    ASSERT_TRUE(seen->impostor.has_value()) << "a QEMU that libvirt does not run was taken for a VM";
+    EXPECT_EQ(seen->impostor->claimed_vm_id, name);
+    EXPECT_EQ(seen->vm_id, "");
+    ASSERT_NE(FindByName(*up, name), nullptr);
+    EXPECT_EQ(FindByName(*up, name)->qemu_pid, vm.qemu_pid);
+    std::cout << "a QEMU posing as " << name << " with libvirtd up: " << seen->impostor->reason
+              << "\n";
     own_libvirtd.Stop();
     auto down = discovery.Discover();
     EXPECT_EQ(down.status().code(), absl::StatusCode::kUnavailable) << down.status();
@@ -699,6 +741,11 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     ASSERT_OK(fallback);
     const discovery::DiscoveredVm* from_procfs = FindByName(*fallback, name);
     ASSERT_NE(from_procfs, nullptr) << "CombinedDiscovery lost the VM while libvirtd was down";
+    EXPECT_EQ(from_procfs->qemu_pid, vm.qemu_pid) << "the posing QEMU took the VM's place";
+    const discovery::DiscoveredVm* posing_away = posing_listed(*fallback);
+    ASSERT_NE(posing_away, nullptr);
+    ASSERT_TRUE(posing_away->impostor.has_value());
+    std::cout << "the same with libvirtd away: " << posing_away->impostor->reason << "\n";
     EXPECT_EQ(from_procfs->uuid, uuid);
     EXPECT_EQ(from_procfs->threads.size(), vm.threads.size());
     // Its metadata cannot be read meanwhile, and says so: csd keeps the

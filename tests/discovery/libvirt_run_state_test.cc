@@ -64,3 +64,37 @@ TEST(LibvirtRunState, PostCopySourceAndShutOff) {
 
 }  // namespace
 }  // namespace cosched::discovery
+
+namespace cosched::discovery {
+namespace {
+
+DiscoveredVm Vm(const std::string& name, int pid) {
+  DiscoveredVm vm;
+  vm.vm_id = name;
+  vm.uuid = "uuid-of-" + name;
+  vm.qemu_pid = pid;
+  return vm;
+}
+
+// While libvirtd is away (a restart), the QEMU processes procfs finds are
+// VMs only as libvirt last named them: a process started meanwhile under a
+// domain's name, or a pid that now claims another name, is an impostor.
+TEST(LibvirtAway, OnlyTheProcessesLibvirtLastNamedAreVms) {
+  std::vector<DiscoveredVm> vms = {Vm("vm-a", 100), Vm("vm-b", 200), Vm("vm-a", 300),
+                                   Vm("vm-c", 400)};
+  MarkVmsLibvirtDidNotName(vms, {{100, "vm-a"}, {200, "vm-b"}, {400, "vm-x"}});
+  EXPECT_FALSE(vms[0].impostor.has_value());
+  EXPECT_EQ(vms[0].vm_id, "vm-a");
+  EXPECT_FALSE(vms[1].impostor.has_value());
+  for (int i : {2, 3}) {
+    ASSERT_TRUE(vms[i].impostor.has_value()) << vms[i].qemu_pid;
+    EXPECT_EQ(vms[i].vm_id, "");
+    EXPECT_EQ(vms[i].uuid, "");
+    EXPECT_NE(vms[i].impostor->reason.find("libvirtd is away"), std::string::npos);
+  }
+  EXPECT_EQ(vms[2].impostor->claimed_vm_id, "vm-a");
+  EXPECT_EQ(vms[3].impostor->claimed_uuid, "uuid-of-vm-c");
+}
+
+}  // namespace
+}  // namespace cosched::discovery

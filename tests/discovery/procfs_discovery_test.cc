@@ -35,13 +35,21 @@ struct FakeThread {
   std::string comm;
 };
 
-// Adds a process the way procfs shows it.
+// Adds a process the way procfs shows it: run by root, its exe the path
+// its argv[0] names (under /usr/bin when relative).
 void AddProcess(host::FakePseudoFs& fs, int pid, int ppid, const std::string& comm,
                 const std::string& cmdline, const std::string& cgroup,
                 std::vector<FakeThread> threads = {}) {
   fs.SetFile(absl::StrCat("/proc/", pid, "/stat"),
              absl::StrCat(pid, " (", comm, ") S ", ppid, " ", pid, " ", pid, " 0 -1 4194560 0\n"));
   fs.SetFile(absl::StrCat("/proc/", pid, "/cmdline"), cmdline);
+  const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+  if (!argv0.empty()) {
+    fs.SetLink(absl::StrCat("/proc/", pid, "/exe"),
+               argv0[0] == '/' ? argv0 : absl::StrCat("/usr/bin/", argv0));
+  }
+  fs.SetFile(absl::StrCat("/proc/", pid, "/status"),
+             absl::StrCat("Name:\t", comm, "\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n"));
   fs.SetFile(absl::StrCat("/proc/", pid, "/cgroup"), cgroup);
   if (threads.empty()) threads.push_back({pid, comm});
   for (const FakeThread& t : threads) {
@@ -150,7 +158,9 @@ TEST(ProcfsDiscovery, FakeHostWithEveryKindOfThread) {
 }
 
 TEST(ProcfsDiscovery, WithoutHelpers) {
-  ProcfsDiscovery discovery(FakeHost(), {.include_helpers = false});
+  ProcfsDiscovery::Options no_helpers;
+  no_helpers.include_helpers = false;
+  ProcfsDiscovery discovery(FakeHost(), no_helpers);
   auto vms = discovery.Discover();
   ASSERT_OK(vms);
   for (const discovery::DiscoveredThread& t : (*vms)[0].threads) EXPECT_NE(t.kind, Kind::kHelper) << t.tid;
@@ -200,8 +210,9 @@ TEST(ProcfsDiscovery, QemuAsPid2OfAPidNamespaceIsAVm) {
 }
 
 TEST(ProcfsDiscovery, UnreadableProcIsAnError) {
-  ProcfsDiscovery missing(std::make_shared<host::LocalPseudoFs>(),
-                          {.procfs_root = "/nonexistent/proc"});
+  ProcfsDiscovery::Options nowhere;
+  nowhere.procfs_root = "/nonexistent/proc";
+  ProcfsDiscovery missing(std::make_shared<host::LocalPseudoFs>(), nowhere);
   auto vms = missing.Discover();
   ASSERT_FALSE(vms.ok());
   EXPECT_EQ(vms.status().code(), absl::StatusCode::kNotFound);
@@ -261,10 +272,18 @@ class FakeVmProcess {
   bool ready_ = false;
 };
 
+// The fake QEMU counts as a VMM binary, run by whoever runs the test.
+ProcfsDiscovery::Options FakeVmmAllowed() {
+  ProcfsDiscovery::Options options;
+  options.vmm.binaries = {COSCHED_FAKE_VM_PROCESS};
+  options.vmm.uids = {static_cast<uint32_t>(getuid())};
+  return options;
+}
+
 TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
   FakeVmProcess fake("vm-real", "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f50");
   ASSERT_TRUE(fake.ready()) << "the fake VM process did not start";
-  ProcfsDiscovery discovery(std::make_shared<host::LocalPseudoFs>());
+  ProcfsDiscovery discovery(std::make_shared<host::LocalPseudoFs>(), FakeVmmAllowed());
   auto vms = discovery.Discover();
   ASSERT_OK(vms);
   const discovery::DiscoveredVm* vm = FindVm(*vms, fake.pid());
@@ -292,6 +311,133 @@ TEST(ProcfsDiscovery, FindsARealProcessWithEveryThread) {
                       {"vhost-" + std::to_string(pid), Kind::kVhostWorker}}));
   EXPECT_GT(helper_pid, 0) << "the child process was not found as a helper";
   EXPECT_EQ(vm->threads.front().tid, pid);
+}
+
+// The same real process under the default rule: its binary is not QEMU's,
+// whatever its argv says, so it is an impostor with every thread still
+// found (they get a fail-closed cookie of their own).
+TEST(ProcfsDiscovery, ARealProcessPosingAsQemuIsAnImpostor) {
+  FakeVmProcess fake("vm-posing", "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f51");
+  ASSERT_TRUE(fake.ready()) << "the fake VM process did not start";
+  ProcfsDiscovery discovery(std::make_shared<host::LocalPseudoFs>());
+  auto vms = discovery.Discover();
+  ASSERT_OK(vms);
+  const discovery::DiscoveredVm* vm = FindVm(*vms, fake.pid());
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(vm->vm_id, "");
+  EXPECT_EQ(vm->uuid, "");
+  ASSERT_TRUE(vm->impostor.has_value());
+  EXPECT_EQ(vm->impostor->claimed_vm_id, "vm-posing");
+  EXPECT_EQ(vm->impostor->claimed_uuid, "0cc5e3a0-7f4b-4a5e-9a4c-2b9d1c3e4f51");
+  EXPECT_NE(vm->impostor->reason.find(COSCHED_FAKE_VM_PROCESS), std::string::npos)
+      << vm->impostor->reason;
+  EXPECT_EQ(vm->threads.size(), 6u);  // its five threads and its helper's
+}
+
+// A host where three processes claim VMs: one by the rules, one from a
+// binary that is not a VMM's, one run by a user that may not run VMs.
+std::shared_ptr<host::FakePseudoFs> PosingHost() {
+  auto fs = std::make_shared<host::FakePseudoFs>();
+  AddProcess(*fs, 1, 0, "init", Cmdline({"/sbin/init"}), "0::/init.scope\n");
+  AddProcess(*fs, 2, 0, "kthreadd", "", "0::/\n");
+  AddProcess(*fs, 100, 1, "qemu-system-x86",
+             Cmdline({"/usr/bin/qemu-system-x86_64", "-name", "guest=acme-1"}), "0::/\n",
+             {{100, "qemu-system-x86"}, {101, "CPU 0/KVM"}});
+  // An upgrade replaced QEMU's binary while the VM runs.
+  fs->SetLink("/proc/100/exe", "/usr/bin/qemu-system-x86_64 (deleted)");
+  AddProcess(*fs, 200, 1, "qemu-system-x86",
+             Cmdline({"qemu-system-x86_64", "-name", "guest=acme-9", "-uuid", "abc"}), "0::/\n");
+  fs->SetLink("/proc/200/exe", "/home/mallory/qemu-system-x86_64");
+  AddProcess(*fs, 300, 1, "qemu-system-x86",
+             Cmdline({"/usr/bin/qemu-system-x86_64", "-name", "guest=acme-8"}), "0::/\n");
+  fs->SetFile("/proc/300/status", "Name:\tqemu\nUid:\t1000\t1000\t1000\t1000\n");
+  return fs;
+}
+
+TEST(ProcfsDiscovery, OnlyAllowedBinariesRunByAllowedUsersAreVms) {
+  ProcfsDiscovery discovery(PosingHost());
+  auto vms = discovery.Discover();
+  ASSERT_OK(vms);
+  ASSERT_EQ(vms->size(), 3u);
+  const DiscoveredVm* real = FindVm(*vms, 100);
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->vm_id, "acme-1");
+  EXPECT_FALSE(real->impostor.has_value()) << real->impostor->reason;
+
+  const DiscoveredVm* binary = FindVm(*vms, 200);
+  ASSERT_NE(binary, nullptr);
+  EXPECT_EQ(binary->vm_id, "");
+  ASSERT_TRUE(binary->impostor.has_value());
+  EXPECT_EQ(binary->impostor->claimed_vm_id, "acme-9");
+  EXPECT_EQ(binary->impostor->claimed_uuid, "abc");
+  EXPECT_NE(binary->impostor->reason.find("runs /home/mallory/qemu-system-x86_64, not an allowed "
+                                          "VMM binary"),
+            std::string::npos)
+      << binary->impostor->reason;
+
+  const DiscoveredVm* user = FindVm(*vms, 300);
+  ASSERT_NE(user, nullptr);
+  ASSERT_TRUE(user->impostor.has_value());
+  EXPECT_EQ(user->impostor->claimed_vm_id, "acme-8");
+  EXPECT_NE(user->impostor->reason.find("uid 1000"), std::string::npos) << user->impostor->reason;
+
+  // An operator who allows that user and a pattern for that binary.
+  ProcfsDiscovery::Options allowed;
+  allowed.vmm.binaries = {"/usr/bin/qemu-system-*", "/home/*/qemu-system-x86_64"};
+  allowed.vmm.uids = {0, 1000};
+  auto all = ProcfsDiscovery(PosingHost(), allowed).Discover();
+  ASSERT_OK(all);
+  for (const DiscoveredVm& vm : *all) {
+    EXPECT_FALSE(vm.impostor.has_value()) << vm.qemu_pid << ": " << vm.impostor->reason;
+  }
+}
+
+// A process whose binary or user cannot be checked is not believed; one
+// that libvirt names by pid is libvirt's word.
+TEST(ProcfsDiscovery, UncheckableProcessesAreImpostorsUnlessLibvirtNamesThem) {
+  auto fs = PosingHost();
+  fs->SetReadError("/proc/100/status", absl::PermissionDeniedError("EACCES"));
+  auto vms = ProcfsDiscovery(fs).Discover();
+  ASSERT_OK(vms);
+  const DiscoveredVm* vm = FindVm(*vms, 100);
+  ASSERT_NE(vm, nullptr);
+  ASSERT_TRUE(vm->impostor.has_value());
+  EXPECT_NE(vm->impostor->reason.find("its user cannot be checked"), std::string::npos);
+
+  const int known[] = {100, 200};
+  vms = ProcfsDiscovery(fs).Discover(known);
+  ASSERT_OK(vms);
+  for (int pid : known) {
+    const DiscoveredVm* named = FindVm(*vms, pid);
+    ASSERT_NE(named, nullptr);
+    EXPECT_FALSE(named->impostor.has_value()) << pid;
+  }
+  EXPECT_TRUE(FindVm(*vms, 300)->impostor.has_value());
+}
+
+TEST(VmmIdentity, ParsesStatusUids) {
+  auto uids = ParseStatusUids("Name:\tqemu\nUmask:\t0022\nUid:\t64055\t0\t64055\t64055\n");
+  ASSERT_OK(uids);
+  EXPECT_EQ(uids->real, 64055u);
+  EXPECT_EQ(uids->effective, 0u);
+  EXPECT_FALSE(ParseStatusUids("Name:\tqemu\n").ok());
+  EXPECT_FALSE(ParseStatusUids("Uid:\tx\t0\n").ok());
+  EXPECT_FALSE(ParseStatusUids("Uid:\t5\n").ok());
+}
+
+TEST(VmmIdentity, ResolvesUsers) {
+  auto uids = ResolveUsers({"root", "1234"}, "vmm_users", false);
+  ASSERT_OK(uids);
+  EXPECT_EQ(*uids, (std::vector<uint32_t>{0, 1234}));
+  auto missing = ResolveUsers({"root", "no-such-user-here"}, "vmm_users", false);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("vmm_users: user 'no-such-user-here' does not exist"),
+            std::string::npos)
+      << missing.status();
+  auto skipped = ResolveUsers({"root", "no-such-user-here"}, "vmm_users", true);
+  ASSERT_OK(skipped);
+  EXPECT_EQ(*skipped, std::vector<uint32_t>{0});
+  EXPECT_FALSE(ResolveUsers({"no-such-user-here"}, "vmm_users", true).ok());
 }
 
 }  // namespace

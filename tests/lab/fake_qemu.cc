@@ -10,6 +10,9 @@
 //       [--vhost-net N]         N real vhost-net workers (/dev/vhost-net)
 //                               instead of the stand-in thread
 //       [-pidfile FILE]         written once every thread exists and is named
+//       [--as-uid N]            runs as user N (real, effective and saved uid
+//                               and gid), set before anything else: a
+//                               process another user started
 //       [-m X -machine X -accel X -cpu X -display X -nodefaults -S ...] ignored
 //
 // Threads: the main thread (comm qemu-system-x86), the vCPUs, "IO iothread0"
@@ -31,6 +34,7 @@
 // SIGTERM, SIGINT, SIGHUP: clean exit (threads joined, status 0).
 // Prints nothing except on error.
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -68,6 +72,7 @@ struct Options {
   std::vector<int> vcpu_cpus;
   int vhost_net = 0;
   std::string pidfile;
+  int as_uid = 0;
 };
 
 std::atomic<bool> g_stop{false};
@@ -142,6 +147,9 @@ Options Parse(int argc, char** argv) {
       if (o.vhost_net < 1 || o.vhost_net > 64) Die("--vhost-net takes 1..64");
     } else if (a == "-pidfile") {
       o.pidfile = value();
+    } else if (a == "--as-uid") {
+      o.as_uid = atoi(value().c_str());
+      if (o.as_uid < 1) Die("--as-uid takes a uid above 0");
     } else if (kIgnoredWithValue.count(a)) {
       value();
     } else if (!kIgnoredFlags.count(a)) {
@@ -276,4 +284,13 @@ class FakeQemu {
 
 }  // namespace
 
-int main(int argc, char** argv) { return FakeQemu(Parse(argc, argv)).Run(); }
+int main(int argc, char** argv) {
+  Options options = Parse(argc, argv);
+  if (options.as_uid > 0) {
+    const auto id = static_cast<unsigned>(options.as_uid);
+    if (setgroups(0, nullptr) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0) {
+      Die(std::string("cannot become uid ") + std::to_string(id) + ": " + strerror(errno));
+    }
+  }
+  return FakeQemu(options).Run();
+}

@@ -129,5 +129,41 @@ TEST_F(HostTrustTest, AReportOfStatsForVmsItDoesNotListKeepsNoneOfThem) {
   EXPECT_LT(grown, 1 << 20) << "csd's heap grew by " << grown << " bytes";
 }
 
+// Issue #32 item 5: what a host says of processes posing as VMs on it is
+// kept on the host, for `csctl hosts get`, and replaced by its next Report;
+// it never names, tags or places a VM.
+TEST_F(HostTrustTest, ImpostorsAHostReportsAreShownOnTheHostAndChangeNoVm) {
+  v1::ReportRequest report;
+  report.set_host_id("hv-1");
+  report.add_vms()->set_vm_id("vm-1");
+  v1::ImpostorProcess* posing = report.add_impostors();
+  posing->set_pid(4242);
+  posing->set_claimed_vm_id("acme-9");
+  posing->set_reason("it runs /tmp/q, not an allowed VMM binary");
+  report.set_impostor_count(3);
+  ASSERT_OK(Report(report));
+  v1::GetHostRequest get;
+  get.set_host_id("hv-1");
+  auto host = sqlite_.state()->GetHost(get);
+  ASSERT_OK(host);
+  EXPECT_EQ(host->impostor_count(), 3);
+  ASSERT_THAT(host->impostors(), SizeIs(1));
+  EXPECT_EQ(host->impostors(0).pid(), 4242);
+  EXPECT_EQ(host->impostors(0).claimed_vm_id(), "acme-9");
+  v1::GetVMRequest vm;
+  vm.set_vm_id("acme-9");
+  EXPECT_EQ(sqlite_.state()->GetVm(vm).status().code(), absl::StatusCode::kNotFound);
+
+  // Gone at the next Report that lists none (an unchanged Report would
+  // write nothing, so the impostors are part of what changes a Report).
+  report.clear_impostors();
+  report.set_impostor_count(0);
+  ASSERT_OK(Report(report));
+  host = sqlite_.state()->GetHost(get);
+  ASSERT_OK(host);
+  EXPECT_EQ(host->impostor_count(), 0);
+  EXPECT_THAT(host->impostors(), SizeIs(0));
+}
+
 }  // namespace
 }  // namespace cosched::server

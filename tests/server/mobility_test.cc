@@ -248,6 +248,29 @@ TEST_F(MobilityTest, OneNameWithTwoUuidsIsAConflictThatFailsClosedOnBothSides) {
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
 }
 
+// Issue #32 item 5: a host whose copy of a VM has no UUID, while another
+// host reports the VM with one, is sent nothing for it (its copy fails
+// closed); the host with the UUID keeps the assignment. When that host
+// goes, the copy without a UUID is the VM's only one and gets it.
+TEST_F(MobilityTest, ACopyWithoutAUuidBesideOneWithAUuidGetsNoAssignment) {
+  Register("hv-a");
+  Register("hv-b");
+  Tag("vm-1");
+  const std::string u = "4f1c2e9a-0000-4000-8000-000000000009";
+  ASSERT_OK(Report("hv-a", {{"vm-1", u}}));
+  ASSERT_OK(Report("hv-b", {{"vm-1", ""}}));
+  v1::VM vm = Get("vm-1");
+  EXPECT_EQ(vm.conflict(), "");
+  EXPECT_TRUE(ReceivesAssignment(vm, "hv-a"));
+  EXPECT_FALSE(ReceivesAssignment(vm, "hv-b"));
+  EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{});
+  ASSERT_OK(Report("hv-a", {}));
+  vm = Get("vm-1");
+  EXPECT_TRUE(ReceivesAssignment(vm, "hv-b"));
+  EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
+}
+
 TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
   Register("hv-a");
   Tag("vm-1");

@@ -264,6 +264,25 @@ TEST_F(BadInputTest, Report) {
   r.clear_vms();
   for (int i = 0; i < 10001; ++i) r.add_vms()->set_vm_id("vm-" + std::to_string(i));
   Expect<v1::ReportRequest, v1::ReportResponse>(report, r, {kInvalid, "at most 10000"});
+  r.clear_vms();
+  // Impostors: what the host says of processes posing as VMs, bounded.
+  for (int i = 0; i < 33; ++i) r.add_impostors()->set_pid(100 + i);
+  r.set_impostor_count(33);
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "impostors must have at most 32 entries"});
+  r.clear_impostors();
+  r.add_impostors()->set_pid(100);
+  r.set_impostor_count(0);
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "impostor_count must be between the number of impostors listed (1)"});
+  r.set_impostor_count(1);
+  r.mutable_impostors(0)->set_pid(0);
+  Expect<v1::ReportRequest, v1::ReportResponse>(report, r,
+                                                {kInvalid, "impostors[0].pid must be positive"});
+  r.mutable_impostors(0)->set_pid(100);
+  r.mutable_impostors(0)->set_reason(std::string(513, 'r'));
+  Expect<v1::ReportRequest, v1::ReportResponse>(
+      report, r, {kInvalid, "impostors[0].reason must be at most 512 bytes"});
 }
 
 // A stats window ending a few seconds ago, with one VM.

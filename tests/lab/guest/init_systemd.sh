@@ -81,6 +81,12 @@ echo lab >/etc/hostname
 # loopback without certificates (the unit's agent cannot use csd's socket:
 # root without CAP_DAC_OVERRIDE is not in the socket's group).
 echo 'plaintext_agents: true' >>/etc/cosched/csd.yaml
+# Its VMs are the lab's fake QEMU, run from the build tree: a VMM binary
+# for this site (docs/agent.md, "Which processes are VMs").
+# It runs them as uid 107 (systemd_units.sh), as libvirt runs QEMU as
+# libvirt-qemu, a user this root may not have.
+printf 'vmm_binaries: ["/usr/bin/qemu-system-*", "%s"]\nvmm_users: [root, "107"]\n' \
+  "$LAB_BUILD/tests/lab/fake_qemu/qemu-system-x86_64" >>/etc/cosched/cs-agent.yaml
 # What their maintainer scripts do: the system user (cosched-server's
 # sysusers.d file). Units are started by lab.target, not enabled.
 systemd-sysusers || fail_boot "systemd-sysusers failed"

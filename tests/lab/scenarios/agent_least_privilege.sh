@@ -41,6 +41,7 @@ host_id: lab
 state_dir: /tmp/agent
 discovery: procfs
 rescan_interval_ms: 600000
+vmm_users: [root, "$QEMU_UID"]
 EOF
   $SETPRIV --bounding-set=-all,$1 --inh-caps=-all --no-new-privs \
     cs-agent --config /tmp/agent.yaml >>/tmp/agent.log 2>&1 &

@@ -66,4 +66,35 @@ lab_result "split" "vm-a2 at level vm: $ca2, its vhost worker too; vm-a1 kept $c
 # The collector's figures agree with the lab's own trace; busy, idle and
 # unknown only, since the VMs' trust groups changed during the run.
 lab_crosscheck_end --busy-only vm-a1="$a1" vm-a2="$a2${ka2:+,$ka2}" vm-b1="$b1${kb1:+,$kb1}"
+
+# Processes posing as VMs (issue #32 item 5): acme-ghost is tagged into
+# acme's tenant group and runs nowhere. Another user starts the fake QEMU
+# under that name, and root starts a copy of it from /tmp (not a VMM
+# binary) under acme-ghost2, tagged likewise. Believed, either would be
+# acme's VM on this host and join acme's cookie; each must instead hold a
+# cookie of its own, never acme's, and show as an impostor on the host.
+csctl tag acme-ghost --tenant acme --isolation tenant || lab_fail "tag acme-ghost"
+csctl tag acme-ghost2 --tenant acme --isolation tenant || lab_fail "tag acme-ghost2"
+qemu-system-x86_64 -name guest=acme-ghost -smp 1 --duty 20 --as-uid 4242 &
+ghost=$!
+cp "$(command -v qemu-system-x86_64)" /tmp/qemu-system-x86_64
+/tmp/qemu-system-x86_64 -name guest=acme-ghost2 -smp 1 --duty 20 &
+ghost2=$!
+lab_wait_for 30 sh -c 'csctl hosts get lab -o json | grep -q "\"impostor_count\": 2"' ||
+  { csctl hosts get lab; lab_fail "the agent did not report the two impostors"; }
+for pid in "$ghost" "$ghost2"; do
+  lab_wait_for 10 lab_has_one_cookie "$pid" "$ca1" ||
+    lab_fail "impostor $pid does not hold one cookie of its own: $(lab_cookies "$pid" | tr '\n' ';')"
+  c=$(lab_one_cookie "$pid") || exit 1
+  [ "$c" != "$ca1" ] && [ "$c" != "$ca2" ] && [ "$c" != "$cb1" ] || lab_fail "impostor $pid holds a VM's cookie $c"
+done
+# Held apart for a while: several passes, and a Report round trip.
+sleep 3
+for pid in "$ghost" "$ghost2"; do
+  [ "$(lab_one_cookie "$pid")" != "$ca1" ] || lab_fail "impostor $pid joined acme's cookie $ca1"
+done
+csctl get acme-ghost -o json | grep -q '"host_id": "lab"' && lab_fail "csd placed acme-ghost on host lab"
+lab_result "impostors" "$(csctl hosts get lab | grep impostors | sed 's/^ *//')"
+lab_result "impostor cookies" "acme-ghost (uid 4242) $(lab_one_cookie "$ghost"), acme-ghost2 (/tmp binary) $(lab_one_cookie "$ghost2"); acme's $ca1"
+for pid in "$ghost" "$ghost2"; do lab_stop_vm "$pid"; done
 for pid in "$a1" "$a2" "$b1"; do lab_stop_vm "$pid"; done
