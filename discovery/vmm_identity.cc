@@ -35,6 +35,12 @@ absl::StatusOr<ProcessUids> ParseStatusUids(absl::string_view status) {
 std::optional<std::string> VmmRuleViolation(const host::PseudoFs& fs, absl::string_view root,
                                             int pid, const VmmRule& rule) {
   absl::StatusOr<std::string> exe = fs.ReadLink(absl::StrCat(root, "/", pid, "/exe"));
+  if (absl::IsPermissionDenied(exe.status())) {
+    // The same ptrace access check as prctl(PR_SCHED_CORE): an agent that
+    // cannot read it could not tag the process either.
+    return absl::StrCat("its binary cannot be checked (cs-agent needs CAP_SYS_PTRACE for "
+                        "another user's process): ", exe.status().message());
+  }
   if (!exe.ok()) return absl::StrCat("its binary cannot be checked: ", exe.status().message());
   const std::string binary(absl::StripSuffix(*exe, " (deleted)"));
   const bool allowed_binary = std::any_of(rule.binaries.begin(), rule.binaries.end(),

@@ -65,7 +65,9 @@ std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
 class WatchRevisionTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
-    if (GetParam() == Backend::kEtcd) ASSERT_OK(etcd_.Start());
+    if (GetParam() == Backend::kEtcd) {
+      ASSERT_OK(etcd_.Start());
+    }
     auto opened = OpenStore("a");
     ASSERT_OK(opened);
     store_ = std::move(*opened);

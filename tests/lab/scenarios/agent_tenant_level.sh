@@ -94,7 +94,7 @@ for pid in "$ghost" "$ghost2"; do
   [ "$(lab_one_cookie "$pid")" != "$ca1" ] || lab_fail "impostor $pid joined acme's cookie $ca1"
 done
 csctl get acme-ghost -o json | grep -q '"host_id": "lab"' && lab_fail "csd placed acme-ghost on host lab"
-lab_result "impostors" "$(csctl hosts get lab | grep impostors | sed 's/^ *//')"
+lab_result "impostors" "$(csctl hosts get lab | sed -n 's/^ *impostors: *//p')"
 lab_result "impostor cookies" "acme-ghost (uid 4242) $(lab_one_cookie "$ghost"), acme-ghost2 (/tmp binary) $(lab_one_cookie "$ghost2"); acme's $ca1"
 for pid in "$ghost" "$ghost2"; do lab_stop_vm "$pid"; done
 for pid in "$a1" "$a2" "$b1"; do lab_stop_vm "$pid"; done
