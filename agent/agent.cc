@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
+#include "common/version.h"
 #include "host/core_sched_prctl.h"
 #include "host/known_bad.h"
 #include "host/topology.h"
@@ -254,7 +255,7 @@ absl::Status Agent::DescribeHost() {
   capabilities->set_core_sched(probe_.support);
   capabilities->set_core_sched_detail(probe_.detail);
   capabilities->set_schedstats_enabled(schedstats);
-  registration_.set_agent_version(kAgentVersion);
+  registration_.set_agent_version(CoschedVersion());
   registration_.mutable_labels()->insert(options_.labels.begin(), options_.labels.end());
 
   HazardWatchOptions watch;
@@ -284,7 +285,7 @@ absl::Status Agent::Start() {
   PrepareStateDir();
   LoadAssignments();
   RETURN_IF_ERROR(InStep("describe host", DescribeHost()));
-  LOG(INFO) << "cs-agent " << kAgentVersion << " host " << options_.host_id
+  LOG(INFO) << "cs-agent " << CoschedVersion() << " host " << options_.host_id
             << ": " << registration_.topology().cores_size() << " cores, SMT "
             << (capabilities().smt_active() ? "active" : "inactive")
             << ", core scheduling: " << probe_.detail << "; "

@@ -39,7 +39,6 @@
 
 namespace cosched::agent {
 
-inline constexpr char kAgentVersion[] = "0.1.0";
 inline constexpr char kDefaultServerAddress[] = "127.0.0.1:7443";
 inline constexpr char kDefaultStateDir[] = "/var/lib/cs-agent";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9464";

@@ -11,7 +11,9 @@
 #include "absl/strings/string_view.h"
 #include "agent/agent.h"
 #include "agent/host_probe.h"
+#include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
+#include "common/version.h"
 #include "cosched/v1/config.pb.h"
 #include "discovery/discovery_factory.h"
 #include "discovery/exec_classifier.h"
@@ -144,6 +146,8 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
                "0 when it can tag, 3 when it cannot");
   app.add_option("-o,--output", probe_output, "--probe's format: text or json")
       ->check(CLI::IsMember({"text", "json"}));
+  app.set_version_flag("--version", absl::StrCat("cs-agent ", CoschedVersion(), " (commit ",
+                                                 CoschedCommit(), ")"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/names.h"
+#include "metrics/build_info.h"
 
 namespace cosched::agent {
 namespace {
@@ -171,6 +172,7 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
                     "VMs then fail closed on cookies of their own until csd "
                     "sends its state. Set at start-up: alert on > 0.")
               .Register(*registry_)) {
+  metrics::AddBuildInfo(*registry_);
   scrape_gauges_->Add(
       "cosched_agent_csd_connected",
       "1 while the agent holds its assignment stream from csd, else 0.",

@@ -21,6 +21,7 @@
 #include "cli/analyze.h"
 #include "cli/simulate.h"
 #include "common/config_loader.h"
+#include "common/version.h"
 #include "common/transport.h"
 #include "grpcpp/create_channel.h"
 
@@ -542,6 +543,16 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   AddHostCommands(app, args, commands);
   AddRolloutCommands(app, args, commands);
   AddPolicyQuestions(app, args, commands);
+  const std::string version =
+      absl::StrCat("csctl ", CoschedVersion(), " (commit ", CoschedCommit(), ")");
+  app.set_version_flag("--version", version);
+  CLI::App* version_command = app.add_subcommand("version", "print csctl's version (offline)");
+  commands.push_back({version_command,
+                      [&version](OutputFormat, std::ostream& out, std::ostream&) {
+                        out << version << "\n";
+                        return std::optional<int>(0);
+                      },
+                      nullptr});
   if (std::optional<int> done = Parse(app, argc, argv, out, err)) return *done;
 
   auto parsed = std::find_if(commands.begin(), commands.end(),

@@ -27,6 +27,18 @@ ccache_counts() {
     $1 == "cache_miss" {m = $2}
     END {print h + 0, m + 0}'
 }
+# Every build is a version of its own (scripts/version.sh), so that apt
+# upgrades from one to the next and `dpkg -l` tells them apart: a changelog
+# entry of the copy, dated at the commit.
+version=$(./scripts/version.sh)
+if [ "$version" != "$(dpkg-parsechangelog -l debian/changelog -S Version)" ]; then
+  stamp=$(git log -1 --format=%cD 2>/dev/null || date -R)
+  maintainer=$(dpkg-parsechangelog -l debian/changelog -S Maintainer)
+  { printf 'cosched (%s) bookworm; urgency=medium\n\n  * Build of %s.\n\n -- %s  %s\n\n' \
+      "$version" "$(git rev-parse --short=7 HEAD 2>/dev/null || echo 'a tree without git history')" \
+      "$maintainer" "$stamp"
+    cat debian/changelog; } >"$out/src/debian/changelog"
+fi
 read -r hits0 misses0 < <(ccache_counts)
 (cd "$out/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" dpkg-buildpackage -b -us -uc)
 read -r hits1 misses1 < <(ccache_counts)
@@ -59,3 +71,7 @@ if [ -n "$verify" ]; then
   exit 1
 fi
 echo "package.sh: systemd-analyze verify is clean for" $units
+
+# The maintainer scripts: an install starts nothing, an upgrade restarts a
+# running daemon and leaves a stopped one stopped.
+tests/packaging/maintscripts_test.sh "$out"

@@ -9,7 +9,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
+#include "common/version.h"
 #include "cosched/v1/config.pb.h"
 #include "glog/logging.h"
 #include "server/csd_server.h"
@@ -129,6 +131,8 @@ int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9465)");
   app.add_option("--socket", run.socket,
                  "Unix socket for local callers, or off (default /run/cosched/csd.sock)");
+  app.set_version_flag("--version", absl::StrCat("csd ", CoschedVersion(), " (commit ",
+                                                 CoschedCommit(), ")"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 
 #include "common/names.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "metrics/build_info.h"
 #include "metrics/grpc_metrics.h"
 #include "server/agent_input.h"
 #include "server/rollout_view.h"
@@ -198,6 +199,7 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                     "honest the simulator is on this fleet.")
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})) {
+  metrics::AddBuildInfo(*registry_);
   auto& sibling = prometheus::BuildCounter()
                       .Name("cosched_fleet_vm_sibling_seconds_total")
                       .Help("Run time of all VMs in reported windows, split "

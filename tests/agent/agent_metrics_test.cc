@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "common/version.h"
 #include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,6 +58,16 @@ VmOutcome Outcome(const std::string& vm_id, v1::EnforcementState state,
 
 std::string GroupOf(const std::string& vm_id) {
   return vm_id == "vm-a" ? "tenant-x" : "vm-b";
+}
+
+// Issue #33: which build runs where, for an upgrade's progress.
+TEST(AgentMetrics, BuildInfoNamesTheRunningBuild) {
+  AgentMetrics metrics;
+  const std::string text = ScrapeText(metrics.collectables());
+  EXPECT_EQ(SampleValue(text, "cosched_build_info",
+                        {{"version", CoschedVersion()}, {"commit", CoschedCommit()}}),
+            1.0)
+      << text;
 }
 
 TEST(AgentMetrics, StatsWindowsAccumulatePerVmInSeconds) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/version.h"
 #include "discovery/testing/static_vm_discovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,7 +90,7 @@ TEST_F(AgentTest, RegistersHostAndKeepsAssignmentsAcrossRestart) {
 
     v1::RegisterRequest registered = csd.service().registers().at(0);
     EXPECT_EQ(registered.host_id(), "host-a");
-    EXPECT_EQ(registered.agent_version(), kAgentVersion);
+    EXPECT_EQ(registered.agent_version(), CoschedVersion());
     EXPECT_EQ(registered.capabilities().core_sched(),
               v1::CORE_SCHED_SUPPORT_NO_SMT);
     EXPECT_THAT(registered.capabilities().core_sched_detail(),

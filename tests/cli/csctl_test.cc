@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/validation.h"
+#include "common/version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -213,6 +214,18 @@ TEST_F(CsctlTest, HelpGoesToStdoutAndSucceeds) {
   EXPECT_THAT(out_.str(), HasSubstr("Usage: csctl"));
   EXPECT_EQ(Run({"tag", "--help"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr("--isolation"));
+}
+
+// Offline: no csd is asked.
+TEST_F(CsctlTest, VersionSaysWhichBuild) {
+  const std::string line =
+      std::string("csctl ") + CoschedVersion() + " (commit " + CoschedCommit() + ")\n";
+  EXPECT_EQ(Run({"version"}), 0);
+  EXPECT_EQ(out_.str(), line);
+  out_.str("");
+  EXPECT_EQ(Run({"--version"}), 0);
+  EXPECT_EQ(out_.str(), line);
+  EXPECT_EQ(server_.service().calls(), 0);
 }
 
 TEST_F(CsctlTest, PolicySetAndGet) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agent/agent_main.h"
+#include "common/version.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -90,6 +91,20 @@ TEST_F(DaemonConfigTest, CsdFlagValuesAreNotBlamedOnTheFile) {
   with_listen.insert(with_listen.end(), {"--listen", "127.0.0.1:99999"});
   ExpectUsageError(Csd(with_listen), "csd: listen '127.0.0.1:99999'");
   ExpectUsageError(Csd(csd), "csd: " + config + ":2: audit_retention_days must be -1");
+}
+
+// Issue #33: both daemons say which build they are, and nothing else.
+TEST_F(DaemonConfigTest, VersionFlagsPrintTheBuildAndExitZero) {
+  const std::string build = std::string(CoschedVersion()) + " (commit " + CoschedCommit() + ")";
+  Exit csd = Csd({"--version"});
+  EXPECT_EQ(csd.code, 0);
+  EXPECT_EQ(csd.output, "csd " + build + "\n");
+  Exit agent = Agent({"--version"});
+  EXPECT_EQ(agent.code, 0);
+  EXPECT_EQ(agent.output, "cs-agent " + build + "\n");
+  // A build from a clone: the release, then its commit (scripts/version.sh).
+  EXPECT_NE(std::string(CoschedVersion()).find("~git"), std::string::npos) << CoschedVersion();
+  EXPECT_NE(std::string(CoschedCommit()), "unknown");
 }
 
 TEST_F(DaemonConfigTest, CsdBadFlagsAndABadFileAreUsageErrors) {
