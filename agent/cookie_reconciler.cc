@@ -185,7 +185,18 @@ ReconcileResult CookieReconciler::Reconcile(
     ReadCookies(plans, result.stats);
     const v1::HostEnablement enablement =
         options_.enablement ? options_.enablement() : v1::HostEnablement();
-    if (held_why_.empty() && enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
+    if (enablement.state() == v1::HostEnablement::STATE_OFF) {
+      // The operator's off switch: back to cookie 0, whatever else holds
+      // (a hazard's hold included: no cookie is what both want).
+      const int left = ClearCookies(plans, result.stats, "enforcement switched off");
+      Hold(plans, v1::ENFORCEMENT_STATE_OFF,
+           left == 0 ? absl::StrCat("enforcement off: ", enablement.reason(),
+                                    "; every cookie was taken off")
+                     : absl::StrCat("enforcement off: ", enablement.reason(),
+                                    "; the cookie could not be taken off ", left, " threads"));
+      held_why_.clear();
+    } else if (held_why_.empty() &&
+               enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
       Hold(plans, v1::ENFORCEMENT_STATE_NOT_NEEDED,
            absl::StrCat("no cookies needed: ", enablement.reason(),
                         "; the VM's threads keep the cookies they have"));
@@ -206,7 +217,7 @@ ReconcileResult CookieReconciler::Reconcile(
     if (!held_why_.empty()) {
       if (!options_.clear_on_hazard) {
         absl::StrAppend(&held_why_, "; the VM's threads keep the cookies they have");
-      } else if (const int left = ClearCookies(plans, result.stats); left == 0) {
+      } else if (const int left = ClearCookies(plans, result.stats, "on_hazard: clear"); left == 0) {
         absl::StrAppend(&held_why_, "; on_hazard: clear took every cookie off");
       } else {
         absl::StrAppend(&held_why_, "; on_hazard: clear could not take the cookie off ", left,
@@ -458,7 +469,8 @@ void CookieReconciler::MoveThreads(std::vector<VmPlan>& plans,
   }
 }
 
-int CookieReconciler::ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats) {
+int CookieReconciler::ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats,
+                                   absl::string_view why) {
   std::vector<ThreadState*> targets;
   for (VmPlan& plan : plans) {
     if (!plan.managed) continue;
@@ -471,7 +483,7 @@ int CookieReconciler::ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& s
     }
   }
   if (!targets.empty()) {
-    LOG(WARNING) << "on_hazard: clear: taking the cookie off " << targets.size() << " threads";
+    LOG(WARNING) << why << ": taking the cookie off " << targets.size() << " threads";
     GiveCookie("", targets, stats);
   }
   cookies_.clear();

@@ -143,7 +143,7 @@ class CookieReconciler {
   // on_hazard: clear: every thread of a managed VM that holds a cookie is
   // given none; the groups' cookies are forgotten. How many threads could
   // not be cleared (they are named in their VM's error).
-  int ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
+  int ClearCookies(std::vector<VmPlan>& plans, ReconcileStats& stats, absl::string_view why);
   // Gives each of `targets` the cookie of `group` ("" = none) from a
   // courier thread; records what it changed, and each target's error.
   void GiveCookie(const std::string& group, const std::vector<ThreadState*>& targets,

@@ -38,7 +38,8 @@ v1::HostEnablement HostEnablementState::Get() const {
 bool HostEnablementState::Enforce() const {
   std::lock_guard<std::mutex> lock(mu_);
   return current_.state() != v1::HostEnablement::STATE_NOT_NEEDED &&
-         current_.state() != v1::HostEnablement::STATE_NOT_ENABLED;
+         current_.state() != v1::HostEnablement::STATE_NOT_ENABLED &&
+         current_.state() != v1::HostEnablement::STATE_OFF;
 }
 
 bool HostEnablementState::Set(const v1::HostEnablement& enablement) {
@@ -51,6 +52,10 @@ bool HostEnablementState::Set(const v1::HostEnablement& enablement) {
       break;
     case v1::HostEnablement::STATE_NOT_ENABLED:
       LOG(INFO) << "csd has not enabled cookies on this host: " << enablement.reason();
+      break;
+    case v1::HostEnablement::STATE_OFF:
+      LOG(WARNING) << "enforcement switched off on this host: " << enablement.reason()
+                   << "; taking every cookie off its VMs' threads";
       break;
     default:
       LOG(INFO) << "csd says to set cookies on this host";

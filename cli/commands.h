@@ -171,6 +171,17 @@ int RunPolicyList(Stub& stub, const CommandOptions& options, std::ostream& out,
 // (ListHostsRequest.selector; empty: all). JSON: an array.
 int RunHostList(Stub& stub, const CommandOptions& options, std::ostream& out,
                 std::ostream& err, const std::string& selector = "");
+// `csctl hosts enforce on|off [HOST] [--selector S] [--all] --reason R`.
+struct HostEnforceArgs {
+  std::string switch_to;  // "on" or "off"
+  std::string host_id;
+  std::string selector;
+  bool all = false;
+  std::string reason;
+};
+int RunHostEnforce(Stub& stub, const HostEnforceArgs& args, const CommandOptions& options,
+                   std::ostream& out, std::ostream& err);
+
 // csctl hosts drain|undrain HOST and csctl hosts rm HOST.
 int RunHostDrain(Stub& stub, const std::string& host_id, bool draining,
                  const CommandOptions& options, std::ostream& out, std::ostream& err);

@@ -21,8 +21,8 @@
 #include "cli/analyze.h"
 #include "cli/simulate.h"
 #include "common/config_loader.h"
-#include "common/version.h"
 #include "common/transport.h"
+#include "common/version.h"
 #include "grpcpp/create_channel.h"
 
 namespace cosched::cli {
@@ -65,6 +65,7 @@ struct CsctlArgs {
   double timeout_s = 10;
   TagArgs tag;
   std::string untag_vm, get_vm, policy_get_tenant, host_id, host_selector;
+  HostEnforceArgs host_enforce;
   ListArgs list;
   PolicySetArgs policy_set;
   AuditArgs audit;
@@ -204,6 +205,21 @@ void AddHostCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands
       {"rm", "forget a host (refused while its agent is connected or it reports VMs)",
        RunHostRemove},
   };
+  CLI::App* enforce = hosts->add_subcommand(
+      "enforce",
+      "the off switch (admin): off takes every cookie off the hosts' VMs (cookie 0) until on");
+  enforce->add_option("SWITCH", a.host_enforce.switch_to, "on or off")->required();
+  enforce->add_option("HOST", a.host_enforce.host_id, "one host");
+  enforce->add_option("--selector,-l", a.host_enforce.selector,
+                      "the hosts whose labels match now: key=value[,key=value...]");
+  enforce->add_flag("--all", a.host_enforce.all,
+                    "the whole fleet, hosts that register later included");
+  enforce->add_option("--reason", a.host_enforce.reason, "why, for the audit trail")
+      ->required();
+  commands.push_back({enforce, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
+                                             std::ostream& err) {
+                        return RunHostEnforce(s, a.host_enforce, o, out, err);
+                      }});
   CLI::App* traits = hosts->add_subcommand(
       "traits", "what schedulers need: isolating hosts as Nova traits or node labels (-o)");
   traits->add_option("--host", a.traits.host_id, "only this host");

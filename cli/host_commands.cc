@@ -105,6 +105,63 @@ int RunHostDrain(Stub& stub, const std::string& host_id, bool draining,
   return kExitOk;
 }
 
+int RunHostEnforce(Stub& stub, const HostEnforceArgs& args, const CommandOptions& options,
+                   std::ostream& out, std::ostream& err) {
+  if (args.switch_to != "on" && args.switch_to != "off") {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat(
+                          "enforce takes on or off, got '", args.switch_to, "'")),
+                      err);
+  }
+  const int targets = !args.host_id.empty() + !args.selector.empty() + args.all;
+  if (targets != 1) {
+    return UsageError(absl::InvalidArgumentError(
+                          "name exactly one of HOST, --selector and --all"),
+                      err);
+  }
+  if (!args.host_id.empty()) {
+    if (absl::Status valid = ValidateId("host_id", args.host_id); !valid.ok()) {
+      return UsageError(valid, err);
+    }
+  }
+  if (args.reason.empty()) {
+    return UsageError(absl::InvalidArgumentError(
+                          "--reason is required: say why, for the audit trail"),
+                      err);
+  }
+  v1::SetHostEnforcementRequest request;
+  request.set_host_id(args.host_id);
+  request.set_selector(args.selector);
+  request.set_all(args.all);
+  request.set_off(args.switch_to == "off");
+  request.set_reason(args.reason);
+  v1::SetHostEnforcementResponse response;
+  grpc::Status status = stub.SetHostEnforcement(MakeContext(options).get(), request, &response);
+  const std::string target = args.all ? std::string("the fleet")
+                             : args.host_id.empty() ? absl::StrCat("hosts matching ", args.selector)
+                                                    : absl::StrCat("host '", args.host_id, "'");
+  if (!status.ok()) {
+    return RpcError(status, options,
+                    absl::StrCat("switching enforcement ", args.switch_to, " on ", target), err);
+  }
+  if (options.format == OutputFormat::kJson) {
+    nlohmann::json hosts = nlohmann::json::array();
+    for (const v1::Host& host : response.hosts()) hosts.push_back(HostToJson(host));
+    PrintJson({{"hosts", hosts}, {"fleet_off", response.fleet_off()}}, out);
+    return kExitOk;
+  }
+  if (args.all) {
+    out << "enforcement is " << (response.fleet_off() ? "off" : "on") << " for the whole fleet";
+  } else {
+    out << "enforcement " << args.switch_to << " on " << target << ": " << response.hosts_size()
+        << " host(s) changed";
+    if (response.fleet_off()) out << " (the fleet's off switch still holds: csctl hosts enforce on --all)";
+  }
+  out << (args.switch_to == "off"
+              ? "; agents take every cookie off their VMs' threads at their next report\n"
+              : "; agents tag their VMs again at their next report\n");
+  return kExitOk;
+}
+
 int RunHostRemove(Stub& stub, const std::string& host_id, const CommandOptions& options,
                   std::ostream& out, std::ostream& err) {
   absl::Status valid = ValidateId("host_id", host_id);

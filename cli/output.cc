@@ -219,6 +219,7 @@ absl::string_view EnablementName(const v1::HostEnablement& e) {
   switch (e.state()) {
     case v1::HostEnablement::STATE_NOT_NEEDED: return "not-needed";
     case v1::HostEnablement::STATE_NOT_ENABLED: return "not-enabled";
+    case v1::HostEnablement::STATE_OFF: return "off";
     default: return "enforce";
   }
 }
@@ -276,6 +277,7 @@ json HostToJson(const v1::Host& host) {
       {"budget_unmet", host.budget_unmet()},
       {"cookies", std::string(EnablementName(host.enablement()))},
       {"cookies_reason", host.enablement().reason()},
+      {"enforcement_off", host.enforcement_off()},
       {"labels", std::map<std::string, std::string>(host.labels().begin(), host.labels().end())},
       {"vm_count", host.vm_count()},
       {"impostor_count", host.impostor_count()},

@@ -63,6 +63,7 @@ std::string EnforcementStateName(v1::EnforcementState state) {
     case v1::ENFORCEMENT_STATE_HELD: return "held";
     case v1::ENFORCEMENT_STATE_NOT_NEEDED: return "not-needed";
     case v1::ENFORCEMENT_STATE_NOT_ENABLED: return "not-enabled";
+    case v1::ENFORCEMENT_STATE_OFF: return "off";
     default: return "unknown";
   }
 }

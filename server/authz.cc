@@ -122,6 +122,7 @@ Role RequiredRole(absl::string_view method) {
       {"ResumeRollout", Role::kAdmin},
       {"AbortRollout", Role::kAdmin},
       {"SetNewHosts", Role::kAdmin},
+      {"SetHostEnforcement", Role::kAdmin},
   };
   auto it = kRoles->find(method);
   return it == kRoles->end() ? Role::kAdmin : it->second;

@@ -72,6 +72,18 @@ std::string AuditJson(const google::protobuf::Message* record) {
   return json;
 }
 
+absl::Status ValidateSwitchReason(const std::string& reason) {
+  if (reason.empty()) {
+    return absl::InvalidArgumentError(
+        "reason is required: say why enforcement is switched, for the audit trail");
+  }
+  if (reason.size() > kMaxDetailLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason must be at most ", kMaxDetailLength, " characters"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Audit(store::Transaction& txn, const std::string& who,
                    const std::string& role, absl::string_view method,
                    absl::string_view subject, const google::protobuf::Message* before,

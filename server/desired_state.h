@@ -138,6 +138,12 @@ class DesiredState {
   // there.
   void SetHostDraining(const v1::DrainHostRequest& request, bool draining,
                        const Actor& actor, Done<v1::Host> done);
+  // The off switch for one host or the hosts a selector matches now
+  // (SetHostEnforcement with host_id or selector; `all` is RolloutControl's
+  // fleet setting). Each host that changes is written and audited with the
+  // reason. NOT_FOUND for an unknown host or a selector matching none.
+  void SetHostEnforcement(const v1::SetHostEnforcementRequest& request, const Actor& actor,
+                          Done<v1::SetHostEnforcementResponse> done);
   void RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
                   Done<v1::RemoveHostResponse> done);
 

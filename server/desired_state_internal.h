@@ -28,6 +28,10 @@ namespace cosched::server::internal {
 inline constexpr int kMaxPageSize = 1000;
 // Free-text fields of requests and reports (details, audit `who`).
 inline constexpr size_t kMaxDetailLength = 1024;
+
+// The reason an off switch (SetHostEnforcement) is given for the audit:
+// required, at most kMaxDetailLength characters.
+absl::Status ValidateSwitchReason(const std::string& reason);
 inline constexpr size_t kMaxTrustGroupLength = 512;
 
 // OK for an empty value (not given), else the id rule (common/validation.h).

@@ -19,6 +19,12 @@ absl::StatusOr<EnforceMode> ParseEnforceMode(absl::string_view field, absl::stri
 v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode,
                                 const RolloutVerdict& rollout) {
   v1::HostEnablement out;
+  // The operator's off switch overrides everything: the agent must clear.
+  if (rollout.off) {
+    out.set_state(v1::HostEnablement::STATE_OFF);
+    out.set_reason(rollout.off_reason);
+    return out;
+  }
   out.set_state(v1::HostEnablement::STATE_ENFORCE);
   if (!rollout.enabled) {
     out.set_state(v1::HostEnablement::STATE_NOT_ENABLED);

@@ -28,7 +28,8 @@ absl::StatusOr<EnforceMode> ParseEnforceMode(absl::string_view field, absl::stri
 // mds (the two files ChromeOS decides on) and reports no SMT-relevant issue
 // as affected. A host that cannot say (no vulnerabilities directory, an
 // older kernel without those files) is enforced: not knowing is not safe.
-// Otherwise NOT_ENABLED when a staged rollout has not enabled the host
+// OFF, before anything, when an operator's off switch holds for the host
+// (`rollout.off`). Otherwise NOT_ENABLED when a staged rollout has not enabled the host
 // (`rollout`, RolloutView::VerdictFor): a host that needs no cookies says
 // so whatever the rollout, since that is what Place and operators need to
 // know of it.

@@ -1,12 +1,14 @@
 // DesiredState's host lifecycle: drain, undrain and remove a host, and the
 // rules of which hosts Place may choose (live, not draining, able to
 // isolate). Kept apart from desired_state.cc, which holds the VM writes.
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/labels.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
@@ -67,6 +69,9 @@ std::string DesiredState::UnplaceableReason(const v1::Host& host,
   if (enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
     needs_isolation = false;
   }
+  if (needs_isolation && enablement.state() == v1::HostEnablement::STATE_OFF) {
+    return "enforcement off (csctl hosts enforce on)";
+  }
   // A staged rollout has not enabled it: its agent makes no cookies.
   if (needs_isolation && enablement.state() == v1::HostEnablement::STATE_NOT_ENABLED) {
     return "not enabled (staged rollout)";
@@ -125,6 +130,76 @@ void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool dra
         internal::LogAudit(*audit);
         AddLiveness(*result);
         done(*result);
+      });
+}
+
+void DesiredState::SetHostEnforcement(const v1::SetHostEnforcementRequest& request,
+                                      const Actor& actor,
+                                      Done<v1::SetHostEnforcementResponse> done) {
+  absl::Status valid = internal::ValidateSwitchReason(request.reason());
+  std::optional<LabelSelector> selector;
+  if (valid.ok() && !request.host_id().empty()) {
+    valid = ValidateId("host_id", request.host_id());
+  } else if (valid.ok()) {
+    absl::StatusOr<LabelSelector> parsed = ParseLabelSelector("selector", request.selector());
+    if (parsed.ok()) {
+      selector = std::move(*parsed);
+    } else {
+      valid = parsed.status();
+    }
+  }
+  if (!valid.ok()) return done(valid);
+  auto audits = std::make_shared<std::vector<v1::AuditRecord>>();
+  auto delta = std::make_shared<PlacementDelta>();
+  auto response = std::make_shared<v1::SetHostEnforcementResponse>();
+  store_->Write(
+      [request, selector, actor, audits, delta, response](store::Transaction& txn) -> absl::Status {
+        *delta = PlacementDelta();
+        audits->clear();
+        response->Clear();
+        std::vector<v1::Host> hosts;
+        if (selector) {
+          store::Page page;
+          page.limit = 1000;
+          while (true) {
+            ASSIGN_OR_RETURN(std::vector<v1::Host> listed, txn.ListHosts(page));
+            for (const v1::Host& h : listed) {
+              if (Matches(*selector, h.labels())) hosts.push_back(h);
+            }
+            if (listed.size() < static_cast<size_t>(page.limit)) break;
+            page.after = listed.back().host_id();
+          }
+          if (hosts.empty()) {
+            return absl::NotFoundError(
+                absl::StrCat("selector '", request.selector(), "' matches no host"));
+          }
+        } else {
+          ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(request.host_id()));
+          if (!host) {
+            return absl::NotFoundError(absl::StrCat("host '", request.host_id(), "' not found"));
+          }
+          hosts.push_back(std::move(*host));
+        }
+        for (const v1::Host& host : hosts) {
+          if (host.enforcement_off() == request.off()) continue;  // idempotent
+          v1::Host updated = host;
+          updated.set_enforcement_off(request.off());
+          RETURN_IF_ERROR(txn.PutHost(updated));
+          delta->hosts.push_back(updated);
+          RETURN_IF_ERROR(internal::Audit(txn, actor.who, actor.role, "SetHostEnforcement",
+                                          host.host_id(), &host, &updated, 0,
+                                          &audits->emplace_back(), request.reason()));
+          *response->add_hosts() = std::move(updated);
+        }
+        return absl::OkStatus();
+      },
+      [this, audits, delta, response, done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        placement_.Apply(*delta);
+        for (const v1::AuditRecord& audit : *audits) internal::LogAudit(audit);
+        for (v1::Host& host : *response->mutable_hosts()) AddLiveness(host);
+        response->set_fleet_off(rollout_.FleetOff());
+        done(*response);
       });
 }
 

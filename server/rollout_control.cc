@@ -231,7 +231,10 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
         }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         v1::Rollout& r = *result;
-        if (record) r.set_new_hosts(record->new_hosts());
+        if (record) {
+          r.set_new_hosts(record->new_hosts());
+          r.set_enforcement_off(record->enforcement_off());
+        }
         r.set_rollout_id(absl::StrCat("r-", revision));
         r.set_selector(request.selector());
         *r.mutable_stage_percents() = request.stage_percents();
@@ -365,6 +368,38 @@ void RolloutControl::SetNewHosts(const v1::SetNewHostsRequest& request, const Ac
         if (!status.ok()) return done(status);
         if (*wrote) Committed(*result, *audit);
         done(*result);
+      });
+}
+
+void RolloutControl::SetFleetEnforcement(const v1::SetHostEnforcementRequest& request,
+                                         const Actor& actor,
+                                         DesiredState::Done<v1::SetHostEnforcementResponse> done) {
+  if (absl::Status valid = internal::ValidateSwitchReason(request.reason()); !valid.ok()) {
+    return done(valid);
+  }
+  auto result = std::make_shared<v1::Rollout>();
+  auto audit = std::make_shared<v1::AuditRecord>();
+  auto wrote = std::make_shared<bool>(false);
+  state_->store().Write(
+      [request, actor, result, audit, wrote](store::Transaction& txn) -> absl::Status {
+        audit->Clear();
+        *wrote = false;
+        ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
+        *result = current.value_or(v1::Rollout());
+        if (result->enforcement_off() == request.off()) return absl::OkStatus();
+        result->set_enforcement_off(request.off());
+        RETURN_IF_ERROR(txn.PutRollout(*result));
+        *wrote = true;
+        return internal::Audit(txn, actor.who, actor.role, "SetHostEnforcement", "fleet",
+                               current ? &*current : nullptr, &*result, 0, audit.get(),
+                               request.reason());
+      },
+      [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
+        if (!status.ok()) return done(status);
+        if (*wrote) Committed(*result, *audit);
+        v1::SetHostEnforcementResponse response;
+        response.set_fleet_off(result->enforcement_off());
+        done(response);
       });
 }
 

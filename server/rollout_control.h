@@ -87,6 +87,11 @@ class RolloutControl {
   // record unchanged, with nothing written.
   void SetNewHosts(const v1::SetNewHostsRequest& request, const Actor& actor,
                    DesiredState::Done<v1::Rollout> done);
+  // The fleet's off switch (SetHostEnforcement with `all`): kept in the
+  // rollout record, so that it holds for hosts that register later too.
+  // Audited with its reason; setting the value it has writes nothing.
+  void SetFleetEnforcement(const v1::SetHostEnforcementRequest& request, const Actor& actor,
+                           DesiredState::Done<v1::SetHostEnforcementResponse> done);
 
   // One check, when this csd leads: halt on a regression, else enrol
   // hosts that register late and move to the next stage once the current

@@ -10,12 +10,37 @@
 
 namespace cosched::server {
 
+namespace {
+
+RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host);
+
+}  // namespace
+
 RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host) {
+  RolloutVerdict verdict = RolloutOnly(rollout, host);
+  if (rollout != nullptr && rollout->enforcement_off()) {
+    verdict.off = true;
+    verdict.off_reason =
+        "an operator switched enforcement off for the whole fleet (csctl hosts enforce on --all)";
+  } else if (host.enforcement_off()) {
+    verdict.off = true;
+    verdict.off_reason = absl::StrCat("an operator switched enforcement off on this host (csctl "
+                                      "hosts enforce on ", host.host_id(), ")");
+  }
+  return verdict;
+}
+
+namespace {
+
+RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host) {
   if (!host.waits_for_rollout()) return {};
   const std::string& host_id = host.host_id();
   if (rollout == nullptr || !Started(*rollout)) {
-    return {false, "it registered while new_hosts was wait-for-rollout, and no rollout has "
-                   "enabled it yet (csctl rollout start)"};
+    RolloutVerdict waiting;
+    waiting.enabled = false;
+    waiting.reason = "it registered while new_hosts was wait-for-rollout, and no rollout has "
+                     "enabled it yet (csctl rollout start)";
+    return waiting;
   }
   // Sorted by the writer (RolloutControl), and a few thousand at most.
   if (std::binary_search(rollout->enabled_hosts().begin(), rollout->enabled_hosts().end(),
@@ -50,6 +75,8 @@ RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host) {
   }
   return verdict;
 }
+
+}  // namespace
 
 uint64_t RolloutHash(absl::string_view host_id) {
   uint64_t hash = 14695981039346656037ull;
@@ -107,6 +134,11 @@ RolloutVerdict RolloutView::VerdictFor(const v1::Host& host) const {
     rollout = rollout_;
   }
   return VerdictOf(rollout.get(), host);
+}
+
+bool RolloutView::FleetOff() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rollout_ && rollout_->enforcement_off();
 }
 
 v1::NewHosts RolloutView::NewHosts() const {

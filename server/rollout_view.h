@@ -29,13 +29,19 @@ struct RolloutVerdict {
   bool enabled = true;
   // Why not, in a sentence; empty when enabled.
   std::string reason;
+  // An operator switched enforcement off on the host or the fleet (the off
+  // switch; Host.enforcement_off, Rollout.enforcement_off), and why.
+  bool off = false;
+  std::string off_reason;
 };
 
 // A rollout only enables. A host enforces unless it waits for a rollout
 // (Host.waits_for_rollout: it registered first while new_hosts was
 // wait-for-rollout); a waiting host enforces once `rollout` lists it in
 // enabled_hosts, or is done and its selector matches the host's labels.
-// An aborted rollout enables no more; nothing ever disables a host.
+// An aborted rollout enables no more; nothing ever disables a host. Apart
+// from all that, `off` says whether an operator's off switch holds for the
+// host (its own, or the fleet's in `rollout`).
 RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host);
 
 // Whether `rollout` is a started one (not only the new_hosts setting).
@@ -62,6 +68,8 @@ class RolloutView {
   RolloutVerdict VerdictFor(const v1::Host& host) const;
   // The fleet's new_hosts setting (NEW_HOSTS_ENFORCE when never set).
   v1::NewHosts NewHosts() const;
+  // Whether the fleet's off switch is on (Rollout.enforcement_off).
+  bool FleetOff() const;
 
  private:
   mutable std::mutex mu_;

@@ -300,6 +300,28 @@ grpc::ServerUnaryReactor* ControlPlaneService::SetNewHosts(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::SetHostEnforcement(
+    grpc::CallbackServerContext* context, const v1::SetHostEnforcementRequest* request,
+    v1::SetHostEnforcementResponse* response) {
+  auto caller = authz_->ForControlPlane(*context, "SetHostEnforcement");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  const int targets =
+      !request->host_id().empty() + !request->selector().empty() + request->all();
+  if (targets != 1) {
+    return AnswerNow(context,
+                     absl::StatusOr<v1::SetHostEnforcementResponse>(absl::InvalidArgumentError(
+                         "give exactly one of host_id, selector and all")),
+                     response);
+  }
+  auto* reactor = context->DefaultReactor();
+  if (request->all()) {
+    rollouts_->SetFleetEnforcement(*request, ActorOf(*caller), AnswerLater(reactor, response));
+  } else {
+    state_->SetHostEnforcement(*request, ActorOf(*caller), AnswerLater(reactor, response));
+  }
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

@@ -108,6 +108,9 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* SetNewHosts(grpc::CallbackServerContext* context,
                                         const v1::SetNewHostsRequest* request,
                                         v1::Rollout* response) override;
+  grpc::ServerUnaryReactor* SetHostEnforcement(grpc::CallbackServerContext* context,
+                                               const v1::SetHostEnforcementRequest* request,
+                                               v1::SetHostEnforcementResponse* response) override;
 
  private:
   // Whether ExplainVM and Plan go to the leader: its engine's record and

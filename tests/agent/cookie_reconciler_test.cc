@@ -676,5 +676,56 @@ TEST_F(CookieReconcilerTest, NotEnabledWritesNothingAndSaysCsdsReason) {
   EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
 }
 
+// Issue #33 item 4: the off switch takes every cookie off (fail-closed
+// ones and impostors' included), makes none while it holds, also under a
+// hazard, and on again restores the groups.
+TEST_F(CookieReconcilerTest, OffTakesEveryCookieOffAndOnRestoresTheGroups) {
+  std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100),
+                                              FakeVm(kernel_, "vm-2", 200),
+                                              FakeVm(kernel_, "vm-3", 300)};
+  vms[2].MarkImpostor("it runs /tmp/q, not an allowed VMM binary");
+  assignments_["vm-1"] = Assign("vm-1", "acme/tenant");
+  assignments_["vm-2"] = Assign("vm-2", "acme/tenant");
+  v1::HostEnablement enablement;
+  ReconcilerOptions options = WithHazards();
+  options.enablement = [&enablement] { return enablement; };
+  CookieReconciler reconciler(&kernel_, options);
+  reconciler.Reconcile(vms, Lookup());
+  const uint64_t acme = OnlyCookie(vms[0]);
+  ASSERT_NE(acme, 0u);
+  ASSERT_EQ(OnlyCookie(vms[1]), acme);
+  ASSERT_NE(OnlyCookie(vms[2]), 0u);
+
+  enablement.set_state(v1::HostEnablement::STATE_OFF);
+  enablement.set_reason("an operator switched enforcement off on this host");
+  hazards_ = {SchedExt()};
+  ReconcileResult r = reconciler.Reconcile(vms, Lookup());
+  for (size_t i = 0; i < vms.size(); ++i) {
+    EXPECT_EQ(OnlyCookie(vms[i]), 0u) << i;
+    EXPECT_EQ(r.vms[i].enforcement.state(), v1::ENFORCEMENT_STATE_OFF) << i;
+    EXPECT_EQ(r.vms[i].enforcement.last_error(),
+              "enforcement off: an operator switched enforcement off on this host; every cookie "
+              "was taken off")
+        << i;
+  }
+  // While it holds nothing is written, not even for a new VM.
+  vms.push_back(FakeVm(kernel_, "vm-4", 400));
+  kernel_.ResetCallCounts();
+  reconciler.Reconcile(vms, Lookup());
+  EXPECT_EQ(kernel_.write_calls(), 0);
+  EXPECT_EQ(OnlyCookie(vms[3]), 0u);
+
+  hazards_.clear();
+  enablement.set_state(v1::HostEnablement::STATE_ENFORCE);
+  enablement.clear_reason();
+  r = reconciler.Reconcile(vms, Lookup());
+  const uint64_t again = OnlyCookie(vms[0]);
+  EXPECT_NE(again, 0u);
+  EXPECT_EQ(OnlyCookie(vms[1]), again);
+  EXPECT_NE(OnlyCookie(vms[2]), 0u);
+  EXPECT_NE(OnlyCookie(vms[2]), again);
+  EXPECT_EQ(r.vms[0].enforcement.state(), v1::ENFORCEMENT_STATE_ENFORCED);
+}
+
 }  // namespace
 }  // namespace cosched::agent

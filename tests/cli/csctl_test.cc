@@ -216,6 +216,37 @@ TEST_F(CsctlTest, HelpGoesToStdoutAndSucceeds) {
   EXPECT_THAT(out_.str(), HasSubstr("--isolation"));
 }
 
+// The off switch: exactly one target, a reason, on or off; usage errors
+// ask nothing of csd.
+TEST_F(CsctlTest, HostsEnforceOffAndOn) {
+  v1::Host host;
+  host.set_host_id("hv-1");
+  server_.service().PutHost(host);
+  EXPECT_EQ(Run({"hosts", "enforce", "off", "--reason", "x"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("name exactly one of HOST, --selector and --all"));
+  EXPECT_EQ(Run({"hosts", "enforce", "off", "hv-1", "--all", "--reason", "x"}), kExitUsage);
+  EXPECT_EQ(Run({"hosts", "enforce", "maybe", "hv-1", "--reason", "x"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("enforce takes on or off, got 'maybe'"));
+  EXPECT_EQ(Run({"hosts", "enforce", "off", "hv-1"}), kExitUsage);  // --reason is required
+  EXPECT_EQ(server_.service().calls(), 0);
+
+  ASSERT_EQ(Run({"hosts", "enforce", "off", "hv-1", "--reason", "kernel bug INC-42"}), kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("enforcement off on host 'hv-1': 1 host(s) changed"));
+  ASSERT_EQ(Run({"hosts", "enforce", "on", "--all", "--reason", "fixed"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("enforcement is on for the whole fleet"));
+  const std::vector<v1::SetHostEnforcementRequest> sent =
+      server_.service().enforcement_requests();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].host_id(), "hv-1");
+  EXPECT_TRUE(sent[0].off());
+  EXPECT_EQ(sent[0].reason(), "kernel bug INC-42");
+  EXPECT_TRUE(sent[1].all());
+  EXPECT_FALSE(sent[1].off());
+  EXPECT_NE(Run({"hosts", "enforce", "off", "hv-404", "--reason", "x"}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("hv-404"));
+}
+
 // Offline: no csd is asked.
 TEST_F(CsctlTest, VersionSaysWhichBuild) {
   const std::string line =

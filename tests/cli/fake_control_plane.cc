@@ -369,6 +369,30 @@ grpc::Status FakeControlPlane::SetNewHosts(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status FakeControlPlane::SetHostEnforcement(grpc::ServerContext*,
+                                                  const v1::SetHostEnforcementRequest* request,
+                                                  v1::SetHostEnforcementResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  enforcement_requests_.push_back(*request);
+  if (request->all()) {
+    response->set_fleet_off(request->off());
+    return grpc::Status::OK;
+  }
+  auto it = hosts_.find(request->host_id());
+  if (it == hosts_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "host '" + request->host_id() + "' not found");
+  }
+  it->second.set_enforcement_off(request->off());
+  *response->add_hosts() = it->second;
+  return grpc::Status::OK;
+}
+
+std::vector<v1::SetHostEnforcementRequest> FakeControlPlane::enforcement_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return enforcement_requests_;
+}
+
 std::vector<v1::StartRolloutRequest> FakeControlPlane::rollout_requests() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rollout_requests_;

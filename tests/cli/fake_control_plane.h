@@ -69,6 +69,11 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   // rollout was started), as csd.
   grpc::Status SetNewHosts(grpc::ServerContext*, const v1::SetNewHostsRequest* request,
                            v1::Rollout* response) override;
+  // Records the request; switches a stored host (NOT_FOUND for another).
+  grpc::Status SetHostEnforcement(grpc::ServerContext*,
+                                  const v1::SetHostEnforcementRequest* request,
+                                  v1::SetHostEnforcementResponse* response) override;
+  std::vector<v1::SetHostEnforcementRequest> enforcement_requests() const;
   std::vector<v1::StartRolloutRequest> rollout_requests() const;
   std::vector<v1::ChangeRolloutRequest> rollout_changes() const;
 
@@ -96,6 +101,7 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   std::optional<v1::Rollout> rollout_;
   std::vector<v1::StartRolloutRequest> rollout_requests_;
   std::vector<v1::ChangeRolloutRequest> rollout_changes_;
+  std::vector<v1::SetHostEnforcementRequest> enforcement_requests_;
   grpc::Status SetRolloutState(const v1::ChangeRolloutRequest* request, v1::Rollout::State state,
                                v1::Rollout* response);
 };

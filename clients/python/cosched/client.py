@@ -352,6 +352,20 @@ class Client:
         return self._call(self._stub.SetNewHosts, control_plane_pb2.SetNewHostsRequest(
             new_hosts=new_hosts, reason=reason), timeout)
 
+    def set_host_enforcement(self, *, off: bool, reason: str, host_id: str = "",
+                             selector: str = "", all_hosts: bool = False,
+                             timeout: float | None = None
+                             ) -> control_plane_pb2.SetHostEnforcementResponse:
+        """The off switch: with off=True the agents of the hosts named (one
+        host_id, a label selector, or all_hosts for the whole fleet, later
+        hosts included) take every cookie off their VMs' threads until it
+        is switched on again. Exactly one target; a reason is required.
+        Needs the admin role; audited."""
+        return self._call(self._stub.SetHostEnforcement,
+                          control_plane_pb2.SetHostEnforcementRequest(
+                              host_id=host_id, selector=selector, all=all_hosts, off=off,
+                              reason=reason), timeout)
+
     def _change_rollout(self, method: Callable[..., _Response], rollout_id: str, reason: str,
                         timeout: float | None) -> _Response:
         return self._call(method, control_plane_pb2.ChangeRolloutRequest(

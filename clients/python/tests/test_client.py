@@ -277,6 +277,23 @@ def test_docs_show_the_tested_example() -> None:
     assert "def handle_notification" + shown in source
 
 
+def test_the_off_switch_is_audited_and_checks_its_target(client: cosched.Client,
+                                                        agent: FakeAgent) -> None:
+    with pytest.raises(cosched.InvalidArgument, match="exactly one of"):
+        client.set_host_enforcement(off=True, reason="x")
+    with pytest.raises(cosched.InvalidArgument, match="reason is required"):
+        client.set_host_enforcement(off=True, reason="", host_id=agent.host_id)
+    with pytest.raises(cosched.NotFound):
+        client.set_host_enforcement(off=True, reason="x", host_id="hv-nowhere")
+    off = client.set_host_enforcement(off=True, reason="python client test",
+                                      host_id=agent.host_id)
+    assert [h.host_id for h in off.hosts] == [agent.host_id]
+    assert client.get_host(agent.host_id).enablement.state == types_pb2.HostEnablement.STATE_OFF
+    client.set_host_enforcement(off=False, reason="python client test", host_id=agent.host_id)
+    assert client.get_host(agent.host_id).enablement.state == \
+        types_pb2.HostEnablement.STATE_ENFORCE
+
+
 def test_a_rollout_starts_pauses_resumes_and_aborts(csd: Csd, client: cosched.Client,
                                                     agent: FakeAgent) -> None:
     # Last in this file: hosts an aborted rollout did not enable get no

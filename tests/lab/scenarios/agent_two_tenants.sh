@@ -77,5 +77,27 @@ for vm in vm-1 vm-2; do
   verdict=$(lab_foreign_verdict "$after" "$before")
   [ -z "$verdict" ] || lab_fail "$vm: $verdict"
 done
+
+# The off switch (issue #33): every thread of both VMs back at cookie 0,
+# read back, then each VM on one cookie of its own again after `on`, no
+# thread left behind (lab_has_one_cookie: every thread, one cookie, not 0).
+all_zero() { [ "$(lab_cookies_of "$1")" = 0 ]; }
+csctl hosts enforce off lab --reason "lab: the off switch" || lab_fail "csctl hosts enforce off"
+lab_wait_for 30 sh -c "csctl get vm-1 -o json | grep -q '\"state\": \"off\"'" ||
+  { csctl get vm-1; tail -20 /tmp/agent.log; lab_fail "vm-1 is not off after csctl hosts enforce off"; }
+for pid in "$vm1" "$vm2"; do
+  lab_wait_for 10 all_zero "$pid" ||
+    lab_fail "threads of $pid keep cookies after off: $(lab_cookies "$pid" | tr '\n' ';')"
+done
+lab_result "off" "vm-1 $(lab_cookies "$vm1" | wc -l) threads, vm-2 $(lab_cookies "$vm2" | wc -l) threads, all at cookie 0"
+csctl hosts enforce on lab --reason "lab: on again" || lab_fail "csctl hosts enforce on"
+for vm in vm-1 vm-2; do lab_wait_enforced "$vm"; done
+for pid in "$vm1" "$vm2"; do
+  lab_wait_for 10 lab_has_one_cookie "$pid" ||
+    lab_fail "threads of $pid are not on one cookie after on: $(lab_cookies "$pid" | tr '\n' ';')"
+done
+[ "$(lab_one_cookie "$vm1")" != "$(lab_one_cookie "$vm2")" ] || lab_fail "vm-1 and vm-2 share a cookie after on"
+lab_result "on again" "vm-1 $(lab_one_cookie "$vm1"), vm-2 $(lab_one_cookie "$vm2")"
+csctl audit --limit 5 | grep -q SetHostEnforcement || lab_fail "no SetHostEnforcement in the audit trail"
 lab_stop_vm "$vm1"
 lab_stop_vm "$vm2"
