@@ -344,31 +344,17 @@ void RolloutControl::SetNewHosts(const v1::SetNewHostsRequest& request, const Ac
         "new_hosts must be NEW_HOSTS_ENFORCE or NEW_HOSTS_WAIT_FOR_ROLLOUT"));
   }
   if (absl::Status valid = ValidateReason(request.reason()); !valid.ok()) return done(valid);
-  auto result = std::make_shared<v1::Rollout>();
-  auto audit = std::make_shared<v1::AuditRecord>();
-  auto wrote = std::make_shared<bool>(false);
-  state_->store().Write(
-      [request, actor, wanted, result, audit, wrote](store::Transaction& txn) -> absl::Status {
-        audit->Clear();
-        *wrote = false;
-        ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
-        *result = current.value_or(v1::Rollout());
-        const v1::NewHosts was = result->new_hosts() == v1::NEW_HOSTS_UNSPECIFIED
+  ChangeSetting(
+      "SetNewHosts", "new-hosts", request.reason(), actor,
+      [wanted](v1::Rollout& record) {
+        const v1::NewHosts was = record.new_hosts() == v1::NEW_HOSTS_UNSPECIFIED
                                      ? v1::NEW_HOSTS_ENFORCE
-                                     : result->new_hosts();
-        if (was == wanted) return absl::OkStatus();
-        result->set_new_hosts(wanted);
-        RETURN_IF_ERROR(txn.PutRollout(*result));
-        *wrote = true;
-        return internal::Audit(txn, actor.who, actor.role, "SetNewHosts", "new-hosts",
-                               current ? &*current : nullptr, &*result, 0, audit.get(),
-                               request.reason());
+                                     : record.new_hosts();
+        if (was == wanted) return false;
+        record.set_new_hosts(wanted);
+        return true;
       },
-      [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
-        if (!status.ok()) return done(status);
-        if (*wrote) Committed(*result, *audit);
-        done(*result);
-      });
+      std::move(done));
 }
 
 void RolloutControl::SetFleetEnforcement(const v1::SetHostEnforcementRequest& request,
@@ -377,29 +363,45 @@ void RolloutControl::SetFleetEnforcement(const v1::SetHostEnforcementRequest& re
   if (absl::Status valid = internal::ValidateSwitchReason(request.reason()); !valid.ok()) {
     return done(valid);
   }
+  ChangeSetting(
+      "SetHostEnforcement", "fleet", request.reason(), actor,
+      [off = request.off()](v1::Rollout& record) {
+        if (record.enforcement_off() == off) return false;
+        record.set_enforcement_off(off);
+        return true;
+      },
+      [done = std::move(done)](absl::StatusOr<v1::Rollout> record) {
+        if (!record.ok()) return done(record.status());
+        v1::SetHostEnforcementResponse response;
+        response.set_fleet_off(record->enforcement_off());
+        done(response);
+      });
+}
+
+void RolloutControl::ChangeSetting(absl::string_view method, absl::string_view subject,
+                                   const std::string& reason, const Actor& actor,
+                                   std::function<bool(v1::Rollout&)> change,
+                                   DesiredState::Done<v1::Rollout> done) {
   auto result = std::make_shared<v1::Rollout>();
   auto audit = std::make_shared<v1::AuditRecord>();
   auto wrote = std::make_shared<bool>(false);
   state_->store().Write(
-      [request, actor, result, audit, wrote](store::Transaction& txn) -> absl::Status {
+      [method = std::string(method), subject = std::string(subject), reason, actor,
+       change = std::move(change), result, audit, wrote](store::Transaction& txn) -> absl::Status {
         audit->Clear();
         *wrote = false;
         ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
         *result = current.value_or(v1::Rollout());
-        if (result->enforcement_off() == request.off()) return absl::OkStatus();
-        result->set_enforcement_off(request.off());
+        if (!change(*result)) return absl::OkStatus();
         RETURN_IF_ERROR(txn.PutRollout(*result));
         *wrote = true;
-        return internal::Audit(txn, actor.who, actor.role, "SetHostEnforcement", "fleet",
-                               current ? &*current : nullptr, &*result, 0, audit.get(),
-                               request.reason());
+        return internal::Audit(txn, actor.who, actor.role, method, subject,
+                               current ? &*current : nullptr, &*result, 0, audit.get(), reason);
       },
       [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
         if (!status.ok()) return done(status);
         if (*wrote) Committed(*result, *audit);
-        v1::SetHostEnforcementResponse response;
-        response.set_fleet_off(result->enforcement_off());
-        done(response);
+        done(*result);
       });
 }
 

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/control_plane.pb.h"
@@ -104,6 +105,13 @@ class RolloutControl {
   std::string Regression(const v1::Host& host) const;
   // After a committed change: the view, the log, the observer.
   void Committed(const v1::Rollout& rollout, const v1::AuditRecord& audit);
+  // A fleet setting in the rollout record: `change` edits the record read
+  // in the write and says whether it changed anything; only then is it
+  // written and audited as `method` on `subject`. Answers the record.
+  void ChangeSetting(absl::string_view method, absl::string_view subject,
+                     const std::string& reason, const Actor& actor,
+                     std::function<bool(v1::Rollout&)> change,
+                     DesiredState::Done<v1::Rollout> done);
 
   DesiredState* const state_;
   const RolloutOptions options_;

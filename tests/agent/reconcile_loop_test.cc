@@ -38,12 +38,18 @@ class ReconcileLoopTest : public ::testing::Test {
     ReconcilerOptions o;
     o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
     reconciler_ = std::make_unique<CookieReconciler>(&kernel_, o);
-    discovery::DiscoveredVm vm;
-    vm.vm_id = "vm-1";
-    vm.qemu_pid = 100;
-    vm.threads = {{100, 100, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
-    kernel_.AddTask(100, 100);
-    discovery_.SetVms({vm});
+    discovery_.SetVms({OneThreadVm("vm-1", "", 100)});
+  }
+
+  // A VM of one thread (its QEMU's main thread), known to the kernel.
+  discovery::DiscoveredVm OneThreadVm(const std::string& id, const std::string& uuid, int pid) {
+    discovery::DiscoveredVm v;
+    v.vm_id = id;
+    v.uuid = uuid;
+    v.qemu_pid = pid;
+    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
+    kernel_.AddTask(pid, pid);
+    return v;
   }
 
   std::unique_ptr<ReconcileLoop> MakeLoop(std::chrono::milliseconds rescan) {
@@ -79,14 +85,7 @@ TEST_F(ReconcileLoopTest, FirstPassRunsAtOnceAndFeedsReports) {
 TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
   // csd refuses a whole Report holding an id it cannot take, so a QEMU
   // without a name, or with one outside the id rule, is left out of it.
-  auto vm = [this](const std::string& id, int pid) {
-    discovery::DiscoveredVm v;
-    v.vm_id = id;
-    v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
-    kernel_.AddTask(pid, pid);
-    return v;
-  };
+  auto vm = [this](const std::string& id, int pid) { return OneThreadVm(id, "", pid); };
   discovery_.SetVms({vm("vm-1", 100), vm("", 200), vm("my vm", 300)});
   auto loop = MakeLoop(1h);
   loop->Start();
@@ -102,14 +101,7 @@ TEST_F(ReconcileLoopTest, VmsCsdCannotNameAreTaggedButNotReported) {
 TEST_F(ReconcileLoopTest, ReportsEachVmsDomainMetadata) {
   // The tenancy a libvirt domain's metadata gives goes to csd with the VM,
   // also while the VM has no assignment (csd may tag it from it).
-  auto vm = [this](const std::string& id, int pid) {
-    discovery::DiscoveredVm v;
-    v.vm_id = id;
-    v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
-    kernel_.AddTask(pid, pid);
-    return v;
-  };
+  auto vm = [this](const std::string& id, int pid) { return OneThreadVm(id, "", pid); };
   discovery::DiscoveredVm nova = vm("vm-nova", 100);
   nova.metadata.emplace();
   nova.metadata->mutable_nova()->set_project_uuid("p1");
@@ -241,13 +233,7 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
   // own and not reported (csd refuses a Report naming a VM twice); the
   // first keeps the VM's assignment and says what happened.
   auto vm = [this](const std::string& id, const std::string& uuid, int pid) {
-    discovery::DiscoveredVm v;
-    v.vm_id = id;
-    v.uuid = uuid;
-    v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
-    kernel_.AddTask(pid, pid);
-    return v;
+    return OneThreadVm(id, uuid, pid);
   };
   discovery_.SetVms({vm("vm-1", "uuid-1", 100), vm("vm-2", "", 200), vm("vm-1", "", 300),
                      vm("other-name", "uuid-1", 400)});
@@ -296,14 +282,7 @@ TEST_F(ReconcileLoopTest, AQemuClaimingAnotherVmsNameOrUuidDoesNotGetItsCookie) 
 // never gets the assignment of the VM it names, even where no other
 // process runs that VM: it fails closed on a cookie of its own.
 TEST_F(ReconcileLoopTest, ADiscoveredImpostorNeverGetsTheVmsGroup) {
-  auto vm = [this](const std::string& id, int pid) {
-    discovery::DiscoveredVm v;
-    v.vm_id = id;
-    v.qemu_pid = pid;
-    v.threads = {{pid, pid, "qemu-system-x86", discovery::DiscoveredThread::Kind::kEmulator}};
-    kernel_.AddTask(pid, pid);
-    return v;
-  };
+  auto vm = [this](const std::string& id, int pid) { return OneThreadVm(id, "", pid); };
   discovery::DiscoveredVm real = vm("acme-1", 100);
   discovery::DiscoveredVm posing = vm("acme-9", 200);
   posing.MarkImpostor("it runs /tmp/q, not an allowed VMM binary");
