@@ -496,7 +496,7 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
 
 void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
   TextTable table({"HOST", "CONNECTED", "DRAINING", "CORE SCHED", "SAFETY", "COOKIES", "BUDGET",
-                   "SMT", "CORES", "CPUS", "VMS", "APPLIED REV", "LAST SEEN"});
+                   "SMT", "CORES", "CPUS", "VMS", "APPLIED REV", "LAST SEEN", "AGENT"});
   for (const v1::Host& h : hosts) {
     table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
@@ -508,7 +508,8 @@ void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
                   absl::StrCat(CpuCount(h.topology())),
                   absl::StrCat(h.vm_count()),
                   absl::StrCat(h.applied_revision()),
-                  TimeText(h.has_last_seen_time(), h.last_seen_time())});
+                  TimeText(h.has_last_seen_time(), h.last_seen_time()),
+                  OrDash(h.agent_version())});
   }
   table.Print(out);
 }

@@ -216,6 +216,20 @@ TEST_F(CsctlTest, HelpGoesToStdoutAndSucceeds) {
   EXPECT_THAT(out_.str(), HasSubstr("--isolation"));
 }
 
+// Which build each agent runs, in the table (an upgrade's progress).
+TEST_F(CsctlTest, HostsLsShowsEachAgentsVersion) {
+  v1::Host host;
+  host.set_host_id("hv-1");
+  host.set_agent_version("0.2.0~git20261206.433.9fdacd1");
+  server_.service().PutHost(host);
+  v1::Host old;
+  old.set_host_id("hv-2");
+  server_.service().PutHost(old);
+  ASSERT_EQ(Run({"hosts", "ls"}), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("AGENT"));
+  EXPECT_THAT(out_.str(), HasSubstr("0.2.0~git20261206.433.9fdacd1"));
+}
+
 // The off switch: exactly one target, a reason, on or off; usage errors
 // ask nothing of csd.
 TEST_F(CsctlTest, HostsEnforceOffAndOn) {
