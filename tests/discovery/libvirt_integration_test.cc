@@ -3,6 +3,20 @@
 // answers on qemu:///system it starts its own (see LibvirtdProcess for the
 // settings that makes it run on a bare Debian 12 host), and stops it at the
 // end. Never skips: when it cannot run, it fails and says why.
+//
+// A map, in file order. Helpers: running commands and reading files;
+// CsdTaggingFromMetadata (a csd that tags from the Reports made here);
+// LibvirtdProcess (our own libvirtd); Cpio and WriteInitramfs (the
+// domain's tiny guest); EventLog (libvirt's lifecycle events); DomainGuard
+// (the domain is destroyed whatever happens). Then one test, whose phases
+// run in this order on the same domain, each under a comment of its own:
+// finding the domain and its vCPU threads; its Nova and cosched metadata
+// (tagging from it, a bad element untagging it, metadata-change events);
+// the QEMU pid from libvirt and from its command line; every thread
+// classified; tagging here (or the host's reason it cannot); run states
+// through a pause and a resume; a libvirtd restart (procfs keeps the VM,
+// a real QEMU posing as it is an impostor with libvirtd up and away,
+// metadata unknown keeps the tag); events again after the restart.
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
