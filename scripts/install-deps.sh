@@ -15,6 +15,8 @@ PACKAGES=(
   prometheus-cpp-dev libvirt-dev libxml2-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the test binaries link with lld (tests/CMakeLists.txt)
+  lld
   # fuzzing (fuzz/): libFuzzer, ASan and UBSan come with clang's runtime
   clang-14 libclang-rt-14-dev
   # lab and integration tests: a core-scheduling kernel under emulation, real libvirt

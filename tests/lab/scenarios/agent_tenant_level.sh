@@ -67,6 +67,13 @@ lab_result "split" "vm-a2 at level vm: $ca2, its vhost worker too; vm-a1 kept $c
 # unknown only, since the VMs' trust groups changed during the run.
 lab_crosscheck_end --busy-only vm-a1="$a1" vm-a2="$a2${ka2:+,$ka2}" vm-b1="$b1${kb1:+,$kb1}"
 
+# What follows does not depend on how the kernel runs vhost workers: once,
+# on 6.12 (the lab's time is CI's).
+if [ "$model" = "kernel threads" ]; then
+  for pid in "$a1" "$a2" "$b1"; do lab_stop_vm "$pid"; done
+  exit 0
+fi
+
 # Processes posing as VMs (issue #32 item 5): acme-ghost is tagged into
 # acme's tenant group and runs nowhere. Another user starts the fake QEMU
 # under that name, and root starts a copy of it from /tmp (not a VMM
