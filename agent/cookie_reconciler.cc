@@ -196,13 +196,13 @@ ReconcileResult CookieReconciler::Reconcile(
                                     "; the cookie could not be taken off ", left, " threads"));
       held_why_.clear();
     } else if (held_why_.empty() &&
-               enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
-      Hold(plans, v1::ENFORCEMENT_STATE_NOT_NEEDED,
-           absl::StrCat("no cookies needed: ", enablement.reason(),
+               enablement.state() == v1::HostEnablement::STATE_WAIVED) {
+      Hold(plans, v1::ENFORCEMENT_STATE_WAIVED,
+           absl::StrCat("cookies waived: ", enablement.reason(),
                         "; the VM's threads keep the cookies they have"));
     } else if (held_why_.empty() &&
                enablement.state() == v1::HostEnablement::STATE_NOT_ENABLED) {
-      // The same path as not-needed: a staged rollout decides when this
+      // The same path as waived: a staged rollout decides when this
       // host starts making cookies, and until then it makes and moves none.
       Hold(plans, v1::ENFORCEMENT_STATE_NOT_ENABLED,
            absl::StrCat("cookies not enabled: ", enablement.reason(),

@@ -58,8 +58,8 @@ struct ReconcilerOptions {
   // then writes nothing; the groups get new cookies once it clears.
   bool clear_on_hazard = false;
   // What csd says of cookies on this host (HostEnablementState); null:
-  // enforce. NOT_NEEDED: a pass reads cookies and writes none, each VM
-  // NOT_NEEDED with csd's reason (a hazard, if any, is named first);
+  // enforce. WAIVED: a pass reads cookies and writes none, each VM
+  // WAIVED with csd's reason (a hazard, if any, is named first);
   // NOT_ENABLED (a staged rollout) the same, each VM NOT_ENABLED.
   std::function<v1::HostEnablement()> enablement;
 };
@@ -137,7 +137,7 @@ class CookieReconciler {
   // Whether a cookie may be written now; false from the first hazard seen
   // in this pass on (held_why_ says why).
   bool MayWrite();
-  // Every VM of the pass in `state` (HELD, NOT_NEEDED): nothing written,
+  // Every VM of the pass in `state` (HELD, WAIVED): nothing written,
   // the cookies read reported.
   void Hold(std::vector<VmPlan>& plans, v1::EnforcementState state, const std::string& why);
   // on_hazard: clear: every thread of a managed VM that holds a cookie is

@@ -1,8 +1,8 @@
 // What csd last said about setting cookies on this host (HostEnablement:
-// enforce, not needed, or not enabled by a staged rollout), from its
+// enforce, waived, or not enabled by a staged rollout), from its
 // Register and Report answers. Kept in
 // the state dir, so that a restarted agent starts from it rather than
-// making cookies csd said are not needed until its first answer; an agent
+// making cookies csd waived until its first answer; an agent
 // that never heard from csd enforces. Thread-safe.
 #ifndef COSCHED_AGENT_HOST_ENABLEMENT_H_
 #define COSCHED_AGENT_HOST_ENABLEMENT_H_

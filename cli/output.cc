@@ -217,14 +217,14 @@ std::string SafetyText(const v1::HostPreflight& p) {
 
 absl::string_view EnablementName(const v1::HostEnablement& e) {
   switch (e.state()) {
-    case v1::HostEnablement::STATE_NOT_NEEDED: return "not-needed";
+    case v1::HostEnablement::STATE_WAIVED: return "waived";
     case v1::HostEnablement::STATE_NOT_ENABLED: return "not-enabled";
     case v1::HostEnablement::STATE_OFF: return "off";
     default: return "enforce";
   }
 }
 
-// "enforce", or "not-needed (why)", "not-enabled (why)".
+// "enforce", or "waived (why)", "not-enabled (why)".
 std::string EnablementText(const v1::HostEnablement& e) {
   if (e.reason().empty()) return std::string(EnablementName(e));
   return absl::StrCat(EnablementName(e), " (", e.reason(), ")");

@@ -61,7 +61,7 @@ std::string EnforcementStateName(v1::EnforcementState state) {
     case v1::ENFORCEMENT_STATE_FAIL_CLOSED: return "fail-closed";
     case v1::ENFORCEMENT_STATE_PENDING: return "pending";
     case v1::ENFORCEMENT_STATE_HELD: return "held";
-    case v1::ENFORCEMENT_STATE_NOT_NEEDED: return "not-needed";
+    case v1::ENFORCEMENT_STATE_WAIVED: return "waived";
     case v1::ENFORCEMENT_STATE_NOT_ENABLED: return "not-enabled";
     case v1::ENFORCEMENT_STATE_OFF: return "off";
     default: return "unknown";

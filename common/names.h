@@ -26,7 +26,7 @@ absl::StatusOr<v1::ThreadScope> ParseThreadScope(absl::string_view field,
 std::string CoreSchedSupportName(v1::CoreSchedSupport support);
 
 // "enforced", "partial", "failed", "fail-closed", "pending", "held",
-// "not-needed", "not-enabled", "unknown".
+// "waived", "not-enabled", "unknown".
 std::string EnforcementStateName(v1::EnforcementState state);
 
 // "running", "paused", "halted", "aborted", "done", "unknown".

@@ -37,6 +37,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   }
   options.tag_from_metadata = config.tag_from_metadata();
   options.enforce = config.enforce();
+  options.when_vulnerable.assign(config.when_vulnerable().begin(), config.when_vulnerable().end());
   options.authz = AuthzOptionsFromConfig(config);
   // Plaintext off loopback: any machine on the network is a plaintext
   // caller.
@@ -198,7 +199,7 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
         "host_stale_after_s must be 1 to 86400 seconds (unset: 60), got ",
         options.host_stale_after_s));
   }
-  RETURN_IF_ERROR(ParseEnforceMode("enforce", options.enforce).status());
+  RETURN_IF_ERROR(ParseEnforcePolicy(options.enforce, options.when_vulnerable).status());
   for (size_t i = 0; i < options.class_conflicts.size(); ++i) {
     const auto& [a, b] = options.class_conflicts[i];
     for (const auto& [key, value] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
@@ -317,7 +318,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
       [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
   csd->state_->set_host_stale_after(absl::Seconds(options.host_stale_after_s));
   csd->state_->set_tag_from_metadata(options.tag_from_metadata);
-  csd->state_->set_enforce_mode(*ParseEnforceMode("enforce", options.enforce));
+  csd->state_->set_enforce_policy(*ParseEnforcePolicy(options.enforce, options.when_vulnerable));
   csd->store_->SetCommitObserver(
       [fanout](const std::vector<std::string>& hosts, int64_t) {
         fanout->OnCommit(hosts);

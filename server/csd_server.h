@@ -61,8 +61,9 @@ struct CsdOptions {
   int64_t host_stale_after_s = 60;
   // DesiredState::set_tag_from_metadata.
   bool tag_from_metadata = false;
-  // csd.yaml `enforce` (ParseEnforceMode): "always" or "when-vulnerable".
+  // csd.yaml `enforce` and `when_vulnerable` (ParseEnforcePolicy).
   std::string enforce;
+  std::vector<std::string> when_vulnerable;
   // The store in etcd; unset: SQLite in data_dir. Its replicas.address is
   // store.etcd.advertise_address: unset, the listening address with its
   // port once csd listens (none for a wildcard).

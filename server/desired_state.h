@@ -159,8 +159,8 @@ class DesiredState {
   // csd.yaml `enforce` (host_enablement.h): what Register and Report
   // answer each host, what Place takes a host that needs no cookies for,
   // and what GetHost shows. Set before serving; default always.
-  void set_enforce_mode(EnforceMode mode) { enforce_ = mode; }
-  EnforceMode enforce_mode() const { return enforce_; }
+  void set_enforce_policy(EnforcePolicy policy) { enforce_ = std::move(policy); }
+  const EnforcePolicy& enforce_policy() const { return enforce_; }
 
   // The staged rollout as csd last wrote or read it: which hosts Register,
   // Report and GetHost say are enabled. Its writer (RolloutControl) sets
@@ -369,7 +369,7 @@ class DesiredState {
   std::function<bool(absl::string_view)> connected_;
   absl::Duration host_stale_after_ = absl::Seconds(60);
   bool tag_from_metadata_ = false;
-  EnforceMode enforce_ = EnforceMode::kAlways;
+  EnforcePolicy enforce_;
   RolloutView rollout_;
   HostLiveness liveness_;
   std::string replica_name_;

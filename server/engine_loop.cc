@@ -329,10 +329,10 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
     any = any || managed.back();
   }
   if (!any) return std::nullopt;
-  // Its agent sets no cookies (its CPUs leak nothing between siblings):
+  // Its agent sets no cookies (the operator waived cookies on it):
   // there is no isolation to trade for throughput.
-  if (EnablementOf(state.host.capabilities().preflight(), state_->enforce_mode()).state() ==
-      v1::HostEnablement::STATE_NOT_NEEDED) {
+  if (EnablementOf(state.host.capabilities().preflight(), state_->enforce_policy()).state() ==
+      v1::HostEnablement::STATE_WAIVED) {
     return std::nullopt;
   }
 

@@ -1,9 +1,12 @@
 // Whether a host's agent sets cookies at all (HostEnablement), as csd
 // decides it from its `enforce` setting and the host's preflight. The
-// agent learns it from every Register and Report answer; Place and
-// `csctl hosts` read the same function, so they never disagree.
+// agent learns it from every Register and Report answer; Place and `csctl
+// hosts` read the same function, so they never disagree.
 #ifndef COSCHED_SERVER_HOST_ENABLEMENT_H_
 #define COSCHED_SERVER_HOST_ENABLEMENT_H_
+
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -12,28 +15,37 @@
 
 namespace cosched::server {
 
-// csd.yaml `enforce`.
-enum class EnforceMode {
-  // Every host sets cookies (the default).
-  kAlways,
-  // Only hosts whose CPUs an SMT-relevant issue affects.
-  kWhenVulnerable,
+// csd.yaml `enforce` and `when_vulnerable`.
+struct EnforcePolicy {
+  // `enforce: when-vulnerable`; false: every host sets cookies (`always`,
+  // the default).
+  bool when_vulnerable = false;
+  // The files of /sys/devices/system/cpu/vulnerabilities whose "Not
+  // affected" together waive cookies on a host (the operator's list,
+  // required with when-vulnerable; never a default: which channels matter
+  // is the operator's judgement, not csd's).
+  std::vector<std::string> files;
 };
 
-// "always" (or empty) and "when-vulnerable"; INVALID_ARGUMENT naming
-// `field` otherwise.
-absl::StatusOr<EnforceMode> ParseEnforceMode(absl::string_view field, absl::string_view value);
+// `enforce` ("always" or empty, "when-vulnerable") and `when_vulnerable`
+// (required with when-vulnerable, refused without it; each a file name of
+// lowercase letters, digits and '_', at most kMaxWhenVulnerableFiles, no
+// repeats). INVALID_ARGUMENT naming the field and the rule.
+inline constexpr int kMaxWhenVulnerableFiles = 32;
+absl::StatusOr<EnforcePolicy> ParseEnforcePolicy(absl::string_view enforce,
+                                                 const std::vector<std::string>& when_vulnerable);
 
-// NOT_NEEDED only under kWhenVulnerable, for a host that says both l1tf and
-// mds (the two files ChromeOS decides on) and reports no SMT-relevant issue
-// as affected. A host that cannot say (no vulnerabilities directory, an
-// older kernel without those files) is enforced: not knowing is not safe.
 // OFF, before anything, when an operator's off switch holds for the host
-// (`rollout.off`). Otherwise NOT_ENABLED when a staged rollout has not enabled the host
-// (`rollout`, RolloutView::VerdictFor): a host that needs no cookies says
-// so whatever the rollout, since that is what Place and operators need to
-// know of it.
-v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, EnforceMode mode,
+// (`rollout.off`). WAIVED only under when-vulnerable, for a host whose
+// preflight lists every file of the operator's list and none of them as
+// affected; a host that lacks one (an older kernel, no vulnerabilities
+// directory) is enforced: not knowing is not safe. Its reason names the
+// files and the channels cookies would still close that no file reports
+// (docs/agent.md, "Waiving cookies by vulnerability"). Otherwise
+// NOT_ENABLED when a staged rollout has not enabled the host (`rollout`,
+// RolloutView::VerdictFor): a waived host says so whatever the rollout,
+// since that is what Place and operators need to know of it.
+v1::HostEnablement EnablementOf(const v1::HostPreflight& preflight, const EnforcePolicy& policy,
                                 const RolloutVerdict& rollout = {});
 
 }  // namespace cosched::server

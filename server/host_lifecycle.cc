@@ -63,10 +63,10 @@ bool DesiredState::IsLive(const v1::Host& host) const {
 std::string DesiredState::UnplaceableReason(const v1::Host& host,
                                             bool needs_isolation) const {
   if (host.draining()) return "draining";
-  // CPUs that leak nothing between siblings isolate without cookies.
+  // A host the operator waived counts as isolating without cookies.
   const v1::HostEnablement enablement =
       EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host));
-  if (enablement.state() == v1::HostEnablement::STATE_NOT_NEEDED) {
+  if (enablement.state() == v1::HostEnablement::STATE_WAIVED) {
     needs_isolation = false;
   }
   if (needs_isolation && enablement.state() == v1::HostEnablement::STATE_OFF) {

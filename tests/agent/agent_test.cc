@@ -319,26 +319,26 @@ TEST_F(AgentTest, BadHostIdAndMissingTopologyAreNamed) {
 }
 
 // csd says the host needs no cookies: the agent writes none, reports its
-// VMs not-needed, and remembers it across a restart while csd is away.
-TEST_F(AgentTest, NotNeededFromCsdStopsCookiesAndOutlivesARestart) {
+// VMs waived, and remembers it across a restart while csd is away.
+TEST_F(AgentTest, WaivedFromCsdStopsCookiesAndOutlivesARestart) {
   discovery_->SetVms({TaggedVm(*kernel_, 0)});
   FakeCsd csd;
   ASSERT_TRUE(csd.ok());
-  v1::HostEnablement not_needed;
-  not_needed.set_state(v1::HostEnablement::STATE_NOT_NEEDED);
-  not_needed.set_reason("enforce: when-vulnerable, and the CPUs are not affected by l1tf, mds");
-  csd.service().SetEnablement(not_needed);
-  auto reported_not_needed = [&] {
+  v1::HostEnablement waived;
+  waived.set_state(v1::HostEnablement::STATE_WAIVED);
+  waived.set_reason("enforce: when-vulnerable waives cookies on this host: its CPUs report not affected by l1tf, mds");
+  csd.service().SetEnablement(waived);
+  auto reported_waived = [&] {
     return csd.service().WaitFor([&] {
       const auto& reports = csd.service().reports_locked();
       return !reports.empty() && reports.back().vms_size() == 1 &&
-             reports.back().vms(0).enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+             reports.back().vms(0).enforcement().state() == v1::ENFORCEMENT_STATE_WAIVED;
     });
   };
   {
     Agent agent(Options(csd.address()));
     ASSERT_OK(agent.Start());
-    ASSERT_TRUE(reported_not_needed());
+    ASSERT_TRUE(reported_waived());
     // Whatever the first pass did before csd answered, no write after.
     const int writes = kernel_->write_calls();
     agent.TriggerReconcile();

@@ -1,6 +1,6 @@
 // The CookieReconciler when it must not tag as usual: a hazard holds the
 // cookies (or, with on_hazard: clear, takes them off), csd says cookies are
-// not needed or not enabled yet, or an operator switched enforcement off.
+// waived or not enabled yet, or an operator switched enforcement off.
 #include <map>
 
 #include "agent/cookie_reconciler.h"
@@ -95,7 +95,7 @@ TEST_F(CookieReconcilerTest, OnHazardClearSaysWhichThreadsKeptTheirCookie) {
               ::testing::HasSubstr("on_hazard: clear could not take the cookie off 1 threads"));
 }
 
-TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
+TEST_F(CookieReconcilerTest, WaivedWritesNothingAndSaysCsdsReason) {
   std::vector<discovery::DiscoveredVm> vms = {FakeVm(kernel_, "vm-1", 100)};
   assignments_["vm-1"] = Assign("vm-1", "a/vm/vm-1");
   v1::HostEnablement enablement;
@@ -106,8 +106,8 @@ TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
   const uint64_t c1 = OnlyCookie(vms[0]);
   ASSERT_NE(c1, 0u);
 
-  enablement.set_state(v1::HostEnablement::STATE_NOT_NEEDED);
-  enablement.set_reason("enforce: when-vulnerable, and the CPUs are not affected by l1tf, mds");
+  enablement.set_state(v1::HostEnablement::STATE_WAIVED);
+  enablement.set_reason("enforce: when-vulnerable waives cookies on this host: its CPUs report not affected by l1tf, mds");
   vms.push_back(FakeVm(kernel_, "vm-2", 200));
   kernel_.ResetCallCounts();
   ReconcileResult r = reconciler.Reconcile(vms, Lookup());
@@ -115,10 +115,10 @@ TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
   EXPECT_EQ(OnlyCookie(vms[0]), c1);
   EXPECT_EQ(OnlyCookie(vms[1]), 0u);
   for (const VmOutcome& vm : r.vms) {
-    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_NOT_NEEDED) << vm.vm_id;
+    EXPECT_EQ(vm.enforcement.state(), v1::ENFORCEMENT_STATE_WAIVED) << vm.vm_id;
     EXPECT_EQ(vm.enforcement.last_error(),
-              "no cookies needed: enforce: when-vulnerable, and the CPUs are not affected by "
-              "l1tf, mds; the VM's threads keep the cookies they have");
+              "cookies waived: enforce: when-vulnerable waives cookies on this host: its CPUs "
+              "report not affected by l1tf, mds; the VM's threads keep the cookies they have");
   }
 
   // A hazard is named before it.
@@ -134,7 +134,7 @@ TEST_F(CookieReconcilerTest, NotNeededWritesNothingAndSaysCsdsReason) {
   EXPECT_EQ(r.vms[1].enforcement.state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
 }
 
-// A host a staged rollout has not enabled takes the not-needed path: no
+// A host a staged rollout has not enabled takes the waived path: no
 // cookie made or moved, not even a fail-closed one for a VM without an
 // assignment, and the cookies already set stay.
 TEST_F(CookieReconcilerTest, NotEnabledWritesNothingAndSaysCsdsReason) {

@@ -1,6 +1,6 @@
 // The CookieReconciler on a fake kernel while it tags: groups, adoption
 // after a restart, scopes, errors and blind read-back. When tagging is held,
-// not needed, not enabled or switched off: cookie_reconciler_hold_test.cc.
+// waived, not enabled or switched off: cookie_reconciler_hold_test.cc.
 #include "agent/cookie_reconciler.h"
 
 #include <map>

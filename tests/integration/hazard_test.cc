@@ -219,12 +219,14 @@ TEST_F(HazardTest, AllowedHazardTagsAnywayAndIsAudited) {
 
 constexpr char kVulnerabilities[] = "/sys/devices/system/cpu/vulnerabilities/";
 
-// enforce: when-vulnerable. A host whose CPUs leak nothing between siblings
-// gets no cookies and says why; one whose CPUs are affected is tagged as
-// always; Place counts both as isolating.
-TEST_F(HazardTest, WhenVulnerableTagsOnlyHostsWhoseCpusLeakBetweenSiblings) {
+// enforce: when-vulnerable with the operator's list [l1tf, mds]. A host
+// whose CPUs report not affected by both is waived: it gets no cookies and
+// says why, naming the residual risk; one whose CPUs are affected is tagged
+// as always; Place counts both as isolating.
+TEST_F(HazardTest, WhenVulnerableTagsOnlyHostsNotClearOfTheOperatorsList) {
   testing::MiniClusterOptions cluster;
   cluster.csd.enforce = "when-vulnerable";
+  cluster.csd.when_vulnerable = {"l1tf", "mds"};
   StartCluster(std::move(cluster));
   testing::MiniHostOptions clear;
   clear.host_id = "hv-clear";
@@ -249,11 +251,11 @@ TEST_F(HazardTest, WhenVulnerableTagsOnlyHostsWhoseCpusLeakBetweenSiblings) {
   Tag("vm-2", v1::ISOLATION_LEVEL_VM);
   ASSERT_TRUE(Eventually([&] {
     v1::VM vm = GetVm("vm-1");
-    return vm.enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+    return vm.enforcement().state() == v1::ENFORCEMENT_STATE_WAIVED;
   }, 5s)) << GetVm("vm-1").DebugString();
   EXPECT_THAT(GetVm("vm-1").enforcement().last_error(),
-              HasSubstr("no cookies needed: enforce: when-vulnerable, and the CPUs are not "
-                        "affected by l1tf, mds"));
+              HasSubstr("cookies waived: enforce: when-vulnerable waives cookies on this "
+                        "host: its CPUs report not affected by l1tf, mds"));
   ASSERT_TRUE(Eventually([&] {
     return GetVm("vm-2").enforcement().state() == v1::ENFORCEMENT_STATE_ENFORCED &&
            leaky_host.VmCookie(200) != 0;
@@ -264,18 +266,18 @@ TEST_F(HazardTest, WhenVulnerableTagsOnlyHostsWhoseCpusLeakBetweenSiblings) {
   host.AddVm("vm-3", 300);
   Tag("vm-3", v1::ISOLATION_LEVEL_VM);
   ASSERT_TRUE(Eventually([&] {
-    return GetVm("vm-3").enforcement().state() == v1::ENFORCEMENT_STATE_NOT_NEEDED;
+    return GetVm("vm-3").enforcement().state() == v1::ENFORCEMENT_STATE_WAIVED;
   }, 5s)) << GetVm("vm-3").DebugString();
   EXPECT_EQ(host.kernel().write_calls(), writes);
   EXPECT_EQ(host.kernel().CookieOf(300), 0u);
 
   v1::Host h = GetHost("hv-clear");
-  EXPECT_EQ(h.enablement().state(), v1::HostEnablement::STATE_NOT_NEEDED);
+  EXPECT_EQ(h.enablement().state(), v1::HostEnablement::STATE_WAIVED);
   EXPECT_EQ(GetHost("hv-leaky").enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_TRUE(h.unplaceable_reason().empty()) << h.unplaceable_reason();
   const std::string table = HostsTable();
   EXPECT_THAT(table, HasSubstr("COOKIES"));
-  EXPECT_THAT(table, HasSubstr("not-needed"));
+  EXPECT_THAT(table, HasSubstr("waived"));
   EXPECT_THAT(table, HasSubstr("enforce"));
 }
 

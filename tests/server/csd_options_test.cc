@@ -5,6 +5,7 @@
 #include "common/config_loader.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/csd_server.h"
 #include "store/sqlite_store.h"
@@ -85,8 +86,19 @@ TEST(CsdOptions, EnforceIsAlwaysUnlessTheConfigSaysAndIsCheckedAtStart) {
                                  &config)
                   .ok());
   EXPECT_EQ(CsdOptionsFromConfig(config).enforce, "always");
-  ASSERT_TRUE(ParseYamlConfig("enforce: when-vulnerable\n", "test", &config).ok());
+  ASSERT_TRUE(ParseYamlConfig("enforce: when-vulnerable\nwhen_vulnerable: [l1tf, mds]\n", "test",
+                              &config)
+                  .ok());
   EXPECT_EQ(CsdOptionsFromConfig(config).enforce, "when-vulnerable");
+  EXPECT_EQ(CsdOptionsFromConfig(config).when_vulnerable,
+            (std::vector<std::string>{"l1tf", "mds"}));
+  EXPECT_OK(ValidateCsdOptions(CsdOptionsFromConfig(config)));
+  // when-vulnerable without the operator's list is refused before anything
+  // starts, naming the field.
+  ASSERT_TRUE(ParseYamlConfig("enforce: when-vulnerable\n", "test", &config).ok());
+  absl::Status unlisted = ValidateCsdOptions(CsdOptionsFromConfig(config));
+  EXPECT_EQ(unlisted.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unlisted.message()), ::testing::HasSubstr("needs when_vulnerable"));
 
   cosched::testing::TempDir dir;
   CsdOptions options;

@@ -96,7 +96,7 @@ v1::Host HostOf(const std::string& id, bool waits, std::string zone = "a") {
 TEST(RolloutEnablementTest, ARolloutOnlyEnablesHostsThatWaitForOne) {
   const v1::HostPreflight preflight;
   auto state_of = [&](const v1::Rollout* rollout, const v1::Host& host) {
-    return EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(rollout, host)).state();
+    return EnablementOf(preflight, EnforcePolicy{}, VerdictOf(rollout, host)).state();
   };
   const v1::Host enforcing = HostOf("hv-2", false);
   const v1::Host waiting = HostOf("hv-2", true);
@@ -117,7 +117,7 @@ TEST(RolloutEnablementTest, ARolloutOnlyEnablesHostsThatWaitForOne) {
   EXPECT_THAT(VerdictOf(&setting, waiting).reason,
               HasSubstr("registered while new_hosts was wait-for-rollout"));
   const v1::Rollout running = RolloutOf(v1::Rollout::STATE_RUNNING, {"hv-1"});
-  EXPECT_EQ(EnablementOf(preflight, EnforceMode::kAlways, VerdictOf(&running, waiting)).reason(),
+  EXPECT_EQ(EnablementOf(preflight, EnforcePolicy{}, VerdictOf(&running, waiting)).reason(),
             "rollout r-9 (running, stage 1 of 3 at 10%) has not enabled this host yet");
   const v1::Rollout aborted = RolloutOf(v1::Rollout::STATE_ABORTED, {"hv-1"});
   EXPECT_EQ(VerdictOf(&aborted, waiting).reason,
@@ -130,15 +130,15 @@ TEST(RolloutEnablementTest, ARolloutOnlyEnablesHostsThatWaitForOne) {
   EXPECT_EQ(state_of(&done_zone, HostOf("hv-new", true, "a")), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_EQ(state_of(&done_zone, HostOf("hv-new", true, "b")),
             v1::HostEnablement::STATE_NOT_ENABLED);
-  // A host that needs no cookies says so, whatever the rollout.
+  // A host the operator waived says so, whatever the rollout.
   v1::HostPreflight clear;
   for (const char* name : {"l1tf", "mds"}) {
     v1::CpuVulnerability* v = clear.add_vulnerabilities();
     v->set_name(name);
     v->set_smt_relevant(true);
   }
-  EXPECT_EQ(EnablementOf(clear, EnforceMode::kWhenVulnerable, VerdictOf(&running, waiting)).state(),
-            v1::HostEnablement::STATE_NOT_NEEDED);
+  EXPECT_EQ(EnablementOf(clear, EnforcePolicy{true, {"l1tf", "mds"}}, VerdictOf(&running, waiting)).state(),
+            v1::HostEnablement::STATE_WAIVED);
 }
 
 TEST(RolloutOptionsTest, ConfigFillsThemAndBadValuesNameTheField) {
