@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "agent/host_probe.h"
 #include "common/labels.h"
@@ -15,10 +17,11 @@
 #include "common/transport.h"
 #include "common/validation.h"
 #include "common/version.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "host/core_sched_prctl.h"
 #include "host/known_bad.h"
 #include "host/topology.h"
-#include "glog/logging.h"
 
 namespace cosched::agent {
 namespace {
@@ -277,6 +280,80 @@ absl::Status Agent::DescribeHost() {
   hazard_watch_->ReadNow();
   *capabilities->mutable_preflight() = hazard_watch_->preflight();
   return absl::OkStatus();
+}
+
+namespace {
+
+// The settings a reload cannot change: the names of those `next` changes.
+std::vector<std::string> RestartOnlyChanges(const AgentOptions& now, const AgentOptions& next) {
+  std::vector<std::string> changed;
+  auto note = [&changed](bool differs, const char* name) {
+    if (differs) changed.push_back(name);
+  };
+  using google::protobuf::util::MessageDifferencer;
+  note(now.host_id != next.host_id, "host_id");
+  note(now.session.server_address != next.session.server_address, "server");
+  note(!MessageDifferencer::Equals(now.session.tls, next.session.tls), "tls");
+  note(now.session.insecure != next.session.insecure, "insecure");
+  note(now.session.report_interval != next.session.report_interval, "report_interval_s");
+  note(now.session.report_failures_before_moving != next.session.report_failures_before_moving,
+       "report_failures_before_moving");
+  note(now.state_dir != next.state_dir, "state_dir");
+  note(now.metrics_listen != next.metrics_listen, "metrics_listen");
+  note(now.sysfs_root != next.sysfs_root || now.procfs_root != next.procfs_root, "sysfs_root");
+  note(now.sched_ext_dir != next.sched_ext_dir, "sched_ext_dir");
+  note(now.loop.rescan_interval != next.loop.rescan_interval, "rescan_interval_ms");
+  note(now.telemetry != next.telemetry ||
+           now.collector.enable_schedstats != next.collector.enable_schedstats ||
+           now.collector.trace.buffer_size_kb != next.collector.trace.buffer_size_kb ||
+           now.collector.poll_interval != next.collector.poll_interval,
+       "telemetry");
+  note(now.vmm.binaries != next.vmm.binaries, "vmm_binaries");
+  note(now.vmm.uids != next.vmm.uids, "vmm_users");
+  return changed;
+}
+
+bool SameKnownBad(const std::vector<v1::KnownBadEntry>& a, const std::vector<v1::KnownBadEntry>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const v1::KnownBadEntry& x, const v1::KnownBadEntry& y) {
+                      return google::protobuf::util::MessageDifferencer::Equals(x, y);
+                    });
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Agent::Reload(const AgentOptions& next) {
+  if (!session_) return absl::FailedPreconditionError("the agent has not started");
+  if (std::vector<std::string> fixed = RestartOnlyChanges(options_, next); !fixed.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the file changes ", absl::StrJoin(fixed, ", "),
+        ", which take effect only at a restart (systemctl restart cs-agent): nothing was "
+        "reloaded"));
+  }
+  std::vector<std::string> changed;
+  if (options_.allow_hazards != next.allow_hazards) changed.push_back("allow_hazards");
+  if (options_.nested_is_hazard != next.nested_is_hazard) changed.push_back("nested_is_hazard");
+  if (!SameKnownBad(options_.known_bad, next.known_bad)) changed.push_back("the known-bad list");
+  if (options_.reconciler.clear_on_hazard != next.reconciler.clear_on_hazard) {
+    changed.push_back("on_hazard");
+  }
+  if (options_.reconciler.fail_open != next.reconciler.fail_open) changed.push_back("fail_open");
+  if (options_.labels != next.labels) changed.push_back("labels");
+  if (changed.empty()) return std::string();
+
+  options_.allow_hazards = next.allow_hazards;
+  options_.nested_is_hazard = next.nested_is_hazard;
+  options_.known_bad = next.known_bad;
+  options_.reconciler.clear_on_hazard = next.reconciler.clear_on_hazard;
+  options_.reconciler.fail_open = next.reconciler.fail_open;
+  options_.labels = next.labels;
+  reconciler_->SetPolicy(options_.reconciler.fail_open, options_.reconciler.clear_on_hazard);
+  // Hazards that come or go with the new rules trigger a pass and a Report
+  // themselves (the watch's on_change); a policy change needs a pass.
+  hazard_watch_->SetRules(HazardRulesOf(options_));
+  session_->SetLabels(options_.labels);
+  loop_->Trigger();
+  return absl::StrJoin(changed, ", ");
 }
 
 absl::Status Agent::Start() {

@@ -152,6 +152,16 @@ class Agent {
   // Stops the session promptly. Idempotent.
   void Stop();
 
+  // A reload of cs-agent.yaml (SIGHUP; docs/agent.md, "Reloading the
+  // configuration"): `next`, from the file as AgentOptionsFromConfig reads
+  // it, takes effect at once for the hazard rules (allow_hazards,
+  // nested_is_hazard, the known-bad list), on_hazard, fail_open and the
+  // labels (the agent registers again). Any other setting that differs
+  // needs a restart: FAILED_PRECONDITION naming each, and nothing changes.
+  // Returns what changed, for the log ("" when nothing did). Call after a
+  // successful Start, from one thread at a time.
+  absl::StatusOr<std::string> Reload(const AgentOptions& next);
+
   // What the agent holds from csd.
   AssignmentMap assignments() const;
   std::optional<v1::Assignment> FindAssignment(absl::string_view vm_id) const;

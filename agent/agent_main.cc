@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "agent/host_probe.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config_loader.h"
 #include "common/version.h"
 #include "cosched/v1/config.pb.h"
@@ -97,6 +98,58 @@ StepFailure SetUpDiscovery(AgentRun& run) {
   return {};
 }
 
+// The settings of the discovery cs-agent's main builds: a reload cannot
+// change them.
+std::vector<std::string> DiscoveryChanges(const v1::AgentConfig& now, const v1::AgentConfig& next) {
+  std::vector<std::string> changed;
+  if (now.discovery() != next.discovery()) changed.push_back("discovery");
+  if (now.libvirt_uri() != next.libvirt_uri()) changed.push_back("libvirt_uri");
+  return changed;
+}
+
+// A reload (SIGHUP): the file and the flags, checked whole as at start,
+// then applied by the agent; nothing changes on any error.
+absl::Status ReloadConfig(AgentRun& run) {
+  if (run.config_file.empty()) {
+    LOG(WARNING) << "reload asked, but cs-agent runs without --config: nothing to read";
+    return absl::OkStatus();
+  }
+  AgentRun next;
+  next.config_file = run.config_file;
+  next.server = run.server;
+  next.host_id = run.host_id;
+  next.state_dir = run.state_dir;
+  next.discovery_mode = run.discovery_mode;
+  next.metrics_listen = run.metrics_listen;
+  next.insecure = run.insecure;
+  absl::Status status;
+  for (const Step& step : {Step(LoadConfig), Step(ApplyFlags), Step(CheckOptions)}) {
+    StepFailure failed = step(next);
+    if (failed.code == kAgentExitOk) continue;
+    status = absl::InvalidArgumentError(failed.message);
+    break;
+  }
+  if (std::vector<std::string> fixed = DiscoveryChanges(run.config, next.config);
+      status.ok() && !fixed.empty()) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "the file changes ", absl::StrJoin(fixed, ", "),
+        ", which take effect only at a restart (systemctl restart cs-agent): nothing was "
+        "reloaded"));
+  }
+  absl::StatusOr<std::string> changed =
+      status.ok() ? run.agent->Reload(next.options) : absl::StatusOr<std::string>(status);
+  run.agent->metrics().RecordConfigReload(changed.ok());
+  if (!changed.ok()) {
+    LOG(ERROR) << "reload of " << run.config_file << " refused: " << changed.status().message()
+               << "; cs-agent runs on with the settings it had";
+    return changed.status();
+  }
+  run.config = std::move(next.config);
+  LOG(INFO) << "reloaded " << run.config_file << ": "
+            << (changed->empty() ? "nothing changed" : absl::StrCat("changed ", *changed));
+  return absl::OkStatus();
+}
+
 StepFailure StartAgent(AgentRun& run) {
   run.agent = std::make_unique<Agent>(std::move(run.options));
   absl::Status started = run.agent->Start();
@@ -112,13 +165,20 @@ AgentMainEnvironment ProcessAgentEnvironment() {
   sigemptyset(signals.get());
   sigaddset(signals.get(), SIGINT);
   sigaddset(signals.get(), SIGTERM);
+  sigaddset(signals.get(), SIGHUP);
   AgentMainEnvironment env;
   // Blocked before any thread starts, so only sigwait below receives them.
   env.before_start = [signals] { pthread_sigmask(SIG_BLOCK, signals.get(), nullptr); };
-  env.run_until_stopped = [signals](Agent&) {
-    int received = 0;
-    sigwait(signals.get(), &received);
-    LOG(INFO) << "cs-agent stopping on signal " << received;
+  env.run_until_stopped = [signals](Agent&, const std::function<absl::Status()>& reload) {
+    while (true) {
+      int received = 0;
+      sigwait(signals.get(), &received);
+      if (received != SIGHUP) {
+        LOG(INFO) << "cs-agent stopping on signal " << received;
+        return;
+      }
+      reload().IgnoreError();  // logged and counted by reload itself
+    }
   };
   return env;
 }
@@ -192,7 +252,9 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
     }
     return failed.code;
   }
-  if (env.run_until_stopped) env.run_until_stopped(*run.agent);
+  if (env.run_until_stopped) {
+    env.run_until_stopped(*run.agent, [&run] { return ReloadConfig(run); });
+  }
   // Teardown, in reverse: libvirt's events no longer reach the agent, then
   // it stops (its threads joined, the state file saved).
   *run.running = nullptr;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <ostream>
 
+#include "absl/status/status.h"
+
 namespace cosched::agent {
 
 class Agent;
@@ -25,11 +27,17 @@ struct AgentMainEnvironment {
   // Called before the agent starts any thread (the process blocks its
   // signals there). May be empty.
   std::function<void()> before_start;
-  // Runs once the agent enforces, and returns when it is to stop.
-  std::function<void(Agent& agent)> run_until_stopped;
+  // Runs once the agent enforces, and returns when it is to stop. `reload`
+  // reads the config file again (with the same flags over it) and applies
+  // it (Agent::Reload), logging what changed or why nothing did, and
+  // counting it (cosched_agent_config_reloads_total); its status is for
+  // tests.
+  std::function<void(Agent& agent, const std::function<absl::Status()>& reload)>
+      run_until_stopped;
 };
 
-// Blocks SIGINT and SIGTERM before the agent starts and waits for one.
+// Blocks SIGINT, SIGTERM and SIGHUP before the agent starts; reloads on
+// SIGHUP (systemctl reload) and returns on either of the others.
 AgentMainEnvironment ProcessAgentEnvironment();
 
 // `cs-agent [--config F] [--server A] [--host-id H] [--state-dir D]

@@ -171,7 +171,20 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
                     "when it can be), or the state dir could not be used. "
                     "VMs then fail closed on cookies of their own until csd "
                     "sends its state. Set at start-up: alert on > 0.")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      config_reloads_(prometheus::BuildCounter()
+                          .Name("cosched_agent_config_reloads_total")
+                          .Help("Reloads of cs-agent.yaml (systemctl reload, SIGHUP), by "
+                                "result: applied, or refused (a bad file or a setting that "
+                                "needs a restart; nothing of it applied, the log says why).")
+                          .Register(*registry_)),
+      config_reload_failed_(prometheus::BuildGauge()
+                                .Name("cosched_agent_config_reload_failed")
+                                .Help("1 when the last reload of cs-agent.yaml was refused: "
+                                      "the agent runs on the settings before it, not on what "
+                                      "the file says. Alert on 1.")
+                                .Register(*registry_)
+                                .Add({})) {
   metrics::AddBuildInfo(*registry_);
   scrape_gauges_->Add(
       "cosched_agent_csd_connected",
@@ -195,6 +208,12 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
   for (const char* reason : kStateUnusableReasons) {
     state_unusable_.Add({{"reason", reason}});
   }
+  for (const char* result : {"applied", "refused"}) config_reloads_.Add({{"result", result}});
+}
+
+void AgentMetrics::RecordConfigReload(bool applied) {
+  config_reloads_.Add({{"result", applied ? "applied" : "refused"}}).Increment();
+  config_reload_failed_.Set(applied ? 0 : 1);
 }
 
 void AgentMetrics::RecordStateUnusable(const std::string& reason) {

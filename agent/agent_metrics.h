@@ -62,6 +62,10 @@ class AgentMetrics {
   // when it could be) or "state_dir" (the dir itself cannot be used).
   void RecordStateUnusable(const std::string& reason);
 
+  // A reload of cs-agent.yaml (SIGHUP) was applied, or refused (a bad file
+  // or a setting that needs a restart): nothing of it applied.
+  void RecordConfigReload(bool applied);
+
  private:
   // The per-VM series of the sharing statistics.
   struct VmSeries {
@@ -106,6 +110,8 @@ class AgentMetrics {
   prometheus::Counter& events_;
   prometheus::Counter& lost_events_;
   prometheus::Family<prometheus::Counter>& state_unusable_;
+  prometheus::Family<prometheus::Counter>& config_reloads_;
+  prometheus::Gauge& config_reload_failed_;
 
   std::mutex mu_;
   std::map<std::string, VmSeries> vm_series_;

@@ -93,7 +93,15 @@ bool InScope(const discovery::DiscoveredThread& thread, v1::ThreadScope scope) {
 }
 
 CookieReconciler::CookieReconciler(host::CoreSched* kernel, ReconcilerOptions options)
-    : kernel_(kernel), options_(std::move(options)) {}
+    : kernel_(kernel),
+      options_(std::move(options)),
+      fail_open_(options_.fail_open),
+      clear_on_hazard_(options_.clear_on_hazard) {}
+
+void CookieReconciler::SetPolicy(bool fail_open, bool clear_on_hazard) {
+  fail_open_ = fail_open;
+  clear_on_hazard_ = clear_on_hazard;
+}
 
 bool CookieReconciler::WrittenAs(int tid, const std::string& group) const {
   auto it = written_.find(tid);
@@ -133,7 +141,7 @@ ReconcileResult CookieReconciler::Reconcile(
     v1::ThreadScope scope = v1::THREAD_SCOPE_EMULATOR;
     out.assigned = assignment.has_value();
     if (!assignment) {
-      if (options_.fail_open && !vm.impostor) {
+      if (fail_open_ && !vm.impostor) {
         plan.managed = false;
         out.enforcement.set_state(v1::ENFORCEMENT_STATE_PENDING);
         out.enforcement.set_last_error(
@@ -215,7 +223,7 @@ ReconcileResult CookieReconciler::Reconcile(
       Verify(plans, result.stats);
     }
     if (!held_why_.empty()) {
-      if (!options_.clear_on_hazard) {
+      if (!clear_on_hazard_) {
         absl::StrAppend(&held_why_, "; the VM's threads keep the cookies they have");
       } else if (const int left = ClearCookies(plans, result.stats, "on_hazard: clear"); left == 0) {
         absl::StrAppend(&held_why_, "; on_hazard: clear took every cookie off");

@@ -24,6 +24,7 @@
 #ifndef COSCHED_AGENT_COOKIE_RECONCILER_H_
 #define COSCHED_AGENT_COOKIE_RECONCILER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -110,11 +111,15 @@ std::string FailClosedGroup(const discovery::DiscoveredVm& vm);
 // Whether `thread` carries its VM's cookie under `scope`.
 bool InScope(const discovery::DiscoveredThread& thread, v1::ThreadScope scope);
 
-// Thread-compatible: one Reconcile at a time. Keeps the anchors of the
-// groups it saw in the last pass, nothing more.
+// Thread-compatible: one Reconcile at a time (SetPolicy from any thread).
+// Keeps the anchors of the groups it saw in the last pass, nothing more.
 class CookieReconciler {
  public:
   CookieReconciler(host::CoreSched* kernel, ReconcilerOptions options);
+
+  // fail_open and clear_on_hazard anew (a reload of cs-agent.yaml), from
+  // the next pass on.
+  void SetPolicy(bool fail_open, bool clear_on_hazard);
 
   ReconcileResult Reconcile(const std::vector<discovery::DiscoveredVm>& vms,
                             const AssignmentLookup& lookup);
@@ -154,6 +159,9 @@ class CookieReconciler {
 
   host::CoreSched* const kernel_;
   const ReconcilerOptions options_;
+  // options_'s, as reloaded.
+  std::atomic<bool> fail_open_;
+  std::atomic<bool> clear_on_hazard_;
   std::map<std::string, GroupCookie> cookies_;
   // Read-back is blind (GET reads 0 for tagged tasks); its groups' hashes
   // are 0, and `written_` says which thread was given which group's cookie.

@@ -27,13 +27,37 @@ bool SameHazards(const v1::HostPreflight& a, const v1::HostPreflight& b) {
 
 HazardWatch::HazardWatch(std::shared_ptr<const host::PseudoFs> fs, HazardWatchOptions options,
                          std::function<void()> on_change)
-    : fs_(std::move(fs)), options_(std::move(options)), on_change_(std::move(on_change)) {}
+    : fs_(std::move(fs)),
+      options_(std::move(options)),
+      on_change_(std::move(on_change)),
+      rules_(options_.rules) {}
+
+host::HazardRules HazardWatch::rules() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rules_;
+}
+
+void HazardWatch::SetRules(host::HazardRules rules) {
+  bool changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rules_ = std::move(rules);
+    v1::HostPreflight next = preflight_;
+    host::FindHazards(rules_, next);
+    changed = !SameHazards(preflight_, next);
+    for (const v1::Hazard& h : next.hazards()) {
+      LOG(WARNING) << "hazard " << h.name() << " under the reloaded rules: " << h.detail();
+    }
+    preflight_ = std::move(next);
+  }
+  if (changed && on_change_) on_change_();
+}
 
 HazardWatch::~HazardWatch() { Stop(); }
 
 void HazardWatch::ReadNow() {
   v1::HostPreflight read = host::ReadPreflight(*fs_, options_.paths);
-  host::FindHazards(options_.rules, read);
+  host::FindHazards(rules(), read);
   for (const v1::Hazard& h : read.hazards()) {
     LOG(ERROR) << "hazard " << h.name() << ": " << h.detail()
                << "; creating and moving no cookies while it lasts";
@@ -75,8 +99,10 @@ std::vector<v1::Hazard> HazardWatch::hazards() const {
 bool HazardWatch::Refresh() {
   v1::HostPreflight next = preflight();
   host::ReadSchedExt(*fs_, options_.paths, next);
-  host::FindHazards(options_.rules, next);
   std::lock_guard<std::mutex> lock(mu_);
+  // Under the lock: a reload's rules are never overwritten by hazards
+  // judged under the old ones.
+  host::FindHazards(rules_, next);
   const bool changed = !SameHazards(preflight_, next);
   if (changed) {
     for (const v1::Hazard& h : next.hazards()) {

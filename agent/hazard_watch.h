@@ -44,6 +44,10 @@ class HazardWatch {
   void ReadNow();
   void Start();
   void Stop();
+  // New rules (a reload of cs-agent.yaml: allow_hazards, nested_is_hazard,
+  // the known-bad list), judged at once against what was last read; calls
+  // on_change when the hazards present change.
+  void SetRules(host::HazardRules rules);
 
   v1::HostPreflight preflight() const;
   // The hazards that stop tagging now (allowed ones left out).
@@ -51,11 +55,14 @@ class HazardWatch {
 
  private:
   void Run();
+  host::HazardRules rules() const;
   // Reads the sched_ext state again; true when the hazards changed.
   bool Refresh();
 
   const std::shared_ptr<const host::PseudoFs> fs_;
   const HazardWatchOptions options_;
+  // options_.rules, as reloaded; under mu_.
+  host::HazardRules rules_;
   const std::function<void()> on_change_;
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -151,6 +151,19 @@ void ServerSession::LeaveEndpoint(const absl::Status& why) {
   for (grpc::ClientContext* context : active_calls_) context->TryCancel();
 }
 
+void ServerSession::SetLabels(const std::map<std::string, std::string>& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& now = registration_.labels();
+  if (std::map<std::string, std::string>(now.begin(), now.end()) == labels) return;
+  registration_.mutable_labels()->clear();
+  registration_.mutable_labels()->insert(labels.begin(), labels.end());
+  ++labels_changes_;
+  if (watch_call_ != nullptr) {
+    reregister_ = true;
+    watch_call_->TryCancel();
+  }
+}
+
 void ServerSession::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,6 +262,8 @@ void ServerSession::WatchLoop() {
                              << " said: " << status << " (attempt " << backoff.failures()
                              << "; retrying at most " << options_.backoff_max.count()
                              << " ms apart)";
+    } else if (failure == ConnectFailure::kReregister) {
+      LOG(INFO) << status.message() << " with csd at " << current_address();
     } else if (failure == ConnectFailure::kLocal) {
       // Not csd's doing: the agent could not keep what csd sent (its state
       // dir is full or unwritable, or the message is one it refuses).
@@ -280,13 +295,19 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     left_because_ = absl::OkStatus();
   }
   const Endpoint& csd = Current();
+  int registered_labels = 0;
   {
     TrackedCall call(this);
     if (call.cancelled()) return absl::CancelledError("agent is stopping");
     call.context()->set_deadline(std::chrono::system_clock::now() +
                                  options_.rpc_timeout);
     v1::RegisterResponse response;
-    v1::RegisterRequest registration = registration_;
+    v1::RegisterRequest registration;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      registration = registration_;
+      registered_labels = labels_changes_;
+    }
     if (options_.preflight) {
       *registration.mutable_capabilities()->mutable_preflight() = options_.preflight();
     }
@@ -318,6 +339,14 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
   const auto opened = std::chrono::steady_clock::now();
   TrackedCall call(this);
   if (call.cancelled()) return absl::CancelledError("agent is stopping");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_call_ = call.context();
+    if (labels_changes_ != registered_labels) {
+      reregister_ = true;
+      watch_call_->TryCancel();
+    }
+  }
   std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
       csd.stub->WatchAssignments(call.context(), request);
   v1::WatchAssignmentsResponse message;
@@ -347,12 +376,20 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
   }
   grpc::Status finished = reader->Finish();
   absl::Status left;
+  bool reregister;
   {
     std::lock_guard<std::mutex> lock(mu_);
     watching_ = false;
+    watch_call_ = nullptr;
     left = std::exchange(left_because_, absl::OkStatus());
+    reregister = std::exchange(reregister_, false);
   }
   if (!left.ok()) return left;
+  if (reregister) {
+    *failure = ConnectFailure::kReregister;
+    *progressed = true;
+    return absl::AbortedError("the host's labels changed: registering again");
+  }
   // A stream that stayed up a long while was a success even if quiet.
   if (std::chrono::steady_clock::now() - opened >= options_.backoff_max) {
     *progressed = true;

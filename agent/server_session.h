@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -140,13 +141,19 @@ class ServerSession {
   // Asks for a report as soon as possible.
   void RequestReport();
 
+  // The host's labels anew (a reload of cs-agent.yaml): csd takes labels
+  // at Register, so an open stream is ended and the agent registers again
+  // at once, on the same replica, resuming by revision. Nothing happens
+  // when they are the same.
+  void SetLabels(const std::map<std::string, std::string>& labels);
+
  private:
   // A call's ClientContext, cancellable by Stop while the call runs.
   class TrackedCall;
 
   // What ended a connection: csd or the network, csd refusing this agent
   // (RefusalHint), or the agent failing to apply a message itself.
-  enum class ConnectFailure { kCsd, kRefused, kLocal };
+  enum class ConnectFailure { kCsd, kRefused, kLocal, kReregister };
 
   void WatchLoop();
   // One connection: Register, then the stream until it fails. Sets
@@ -174,7 +181,8 @@ class ServerSession {
   bool SleepUntil(std::chrono::steady_clock::time_point deadline);
 
   const ServerSessionOptions options_;
-  const v1::RegisterRequest registration_;
+  // Its labels change under mu_ (SetLabels); the rest is fixed.
+  v1::RegisterRequest registration_;
   AssignmentCache* const cache_;
   const ObservationSource observations_;
   const AssignmentsListener listener_;
@@ -196,6 +204,12 @@ class ServerSession {
   // Set by LeaveEndpoint: why the connection in progress was ended.
   absl::Status left_because_;
   std::set<grpc::ClientContext*> active_calls_;
+  // The open WatchAssignments call, and whether SetLabels ended it.
+  grpc::ClientContext* watch_call_ = nullptr;
+  bool reregister_ = false;
+  // Counts SetLabels' changes: a change between a Register and its stream
+  // ends that stream too.
+  int labels_changes_ = 0;
   std::thread watch_thread_;
   std::thread report_thread_;
 };

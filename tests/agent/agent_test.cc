@@ -370,6 +370,64 @@ TEST_F(AgentTest, WaivedFromCsdStopsCookiesAndOutlivesARestart) {
   EXPECT_NE(kernel_->CookieOf(100), 0u);
 }
 
+// Issue #33 item 5: a reload applies the hazard rules, the fail-open policy
+// and the labels at once, without a restart; a setting that needs a restart
+// is refused and nothing of the reload applies.
+TEST_F(AgentTest, AReloadAppliesHazardRulesAndLabelsAndRefusesRestartOnlySettings) {
+  host_fs_->SetFile("/sys/kernel/sched_ext/state", "enabled\n");
+  discovery_->SetVms({TaggedVm(*kernel_, 0)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));
+  AgentOptions options = Options(csd.address());
+  options.labels = {{"zone", "a"}};
+  options.hazard_poll = 50ms;
+  Agent agent(options);
+  ASSERT_OK(agent.Start());
+  auto reported = [&](v1::EnforcementState state) {
+    return csd.service().WaitFor([&] {
+      const auto& reports = csd.service().reports_locked();
+      return !reports.empty() && reports.back().vms_size() == 1 &&
+             reports.back().vms(0).enforcement().state() == state;
+    });
+  };
+  ASSERT_TRUE(reported(v1::ENFORCEMENT_STATE_HELD));
+  EXPECT_EQ(kernel_->CookieOf(100), 0u);
+
+  // The state dir needs a restart: refused whole, the allowed hazard too.
+  AgentOptions moved = options;
+  moved.state_dir = dir_.path() + "/elsewhere";
+  moved.allow_hazards = {"sched_ext"};
+  absl::StatusOr<std::string> refused = agent.Reload(moved);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("the file changes state_dir, which take effect only at a restart"));
+  agent.TriggerReconcile();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(kernel_->CookieOf(100), 0u) << "a refused reload allowed sched_ext";
+  const int registers = static_cast<int>(csd.service().registers().size());
+
+  AgentOptions next = options;
+  next.allow_hazards = {"sched_ext"};
+  next.labels = {{"zone", "b"}};
+  absl::StatusOr<std::string> changed = agent.Reload(next);
+  ASSERT_OK(changed);
+  EXPECT_EQ(*changed, "allow_hazards, labels");
+  // Tagging resumes under the new rules, and csd hears the new labels from
+  // a Register of their own.
+  ASSERT_TRUE(reported(v1::ENFORCEMENT_STATE_ENFORCED));
+  EXPECT_NE(kernel_->CookieOf(100), 0u);
+  ASSERT_TRUE(csd.service().WaitFor([&] {
+    const auto& sent = csd.service().registers_locked();
+    return static_cast<int>(sent.size()) > registers && sent.back().labels().at("zone") == "b";
+  }));
+  // The same file again changes nothing.
+  changed = agent.Reload(next);
+  ASSERT_OK(changed);
+  EXPECT_EQ(*changed, "");
+  agent.Stop();
+}
+
 TEST(AgentOptionsTest, FromConfig) {
   v1::AgentConfig config;
   absl::StatusOr<AgentOptions> defaults = AgentOptionsFromConfig(config);

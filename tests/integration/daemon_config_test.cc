@@ -2,12 +2,15 @@
 // a config file whose values are wrong: they must exit 2 (a usage error,
 // like a bad key) with one line naming the file, the line and the rule, and
 // start nothing. And csd's main started and stopped through its
-// environment, as the process's signals would.
+// environment, as the process's signals would; cs-agent's reloaded so.
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "agent/agent.h"
 #include "agent/agent_main.h"
 #include "common/version.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
@@ -15,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "server/csd_main.h"
 #include "server/csd_server.h"
+#include "tests/testing/metrics_scrape.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched {
@@ -48,7 +53,7 @@ Exit Csd(std::vector<std::string> args) {
 Exit Agent(std::vector<std::string> args) {
   args.insert(args.begin(), "cs-agent");
   agent::AgentMainEnvironment env;
-  env.run_until_stopped = [](agent::Agent&) {};
+  env.run_until_stopped = [](agent::Agent&, const std::function<absl::Status()>&) {};
   return RunMain(agent::RunAgentMain, env, std::move(args));
 }
 
@@ -105,6 +110,67 @@ TEST_F(DaemonConfigTest, VersionFlagsPrintTheBuildAndExitZero) {
   // A build from a clone: the release, then its commit (scripts/version.sh).
   EXPECT_NE(std::string(CoschedVersion()).find("~git"), std::string::npos) << CoschedVersion();
   EXPECT_NE(std::string(CoschedCommit()), "unknown");
+}
+
+// Issue #33 item 5: `systemctl reload cs-agent` (SIGHUP) reads the file
+// again through the same checks as at start. A bad value or a setting that
+// needs a restart is refused whole, naming the line or the setting; every
+// reload is counted, and a gauge says the last one was refused.
+TEST_F(DaemonConfigTest, AgentReloadsItsFileAndRefusesABadOneWhole) {
+  const std::string head = "server: 127.0.0.1:1\nhost_id: hv-reload\nstate_dir: " +
+                           dir_.Sub("state") +
+                           "\nmetrics_listen: \"off\"\ndiscovery: procfs\n"
+                           "known_bad_file: \"off\"\ntelemetry: {enabled: false}\n";
+  const std::string config = Write("cs-agent.yaml", head + "labels: {zone: a}\n");
+  agent::AgentMainEnvironment env;
+  bool ran = false;
+  env.run_until_stopped = [&](agent::Agent& agent, const std::function<absl::Status()>& reload) {
+    ran = true;
+    auto reloads = [&agent](const std::string& result) {
+      return cosched::testing::SampleValue(
+                 cosched::testing::ScrapeText(agent.metrics().collectables()),
+                 "cosched_agent_config_reloads_total", {{"result", result}})
+          .value_or(-1);
+    };
+    auto failed = [&agent] {
+      return cosched::testing::SampleValue(
+                 cosched::testing::ScrapeText(agent.metrics().collectables()),
+                 "cosched_agent_config_reload_failed", {})
+          .value_or(-1);
+    };
+    Write("cs-agent.yaml", head + "labels: {zone: b}\nfail_open: true\n");
+    EXPECT_OK(reload());
+    EXPECT_EQ(failed(), 0);
+
+    Write("cs-agent.yaml", head + "labels: {zone: c}\nreport_interval_s: -3\n");
+    absl::Status bad = reload();
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find(config + ":9: report_interval_s must be positive"),
+              std::string::npos)
+        << bad;
+    EXPECT_EQ(failed(), 1);
+
+    Write("cs-agent.yaml", "discovery: libvirt\n" + head.substr(0, head.find("discovery")) +
+                               head.substr(head.find("known_bad_file")) + "labels: {zone: b}\n");
+    absl::Status fixed = reload();
+    EXPECT_EQ(fixed.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(fixed.message().find("changes discovery, which take effect only at a restart"),
+              std::string::npos)
+        << fixed;
+    EXPECT_EQ(reloads("applied"), 1);
+    EXPECT_EQ(reloads("refused"), 2);
+
+    // The file as it was after the first reload: nothing to change, applied.
+    Write("cs-agent.yaml", head + "labels: {zone: b}\nfail_open: true\n");
+    EXPECT_OK(reload());
+    EXPECT_EQ(failed(), 0);
+    EXPECT_EQ(reloads("applied"), 2);
+  };
+  std::vector<const char*> argv = {"cs-agent", "--config", config.c_str()};
+  std::ostringstream out, err;
+  EXPECT_EQ(agent::RunAgentMain(static_cast<int>(argv.size()), argv.data(), env, out, err), 0)
+      << err.str();
+  EXPECT_TRUE(ran) << err.str();
 }
 
 TEST_F(DaemonConfigTest, CsdBadFlagsAndABadFileAreUsageErrors) {

@@ -9,6 +9,8 @@
 #    (telemetry is on in the packaged config: stats reach csd);
 #  - `systemctl kill -s KILL cs-agent`: systemd restarts it, and no cookie
 #    changes (read back before, while down, and after);
+#  - `systemctl reload cs-agent`: a new label reaches csd without a
+#    restart, a bad file is refused and logged, no cookie changes;
 #  - both daemons' logs are in the journal.
 . "$LAB_GUEST/lib.sh"
 set -u
@@ -98,6 +100,25 @@ cmp -s /tmp/before.txt /tmp/while-down.txt || { diff /tmp/before.txt /tmp/while-
 cmp -s /tmp/before.txt /tmp/after.txt || { diff /tmp/before.txt /tmp/after.txt; lab_fail "cookies changed across cs-agent's restart"; }
 echo "$pass" | grep -q ' 0 prctl writes' || lab_fail "the restarted agent rewrote cookies: $pass"
 lab_result "systemctl kill -s KILL cs-agent" "restarted as pid $restarted (was $agent); $(wc -l </tmp/after.txt) threads, every cookie the same; first pass: $pass"
+
+# systemctl reload (the unit's ExecReload=, SIGHUP): the agent reads its
+# file again without a restart; a new label reaches csd (the agent
+# registers again) and no cookie changes. A bad file is refused whole:
+# logged, counted, and the agent runs on.
+cp /etc/cosched/cs-agent.yaml /tmp/cs-agent.yaml.orig
+printf 'labels: {rack: r7}\n' >>/etc/cosched/cs-agent.yaml
+systemctl reload cs-agent.service || lab_fail "systemctl reload cs-agent.service"
+lab_wait_for 30 sh -c 'csctl hosts get lab -o json | grep -q "\"rack\": \"r7\""' ||
+  { csctl hosts get lab; lab_fail "the reloaded label did not reach csd"; }
+[ "$(main_pid cs-agent.service)" = "$restarted" ] || lab_fail "systemctl reload restarted cs-agent"
+printf 'report_interval_s: -1\n' >>/etc/cosched/cs-agent.yaml
+systemctl reload cs-agent.service || lab_fail "systemctl reload cs-agent.service (a bad file)"
+lab_wait_for 30 sh -c "journalctl -u cs-agent.service _PID=$restarted --no-pager | grep -q 'refused: .*report_interval_s'" ||
+  lab_fail "the agent did not log the refused reload"
+cp /tmp/cs-agent.yaml.orig /etc/cosched/cs-agent.yaml
+lab_cookies "$vm" | sort >/tmp/after-reload.txt
+cmp -s /tmp/before.txt /tmp/after-reload.txt || { diff /tmp/before.txt /tmp/after-reload.txt; lab_fail "cookies changed across the reloads"; }
+lab_result "systemctl reload cs-agent" "label rack=r7 at csd, same pid $restarted; a bad file refused and logged; every cookie the same"
 
 # The journal has both daemons' logs.
 csd_lines=$(journalctl -u csd.service --no-pager -q | wc -l)
