@@ -151,6 +151,7 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     options.collector.poll_interval =
         std::chrono::milliseconds(telemetry.poll_interval_ms());
   }
+  options.first_answer_wait = kFirstAnswerWait;
   options.metrics_listen =
       config.metrics_listen().empty()
           ? kDefaultMetricsListen
@@ -361,6 +362,11 @@ absl::Status Agent::Start() {
   RETURN_IF_ERROR(InStep("check options", CheckOptions()));
   PrepareStateDir();
   LoadAssignments();
+  if (options_.first_answer_wait.count() > 0 && cache_->revision() == 0 && !enablement_->kept()) {
+    enablement_->AwaitFirstAnswer(absl::FromChrono(options_.first_answer_wait));
+    LOG(INFO) << "a first start: no cookie until csd answers, for at most "
+              << options_.first_answer_wait.count() << " ms";
+  }
   RETURN_IF_ERROR(InStep("describe host", DescribeHost()));
   LOG(INFO) << "cs-agent " << CoschedVersion() << " host " << options_.host_id
             << ": " << registration_.topology().cores_size() << " cores, SMT "

@@ -42,6 +42,7 @@ namespace cosched::agent {
 inline constexpr char kDefaultServerAddress[] = "127.0.0.1:7443";
 inline constexpr char kDefaultStateDir[] = "/var/lib/cs-agent";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9464";
+inline constexpr std::chrono::seconds kFirstAnswerWait{30};
 
 struct AgentOptions {
   // Must follow the id rule (common/validation.h).
@@ -84,6 +85,12 @@ struct AgentOptions {
   std::chrono::milliseconds hazard_poll{250};
   // The config's labels (common/labels.h), sent at Register.
   std::map<std::string, std::string> labels;
+  // A first start (no assignments and no answer of csd kept): how long the
+  // agent makes no cookie while it waits for csd's first answer, so that a
+  // host csd holds for a staged rollout is never tagged (docs/operating.md,
+  // "First deployment"); then it enforces. Zero: no wait (tests).
+  // AgentOptionsFromConfig sets kFirstAnswerWait.
+  std::chrono::milliseconds first_answer_wait{0};
   // Which processes may be VMs (vmm_binaries, vmm_users), for the
   // discovery that cs-agent's main builds; tests build their own.
   discovery::VmmRule vmm;

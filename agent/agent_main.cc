@@ -74,6 +74,18 @@ StepFailure ApplyFlags(AgentRun& run) {
 StepFailure CheckOptions(AgentRun& run) {
   absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(run.config);
   if (!options.ok()) return {kAgentExitUsage, run.locations.Locate(options.status().message())};
+  // The packaged file names no csd: installing the package on a running
+  // hypervisor must change no cookie until an operator says which csd
+  // decides them (docs/operating.md, "First deployment"). Without a file
+  // (tests, trials) the default address stands.
+  if (!run.config_file.empty() && run.config.server().empty()) {
+    return {kAgentExitUsage,
+            absl::StrCat(run.config_file,
+                         ": server is not set, so cs-agent does not start and changes no "
+                         "cookie: set server to csd's address (host:port, or several "
+                         "replicas comma-separated) and start it again (docs/operating.md, "
+                         "\"First deployment\")")};
+  }
   run.options = std::move(*options);
   return {};
 }

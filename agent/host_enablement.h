@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/time/time.h"
 #include "cosched/v1/types.pb.h"
 #include "host/state_fs.h"
 
@@ -27,6 +28,13 @@ class HostEnablementState {
   // Reads the state file; a missing or unreadable one leaves "enforce"
   // (logged when it is not simply missing).
   void Load();
+  // A first start (nothing kept): until csd's first answer, or for `wait`
+  // at most, Get() is NOT_ENABLED, so that a host csd holds (a staged
+  // rollout's wait-for-rollout) never gets a cookie; past `wait` without
+  // an answer, enforce. Call after Load, before the first pass.
+  void AwaitFirstAnswer(absl::Duration wait);
+  // Whether Load found csd's answer of an earlier run.
+  bool kept() const;
   // What csd said last; UNSPECIFIED (an older csd, or none yet) is enforce.
   v1::HostEnablement Get() const;
   // Whether cookies are to be set.
@@ -39,8 +47,15 @@ class HostEnablementState {
  private:
   const std::string state_file_;
   const std::shared_ptr<host::StateFs> fs_;
+  // NOT_ENABLED while a first start waits for csd's first answer.
+  bool WaitingLocked() const;
+
   mutable std::mutex mu_;
   v1::HostEnablement current_;
+  bool kept_ = false;
+  bool answered_ = false;
+  absl::Time first_answer_until_ = absl::InfinitePast();
+  absl::Duration first_answer_wait_;
 };
 
 }  // namespace cosched::agent

@@ -370,6 +370,54 @@ TEST_F(AgentTest, WaivedFromCsdStopsCookiesAndOutlivesARestart) {
   EXPECT_NE(kernel_->CookieOf(100), 0u);
 }
 
+// Issue #33 item 3: a first start (nothing kept) makes no cookie until csd
+// has answered. A host csd holds for a staged rollout is never tagged, not
+// even before its first Register is answered; with csd away the agent
+// enforces once the wait is over.
+TEST_F(AgentTest, AFirstStartMakesNoCookieUntilCsdAnswers) {
+  discovery_->SetVms({TaggedVm(*kernel_, 0)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  v1::HostEnablement held;
+  held.set_state(v1::HostEnablement::STATE_NOT_ENABLED);
+  held.set_reason("rollout r-1 has not enabled this host yet");
+  csd.service().SetEnablement(held);
+  {
+    AgentOptions options = Options(csd.address());
+    options.first_answer_wait = 10s;
+    options.loop.rescan_interval = 50ms;
+    Agent agent(options);
+    ASSERT_OK(agent.Start());
+    ASSERT_TRUE(csd.service().WaitFor([&] {
+      const auto& reports = csd.service().reports_locked();
+      return !reports.empty() && reports.back().vms_size() == 1 &&
+             reports.back().vms(0).enforcement().state() == v1::ENFORCEMENT_STATE_NOT_ENABLED;
+    }));
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(kernel_->write_calls(), 0) << "a held host's first start wrote a cookie";
+    EXPECT_EQ(kernel_->CookieOf(100), 0u);
+    agent.Stop();
+  }
+
+  // csd away at a first start: nothing for the wait, then fail closed.
+  TempDir fresh;
+  AgentOptions options = Options("127.0.0.1:1");
+  options.state_dir = fresh.path() + "/state";
+  options.first_answer_wait = 500ms;
+  options.loop.rescan_interval = 50ms;
+  Agent agent(options);
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_OK(agent.Start());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(kernel_->CookieOf(100), 0u) << "the first start did not wait for csd";
+  while (kernel_->CookieOf(100) == 0 && std::chrono::steady_clock::now() - started < 10s) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(kernel_->CookieOf(100), 0u) << "no fail-closed cookie once the wait was over";
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+  agent.Stop();
+}
+
 // Issue #33 item 5: a reload applies the hazard rules, the fail-open policy
 // and the labels at once, without a restart; a setting that needs a restart
 // is refused and nothing of the reload applies.

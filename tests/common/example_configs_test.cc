@@ -33,6 +33,9 @@ TEST(ExampleConfigs, AgentLoads) {
   EXPECT_TRUE(config.telemetry().enabled());
   EXPECT_EQ(config.telemetry().buffer_size_kb(), 1024);
   EXPECT_EQ(config.metrics_listen(), "127.0.0.1:9464");
+  // No csd named: the packaged agent does not start until an operator
+  // sets one (issue #33: a first install changes no cookie).
+  EXPECT_EQ(config.server(), "");
 }
 
 TEST(ExampleConfigs, CsctlLoads) {

@@ -249,5 +249,24 @@ TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {
   ExpectUsageError(Agent({"--config", config, "--bogus"}), "--bogus");
 }
 
+// Issue #33 item 3: the packaged cs-agent.yaml names no csd, and an agent
+// whose file names none does not start: installing the package on a
+// running hypervisor changes no cookie until an operator configures it.
+// The packaged unit does not restart it on that exit (2).
+TEST_F(DaemonConfigTest, AnAgentWhoseFileNamesNoCsdDoesNotStartAndSaysWhatToSet) {
+  const std::string state = dir_.Sub("state");
+  const std::string config = Write("agent.yaml", "state_dir: " + state + "\nhost_id: hv-1\n");
+  ExpectUsageError(Agent({"--config", config}),
+                   "cs-agent: " + config +
+                       ": server is not set, so cs-agent does not start and changes no cookie: "
+                       "set server to csd's address");
+  EXPECT_FALSE(std::filesystem::exists(state)) << "the unconfigured agent made its state dir";
+  ExpectUsageError(Agent({"--config", std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/cs-agent.yaml"}),
+                   "server is not set");
+  std::ifstream unit(std::string(COSCHED_DEPLOY_SYSTEMD_DIR) + "/cs-agent.service");
+  const std::string text((std::istreambuf_iterator<char>(unit)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\nRestartPreventExitStatus=2\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cosched

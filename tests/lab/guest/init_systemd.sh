@@ -87,6 +87,10 @@ echo 'plaintext_agents: true' >>/etc/cosched/csd.yaml
 # libvirt-qemu, a user this root may not have.
 printf 'vmm_binaries: ["/usr/bin/qemu-system-*", "%s"]\nvmm_users: [root, "107"]\n' \
   "$LAB_BUILD/tests/lab/fake_qemu/qemu-system-x86_64" >>/etc/cosched/cs-agent.yaml
+# The packaged file names no csd (a first install starts no agent): the
+# one csd of this lab, as an operator's first step (docs/operating.md,
+# "First deployment").
+echo 'server: 127.0.0.1:7443' >>/etc/cosched/cs-agent.yaml
 # What their maintainer scripts do: the system user (cosched-server's
 # sysusers.d file). Units are started by lab.target, not enabled.
 systemd-sysusers || fail_boot "systemd-sysusers failed"
