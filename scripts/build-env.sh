@@ -10,9 +10,15 @@
 # objects of build/ and of package.sh's copy of the tree are the same file,
 # except for the object folder named in the debug information; base_dir and
 # nohashdir let one tree use the other's objects, and the prefix map's
-# differing path is left out of the hash. The cache itself is ccache's
-# default (~/.cache/ccache) unless CCACHE_DIR says otherwise.
+# differing path is left out of the hash. The cache is named here, as an
+# absolute path: debhelper (compat 13) gives the package build a HOME of
+# its own, where ccache's default (~/.cache/ccache) would be a new, empty
+# cache and every object a miss.
 COSCHED_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -z "${CCACHE_DIR:-}" ] && command -v ccache >/dev/null; then
+  CCACHE_DIR=$(ccache -k cache_dir)
+  export CCACHE_DIR
+fi
 export CCACHE_BASEDIR=$COSCHED_ROOT
 export CCACHE_NOHASHDIR=true
 export CCACHE_IGNOREOPTIONS='-ffile-prefix-map=*'

@@ -63,6 +63,11 @@ cp -a /usr/lib/systemd/system "$root/usr/lib/systemd/"
 for deb in "$out"/cosched-server_*.deb "$out"/cosched-agent_*.deb "$out"/cosched-client_*.deb; do
   dpkg-deb -x "$deb" "$root"
 done
+# cs-agent's ExecReload= runs /bin/kill, from procps (a dependency of
+# cosched-agent).
+mkdir -p "$root/usr/bin"
+cp /bin/kill "$root/usr/bin/kill"
+[ -e "$root/bin" ] || ln -s usr/bin "$root/bin"
 units=$(cd "$root" && ls lib/systemd/system/*.service | sed 's|^|/|')
 verify=$(systemd-analyze verify --man=no --root="$root" $units 2>&1) || true
 if [ -n "$verify" ]; then
