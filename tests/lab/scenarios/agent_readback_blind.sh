@@ -12,8 +12,8 @@
 # thread counted tagged, each VM on one cookie of its own (the one given it
 # while blind) with no write at all.
 #
-# The agent starts with csd away, so its VMs fail closed on cookies of
-# their own: csd's store opens /dev/urandom (SQLite's randomness), and on
+# The agent starts with csd away (as one that ran before), so its VMs fail
+# closed on cookies of their own: csd's store opens /dev/urandom (SQLite's randomness), and on
 # 6.1 that read initialises the random pool and ends the window. The agent
 # runs with lab_insecure_random.so preloaded for the same reason: its first
 # RPC seeds gRPC's backoff jitter with a blocking getrandom, which ended the
@@ -58,6 +58,12 @@ vm1=$LAB_PID
 lab_start_vm vm-2 -smp 1 --duty 10
 vm2=$LAB_PID
 found=9
+# An agent that ran here before: csd's last answer (enforce) is kept in its
+# state dir, so with csd away it fails closed at once. A first start would
+# make no cookie for 30 s while it waits for csd's first answer
+# (docs/operating.md, "First deployment"), and the window may close meanwhile.
+mkdir -p -m 700 /tmp/agent
+printf '\010\001' >/tmp/agent/enablement.pb  # HostEnablement{state: STATE_ENFORCE}
 # A rescan every 2 s: passes with nothing new to do, where a blind agent
 # that believed the zeros would rewrite.
 LAB_AGENT_CONFIG="rescan_interval_ms: 2000" lab_start_agent
