@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "agent/host_probe.h"
+#include "common/config_reload.h"
 #include "common/labels.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
@@ -325,12 +326,7 @@ bool SameKnownBad(const std::vector<v1::KnownBadEntry>& a, const std::vector<v1:
 
 absl::StatusOr<std::string> Agent::Reload(const AgentOptions& next) {
   if (!session_) return absl::FailedPreconditionError("the agent has not started");
-  if (std::vector<std::string> fixed = RestartOnlyChanges(options_, next); !fixed.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the file changes ", absl::StrJoin(fixed, ", "),
-        ", which take effect only at a restart (systemctl restart cs-agent): nothing was "
-        "reloaded"));
-  }
+  RETURN_IF_ERROR(RestartOnly(RestartOnlyChanges(options_, next), "cs-agent"));
   std::vector<std::string> changed;
   if (options_.allow_hazards != next.allow_hazards) changed.push_back("allow_hazards");
   if (options_.nested_is_hazard != next.nested_is_hazard) changed.push_back("nested_is_hazard");

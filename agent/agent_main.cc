@@ -12,8 +12,8 @@
 #include "agent/agent.h"
 #include "agent/host_probe.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/config_loader.h"
+#include "common/config_reload.h"
 #include "common/version.h"
 #include "cosched/v1/config.pb.h"
 #include "discovery/discovery_factory.h"
@@ -134,20 +134,9 @@ absl::Status ReloadConfig(AgentRun& run) {
   next.discovery_mode = run.discovery_mode;
   next.metrics_listen = run.metrics_listen;
   next.insecure = run.insecure;
-  absl::Status status;
-  for (const Step& step : {Step(LoadConfig), Step(ApplyFlags), Step(CheckOptions)}) {
-    StepFailure failed = step(next);
-    if (failed.code == kAgentExitOk) continue;
-    status = absl::InvalidArgumentError(failed.message);
-    break;
-  }
-  if (std::vector<std::string> fixed = DiscoveryChanges(run.config, next.config);
-      status.ok() && !fixed.empty()) {
-    status = absl::FailedPreconditionError(absl::StrCat(
-        "the file changes ", absl::StrJoin(fixed, ", "),
-        ", which take effect only at a restart (systemctl restart cs-agent): nothing was "
-        "reloaded"));
-  }
+  absl::Status status = RunReloadChecks<AgentRun, StepFailure>(
+      next, {LoadConfig, ApplyFlags, CheckOptions});
+  if (status.ok()) status = RestartOnly(DiscoveryChanges(run.config, next.config), "cs-agent");
   absl::StatusOr<std::string> changed =
       status.ok() ? run.agent->Reload(next.options) : absl::StatusOr<std::string>(status);
   run.agent->metrics().RecordConfigReload(changed.ok());

@@ -132,16 +132,17 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options,
                                               const LocalPeerTable* local_peers) {
   Authorizer authz;
   authz.local_peers_ = local_peers;
-  authz.plaintext_agents_ = options.plaintext_agents;
+  auto rules = std::make_shared<Rules>();
+  rules->plaintext_agents = options.plaintext_agents;
   if (!IsTrustDomain(options.trust_domain)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trust_domain '", options.trust_domain,
         "' must be 1-255 characters of letters, digits, '.', '-' and '_'"));
   }
-  authz.host_prefix_ = absl::StrCat("spiffe://", options.trust_domain, "/host/");
+  rules->host_prefix = absl::StrCat("spiffe://", options.trust_domain, "/host/");
   auto plaintext = ParseRole("plaintext_role", options.plaintext_role);
   if (!plaintext.ok()) return plaintext.status();
-  authz.plaintext_role_ = *plaintext;
+  rules->plaintext_role = *plaintext;
   for (size_t i = 0; i < options.roles.size(); ++i) {
     const v1::RoleBinding& binding = options.roles[i];
     std::string field = absl::StrCat("roles[", i, "]");
@@ -152,7 +153,7 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options,
         return absl::InvalidArgumentError(absl::StrCat(
             field, ".spiffe_ids entry '", id, "' must start with spiffe://"));
       }
-      absl::Status s = Bind(authz.by_spiffe_id_, id, *role, "spiffe id");
+      absl::Status s = Bind(rules->by_spiffe_id, id, *role, "spiffe id");
       if (!s.ok()) return s;
     }
     for (const std::string& cn : binding.common_names()) {
@@ -160,21 +161,21 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options,
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".common_names has an empty entry"));
       }
-      absl::Status s = Bind(authz.by_common_name_, cn, *role, "common name");
+      absl::Status s = Bind(rules->by_common_name, cn, *role, "common name");
       if (!s.ok()) return s;
     }
     for (int j = 0; j < binding.unix_users_size(); ++j) {
       const std::string entry = absl::StrCat(field, ".unix_users[", j, "]");
       auto uid = ResolveUnixUser(entry, binding.unix_users(j));
       if (!uid.ok()) return uid.status();
-      absl::Status s = Bind(authz.by_uid_, *uid, *role, absl::StrCat(entry, ": uid"));
+      absl::Status s = Bind(rules->by_uid, *uid, *role, absl::StrCat(entry, ": uid"));
       if (!s.ok()) return s;
     }
     for (int j = 0; j < binding.unix_groups_size(); ++j) {
       const std::string entry = absl::StrCat(field, ".unix_groups[", j, "]");
       auto gid = ResolveUnixGroup(entry, binding.unix_groups(j));
       if (!gid.ok()) return gid.status();
-      absl::Status s = Bind(authz.by_gid_, *gid, *role, absl::StrCat(entry, ": gid"));
+      absl::Status s = Bind(rules->by_gid, *gid, *role, absl::StrCat(entry, ": gid"));
       if (!s.ok()) return s;
     }
   }
@@ -190,16 +191,31 @@ absl::StatusOr<Authorizer> Authorizer::Create(const AuthzOptions& options,
     }
     std::string name = binding.name().empty() ? binding.sha256().substr(0, 12)
                                               : binding.name();
-    if (!authz.by_token_sha256_.emplace(binding.sha256(), Token{*role, name})
+    if (!rules->by_token_sha256.emplace(binding.sha256(), Rules::Token{*role, name})
              .second) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".sha256 is the same as an earlier token's"));
     }
   }
+  authz.rules_ = std::move(rules);
   return authz;
 }
 
+std::shared_ptr<const Authorizer::Rules> Authorizer::rules() const {
+  std::lock_guard<std::mutex> lock(*mu_);
+  return rules_;
+}
+
+void Authorizer::Replace(const Authorizer& next) {
+  std::shared_ptr<const Rules> rules = next.rules();
+  std::lock_guard<std::mutex> lock(*mu_);
+  rules_ = std::move(rules);
+}
+
 absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
+  // One set of rules for the whole call, whatever a reload does meanwhile.
+  const std::shared_ptr<const Rules> rules_now = rules();
+  const Rules& rules = *rules_now;
   // Only csd's own acceptor hands connections over, so an "fd:" peer is on
   // the Unix socket.
   const bool handed_over = HandedOverDescriptor(peer.address).has_value();
@@ -211,8 +227,8 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
       return absl::UnauthenticatedError(
           "bearer tokens are accepted only over TLS or from loopback");
     }
-    auto it = by_token_sha256_.find(Sha256Hex(*peer.bearer_token));
-    if (it == by_token_sha256_.end()) {
+    auto it = rules.by_token_sha256.find(Sha256Hex(*peer.bearer_token));
+    if (it == rules.by_token_sha256.end()) {
       return absl::UnauthenticatedError("the bearer token is not known to csd");
     }
     Caller caller;
@@ -226,28 +242,28 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
       return absl::UnauthenticatedError(absl::StrCat(
           "the Unix socket connection ", peer.address, " has no recorded credentials"));
     }
-    return IdentifyLocal(*peer.local);
+    return IdentifyLocal(rules, *peer.local);
   }
   if (!peer.verified_certificate) {
-    if (plaintext_role_ == Role::kNone && !plaintext_agents_) {
+    if (rules.plaintext_role == Role::kNone && !rules.plaintext_agents) {
       return absl::UnauthenticatedError(
           "no credential: present a client certificate or a bearer token "
           "(plaintext_role is none)");
     }
     Caller caller;
     caller.who = absl::StrCat("plaintext:", peer.address);
-    caller.role = plaintext_role_;
-    caller.any_host = plaintext_agents_;
+    caller.role = rules.plaintext_role;
+    caller.any_host = rules.plaintext_agents;
     return caller;
   }
   Caller caller;
   for (const std::string& uri : peer.uri_sans) {
     if (caller.who.empty() && absl::StartsWith(uri, "spiffe://")) caller.who = uri;
-    if (auto it = by_spiffe_id_.find(uri); it != by_spiffe_id_.end()) {
+    if (auto it = rules.by_spiffe_id.find(uri); it != rules.by_spiffe_id.end()) {
       caller.role = std::max(caller.role, it->second);
     }
     absl::string_view rest = uri;
-    if (caller.host_id.empty() && absl::ConsumePrefix(&rest, host_prefix_) &&
+    if (caller.host_id.empty() && absl::ConsumePrefix(&rest, rules.host_prefix) &&
         !rest.empty() && !absl::StrContains(rest, '/')) {
       caller.host_id = std::string(rest);
     }
@@ -255,15 +271,15 @@ absl::StatusOr<Caller> Authorizer::Identify(const Peer& peer) const {
   // A host's certificate is issued for the host: whatever CN its issuer
   // put in it (often the host's name, which a role binding may also name
   // for a person's certificate), it gets no role from it.
-  if (auto it = by_common_name_.find(peer.common_name);
-      caller.host_id.empty() && it != by_common_name_.end()) {
+  if (auto it = rules.by_common_name.find(peer.common_name);
+      caller.host_id.empty() && it != rules.by_common_name.end()) {
     caller.role = std::max(caller.role, it->second);
   }
   if (caller.who.empty()) caller.who = absl::StrCat("cn:", peer.common_name);
   return caller;
 }
 
-Caller Authorizer::IdentifyLocal(const LocalCredentials& credentials) const {
+Caller Authorizer::IdentifyLocal(const Rules& rules, const LocalCredentials& credentials) const {
   Caller caller;
   caller.who = absl::StrCat("uid:", credentials.uid);
   // Root on csd's host can read csd's store and replace its binary: no
@@ -275,15 +291,15 @@ Caller Authorizer::IdentifyLocal(const LocalCredentials& credentials) const {
   }
   // Any local user could have plaintext_role over loopback TCP: the socket
   // never gives less.
-  caller.role = plaintext_role_;
+  caller.role = rules.plaintext_role;
   auto grant = [&](const std::map<uint32_t, Role>& map, uint32_t id) {
     if (auto it = map.find(id); it != map.end()) {
       caller.role = std::max(caller.role, it->second);
     }
   };
-  grant(by_uid_, credentials.uid);
-  grant(by_gid_, credentials.gid);
-  for (uint32_t gid : credentials.groups) grant(by_gid_, gid);
+  grant(rules.by_uid, credentials.uid);
+  grant(rules.by_gid, credentials.gid);
+  for (uint32_t gid : credentials.groups) grant(rules.by_gid, gid);
   return caller;
 }
 

@@ -11,6 +11,8 @@
 #define COSCHED_SERVER_AUTHZ_H_
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,7 +82,7 @@ AuthzOptions AuthzOptionsFromConfig(const v1::CsdConfig& config);
 // (a new method is closed until it is classified here).
 Role RequiredRole(absl::string_view method);
 
-// Immutable after Create; thread-safe.
+// Thread-safe. Its rules change only by Replace (a reload of csd.yaml).
 class Authorizer {
  public:
   // INVALID_ARGUMENT naming the config key for an unknown role, a token hash
@@ -90,6 +92,10 @@ class Authorizer {
   // outlive the authorizer.
   static absl::StatusOr<Authorizer> Create(const AuthzOptions& options,
                                            const LocalPeerTable* local_peers = nullptr);
+
+  // Takes `next`'s identities, roles and tokens (a reload of csd.yaml):
+  // every call identified after it is judged by them. Thread-safe.
+  void Replace(const Authorizer& next);
 
   // UNAUTHENTICATED for an unknown bearer token, a token sent in plaintext
   // from off loopback, a plaintext caller when plaintext_role is none and
@@ -112,26 +118,35 @@ class Authorizer {
                                  absl::string_view host_id) const;
 
  private:
+  // Who gets which role: what a reload replaces, whole.
+  struct Rules {
+    std::string host_prefix;  // "spiffe://<trust-domain>/host/"
+    Role plaintext_role = Role::kViewer;
+    bool plaintext_agents = false;
+    std::map<std::string, Role> by_spiffe_id;
+    std::map<std::string, Role> by_common_name;
+    std::map<uint32_t, Role> by_uid;
+    std::map<uint32_t, Role> by_gid;
+    struct Token {
+      Role role;
+      std::string name;
+    };
+    std::map<std::string, Token> by_token_sha256;
+  };
+
   Authorizer() = default;
 
-  // A caller on the Unix socket, by what the kernel said of it.
-  Caller IdentifyLocal(const LocalCredentials& credentials) const;
-  // The peer of a call, with its Unix socket credentials when it has some.
+  std::shared_ptr<const Rules> rules() const;
+  // Identify for a caller on the Unix socket (credentials recorded).
+  Caller IdentifyLocal(const Rules& rules, const LocalCredentials& credentials) const;
+  // The peer of a call, with its recorded credentials when local.
   Peer PeerOf(const grpc::ServerContextBase& context) const;
 
-  std::string host_prefix_;  // "spiffe://<trust-domain>/host/"
-  Role plaintext_role_ = Role::kViewer;
-  bool plaintext_agents_ = false;
   const LocalPeerTable* local_peers_ = nullptr;
-  std::map<std::string, Role> by_spiffe_id_;
-  std::map<std::string, Role> by_common_name_;
-  std::map<uint32_t, Role> by_uid_;
-  std::map<uint32_t, Role> by_gid_;
-  struct Token {
-    Role role;
-    std::string name;
-  };
-  std::map<std::string, Token> by_token_sha256_;
+  // Guards rules_, which a reload swaps while calls read it; on the heap so
+  // that Create can return the authorizer by value.
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
+  std::shared_ptr<const Rules> rules_;
 };
 
 // The peer of a gRPC call: its verified certificate's identities, address

@@ -11,9 +11,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
+#include "common/config_reload.h"
 #include "common/version.h"
 #include "cosched/v1/config.pb.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/csd_server.h"
 
 namespace cosched::server {
@@ -83,6 +85,50 @@ StepFailure CheckOptions(CsdRun& run) {
   return {};
 }
 
+// A reload (SIGHUP): the file and the flags, checked whole as at start,
+// then applied by the server; nothing changes on any error.
+absl::Status ReloadConfig(CsdRun& run) {
+  if (run.config_file.empty()) {
+    LOG(WARNING) << "reload asked, but csd runs without --config: nothing to read";
+    return absl::OkStatus();
+  }
+  CsdRun next;
+  next.config_file = run.config_file;
+  next.listen = run.listen;
+  next.data_dir = run.data_dir;
+  next.metrics_listen = run.metrics_listen;
+  next.socket = run.socket;
+  next.insecure = run.insecure;
+  absl::Status status = RunReloadChecks<CsdRun, StepFailure>(
+      next, {LoadConfig, ApplyFlags, CheckOptions});
+  // What CsdServer cannot compare: whole messages of the file.
+  using google::protobuf::util::MessageDifferencer;
+  std::vector<std::string> fixed;
+  if (!MessageDifferencer::Equals(run.config.store(), next.config.store())) fixed.push_back("store");
+  if (!MessageDifferencer::Equals(run.config.engine(), next.config.engine())) fixed.push_back("engine");
+  if (!MessageDifferencer::Equals(run.config.rollout(), next.config.rollout())) {
+    fixed.push_back("rollout");
+  }
+  if (status.ok()) status = RestartOnly(fixed, "csd");
+  absl::StatusOr<std::string> changed;
+  if (status.ok()) {
+    changed = run.server->Reload(next.options);
+  } else {
+    run.server->CountRefusedReload();
+    changed = status;
+  }
+  if (!changed.ok()) {
+    LOG(ERROR) << "reload of " << run.config_file << " refused: " << changed.status().message()
+               << "; csd runs on with the settings it had";
+    return changed.status();
+  }
+  run.config = std::move(next.config);
+  run.options = std::move(next.options);
+  LOG(INFO) << "reloaded " << run.config_file << ": "
+            << (changed->empty() ? "nothing changed" : absl::StrCat("changed ", *changed));
+  return absl::OkStatus();
+}
+
 StepFailure StartServer(CsdRun& run) {
   auto server = CsdServer::Start(run.options);
   if (!server.ok()) {
@@ -99,16 +145,25 @@ CsdMainEnvironment ProcessCsdEnvironment() {
   sigemptyset(signals.get());
   sigaddset(signals.get(), SIGINT);
   sigaddset(signals.get(), SIGTERM);
+  sigaddset(signals.get(), SIGHUP);
   CsdMainEnvironment env;
   // Signals are taken by one thread with sigwait, never by a handler:
   // blocked before any thread starts, so every thread inherits the mask.
   env.before_start = [signals] { pthread_sigmask(SIG_BLOCK, signals.get(), nullptr); };
-  env.serve_until_stopped = [signals](CsdServer& server) {
+  env.serve_until_stopped = [signals](CsdServer& server,
+                                      const std::function<absl::Status()>& reload) {
     std::thread stopper([&] {
-      int sig = 0;
-      sigwait(signals.get(), &sig);
-      LOG(INFO) << "signal " << sig << ": shutting down";
-      server.Shutdown();
+      while (true) {
+        int sig = 0;
+        sigwait(signals.get(), &sig);
+        if (sig == SIGHUP) {
+          reload().IgnoreError();  // logged and counted by reload itself
+          continue;
+        }
+        LOG(INFO) << "signal " << sig << ": shutting down";
+        server.Shutdown();
+        return;
+      }
     });
     server.Wait();
     stopper.join();
@@ -164,7 +219,9 @@ int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
       return failed.code;
     }
   }
-  if (env.serve_until_stopped) env.serve_until_stopped(*run.server);
+  if (env.serve_until_stopped) {
+    env.serve_until_stopped(*run.server, [&run] { return ReloadConfig(run); });
+  }
   // Teardown: stops serving, drains the store's writes.
   run.server.reset();
   return kCsdExitOk;

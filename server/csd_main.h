@@ -9,6 +9,8 @@
 #include <functional>
 #include <ostream>
 
+#include "absl/status/status.h"
+
 namespace cosched::server {
 
 class CsdServer;
@@ -25,7 +27,11 @@ struct CsdMainEnvironment {
   // Runs once csd serves, and returns when it is to stop. The process's
   // default (ProcessCsdEnvironment) blocks SIGINT and SIGTERM before csd
   // starts and waits for one of them.
-  std::function<void(CsdServer& server)> serve_until_stopped;
+  // `reload` reads the config file again (with the same flags over it) and
+  // applies it (CsdServer::Reload), logging what changed or why nothing
+  // did; its status is for tests. The process's default reloads on SIGHUP.
+  std::function<void(CsdServer& server, const std::function<absl::Status()>& reload)>
+      serve_until_stopped;
   // Called before csd starts any thread (the process blocks its signals
   // there, so that only serve_until_stopped receives them). May be empty.
   std::function<void()> before_start;

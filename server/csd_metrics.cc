@@ -188,6 +188,12 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                                 "predicted gain, or a forced-idle budget measured over "
                                 "its limit.")
                           .Register(*registry_)),
+      config_reloads_(prometheus::BuildCounter()
+                          .Name("cosched_csd_config_reloads_total")
+                          .Help("Reloads of csd.yaml (systemctl reload, SIGHUP), by result: "
+                                "applied, or refused (a bad file or a setting that needs a "
+                                "restart; nothing of it applied, the log says why).")
+                          .Register(*registry_)),
       engine_gain_changes_(engine_changes_.Add({{"kind", "gain"}})),
       engine_budget_changes_(engine_changes_.Add({{"kind", "budget"}})),
       prediction_error_(
@@ -200,6 +206,7 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})) {
   metrics::AddBuildInfo(*registry_);
+  for (const char* result : {"applied", "refused"}) config_reloads_.Add({{"result", result}});
   auto& sibling = prometheus::BuildCounter()
                       .Name("cosched_fleet_vm_sibling_seconds_total")
                       .Help("Run time of all VMs in reported windows, split "
@@ -211,6 +218,10 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
   auto read = [](const std::function<double()>& f) {
     return [f] { return f ? f() : 0.0; };
   };
+  scrape_gauges_->Add("cosched_csd_config_reload_failed",
+                      "1 when the last reload of csd.yaml was refused: csd runs on the "
+                      "settings before it, not on what the file says. Alert on 1.",
+                      [this] { return static_cast<double>(last_reload_failed_.load()); });
   scrape_gauges_->Add("cosched_csd_engine_budget_unmet_hosts",
                       "Hosts whose measured forced idle was over their tenants' least "
                       "budget in the engine's last pass with no allowed layout predicted "
@@ -372,6 +383,11 @@ void CsdMetrics::SetPredictionErrors(const std::map<std::string, double>& error_
 }
 
 void CsdMetrics::SetBudgetUnmetHosts(int hosts) { budget_unmet_hosts_ = hosts; }
+
+void CsdMetrics::RecordConfigReload(bool applied) {
+  config_reloads_.Add({{"result", applied ? "applied" : "refused"}}).Increment();
+  last_reload_failed_ = applied ? 0 : 1;
+}
 
 void CsdMetrics::FreshHosts(int* hosts,
                             std::array<int, v1::EnforcementState_ARRAYSIZE>* vms_by_state) {

@@ -110,6 +110,9 @@ class CsdMetrics {
   // Hosts over budget in the last interval pass with no allowed layout
   // predicted within it.
   void SetBudgetUnmetHosts(int hosts);
+  // A reload of csd.yaml (SIGHUP) was applied, or refused (nothing of it
+  // applied).
+  void RecordConfigReload(bool applied);
 
  private:
   struct HostReport {
@@ -137,10 +140,12 @@ class CsdMetrics {
   prometheus::Counter& forced_idle_seconds_;
   prometheus::Histogram& longest_foreign_;
   prometheus::Family<prometheus::Counter>& engine_changes_;
+  prometheus::Family<prometheus::Counter>& config_reloads_;
   prometheus::Counter& engine_gain_changes_;
   prometheus::Counter& engine_budget_changes_;
   prometheus::Histogram& prediction_error_;
   std::atomic<int> budget_unmet_hosts_{0};
+  std::atomic<int> last_reload_failed_{0};
 
   std::mutex mu_;
   // The engine's last pass: host -> forced-idle error (bounded by the hosts

@@ -2,16 +2,20 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config_reload.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -275,6 +279,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
 
   std::unique_ptr<CsdServer> csd(new CsdServer());
   CsdServer* self = csd.get();
+  csd->options_ = options;
   CsdMetricsOptions metrics_options;
   // Read only while metrics are served, which Shutdown stops first.
   metrics_options.connected_agents = [self] {
@@ -456,6 +461,80 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
             << options.data_dir << ", revision "
             << csd->store_->CurrentRevision();
   return csd;
+}
+
+namespace {
+
+// The settings a reload cannot change: the names of those `next` changes.
+std::vector<std::string> RestartOnlyChanges(const CsdOptions& now, const CsdOptions& next) {
+  using google::protobuf::util::MessageDifferencer;
+  std::vector<std::string> changed;
+  auto note = [&changed](bool differs, const char* name) {
+    if (differs) changed.push_back(name);
+  };
+  note(now.listen != next.listen, "listen");
+  note(now.data_dir != next.data_dir, "data_dir");
+  note(!MessageDifferencer::Equals(now.tls, next.tls), "tls");
+  note(now.insecure != next.insecure, "insecure");
+  note(now.changelog_retention != next.changelog_retention, "changelog_retention");
+  note(now.audit_retention_days != next.audit_retention_days, "audit_retention_days");
+  note(now.metrics_listen != next.metrics_listen, "metrics_listen");
+  note(now.class_conflicts != next.class_conflicts, "class_conflicts");
+  // store, engine and rollout: csd's main compares them in the file
+  // (ReloadConfig), where each is one message.
+  note(now.local_socket.path != next.local_socket.path ||
+           now.local_socket.group != next.local_socket.group ||
+           now.local_socket.mode != next.local_socket.mode,
+       "local_socket");
+  return changed;
+}
+
+bool SameBindings(const AuthzOptions& a, const AuthzOptions& b) {
+  using google::protobuf::util::MessageDifferencer;
+  auto same = [](const auto& x, const auto& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                      [](const auto& m, const auto& n) { return MessageDifferencer::Equals(m, n); });
+  };
+  return same(a.roles, b.roles) && same(a.tokens, b.tokens);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CsdServer::Reload(const CsdOptions& next) {
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  absl::StatusOr<std::string> result = [&]() -> absl::StatusOr<std::string> {
+    RETURN_IF_ERROR(RestartOnly(RestartOnlyChanges(options_, next), "csd"));
+    ASSIGN_OR_RETURN(EnforcePolicy enforce, ParseEnforcePolicy(next.enforce, next.when_vulnerable));
+    ASSIGN_OR_RETURN(Authorizer authz, Authorizer::Create(next.authz, local_peers_.get()));
+    std::vector<std::string> changed;
+    const AuthzOptions& was = options_.authz;
+    if (!SameBindings(was, next.authz)) changed.push_back("roles and tokens");
+    if (was.plaintext_role != next.authz.plaintext_role) changed.push_back("plaintext_role");
+    if (was.plaintext_agents != next.authz.plaintext_agents) changed.push_back("plaintext_agents");
+    if (was.trust_domain != next.authz.trust_domain) changed.push_back("trust_domain");
+    if (options_.tag_from_metadata != next.tag_from_metadata) changed.push_back("tag_from_metadata");
+    if (options_.enforce != next.enforce || options_.when_vulnerable != next.when_vulnerable) {
+      changed.push_back("enforce");
+    }
+    if (options_.host_stale_after_s != next.host_stale_after_s) changed.push_back("host_stale_after_s");
+    if (changed.empty()) return std::string();
+    const std::string what = absl::StrJoin(changed, ", ");
+    // On record before it applies: a reload that cannot be audited changes
+    // nothing.
+    RETURN_IF_ERROR(state_->AuditConfigReload(what));
+    authz_->Replace(authz);
+    state_->set_tag_from_metadata(next.tag_from_metadata);
+    state_->set_enforce_policy(std::move(enforce));
+    state_->set_host_stale_after(absl::Seconds(next.host_stale_after_s));
+    options_.authz = next.authz;
+    options_.tag_from_metadata = next.tag_from_metadata;
+    options_.enforce = next.enforce;
+    options_.when_vulnerable = next.when_vulnerable;
+    options_.host_stale_after_s = next.host_stale_after_s;
+    return what;
+  }();
+  metrics_->RecordConfigReload(result.ok());
+  return result;
 }
 
 void CsdServer::Shutdown() {

@@ -129,6 +129,20 @@ class CsdServer {
   // Blocks until Shutdown() from another thread.
   void Wait();
 
+  // A reload of csd.yaml (SIGHUP; docs/operating.md, "Reloading csd's
+  // configuration"): `next` (checked by ValidateCsdOptions) takes effect at
+  // once for who gets which role (roles, tokens, plaintext_role,
+  // plaintext_agents, trust_domain), tag_from_metadata, enforce and
+  // when_vulnerable, and host_stale_after_s; the change is audited
+  // (ReloadConfig, by csd:reload) and counted. Any other setting that
+  // differs needs a restart: FAILED_PRECONDITION naming each, and nothing
+  // changes; so does an authorization error (INVALID_ARGUMENT). csd's
+  // main refuses changes of store, engine and rollout itself. Returns
+  // what changed ("" when nothing did). Thread-safe.
+  absl::StatusOr<std::string> Reload(const CsdOptions& next);
+  // A reload refused before it reached Reload (a bad file), for the metric.
+  void CountRefusedReload() { metrics_->RecordConfigReload(false); }
+
  private:
   CsdServer() = default;
   // gRPC health: NOT_SERVING while the store cannot be reached (a store in
@@ -169,6 +183,9 @@ class CsdServer {
   std::unique_ptr<grpc::Server> server_;
   // After the server: stopped (and destroyed) before it.
   std::unique_ptr<LocalSocketServer> local_socket_;
+  // What it runs with, as reloads changed it; under reload_mu_.
+  std::mutex reload_mu_;
+  CsdOptions options_;
   int port_ = 0;
   std::string address_;
   std::once_flag shutdown_once_;

@@ -413,7 +413,7 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
   auto delta = std::make_shared<PlacementDelta>();
   WriteAndAnswer<v1::RegisterResponse>(
       store_,
-      [request, actor, audit, delta, enforce = enforce_](
+      [request, actor, audit, delta, enforce = enforce_policy()](
           store::Transaction& txn, v1::RegisterResponse& response) -> absl::Status {
         *delta = PlacementDelta();
         ASSIGN_OR_RETURN(auto existing, txn.GetHost(request.host_id()));
@@ -485,6 +485,17 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
                 if (r.ok()) r->set_revision(store_->CurrentRevision());
                 done(std::move(r));
               })));
+}
+
+absl::Status DesiredState::AuditConfigReload(const std::string& changed) {
+  v1::AuditRecord logged;
+  RETURN_IF_ERROR(store_->WriteSync([&](store::Transaction& txn) {
+    return internal::Audit(txn, "csd:reload", "admin", "ReloadConfig", "csd.yaml", nullptr,
+                           nullptr, store_->CurrentRevision(), &logged,
+                           absl::StrCat("changed ", changed));
+  }));
+  internal::LogAudit(logged);
+  return absl::OkStatus();
 }
 
 }  // namespace cosched::server

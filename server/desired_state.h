@@ -4,6 +4,7 @@
 #ifndef COSCHED_SERVER_DESIRED_STATE_H_
 #define COSCHED_SERVER_DESIRED_STATE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -153,14 +154,22 @@ class DesiredState {
   // metadata on host X". Only the VM's owner host's metadata counts; a
   // change of it retags the VM, and metadata that turns bad or names no
   // tenant any more untags it (fail-closed). A VM tagged by TagVM is never
-  // changed by metadata. Set before serving; default off.
+  // changed by metadata. Default off; a reload of csd.yaml may change it.
   void set_tag_from_metadata(bool on) { tag_from_metadata_ = on; }
 
   // csd.yaml `enforce` (host_enablement.h): what Register and Report
   // answer each host, what Place takes a host that needs no cookies for,
-  // and what GetHost shows. Set before serving; default always.
-  void set_enforce_policy(EnforcePolicy policy) { enforce_ = std::move(policy); }
-  const EnforcePolicy& enforce_policy() const { return enforce_; }
+  // and what GetHost shows. Default always; a reload of csd.yaml may
+  // change it.
+  void set_enforce_policy(EnforcePolicy policy) {
+    auto next = std::make_shared<const EnforcePolicy>(std::move(policy));
+    std::lock_guard<std::mutex> lock(settings_mu_);
+    enforce_ = std::move(next);
+  }
+  EnforcePolicy enforce_policy() const {
+    std::lock_guard<std::mutex> lock(settings_mu_);
+    return *enforce_;
+  }
 
   // The staged rollout as csd last wrote or read it: which hosts Register,
   // Report and GetHost say are enabled. Its writer (RolloutControl) sets
@@ -216,8 +225,10 @@ class DesiredState {
   }
   store::Store& store() const { return *store_; }
   // Place chooses only hosts that are connected or reported within this
-  // long (default 60 s: six report intervals). Set before serving.
-  void set_host_stale_after(absl::Duration d) { host_stale_after_ = d; }
+  // long (default 60 s: six report intervals). A reload of csd.yaml may
+  // change it.
+  void set_host_stale_after(absl::Duration d) { host_stale_after_ns_ = absl::ToInt64Nanoseconds(d); }
+  absl::Duration host_stale_after() const { return absl::Nanoseconds(host_stale_after_ns_.load()); }
   // Why Place would not choose `host` now: empty when it would.
   std::string UnplaceableReason(const v1::Host& host, bool needs_isolation) const;
   // When the host's agent last reported to any replica (nullopt: not
@@ -255,6 +266,10 @@ class DesiredState {
   };
   absl::StatusOr<StatsQuery> QueryStats(const v1::GetStatsRequest& request);
   // Newest first.
+  // Puts a reload of csd.yaml on record (method ReloadConfig, by
+  // csd:reload, `changed` as its reason); the store's error otherwise.
+  absl::Status AuditConfigReload(const std::string& changed);
+
   absl::StatusOr<v1::ListAuditRecordsResponse> ListAuditRecords(
       const v1::ListAuditRecordsRequest& request);
 
@@ -367,9 +382,11 @@ class DesiredState {
   PlacementView placement_;
   double explain_predict_s_ = 5;
   std::function<bool(absl::string_view)> connected_;
-  absl::Duration host_stale_after_ = absl::Seconds(60);
-  bool tag_from_metadata_ = false;
-  EnforcePolicy enforce_;
+  // The settings a reload of csd.yaml changes while calls read them.
+  std::atomic<int64_t> host_stale_after_ns_{absl::ToInt64Nanoseconds(absl::Seconds(60))};
+  std::atomic<bool> tag_from_metadata_{false};
+  mutable std::mutex settings_mu_;
+  std::shared_ptr<const EnforcePolicy> enforce_ = std::make_shared<const EnforcePolicy>();
   RolloutView rollout_;
   HostLiveness liveness_;
   std::string replica_name_;

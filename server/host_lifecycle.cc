@@ -47,17 +47,17 @@ absl::Duration DesiredState::SilentFor(const v1::Host& host) const {
 
 bool DesiredState::IsConnected(absl::string_view host_id) const {
   return (connected_ && connected_(host_id)) ||
-         liveness_.ConnectedElsewhere(host_id, absl::Now() - host_stale_after_);
+         liveness_.ConnectedElsewhere(host_id, absl::Now() - host_stale_after());
 }
 
 std::string DesiredState::ConnectedReplica(absl::string_view host_id) const {
   if (connected_ && connected_(host_id)) return replica_name_;
-  return liveness_.ConnectedReplica(host_id, absl::Now() - host_stale_after_);
+  return liveness_.ConnectedReplica(host_id, absl::Now() - host_stale_after());
 }
 
 bool DesiredState::IsLive(const v1::Host& host) const {
   if (IsConnected(host.host_id())) return true;
-  return absl::Now() - LastSeen(host) <= host_stale_after_;
+  return absl::Now() - LastSeen(host) <= host_stale_after();
 }
 
 std::string DesiredState::UnplaceableReason(const v1::Host& host,
@@ -65,7 +65,7 @@ std::string DesiredState::UnplaceableReason(const v1::Host& host,
   if (host.draining()) return "draining";
   // A host the operator waived counts as isolating without cookies.
   const v1::HostEnablement enablement =
-      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host));
+      EnablementOf(host.capabilities().preflight(), enforce_policy(), rollout_.VerdictFor(host));
   if (enablement.state() == v1::HostEnablement::STATE_WAIVED) {
     needs_isolation = false;
   }
@@ -87,7 +87,7 @@ std::string DesiredState::UnplaceableReason(const v1::Host& host,
   }
   if (!IsLive(host)) {
     return absl::StrCat("not live (no agent connected, no report in ",
-                        absl::FormatDuration(host_stale_after_), ")");
+                        absl::FormatDuration(host_stale_after()), ")");
   }
   return "";
 }
@@ -98,7 +98,7 @@ void DesiredState::AddLiveness(v1::Host& host) const {
   if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();
   host.set_unplaceable_reason(UnplaceableReason(host, /*needs_isolation=*/true));
   *host.mutable_enablement() =
-      EnablementOf(host.capabilities().preflight(), enforce_, rollout_.VerdictFor(host));
+      EnablementOf(host.capabilities().preflight(), enforce_policy(), rollout_.VerdictFor(host));
 }
 
 void DesiredState::SetHostDraining(const v1::DrainHostRequest& request, bool draining,
@@ -241,7 +241,7 @@ void DesiredState::RemoveHost(const v1::RemoveHostRequest& request, const Actor&
               named.empty() ? "" : absl::StrCat(" (tagged: ", absl::StrJoin(named, ", "),
                                                 vms.size() > named.size() ? ", ..." : "", ")"),
               "; move or stop them, or wait until it has not reported for ",
-              absl::FormatDuration(host_stale_after_)));
+              absl::FormatDuration(host_stale_after())));
         }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         const auto now = TimeUtil::GetCurrentTime();

@@ -85,7 +85,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   // the setting or of the host's vulnerabilities reaches a running agent.
   liveness_.Note(request, absl::Now());
   std::optional<v1::Host> registered = placement_.HostRecord(request.host_id());
-  done = [enablement = EnablementOf(request.preflight(), enforce_,
+  done = [enablement = EnablementOf(request.preflight(), enforce_policy(),
                                     registered ? rollout_.VerdictFor(*registered) : RolloutVerdict{}),
           done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
     if (r.ok()) *r->mutable_enablement() = enablement;
@@ -133,7 +133,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   WriteAndAnswer<v1::ReportResponse>(
       store_,
       [report, tagged_id, delta, moves, cores, from_metadata,
-       tag_from_metadata = tag_from_metadata_](store::Transaction& txn,
+       tag_from_metadata = tag_from_metadata_.load()](store::Transaction& txn,
                                                v1::ReportResponse&) -> absl::Status {
         *delta = PlacementDelta();
         moves->clear();

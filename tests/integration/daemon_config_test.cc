@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "server/csd_main.h"
+#include "server/authz.h"
 #include "server/csd_server.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/status_matchers.h"
@@ -46,7 +48,7 @@ Exit Csd(std::vector<std::string> args) {
   args.insert(args.begin(), "csd");
   server::CsdMainEnvironment env;
   // A csd that starts anyway stops at once (and the test fails on its code).
-  env.serve_until_stopped = [](server::CsdServer&) {};
+  env.serve_until_stopped = [](server::CsdServer&, const std::function<absl::Status()>&) {};
   return RunMain(server::RunCsdMain, env, std::move(args));
 }
 
@@ -221,7 +223,7 @@ TEST_F(DaemonConfigTest, CsdServesUntilItsEnvironmentStopsIt) {
   for (int run = 0; run < 2; ++run) {
     bool served = false;
     server::CsdMainEnvironment env;
-    env.serve_until_stopped = [&](server::CsdServer& csd) {
+    env.serve_until_stopped = [&](server::CsdServer& csd, const std::function<absl::Status()>&) {
       auto stub = v1::ControlPlane::NewStub(
           grpc::CreateChannel(csd.address(), grpc::InsecureChannelCredentials()));
       grpc::ClientContext context;
@@ -234,6 +236,89 @@ TEST_F(DaemonConfigTest, CsdServesUntilItsEnvironmentStopsIt) {
     EXPECT_EQ(e.code, 0) << e.output;
     EXPECT_TRUE(served) << "run " << run;
   }
+}
+
+// Issue #33 item 5: `systemctl reload csd` (SIGHUP) reads csd.yaml again
+// through the checks made at start: who gets which role changes at once for
+// the next call, the change is audited; a bad value or a setting that
+// needs a restart is refused whole, with its line or its name, and the
+// refusal is exported.
+TEST_F(DaemonConfigTest, CsdReloadsRolesAndTokensAndRefusesABadFileWhole) {
+  const std::string head = "listen: 127.0.0.1:0\ndata_dir: " + dir_.Sub("data") +
+                           "\nmetrics_listen: 127.0.0.1:0\nlocal_socket: {path: \"off\"}\n";
+  auto token = [](const std::string& name, const std::string& secret) {
+    return "  - {role: operator, name: " + name + ", sha256: " + server::Sha256Hex(secret) + "}\n";
+  };
+  const std::string config = Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha"));
+  server::CsdMainEnvironment env;
+  bool ran = false;
+  env.serve_until_stopped = [&](server::CsdServer& csd,
+                                const std::function<absl::Status()>& reload) {
+    ran = true;
+    auto stub = v1::ControlPlane::NewStub(
+        grpc::CreateChannel(csd.address(), grpc::InsecureChannelCredentials()));
+    auto tag = [&](const std::string& secret) {
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", "Bearer " + secret);
+      v1::TagVMRequest request;
+      request.set_vm_id("vm-1");
+      request.set_tenant_id("acme");
+      v1::TagVMResponse response;
+      return stub->TagVM(&context, request, &response).error_code();
+    };
+    auto metric = [&](const std::string& name, const std::map<std::string, std::string>& labels) {
+      return cosched::testing::SampleValue(
+                 cosched::testing::HttpGet(csd.metrics_port(), "/metrics"), name, labels)
+          .value_or(-1);
+    };
+    EXPECT_EQ(tag("alpha"), grpc::StatusCode::OK);
+    EXPECT_EQ(tag("beta"), grpc::StatusCode::UNAUTHENTICATED);
+
+    Write("csd.yaml", head + "tokens:\n" + token("ci-2", "beta"));
+    EXPECT_OK(reload());
+    EXPECT_EQ(tag("alpha"), grpc::StatusCode::UNAUTHENTICATED) << "a retired token still works";
+    EXPECT_EQ(tag("beta"), grpc::StatusCode::OK);
+    {
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", "Bearer beta");
+      v1::ListAuditRecordsRequest request;
+      request.set_who("csd:reload");
+      v1::ListAuditRecordsResponse audit;
+      ASSERT_TRUE(stub->ListAuditRecords(&context, request, &audit).ok());
+      ASSERT_EQ(audit.records_size(), 1);
+      EXPECT_EQ(audit.records(0).method(), "ReloadConfig");
+      EXPECT_EQ(audit.records(0).reason(), "changed roles and tokens");
+    }
+
+    // A bad value: refused, naming the line; the tokens stay as they were.
+    Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") + "host_stale_after_s: -1\n");
+    absl::Status bad = reload();
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find(config + ":7: host_stale_after_s must be 1 to 86400"),
+              std::string::npos)
+        << bad;
+    EXPECT_EQ(tag("alpha"), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(metric("cosched_csd_config_reload_failed", {}), 1);
+
+    // Settings that need a restart: refused by name, nothing applied.
+    Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") + "engine: {min_dwell_s: 600}\n");
+    absl::Status fixed = reload();
+    EXPECT_EQ(fixed.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(fixed.message().find("changes engine, which take effect only at a restart"),
+              std::string::npos)
+        << fixed;
+    Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") +
+                          "class_conflicts: [{a: cache-heavy, b: io-heavy}]\n");
+    fixed = reload();
+    EXPECT_EQ(fixed.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(fixed.message().find("changes class_conflicts"), std::string::npos) << fixed;
+    EXPECT_EQ(tag("alpha"), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(metric("cosched_csd_config_reloads_total", {{"result", "applied"}}), 1);
+    EXPECT_EQ(metric("cosched_csd_config_reloads_total", {{"result", "refused"}}), 3);
+  };
+  Exit e = RunMain(server::RunCsdMain, env, {"csd", "--config", config});
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_TRUE(ran) << e.output;
 }
 
 TEST_F(DaemonConfigTest, CsAgentNamesTheLineOfABadValueAndExits2) {

@@ -134,6 +134,32 @@ TEST(Authorizer, RolesFromSpiffeIdOrCommonName) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// A reload of csd.yaml: the next call is judged by the new rules whole (a
+// retired token and a removed binding no longer count, new ones do).
+TEST(Authorizer, ReplaceJudgesTheNextCallByTheNewRules) {
+  Authorizer authz = Make();
+  Peer token = Certificate({}, "stranger");
+  token.bearer_token = "viewer-token";
+  ASSERT_OK(authz.Identify(token));
+  EXPECT_EQ(authz.Identify(Certificate({}, "bob"))->role, Role::kOperator);
+
+  AuthzOptions next = Options();
+  next.tokens.clear();
+  v1::TokenBinding rotated;
+  rotated.set_role("viewer");
+  rotated.set_sha256(Sha256Hex("rotated-token"));
+  next.tokens.push_back(rotated);
+  next.roles[0].clear_common_names();
+  authz.Replace(Make(next));
+
+  EXPECT_EQ(authz.Identify(token).status().code(), absl::StatusCode::kUnauthenticated);
+  token.bearer_token = "rotated-token";
+  EXPECT_OK(authz.Identify(token));
+  EXPECT_EQ(authz.Identify(Certificate({}, "bob"))->role, Role::kNone);
+  EXPECT_EQ(authz.Identify(Certificate({"spiffe://example.org/user/alice"}, "x"))->role,
+            Role::kOperator);
+}
+
 TEST(Authorizer, BearerTokens) {
   Authorizer authz = Make();
   Peer peer = Certificate({}, "stranger");

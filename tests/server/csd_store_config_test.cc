@@ -35,7 +35,7 @@ class CsdStoreConfigTest : public ::testing::Test {
     std::vector<const char*> argv;
     for (const std::string& a : args) argv.push_back(a.c_str());
     CsdMainEnvironment env;
-    env.serve_until_stopped = [](CsdServer&) {};  // one that starts anyway stops at once
+    env.serve_until_stopped = [](CsdServer&, const std::function<absl::Status()>&) {};  // one that starts anyway stops at once
     std::ostringstream out, err;
     Exit e;
     e.code = RunCsdMain(static_cast<int>(argv.size()), argv.data(), env, out, err);
