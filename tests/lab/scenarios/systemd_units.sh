@@ -11,6 +11,8 @@
 #    changes (read back before, while down, and after);
 #  - `systemctl reload cs-agent`: a new label reaches csd without a
 #    restart, a bad file is refused and logged, no cookie changes;
+#  - `systemctl reload csd`: a change applied and audited, same pid; a
+#    restart-only one refused and logged;
 #  - both daemons' logs are in the journal.
 . "$LAB_GUEST/lib.sh"
 set -u
@@ -119,6 +121,20 @@ cp /tmp/cs-agent.yaml.orig /etc/cosched/cs-agent.yaml
 lab_cookies "$vm" | sort >/tmp/after-reload.txt
 cmp -s /tmp/before.txt /tmp/after-reload.txt || { diff /tmp/before.txt /tmp/after-reload.txt; lab_fail "cookies changed across the reloads"; }
 lab_result "systemctl reload cs-agent" "label rack=r7 at csd, same pid $restarted; a bad file refused and logged; every cookie the same"
+
+# systemctl reload csd: csd.yaml read again without a restart, the change
+# on record (ReloadConfig by csd:reload); a bad file refused and logged.
+sed -i 's/^host_stale_after_s: 60$/host_stale_after_s: 120/' /etc/cosched/csd.yaml
+grep -q '^host_stale_after_s: 120$' /etc/cosched/csd.yaml || lab_fail "the packaged csd.yaml has no host_stale_after_s: 60 to change"
+systemctl reload csd.service || lab_fail "systemctl reload csd.service"
+lab_wait_for 30 sh -c 'csctl audit --who csd:reload -o json | grep -q "changed host_stale_after_s"' ||
+  { csctl audit --limit 5; lab_fail "csd's reload is not on record"; }
+[ "$(main_pid csd.service)" = "$csd" ] || lab_fail "systemctl reload restarted csd"
+sed -i 's/^audit_retention_days: 365$/audit_retention_days: 30/' /etc/cosched/csd.yaml
+systemctl reload csd.service || lab_fail "systemctl reload csd.service (a restart-only change)"
+lab_wait_for 30 sh -c "journalctl -u csd.service _PID=$csd --no-pager | grep -q 'refused: the file changes audit_retention_days'" ||
+  lab_fail "csd did not log the refused reload"
+lab_result "systemctl reload csd" "host_stale_after_s 60 -> 120 audited as ReloadConfig, same pid $csd; a restart-only change refused and logged"
 
 # The journal has both daemons' logs.
 csd_lines=$(journalctl -u csd.service --no-pager -q | wc -l)
