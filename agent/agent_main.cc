@@ -74,10 +74,15 @@ StepFailure ApplyFlags(AgentRun& run) {
 StepFailure CheckOptions(AgentRun& run) {
   absl::StatusOr<AgentOptions> options = AgentOptionsFromConfig(run.config);
   if (!options.ok()) return {kAgentExitUsage, run.locations.Locate(options.status().message())};
-  // The packaged file names no csd: installing the package on a running
-  // hypervisor must change no cookie until an operator says which csd
-  // decides them (docs/operating.md, "First deployment"). Without a file
-  // (tests, trials) the default address stands.
+  run.options = std::move(*options);
+  return {};
+}
+
+// The packaged file names no csd: installing the package on a running
+// hypervisor must change no cookie until an operator says which csd
+// decides them (docs/operating.md, "First deployment"). Without a file
+// (tests, trials) the default address stands; --probe needs no csd.
+StepFailure RequireServer(AgentRun& run) {
   if (!run.config_file.empty() && run.config.server().empty()) {
     return {kAgentExitUsage,
             absl::StrCat(run.config_file,
@@ -86,7 +91,6 @@ StepFailure CheckOptions(AgentRun& run) {
                          "replicas comma-separated) and start it again (docs/operating.md, "
                          "\"First deployment\")")};
   }
-  run.options = std::move(*options);
   return {};
 }
 
@@ -235,6 +239,7 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
       {"load the config file", LoadConfig},
       {"apply the flags", ApplyFlags},
       {"check the options", CheckOptions},
+      {"require a csd", RequireServer},
       {"prepare the process",
        [&env](AgentRun&) -> StepFailure {
          if (env.before_start) env.before_start();

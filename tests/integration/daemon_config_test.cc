@@ -348,6 +348,10 @@ TEST_F(DaemonConfigTest, AnAgentWhoseFileNamesNoCsdDoesNotStartAndSaysWhatToSet)
   EXPECT_FALSE(std::filesystem::exists(state)) << "the unconfigured agent made its state dir";
   ExpectUsageError(Agent({"--config", std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/cs-agent.yaml"}),
                    "server is not set");
+  // --probe, before any csd is named, answers what the host can do
+  // (0: it can tag, 3: it cannot), never the usage error.
+  Exit probe = Agent({"--probe", "--config", config});
+  EXPECT_TRUE(probe.code == 0 || probe.code == 3) << probe.code << ": " << probe.output;
   std::ifstream unit(std::string(COSCHED_DEPLOY_SYSTEMD_DIR) + "/cs-agent.service");
   const std::string text((std::istreambuf_iterator<char>(unit)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\nRestartPreventExitStatus=2\n"), std::string::npos);
