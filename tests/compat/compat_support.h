@@ -1,5 +1,5 @@
 // What make_compat_fixtures and compat_test share: a csd of their own on a
-// store, the stubs to it, and the agent's state files in a dir.
+// store of the fixture's kind.
 #ifndef COSCHED_TESTS_COMPAT_COMPAT_SUPPORT_H_
 #define COSCHED_TESTS_COMPAT_COMPAT_SUPPORT_H_
 
