@@ -27,8 +27,11 @@ namespace {
 
 // Everything the steps share.
 struct AgentRun {
-  std::string config_file, server, host_id, state_dir, discovery_mode, metrics_listen;
-  bool insecure = false;
+  // The command line; a reload reads the file again under the same flags.
+  struct Flags {
+    std::string config_file, server, host_id, state_dir, discovery_mode, metrics_listen;
+    bool insecure = false;
+  } flags;
   v1::AgentConfig config;
   ConfigLocations locations;
   AgentOptions options;
@@ -46,8 +49,8 @@ struct StepFailure {
 using Step = std::function<StepFailure(AgentRun&)>;
 
 StepFailure LoadConfig(AgentRun& run) {
-  if (run.config_file.empty()) return {};
-  absl::Status loaded = LoadYamlConfigFile(run.config_file, &run.config, &run.locations);
+  if (run.flags.config_file.empty()) return {};
+  absl::Status loaded = LoadYamlConfigFile(run.flags.config_file, &run.config, &run.locations);
   if (!loaded.ok()) return {kAgentExitUsage, std::string(loaded.message())};
   return {};
 }
@@ -60,12 +63,12 @@ StepFailure ApplyFlags(AgentRun& run) {
     (run.config.*set)(flag);
     run.locations.Forget(std::string(key));
   };
-  apply(run.server, "server", &v1::AgentConfig::set_server);
-  apply(run.host_id, "host_id", &v1::AgentConfig::set_host_id);
-  apply(run.state_dir, "state_dir", &v1::AgentConfig::set_state_dir);
-  apply(run.discovery_mode, "discovery", &v1::AgentConfig::set_discovery);
-  apply(run.metrics_listen, "metrics_listen", &v1::AgentConfig::set_metrics_listen);
-  if (run.insecure) run.config.set_insecure(true);
+  apply(run.flags.server, "server", &v1::AgentConfig::set_server);
+  apply(run.flags.host_id, "host_id", &v1::AgentConfig::set_host_id);
+  apply(run.flags.state_dir, "state_dir", &v1::AgentConfig::set_state_dir);
+  apply(run.flags.discovery_mode, "discovery", &v1::AgentConfig::set_discovery);
+  apply(run.flags.metrics_listen, "metrics_listen", &v1::AgentConfig::set_metrics_listen);
+  if (run.flags.insecure) run.config.set_insecure(true);
   return {};
 }
 
@@ -83,9 +86,9 @@ StepFailure CheckOptions(AgentRun& run) {
 // decides them (docs/operating.md, "First deployment"). Without a file
 // (tests, trials) the default address stands; --probe needs no csd.
 StepFailure RequireServer(AgentRun& run) {
-  if (!run.config_file.empty() && run.config.server().empty()) {
+  if (!run.flags.config_file.empty() && run.config.server().empty()) {
     return {kAgentExitUsage,
-            absl::StrCat(run.config_file,
+            absl::StrCat(run.flags.config_file,
                          ": server is not set, so cs-agent does not start and changes no "
                          "cookie: set server to csd's address (host:port, or several "
                          "replicas comma-separated) and start it again (docs/operating.md, "
@@ -126,18 +129,12 @@ std::vector<std::string> DiscoveryChanges(const v1::AgentConfig& now, const v1::
 // A reload (SIGHUP): the file and the flags, checked whole as at start,
 // then applied by the agent; nothing changes on any error.
 absl::Status ReloadConfig(AgentRun& run) {
-  if (run.config_file.empty()) {
+  if (run.flags.config_file.empty()) {
     LOG(WARNING) << "reload asked, but cs-agent runs without --config: nothing to read";
     return absl::OkStatus();
   }
   AgentRun next;
-  next.config_file = run.config_file;
-  next.server = run.server;
-  next.host_id = run.host_id;
-  next.state_dir = run.state_dir;
-  next.discovery_mode = run.discovery_mode;
-  next.metrics_listen = run.metrics_listen;
-  next.insecure = run.insecure;
+  next.flags = run.flags;
   absl::Status status = RunReloadChecks<AgentRun, StepFailure>(
       next, {LoadConfig, ApplyFlags, CheckOptions});
   if (status.ok()) status = RestartOnly(DiscoveryChanges(run.config, next.config), "cs-agent");
@@ -145,12 +142,12 @@ absl::Status ReloadConfig(AgentRun& run) {
       status.ok() ? run.agent->Reload(next.options) : absl::StatusOr<std::string>(status);
   run.agent->metrics().RecordConfigReload(changed.ok());
   if (!changed.ok()) {
-    LOG(ERROR) << "reload of " << run.config_file << " refused: " << changed.status().message()
+    LOG(ERROR) << "reload of " << run.flags.config_file << " refused: " << changed.status().message()
                << "; cs-agent runs on with the settings it had";
     return changed.status();
   }
   run.config = std::move(next.config);
-  LOG(INFO) << "reloaded " << run.config_file << ": "
+  LOG(INFO) << "reloaded " << run.flags.config_file << ": "
             << (changed->empty() ? "nothing changed" : absl::StrCat("changed ", *changed));
   return absl::OkStatus();
 }
@@ -194,16 +191,16 @@ int RunAgentMain(int argc, const char* const* argv, const AgentMainEnvironment& 
   bool probe = false;
   std::string probe_output = "text";
   CLI::App app{"cs-agent: enforces csd's core-scheduling assignments on this host"};
-  app.add_option("--config", run.config_file, "YAML file (cosched.v1.AgentConfig)");
-  app.add_option("--server", run.server, "csd address, HOST:PORT (default 127.0.0.1:7443), or several replicas' "
+  app.add_option("--config", run.flags.config_file, "YAML file (cosched.v1.AgentConfig)");
+  app.add_option("--server", run.flags.server, "csd address, HOST:PORT (default 127.0.0.1:7443), or several replicas' "
                  "comma-separated: the agent moves to the next when one fails");
-  app.add_option("--host-id", run.host_id, "this host's id (default: the hostname)");
-  app.add_option("--state-dir", run.state_dir,
+  app.add_option("--host-id", run.flags.host_id, "this host's id (default: the hostname)");
+  app.add_option("--state-dir", run.flags.state_dir,
                  "where assignments are kept (default /var/lib/cs-agent)");
-  app.add_flag("--insecure", run.insecure, "allow plaintext to a non-loopback csd");
-  app.add_option("--discovery", run.discovery_mode,
+  app.add_flag("--insecure", run.flags.insecure, "allow plaintext to a non-loopback csd");
+  app.add_option("--discovery", run.flags.discovery_mode,
                  "where VMs are found: auto, libvirt, procfs (default auto)");
-  app.add_option("--metrics-listen", run.metrics_listen,
+  app.add_option("--metrics-listen", run.flags.metrics_listen,
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9464)");
   app.add_flag("--probe", probe,
                "print what this host can do (topology, SMT, core scheduling) and whether "

@@ -23,8 +23,11 @@ namespace {
 
 // Everything the steps share.
 struct CsdRun {
-  std::string config_file, listen, data_dir, metrics_listen, socket;
-  bool insecure = false;
+  // The command line; a reload reads the file again under the same flags.
+  struct Flags {
+    std::string config_file, listen, data_dir, metrics_listen, socket;
+    bool insecure = false;
+  } flags;
   v1::CsdConfig config;
   ConfigLocations locations;
   CsdOptions options;
@@ -39,8 +42,8 @@ struct StepFailure {
 using Step = std::function<StepFailure(CsdRun&)>;
 
 StepFailure LoadConfig(CsdRun& run) {
-  if (run.config_file.empty()) return {};
-  absl::Status loaded = LoadYamlConfigFile(run.config_file, &run.config, &run.locations);
+  if (run.flags.config_file.empty()) return {};
+  absl::Status loaded = LoadYamlConfigFile(run.flags.config_file, &run.config, &run.locations);
   if (!loaded.ok()) return {kCsdExitUsage, std::string(loaded.message())};
   if (run.config.has_store() && !run.config.store().has_etcd()) {
     return {kCsdExitUsage,
@@ -52,24 +55,24 @@ StepFailure LoadConfig(CsdRun& run) {
 
 // Flags override the file; an error about one of them names no line.
 StepFailure ApplyFlags(CsdRun& run) {
-  if (!run.metrics_listen.empty()) {
-    run.config.set_metrics_listen(run.metrics_listen);
+  if (!run.flags.metrics_listen.empty()) {
+    run.config.set_metrics_listen(run.flags.metrics_listen);
     run.locations.Forget("metrics_listen");
   }
-  if (!run.socket.empty()) {
-    run.config.mutable_local_socket()->set_path(run.socket);
+  if (!run.flags.socket.empty()) {
+    run.config.mutable_local_socket()->set_path(run.flags.socket);
     run.locations.Forget("local_socket.path");
   }
   run.options = CsdOptionsFromConfig(run.config);
-  if (!run.listen.empty()) {
-    run.options.listen = run.listen;
+  if (!run.flags.listen.empty()) {
+    run.options.listen = run.flags.listen;
     run.locations.Forget("listen");
   }
-  if (!run.data_dir.empty()) {
-    run.options.data_dir = run.data_dir;
+  if (!run.flags.data_dir.empty()) {
+    run.options.data_dir = run.flags.data_dir;
     run.locations.Forget("data_dir");
   }
-  if (run.insecure) {
+  if (run.flags.insecure) {
     run.options.insecure = true;
     if (run.config.plaintext_role().empty()) run.options.authz.plaintext_role = "none";
   }
@@ -88,17 +91,12 @@ StepFailure CheckOptions(CsdRun& run) {
 // A reload (SIGHUP): the file and the flags, checked whole as at start,
 // then applied by the server; nothing changes on any error.
 absl::Status ReloadConfig(CsdRun& run) {
-  if (run.config_file.empty()) {
+  if (run.flags.config_file.empty()) {
     LOG(WARNING) << "reload asked, but csd runs without --config: nothing to read";
     return absl::OkStatus();
   }
   CsdRun next;
-  next.config_file = run.config_file;
-  next.listen = run.listen;
-  next.data_dir = run.data_dir;
-  next.metrics_listen = run.metrics_listen;
-  next.socket = run.socket;
-  next.insecure = run.insecure;
+  next.flags = run.flags;
   absl::Status status = RunReloadChecks<CsdRun, StepFailure>(
       next, {LoadConfig, ApplyFlags, CheckOptions});
   // What CsdServer cannot compare: whole messages of the file.
@@ -118,13 +116,13 @@ absl::Status ReloadConfig(CsdRun& run) {
     changed = status;
   }
   if (!changed.ok()) {
-    LOG(ERROR) << "reload of " << run.config_file << " refused: " << changed.status().message()
+    LOG(ERROR) << "reload of " << run.flags.config_file << " refused: " << changed.status().message()
                << "; csd runs on with the settings it had";
     return changed.status();
   }
   run.config = std::move(next.config);
   run.options = std::move(next.options);
-  LOG(INFO) << "reloaded " << run.config_file << ": "
+  LOG(INFO) << "reloaded " << run.flags.config_file << ": "
             << (changed->empty() ? "nothing changed" : absl::StrCat("changed ", *changed));
   return absl::OkStatus();
 }
@@ -178,13 +176,13 @@ int RunCsdMain(int argc, const char* const* argv, const CsdMainEnvironment& env,
   }
   CsdRun run;
   CLI::App app{"csd: the cosched server"};
-  app.add_option("--config", run.config_file, "YAML config file (cosched.v1.CsdConfig)");
-  app.add_option("--listen", run.listen, "host:port to serve on (default 127.0.0.1:7443)");
-  app.add_option("--data-dir", run.data_dir, "where the store lives (default /var/lib/cosched)");
-  app.add_flag("--insecure", run.insecure, "allow plaintext on a non-loopback address");
-  app.add_option("--metrics-listen", run.metrics_listen,
+  app.add_option("--config", run.flags.config_file, "YAML config file (cosched.v1.CsdConfig)");
+  app.add_option("--listen", run.flags.listen, "host:port to serve on (default 127.0.0.1:7443)");
+  app.add_option("--data-dir", run.flags.data_dir, "where the store lives (default /var/lib/cosched)");
+  app.add_flag("--insecure", run.flags.insecure, "allow plaintext on a non-loopback address");
+  app.add_option("--metrics-listen", run.flags.metrics_listen,
                  "host:port of the Prometheus /metrics endpoint, or off (default 127.0.0.1:9465)");
-  app.add_option("--socket", run.socket,
+  app.add_option("--socket", run.flags.socket,
                  "Unix socket for local callers, or off (default /run/cosched/csd.sock)");
   app.set_version_flag("--version", absl::StrCat("csd ", CoschedVersion(), " (commit ",
                                                  CoschedCommit(), ")"));
