@@ -13,6 +13,7 @@
 #include "host/testing/core_sched_fake.h"
 #include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
+#include "tests/agent/agent_fixture.h"
 #include "tests/agent/fake_csd.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/temp_dir.h"
@@ -268,27 +269,16 @@ bool ScrapeUntil(int port, const std::function<bool(const std::string&)>& done,
   return false;
 }
 
-class AgentMetricsServedTest : public ::testing::Test {
+// The agent of agent_fixture.h on a host without schedstats, serving
+// /metrics on a free port.
+class AgentMetricsServedTest : public agent_testing::AgentTest {
  protected:
+  AgentMetricsServedTest() { host_fs_ = SmtHost(); }
   AgentOptions Options(const std::string& server) {
-    AgentOptions options;
-    options.session.server_address = server;
-    options.host_id = "host-a";
-    options.state_dir = dir_.path() + "/state";
-    options.session.report_interval = 100ms;
-    options.session.backoff_initial = 10ms;
-    options.session.backoff_max = 200ms;
-    options.host_fs = SmtHost();
-    options.core_sched = kernel_;
-    options.vm_discovery = discovery_;
+    AgentOptions options = AgentTest::Options(server);
     options.metrics_listen = "127.0.0.1:0";
     return options;
   }
-
-  cosched::testing::TempDir dir_;
-  std::shared_ptr<host::FakeCoreSched> kernel_ = std::make_shared<host::FakeCoreSched>();
-  std::shared_ptr<discovery::StaticVmDiscovery> discovery_ =
-      std::make_shared<discovery::StaticVmDiscovery>();
 };
 
 TEST_F(AgentMetricsServedTest, EnforcementReconcileAndCallsToCsdOnMetrics) {
