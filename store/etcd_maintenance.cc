@@ -62,9 +62,12 @@ void EtcdMaintenance::Loop() {
     absl::StatusOr<MaintenanceRun> run = RunOnce();
     if (!run.ok()) {
       LOG(WARNING) << "etcd store maintenance under " << prefix_ << ": " << run.status();
-    } else if (run->compacted_to != 0 || run->changes_swept != 0 || run->audit_pruned != 0) {
-      LOG(INFO) << "etcd store maintenance under " << prefix_ << ": compacted to revision "
-                << run->compacted_to << ", " << run->changes_swept
+    } else if (run->compacted_to != 0 || run->horizon_raised_to != 0 ||
+               run->changes_swept != 0 || run->audit_pruned != 0) {
+      LOG(INFO) << "etcd store maintenance under " << prefix_ << ": "
+                << (options_.compact ? "compacted to revision " : "change-log horizon raised to ")
+                << (options_.compact ? run->compacted_to : run->horizon_raised_to) << ", "
+                << run->changes_swept
                 << " change records swept, " << run->audit_pruned << " audit records pruned";
     }
     lock.lock();
@@ -80,12 +83,17 @@ absl::StatusOr<MaintenanceRun> EtcdMaintenance::RunOnce() {
     return run;
   }
   run.led = true;
+  int64_t sweep_below = 0;
   if (options_.compact) {
     ASSIGN_OR_RETURN(run.compacted_to, Compact(fence));
-    if (run.compacted_to > swept_to_) {
-      ASSIGN_OR_RETURN(run.changes_swept, SweepChanges(fence, run.compacted_to));
-      swept_to_ = run.compacted_to;
-    }
+    sweep_below = run.compacted_to;
+  } else {
+    ASSIGN_OR_RETURN(run.horizon_raised_to, RaiseHorizon(fence));
+    sweep_below = run.horizon_raised_to;
+  }
+  if (sweep_below > swept_to_) {
+    ASSIGN_OR_RETURN(run.changes_swept, SweepChanges(fence, sweep_below));
+    swept_to_ = sweep_below;
   }
   if (options_.audit_retention != absl::InfiniteDuration()) {
     ASSIGN_OR_RETURN(run.audit_pruned, PruneAudit(fence));
@@ -103,12 +111,7 @@ absl::StatusOr<bool> EtcdMaintenance::FenceHolds(int64_t fence) {
 absl::StatusOr<int64_t> EtcdMaintenance::Compact(int64_t fence) {
   const std::string key = absl::StrCat(prefix_, "/compact");
   ASSIGN_OR_RETURN(etcd::RangeResult current, client_.Range(key, ""));
-  // A new leader (or one that led before under another fence) waits one
-  // whole interval: it keeps at least an interval of history, as the
-  // previous leader did.
-  const int64_t target = previous_fence_ == fence ? previous_revision_ : 0;
-  previous_fence_ = fence;
-  previous_revision_ = current.revision;
+  const int64_t target = NextTarget(fence, current.revision);
   EtcdCompaction last;
   int64_t version = 0;
   if (current.kvs.size() == 1) {
@@ -144,39 +147,91 @@ absl::StatusOr<int64_t> EtcdMaintenance::Compact(int64_t fence) {
   return target;
 }
 
-absl::StatusOr<int64_t> EtcdMaintenance::SweepChanges(int64_t fence, int64_t compacted) {
+int64_t EtcdMaintenance::NextTarget(int64_t fence, int64_t now) {
+  // A new leader (or one that led before under another fence) waits one
+  // whole interval: it keeps at least an interval of history, as the
+  // previous leader did.
+  const int64_t target = previous_fence_ == fence ? previous_revision_ : 0;
+  previous_fence_ = fence;
+  previous_revision_ = now;
+  return target;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::RaiseHorizon(int64_t fence) {
+  const std::string key = absl::StrCat(prefix_, "/meta");
+  ASSIGN_OR_RETURN(etcd::RangeResult current, client_.Range(key, ""));
+  const int64_t target = NextTarget(fence, current.revision);
+  if (current.kvs.size() != 1) return 0;  // nothing written yet
+  EtcdMeta meta;
+  if (!meta.ParseFromString(current.kvs[0].value())) {
+    return absl::DataLossError(
+        absl::StrCat("etcd store: value of key ", key, " does not parse as the store's meta"));
+  }
+  if (target <= meta.changes_horizon()) return 0;
+  meta.set_changes_horizon(target);
+  etcdserverpb::TxnRequest request;
+  // Meta as read: a writer that committed meanwhile wrote its own meta
+  // (with the horizon as it was), and this run waits for the next.
+  etcdserverpb::Compare* unchanged = request.add_compare();
+  unchanged->set_key(key);
+  unchanged->set_target(etcdserverpb::Compare::MOD);
+  unchanged->set_result(etcdserverpb::Compare::EQUAL);
+  unchanged->set_mod_revision(current.kvs[0].mod_revision());
+  FenceOn(request, replicas_.leader_key(), fence);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(meta.SerializeAsString());
+  ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+  if (!response.succeeded()) {
+    ASSIGN_OR_RETURN(bool holds, FenceHolds(fence));
+    if (!holds) return NotLeading(prefix_);
+    return 0;
+  }
+  return target;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::SweepChanges(int64_t fence, int64_t below) {
   const std::string base = absl::StrCat(prefix_, "/changes/");
-  etcdserverpb::RangeRequest list;
-  list.set_key(base);
-  list.set_range_end(etcd::PrefixEnd(base));
-  list.set_keys_only(true);
-  list.set_max_mod_revision(compacted);
-  // etcd reads the whole range to apply the filter anyway: no paging.
-  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse stale, client_.RangeOnce(list));
+  const std::string end_of_base = etcd::PrefixEnd(base);
+  // One compare for the fence, and one per key on its mod_revision: a page
+  // is one Txn. etcd reads the whole range to apply the revision filter, but
+  // answers a page at a time, so no answer grows with the fleet.
+  const int page_size = max_txn_ops_ - 1;
   int64_t swept = 0;
-  // One compare for the fence, and one per key on its mod_revision.
-  const int chunk = max_txn_ops_ - 1;
-  for (int begin = 0; begin < stale.kvs_size(); begin += chunk) {
+  int64_t at_revision = 0;  // every page at the first page's revision
+  std::string from = base;
+  while (true) {
+    etcdserverpb::RangeRequest page;
+    page.set_key(from);
+    page.set_range_end(end_of_base);
+    page.set_keys_only(true);
+    page.set_max_mod_revision(below);
+    page.set_limit(page_size);
+    page.set_revision(at_revision);
+    ASSIGN_OR_RETURN(etcdserverpb::RangeResponse stale, client_.RangeOnce(page));
+    if (at_revision == 0) at_revision = stale.header().revision();
+    if (stale.kvs_size() == 0) break;
     etcdserverpb::TxnRequest request;
     FenceOn(request, replicas_.leader_key(), fence);
-    const int end = std::min(stale.kvs_size(), begin + chunk);
-    for (int i = begin; i < end; ++i) {
+    for (const mvccpb::KeyValue& kv : stale.kvs()) {
       etcdserverpb::Compare* unchanged = request.add_compare();
-      unchanged->set_key(stale.kvs(i).key());
+      unchanged->set_key(kv.key());
       unchanged->set_target(etcdserverpb::Compare::MOD);
       unchanged->set_result(etcdserverpb::Compare::EQUAL);
-      unchanged->set_mod_revision(stale.kvs(i).mod_revision());
-      request.add_success()->mutable_request_delete_range()->set_key(stale.kvs(i).key());
+      unchanged->set_mod_revision(kv.mod_revision());
+      request.add_success()->mutable_request_delete_range()->set_key(kv.key());
     }
     ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
     if (response.succeeded()) {
-      swept += end - begin;
-      continue;
+      swept += stale.kvs_size();
+    } else {
+      ASSIGN_OR_RETURN(bool holds, FenceHolds(fence));
+      if (!holds) return NotLeading(prefix_);
+      // A change was recorded on one of these keys meanwhile: the page
+      // waits for the next sweep, which will not list that key.
     }
-    ASSIGN_OR_RETURN(bool holds, FenceHolds(fence));
-    if (!holds) return NotLeading(prefix_);
-    // A change was recorded on one of these keys meanwhile: the chunk
-    // waits for the next sweep, which will not list that key.
+    if (!stale.more()) break;
+    from = stale.kvs(stale.kvs_size() - 1).key() + std::string(1, '\0');
   }
   return swept;
 }

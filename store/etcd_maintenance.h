@@ -16,8 +16,12 @@
 // etcd has one history for the whole cluster: compaction is the cluster's,
 // not the prefix's. Where something else compacts the cluster (an etcd
 // started with --auto-compaction-*, another application), turn it off here
-// (`compact` false): audit pruning goes on, and the sweep, which needs to
-// know a compacted revision, does not.
+// (`compact` false): audit pruning goes on, and so does the sweep, over the
+// change log's own horizon instead of a compaction: every interval the
+// leader raises meta's changes_horizon to the revision the previous
+// interval ended at (an agent resuming from below it gets a snapshot, as
+// below a compaction) and deletes the change records at or below it, so
+// the change log stays bounded without csd touching etcd's history.
 #ifndef COSCHED_STORE_ETCD_MAINTENANCE_H_
 #define COSCHED_STORE_ETCD_MAINTENANCE_H_
 
@@ -50,6 +54,8 @@ struct EtcdMaintenanceOptions {
 struct MaintenanceRun {
   bool led = false;             // false: not the leader, nothing ran
   int64_t compacted_to = 0;     // 0: no compaction this time
+  // `compact` false: the change log's horizon raised to (0: not this time).
+  int64_t horizon_raised_to = 0;
   int64_t changes_swept = 0;
   int64_t audit_pruned = 0;
 };
@@ -73,7 +79,16 @@ class EtcdMaintenance {
   void Loop();
   // The fenced compaction; returns the revision compacted to (0: none).
   absl::StatusOr<int64_t> Compact(int64_t fence);
-  absl::StatusOr<int64_t> SweepChanges(int64_t fence, int64_t compacted);
+  // `compact` false: raises meta's changes_horizon, fenced and compared on
+  // meta as read; returns the new horizon (0: none this time).
+  absl::StatusOr<int64_t> RaiseHorizon(int64_t fence);
+  // What the previous run under `fence` saw (0 for the first run of a
+  // leadership: it keeps at least an interval of history, as the previous
+  // leader did); notes `now` for the next.
+  int64_t NextTarget(int64_t fence, int64_t now);
+  // Deletes change records last written at or below `below`, read in pages
+  // of one Txn each at one revision.
+  absl::StatusOr<int64_t> SweepChanges(int64_t fence, int64_t below);
   absl::StatusOr<int64_t> PruneAudit(int64_t fence);
   // After a fenced Txn that failed: whether the fence still holds (if not,
   // the replicas are told).

@@ -30,9 +30,10 @@ class EtcdReplicasTest : public ::testing::Test {
 
   std::unique_ptr<EtcdStore> Open(const std::string& name,
                                   absl::Duration audit_retention = absl::InfiniteDuration(),
-                                  int64_t prune_rows = 10000) {
+                                  int64_t prune_rows = 10000, bool compact = true) {
     EtcdStoreOptions options;
     options.client = etcd_.ClientOptions();
+    options.maintenance.compact = compact;
     options.prefix = "/cosched";
     options.replicas.name = name;
     options.replicas.ttl = absl::Seconds(3);
@@ -294,6 +295,59 @@ TEST_F(EtcdReplicasTest, TheSweepDeletesChangeRecordsBelowTheCompactionAndKeepsN
     EXPECT_TRUE(none.vm_ids.empty());
     return absl::OkStatus();
   }));
+}
+
+// Issue #32 item 10: with compaction off (a shared etcd that something else
+// compacts, or none does), the change log is still swept: the leader raises
+// the change-log horizon instead of compacting, never touches etcd's
+// history, and reads the records to sweep a page (one Txn) at a time.
+TEST_F(EtcdReplicasTest, WithCompactionOffTheSweepRaisesTheHorizonInPagesAndKeepsHistory) {
+  auto a = Open("a", absl::InfiniteDuration(), 10000, /*compact=*/false);
+  ASSERT_NE(a, nullptr);
+  // 300 records: three pages of at most 127 (max_txn_ops 128, one compare
+  // is the fence).
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_OK(a->WriteSync([&](Transaction& txn) -> absl::Status {
+      for (int i = 0; i < 100; ++i) {
+        RETURN_IF_ERROR(txn.RecordChange(i % 2 == 0 ? "h1" : "h2",
+                                         absl::StrCat("gone-", w, "-", i)));
+      }
+      return absl::OkStatus();
+    }));
+  }
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  const int64_t early = (*client)->Range("/cosched/meta", "")->revision;
+  auto noted = a->maintenance().RunOnce();  // notes the revision
+  ASSERT_OK(noted);
+  EXPECT_EQ(noted->horizon_raised_to, 0);
+  ASSERT_OK(a->WriteSync([&](Transaction& txn) { return txn.RecordChange("h1", "recent"); }));
+
+  auto run = a->maintenance().RunOnce();
+  ASSERT_OK(run);
+  EXPECT_EQ(run->compacted_to, 0);
+  EXPECT_GE(run->horizon_raised_to, early);
+  EXPECT_EQ(run->changes_swept, 300);
+  auto left = (*client)->Range("/cosched/changes/", etcd::PrefixEnd("/cosched/changes/"));
+  ASSERT_OK(left);
+  ASSERT_EQ(left->kvs.size(), 1u);
+  EXPECT_EQ(left->kvs[0].key(), "/cosched/changes/h1/recent");
+  // etcd's history is as it was: nothing compacted.
+  EXPECT_OK((*client)->Range("/cosched/meta", "", 2).status());
+  EXPECT_EQ((*client)->Range("/cosched/compact", "")->kvs.size(), 0u);
+
+  // Below the horizon an agent gets a snapshot; from it, the changes since.
+  ASSERT_OK(a->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(HostChanges old, txn.ChangesSince("h1", run->horizon_raised_to - 1));
+    EXPECT_FALSE(old.complete);
+    ASSIGN_OR_RETURN(HostChanges fresh, txn.ChangesSince("h1", run->horizon_raised_to));
+    EXPECT_TRUE(fresh.complete);
+    EXPECT_THAT(fresh.vm_ids, ::testing::ElementsAre("recent"));
+    return absl::OkStatus();
+  }));
+  // The store writes on after the leader rewrote meta.
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "after", 2));
+  EXPECT_TRUE(HasHost(*a, "after1"));
 }
 
 TEST_F(EtcdReplicasTest, AuditPruningDeletesOnlyRecordsOlderThanTheRetentionOldestFirst) {
