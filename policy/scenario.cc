@@ -244,6 +244,9 @@ absl::StatusOr<TenantSpec> ParseTenant(const YAML::Node& node,
   std::string name;
   ASSIGN_OR_RETURN(name, GetString(node["name"], field + ".name"));
   tenant.policy = DefaultTenantPolicy(name);
+  // A scenario's tenant has a policy of its own: every level unless it
+  // says which (`allow`).
+  tenant.policy.clear_allowed_isolation();
   tenant.policy.set_explicitly_set(true);
   if (node["isolation"]) {
     std::string level;

@@ -90,7 +90,7 @@ struct Scenario {
   int cores = 1;
   int threads_per_core = 2;
   std::vector<VmSpec> vms;
-  // Tenants without an entry get DefaultTenantPolicy (vm, all allowed).
+  // Tenants without an entry get DefaultTenantPolicy (vm; every level but none).
   std::vector<TenantSpec> tenants;
   // Pairs of interference classes that must never share a core.
   std::vector<std::pair<std::string, std::string>> conflicts;

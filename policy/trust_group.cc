@@ -30,6 +30,12 @@ v1::TenantPolicy DefaultTenantPolicy(absl::string_view tenant_id) {
   v1::TenantPolicy policy;
   policy.set_tenant_id(std::string(tenant_id));
   policy.set_default_isolation(v1::ISOLATION_LEVEL_VM);
+  // Every level but none: turning isolation off is a grant an operator
+  // makes for a tenant (csctl policy set), never the default (issue #32).
+  for (v1::IsolationLevel level :
+       {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT, v1::ISOLATION_LEVEL_DEDICATED}) {
+    policy.add_allowed_isolation(level);
+  }
   policy.set_explicitly_set(false);
   return policy;
 }
@@ -106,7 +112,10 @@ absl::StatusOr<TrustDecision> DecideTrustGroup(
     return absl::FailedPreconditionError(absl::StrCat(
         "isolation '", IsolationName(decision.isolation),
         "' is not allowed by the policy of tenant '", policy.tenant_id(),
-        "' (allowed: ", AllowedNames(policy), ")"));
+        "' (allowed: ", AllowedNames(policy), ")",
+        policy.explicitly_set() ? ""
+                                : "; the tenant has no policy, and none must be granted: "
+                                  "csctl policy set with --allow listing it"));
   }
   const std::string& tenant = policy.tenant_id();
   switch (decision.isolation) {

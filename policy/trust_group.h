@@ -28,7 +28,8 @@ struct TrustDecision {
   bool dedicated_cores = false;
 };
 
-// The policy of a tenant that never had one set: `vm`, every level allowed.
+// The policy of a tenant that never had one set: `vm`, every level allowed
+// but `none`, which only a policy set for the tenant can grant.
 v1::TenantPolicy DefaultTenantPolicy(absl::string_view tenant_id);
 
 // INVALID_ARGUMENT naming the field: bad tenant id, UNSPECIFIED or unknown

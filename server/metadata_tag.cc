@@ -1,6 +1,7 @@
 #include "server/metadata_tag.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -74,6 +75,13 @@ absl::StatusOr<std::optional<MetadataTag>> JudgedTag(store::Transaction& txn,
   return tag;
 }
 
+// MetadataConflict's parts (defined below).
+absl::StatusOr<std::map<std::string, std::string>> AsksOf(store::Transaction& txn,
+                                                         const v1::VM& vm,
+                                                         const std::string& host_id,
+                                                         const v1::VMObservation* own);
+std::string Disagreement(const v1::VM& vm, const std::map<std::string, std::string>& asks);
+
 bool SameTag(const v1::VM& vm, const MetadataTag& tag) {
   return vm.tenant_id() == tag.tenant_id && vm.requested_isolation() == tag.isolation &&
          std::equal(vm.interference_classes().begin(), vm.interference_classes().end(),
@@ -89,6 +97,12 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
                                                       MetadataWrites& writes) {
   // A TagVM wins; and during a migration only the owner's metadata counts.
   if (vm && vm->metadata_host().empty()) return vm;
+  // Hosts that report it disagree (MetadataConflict): nobody's metadata
+  // retags it until that is settled.
+  if (vm && vm->presence_size() > 1) {
+    ASSIGN_OR_RETURN(auto asks, AsksOf(txn, *vm, host_id, &o));
+    if (!Disagreement(*vm, asks).empty()) return vm;
+  }
   if (vm && !vm->host_id().empty() && vm->host_id() != host_id) return vm;
   // The agent could not read the metadata now (libvirtd restarting, an XML
   // read that failed): that is not "metadata gone", so nothing changes.
@@ -141,6 +155,95 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
   if (!write.audit.method().empty()) writes.audits.push_back(std::move(write.audit));
   writes.hosts.merge(write.new_hosts);
   return std::optional<v1::VM>(std::move(*write.response.mutable_vm()));
+}
+
+namespace {
+
+// What one host's metadata asks for, in words; nullopt when it could not be
+// read (which never disagrees).
+std::optional<std::string> AskOf(const v1::VMObservation& o) {
+  if (o.metadata_unknown()) return std::nullopt;
+  if (!o.has_metadata()) return std::string("no tenant");
+  absl::StatusOr<std::optional<MetadataTag>> tag = MetadataTagOf(o.metadata());
+  if (!tag.ok()) return absl::StrCat("metadata that is refused (", tag.status().message(), ")");
+  if (!*tag) return std::string("no tenant");
+  return absl::StrCat("tenant '", (*tag)->tenant_id, "' at ",
+                      (*tag)->isolation == v1::ISOLATION_LEVEL_UNSPECIFIED
+                          ? std::string("its default level")
+                          : absl::StrCat("level ", IsolationName((*tag)->isolation)),
+                      (*tag)->interference_classes.empty()
+                          ? ""
+                          : absl::StrCat(", classes ",
+                                         absl::StrJoin((*tag)->interference_classes, "+")));
+}
+
+}  // namespace
+
+namespace {
+
+// What each host reporting `vm` asks for, where it could be read: `own` for
+// `host_id`, the stored observation for the others.
+absl::StatusOr<std::map<std::string, std::string>> AsksOf(store::Transaction& txn,
+                                                         const v1::VM& vm,
+                                                         const std::string& host_id,
+                                                         const v1::VMObservation* own) {
+  std::map<std::string, std::string> asks;
+  if (own != nullptr) {
+    if (std::optional<std::string> ask = AskOf(*own)) asks[host_id] = *ask;
+  }
+  std::set<std::string> reporting;
+  for (const v1::VMPresence& p : vm.presence()) reporting.insert(p.host_id());
+  if (reporting.size() <= (own != nullptr ? 1u : 0u)) return asks;
+  ASSIGN_OR_RETURN(std::vector<store::Observation> seen, txn.ListObservations(vm.vm_id()));
+  for (const store::Observation& o : seen) {
+    if (o.host_id == host_id || !reporting.contains(o.host_id)) continue;
+    if (std::optional<std::string> ask = AskOf(o.vm)) asks.try_emplace(o.host_id, *ask);
+  }
+  return asks;
+}
+
+// Non-empty: the hosts disagree, each named with what it asks for.
+std::string Disagreement(const v1::VM& vm, const std::map<std::string, std::string>& asks) {
+  std::set<std::string> distinct;
+  for (const auto& [host, ask] : asks) distinct.insert(ask);
+  if (distinct.size() <= 1) return "";
+  std::vector<std::string> said;
+  for (const auto& [host, ask] : asks) said.push_back(absl::StrCat("host '", host, "' ", ask));
+  return absl::StrCat("hosts disagree on the domain metadata of '", vm.vm_id(), "' (",
+                      absl::StrJoin(said, "; "),
+                      "): every copy stays on a cookie of its own until one host stops reporting "
+                      "it or an operator tags it (csctl tag)");
+}
+
+// The VM's tag in AskOf's words.
+std::string TagAsAsk(const v1::VM& vm) {
+  v1::VMObservation o;
+  v1::DomainMetadata::Cosched* c = o.mutable_metadata()->mutable_cosched();
+  c->set_tenant(vm.tenant_id());
+  if (vm.requested_isolation() != v1::ISOLATION_LEVEL_UNSPECIFIED) {
+    c->set_isolation(IsolationName(vm.requested_isolation()));
+  }
+  for (const std::string& k : vm.interference_classes()) c->add_interference_classes(k);
+  return AskOf(o).value_or("");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> MetadataConflict(store::Transaction& txn, const v1::VM& vm,
+                                             const std::string& host_id,
+                                             const v1::VMObservation* own,
+                                             std::set<std::string>& forget) {
+  ASSIGN_OR_RETURN(auto asks, AsksOf(txn, vm, host_id, own));
+  if (std::string disagreement = Disagreement(vm, asks); !disagreement.empty()) {
+    return disagreement;
+  }
+  auto owner = asks.find(vm.host_id());
+  if (owner == asks.end() || owner->second == TagAsAsk(vm)) return std::string();
+  forget.insert(vm.host_id());
+  return absl::StrCat("tagged from the domain metadata of host '", vm.metadata_host(),
+                      "', which no longer reports it; its owner, host '", vm.host_id(), "', asks for ",
+                      owner->second, ": it stays on a cookie of its own until that host's next Report "
+                      "retags it");
 }
 
 absl::StatusOr<std::string> WhyNotTaggedFromMetadata(store::Transaction& txn,

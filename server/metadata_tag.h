@@ -60,6 +60,23 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
                                                       std::optional<v1::VM> vm,
                                                       MetadataWrites& writes);
 
+// Inside the write of a Report from `host_id`, which reports the VM
+// tagged from metadata `vm` as `own` (null: it does not), with `vm`'s
+// presence and owner as this Report leaves them. Empty when the hosts that
+// report the VM, where their metadata could be read, all ask for the tag it
+// has; otherwise the conflict, in words for `csctl get`:
+// - two hosts ask for different tags (each named with what it asks for):
+//   neither host's metadata retags the VM until one stops reporting it or
+//   an operator tags it (issue #32);
+// - they agree on another tag than the VM's (the host whose metadata tagged
+//   it no longer reports it): the owner's next Report retags it, and
+//   `forget` gets the owner, whose Report must then be written.
+// A VM in conflict gets no assignment anywhere (ReceivesAssignment).
+absl::StatusOr<std::string> MetadataConflict(store::Transaction& txn, const v1::VM& vm,
+                                             const std::string& host_id,
+                                             const v1::VMObservation* own,
+                                             std::set<std::string>& forget);
+
 // Why the metadata hosts report of the untagged VM `vm_id` did not tag it,
 // one sentence per host ("host h1 reports it with domain metadata that was
 // refused: ..."); empty when no host reports metadata for it.

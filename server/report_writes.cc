@@ -192,6 +192,17 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
                                        : std::optional<v1::VMObservation>(*it->second),
                       now);
           ResolveOwner(updated);
+          // Metadata counts from the owner only, and what every host that
+          // reports the VM says must agree with it (issue #32).
+          if (tag_from_metadata && updated.conflict().empty() &&
+              !updated.metadata_host().empty() &&
+              (updated.presence_size() > 1 || updated.host_id() != updated.metadata_host())) {
+            ASSIGN_OR_RETURN(std::string conflict,
+                             MetadataConflict(txn, updated, host_id,
+                                              it == seen.end() ? nullptr : it->second,
+                                              from_metadata->hosts));
+            updated.set_conflict(std::move(conflict));
+          }
           if (!google::protobuf::util::MessageDifferencer::Equals(updated, vm)) {
             RETURN_IF_ERROR(RecordReceiverChanges(txn, &vm, &updated));
             RETURN_IF_ERROR(txn.PutVm(updated));

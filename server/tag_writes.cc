@@ -111,6 +111,13 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
     vm.set_host_id(existing->host_id());
     *vm.mutable_presence() = existing->presence();
     vm.set_conflict(existing->conflict());
+    if (vm.metadata_host().empty()) {
+      // An operator's tag ends a conflict of metadata hosts disagree on
+      // (metadata no longer counts); one of two UUIDs stays (issue #32).
+      v1::VM resolved = vm;
+      ResolveOwner(resolved);
+      vm.set_conflict(resolved.conflict());
+    }
     *vm.mutable_create_time() = existing->create_time();
     // Idempotent: the same request changes nothing, not even the revision.
     v1::VM same = *existing;

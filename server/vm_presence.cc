@@ -83,7 +83,12 @@ void ResolveOwner(v1::VM& vm) {
     if (Running(p)) running.push_back(&p);
     all.push_back(&p);
   }
-  if (owner != nullptr && Running(*owner)) return;
+  // A paused owner keeps it: only a migration's states (the owner migrating
+  // out, shut off after it, or gone) hand a VM to another host, never a
+  // host that reports it running while its owner is paused (issue #32).
+  if (owner != nullptr && (Running(*owner) || owner->run_state() == v1::VM_RUN_STATE_PAUSED)) {
+    return;
+  }
   if (!running.empty()) {
     vm.set_host_id(Longest(running)->host_id());
   } else if (owner == nullptr) {

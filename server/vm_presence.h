@@ -27,13 +27,14 @@ void SetPresence(v1::VM& vm, absl::string_view host_id,
 // Sets vm.conflict and vm.host_id from vm.presence:
 // - conflict: two hosts report the VM under different UUIDs. The owner
 //   stays as it was, so nothing moves while the conflict lasts.
-// - otherwise the owner stays while it reports the VM running; when it does
-//   not, a host that reports it running takes over (the one that has done
-//   so longest, then by host id), so a migration's source stays owner until
-//   the destination runs and the source has stopped; an owner that reports
-//   it paused or shut off, with no host running it, stays; an owner that no
-//   longer reports it gives way to the host that has reported it longest,
-//   and with none left the VM is on no host.
+// - otherwise the owner stays while it reports the VM running or paused;
+//   when it reports it migrating (in or out) or shut off, a host that
+//   reports it running takes over (the one that has done so longest, then
+//   by host id), so a migration's source stays owner until the destination
+//   runs and the source has stopped, and a host that claims a paused VM
+//   never takes it; an owner that no longer reports it gives way to the
+//   host that has reported it longest, and with none left the VM is on no
+//   host.
 void ResolveOwner(v1::VM& vm);
 
 // Whether `host_id`'s agent is sent the VM's assignment: it owns or reports

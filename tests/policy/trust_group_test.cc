@@ -83,12 +83,30 @@ TEST(DecideTrustGroup, StableForSameInputs) {
 }
 
 TEST(DecideTrustGroup, NoneHasNoGroup) {
-  auto d = DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_NONE, {},
-                            DefaultTenantPolicy("acme"));
+  v1::TenantPolicy granted = DefaultTenantPolicy("acme");
+  granted.add_allowed_isolation(v1::ISOLATION_LEVEL_NONE);
+  granted.set_explicitly_set(true);
+  auto d = DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_NONE, {}, granted);
   ASSERT_OK(d);
   EXPECT_EQ(d->isolation, v1::ISOLATION_LEVEL_NONE);
   EXPECT_TRUE(d->trust_group.empty());
   EXPECT_FALSE(d->dedicated_cores);
+}
+
+// Issue #32 item 4: turning isolation off is a grant a policy makes; a
+// tenant that never had one allows every other level.
+TEST(DecideTrustGroup, ATenantWithoutAPolicyAllowsEveryLevelButNone) {
+  const v1::TenantPolicy none_set = DefaultTenantPolicy("acme");
+  EXPECT_OK(ValidateTenantPolicy(none_set));
+  for (v1::IsolationLevel level : {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_TENANT,
+                                   v1::ISOLATION_LEVEL_DEDICATED}) {
+    EXPECT_OK(DecideTrustGroup("vm-1", level, {}, none_set).status()) << level;
+  }
+  auto none = DecideTrustGroup("vm-1", v1::ISOLATION_LEVEL_NONE, {}, none_set);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("the tenant has no policy, and none must be granted"),
+            std::string::npos)
+      << none.status();
 }
 
 TEST(DecideTrustGroup, DedicatedHasOwnGroupAndWholeCores) {

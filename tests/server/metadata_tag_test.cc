@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/desired_state.h"
+#include "server/vm_presence.h"
 #include "tests/server/desired_state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -347,17 +348,79 @@ TEST_F(TagFromMetadataTest, MetadataTheAgentCouldNotReadChangesNothing) {
 
 TEST_F(TagFromMetadataTest, OnlyTheOwnerHostsMetadataCounts) {
   ASSERT_OK(Report("host-a", {{"vm-1", Cosched("acme", "tenant")}}));
-  // A second host reports the VM (a migration target, or a liar) with
-  // other metadata: host-a still owns it, so nothing changes.
-  ASSERT_OK(Report("host-b", {{"vm-1", Cosched("mallory", "none")}}));
+  // A second host reports the VM (a migration target) with the same
+  // metadata: host-a still owns it, and both are sent its assignment.
+  ASSERT_OK(Report("host-b", {{"vm-1", Cosched("acme", "tenant")}}));
   auto vm = Get("vm-1");
   ASSERT_OK(vm);
   EXPECT_EQ(vm->host_id(), "host-a");
   EXPECT_EQ(vm->tenant_id(), "acme");
-  EXPECT_EQ(vm->assignment().isolation(), v1::ISOLATION_LEVEL_TENANT);
+  EXPECT_EQ(vm->conflict(), "");
+  EXPECT_TRUE(ReceivesAssignment(*vm, "host-a") && ReceivesAssignment(*vm, "host-b"));
   // A host's metadata tags only the VMs that host reports: host-b's report
   // of vm-1 does not tag vm-9, which nobody reports.
   EXPECT_EQ(Get("vm-9").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue #32 item 4: before, the first host to report a VM decided its tenant
+// (host-a's {mallory} here), and host-b's real VM of project acme was sent
+// mallory's assignment. Now metadata two hosts disagree on is a conflict:
+// no host gets the VM's assignment (each copy fails closed), nobody's
+// metadata retags it, `csctl get` says who said what; it ends when one host
+// stops reporting the VM, or when an operator tags it.
+TEST_F(TagFromMetadataTest, MetadataTwoHostsDisagreeOnIsAConflictUntilOneSideGoes) {
+  ASSERT_OK(Report("host-a", {{"inst-1", Cosched("mallory", "vm")}}));
+  ASSERT_OK(Report("host-b", {{"inst-1", Nova(kProject)}}));
+  auto vm = Get("inst-1");
+  ASSERT_OK(vm);
+  EXPECT_THAT(vm->conflict(), HasSubstr("hosts disagree on the domain metadata of 'inst-1'"));
+  EXPECT_THAT(vm->conflict(), HasSubstr("host 'host-a' tenant 'mallory' at level vm"));
+  EXPECT_THAT(vm->conflict(), HasSubstr(absl::StrCat("host 'host-b' tenant '", kProject, "'")));
+  EXPECT_FALSE(ReceivesAssignment(*vm, "host-a"));
+  EXPECT_FALSE(ReceivesAssignment(*vm, "host-b"));
+  // The owner's metadata changing does not retag it while the conflict lasts.
+  ASSERT_OK(Report("host-a", {{"inst-1", Cosched("mallory", "tenant")}}));
+  vm = Get("inst-1");
+  EXPECT_EQ(vm->requested_isolation(), v1::ISOLATION_LEVEL_VM);
+  EXPECT_NE(vm->conflict(), "");
+
+  // host-a stops reporting it: host-b's VM is the only one, and its
+  // metadata is taken at its next Report.
+  ASSERT_OK(Report("host-a", {}));
+  ASSERT_OK(Report("host-b", {{"inst-1", Nova(kProject)}}));
+  vm = Get("inst-1");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->conflict(), "");
+  EXPECT_EQ(vm->host_id(), "host-b");
+  EXPECT_EQ(vm->tenant_id(), kProject);
+  EXPECT_TRUE(ReceivesAssignment(*vm, "host-b"));
+}
+
+TEST_F(TagFromMetadataTest, AnOperatorsTagEndsAMetadataConflict) {
+  ASSERT_OK(Report("host-a", {{"inst-2", Cosched("mallory", "vm")}}));
+  ASSERT_OK(Report("host-b", {{"inst-2", Cosched("acme", "vm")}}));
+  ASSERT_NE(Get("inst-2")->conflict(), "");
+  ASSERT_OK(Tag("inst-2", "acme", v1::ISOLATION_LEVEL_VM));
+  // The operator's tag wins over metadata; the conflict is gone once a
+  // host that runs it reports again.
+  ASSERT_OK(Report("host-b", {{"inst-2", Cosched("acme", "vm")}}));
+  auto vm = Get("inst-2");
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->conflict(), "");
+  EXPECT_EQ(vm->tenant_id(), "acme");
+  EXPECT_TRUE(ReceivesAssignment(*vm, "host-a") && ReceivesAssignment(*vm, "host-b"));
+}
+
+// A tenant that never had a policy allows every level but none: turning
+// isolation off is a grant an operator makes (issue #32 item 4).
+TEST_F(TagFromMetadataTest, ATenantWithoutAPolicyDoesNotAllowNone) {
+  absl::StatusOr<v1::TagVMResponse> refused = Tag("vm-5", "nopolicy", v1::ISOLATION_LEVEL_NONE);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the tenant has no policy, and none must be granted"));
+  ASSERT_OK(SetPolicy("granted", v1::ISOLATION_LEVEL_VM,
+                      {v1::ISOLATION_LEVEL_VM, v1::ISOLATION_LEVEL_NONE}));
+  EXPECT_OK(Tag("vm-6", "granted", v1::ISOLATION_LEVEL_NONE));
 }
 
 TEST(TagFromMetadataOff, ReportedMetadataTagsNothingAndGetSaysItIsOff) {

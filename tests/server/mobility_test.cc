@@ -438,7 +438,15 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   EXPECT_TRUE(absl::StrContains(why, "1 draining")) << why;
   EXPECT_TRUE(absl::StrContains(why, "1 not live")) << why;
   EXPECT_TRUE(absl::StrContains(why, "1 unable to isolate")) << why;
-  // `none` needs no cookie: a host without core scheduling will do.
+  // `none` needs no cookie: a host without core scheduling will do (for a
+  // tenant whose policy grants it).
+  v1::SetTenantPolicyRequest grant;
+  grant.mutable_policy()->set_tenant_id("default");
+  grant.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_VM);
+  grant.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
+  grant.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_NONE);
+  ASSERT_OK(Wait<v1::TenantPolicy>(
+      [&](auto done) { state_->SetTenantPolicy(grant, kTester, std::move(done)); }));
   v1::PlaceRequest untagged;
   untagged.set_vcpus(1);
   untagged.set_isolation(v1::ISOLATION_LEVEL_NONE);
@@ -505,7 +513,11 @@ TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
 }
 
 // The rule alone, over every pair of run states of an owner and another host.
-TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItDoesNotRun) {
+// Issue #32 item 4: a paused owner keeps its VM (before, any host that
+// reported it running while the owner was paused took it, and with it the
+// right to tag it from its metadata); only a migration's states or a shut
+// off owner give it up.
+TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItMigratesOrIsShutOff) {
   const v1::VMRunState states[] = {v1::VM_RUN_STATE_RUNNING, v1::VM_RUN_STATE_MIGRATING_IN,
                                    v1::VM_RUN_STATE_MIGRATING_OUT, v1::VM_RUN_STATE_PAUSED,
                                    v1::VM_RUN_STATE_SHUT_OFF};
@@ -521,8 +533,8 @@ TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItDoesNotRun) {
       o.set_run_state(other);
       SetPresence(vm, "b", o, t);
       ResolveOwner(vm);
-      const bool moves =
-          owner != v1::VM_RUN_STATE_RUNNING && other == v1::VM_RUN_STATE_RUNNING;
+      const bool moves = owner != v1::VM_RUN_STATE_RUNNING && owner != v1::VM_RUN_STATE_PAUSED &&
+                         other == v1::VM_RUN_STATE_RUNNING;
       EXPECT_EQ(vm.host_id(), moves ? "b" : "a") << owner << " " << other;
       EXPECT_TRUE(ReceivesAssignment(vm, "a") && ReceivesAssignment(vm, "b"));
     }
