@@ -2,8 +2,9 @@
 // string an agent reports is bounded and named in the error, and stats
 // count only for the VMs the same Report lists, so a broken or hostile
 // agent cannot make csd store garbage or keep series for other hosts' VMs.
-// (What bounds csd's memory per host beyond that is still open: issue #32
-// item 3's per-host series and Report-rate limits.)
+// What bounds csd's memory and work per host beyond that: the series limit
+// of StatsAggregator (scaled by the VMs the host reports) and the Report
+// rate of ReportRateLimit.
 #ifndef COSCHED_SERVER_AGENT_INPUT_H_
 #define COSCHED_SERVER_AGENT_INPUT_H_
 

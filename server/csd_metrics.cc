@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "common/names.h"
@@ -296,6 +297,27 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
                              static_cast<double>(counts->second));
         return samples;
       });
+  for (const auto& [name, help, held] :
+       {std::tuple{"cosched_csd_stats_series",
+                   "(host, VM) stats series csd keeps in memory now, of its own agents "
+                   "(of=\"agents\") and, on the leading replica, forwarded by the others "
+                   "(of=\"forwarded\").",
+                   true},
+        {"cosched_csd_stats_series_evicted",
+         "Stats series evicted since csd started because their host kept more than its limit "
+         "(twice the VMs it reports, plus 64): the least recently reported go first.",
+         false}}) {
+    scrape_gauges_->AddFamily(name, help, [series = options_.stats_series, held = held] {
+      std::vector<metrics::ScrapeGauges::Sample> samples;
+      if (!series) return samples;
+      const auto [agents, forwarded] = series();
+      for (const auto& [of, s] : {std::pair{"agents", agents}, {"forwarded", forwarded}}) {
+        samples.emplace_back(prometheus::Labels{{"of", of}},
+                             static_cast<double>(held ? s.held : s.evicted));
+      }
+      return samples;
+    });
+  }
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));

@@ -43,6 +43,14 @@ struct CsdMetricsOptions {
   // Replicas on etcd: Reports of stats forwarded to the leader and
   // dropped, since the start (StatsForwarder); nullopt: none (SQLite).
   std::function<std::optional<std::pair<int64_t, int64_t>>()> forwarded_stats;
+  // The stats csd keeps in memory (StatsAggregator): VM series held now
+  // and evicted by a host's series limit since the start, of this csd's
+  // agents and (the leader on etcd) of those other replicas forwarded.
+  struct StatsSeries {
+    size_t held = 0;
+    uint64_t evicted = 0;
+  };
+  std::function<std::pair<StatsSeries, StatsSeries>()> stats_series;
   // A host whose last accepted Report is older than this leaves the
   // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
   // to another replica).

@@ -296,6 +296,12 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     if (!self->stats_forwarder_) return std::nullopt;
     return std::pair{self->stats_forwarder_->forwarded(), self->stats_forwarder_->dropped()};
   };
+  metrics_options.stats_series = [self] {
+    auto of = [](const StatsAggregator& stats) {
+      return CsdMetricsOptions::StatsSeries{stats.VmSeriesCount(), stats.EvictedSeriesCount()};
+    };
+    return std::pair{of(self->state_->own_stats()), of(self->state_->forwarded_stats())};
+  };
   csd->metrics_ = std::make_unique<CsdMetrics>(std::move(metrics_options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<InstrumentedStore>(
@@ -322,6 +328,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   csd->state_->set_connected_check(
       [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
   csd->state_->set_host_stale_after(absl::Seconds(options.host_stale_after_s));
+  csd->state_->report_rate().set_options(options.report_rate);
   csd->state_->set_tag_from_metadata(options.tag_from_metadata);
   csd->state_->set_enforce_policy(*ParseEnforcePolicy(options.enforce, options.when_vulnerable));
   csd->store_->SetCommitObserver(
@@ -381,6 +388,9 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     // to it, and it takes them (Replica.ForwardStats).
     StatsForwarderOptions forward_options;
     forward_options.timeout = options.peer_timeout;
+    if (options.etcd_store) {
+      forward_options.unserved_retry_for = 3 * options.etcd_store->replicas.seen_interval;
+    }
     csd->stats_forwarder_ = std::make_unique<StatsForwarder>(
         [replicas] { return replicas->leader(); }, *csd->peer_directory_,
         std::move(forward_options));

@@ -59,6 +59,10 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
+  // How often each host may Report (server/report_rate_limit.h); not a
+  // csd.yaml setting: agents never come near it. Tests whose agents report
+  // every few milliseconds turn it off (per_second 0).
+  ReportRateOptions report_rate;
   // DesiredState::set_tag_from_metadata.
   bool tag_from_metadata = false;
   // csd.yaml `enforce` and `when_vulnerable` (ParseEnforcePolicy).

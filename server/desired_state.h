@@ -25,6 +25,7 @@
 #include "policy/placement.h"
 #include "server/host_enablement.h"
 #include "server/host_liveness.h"
+#include "server/report_rate_limit.h"
 #include "server/placement_view.h"
 #include "server/rollout_view.h"
 #include "server/stats_aggregator.h"
@@ -191,6 +192,8 @@ class DesiredState {
   // The replica that holds its agent's stream: this csd's name
   // (set_replica_name) or another's; empty when none does.
   std::string ConnectedReplica(absl::string_view host_id) const;
+  // How often each host may Report (server/report_rate_limit.h).
+  ReportRateLimit& report_rate() { return report_rate_; }
   // This csd's name among the replicas on etcd. Set before serving.
   void set_replica_name(std::string name) { replica_name_ = std::move(name); }
 
@@ -213,6 +216,11 @@ class DesiredState {
   const StatsSource& stats() const { return engine_stats_; }
   // Where the stats other replicas forward go (ReplicaService).
   StatsAggregator& forwarded_stats() { return forwarded_stats_; }
+  // This csd's own agents' stats (GetStats answers from them).
+  const StatsAggregator& own_stats() const { return stats_; }
+  // ServedHost of TakeForwardedStats: `host_id` is registered and, by what
+  // this csd knows, `replica` took its latest Report or holds its stream.
+  bool ServedBy(const std::string& host_id, const std::string& replica) const;
   // Called with each Report's stats once this csd took them (csd replicas
   // on etcd: the forwarder to the leader). Set before serving.
   using StatsObserver =
@@ -389,6 +397,7 @@ class DesiredState {
   std::shared_ptr<const EnforcePolicy> enforce_ = std::make_shared<const EnforcePolicy>();
   RolloutView rollout_;
   HostLiveness liveness_;
+  ReportRateLimit report_rate_;
   std::string replica_name_;
   mutable std::mutex reports_mu_;
   absl::flat_hash_map<std::string, ReportSeen> reports_;

@@ -55,6 +55,13 @@ std::string DesiredState::ConnectedReplica(absl::string_view host_id) const {
   return liveness_.ConnectedReplica(host_id, absl::Now() - host_stale_after());
 }
 
+bool DesiredState::ServedBy(const std::string& host_id, const std::string& replica) const {
+  if (replica.empty()) return false;
+  std::optional<HostLiveness::Seen> seen = liveness_.Latest(host_id);
+  if (!seen || (seen->replica != replica && seen->connected_to != replica)) return false;
+  return placement_.HostRecord(host_id).has_value();
+}
+
 bool DesiredState::IsLive(const v1::Host& host) const {
   if (IsConnected(host.host_id())) return true;
   return absl::Now() - LastSeen(host) <= host_stale_after();

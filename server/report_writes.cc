@@ -50,6 +50,9 @@ constexpr int kMaxReportedVms = 10000;
 void DesiredState::ApplyReport(const v1::ReportRequest& request,
                                Done<v1::ReportResponse> done) {
   absl::Status valid = ValidateId("host_id", request.host_id());
+  // Before anything else is read of it: a Report past the host's rate
+  // costs csd no more than this.
+  if (valid.ok()) valid = report_rate_.Admit(request.host_id());
   if (valid.ok() && request.applied_revision() < 0) {
     valid = absl::InvalidArgumentError("applied_revision must not be negative");
   }

@@ -382,7 +382,11 @@ grpc::ServerUnaryReactor* ReplicaServiceImpl::ForwardStats(
                                       ": forward stats to the leader"))),
                      response);
   }
-  return AnswerNow(context, TakeForwardedStats(*request, state_->forwarded_stats()), response);
+  const ServedHost served = [state = state_](const std::string& host, const std::string& replica) {
+    return state->ServedBy(host, replica);
+  };
+  return AnswerNow(context, TakeForwardedStats(*request, served, state_->forwarded_stats()),
+                   response);
 }
 
 }  // namespace cosched::server

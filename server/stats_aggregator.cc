@@ -75,7 +75,7 @@ struct CoreSums {
 // What every bucket keeps besides its figures: which time slot it holds
 // and the span of the windows summed in it.
 struct BucketHeader {
-  int64_t slot = -1;  // end_ns / width; -1: empty
+  int64_t slot = 0;  // end_ns / width
   int64_t first_start_ns = 0;
   int64_t last_end_ns = 0;
 
@@ -112,22 +112,31 @@ struct HostBucket : BucketHeader {
   }
 };
 
-// A fixed ring of `count` buckets of `width_ns` each, by window end time.
+// A ring of `count` slots of `width_ns` each, by window end time. Only the
+// slots that hold a window have a bucket, oldest first: a VM seen in one
+// window costs one bucket of each ring, not the whole ring (issue #32: a
+// host's new VMs must not make csd allocate ~8 KiB each up front).
 template <typename Bucket>
 class BucketRing {
  public:
-  BucketRing(int64_t width_ns, int count) : width_ns_(width_ns), buckets_(count) {}
+  BucketRing(int64_t width_ns, int count) : width_ns_(width_ns), count_(count) {}
 
-  // The bucket for a window ending at end_ns, emptied first if it held an
-  // older slot; nullptr when the ring has moved past that slot already.
+  // The bucket for a window ending at end_ns; nullptr when the ring has
+  // moved past that slot already. A host's windows come in time order
+  // (StatsAggregator::Add), so a new slot is always the newest: the slots
+  // that fell out of the ring with it are freed.
   Bucket* For(int64_t end_ns) {
     const int64_t slot = end_ns / width_ns_;
-    Bucket& b = buckets_[slot % static_cast<int64_t>(buckets_.size())];
-    if (b.slot > slot) return nullptr;
-    if (b.slot < slot) {
-      b = Bucket();
-      b.slot = slot;
+    if (!buckets_.empty() && buckets_.back().slot >= slot) {
+      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), slot,
+                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
+      return it != buckets_.end() && it->slot == slot ? &*it : nullptr;
     }
+    auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), slot - count_ + 1,
+                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
+    buckets_.erase(buckets_.begin(), kept);
+    Bucket& b = buckets_.emplace_back();
+    b.slot = slot;
     return &b;
   }
 
@@ -136,7 +145,7 @@ class BucketRing {
   // it, with `whole`).
   template <typename Fn>
   void ForEachSince(int64_t now_ns, int64_t since_ns, Fn fn, bool whole = false) const {
-    const int64_t oldest = now_ns / width_ns_ - static_cast<int64_t>(buckets_.size()) + 1;
+    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
     for (const Bucket& b : buckets_) {
       if (b.slot < oldest || b.last_end_ns <= since_ns) continue;
       if (whole && b.first_start_ns < since_ns) continue;
@@ -146,7 +155,8 @@ class BucketRing {
 
  private:
   int64_t width_ns_;
-  std::vector<Bucket> buckets_;
+  int64_t count_;
+  std::vector<Bucket> buckets_;  // by slot, oldest first
 };
 
 template <typename Bucket>
@@ -327,7 +337,8 @@ void StatsAggregator::AddInBackground(
     std::lock_guard lock(queue_mu_);
     queue_.push_back([this, report = std::move(report), tagged_id = std::move(tagged_id),
                       then = std::move(then)] {
-      then(Add(report->host_id(), report->stats(), report->dropped_windows(), *tagged_id));
+      then(Add(report->host_id(), report->stats(), report->dropped_windows(), *tagged_id,
+               report->vms_size()));
     });
   }
   queue_wake_.notify_one();
@@ -352,11 +363,15 @@ std::shared_ptr<StatsAggregator::HostSeries> StatsAggregator::FindHost(
   return it == hosts_.end() ? nullptr : it->second;
 }
 
+size_t StatsAggregator::SeriesLimit(int reported_vms) {
+  return kMinSeriesPerHost + kSeriesPerReportedVm * static_cast<size_t>(std::max(reported_vms, 0));
+}
+
 int64_t StatsAggregator::Add(
     absl::string_view host_id,
     const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
     int64_t dropped_windows,
-    const absl::flat_hash_map<std::string, std::string>& tagged_id) {
+    const absl::flat_hash_map<std::string, std::string>& tagged_id, int reported_vms) {
   const int64_t now = now_();
   MaybeSweep(now);
   if (stats.empty()) return 0;
@@ -380,6 +395,7 @@ int64_t StatsAggregator::Add(
 
   int64_t ignored = 0;
   std::vector<std::string> new_vms;
+  std::vector<std::string> evicted;
   {
     std::lock_guard lock(host->mu);
     bool first = true;
@@ -413,12 +429,46 @@ int64_t StatsAggregator::Add(
       }
     }
     if (ignored < stats.size()) host->last_added_ns = now;
+    evicted = EvictOverLimit(*host, SeriesLimit(reported_vms));
   }
-  if (!new_vms.empty()) {
+  if (!new_vms.empty() || !evicted.empty()) {
     std::lock_guard lock(index_mu_);
     for (const std::string& id : new_vms) hosts_of_vm_[id].emplace(host_id);
+    for (const std::string& id : evicted) ForgetInIndexLocked(id, host_id);
+    evicted_series_ += evicted.size();
   }
   return ignored;
+}
+
+std::vector<std::string> StatsAggregator::EvictOverLimit(HostSeries& host, size_t limit) {
+  std::vector<std::string> evicted;
+  if (host.vms.size() <= limit) return evicted;
+  // The least recently reported go first; this Report's VMs were reported
+  // now, so they go last (only when the Report alone is over the limit).
+  std::vector<std::pair<int64_t, std::string>> by_age;
+  by_age.reserve(host.vms.size());
+  for (const auto& [id, series] : host.vms) by_age.emplace_back(series->last_added_ns, id);
+  const size_t excess = host.vms.size() - limit;
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<ptrdiff_t>(excess) - 1,
+                   by_age.end());
+  evicted.reserve(excess);
+  for (size_t i = 0; i < excess; ++i) {
+    host.vms.erase(by_age[i].second);
+    evicted.push_back(std::move(by_age[i].second));
+  }
+  return evicted;
+}
+
+void StatsAggregator::ForgetInIndexLocked(const std::string& vm_id, absl::string_view host_id) {
+  auto it = hosts_of_vm_.find(vm_id);
+  if (it == hosts_of_vm_.end()) return;
+  it->second.erase(host_id);
+  if (it->second.empty()) hosts_of_vm_.erase(it);
+}
+
+uint64_t StatsAggregator::EvictedSeriesCount() const {
+  std::lock_guard lock(index_mu_);
+  return evicted_series_;
 }
 
 void StatsAggregator::MaybeSweep(int64_t now_ns) {
@@ -449,12 +499,7 @@ void StatsAggregator::MaybeSweep(int64_t now_ns) {
     }
   }
   std::lock_guard lock(index_mu_);
-  for (const auto& [vm, host] : gone) {
-    auto it = hosts_of_vm_.find(vm);
-    if (it == hosts_of_vm_.end()) continue;
-    it->second.erase(host);
-    if (it->second.empty()) hosts_of_vm_.erase(it);
-  }
+  for (const auto& [vm, host] : gone) ForgetInIndexLocked(vm, host);
 }
 
 size_t StatsAggregator::VmSeriesCount() const {

@@ -53,11 +53,16 @@ absl::Status ValidateStatsWindows(
 // one ring holding a window that ended in the span, and says in
 // start_unix_ns/end_unix_ns which windows that covered exactly.
 //
-// Memory bound: per (host, VM) 88 buckets of kVmBucketBytes (96 bytes:
-// about 8.3 KiB); per host 88 buckets of 72 bytes plus 32 bytes per core
-// reported (about 186 KiB for a 64-core host). Series with no window in the last 24 h are
-// dropped by a sweep that runs at most every 10 minutes, so the total is
-// bounded by the (host, VM) pairs seen in a day.
+// Memory bound: a ring holds a bucket only for the slots a window landed
+// in, so per (host, VM) at most 88 buckets of kVmBucketBytes (96 bytes:
+// about 8.3 KiB for a VM reported for a whole day, ~200 bytes for one seen
+// in a single window); per host at most 88 buckets of 72 bytes plus 32
+// bytes per core reported (about 186 KiB for a 64-core host). A host keeps
+// at most SeriesLimit(VMs its last Report listed) VM series: past it, the
+// least recently reported are evicted (EvictedSeriesCount), so no host can
+// make csd keep series beyond what it runs (issue #32). Series with no
+// window in the last 24 h are dropped by a sweep that runs at most every 10
+// minutes.
 class StatsAggregator final : public StatsSource {
  public:
   // Nanoseconds since the Unix epoch.
@@ -74,11 +79,14 @@ class StatsAggregator final : public StatsSource {
   // differ (a VM tagged by UUID). Windows that start before the end of the
   // last window taken from this host (a Report sent again after a lost
   // answer), end over 24 h ago or over a minute ahead of csd's clock are
-  // ignored; returns how many were.
+  // ignored; returns how many were. `reported_vms`: how many VMs the host
+  // reports now (its Report's, or its stored record's for forwarded
+  // stats), which sets the host's SeriesLimit.
   int64_t Add(absl::string_view host_id,
               const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
               int64_t dropped_windows,
-              const absl::flat_hash_map<std::string, std::string>& tagged_id);
+              const absl::flat_hash_map<std::string, std::string>& tagged_id,
+              int reported_vms);
 
   // Add() on the aggregator's own thread, then then(ignored) there: the
   // store's completion thread, which answers Reports, is not held by the sums
@@ -107,6 +115,15 @@ class StatsAggregator final : public StatsSource {
 
   // (host, VM) series held now: what the memory bound multiplies.
   size_t VmSeriesCount() const;
+  // Series evicted by a host's SeriesLimit since the start.
+  uint64_t EvictedSeriesCount() const;
+
+  // VM series a host reporting `reported_vms` VMs may keep: room for each
+  // VM it runs and one it ran before (a migration, a restart under a new
+  // id), plus a floor for hosts that report few.
+  static size_t SeriesLimit(int reported_vms);
+  static constexpr size_t kMinSeriesPerHost = 64;
+  static constexpr size_t kSeriesPerReportedVm = 2;
 
   // Bytes of one per-VM bucket, for the bound above.
   static const size_t kVmBucketBytes;
@@ -115,6 +132,11 @@ class StatsAggregator final : public StatsSource {
   struct HostSeries;
 
   std::shared_ptr<HostSeries> FindHost(absl::string_view host_id) const;
+  // With the host's lock held: evicts its least recently reported series
+  // until at most `limit` remain; returns their ids.
+  static std::vector<std::string> EvictOverLimit(HostSeries& host, size_t limit);
+  // With index_mu_ held.
+  void ForgetInIndexLocked(const std::string& vm_id, absl::string_view host_id);
   void MaybeSweep(int64_t now_ns);
   void WorkerLoop();
 
@@ -128,6 +150,7 @@ class StatsAggregator final : public StatsSource {
   // (queries skip those). Taken after a host's lock, never before.
   mutable std::mutex index_mu_;
   absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> hosts_of_vm_;
+  uint64_t evicted_series_ = 0;  // guarded by index_mu_
 
   // AddInBackground's queue; the destructor runs what is queued, then joins.
   std::mutex queue_mu_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,9 @@ absl::Status Within(const std::string& field, absl::Status status) {
 }  // namespace
 
 absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardStatsRequest& request,
+                                                            const ServedHost& served,
                                                             StatsAggregator& into) {
+  RETURN_IF_ERROR(ValidateId("replica", request.replica()));
   if (request.reports_size() > kMaxForwardedReports) {
     return absl::InvalidArgumentError(absl::StrCat("reports has ", request.reports_size(),
                                                    " entries; at most ", kMaxForwardedReports,
@@ -45,11 +48,27 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
   }
   v1::ForwardStatsResponse response;
   int64_t ignored = 0;
+  int64_t unserved = 0;
   for (int i = 0; i < request.reports_size(); ++i) {
     const v1::ForwardedStats& report = request.reports(i);
-    ignored += into.Add(report.host_id(), report.stats(), report.dropped_windows(), tagged[i]);
+    if (!served(report.host_id(), request.replica())) {
+      ++unserved;
+      response.add_unserved(i);
+      continue;
+    }
+    absl::flat_hash_set<absl::string_view> vms;
+    for (const v1::StatsWindow& w : report.stats()) {
+      for (const v1::VMStats& v : w.vms()) vms.insert(v.vm_id());
+    }
+    ignored += into.Add(report.host_id(), report.stats(), report.dropped_windows(), tagged[i],
+                        static_cast<int>(vms.size()));
   }
   response.set_ignored_windows(ignored);
+  if (unserved > 0) {
+    LOG_EVERY_T(INFO, 60) << "replica " << request.replica() << " forwarded stats of " << unserved
+                          << " Report(s) of hosts whose latest Report it did not take, as far as "
+                          << "this replica knows; not taken (logged once a minute)";
+  }
   return response;
 }
 
@@ -104,6 +123,19 @@ void StatsForwarder::Run() {
 }
 
 void StatsForwarder::Send(std::vector<Item> items) {
+  const absl::Time now = absl::Now();
+  for (Item& item : items) {
+    if (item.first_sent == absl::InfinitePast()) item.first_sent = now;
+  }
+  std::vector<Item> again;
+  SendOnce(std::move(items), now, again);
+  if (again.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.insert(queue_.begin(), std::make_move_iterator(again.begin()),
+                std::make_move_iterator(again.end()));
+}
+
+void StatsForwarder::SendOnce(std::vector<Item> items, absl::Time now, std::vector<Item>& again) {
   const std::string leader = leader_();
   // The leader's own agents' windows are in its own aggregator.
   if (leader == peers_.options().self) return;
@@ -143,7 +175,26 @@ void StatsForwarder::Send(std::vector<Item> items) {
     v1::ForwardStatsResponse response;
     const grpc::Status status = stub->ForwardStats(&context, request, &response);
     if (status.ok()) {
-      forwarded_ += static_cast<int64_t>(next - first);
+      std::set<size_t> unserved;
+      for (int32_t i : response.unserved()) {
+        if (i >= 0 && static_cast<size_t>(i) < next - first) unserved.insert(first + i);
+      }
+      forwarded_ += static_cast<int64_t>(next - first - unserved.size());
+      size_t expired = 0;
+      for (size_t i : unserved) {
+        // The leader learns which hosts this replica hears from its next
+        // record of them: sent again until then, in order, for a while.
+        if (now - items[i].first_sent < options_.unserved_retry_for) {
+          again.push_back(std::move(items[i]));
+        } else {
+          ++expired;
+        }
+      }
+      if (expired > 0) {
+        Drop(expired, absl::FailedPreconditionError(absl::StrCat(
+                          "the leader ", leader, " does not take them as this replica's hosts' "
+                          "(another replica took their latest Report, as far as it knows)")));
+      }
       continue;
     }
     absl::Status error = FromGrpcStatus(status);

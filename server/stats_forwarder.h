@@ -40,11 +40,21 @@ namespace cosched::server {
 // Most Reports in one ForwardStats request.
 inline constexpr int kMaxForwardedReports = 1000;
 
+// Whether `replica` serves `host_id`: as far as the leader knows, that
+// replica took the host's latest Report or holds its stream.
+using ServedHost = std::function<bool(const std::string& host_id, const std::string& replica)>;
+
 // The leader's side: checks `request` (INVALID_ARGUMENT naming the field
-// and the rule: reports[i].host_id, reports[i].stats..., reports[i].
-// tagged_id) and adds every Report's windows to `into`; nothing is added
-// when any part is bad.
+// and the rule: replica, reports[i].host_id, reports[i].stats...,
+// reports[i].tagged_id) and adds to `into` the windows of every Report of
+// a host the sending replica serves, under that host's series limit
+// (StatsAggregator::SeriesLimit of the VMs its windows name: the sender
+// keeps only the VMs its Report listed). Reports of hosts it
+// does not serve are dropped and counted in unserved_reports: a replica
+// speaks for its own agents only (issue #32). Nothing is added when any
+// part is bad.
 absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardStatsRequest& request,
+                                                            const ServedHost& served,
                                                             StatsAggregator& into);
 
 struct StatsForwarderOptions {
@@ -53,6 +63,11 @@ struct StatsForwarderOptions {
   absl::Duration flush_interval = absl::Seconds(1);
   // Reports queued at most; more are dropped (counted).
   size_t max_queued = 20000;
+  // How long a Report the leader did not take as this replica's host's
+  // (ForwardStatsResponse.unserved: an agent that just moved here) is sent
+  // again, at each flush, before it is dropped: a few of the replicas'
+  // liveness exchanges (store.etcd.liveness_interval_ms).
+  absl::Duration unserved_retry_for = absl::Seconds(15);
 };
 
 // Thread-safe; sends on a thread of its own from construction to
@@ -80,9 +95,13 @@ class StatsForwarder {
   struct Item {
     std::shared_ptr<const v1::ReportRequest> report;
     std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id;
+    absl::Time first_sent = absl::InfinitePast();
   };
   void Run();
+  // Sends `items`, and queues again at the front those the leader did not
+  // yet take as this replica's (unserved_retry_for).
   void Send(std::vector<Item> items);
+  void SendOnce(std::vector<Item> items, absl::Time now, std::vector<Item>& again);
   void Drop(size_t n, const absl::Status& why);
 
   const Leader leader_;

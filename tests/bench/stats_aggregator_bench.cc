@@ -82,7 +82,7 @@ void BM_AddReport(benchmark::State& state) {
     int64_t latest = g_latest_end.load();
     while (latest < end && !g_latest_end.compare_exchange_weak(latest, end)) {
     }
-    ignored += stats->Add("hv-" + std::to_string(host), ws, 0, {});
+    ignored += stats->Add("hv-" + std::to_string(host), ws, 0, {}, kVmsPerHost);
     host += state.threads();
     if (host >= kHosts) {
       host = state.thread_index();
@@ -108,7 +108,8 @@ void BM_QueryTenant(benchmark::State& state) {
   // 30 min of 10 s windows from every host, plus hourly ones for a day.
   for (int h = 0; h < kHosts; ++h) {
     for (int i = 180; i > 0; --i) {
-      stats.Add("hv-" + std::to_string(h), OneWindow(h, kStart - i * 10 * kSec), 0, {});
+      stats.Add("hv-" + std::to_string(h), OneWindow(h, kStart - i * 10 * kSec), 0, {},
+                kVmsPerHost);
     }
   }
   // The tenant: 5 VMs of each host.
@@ -142,7 +143,9 @@ void BM_MemoryPerVmSeries(benchmark::State& state) {
       std::vector<int64_t> ends;
       for (int i = 24 * 6; i > 6; --i) ends.push_back(now - i * 600 * kSec);
       for (int i = 60; i >= 1; --i) ends.push_back(now - i * 60 * kSec + kSec);
-      for (int64_t end : ends) stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {});
+      for (int64_t end : ends) {
+        stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {}, kVmsPerHost);
+      }
     }
     const size_t after = HeapInUse();
     state.counters["vm_series"] = static_cast<double>(stats.VmSeriesCount());

@@ -24,6 +24,8 @@ class CsdFixture : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("data");
     testing::TrustPlaintextCallers(options.authz);
+    // Reports back to back; the rate limit has tests of its own.
+    options.report_rate.per_second = 0;
     auto csd = CsdServer::Start(options);
     ASSERT_TRUE(csd.ok()) << csd.status();
     csd_ = std::move(*csd);

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "cosched/store/etcd_records.pb.h"
 #include "server/agent_input.h"
 #include "server/csd_metrics.h"
 #include "server/desired_state.h"
@@ -127,6 +128,52 @@ TEST_F(HostTrustTest, AReportOfStatsForVmsItDoesNotListKeepsNoneOfThem) {
   // allocator slack and the one VM's buckets.
   const int64_t grown = static_cast<int64_t>(after) - static_cast<int64_t>(before);
   EXPECT_LT(grown, 1 << 20) << "csd's heap grew by " << grown << " bytes";
+}
+
+// Issue #32 item 3: csd bounds a host's Reports itself. Past its rate a
+// Report is RESOURCE_EXHAUSTED (which the agent does not count as csd
+// failing) and nothing of it is kept: not its VMs, not its liveness.
+TEST_F(HostTrustTest, AReportPastTheHostsRateIsRefusedAndChangesNothing) {
+  sqlite_.state()->report_rate().set_options({.per_second = 0.001, .burst = 3});
+  for (int i = 0; i < 3; ++i) ASSERT_OK(Report(ReportWithStats("hv-1", "vm-1", 0, 1))) << i;
+  v1::ReportRequest changed = ReportWithStats("hv-1", "vm-2", 0, 1);
+  changed.add_vms()->set_vm_id("vm-3");
+  absl::StatusOr<v1::ReportResponse> refused = Report(changed);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("host 'hv-1'"));
+  v1::GetHostRequest get;
+  get.set_host_id("hv-1");
+  auto host = sqlite_.state()->GetHost(get);
+  ASSERT_OK(host);
+  EXPECT_EQ(host->vm_count(), 1);
+  // Another host is not held by hv-1's rate.
+  ASSERT_OK(sqlite_.RegisterHost("hv-2", kTester));
+  EXPECT_OK(Report(ReportWithStats("hv-2", "vm-9", 0, 1)));
+}
+
+// Issue #32 item 3: the leader takes another replica's forwarded stats only
+// for hosts whose latest Report, by the replicas' seen records, that
+// replica took (or whose stream it holds).
+TEST_F(HostTrustTest, ForwardedStatsCountOnlyForTheHostsOfTheReplicaThatTookTheirReports) {
+  ASSERT_OK(Report(ReportWithStats("hv-1", "vm-1", 0, 1)));
+  DesiredState& state = *sqlite_.state();
+  // This csd took hv-1's Report itself: no other replica serves it.
+  EXPECT_FALSE(state.ServedBy("hv-1", "csd-b"));
+
+  store::EtcdSeen b;
+  b.set_replica("csd-b");
+  b.set_written_unix_ns(absl::ToUnixNanos(absl::Now()));
+  store::EtcdSeenHost* seen = b.add_hosts();
+  seen->set_host_id("hv-1");
+  seen->set_last_report_unix_ns(absl::ToUnixNanos(absl::Now() + absl::Seconds(1)));
+  store::EtcdSeenHost* unknown = b.add_hosts();
+  unknown->set_host_id("hv-unregistered");
+  unknown->set_last_report_unix_ns(absl::ToUnixNanos(absl::Now()));
+  state.liveness().SetOthers({b});
+  EXPECT_TRUE(state.ServedBy("hv-1", "csd-b"));
+  EXPECT_FALSE(state.ServedBy("hv-1", "csd-c"));
+  EXPECT_FALSE(state.ServedBy("hv-1", ""));
+  EXPECT_FALSE(state.ServedBy("hv-unregistered", "csd-b"));
 }
 
 // Issue #32 item 5: what a host says of processes posing as VMs on it is

@@ -41,6 +41,8 @@ class MobilityTest : public ::testing::Test {
     store_ = std::make_unique<InstrumentedStore>(
         std::move(*store), [this](absl::StatusCode, double) { ++writes_; });
     state_ = std::make_unique<DesiredState>(store_.get());
+    // Reports back to back; the rate limit has tests of its own.
+    state_->report_rate().set_options({.per_second = 0});
     state_->set_connected_check([this](absl::string_view host) {
       return connected_.count(std::string(host)) > 0;
     });

@@ -1,5 +1,7 @@
 #include "server/stats_aggregator.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -60,7 +62,9 @@ class StatsAggregatorTest : public ::testing::Test {
               const absl::flat_hash_map<std::string, std::string>& aliases = {}) {
     Windows w = Of(std::move(windows));
     EXPECT_OK(ValidateStatsWindows(w, dropped));
-    return stats_.Add(host, w, dropped, aliases);
+    // Hosts here report far fewer VMs than their series limit; the limit
+    // has tests of its own below.
+    return stats_.Add(host, w, dropped, aliases, /*reported_vms=*/1000);
   }
 
   std::atomic<int64_t> now_{kNow};
@@ -273,6 +277,61 @@ TEST_F(StatsAggregatorTest, SeriesSilentForADayAreDropped) {
   EXPECT_EQ(stats_.VmSeriesCount(), 0u);
 }
 
+// Issue #32 item 3: a host keeps at most SeriesLimit(VMs it reports)
+// series; a host that names new VMs at every Report (a churning or hostile
+// one) pushes out its own oldest series, never grows without bound, and
+// never touches another host's.
+TEST_F(StatsAggregatorTest, AHostKeepsAtMostItsSeriesLimitTheOldestGoFirst) {
+  EXPECT_EQ(StatsAggregator::SeriesLimit(0), StatsAggregator::kMinSeriesPerHost);
+  EXPECT_EQ(StatsAggregator::SeriesLimit(10), StatsAggregator::kMinSeriesPerHost + 20);
+  v1::StatsWindow other = Window(500);
+  AddVm(other, "neighbour", Share(100, 100, 0, 0));
+  Windows ws = Of({other});
+  stats_.Add("h2", ws, 0, {}, 1);
+
+  // 100 Reports of h1, each listing 10 VMs no earlier Report listed.
+  const size_t limit = StatsAggregator::SeriesLimit(10);
+  for (int r = 0; r < 100; ++r) {
+    v1::StatsWindow w = Window(400 - r);
+    w.set_start_unix_ns(w.end_unix_ns() - kSec / 2);
+    for (int v = 0; v < 10; ++v) {
+      AddVm(w, "vm-" + std::to_string(r) + "-" + std::to_string(v), Share(1, 1, 0, 0));
+    }
+    ws = Of({w});
+    stats_.Add("h1", ws, 0, {}, 10);
+  }
+  EXPECT_EQ(stats_.VmSeriesCount(), limit + 1);
+  EXPECT_EQ(stats_.EvictedSeriesCount(), 1000 - limit);
+  // The newest stay, the oldest went, the other host's is untouched.
+  EXPECT_EQ(stats_.QueryVms({"vm-99-9"}, 3600).total().run_ns(), 1);
+  EXPECT_EQ(stats_.QueryVms({"vm-0-0"}, 3600).windows(), 0);
+  EXPECT_EQ(stats_.QueryVms({"neighbour"}, 3600).windows(), 1);
+  EXPECT_EQ(stats_.QueryHost("h1", 3600).vms_size(), static_cast<int>(limit));
+}
+
+// A ring holds buckets only for slots a window landed in: a VM seen in one
+// window costs a few hundred bytes, not the ~8 KiB of two whole rings.
+TEST_F(StatsAggregatorTest, AVmSeenOnceCostsTwoBucketsNotTwoRings) {
+  v1::StatsWindow warm = Window(100);
+  AddVm(warm, "warm", Share(1, 1, 0, 0));
+  Add("h1", {warm});  // the host's own series, allocated once
+  v1::StatsWindow w = Window(50);
+  constexpr int kVms = 5000;
+  for (int v = 0; v < kVms; ++v) AddVm(w, "vm-" + std::to_string(v), Share(1, 1, 0, 0));
+  Windows ws = Of({w});
+  const size_t before = mallinfo2().uordblks;
+  stats_.Add("h1", ws, 0, {}, kVms);
+  const size_t after = mallinfo2().uordblks;
+  ASSERT_EQ(stats_.VmSeriesCount(), static_cast<size_t>(kVms + 1));
+  const double per_series = static_cast<double>(after - before) / kVms;
+  // Two buckets (2 x kVmBucketBytes), the series, its map entry and its
+  // index entry: well under 1 KiB; whole rings were 88 x kVmBucketBytes.
+  EXPECT_LT(per_series, 1024) << "bytes per series";
+  EXPECT_LT(per_series, 88.0 * StatsAggregator::kVmBucketBytes / 4);
+  // Filling more slots grows a series to its rings, never past them.
+  EXPECT_EQ(stats_.QueryVms({"vm-7"}, 3600).total().run_ns(), 1);
+}
+
 TEST_F(StatsAggregatorTest, InBackgroundAddsThenAnswersInCallOrder) {
   auto first = std::make_shared<v1::ReportRequest>();
   first->set_host_id("h1");
@@ -310,7 +369,7 @@ TEST_F(StatsAggregatorTest, ConcurrentReportsAndQueriesAddUpExactly) {
         AddVm(w, "shared-vm", Share(1, 1, 0, 0));
         AddVm(w, "vm-" + std::to_string(h), Share(2, 0, 2, 0));
         Windows ws = Of({w});
-        stats_.Add("h" + std::to_string(h), ws, 0, {});
+        stats_.Add("h" + std::to_string(h), ws, 0, {}, 2);
       }
     });
   }

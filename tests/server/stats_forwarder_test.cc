@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"
@@ -22,6 +23,9 @@ namespace {
 
 using testing::Eventually;
 
+// Every host is the sender's.
+bool AnyHost(const std::string&, const std::string&) { return true; }
+
 // A leader's Replica service over a real aggregator.
 class FakeLeader final : public v1::Replica::Service {
  public:
@@ -29,7 +33,7 @@ class FakeLeader final : public v1::Replica::Service {
                             v1::ForwardStatsResponse* response) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++requests_;
-    absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(*request, stats_);
+    absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(*request, served_, stats_);
     if (!taken.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad");
     *response = *taken;
     return grpc::Status::OK;
@@ -38,9 +42,14 @@ class FakeLeader final : public v1::Replica::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  void SetServed(ServedHost served) {
+    std::lock_guard<std::mutex> lock(mu_);
+    served_ = std::move(served);
+  }
   StatsAggregator stats_;
 
  private:
+  ServedHost served_ = AnyHost;  // guarded by mu_
   std::mutex mu_;
   int requests_ = 0;
 };
@@ -69,10 +78,12 @@ class StatsForwarderTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<StatsForwarder> Forwarder(std::string leader, size_t max_queued = 100) {
+  std::unique_ptr<StatsForwarder> Forwarder(std::string leader, size_t max_queued = 100,
+                                            absl::Duration unserved_retry_for = absl::Seconds(1)) {
     StatsForwarderOptions options;
     options.flush_interval = absl::Milliseconds(50);
     options.max_queued = max_queued;
+    options.unserved_retry_for = unserved_retry_for;
     return std::make_unique<StatsForwarder>([leader] { return leader; }, directory_,
                                             std::move(options));
   }
@@ -112,6 +123,35 @@ TEST_F(StatsForwarderTest, WindowsReachTheLeadersAggregatorWithTheirTaggedIds) {
   EXPECT_EQ(leader_.stats_.QueryHost("hv-2", 300).total().run_ns(), 200000000);
 }
 
+// The leader does not take the Reports of hosts it does not (yet) know as
+// this replica's: the forwarder sends them again for a while (an agent that
+// just moved here is known at this replica's next liveness record), in
+// order, then drops and counts them.
+TEST_F(StatsForwarderTest, ReportsTheLeaderDoesNotYetTakeAreSentAgainForAWhileThenDropped) {
+  leader_.SetServed([](const std::string& host, const std::string& replica) {
+    return host == "hv-1" && replica == "b";
+  });
+  std::unique_ptr<StatsForwarder> forwarder = Forwarder("a", 100, absl::Seconds(30));
+  forwarder->Enqueue(ReportOf("hv-1", "vm-1", 300), nullptr);
+  forwarder->Enqueue(ReportOf("hv-2", "vm-2", 200), nullptr);
+  EXPECT_TRUE(Eventually([&] { return forwarder->forwarded() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a few flushes
+  EXPECT_EQ(forwarder->dropped(), 0);
+  EXPECT_EQ(leader_.stats_.QueryHost("hv-2", 300).windows(), 0);
+  // The leader now knows hv-2 as b's: the Report it kept sending is taken.
+  leader_.SetServed(AnyHost);
+  EXPECT_TRUE(Eventually([&] { return forwarder->forwarded() == 2; }));
+  EXPECT_EQ(leader_.stats_.QueryHost("hv-2", 300).total().run_ns(), 200000000);
+
+  // A host the leader never takes as this replica's: dropped in the end.
+  leader_.SetServed([](const std::string&, const std::string&) { return false; });
+  std::unique_ptr<StatsForwarder> brief = Forwarder("a", 100, absl::Milliseconds(200));
+  brief->Enqueue(ReportOf("hv-3", "vm-3", 100), nullptr);
+  EXPECT_TRUE(Eventually([&] { return brief->dropped() == 1; }));
+  EXPECT_EQ(brief->forwarded(), 0);
+  EXPECT_EQ(leader_.stats_.QueryHost("hv-3", 300).windows(), 0);
+}
+
 TEST_F(StatsForwarderTest, TheLeaderForwardsNothingAndWhatCannotBeSentIsDropped) {
   // This replica leads: its own aggregator has the windows.
   std::unique_ptr<StatsForwarder> self = Forwarder("b");
@@ -138,32 +178,82 @@ TEST_F(StatsForwarderTest, TheLeaderForwardsNothingAndWhatCannotBeSentIsDropped)
 TEST(TakeForwardedStatsTest, BadInputNamesTheFieldAndAddsNothing) {
   StatsAggregator into;
   v1::ForwardStatsRequest request;
+  request.set_replica("csd-b");
   v1::ForwardedStats* good = request.add_reports();
   good->set_host_id("hv-1");
   *good->mutable_stats() = ReportOf("hv-1", "vm-1", 100)->stats();
   v1::ForwardedStats* bad = request.add_reports();
   bad->set_host_id("hv-2");
   (*bad->mutable_tagged_id())["instance 2"] = "vm-2";
-  absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(request, into);
+  absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(request, AnyHost, into);
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(taken.status().message().find("reports[1].tagged_id key"), std::string::npos)
       << taken.status();
   EXPECT_EQ(into.QueryHost("hv-1", 300).windows(), 0) << "nothing half-taken";
 
   request.mutable_reports()->RemoveLast();
-  taken = TakeForwardedStats(request, into);
+  taken = TakeForwardedStats(request, AnyHost, into);
   ASSERT_OK(taken.status());
   EXPECT_EQ(taken->ignored_windows(), 0);
   EXPECT_EQ(into.QueryHost("hv-1", 300).windows(), 1);
   // The same again: the aggregator already has it.
-  taken = TakeForwardedStats(request, into);
+  taken = TakeForwardedStats(request, AnyHost, into);
   ASSERT_OK(taken.status());
   EXPECT_EQ(taken->ignored_windows(), 1);
 
   for (int i = 0; i <= kMaxForwardedReports; ++i) request.add_reports()->set_host_id("hv-3");
-  EXPECT_NE(TakeForwardedStats(request, into).status().message().find(
+  EXPECT_NE(TakeForwardedStats(request, AnyHost, into).status().message().find(
                 "reports has 1002 entries; at most 1000"),
             std::string::npos);
+}
+
+TEST(TakeForwardedStatsTest, ANameIsNeeded) {
+  StatsAggregator into;
+  v1::ForwardStatsRequest request;
+  request.add_reports()->set_host_id("hv-1");
+  absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(request, AnyHost, into);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(taken.status().message().find("replica"), std::string::npos) << taken.status();
+}
+
+// Issue #32 item 3: a replica speaks for the hosts whose Reports it takes,
+// no others; their windows are kept under the host's own series limit.
+TEST(TakeForwardedStatsTest, OnlyHostsTheSenderServesAreTakenUnderTheirSeriesLimit) {
+  StatsAggregator into;
+  std::vector<std::pair<std::string, std::string>> asked;
+  const ServedHost served = [&](const std::string& host, const std::string& replica) {
+    asked.emplace_back(host, replica);
+    return host == "hv-1" && replica == "csd-b";
+  };
+  v1::ForwardStatsRequest request;
+  request.set_replica("csd-b");
+  for (const std::string host : {"hv-1", "hv-2"}) {
+    v1::ForwardedStats* report = request.add_reports();
+    report->set_host_id(host);
+    *report->mutable_stats() = ReportOf(host, "vm-of-" + host, 100)->stats();
+  }
+  // Its windows name 201 VMs: the limit is the one of a host reporting them.
+  v1::StatsWindow* window = request.mutable_reports(0)->mutable_stats(0);
+  for (int v = 0; v < 200; ++v) window->add_vms()->set_vm_id("extra-" + std::to_string(v));
+  absl::StatusOr<v1::ForwardStatsResponse> taken = TakeForwardedStats(request, served, into);
+  ASSERT_OK(taken.status());
+  EXPECT_THAT(taken->unserved(), ::testing::ElementsAre(1));
+  EXPECT_EQ(asked, (std::vector<std::pair<std::string, std::string>>{{"hv-1", "csd-b"},
+                                                                      {"hv-2", "csd-b"}}));
+  EXPECT_EQ(into.QueryHost("hv-2", 300).windows(), 0);
+  EXPECT_EQ(into.QueryHost("hv-1", 300).windows(), 1);
+  EXPECT_EQ(into.VmSeriesCount(), 201u);
+  // The next forward names 100 other VMs: the host keeps SeriesLimit(100).
+  v1::StatsWindow next = *window;
+  next.set_start_unix_ns(window->end_unix_ns());
+  next.set_end_unix_ns(window->end_unix_ns() + 1000000);
+  next.clear_vms();
+  for (int v = 0; v < 100; ++v) next.add_vms()->set_vm_id("next-" + std::to_string(v));
+  request.mutable_reports()->RemoveLast();
+  request.mutable_reports(0)->clear_stats();
+  *request.mutable_reports(0)->add_stats() = next;
+  ASSERT_OK(TakeForwardedStats(request, served, into).status());
+  EXPECT_EQ(into.VmSeriesCount(), StatsAggregator::SeriesLimit(100));
 }
 
 }  // namespace
