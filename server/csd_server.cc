@@ -401,9 +401,11 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     csd->replica_service_ = std::make_unique<ReplicaServiceImpl>(
         state, csd->authz_.get(), [replicas] { return replicas->leader(); });
   }
+  csd->queries_ = std::make_unique<QueryPool>(options.queries);
   csd->control_plane_ = std::make_unique<ControlPlaneService>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get(), engine,
-      csd->peer_stats_.get(), csd->leader_queries_.get(), csd->rollouts_.get());
+      csd->peer_stats_.get(), csd->leader_queries_.get(), csd->rollouts_.get(),
+      csd->queries_.get());
   csd->agent_service_ = std::make_unique<AgentServiceImpl>(
       csd->state_.get(), csd->fanout_.get(), csd->authz_.get());
 
@@ -560,6 +562,8 @@ void CsdServer::Shutdown() {
     // A csd that is going away refuses its agents' Reports from here on:
     // it must not halt a rollout because they fell silent to it.
     if (rollouts_) rollouts_->Stop();
+    // Plans and ExplainVMs waiting are answered, running ones finish.
+    queries_->Stop();
     // Streams never end on their own: give calls a moment, then cancel.
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));

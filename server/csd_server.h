@@ -25,6 +25,7 @@
 #include "server/engine_options.h"
 #include "server/local_peers.h"
 #include "server/local_socket.h"
+#include "server/query_pool.h"
 #include "server/rollout_control.h"
 #include "server/services.h"
 #include "server/stats_forwarder.h"
@@ -63,6 +64,9 @@ struct CsdOptions {
   // csd.yaml setting: agents never come near it. Tests whose agents report
   // every few milliseconds turn it off (per_second 0).
   ReportRateOptions report_rate;
+  // Where Plan and ExplainVM run (server/query_pool.h); not a csd.yaml
+  // setting.
+  QueryPoolOptions queries;
   // DesiredState::set_tag_from_metadata.
   bool tag_from_metadata = false;
   // csd.yaml `enforce` and `when_vulnerable` (ParseEnforcePolicy).
@@ -178,6 +182,9 @@ class CsdServer {
   std::unique_ptr<PeerStats> peer_stats_;
   // csd on etcd: ExplainVM and Plan asked of the leader; the same.
   std::unique_ptr<LeaderQueries> leader_queries_;
+  // Runs Plan and ExplainVM; stopped before the server, destroyed before
+  // the engine and the state they read.
+  std::unique_ptr<QueryPool> queries_;
   std::unique_ptr<ControlPlaneService> control_plane_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   // Replicas on etcd only: the stats of this replica's agents to the

@@ -622,11 +622,13 @@ int EngineLoop::RunPass(bool interval) {
 absl::StatusOr<v1::PlanResponse> EngineLoop::Plan(const v1::PlanRequest& request) {
   if (!request.tenant_id().empty()) RETURN_IF_ERROR(ValidateId("tenant_id", request.tenant_id()));
   if (request.report()) return Report(request.tenant_id());
-  std::lock_guard<std::mutex> lock(pass_mu_);
   ASSIGN_OR_RETURN(std::set<std::string> hosts, ManagedHosts(true, request.tenant_id()));
   v1::PlanResponse response;
   const SteadyClock::time_point now = hooks_.clock ? hooks_.clock() : SteadyClock::now();
   for (const std::string& host_id : hosts) {
+    // The engine's lock a host at a time: a fleet-wide Plan must not hold
+    // off the engine's passes and triggers for its whole run (issue #32).
+    std::lock_guard<std::mutex> lock(pass_mu_);
     HostState state;
     absl::Status read = state_->store().Read([&](store::Transaction& txn) -> absl::Status {
       ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));

@@ -223,9 +223,27 @@ grpc::ServerUnaryReactor* ControlPlaneService::ExplainVM(
                        [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
     return reactor;
   }
-  // Runs the simulator on this callback thread: a few at a time are fine,
-  // and the answer is what the caller waits for.
-  return AnswerNow(context, state_->ExplainVm(*request), response);
+  return RunQuery<v1::ExplainVMResponse>(
+      context, "ExplainVM", [this, request] { return state_->ExplainVm(*request); }, response);
+}
+
+template <typename T>
+grpc::ServerUnaryReactor* ControlPlaneService::RunQuery(
+    grpc::CallbackServerContext* context, const std::string& name,
+    std::function<absl::StatusOr<T>()> query, T* response) {
+  auto* reactor = context->DefaultReactor();
+  // The simulator runs on the query pool, not on this callback thread.
+  absl::Status queued =
+      queries_->Submit(name, [reactor, response, query = std::move(query)](absl::Status expired) {
+        absl::StatusOr<T> result = expired.ok() ? query() : absl::StatusOr<T>(expired);
+        if (result.ok()) *response = std::move(*result);
+        reactor->Finish(ToGrpcStatus(result.status()));
+      });
+  if (!queued.ok()) {
+    LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << queued;
+    reactor->Finish(ToGrpcStatus(queued));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::Plan(grpc::CallbackServerContext* context,
@@ -233,14 +251,23 @@ grpc::ServerUnaryReactor* ControlPlaneService::Plan(grpc::CallbackServerContext*
                                                     v1::PlanResponse* response) {
   auto caller = authz_->ForControlPlane(*context, "Plan");
   if (!caller.ok()) return Refuse(context, caller.status());
+  // What every auto host of the fleet would change is a prediction per
+  // host: operators may ask it, viewers ask per tenant (issue #32).
+  if (request->tenant_id().empty() && !request->report() && caller->role < Role::kOperator) {
+    return Refuse(context,
+                  absl::PermissionDeniedError(absl::StrCat(
+                      caller->who, " has role ", RoleName(caller->role),
+                      "; a Plan of the whole fleet (no tenant_id) needs operator: a viewer "
+                      "asks for one tenant (csctl plan --tenant T), or for the report")));
+  }
   if (AskTheLeader(request->local_only())) {
     auto* reactor = context->DefaultReactor();
     leader_->Plan(*context, *request, response,
                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
     return reactor;
   }
-  // Like ExplainVM: predictions on this callback thread, a few hosts' worth.
-  return AnswerNow(context, engine_->Plan(*request), response);
+  return RunQuery<v1::PlanResponse>(
+      context, "Plan", [this, request] { return engine_->Plan(*request); }, response);
 }
 
 grpc::ServerUnaryReactor* ControlPlaneService::StartRollout(

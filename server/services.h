@@ -14,6 +14,7 @@
 #include "server/engine_loop.h"
 #include "server/leader_queries.h"
 #include "server/peer_stats.h"
+#include "server/query_pool.h"
 #include "server/rollout_control.h"
 
 namespace cosched::server {
@@ -24,16 +25,18 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   // other replicas' stats for GetStats; `leader` (csd on etcd; may be
   // null) asks the leader ExplainVM and Plan while this replica does not
   // lead; `rollouts` answers the rollout RPCs.
+  // `queries` runs Plan and ExplainVM.
   ControlPlaneService(DesiredState* state, const AssignmentFanout* fanout,
                       const Authorizer* authz, EngineLoop* engine, PeerStats* peers,
-                      LeaderQueries* leader, RolloutControl* rollouts)
+                      LeaderQueries* leader, RolloutControl* rollouts, QueryPool* queries)
       : state_(state),
         fanout_(fanout),
         authz_(authz),
         engine_(engine),
         peers_(peers),
         leader_(leader),
-        rollouts_(rollouts) {}
+        rollouts_(rollouts),
+        queries_(queries) {}
 
   grpc::ServerUnaryReactor* TagVM(grpc::CallbackServerContext* context,
                                   const v1::TagVMRequest* request,
@@ -116,6 +119,12 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   // Whether ExplainVM and Plan go to the leader: its engine's record and
   // every replica's stats are there (server/leader_queries.h).
   bool AskTheLeader(bool local_only) const;
+  // Answers the call with `query`'s result, run on the query pool; or
+  // refuses it (RESOURCE_EXHAUSTED) when the pool is full.
+  template <typename T>
+  grpc::ServerUnaryReactor* RunQuery(grpc::CallbackServerContext* context,
+                                     const std::string& name,
+                                     std::function<absl::StatusOr<T>()> query, T* response);
   grpc::ServerUnaryReactor* ChangeRollout(grpc::CallbackServerContext* context,
                                           const char* method, RolloutControl::Change change,
                                           const v1::ChangeRolloutRequest* request,
@@ -128,6 +137,7 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   PeerStats* const peers_;
   LeaderQueries* const leader_;
   RolloutControl* const rollouts_;
+  QueryPool* const queries_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {

@@ -27,8 +27,18 @@
 // are predicted and memoized too, so the fleet's pass figures in this mode
 // are not the engine's alone: time without it.
 //
+// With --concurrent-plans N (issue #32 item 9), no pass runs: for
+// --seconds, N clients ask for a dry-run Plan of the whole fleet over and
+// over while one host Reports a changed VM list every 100 ms, and the bench
+// prints the Reports' latency and the Plans answered and refused. With
+// --plans-on callers each Plan runs on its client's thread (as csd ran them
+// on gRPC's callback threads before); with --plans-on pool they go through
+// csd's QueryPool (default options), and a refused client retries after
+// 100 ms.
+//
 //   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
 //       [--screen-s S] [--noise SD [--noisy-passes N]] [--compare-fresh]
+//       [--concurrent-plans N --plans-on callers|pool --seconds S]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -37,11 +47,14 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -51,6 +64,7 @@
 #include "glog/logging.h"
 #include "server/desired_state.h"
 #include "server/engine_loop.h"
+#include "server/query_pool.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
 
@@ -308,6 +322,85 @@ absl::Status ComparePlans(server::EngineLoop& fleet, server::EngineLoop& fresh) 
   return absl::OkStatus();
 }
 
+// --concurrent-plans: Report latency while `clients` ask for fleet-wide
+// Plans, on their own threads or through a QueryPool.
+int RunPlanContention(BenchFleet& fleet, const FleetShape& shape, int clients, bool pool,
+                      double seconds) {
+  // The bench's host Reports faster than an agent does, for more samples.
+  fleet.state->report_rate().set_options({.per_second = 0});
+  std::optional<server::QueryPool> queries;
+  if (pool) queries.emplace(server::QueryPoolOptions{});
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> planners;
+  for (int c = 0; c < clients; ++c) {
+    planners.emplace_back([&] {
+      while (!stop.load()) {
+        if (!queries) {
+          if (fleet.engine->Plan(v1::PlanRequest()).ok()) ++answered;
+          continue;
+        }
+        std::promise<void> done;
+        absl::Status queued = queries->Submit("Plan", [&](absl::Status expired) {
+          if (expired.ok() && fleet.engine->Plan(v1::PlanRequest()).ok()) {
+            ++answered;
+          } else {
+            ++refused;
+          }
+          done.set_value();
+        });
+        if (!queued.ok()) {
+          ++refused;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          continue;
+        }
+        done.get_future().wait();
+      }
+    });
+  }
+  std::vector<double> latencies_ms;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
+    v1::ReportRequest request;
+    request.set_host_id(HostId(0));
+    for (int v = 0; v < shape.vms_per_host; ++v) {
+      v1::VMObservation* o = request.add_vms();
+      o->set_vm_id(VmId(0, v));
+      o->mutable_enforcement()->set_vcpus(shape.vcpus);
+      // A changed Report each time: a durable write, as a VM's change is.
+      o->mutable_enforcement()->set_threads_found(v == 0 ? i % 2 + 1 : 1);
+    }
+    std::promise<absl::Status> result;
+    const auto sent = std::chrono::steady_clock::now();
+    fleet.state->ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
+      result.set_value(r.status());
+    });
+    absl::Status status = result.get_future().get();
+    latencies_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
+            .count());
+    if (!status.ok()) {
+      std::fprintf(stderr, "report: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop = true;
+  for (std::thread& t : planners) t.join();
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  auto at = [&](double q) {
+    return latencies_ms[std::min(latencies_ms.size() - 1,
+                                 static_cast<size_t>(q * static_cast<double>(latencies_ms.size())))];
+  };
+  std::printf("%d concurrent fleet-wide Plans on %s for %.0f s: %zu Reports, latency p50 %.2f ms, "
+              "p99 %.2f ms, max %.2f ms; Plans answered %d, refused %d\n",
+              clients, pool ? "the query pool" : "their callers' threads", seconds,
+              latencies_ms.size(), at(0.5), at(0.99), latencies_ms.back(), answered.load(),
+              refused.load());
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   FleetShape shape;
   int threads = server::DefaultPlannerThreads();
@@ -333,6 +426,17 @@ int Run(int argc, char** argv) {
   app.add_flag("--compare-fresh", compare_fresh,
                "plan a second, identical fleet whose predictions are made again at every "
                "load move (reuse bounds 0), and count after each pass the layouts that differ");
+  int concurrent_plans = 0;
+  app.add_option("--concurrent-plans", concurrent_plans,
+                 "instead of passes: this many clients ask for fleet-wide Plans while one host "
+                 "Reports; prints the Reports' latency")
+      ->check(CLI::Range(0, 64));
+  std::string plans_on = "pool";
+  app.add_option("--plans-on", plans_on, "where the Plans run: callers or pool")
+      ->check(CLI::IsMember({"callers", "pool"}));
+  double seconds = 20;
+  app.add_option("--seconds", seconds, "how long --concurrent-plans runs")
+      ->check(CLI::Range(1.0, 600.0));
   CLI11_PARSE(app, argc, argv);
 
   server::EngineOptions options;
@@ -362,6 +466,9 @@ int Run(int argc, char** argv) {
   std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, written and reported in %.1f s\n",
               shape.hosts, shape.vms_per_host, shape.vcpus, shape.cores,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (concurrent_plans > 0) {
+    return RunPlanContention(**fleet, shape, concurrent_plans, plans_on == "pool", seconds);
+  }
   std::unique_ptr<BenchFleet> fresh;
   if (compare_fresh) {
     auto made = MakeFleet(shape, fresh_options, stats_now);
