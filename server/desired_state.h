@@ -143,7 +143,10 @@ class DesiredState {
   // The off switch for one host or the hosts a selector matches now
   // (SetHostEnforcement with host_id or selector; `all` is RolloutControl's
   // fleet setting). Each host that changes is written and audited with the
-  // reason. NOT_FOUND for an unknown host or a selector matching none.
+  // reason, a few hosts a write (so that a selector of any size fits
+  // etcd's Txn limit); a write that fails ends the call with its error and
+  // how many hosts were switched before it. NOT_FOUND for an unknown host
+  // or a selector matching none.
   void SetHostEnforcement(const v1::SetHostEnforcementRequest& request, const Actor& actor,
                           Done<v1::SetHostEnforcementResponse> done);
   void RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
@@ -350,6 +353,16 @@ class DesiredState {
                       Done<v1::ReportResponse> done);
   // The host as it is now: its last report time and whether it is placeable.
   void AddLiveness(v1::Host& host) const;
+  // SetHostEnforcement's run over its hosts, a write at a time.
+  struct EnforcementSwitch {
+    v1::SetHostEnforcementRequest request;
+    Actor actor;
+    Done<v1::SetHostEnforcementResponse> done;
+    std::vector<std::string> host_ids;
+    v1::SetHostEnforcementResponse response;  // the hosts switched so far
+  };
+  // Switches run->host_ids from `from` on; answers run->done at the end.
+  void SwitchEnforcement(std::shared_ptr<EnforcementSwitch> run, size_t from);
   // The later of its stored last_seen_time and its last Report to any
   // replica.
   absl::Time LastSeen(const v1::Host& host) const;

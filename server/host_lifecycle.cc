@@ -156,57 +156,89 @@ void DesiredState::SetHostEnforcement(const v1::SetHostEnforcementRequest& reque
     }
   }
   if (!valid.ok()) return done(valid);
+  auto run = std::make_shared<EnforcementSwitch>();
+  run->request = request;
+  run->actor = actor;
+  run->done = std::move(done);
+  if (!selector) {
+    run->host_ids.push_back(request.host_id());
+  } else {
+    absl::Status read = store_->Read([&](store::Transaction& txn) -> absl::Status {
+      run->host_ids.clear();
+      store::Page page;
+      page.limit = 1000;
+      while (true) {
+        ASSIGN_OR_RETURN(std::vector<v1::Host> listed, txn.ListHosts(page));
+        for (const v1::Host& h : listed) {
+          if (Matches(*selector, h.labels())) run->host_ids.push_back(h.host_id());
+        }
+        if (listed.size() < static_cast<size_t>(page.limit)) break;
+        page.after = listed.back().host_id();
+      }
+      return absl::OkStatus();
+    });
+    if (!read.ok()) return run->done(read);
+    if (run->host_ids.empty()) {
+      return run->done(absl::NotFoundError(
+          absl::StrCat("selector '", request.selector(), "' matches no host")));
+    }
+  }
+  SwitchEnforcement(std::move(run), 0);
+}
+
+void DesiredState::SwitchEnforcement(std::shared_ptr<EnforcementSwitch> run, size_t from) {
+  // A few hosts a write: the store never splits a write, and on etcd one
+  // Txn takes at most max_txn_ops operations (128 by default), a host and
+  // its audit record several each; a selector over a whole zone must not
+  // fail for its size (issue #33).
+  constexpr size_t kHostsPerWrite = 16;
+  const size_t to = std::min(run->host_ids.size(), from + kHostsPerWrite);
   auto audits = std::make_shared<std::vector<v1::AuditRecord>>();
   auto delta = std::make_shared<PlacementDelta>();
-  auto response = std::make_shared<v1::SetHostEnforcementResponse>();
+  auto switched = std::make_shared<std::vector<v1::Host>>();
+  const bool one_host = !run->request.host_id().empty();
   store_->Write(
-      [request, selector, actor, audits, delta, response](store::Transaction& txn) -> absl::Status {
+      [run, from, to, one_host, audits, delta, switched](store::Transaction& txn) -> absl::Status {
         *delta = PlacementDelta();
         audits->clear();
-        response->Clear();
-        std::vector<v1::Host> hosts;
-        if (selector) {
-          store::Page page;
-          page.limit = 1000;
-          while (true) {
-            ASSIGN_OR_RETURN(std::vector<v1::Host> listed, txn.ListHosts(page));
-            for (const v1::Host& h : listed) {
-              if (Matches(*selector, h.labels())) hosts.push_back(h);
-            }
-            if (listed.size() < static_cast<size_t>(page.limit)) break;
-            page.after = listed.back().host_id();
-          }
-          if (hosts.empty()) {
-            return absl::NotFoundError(
-                absl::StrCat("selector '", request.selector(), "' matches no host"));
-          }
-        } else {
-          ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(request.host_id()));
+        switched->clear();
+        for (size_t i = from; i < to; ++i) {
+          const std::string& host_id = run->host_ids[i];
+          ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(host_id));
           if (!host) {
-            return absl::NotFoundError(absl::StrCat("host '", request.host_id(), "' not found"));
+            if (one_host) return absl::NotFoundError(absl::StrCat("host '", host_id, "' not found"));
+            continue;  // removed since the selector was read
           }
-          hosts.push_back(std::move(*host));
-        }
-        for (const v1::Host& host : hosts) {
-          if (host.enforcement_off() == request.off()) continue;  // idempotent
-          v1::Host updated = host;
-          updated.set_enforcement_off(request.off());
+          if (host->enforcement_off() == run->request.off()) continue;  // idempotent
+          v1::Host updated = *host;
+          updated.set_enforcement_off(run->request.off());
           RETURN_IF_ERROR(txn.PutHost(updated));
           delta->hosts.push_back(updated);
-          RETURN_IF_ERROR(internal::Audit(txn, actor.who, actor.role, "SetHostEnforcement",
-                                          host.host_id(), &host, &updated, 0,
-                                          &audits->emplace_back(), request.reason()));
-          *response->add_hosts() = std::move(updated);
+          RETURN_IF_ERROR(internal::Audit(txn, run->actor.who, run->actor.role,
+                                          "SetHostEnforcement", host_id, &*host, &updated, 0,
+                                          &audits->emplace_back(), run->request.reason()));
+          switched->push_back(std::move(updated));
         }
         return absl::OkStatus();
       },
-      [this, audits, delta, response, done = std::move(done)](absl::Status status) {
-        if (!status.ok()) return done(status);
+      [this, run, from, to, audits, delta, switched](absl::Status status) {
+        if (!status.ok()) {
+          if (from == 0) return run->done(status);
+          return run->done(absl::Status(
+              status.code(), absl::StrCat(status.message(), "; ", run->response.hosts_size(),
+                                          " of the ", run->host_ids.size(),
+                                          " hosts selected were switched before (each audited): "
+                                          "run the command again to finish")));
+        }
         placement_.Apply(*delta);
         for (const v1::AuditRecord& audit : *audits) internal::LogAudit(audit);
-        for (v1::Host& host : *response->mutable_hosts()) AddLiveness(host);
-        response->set_fleet_off(rollout_.FleetOff());
-        done(*response);
+        for (v1::Host& host : *switched) {
+          AddLiveness(host);
+          *run->response.add_hosts() = std::move(host);
+        }
+        if (to < run->host_ids.size()) return SwitchEnforcement(run, to);
+        run->response.set_fleet_off(rollout_.FleetOff());
+        run->done(std::move(run->response));
       });
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -132,6 +133,59 @@ TEST_F(CsdOnEtcdTest, AValueThatDoesNotParseKeepsCsdFromStarting) {
   EXPECT_TRUE(absl::IsDataLoss(csd.status())) << csd.status();
   EXPECT_NE(csd.status().message().find("/cosched/vms/vm-bad"), std::string::npos)
       << csd.status();
+}
+
+// Issue #33: the off switch over a selector wrote every matched host and
+// its audit record in one write, which etcd refuses past max_txn_ops (128
+// operations by default: about 60 hosts). It now writes a few hosts a
+// write: a zone of 150 hosts is switched off and on, each host audited.
+TEST_F(CsdOnEtcdTest, TheOffSwitchOverAZoneOfAnySizeFitsEtcdsTxnLimit) {
+  auto csd = StartReplica();
+  ASSERT_NE(csd, nullptr);
+  auto channel = grpc::CreateChannel(csd->address(), grpc::InsecureChannelCredentials());
+  auto agent = v1::AgentService::NewStub(channel);
+  constexpr int kHosts = 150;
+  for (int h = 0; h < kHosts; ++h) {
+    v1::RegisterRequest reg;
+    reg.set_host_id(absl::StrCat("hv-", h));
+    v1::Core* core = reg.mutable_topology()->add_cores();
+    core->add_cpus(0);
+    core->add_cpus(1);
+    (*reg.mutable_labels())["zone"] = h < kHosts - 1 ? "a" : "b";
+    grpc::ClientContext context;
+    v1::RegisterResponse registered;
+    grpc::Status s = agent->Register(&context, reg, &registered);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  auto control = Stub(*csd);
+  for (bool off : {true, false}) {
+    v1::SetHostEnforcementRequest request;
+    request.set_selector("zone=a");
+    request.set_off(off);
+    request.set_reason("kernel bug in zone a");
+    v1::SetHostEnforcementResponse response;
+    grpc::ClientContext context;
+    grpc::Status s = control->SetHostEnforcement(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(response.hosts_size(), kHosts - 1) << off;
+    for (const v1::Host& host : response.hosts()) EXPECT_EQ(host.enforcement_off(), off);
+  }
+  // Zone b was never switched; every switch of zone a is audited.
+  v1::GetHostRequest get;
+  get.set_host_id(absl::StrCat("hv-", kHosts - 1));
+  v1::Host b;
+  grpc::ClientContext context;
+  ASSERT_TRUE(control->GetHost(&context, get, &b).ok());
+  EXPECT_FALSE(b.enforcement_off());
+  v1::ListAuditRecordsRequest audit;
+  audit.set_subject("hv-3");
+  audit.set_page_size(100);
+  v1::ListAuditRecordsResponse records;
+  grpc::ClientContext audit_context;
+  ASSERT_TRUE(control->ListAuditRecords(&audit_context, audit, &records).ok());
+  int switches = 0;
+  for (const v1::AuditRecord& r : records.records()) switches += r.method() == "SetHostEnforcement";
+  EXPECT_EQ(switches, 2);
 }
 
 }  // namespace
