@@ -164,7 +164,8 @@ Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
       metrics_(std::make_unique<AgentMetrics>(
           [this] { return session_ != nullptr && session_->watching(); },
-          [this] { return session_ != nullptr && !session_->refusal().empty(); })) {}
+          [this] { return session_ != nullptr && !session_->refusal().empty(); },
+          metrics::TlsFiles{options_.session.tls.cert_file(), options_.session.tls.ca_file()})) {}
 
 Agent::~Agent() { Stop(); }
 

@@ -40,7 +40,7 @@ double Seconds(int64_t ns) { return static_cast<double>(ns) / kNsPerSecond; }
 }  // namespace
 
 AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
-                           std::function<bool()> csd_refused)
+                           std::function<bool()> csd_refused, metrics::TlsFiles tls)
     : registry_(std::make_shared<prometheus::Registry>()),
       scrape_gauges_(std::make_shared<metrics::ScrapeGauges>()),
       rpc_(*registry_, metrics::GrpcMetrics::Side::kClient,
@@ -186,6 +186,7 @@ AgentMetrics::AgentMetrics(std::function<bool()> csd_connected,
                                 .Register(*registry_)
                                 .Add({})) {
   metrics::AddBuildInfo(*registry_);
+  metrics::AddCertificateExpiry(*scrape_gauges_, [tls] { return tls; });
   scrape_gauges_->Add(
       "cosched_agent_csd_connected",
       "1 while the agent holds its assignment stream from csd, else 0.",

@@ -16,6 +16,7 @@
 
 #include "agent/reconcile_loop.h"
 #include "cosched/v1/agent.pb.h"
+#include "metrics/certificate_expiry.h"
 #include "metrics/grpc_metrics.h"
 #include "metrics/scrape_gauges.h"
 #include "prometheus/collectable.h"
@@ -31,8 +32,11 @@ class AgentMetrics {
  public:
   // `csd_connected` and `csd_refused` are read at scrape time (null:
   // always 0).
+  // `tls`: the certificate and CA files the agent uses (restart-only), for
+  // their expiry.
   explicit AgentMetrics(std::function<bool()> csd_connected = nullptr,
-                        std::function<bool()> csd_refused = nullptr);
+                        std::function<bool()> csd_refused = nullptr,
+                        metrics::TlsFiles tls = {});
 
   AgentMetrics(const AgentMetrics&) = delete;
   AgentMetrics& operator=(const AgentMetrics&) = delete;

@@ -318,6 +318,8 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
       return samples;
     });
   }
+  metrics::AddCertificateExpiry(*scrape_gauges_,
+                                [files = options_.tls_files] { return files; });
   scrape_gauges_->Add("cosched_csd_connected_agents",
                       "Agents holding an assignment stream to this csd.",
                       read(options_.connected_agents));

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "cosched/v1/agent.pb.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "metrics/certificate_expiry.h"
 #include "metrics/grpc_metrics.h"
 #include "metrics/scrape_gauges.h"
 #include "prometheus/collectable.h"
@@ -51,6 +52,8 @@ struct CsdMetricsOptions {
     uint64_t evicted = 0;
   };
   std::function<std::pair<StatsSeries, StatsSeries>()> stats_series;
+  // The certificate and CA files csd uses (restart-only), for their expiry.
+  metrics::TlsFiles tls_files;
   // A host whose last accepted Report is older than this leaves the
   // reporting-hosts and VMs-by-state gauges (its agent is gone, or reports
   // to another replica).

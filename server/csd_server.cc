@@ -296,6 +296,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
     if (!self->stats_forwarder_) return std::nullopt;
     return std::pair{self->stats_forwarder_->forwarded(), self->stats_forwarder_->dropped()};
   };
+  metrics_options.tls_files = {options.tls.cert_file(), options.tls.ca_file()};
   metrics_options.stats_series = [self] {
     auto of = [](const StatsAggregator& stats) {
       return CsdMetricsOptions::StatsSeries{stats.VmSeriesCount(), stats.EvictedSeriesCount()};
