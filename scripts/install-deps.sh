@@ -28,6 +28,8 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-pytest
   # the Debian packages (scripts/package.sh, debian/) and their checks
   debhelper dpkg-dev lintian
+  # promtool: checks and unit-tests the Prometheus rules (deploy/prometheus, tests/prometheus)
+  prometheus
 )
 
 missing=()
