@@ -83,10 +83,13 @@ void ResolveOwner(v1::VM& vm) {
     if (Running(p)) running.push_back(&p);
     all.push_back(&p);
   }
-  // A paused owner keeps it: only a migration's states (the owner migrating
-  // out, shut off after it, or gone) hand a VM to another host, never a
-  // host that reports it running while its owner is paused (issue #32).
-  if (owner != nullptr && (Running(*owner) || owner->run_state() == v1::VM_RUN_STATE_PAUSED)) {
+  // Only a migration's states hand a VM to another host (the owner
+  // migrating out, which libvirt also says of a domain shut off because it
+  // migrated, or migrating in while the other runs it, or gone): never a
+  // host that reports it running while its owner has it paused or shut off
+  // (issue #32).
+  if (owner != nullptr && owner->run_state() != v1::VM_RUN_STATE_MIGRATING_OUT &&
+      owner->run_state() != v1::VM_RUN_STATE_MIGRATING_IN) {
     return;
   }
   if (!running.empty()) {

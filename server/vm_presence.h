@@ -27,11 +27,11 @@ void SetPresence(v1::VM& vm, absl::string_view host_id,
 // Sets vm.conflict and vm.host_id from vm.presence:
 // - conflict: two hosts report the VM under different UUIDs. The owner
 //   stays as it was, so nothing moves while the conflict lasts.
-// - otherwise the owner stays while it reports the VM running or paused;
-//   when it reports it migrating (in or out) or shut off, a host that
-//   reports it running takes over (the one that has done so longest, then
-//   by host id), so a migration's source stays owner until the destination
-//   runs and the source has stopped, and a host that claims a paused VM
+// - otherwise the owner stays while it reports the VM running, paused or
+//   shut off; when it reports it migrating (in or out), a host that reports
+//   it running takes over (the one that has done so longest, then by host
+//   id), so a migration's source stays owner until the destination runs and
+//   the source has stopped, and a host that claims a paused or stopped VM
 //   never takes it; an owner that no longer reports it gives way to the
 //   host that has reported it longest, and with none left the VM is on no
 //   host.

@@ -515,11 +515,11 @@ TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
 }
 
 // The rule alone, over every pair of run states of an owner and another host.
-// Issue #32 item 4: a paused owner keeps its VM (before, any host that
-// reported it running while the owner was paused took it, and with it the
-// right to tag it from its metadata); only a migration's states or a shut
-// off owner give it up.
-TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItMigratesOrIsShutOff) {
+// Issue #32 item 4: a paused or shut off owner keeps its VM (before, any
+// host that reported it running while the owner did not took it, and with
+// it the right to tag it from its metadata); only a migration's states
+// give it up.
+TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhileItMigrates) {
   const v1::VMRunState states[] = {v1::VM_RUN_STATE_RUNNING, v1::VM_RUN_STATE_MIGRATING_IN,
                                    v1::VM_RUN_STATE_MIGRATING_OUT, v1::VM_RUN_STATE_PAUSED,
                                    v1::VM_RUN_STATE_SHUT_OFF};
@@ -535,8 +535,9 @@ TEST(ResolveOwner, TheOwnerGivesWayOnlyToARunningHostWhenItMigratesOrIsShutOff) 
       o.set_run_state(other);
       SetPresence(vm, "b", o, t);
       ResolveOwner(vm);
-      const bool moves = owner != v1::VM_RUN_STATE_RUNNING && owner != v1::VM_RUN_STATE_PAUSED &&
-                         other == v1::VM_RUN_STATE_RUNNING;
+      const bool migrating = owner == v1::VM_RUN_STATE_MIGRATING_IN ||
+                             owner == v1::VM_RUN_STATE_MIGRATING_OUT;
+      const bool moves = migrating && other == v1::VM_RUN_STATE_RUNNING;
       EXPECT_EQ(vm.host_id(), moves ? "b" : "a") << owner << " " << other;
       EXPECT_TRUE(ReceivesAssignment(vm, "a") && ReceivesAssignment(vm, "b"));
     }
