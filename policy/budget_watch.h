@@ -16,6 +16,7 @@ namespace cosched::policy {
 struct BudgetWatchOptions {
   // Consecutive stats windows over budget before the host is in breach.
   int windows = 3;
+  bool operator==(const BudgetWatchOptions&) const = default;
 };
 
 // INVALID_ARGUMENT naming `prefix`.windows: 1 to 100.
@@ -33,6 +34,9 @@ class BudgetWatch {
   // The engine chose a layout to restore the budget: its effect is judged
   // on windows from now on.
   void Reset() { over_ = 0; }
+  // New options (a reload of csd.yaml): the windows counted so far stay,
+  // judged against the new count.
+  void SetOptions(BudgetWatchOptions options) { options_ = options; }
 
   bool breached() const { return over_ >= options_.windows; }
   int consecutive_over() const { return over_; }

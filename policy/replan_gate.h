@@ -29,6 +29,7 @@ struct HysteresisOptions {
   double min_gain = 0.03;
   std::chrono::seconds min_dwell{std::chrono::minutes(10)};
   int max_changes_per_hour = 4;
+  bool operator==(const HysteresisOptions&) const = default;
 };
 
 // INVALID_ARGUMENT naming `prefix`.<field> and the rule: min_gain in
@@ -56,6 +57,9 @@ class ReplanGate {
   GateVerdict Consider(std::chrono::steady_clock::time_point now, ChangeKind kind,
                        double predicted_gain) const;
   // The host's layout changed at `now` (an applied plan).
+  // New options (a reload of csd.yaml): the layout's start and the
+  // changes of the last hour stay, judged against the new bounds.
+  void SetOptions(HysteresisOptions options) { options_ = options; }
   void Changed(std::chrono::steady_clock::time_point now);
   // The layout's start, for a host whose layout csd restored (restart).
   void HeldSince(std::chrono::steady_clock::time_point since);

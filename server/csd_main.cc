@@ -103,10 +103,6 @@ absl::Status ReloadConfig(CsdRun& run) {
   using google::protobuf::util::MessageDifferencer;
   std::vector<std::string> fixed;
   if (!MessageDifferencer::Equals(run.config.store(), next.config.store())) fixed.push_back("store");
-  if (!MessageDifferencer::Equals(run.config.engine(), next.config.engine())) fixed.push_back("engine");
-  if (!MessageDifferencer::Equals(run.config.rollout(), next.config.rollout())) {
-    fixed.push_back("rollout");
-  }
   if (status.ok()) status = RestartOnly(fixed, "csd");
   absl::StatusOr<std::string> changed;
   if (status.ok()) {

@@ -493,8 +493,8 @@ std::vector<std::string> RestartOnlyChanges(const CsdOptions& now, const CsdOpti
   note(now.audit_retention_days != next.audit_retention_days, "audit_retention_days");
   note(now.metrics_listen != next.metrics_listen, "metrics_listen");
   note(now.class_conflicts != next.class_conflicts, "class_conflicts");
-  // store, engine and rollout: csd's main compares them in the file
-  // (ReloadConfig), where each is one message.
+  // store: csd's main compares it in the file (ReloadConfig), where it is
+  // one message.
   note(now.local_socket.path != next.local_socket.path ||
            now.local_socket.group != next.local_socket.group ||
            now.local_socket.mode != next.local_socket.mode,
@@ -530,6 +530,8 @@ absl::StatusOr<std::string> CsdServer::Reload(const CsdOptions& next) {
       changed.push_back("enforce");
     }
     if (options_.host_stale_after_s != next.host_stale_after_s) changed.push_back("host_stale_after_s");
+    if (!(options_.engine == next.engine)) changed.push_back("engine");
+    if (!(options_.rollout == next.rollout)) changed.push_back("rollout");
     if (changed.empty()) return std::string();
     const std::string what = absl::StrJoin(changed, ", ");
     // On record before it applies: a reload that cannot be audited changes
@@ -539,6 +541,10 @@ absl::StatusOr<std::string> CsdServer::Reload(const CsdOptions& next) {
     state_->set_tag_from_metadata(next.tag_from_metadata);
     state_->set_enforce_policy(std::move(enforce));
     state_->set_host_stale_after(absl::Seconds(next.host_stale_after_s));
+    if (!(options_.engine == next.engine)) engine_->SetOptions(next.engine);
+    if (!(options_.rollout == next.rollout)) rollouts_->SetOptions(next.rollout);
+    options_.engine = next.engine;
+    options_.rollout = next.rollout;
     options_.authz = next.authz;
     options_.tag_from_metadata = next.tag_from_metadata;
     options_.enforce = next.enforce;

@@ -133,12 +133,47 @@ void EngineLoop::Trigger(const std::string& host_id) {
   wake_.notify_all();
 }
 
+std::chrono::seconds EngineLoop::ReplanInterval() const {
+  std::lock_guard<std::mutex> lock(options_mu_);
+  return options_.replan_interval;
+}
+
+void EngineLoop::SetOptions(const EngineOptions& options) {
+  {
+    std::lock_guard<std::mutex> pass(pass_mu_);
+    std::lock_guard<std::mutex> controls(controls_mu_);
+    std::lock_guard<std::mutex> lock(options_mu_);
+    const bool interval = options.replan_interval != options_.replan_interval;
+    options_ = options;
+    for (auto& [host_id, control] : hosts_) {
+      control.gate.SetOptions(options.hysteresis);
+      control.watch.SetOptions(options.budget);
+      // Made with the old predict_s and screen_s; and a move the old
+      // bounds refused may pass the new ones: tried afresh from the first.
+      control.memos.clear();
+      control.next_move = 0;
+    }
+    if (!interval) return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    interval_changed_ = true;
+  }
+  wake_.notify_all();
+}
+
 void EngineLoop::Loop() {
-  auto next_pass = SteadyClock::now() + options_.replan_interval;
+  auto next_pass = SteadyClock::now() + ReplanInterval();
   std::unique_lock<std::mutex> lock(wake_mu_);
   while (!stopping_) {
-    wake_.wait_until(lock, next_pass, [this] { return stopping_ || !triggered_.empty(); });
+    wake_.wait_until(lock, next_pass,
+                     [this] { return stopping_ || !triggered_.empty() || interval_changed_; });
     if (stopping_) break;
+    if (interval_changed_) {
+      interval_changed_ = false;
+      next_pass = SteadyClock::now() + ReplanInterval();
+      if (triggered_.empty()) continue;
+    }
     std::set<std::string> hosts = std::move(triggered_);
     triggered_.clear();
     const bool interval = SteadyClock::now() >= next_pass;
@@ -158,10 +193,10 @@ void EngineLoop::Loop() {
       LOG(INFO) << "policy engine: " << (leads ? "this replica decides" : "another replica decides");
     }
     if (!leads) {
-      if (interval) next_pass = SteadyClock::now() + options_.replan_interval;
+      if (interval) next_pass = SteadyClock::now() + ReplanInterval();
     } else if (interval) {
       RunPass(true);
-      next_pass = SteadyClock::now() + options_.replan_interval;
+      next_pass = SteadyClock::now() + ReplanInterval();
     } else if (hosts.count("") != 0) {
       RunPass(false);
     } else {

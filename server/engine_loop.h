@@ -100,6 +100,14 @@ class EngineLoop {
   // Re-plans one host now, as a trigger does. Whether its layout changed.
   bool ReplanHost(const std::string& host_id);
 
+  // New options (a reload of csd.yaml's engine block), from the next
+  // re-plan on: after the pass in progress, each host's gate and watch
+  // keep what they counted (dwell, changes of the last hour, windows over
+  // budget) under the new bounds, predictions are made afresh and moves
+  // tried from the first again, and the
+  // next interval pass is a new replan_interval from now.
+  void SetOptions(const EngineOptions& options);
+
   // ControlPlane.Plan: what each host would change now, written or not;
   // with request.report, each host's newest applied plan against what was
   // measured since (plan_report.h). INVALID_ARGUMENT for a bad tenant_id.
@@ -190,8 +198,15 @@ class EngineLoop {
   HostControl& ControlOf(const HostState& state, std::chrono::steady_clock::time_point now);
   void Loop();
 
+  // The interval between passes, as set now (the loop's thread reads it
+  // without pass_mu_).
+  std::chrono::seconds ReplanInterval() const;
+
   DesiredState* const state_;
-  const EngineOptions options_;
+  // Written by SetOptions under pass_mu_ and options_mu_, so read under
+  // either: passes, re-plans and Plan hold pass_mu_.
+  EngineOptions options_;
+  mutable std::mutex options_mu_;
   const Hooks hooks_;
   const Observers observers_;
 
@@ -226,6 +241,8 @@ class EngineLoop {
   std::condition_variable wake_;
   std::set<std::string> triggered_;  // guarded by wake_mu_; "" = every host
   bool stopping_ = false;            // guarded by wake_mu_
+  // SetOptions changed replan_interval: the loop counts it afresh.
+  bool interval_changed_ = false;    // guarded by wake_mu_
   std::thread thread_;
 };
 

@@ -39,6 +39,7 @@ struct EngineOptions {
   // engine_pass_bench --compare-fresh (docs/benchmarks.md).
   double reuse_vm_load_move = 0.1;
   double reuse_host_load_share = 0.02;
+  bool operator==(const EngineOptions&) const = default;
 };
 
 // The CPUs this process may run on (its affinity), 1 to 16.

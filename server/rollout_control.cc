@@ -138,15 +138,37 @@ void RolloutControl::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+RolloutOptions RolloutControl::options() const {
+  std::lock_guard<std::mutex> lock(options_mu_);
+  return options_;
+}
+
+void RolloutControl::SetOptions(const RolloutOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(options_mu_);
+    options_ = options;
+  }
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    options_changed_ = true;
+  }
+  wake_.notify_all();
+}
+
 void RolloutControl::Loop() {
   std::unique_lock<std::mutex> lock(wake_mu_);
   while (!stopping_) {
-    wake_.wait_for(lock, options_.check_interval, [this] { return stopping_; });
-    if (stopping_) break;
+    const std::chrono::seconds interval = options().check_interval;
+    // A reload's new interval restarts the wait, without a check.
+    if (wake_.wait_for(lock, interval, [this] { return stopping_ || options_changed_; })) {
+      if (stopping_) break;
+      options_changed_ = false;
+      continue;
+    }
     lock.unlock();
     if (absl::Status pass = RunPass(); !pass.ok()) {
       LOG_EVERY_T(WARNING, 60) << "rollout: the check failed, tried again in "
-                               << options_.check_interval.count() << " s: " << pass;
+                               << interval.count() << " s: " << pass;
     }
     lock.lock();
   }
@@ -176,7 +198,7 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
                                   DesiredState::Done<v1::Rollout> done) {
   std::vector<int> percents(request.stage_percents().begin(), request.stage_percents().end());
   absl::Status valid = ValidateStagePercents("stage_percents", percents);
-  if (valid.ok()) valid = ValidateSoak("soak_seconds", request.soak_seconds(), options_.min_soak_s);
+  if (valid.ok()) valid = ValidateSoak("soak_seconds", request.soak_seconds(), options().min_soak_s);
   absl::StatusOr<LabelSelector> selector = ParseLabelSelector("selector", request.selector());
   if (valid.ok()) valid = selector.status();
   if (!valid.ok()) return done(valid);
@@ -407,10 +429,11 @@ void RolloutControl::ChangeSetting(absl::string_view method, absl::string_view s
 
 std::string RolloutControl::Regression(const v1::Host& host) const {
   const absl::Duration silent = state_->SilentFor(host);
-  if (silent > absl::FromChrono(options_.no_report_halt)) {
+  const std::chrono::seconds no_report_halt = options().no_report_halt;
+  if (silent > absl::FromChrono(no_report_halt)) {
     return absl::StrCat("host ", host.host_id(), " stopped reporting: nothing from its agent for ",
                         absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))),
-                        " (rollout.no_report_halt_s ", options_.no_report_halt.count(), ")");
+                        " (rollout.no_report_halt_s ", no_report_halt.count(), ")");
   }
   if (std::optional<HostLiveness::Seen> seen = state_->liveness().Latest(host.host_id());
       seen && seen->time != absl::InfinitePast()) {

@@ -44,6 +44,7 @@ struct RolloutOptions {
   std::chrono::seconds no_report_halt{120};
   // The shortest soak StartRollout accepts.
   int64_t min_soak_s = 60;
+  bool operator==(const RolloutOptions&) const = default;
 };
 
 // Unset fields keep RolloutOptions' defaults.
@@ -67,6 +68,10 @@ class RolloutControl {
 
   void Start();
   void Stop();
+  // New options (a reload of csd.yaml's rollout block): the next check
+  // comes a new check_interval from now; min_soak_s holds for the next
+  // StartRollout, no_report_halt_s from the next check on.
+  void SetOptions(const RolloutOptions& options);
 
   // INVALID_ARGUMENT naming stage_percents, soak_seconds or selector and
   // the rule (a selector must match a registered host); FAILED_PRECONDITION
@@ -113,13 +118,17 @@ class RolloutControl {
                      std::function<bool(v1::Rollout&)> change,
                      DesiredState::Done<v1::Rollout> done);
 
+  RolloutOptions options() const;
+
   DesiredState* const state_;
-  const RolloutOptions options_;
+  mutable std::mutex options_mu_;
+  RolloutOptions options_;  // guarded by options_mu_
   const Clock clock_;
   const Observer observer_;
   std::mutex wake_mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool options_changed_ = false;  // SetOptions; guarded by wake_mu_
   std::thread thread_;
 };
 

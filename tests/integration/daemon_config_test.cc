@@ -301,10 +301,10 @@ TEST_F(DaemonConfigTest, CsdReloadsRolesAndTokensAndRefusesABadFileWhole) {
     EXPECT_EQ(metric("cosched_csd_config_reload_failed", {}), 1);
 
     // Settings that need a restart: refused by name, nothing applied.
-    Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") + "engine: {min_dwell_s: 600}\n");
+    Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") + "audit_retention_days: 30\n");
     absl::Status fixed = reload();
     EXPECT_EQ(fixed.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(fixed.message().find("changes engine, which take effect only at a restart"),
+    EXPECT_NE(fixed.message().find("changes audit_retention_days, which take effect only at a restart"),
               std::string::npos)
         << fixed;
     Write("csd.yaml", head + "tokens:\n" + token("ci", "alpha") +

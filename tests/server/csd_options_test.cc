@@ -203,6 +203,61 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
   EXPECT_EQ(list(), std::vector<std::string>{"vm-new"});
 }
 
+// Issue #33 item 5: the engine and rollout blocks reload without a
+// restart (audited with the rest), a restart-only setting is refused.
+TEST(CsdOptions, AReloadAppliesTheEngineAndRolloutBlocks) {
+  cosched::testing::TempDir dir;
+  CsdOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = dir.Sub("data");
+  options.rollout.min_soak_s = 600;
+  testing::TrustPlaintextCallers(options.authz);
+  auto csd = CsdServer::Start(options);
+  ASSERT_OK(csd);
+  auto control = v1::ControlPlane::NewStub(
+      grpc::CreateChannel((*csd)->address(), grpc::InsecureChannelCredentials()));
+  auto start_rollout = [&] {
+    grpc::ClientContext context;
+    v1::StartRolloutRequest request;
+    request.add_stage_percents(100);
+    request.set_soak_seconds(120);
+    v1::Rollout rollout;
+    return control->StartRollout(&context, request, &rollout);
+  };
+  grpc::Status refused = start_rollout();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("soak_seconds"));
+
+  CsdOptions next = options;
+  next.rollout.min_soak_s = 60;
+  next.engine.hysteresis.min_gain = 0.2;
+  absl::StatusOr<std::string> changed = (*csd)->Reload(next);
+  ASSERT_OK(changed);
+  EXPECT_EQ(*changed, "engine, rollout");
+  // The soak now passes its check (no host waits, so the start fails on
+  // that instead).
+  grpc::Status after = start_rollout();
+  EXPECT_THAT(after.error_message(), ::testing::Not(::testing::HasSubstr("soak_seconds")));
+  {
+    grpc::ClientContext context;
+    v1::ListAuditRecordsRequest request;
+    request.set_who("csd:reload");
+    v1::ListAuditRecordsResponse response;
+    ASSERT_OK(control->ListAuditRecords(&context, request, &response));
+    ASSERT_EQ(response.records_size(), 1);
+    EXPECT_EQ(response.records(0).method(), "ReloadConfig");
+    EXPECT_THAT(response.records(0).reason(), ::testing::HasSubstr("engine, rollout"));
+  }
+  EXPECT_EQ((*csd)->Reload(next).value_or("?"), "") << "the same settings again change nothing";
+
+  CsdOptions restart_only = next;
+  restart_only.audit_retention_days = 30;
+  restart_only.engine.hysteresis.min_gain = 0.5;
+  absl::StatusOr<std::string> refused_reload = (*csd)->Reload(restart_only);
+  EXPECT_EQ(refused_reload.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused_reload.status().message(), ::testing::HasSubstr("audit_retention_days"));
+}
+
 TEST(CsdOptions, TheEngineBlockComesFromTheConfigWithDefaults) {
   EngineOptions defaults = CsdOptionsFromConfig(v1::CsdConfig()).engine;
   EXPECT_EQ(defaults.replan_interval, std::chrono::seconds(60));

@@ -120,6 +120,22 @@ TEST_F(EngineLoopTest, APassPlansHostsOnSeveralThreadsAsItWouldOneByOne) {
   EXPECT_EQ(decisions, 4 * applying) << "one record per VM changed";
 }
 
+// Issue #33 item 5: new options (a reload of csd.yaml) hold from the next
+// pass on, without a new engine.
+TEST_F(EngineLoopTest, NewOptionsHoldFromTheNextPass) {
+  AcmeAndGlobex();
+  options_.hysteresis.min_gain = 0.99;  // no layout gains that much
+  MakeEngine();
+  EXPECT_EQ(engine_->RunPass(true), 0);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
+  EngineOptions next = options_;
+  next.hysteresis.min_gain = 0.03;
+  engine_->SetOptions(next);
+  now_ += std::chrono::hours(1);
+  EXPECT_EQ(engine_->RunPass(true), 1);
+  EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/tenant");
+}
+
 TEST_F(EngineLoopTest, SwitchingBackToFixedKeepsTheEnginesLayoutUntilRetagged) {
   AcmeAndGlobex();
   MakeEngine();
