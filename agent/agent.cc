@@ -119,6 +119,14 @@ absl::StatusOr<AgentOptions> AgentOptionsFromConfig(
     }
     options.session.report_failures_before_moving = config.report_failures_before_moving();
   }
+  if (config.enforce() == "observe") {
+    options.reconciler.observe = true;
+  } else if (!config.enforce().empty() && config.enforce() != "on") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "enforce '", config.enforce().substr(0, 64),
+        "' must be on (the default: cookies are set) or observe (none are set; "
+        "each VM reports what enforcing would do)"));
+  }
   if (config.on_hazard() == "clear") {
     options.reconciler.clear_on_hazard = true;
   } else if (!config.on_hazard().empty() && config.on_hazard() != "hold") {
@@ -263,6 +271,7 @@ absl::Status Agent::DescribeHost() {
   capabilities->set_schedstats_enabled(schedstats);
   registration_.set_agent_version(CoschedVersion());
   registration_.mutable_labels()->insert(options_.labels.begin(), options_.labels.end());
+  registration_.set_observe(options_.reconciler.observe);
 
   HazardWatchOptions watch;
   watch.paths.sysfs_root = options_.sysfs_root;
@@ -336,6 +345,9 @@ absl::StatusOr<std::string> Agent::Reload(const AgentOptions& next) {
     changed.push_back("on_hazard");
   }
   if (options_.reconciler.fail_open != next.reconciler.fail_open) changed.push_back("fail_open");
+  if (options_.reconciler.observe != next.reconciler.observe) {
+    changed.push_back(next.reconciler.observe ? "enforce (now observe)" : "enforce (now on)");
+  }
   if (options_.labels != next.labels) changed.push_back("labels");
   if (changed.empty()) return std::string();
 
@@ -344,12 +356,14 @@ absl::StatusOr<std::string> Agent::Reload(const AgentOptions& next) {
   options_.known_bad = next.known_bad;
   options_.reconciler.clear_on_hazard = next.reconciler.clear_on_hazard;
   options_.reconciler.fail_open = next.reconciler.fail_open;
+  options_.reconciler.observe = next.reconciler.observe;
   options_.labels = next.labels;
-  reconciler_->SetPolicy(options_.reconciler.fail_open, options_.reconciler.clear_on_hazard);
+  reconciler_->SetPolicy(options_.reconciler.fail_open, options_.reconciler.clear_on_hazard,
+                         options_.reconciler.observe);
   // Hazards that come or go with the new rules trigger a pass and a Report
   // themselves (the watch's on_change); a policy change needs a pass.
   hazard_watch_->SetRules(HazardRulesOf(options_));
-  session_->SetLabels(options_.labels);
+  session_->SetRegistration(options_.labels, options_.reconciler.observe);
   loop_->Trigger();
   return absl::StrJoin(changed, ", ");
 }

@@ -12,12 +12,12 @@ namespace {
 
 constexpr double kNsPerSecond = 1e9;
 
-constexpr std::array<v1::EnforcementState, 10> kStates = {
+constexpr std::array<v1::EnforcementState, 11> kStates = {
     v1::ENFORCEMENT_STATE_ENFORCED,    v1::ENFORCEMENT_STATE_PARTIAL,
     v1::ENFORCEMENT_STATE_FAILED,      v1::ENFORCEMENT_STATE_FAIL_CLOSED,
     v1::ENFORCEMENT_STATE_PENDING,     v1::ENFORCEMENT_STATE_HELD,
     v1::ENFORCEMENT_STATE_WAIVED,      v1::ENFORCEMENT_STATE_NOT_ENABLED, v1::ENFORCEMENT_STATE_OFF,
-    v1::ENFORCEMENT_STATE_UNSPECIFIED};
+    v1::ENFORCEMENT_STATE_OBSERVED,    v1::ENFORCEMENT_STATE_UNSPECIFIED};
 
 constexpr std::array<const char*, 4> kSharing = {"same", "idle", "foreign",
                                                  "unknown"};

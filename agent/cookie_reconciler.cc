@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/names.h"
+#include "host/core_sched_shadow.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -96,11 +98,13 @@ CookieReconciler::CookieReconciler(host::CoreSched* kernel, ReconcilerOptions op
     : kernel_(kernel),
       options_(std::move(options)),
       fail_open_(options_.fail_open),
-      clear_on_hazard_(options_.clear_on_hazard) {}
+      clear_on_hazard_(options_.clear_on_hazard),
+      observe_(options_.observe) {}
 
-void CookieReconciler::SetPolicy(bool fail_open, bool clear_on_hazard) {
+void CookieReconciler::SetPolicy(bool fail_open, bool clear_on_hazard, bool observe) {
   fail_open_ = fail_open;
   clear_on_hazard_ = clear_on_hazard;
+  observe_ = observe;
 }
 
 bool CookieReconciler::WrittenAs(int tid, const std::string& group) const {
@@ -119,6 +123,7 @@ std::string CookieReconciler::HostUnsupportedMessage() const {
 
 ReconcileResult CookieReconciler::Reconcile(
     const std::vector<discovery::DiscoveredVm>& vms, const AssignmentLookup& lookup) {
+  if (observe_) return Observe(vms, lookup);
   const auto started = std::chrono::steady_clock::now();
   ReconcileResult result;
   std::vector<VmPlan> plans;
@@ -194,6 +199,7 @@ ReconcileResult CookieReconciler::Reconcile(
     const v1::HostEnablement enablement =
         options_.enablement ? options_.enablement() : v1::HostEnablement();
     if (enablement.state() == v1::HostEnablement::STATE_OFF) {
+      result.enforcement_off = true;
       // The operator's off switch: back to cookie 0, whatever else holds
       // (a hazard's hold included: no cookie is what both want).
       const int left = ClearCookies(plans, result.stats, "enforcement switched off");
@@ -238,6 +244,55 @@ ReconcileResult CookieReconciler::Reconcile(
   result.stats.readback_blind = readback_blind_;
   for (VmPlan& plan : plans) result.vms.push_back(std::move(plan.outcome));
   result.stats.duration = std::chrono::steady_clock::now() - started;
+  return result;
+}
+
+ReconcileResult CookieReconciler::Observe(const std::vector<discovery::DiscoveredVm>& vms,
+                                          const AssignmentLookup& lookup) {
+  // A fresh reconciler each pass: it starts from the kernel's cookies as
+  // a restarted agent would (adopting those its groups hold), so what it
+  // would write is what enforcing from now on would write, and nothing
+  // it imagined in an earlier pass carries over.
+  host::ShadowCoreSched shadow(kernel_);
+  ReconcilerOptions enforcing = options_;
+  enforcing.fail_open = fail_open_;
+  enforcing.clear_on_hazard = clear_on_hazard_;
+  enforcing.observe = false;
+  // What enforcing would do once enabled: a canary observes while a
+  // staged rollout still holds it (or csd waives cookies), and that is
+  // what it is for. The off switch is an operator's order to take
+  // cookies off now: it is predicted as it is. A hazard holds as always.
+  const v1::HostEnablement enablement =
+      options_.enablement ? options_.enablement() : v1::HostEnablement();
+  const bool not_yet = enablement.state() == v1::HostEnablement::STATE_NOT_ENABLED ||
+                       enablement.state() == v1::HostEnablement::STATE_WAIVED;
+  if (not_yet) enforcing.enablement = nullptr;
+  ReconcileResult result = CookieReconciler(&shadow, std::move(enforcing)).Reconcile(vms, lookup);
+  ReconcileStats& stats = result.stats;
+  stats.observed = true;
+  stats.observed_writes = stats.cookie_writes;
+  stats.observed_moves = stats.threads_changed;
+  stats.cookie_writes = 0;
+  stats.threads_changed = 0;
+  for (VmOutcome& vm : result.vms) {
+    v1::VMEnforcement& e = vm.enforcement;
+    const v1::EnforcementState would = e.state();
+    e.set_observed_state(would);
+    e.set_state(v1::ENFORCEMENT_STATE_OBSERVED);
+    e.set_last_error(absl::StrCat(
+        "observing (enforce: observe), no cookie written: ",
+        not_yet ? absl::StrCat("once csd enables cookies here (now ",
+                               enablement.state() == v1::HostEnablement::STATE_WAIVED
+                                   ? "waived"
+                                   : "not enabled",
+                               "), ")
+                : "",
+        "enforcing would make it ", EnforcementStateName(would),
+        e.last_error().empty() ? "" : " (", e.last_error(), e.last_error().empty() ? "" : ")"));
+    // Its threads keep the cookies they have; the imagined one is no
+    // cookie of the kernel's.
+    vm.cookie = 0;
+  }
   return result;
 }
 

@@ -63,6 +63,11 @@ struct ReconcilerOptions {
   // WAIVED with csd's reason (a hazard, if any, is named first);
   // NOT_ENABLED (a staged rollout) the same, each VM NOT_ENABLED.
   std::function<v1::HostEnablement()> enablement;
+  // enforce: observe. A pass writes nothing: it runs as a fresh reconciler
+  // over a ShadowCoreSched (host/core_sched_shadow.h), so from the cookies
+  // the kernel holds now it works out what enforcing would write, and each
+  // VM reports OBSERVED with the state it would reach (observed_state).
+  bool observe = false;
 };
 
 // The outcome of one pass for one VM.
@@ -97,12 +102,21 @@ struct ReconcileStats {
   // threads were given their group's cookie but cannot be checked.
   bool readback_blind = false;
   int threads_unverified = 0;
+  // An observing pass (ReconcilerOptions::observe): cookie_writes and
+  // threads_changed are 0; these are what enforcing would have done.
+  bool observed = false;
+  int observed_writes = 0;
+  int observed_moves = 0;
   std::chrono::nanoseconds duration{0};
 };
 
 struct ReconcileResult {
   std::vector<VmOutcome> vms;
   ReconcileStats stats;
+  // The pass ran with enforcement switched off (HostEnablement OFF): its
+  // cookies were taken off (or, observing, would have been), and nothing
+  // else the agent set on VM threads is to stay either.
+  bool enforcement_off = false;
 };
 
 // The name of the group a VM without assignment gets when failing closed.
@@ -117,9 +131,9 @@ class CookieReconciler {
  public:
   CookieReconciler(host::CoreSched* kernel, ReconcilerOptions options);
 
-  // fail_open and clear_on_hazard anew (a reload of cs-agent.yaml), from
-  // the next pass on.
-  void SetPolicy(bool fail_open, bool clear_on_hazard);
+  // fail_open, clear_on_hazard and observe anew (a reload of
+  // cs-agent.yaml), from the next pass on.
+  void SetPolicy(bool fail_open, bool clear_on_hazard, bool observe);
 
   ReconcileResult Reconcile(const std::vector<discovery::DiscoveredVm>& vms,
                             const AssignmentLookup& lookup);
@@ -132,6 +146,10 @@ class CookieReconciler {
   struct ThreadState;
   struct VmPlan;
 
+  // An observing pass: a fresh reconciler enforcing over a shadow of the
+  // kernel, its outcomes reported as OBSERVED.
+  ReconcileResult Observe(const std::vector<discovery::DiscoveredVm>& vms,
+                          const AssignmentLookup& lookup);
   void ReadCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
   void ChooseCookies(std::vector<VmPlan>& plans, ReconcileStats& stats);
   void MoveThreads(std::vector<VmPlan>& plans, ReconcileStats& stats);
@@ -162,6 +180,7 @@ class CookieReconciler {
   // options_'s, as reloaded.
   std::atomic<bool> fail_open_;
   std::atomic<bool> clear_on_hazard_;
+  std::atomic<bool> observe_;
   std::map<std::string, GroupCookie> cookies_;
   // Read-back is blind (GET reads 0 for tagged tasks); its groups' hashes
   // are 0, and `written_` says which thread was given which group's cookie.

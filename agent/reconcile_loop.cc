@@ -319,7 +319,11 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     vm.enforcement.set_last_error(before.empty() ? note : absl::StrCat(before, "; ", note));
   }
   std::vector<DedicatedVmOutcome> dedicated;
-  if (dedicated_ != nullptr) dedicated = EnforceDedicatedCores(*vms, result);
+  // Observing, the agent changes no affinity either (dedicated cores and
+  // pins are not predicted).
+  if (dedicated_ != nullptr && !result.stats.observed) {
+    dedicated = EnforceDedicatedCores(*vms, result);
+  }
   for (const VmOutcome& vm : result.vms) {
     if (vm.enforcement.state() != v1::ENFORCEMENT_STATE_ENFORCED &&
         vm.enforcement.state() != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
@@ -328,7 +332,19 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     }
   }
   // Passes that change something are worth a line; quiet ones are not.
-  LOG_IF(INFO, result.stats.cookie_writes > 0 || passes() == 0)
+  // Observing, every pass would write the same again: a line a minute,
+  // the first at once (glog's LOG_EVERY_T counts from the clock's zero,
+  // which on a host booted a minute ago is now).
+  const auto logged_at = std::chrono::steady_clock::now();
+  if (result.stats.observed &&
+      (!observed_logged_ || logged_at - *observed_logged_ >= std::chrono::minutes(1))) {
+    observed_logged_ = logged_at;
+    LOG(INFO) << "reconcile pass (observing, nothing written): "
+              << result.stats.vms << " VMs, " << result.stats.threads
+              << " threads; enforcing would move " << result.stats.observed_moves
+              << " threads with " << result.stats.observed_writes << " prctl writes";
+  }
+  LOG_IF(INFO, !result.stats.observed && (result.stats.cookie_writes > 0 || passes() == 0))
       << "reconcile pass: " << result.stats.vms << " VMs, "
       << result.stats.threads << " threads, " << result.stats.threads_changed
       << " threads moved, " << result.stats.cookie_writes << " prctl writes, "
@@ -439,7 +455,10 @@ std::vector<DedicatedVmOutcome> ReconcileLoop::EnforceDedicatedCores(
   for (const discovery::DiscoveredVm& vm : vms) {
     DedicatedVmThreads t;
     t.vm_id = vm.vm_id;
-    std::optional<v1::Assignment> assignment = lookup_(vm);
+    // Enforcement off: no dedicated core and no pin either, so the
+    // enforcer gives every thread it confined its CPUs back.
+    std::optional<v1::Assignment> assignment =
+        result.enforcement_off ? std::nullopt : lookup_(vm);
     t.dedicated = assignment.has_value() &&
                   (assignment->dedicated_cores() ||
                    assignment->isolation() == v1::ISOLATION_LEVEL_DEDICATED);

@@ -151,13 +151,18 @@ void ServerSession::LeaveEndpoint(const absl::Status& why) {
   for (grpc::ClientContext* context : active_calls_) context->TryCancel();
 }
 
-void ServerSession::SetLabels(const std::map<std::string, std::string>& labels) {
+void ServerSession::SetRegistration(const std::map<std::string, std::string>& labels,
+                                    bool observe) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto& now = registration_.labels();
-  if (std::map<std::string, std::string>(now.begin(), now.end()) == labels) return;
+  if (std::map<std::string, std::string>(now.begin(), now.end()) == labels &&
+      registration_.observe() == observe) {
+    return;
+  }
   registration_.mutable_labels()->clear();
   registration_.mutable_labels()->insert(labels.begin(), labels.end());
-  ++labels_changes_;
+  registration_.set_observe(observe);
+  ++registration_changes_;
   if (watch_call_ != nullptr) {
     reregister_ = true;
     watch_call_->TryCancel();
@@ -295,7 +300,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     left_because_ = absl::OkStatus();
   }
   const Endpoint& csd = Current();
-  int registered_labels = 0;
+  int registered_changes = 0;
   {
     TrackedCall call(this);
     if (call.cancelled()) return absl::CancelledError("agent is stopping");
@@ -306,7 +311,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
     {
       std::lock_guard<std::mutex> lock(mu_);
       registration = registration_;
-      registered_labels = labels_changes_;
+      registered_changes = registration_changes_;
     }
     if (options_.preflight) {
       *registration.mutable_capabilities()->mutable_preflight() = options_.preflight();
@@ -342,7 +347,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
   {
     std::lock_guard<std::mutex> lock(mu_);
     watch_call_ = call.context();
-    if (labels_changes_ != registered_labels) {
+    if (registration_changes_ != registered_changes) {
       reregister_ = true;
       watch_call_->TryCancel();
     }

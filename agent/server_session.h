@@ -141,11 +141,11 @@ class ServerSession {
   // Asks for a report as soon as possible.
   void RequestReport();
 
-  // The host's labels anew (a reload of cs-agent.yaml): csd takes labels
-  // at Register, so an open stream is ended and the agent registers again
-  // at once, on the same replica, resuming by revision. Nothing happens
-  // when they are the same.
-  void SetLabels(const std::map<std::string, std::string>& labels);
+  // The host's labels and whether the agent observes, anew (a reload of
+  // cs-agent.yaml): csd takes both at Register, so an open stream is ended
+  // and the agent registers again at once, on the same replica, resuming
+  // by revision. Nothing happens when they are the same.
+  void SetRegistration(const std::map<std::string, std::string>& labels, bool observe);
 
  private:
   // A call's ClientContext, cancellable by Stop while the call runs.
@@ -181,7 +181,8 @@ class ServerSession {
   bool SleepUntil(std::chrono::steady_clock::time_point deadline);
 
   const ServerSessionOptions options_;
-  // Its labels change under mu_ (SetLabels); the rest is fixed.
+  // Its labels and observe change under mu_ (SetRegistration); the rest
+  // is fixed.
   v1::RegisterRequest registration_;
   AssignmentCache* const cache_;
   const ObservationSource observations_;
@@ -204,12 +205,12 @@ class ServerSession {
   // Set by LeaveEndpoint: why the connection in progress was ended.
   absl::Status left_because_;
   std::set<grpc::ClientContext*> active_calls_;
-  // The open WatchAssignments call, and whether SetLabels ended it.
+  // The open WatchAssignments call, and whether SetRegistration ended it.
   grpc::ClientContext* watch_call_ = nullptr;
   bool reregister_ = false;
-  // Counts SetLabels' changes: a change between a Register and its stream
+  // Counts SetRegistration's changes: a change between a Register and its stream
   // ends that stream too.
-  int labels_changes_ = 0;
+  int registration_changes_ = 0;
   std::thread watch_thread_;
   std::thread report_thread_;
 };

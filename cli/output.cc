@@ -69,6 +69,12 @@ int CpuCount(const v1::Topology& topology) {
 std::string EnforcementText(const v1::VM& vm) {
   if (!vm.has_enforcement()) return "-";
   const v1::VMEnforcement& e = vm.enforcement();
+  if (e.state() == v1::ENFORCEMENT_STATE_OBSERVED) {
+    // The counts are those enforcing would reach.
+    return absl::StrCat("observed (enforcing would make it ",
+                        EnforcementStateName(e.observed_state()), ": ", e.threads_tagged(), "/",
+                        e.threads_found(), " threads tagged)");
+  }
   return absl::StrCat(EnforcementStateName(e.state()), " (",
                       e.threads_tagged(), "/", e.threads_found(),
                       " threads tagged)");
@@ -131,6 +137,9 @@ json VmToJson(const v1::VM& vm) {
     const v1::VMEnforcement& e = vm.enforcement();
     enforcement = {
         {"state", EnforcementStateName(e.state())},
+        {"observed_state", e.state() == v1::ENFORCEMENT_STATE_OBSERVED
+                               ? json(EnforcementStateName(e.observed_state()))
+                               : json(nullptr)},
         {"applied_trust_group", e.applied_trust_group()},
         {"threads_found", e.threads_found()},
         {"threads_tagged", e.threads_tagged()},
@@ -230,6 +239,18 @@ std::string EnablementText(const v1::HostEnablement& e) {
   return absl::StrCat(EnablementName(e), " (", e.reason(), ")");
 }
 
+// What a host's agent does with cookies, for the table: csd's enablement,
+// and "observe" where the agent only observes (enforce: observe) whatever
+// csd enables.
+std::string CookiesColumn(const v1::Host& host) {
+  if (!host.agent_observes()) return std::string(EnablementName(host.enablement()));
+  if (host.enablement().state() == v1::HostEnablement::STATE_ENFORCE ||
+      host.enablement().state() == v1::HostEnablement::STATE_UNSPECIFIED) {
+    return "observe";
+  }
+  return absl::StrCat(EnablementName(host.enablement()), "+observe");
+}
+
 json PreflightToJson(const v1::HostPreflight& p) {
   auto hazards = [](const auto& list) {
     json out = json::array();
@@ -278,6 +299,7 @@ json HostToJson(const v1::Host& host) {
       {"cookies", std::string(EnablementName(host.enablement()))},
       {"cookies_reason", host.enablement().reason()},
       {"enforcement_off", host.enforcement_off()},
+      {"agent_observes", host.agent_observes()},
       {"labels", std::map<std::string, std::string>(host.labels().begin(), host.labels().end())},
       {"vm_count", host.vm_count()},
       {"impostor_count", host.impostor_count()},
@@ -454,7 +476,11 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
           {"draining", YesNo(host.draining())},
           {"placeable", PlaceableText(host)},
           {"safety", SafetyText(caps.preflight())},
-          {"cookies", EnablementText(host.enablement())},
+          {"cookies", host.agent_observes()
+                          ? absl::StrCat(EnablementText(host.enablement()),
+                                         "; the agent only observes (enforce: observe): it "
+                                         "sets no cookie")
+                          : EnablementText(host.enablement())},
           {"labels", host.labels().empty() ? "-" : LabelsText(host.labels())},
           {"budget", host.budget_unmet().empty() ? "-" : host.budget_unmet()},
           {"agent version", OrDash(host.agent_version())},
@@ -501,7 +527,7 @@ void PrintHostTable(const std::vector<v1::Host>& hosts, std::ostream& out) {
     table.AddRow({h.host_id(), YesNo(h.connected()), YesNo(h.draining()),
                   CoreSchedSupportName(h.capabilities().core_sched()),
                   SafetyText(h.capabilities().preflight()),
-                  std::string(EnablementName(h.enablement())),
+                  CookiesColumn(h),
                   h.budget_unmet().empty() ? "-" : "unmet",
                   h.capabilities().smt_active() ? "on" : "off",
                   absl::StrCat(h.topology().cores_size()),

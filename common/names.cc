@@ -64,6 +64,7 @@ std::string EnforcementStateName(v1::EnforcementState state) {
     case v1::ENFORCEMENT_STATE_WAIVED: return "waived";
     case v1::ENFORCEMENT_STATE_NOT_ENABLED: return "not-enabled";
     case v1::ENFORCEMENT_STATE_OFF: return "off";
+    case v1::ENFORCEMENT_STATE_OBSERVED: return "observed";
     default: return "unknown";
   }
 }

@@ -430,6 +430,7 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         *host.mutable_capabilities() = request.capabilities();
         host.set_agent_version(request.agent_version());
         *host.mutable_labels() = request.labels();
+        host.set_agent_observes(request.observe());
         if (!existing) *host.mutable_registered_time() = now;
         *host.mutable_last_seen_time() = now;
         host.clear_connected();
@@ -458,13 +459,16 @@ void DesiredState::RegisterHost(const v1::RegisterRequest& request,
         // Re-registration of a known host is routine (every agent start),
         // but what it says of itself is on record when it changes: its
         // topology decides which CPUs are siblings, its labels which
-        // rollouts and selectors concern it.
+        // rollouts and selectors concern it, agent_observes whether it
+        // sets cookies at all.
         if (existing) {
           v1::Host before, after;
           *before.mutable_topology() = existing->topology();
           *before.mutable_labels() = existing->labels();
+          before.set_agent_observes(existing->agent_observes());
           *after.mutable_topology() = host.topology();
           *after.mutable_labels() = host.labels();
+          after.set_agent_observes(host.agent_observes());
           if (google::protobuf::util::MessageDifferencer::Equals(before, after)) {
             return absl::OkStatus();
           }

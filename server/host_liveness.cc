@@ -24,9 +24,16 @@ std::string ReportProblem(const v1::ReportRequest& report) {
   for (const v1::VMObservation& vm : report.vms()) {
     if (!problem.empty()) break;
     const v1::EnforcementState state = vm.enforcement().state();
-    if (state == v1::ENFORCEMENT_STATE_FAILED || state == v1::ENFORCEMENT_STATE_PARTIAL) {
-      problem = absl::StrCat("has reconcile errors: VM ", vm.vm_id(), " is ",
-                             EnforcementStateName(state),
+    // An observing agent's VM that enforcing would leave failed or partial
+    // is as much a problem: a canary in observe shows it before any cookie
+    // is set (a rollout's health check sees it).
+    const v1::EnforcementState would = state == v1::ENFORCEMENT_STATE_OBSERVED
+                                           ? vm.enforcement().observed_state()
+                                           : state;
+    if (would == v1::ENFORCEMENT_STATE_FAILED || would == v1::ENFORCEMENT_STATE_PARTIAL) {
+      problem = absl::StrCat("has reconcile errors: VM ", vm.vm_id(),
+                             state == v1::ENFORCEMENT_STATE_OBSERVED ? " would be " : " is ",
+                             EnforcementStateName(would),
                              vm.enforcement().last_error().empty()
                                  ? ""
                                  : absl::StrCat(" (", vm.enforcement().last_error(), ")"));

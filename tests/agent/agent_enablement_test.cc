@@ -183,5 +183,54 @@ TEST_F(AgentTest, AReloadAppliesHazardRulesAndLabelsAndRefusesRestartOnlySetting
   agent.Stop();
 }
 
+// Issue #33 item 3: an agent that observes (enforce: observe) writes no
+// cookie, tells csd at Register that it observes, and reports what
+// enforcing would reach; a reload to on enforces without a restart, and
+// csd hears of it from a Register of its own.
+TEST_F(AgentTest, AnObservingAgentWritesNothingUntilAReloadTurnsItOn) {
+  discovery_->SetVms({TaggedVm(*kernel_, 0)});
+  FakeCsd csd;
+  ASSERT_TRUE(csd.ok());
+  csd.service().Push(MakeSnapshot(1, {MakeAssignment("vm-1", "g1", 1)}));
+  AgentOptions options = Options(csd.address());
+  options.reconciler.observe = true;
+  Agent agent(options);
+  kernel_->ResetCallCounts();
+  ASSERT_OK(agent.Start());
+  auto last_report = [&](auto fits) {
+    return csd.service().WaitFor([&] {
+      const auto& reports = csd.service().reports_locked();
+      return !reports.empty() && reports.back().vms_size() == 1 && fits(reports.back().vms(0));
+    });
+  };
+  ASSERT_TRUE(last_report([](const v1::VMObservation& vm) {
+    return vm.enforcement().state() == v1::ENFORCEMENT_STATE_OBSERVED &&
+           vm.enforcement().observed_state() == v1::ENFORCEMENT_STATE_ENFORCED &&
+           vm.enforcement().applied_trust_group() == "g1";
+  }));
+  agent.TriggerReconcile();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(kernel_->write_calls(), 0);
+  EXPECT_EQ(kernel_->CookieOf(100), 0u);
+  ASSERT_FALSE(csd.service().registers().empty());
+  EXPECT_TRUE(csd.service().registers().back().observe());
+  const int registers = static_cast<int>(csd.service().registers().size());
+
+  AgentOptions on = options;
+  on.reconciler.observe = false;
+  absl::StatusOr<std::string> changed = agent.Reload(on);
+  ASSERT_OK(changed);
+  EXPECT_EQ(*changed, "enforce (now on)");
+  ASSERT_TRUE(last_report([](const v1::VMObservation& vm) {
+    return vm.enforcement().state() == v1::ENFORCEMENT_STATE_ENFORCED;
+  }));
+  EXPECT_NE(kernel_->CookieOf(100), 0u);
+  ASSERT_TRUE(csd.service().WaitFor([&] {
+    const auto& sent = csd.service().registers_locked();
+    return static_cast<int>(sent.size()) > registers && !sent.back().observe();
+  }));
+  agent.Stop();
+}
+
 }  // namespace
 }  // namespace cosched::agent

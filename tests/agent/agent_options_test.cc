@@ -125,6 +125,22 @@ TEST(AgentOptionsTest, OnHazardFromConfig) {
   EXPECT_THAT(bad.status().message(), HasSubstr("on_hazard 'wipe' must be hold"));
 }
 
+TEST(AgentOptionsTest, EnforceFromConfig) {
+  v1::AgentConfig config;
+  config.set_known_bad_file("off");
+  absl::StatusOr<AgentOptions> on = AgentOptionsFromConfig(config);
+  ASSERT_OK(on);
+  EXPECT_FALSE(on->reconciler.observe);
+  config.set_enforce("observe");
+  absl::StatusOr<AgentOptions> observe = AgentOptionsFromConfig(config);
+  ASSERT_OK(observe);
+  EXPECT_TRUE(observe->reconciler.observe);
+  config.set_enforce("off");
+  absl::StatusOr<AgentOptions> bad = AgentOptionsFromConfig(config);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("enforce 'off' must be on"));
+}
+
 TEST(AgentOptionsTest, LabelsFromConfigAreChecked) {
   v1::AgentConfig config;
   config.set_known_bad_file("off");

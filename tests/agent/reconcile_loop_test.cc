@@ -10,7 +10,9 @@
 
 #include "discovery/testing/static_vm_discovery.h"
 #include "host/pseudo_fs.h"
+#include "agent/dedicated_cores.h"
 #include "host/testing/core_sched_fake.h"
+#include "host/testing/cpu_affinity_fake.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +68,69 @@ class ReconcileLoopTest : public ::testing::Test {
   std::unique_ptr<CookieReconciler> reconciler_;
   std::atomic<int> changes_{0};
 };
+
+// Issue #33 item 4: the off switch takes the engine's pin off too (the
+// pinned VM's threads get their CPUs back) and it comes back when
+// enforcement is on again; observing (issue #33 item 3) writes no affinity.
+TEST_F(ReconcileLoopTest, EnforcementOffUnpinsAndObservingWritesNoAffinity) {
+  v1::HostEnablement enablement;
+  ReconcilerOptions o;
+  o.probe.support = v1::CORE_SCHED_SUPPORT_SUPPORTED;
+  o.enablement = [&enablement] { return enablement; };
+  reconciler_ = std::make_unique<CookieReconciler>(&kernel_, o);
+  v1::Topology topology;
+  for (int core = 0; core < 2; ++core) {
+    v1::Core* c = topology.add_cores();
+    c->set_core_id(core);
+    c->add_cpus(2 * core);
+    c->add_cpus(2 * core + 1);
+  }
+  host::FakeCpuAffinity affinity(host::CpuSet({0, 1, 2, 3}));
+  affinity.AddThread(100);
+  DedicatedCoreEnforcer dedicated(&affinity, topology);
+  v1::Assignment pinned;
+  pinned.set_vm_id("vm-1");
+  pinned.set_trust_group("acme/vm/vm-1");
+  pinned.set_isolation(v1::ISOLATION_LEVEL_VM);
+  pinned.mutable_pin()->set_host_id("lab");
+  pinned.mutable_pin()->add_cpus(2);
+  pinned.mutable_pin()->add_cpus(3);
+  discovery::DiscoveredVm vm = OneThreadVm("vm-1", "", 100);
+  vm.threads[0].kind = discovery::DiscoveredThread::Kind::kVcpu;
+  discovery_.SetVms({vm});
+  ReconcileLoopOptions options;
+  options.rescan_interval = 1h;
+  options.host_id = "lab";
+  ReconcileLoop loop(
+      options, &discovery_, reconciler_.get(),
+      [&pinned](const discovery::DiscoveredVm&) { return std::optional<v1::Assignment>(pinned); },
+      [] {}, &dedicated);
+  loop.Start();
+  ASSERT_TRUE(loop.WaitForPasses(1, 5s));
+  EXPECT_EQ(affinity.CpusOf(100), host::CpuSet({2, 3}));
+
+  enablement.set_state(v1::HostEnablement::STATE_OFF);
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(2, 5s));
+  EXPECT_EQ(affinity.CpusOf(100), host::CpuSet({0, 1, 2, 3}));
+  EXPECT_EQ(kernel_.CookieOf(100), 0u);
+
+  enablement.set_state(v1::HostEnablement::STATE_ENFORCE);
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(3, 5s));
+  EXPECT_EQ(affinity.CpusOf(100), host::CpuSet({2, 3}));
+
+  // Observing: the pin is neither taken off nor put back.
+  reconciler_->SetPolicy(false, false, /*observe=*/true);
+  enablement.set_state(v1::HostEnablement::STATE_OFF);
+  const int writes = affinity.write_calls();
+  loop.Trigger();
+  ASSERT_TRUE(loop.WaitForPasses(4, 5s));
+  EXPECT_EQ(affinity.write_calls(), writes);
+  EXPECT_EQ(affinity.CpusOf(100), host::CpuSet({2, 3}));
+  EXPECT_NE(kernel_.CookieOf(100), 0u);
+  loop.Stop();
+}
 
 TEST_F(ReconcileLoopTest, FirstPassRunsAtOnceAndFeedsReports) {
   auto loop = MakeLoop(1h);

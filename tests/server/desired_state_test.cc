@@ -510,9 +510,10 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
 // itself; a change after its first Register is on record, a routine
 // re-registration is not.
 TEST_F(DesiredStateTest, AChangeOfAHostsTopologyOrLabelsIsAudited) {
-  auto register_with = [&](std::vector<int> cpus, std::string zone) {
+  auto register_with = [&](std::vector<int> cpus, std::string zone, bool observe = false) {
     v1::RegisterRequest request;
     request.set_host_id("host-a");
+    request.set_observe(observe);
     auto* core = request.mutable_topology()->add_cores();
     for (int cpu : cpus) core->add_cpus(cpu);
     (*request.mutable_labels())["zone"] = std::move(zone);
@@ -537,11 +538,20 @@ TEST_F(DesiredStateTest, AChangeOfAHostsTopologyOrLabelsIsAudited) {
   ASSERT_OK(register_with({0, 1}, "b"));
   ASSERT_OK(register_with({0, 2}, "b"));
   EXPECT_EQ(methods(), std::vector<std::string>({"Register", "ChangeHost", "ChangeHost"}));
+  // An agent that starts or stops observing (enforce: observe) is on record
+  // too, and csd shows it.
+  ASSERT_OK(register_with({0, 2}, "b", /*observe=*/true));
+  EXPECT_EQ(methods().size(), 4u);
+  v1::GetHostRequest get;
+  get.set_host_id("host-a");
+  absl::StatusOr<v1::Host> observing = state_->GetHost(get);
+  ASSERT_OK(observing.status());
+  EXPECT_TRUE(observing->agent_observes());
   v1::ListAuditRecordsRequest list;
   list.set_subject("host-a");
   auto records = state_->ListAuditRecords(list);
   ASSERT_OK(records);
-  const v1::AuditRecord& labels = records->records(1);
+  const v1::AuditRecord& labels = records->records(2);  // newest first
   EXPECT_NE(labels.before().find("\"a\""), std::string::npos) << labels.before();
   EXPECT_NE(labels.after().find("\"b\""), std::string::npos) << labels.after();
 }

@@ -136,5 +136,20 @@ TEST(HostLivenessTest, AProblemIsAShortSentence) {
   EXPECT_THAT(problem, ::testing::EndsWith("..."));
 }
 
+// An observing agent's VM that enforcing would leave partial is a problem
+// before any cookie is set; one it would enforce is none.
+TEST(HostLivenessTest, AFailureAnObservingAgentForeseesIsAProblem) {
+  v1::ReportRequest report = Report("hv-1");
+  v1::VMObservation* vm = report.add_vms();
+  vm->set_vm_id("vm-1");
+  vm->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_OBSERVED);
+  vm->mutable_enforcement()->set_observed_state(v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(ReportProblem(report), "");
+  vm->mutable_enforcement()->set_observed_state(v1::ENFORCEMENT_STATE_PARTIAL);
+  vm->mutable_enforcement()->set_last_error("thread 102: prctl: EPERM");
+  EXPECT_THAT(ReportProblem(report),
+              HasSubstr("has reconcile errors: VM vm-1 would be partial (thread 102"));
+}
+
 }  // namespace
 }  // namespace cosched::server
