@@ -4,10 +4,24 @@
 # running tests (./scripts/test.sh runs them, with what they need), and checks
 # them with lintian: any error fails, warnings are listed.
 #
-#   scripts/package.sh [OUTDIR]    (default build-deb/; the .debs land there)
+#   scripts/package.sh [--quick] [OUTDIR]    (default build-deb/; the .debs land there)
+#
+# The version is scripts/version.sh's, so COSCHED_VERSION_SUFFIX=+lab1 builds
+# the same tree as a higher version (lab.systemd_upgrade upgrades to it).
+# --quick builds the installable packages only: no -dbgsym packages
+# (noautodbgsym: compressing their ~60 MB is a third of the build), no
+# lintian, systemd-analyze verify or maintainer-script test. For a second
+# set of one tree that differs from the first only in its version
+# (scripts/test.sh), which the first set's checks cover.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
 out=${1:-build-deb}
+started=$SECONDS
 
 ./scripts/install-deps.sh
 # ccache settings shared with build/ (whose objects the programs reuse).
@@ -34,17 +48,24 @@ version=$(./scripts/version.sh)
 if [ "$version" != "$(dpkg-parsechangelog -l debian/changelog -S Version)" ]; then
   stamp=$(git log -1 --format=%cD 2>/dev/null || date -R)
   maintainer=$(dpkg-parsechangelog -l debian/changelog -S Maintainer)
-  { printf 'cosched (%s) bookworm; urgency=medium\n\n  * Build of %s.\n\n -- %s  %s\n\n' \
+  { printf 'cosched (%s) bookworm; urgency=medium\n\n  * Build of %s%s.\n\n -- %s  %s\n\n' \
       "$version" "$(git rev-parse --short=7 HEAD 2>/dev/null || echo 'a tree without git history')" \
+      "${COSCHED_VERSION_SUFFIX:+, rebuilt as a higher version ($COSCHED_VERSION_SUFFIX)}" \
       "$maintainer" "$stamp"
     cat debian/changelog; } >"$out/src/debian/changelog"
 fi
 read -r hits0 misses0 < <(ccache_counts)
-(cd "$out/src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" dpkg-buildpackage -b -us -uc)
+build_options="nocheck parallel=$(nproc)"
+[ $quick = 0 ] || build_options="$build_options noautodbgsym"
+(cd "$out/src" && DEB_BUILD_OPTIONS=$build_options dpkg-buildpackage -b -us -uc)
 read -r hits1 misses1 < <(ccache_counts)
 echo "package.sh: ccache: $((hits1 - hits0)) objects from the cache, $((misses1 - misses0)) compiled"
 rm -rf "$out/src"
 ls -l "$out"/*.deb
+if [ $quick = 1 ]; then
+  echo "package.sh: built $version in $((SECONDS - started)) s (--quick: no -dbgsym packages, no checks)"
+  exit 0
+fi
 
 # lintian refuses nothing as root but says so; --fail-on error makes an
 # error fail the build, and every warning is printed.
@@ -80,3 +101,4 @@ echo "package.sh: systemd-analyze verify is clean for" $units
 # The maintainer scripts: an install starts nothing, an upgrade restarts a
 # running daemon and leaves a stopped one stopped.
 tests/packaging/maintscripts_test.sh "$out"
+echo "package.sh: built $version and checked it in $((SECONDS - started)) s"
