@@ -5,7 +5,7 @@
 #
 #   run_lab.sh SCENARIO [--kernel VERSION] [--no-trust-cpu] [--out DIR] [--timeout SECONDS] [BINARY...]
 #   run_lab.sh --root9p SCENARIO [--kernel VERSION] [--build DIR] [--out DIR] [--timeout SECONDS]
-#   run_lab.sh --systemd SCENARIO [--debs DIR] [--build DIR] [--out DIR] [--timeout SECONDS]
+#   run_lab.sh --systemd SCENARIO [--debs DIR] [--upgrade-debs DIR] [--build DIR] [--out DIR] [--timeout SECONDS]
 #
 # SCENARIO is tests/lab/scenarios/SCENARIO.sh (or a path to a script). Every BINARY (and every path
 # in $LAB_BINARIES, separated by spaces or colons) is copied to the guest's
@@ -41,6 +41,14 @@
 # <repo>/build-deb, made by scripts/package.sh) installed, so csd and
 # cs-agent run in their packaged units; the scenario runs as a unit beside
 # them (guest/systemd_scenario.sh) with the build tree's lab tools.
+#
+# --upgrade-debs DIR (with --systemd): real dpkg instead. The guest's dpkg
+# database is the build machine's, on tmpfs, and nothing is installed at
+# boot: the scenario installs cosched-server and cosched-agent of --debs
+# with `dpkg -i`, under the running systemd, then upgrades them to those of
+# DIR (a higher version: COSCHED_VERSION_SUFFIX, scripts/version.sh), so
+# that the packages' own maintainer scripts start and restart the units.
+# The guest finds the .debs in $LAB_DEBS_INSTALL and $LAB_DEBS_UPGRADE.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,6 +60,7 @@ die() { echo "run_lab: $*" >&2; exit 2; }
 root9p=0
 systemd=0
 debs=$repo/build-deb
+upgrade_debs=""
 kernel_version=6.12
 trust_cpu=1
 case $1 in
@@ -69,6 +78,7 @@ while [ $# -gt 0 ]; do
     --root9p) root9p=1; shift ;;
     --systemd) root9p=1; systemd=1; shift ;;
     --debs) debs=$2; shift 2 ;;
+    --upgrade-debs) upgrade_debs=$2; shift 2 ;;
     --kernel) kernel_version=$2; shift 2 ;;
     --no-trust-cpu) trust_cpu=0; shift ;;
     --build) build=$2; shift 2 ;;
@@ -77,6 +87,7 @@ while [ $# -gt 0 ]; do
     *) binaries+=("$1"); shift ;;
   esac
 done
+[ -z "$upgrade_debs" ] || [ $systemd = 1 ] || die "--upgrade-debs needs --systemd"
 if [ -n "${LAB_BINARIES:-}" ]; then
   IFS=': ' read -r -a extra <<<"$LAB_BINARIES"
   binaries+=("${extra[@]}")
@@ -134,6 +145,21 @@ if [ $root9p = 1 ]; then
       ls "$debs"/${pkg}_*.deb >/dev/null 2>&1 || die "no $pkg package in $debs (scripts/package.sh builds them)"
     done
     [ -x /lib/systemd/systemd ] || die "no /lib/systemd/systemd (Debian's systemd package)"
+    if [ -n "$upgrade_debs" ]; then
+      for pkg in cosched-server cosched-agent; do
+        ls "$upgrade_debs"/${pkg}_*.deb >/dev/null 2>&1 ||
+          die "no $pkg package in $upgrade_debs (COSCHED_VERSION_SUFFIX=+lab1 scripts/package.sh DIR builds them)"
+        old_version=$(dpkg-deb -f "$(ls "$debs"/${pkg}_*.deb | head -1)" Version)
+        new_version=$(dpkg-deb -f "$(ls "$upgrade_debs"/${pkg}_*.deb | head -1)" Version)
+        dpkg --compare-versions "$new_version" gt "$old_version" ||
+          die "$pkg $new_version in $upgrade_debs is no upgrade of $old_version in $debs"
+      done
+      # The guest's dpkg starts from this machine's database: with the
+      # packages installed here, its first install would be an upgrade.
+      if dpkg-query -W -f '${Status}\n' cosched-server cosched-agent 2>/dev/null | grep -q ' installed$'; then
+        die "cosched-server or cosched-agent is installed on this machine: the guest (this root) cannot install them afresh"
+      fi
+    fi
   else
     for tool in server/csd agent/cs-agent cli/csctl tests/lab/lab_cookies tests/lab/lab_tag_gap; do
       [ -x "$build/$tool" ] || die "$build/$tool not built (cmake --build $build --target lab_libvirt_binaries)"
@@ -246,7 +272,19 @@ run_once() {
     printf 'LAB_SCENARIO=%s\nLAB_SCRIPT=%s\nLAB_SRC=%s\nLAB_BUILD=%s\n' \
       "$scenario" "$script" "$repo" "$build" >"$dir/lab.env"
   fi
-  if [ $systemd = 1 ]; then
+  if [ $systemd = 1 ] && [ -n "$upgrade_debs" ]; then
+    # The .debs themselves, for the guest's dpkg. csctl runs unpacked:
+    # cosched-client would install into the guest's read-only /usr/bin.
+    local set pkg
+    for set in install:"$debs" upgrade:"$upgrade_debs"; do
+      mkdir -p "$dir/debs/${set%%:*}"
+      for pkg in cosched-server cosched-agent; do
+        cp "${set#*:}"/${pkg}_*.deb "$dir/debs/${set%%:*}/"
+      done
+    done
+    dpkg-deb -x "$(ls "$debs"/cosched-client_*.deb | head -1)" "$dir/pkgroot"
+    printf 'LAB_DPKG=1\nLAB_DEBS_INSTALL=/run/lab-out/debs/install\nLAB_DEBS_UPGRADE=/run/lab-out/debs/upgrade\n' >>"$dir/lab.env"
+  elif [ $systemd = 1 ]; then
     # The packages' files, as dpkg would unpack them; the guest installs them.
     local deb
     for deb in "$debs"/cosched-server_*.deb "$debs"/cosched-agent_*.deb "$debs"/cosched-client_*.deb; do

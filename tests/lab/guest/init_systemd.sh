@@ -12,6 +12,13 @@
 # which runs the scenario and writes the verdict). Then systemd replaces
 # this shell as PID 1 with lab.target as its default: nothing the build
 # machine enables (multi-user.target's services) starts.
+#
+# With LAB_DPKG=1 (run_lab.sh --upgrade-debs) nothing is installed here:
+# the scenario installs and upgrades the packages with the real dpkg, whose
+# maintainer scripts talk to this systemd. This stage makes what dpkg
+# writes writable instead (its database, seeded from the build machine's
+# so that dependencies resolve; /usr/share), and lab.target starts only
+# the scenario.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 exec 0</dev/console 1>/dev/console 2>&1
@@ -52,6 +59,15 @@ tmpfs_copy() {  # DIR: a tmpfs over DIR holding what DIR held
   cp -a "$seed/." "$1/" 2>/dev/null
   rm -rf "$seed"
 }
+# Before the tmpfs below hide them: the build machine's dpkg database and
+# /usr/share, for dpkg in the guest. /run/lab-host/usr/lib leads to /usr/lib
+# for the few links in /usr/share that climb out of it (../../lib/...).
+if [ "${LAB_DPKG:-0}" = 1 ]; then
+  mkdir -p /run/lab-host/var/lib/dpkg /run/lab-host/usr/share
+  mount --bind /var/lib/dpkg /run/lab-host/var/lib/dpkg &&
+    mount --bind /usr/share /run/lab-host/usr/share &&
+    ln -s /usr/lib /run/lab-host/usr/lib || fail_boot "cannot bind /var/lib/dpkg and /usr/share for dpkg"
+fi
 tmpfs_copy /etc
 tmpfs_copy /usr/sbin
 tmpfs_copy /usr/lib/systemd/system
@@ -61,40 +77,62 @@ for dir in /var/lib /var/log /var/cache /var/tmp /root; do
 done
 chmod 1777 /var/tmp
 mkdir -p /var/log/journal
+if [ "${LAB_DPKG:-0}" = 1 ]; then
+  # dpkg's database: its files copied (status, triggers, alternatives...),
+  # the ~4000 files of info/ as links to the build machine's (read only, but
+  # dpkg reads other packages' files lists and writes only those of the
+  # packages it installs, by rename).
+  mkdir -p /var/lib/dpkg/info /var/lib/dpkg/updates
+  for f in /run/lab-host/var/lib/dpkg/*; do
+    case ${f##*/} in info|updates|lock*) ;; *) cp -a "$f" /var/lib/dpkg/ ;; esac
+  done
+  cp -rs /run/lab-host/var/lib/dpkg/info/. /var/lib/dpkg/info/ ||
+    fail_boot "cannot seed the guest's dpkg database"
+  # /usr/share, and the folders in it that the packages install into: a
+  # tmpfs of links to the build machine's entries, so that dpkg can add
+  # /usr/share/cosched, /usr/share/doc/cosched-agent and a man page. (dpkg
+  # needs the folder of every path it unpacks writable, even one excluded
+  # by path-exclude: a read-only one fails its first rename.)
+  mount -t tmpfs -o mode=755 tmpfs /usr/share
+  for dir in /usr/share /usr/share/doc /usr/share/man /usr/share/man/man8; do
+    [ $dir = /usr/share ] || { rm "$dir" && mkdir "$dir"; } &&
+      ln -s "/run/lab-host$dir"/* "$dir/" || fail_boot "cannot lay $dir out for dpkg"
+  done
+  # The build machine is a container image whose policy-rc.d forbids
+  # starting services (exit 101): deb-systemd-invoke would restart nothing.
+  # A hypervisor has none.
+  rm -f /usr/sbin/policy-rc.d
+fi
 # The build machine's identity and mounts are not the guest's.
 echo lab >/etc/hostname
 : >/etc/machine-id
 : >/etc/fstab
 
-# The packages' files, as dpkg would place them. /usr/bin and /usr/share are
-# the build machine's, read-only: csctl runs from the unpacked tree (on the
-# scenario's PATH), man pages and docs stay there.
-[ -x $out/pkgroot/usr/sbin/csd ] && [ -x $out/pkgroot/usr/sbin/cs-agent ] ||
-  fail_boot "no unpacked packages in the results share (run_lab.sh --systemd --debs DIR)"
-# File by file: the folders exist (/, /usr and /lib on the read-only root,
-# the tmpfs above), and a tar would try to set their modes.
-(cd $out/pkgroot && find . -path ./usr/share -prune -o -path ./usr/bin -prune -o ! -type d -print) |
-  while read -r f; do
-    mkdir -p "/$(dirname "$f")" && cp -a "$out/pkgroot/$f" "/$f" || exit 1
-  done || fail_boot "cannot install the packages' files"
-# The site's one setting for the lab: its cs-agent reaches csd over
-# loopback without certificates (the unit's agent cannot use csd's socket:
-# root without CAP_DAC_OVERRIDE is not in the socket's group).
-echo 'plaintext_agents: true' >>/etc/cosched/csd.yaml
-# Its VMs are the lab's fake QEMU, run from the build tree: a VMM binary
-# for this site (docs/agent.md, "Which processes are VMs").
-# It runs them as uid 107 (systemd_units.sh), as libvirt runs QEMU as
-# libvirt-qemu, a user this root may not have.
-printf 'vmm_binaries: ["/usr/bin/qemu-system-*", "%s"]\nvmm_users: [root, "107"]\n' \
-  "$LAB_BUILD/tests/lab/fake_qemu/qemu-system-x86_64" >>/etc/cosched/cs-agent.yaml
-# The packaged file names no csd (a first install starts no agent): the
-# one csd of this lab, as an operator's first step (docs/operating.md,
-# "First deployment").
-echo 'server: 127.0.0.1:7443' >>/etc/cosched/cs-agent.yaml
-# What their maintainer scripts do: the system user (cosched-server's
-# sysusers.d file). Units are started by lab.target, not enabled.
-systemd-sysusers || fail_boot "systemd-sysusers failed"
-getent passwd cosched >/dev/null || fail_boot "no system user cosched after systemd-sysusers"
+units="csd.service cs-agent.service"
+if [ "${LAB_DPKG:-0}" != 1 ]; then
+  # The packages' files, as dpkg would place them. /usr/bin and /usr/share are
+  # the build machine's, read-only: csctl runs from the unpacked tree (on the
+  # scenario's PATH), man pages and docs stay there.
+  [ -x $out/pkgroot/usr/sbin/csd ] && [ -x $out/pkgroot/usr/sbin/cs-agent ] ||
+    fail_boot "no unpacked packages in the results share (run_lab.sh --systemd --debs DIR)"
+  # File by file: the folders exist (/, /usr and /lib on the read-only root,
+  # the tmpfs above), and a tar would try to set their modes.
+  (cd $out/pkgroot && find . -path ./usr/share -prune -o -path ./usr/bin -prune -o ! -type d -print) |
+    while read -r f; do
+      mkdir -p "/$(dirname "$f")" && cp -a "$out/pkgroot/$f" "/$f" || exit 1
+    done || fail_boot "cannot install the packages' files"
+  # The lab's site settings (guest/systemd_site.sh).
+  . "$LAB_SRC/tests/lab/guest/systemd_site.sh"
+  lab_configure_site "$LAB_BUILD"
+  # What their maintainer scripts do: the system user (cosched-server's
+  # sysusers.d file). Units are started by lab.target, not enabled.
+  systemd-sysusers || fail_boot "systemd-sysusers failed"
+  getent passwd cosched >/dev/null || fail_boot "no system user cosched after systemd-sysusers"
+else
+  [ -d "${LAB_DEBS_INSTALL:-}" ] && [ -d "${LAB_DEBS_UPGRADE:-}" ] ||
+    fail_boot "no .debs in the results share (run_lab.sh --systemd --upgrade-debs DIR)"
+  units=""
+fi
 
 # The scenario and its helpers run from the source and build trees.
 cat >/etc/systemd/system/lab-scenario.service <<EOF
@@ -105,16 +143,17 @@ After=csd.service cs-agent.service
 [Service]
 Type=oneshot
 Environment=LAB_SCENARIO=$LAB_SCENARIO LAB_SCRIPT=$LAB_SCRIPT LAB_SRC=$LAB_SRC LAB_BUILD=$LAB_BUILD LAB_OUT=$out
+Environment=LAB_DPKG=${LAB_DPKG:-0} LAB_DEBS_INSTALL=${LAB_DEBS_INSTALL:-} LAB_DEBS_UPGRADE=${LAB_DEBS_UPGRADE:-}
 ExecStart=/bin/sh $LAB_SRC/tests/lab/guest/systemd_scenario.sh
 StandardOutput=journal+console
 StandardError=journal+console
 EOF
-cat >/etc/systemd/system/lab.target <<'EOF'
+cat >/etc/systemd/system/lab.target <<EOF
 [Unit]
 Description=the lab: csd, cs-agent and the scenario in their units
 Requires=basic.target
 After=basic.target
-Wants=csd.service cs-agent.service lab-scenario.service
+Wants=$units lab-scenario.service
 AllowIsolate=yes
 EOF
 echo "lab: scenario $LAB_SCENARIO: starting systemd on the 9p root ($(uname -r), $(nproc) CPUs)"
