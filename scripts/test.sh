@@ -59,9 +59,16 @@ fuzz_build=$!
 
 # The Debian packages (scripts/package.sh: a package build without tests, then
 # lintian), also at low priority beside them; lab.systemd_units installs them
-# in a guest booted with systemd.
+# in a guest booted with systemd. Then the same tree again as a higher
+# version (+lab1), which lab.systemd_upgrade upgrades them to with dpkg: its
+# objects come from ccache but those that include the version, and it skips
+# the -dbgsym packages and the checks its first set passed (--quick: 113 s
+# against the first set's 178 s, at nice 10 on 2 busy cores).
 package_log=$(mktemp)
-nice -n 10 ./scripts/package.sh >"$package_log" 2>&1 &
+(
+  nice -n 10 ./scripts/package.sh &&
+    COSCHED_VERSION_SUFFIX=+lab1 nice -n 10 ./scripts/package.sh --quick build-deb-upgrade
+) >"$package_log" 2>&1 &
 package_build=$!
 
 failed=()
