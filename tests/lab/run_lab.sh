@@ -148,7 +148,7 @@ if [ $root9p = 1 ]; then
     if [ -n "$upgrade_debs" ]; then
       for pkg in cosched-server cosched-agent; do
         ls "$upgrade_debs"/${pkg}_*.deb >/dev/null 2>&1 ||
-          die "no $pkg package in $upgrade_debs (COSCHED_VERSION_SUFFIX=+lab1 scripts/package.sh DIR builds them)"
+          die "no $pkg package in $upgrade_debs (COSCHED_VERSION_SUFFIX=+lab1 scripts/package.sh --quick DIR builds them)"
         old_version=$(dpkg-deb -f "$(ls "$debs"/${pkg}_*.deb | head -1)" Version)
         new_version=$(dpkg-deb -f "$(ls "$upgrade_debs"/${pkg}_*.deb | head -1)" Version)
         dpkg --compare-versions "$new_version" gt "$old_version" ||
