@@ -29,8 +29,8 @@ HazardWatch::HazardWatch(std::shared_ptr<const host::PseudoFs> fs, HazardWatchOp
                          std::function<void()> on_change)
     : fs_(std::move(fs)),
       options_(std::move(options)),
-      on_change_(std::move(on_change)),
-      rules_(options_.rules) {}
+      rules_(options_.rules),
+      on_change_(std::move(on_change)) {}
 
 host::HazardRules HazardWatch::rules() const {
   std::lock_guard<std::mutex> lock(mu_);
