@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/log_every.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 
@@ -170,7 +171,7 @@ absl::Status AssignmentCache::Apply(const v1::WatchAssignmentsResponse& update) 
     if (written.ok()) {
       saved_revision_ = update.revision();
     } else {
-      LOG_EVERY_T(ERROR, 60) << "cannot save assignments to " << state_file_ << ": "
+      COSCHED_LOG_EVERY_T(ERROR, 60) << "cannot save assignments to " << state_file_ << ": "
                              << written << "; enforcing revision " << update.revision()
                              << " from memory (a restart before the next save resumes "
                              << "from revision " << saved_revision_

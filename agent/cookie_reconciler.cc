@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log_every.h"
 #include "common/names.h"
 #include "host/core_sched_shadow.h"
 #include "glog/logging.h"
@@ -312,7 +313,7 @@ bool CookieReconciler::MayWrite() {
 void CookieReconciler::Hold(std::vector<VmPlan>& plans, v1::EnforcementState state,
                             const std::string& why) {
   if (state == v1::ENFORCEMENT_STATE_HELD) {
-    LOG_EVERY_T(ERROR, 60) << why << " (" << plans.size() << " VMs)";
+    COSCHED_LOG_EVERY_T(ERROR, 60) << why << " (" << plans.size() << " VMs)";
   }
   for (VmPlan& plan : plans) {
     plan.outcome.tids.clear();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/log_every.h"
 #include "glog/logging.h"
 
 namespace cosched::agent {
@@ -78,7 +79,7 @@ std::optional<int64_t> ForcedIdleMeter::ReadCgroup(const std::string& cgroup) co
     if (!text.ok()) continue;  // not v2 here, or the VM is gone
     absl::StatusOr<std::optional<int64_t>> ns = ParseCgroupForceIdle(*text);
     if (!ns.ok()) {
-      LOG_EVERY_T(WARNING, 300) << "cgroup " << cgroup << ": " << ns.status();
+      COSCHED_LOG_EVERY_T(WARNING, 300) << "cgroup " << cgroup << ": " << ns.status();
       return std::nullopt;
     }
     return *ns;
@@ -92,7 +93,7 @@ std::optional<int64_t> ForcedIdleMeter::ReadThread(int tid) const {
   if (!text.ok()) return std::nullopt;  // the thread ended: its time is lost with it
   absl::StatusOr<std::optional<int64_t>> sum = ParseCoreForceidleSum(*text);
   if (!sum.ok()) {
-    LOG_EVERY_T(WARNING, 300) << "thread " << tid << ": " << sum.status();
+    COSCHED_LOG_EVERY_T(WARNING, 300) << "thread " << tid << ": " << sum.status();
     return std::nullopt;
   }
   return *sum;

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log_every.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -286,7 +287,7 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   record.trigger = trigger;
   absl::StatusOr<std::vector<discovery::DiscoveredVm>> vms = discovery_->Discover();
   if (!vms.ok()) {
-    LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "VM discovery failed; keeping cookies as they "
                                 "are: " << vms.status();
     if (options_.on_pass) {
       record.duration = std::chrono::steady_clock::now() - started;
@@ -327,22 +328,18 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
   for (const VmOutcome& vm : result.vms) {
     if (vm.enforcement.state() != v1::ENFORCEMENT_STATE_ENFORCED &&
         vm.enforcement.state() != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
-      LOG_EVERY_T(WARNING, 60) << "vm " << vm.vm_id << ": "
+      COSCHED_LOG_EVERY_T(WARNING, 60) << "vm " << vm.vm_id << ": "
                                << vm.enforcement.ShortDebugString();
     }
   }
   // Passes that change something are worth a line; quiet ones are not.
-  // Observing, every pass would write the same again: a line a minute,
-  // the first at once (glog's LOG_EVERY_T counts from the clock's zero,
-  // which on a host booted a minute ago is now).
-  const auto logged_at = std::chrono::steady_clock::now();
-  if (result.stats.observed &&
-      (!observed_logged_ || logged_at - *observed_logged_ >= std::chrono::minutes(1))) {
-    observed_logged_ = logged_at;
-    LOG(INFO) << "reconcile pass (observing, nothing written): "
-              << result.stats.vms << " VMs, " << result.stats.threads
-              << " threads; enforcing would move " << result.stats.observed_moves
-              << " threads with " << result.stats.observed_writes << " prctl writes";
+  // Observing, every pass would write the same again: a line a minute.
+  if (result.stats.observed) {
+    COSCHED_LOG_EVERY_T(INFO, 60)
+        << "reconcile pass (observing, nothing written): " << result.stats.vms << " VMs, "
+        << result.stats.threads << " threads; enforcing would move "
+        << result.stats.observed_moves << " threads with " << result.stats.observed_writes
+        << " prctl writes";
   }
   LOG_IF(INFO, !result.stats.observed && (result.stats.cookie_writes > 0 || passes() == 0))
       << "reconcile pass: " << result.stats.vms << " VMs, "
@@ -388,7 +385,7 @@ absl::StatusOr<std::vector<v1::VMObservation>> ReconcileLoop::Observations()
     const auto running = std::chrono::steady_clock::now() - *pass_started_;
     if (running > options_.stuck_after) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(running).count();
-      LOG_EVERY_T(ERROR, 60) << "reconcile pass running for " << seconds
+      COSCHED_LOG_EVERY_T(ERROR, 60) << "reconcile pass running for " << seconds
                              << " s: stuck reading /proc or asking libvirtd; new VMs are "
                                 "not tagged and reports are withheld until it ends";
       return absl::DeadlineExceededError(absl::StrCat(

@@ -180,9 +180,6 @@ class ReconcileLoop {
   std::optional<std::chrono::steady_clock::time_point> pass_started_;
   int64_t last_revision_ = 0;
   std::vector<DedicatedVmOutcome> last_dedicated_;
-  // When an observing pass last logged what enforcing would do (the pass's
-  // own thread only).
-  std::optional<std::chrono::steady_clock::time_point> observed_logged_;
   std::set<int> vm_pids_;
   // While a pass runs: the processes that forks and vhost names of the
   // events it ignored were about (see OwnersOfIgnoredEventLocked). One of

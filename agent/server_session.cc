@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/backoff.h"
+#include "common/log_every.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
@@ -59,7 +60,7 @@ v1::ReportRequest MakeReportRequest(
   request.set_host_id(std::string(host_id));
   request.set_applied_revision(applied_revision);
   if (observations.size() > static_cast<size_t>(kMaxReportedVms)) {
-    LOG_EVERY_T(WARNING, 300) << "host has " << observations.size()
+    COSCHED_LOG_EVERY_T(WARNING, 300) << "host has " << observations.size()
                               << " VMs; reporting only the first "
                               << kMaxReportedVms;
     observations.resize(kMaxReportedVms);
@@ -263,7 +264,7 @@ void ServerSession::WatchLoop() {
     if (!hint.empty()) {
       // Until the configuration changes every attempt fails the same way:
       // say what to fix, not that csd is unreachable.
-      LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << current_address()
+      COSCHED_LOG_EVERY_T(ERROR, 60) << hint << ". csd at " << current_address()
                              << " said: " << status << " (attempt " << backoff.failures()
                              << "; retrying at most " << options_.backoff_max.count()
                              << " ms apart)";
@@ -272,13 +273,13 @@ void ServerSession::WatchLoop() {
     } else if (failure == ConnectFailure::kLocal) {
       // Not csd's doing: the agent could not keep what csd sent (its state
       // dir is full or unwritable, or the message is one it refuses).
-      LOG_EVERY_T(ERROR, 60) << "cannot apply csd's assignments: " << status
+      COSCHED_LOG_EVERY_T(ERROR, 60) << "cannot apply csd's assignments: " << status
                              << "; reconnecting in " << delay.count() << " ms";
     } else if (was_watching || progressed) {
       LOG(WARNING) << "lost csd at " << current_address() << ": "
                    << status << "; reconnecting in " << delay.count() << " ms";
     } else {
-      LOG_EVERY_T(WARNING, 60)
+      COSCHED_LOG_EVERY_T(WARNING, 60)
           << "cannot reach csd at " << current_address() << ": "
           << status << " (attempt " << backoff.failures()
           << "); retrying with backoff up to " << options_.backoff_max.count()
@@ -325,7 +326,7 @@ absl::Status ServerSession::ConnectOnce(bool* progressed, ConnectFailure* failur
       std::lock_guard<std::mutex> lock(mu_);
       refusal_.clear();
     }
-    LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
+    COSCHED_LOG_EVERY_T(INFO, 60) << "registered host " << registration_.host_id()
                           << " with csd at " << csd.address
                           << " (csd revision " << response.revision() << ")";
     if (options_.on_enablement) options_.on_enablement(response.enablement());
@@ -454,7 +455,7 @@ void ServerSession::ReportLoop() {
     bool called = false;
     absl::Status status = SendReport(&called);
     if (!status.ok()) {
-      LOG_EVERY_T(WARNING, 60) << "report to csd at " << address << " failed: " << status;
+      COSCHED_LOG_EVERY_T(WARNING, 60) << "report to csd at " << address << " failed: " << status;
     }
     // Failures of one replica in a row; a refusal or a Report skipped here
     // (no observations yet) says nothing about the replica.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_every.h"
 #include "host/topology.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -172,7 +173,7 @@ void SiblingShareCollector::RefreshVms(bool force) {
     // Asked again at the next poll. At start the first reconcile pass is
     // usually still running: nothing to warn about.
     if (vms_known_) {
-      LOG_EVERY_T(WARNING, 60) << "collector keeps the previous VM list: " << vms.status();
+      COSCHED_LOG_EVERY_T(WARNING, 60) << "collector keeps the previous VM list: " << vms.status();
     }
     return;
   }
@@ -237,7 +238,7 @@ int64_t SiblingShareCollector::Poll() {
     for (; pages < max_pages; ++pages) {
       absl::StatusOr<size_t> n = trace_->ReadPage(cpu, page_);
       if (!n.ok()) {
-        LOG_EVERY_T(WARNING, 60) << n.status();
+        COSCHED_LOG_EVERY_T(WARNING, 60) << n.status();
         break;
       }
       if (*n == 0) break;
@@ -249,7 +250,7 @@ int64_t SiblingShareCollector::Poll() {
             ++events;
           });
       if (!read.ok()) {
-        LOG_EVERY_T(WARNING, 60) << read;
+        COSCHED_LOG_EVERY_T(WARNING, 60) << read;
       }
     }
     if (4 * pages >= buffer_pages) busy_ = true;

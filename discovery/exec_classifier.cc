@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/log_every.h"
 #include "discovery/procfs_discovery.h"
 #include "glog/logging.h"
 
@@ -16,7 +17,7 @@ void ClassifyExec(const host::PseudoFs& fs, absl::string_view procfs_root,
   } else if (absl::IsNotFound(qemu.status())) {
     event.may_be_qemu = false;  // exited already: a cron job's `true`
   } else {
-    LOG_EVERY_T(WARNING, 60) << "cannot tell what pid " << event.tgid
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "cannot tell what pid " << event.tgid
                              << " runs; treating its exec as one that may start a VM: "
                              << qemu.status();
     event.may_be_qemu = true;

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/log_every.h"
 #include "glog/logging.h"
 
 namespace cosched::host {
@@ -195,8 +196,10 @@ void ProcConnectorEvents::Run(ProcessEventListener listener) {
       const int n = recvmmsg(socket_, messages.data(), kDatagrams, MSG_DONTWAIT, nullptr);
       if (n < 0) {
         if (errno == ENOBUFS) {
-          LOG_EVERY_T(WARNING, 60) << "proc connector dropped events; rescanning";
-          listener(ProcessEvent{ProcessEventKind::kLost, 0, 0, 0});
+          COSCHED_LOG_EVERY_T(WARNING, 60) << "proc connector dropped events; rescanning";
+          ProcessEvent lost;
+          lost.kind = ProcessEventKind::kLost;
+          listener(lost);
           continue;
         }
         if (errno != EAGAIN && errno != EINTR) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/log_every.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
@@ -428,7 +429,7 @@ absl::StatusOr<std::optional<EngineLoop::Proposal>> EngineLoop::Propose(
         "measured forced idle over the budget for %d re-plan intervals and no allowed "
         "layout is predicted within it: move VMs to another host (csctl place)",
         control.watch.consecutive_over()));
-    LOG_EVERY_T(WARNING, 60) << "policy engine: host " << state.host.host_id() << ": "
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "policy engine: host " << state.host.host_id() << ": "
                              << plan.reasons(plan.reasons_size() - 1);
     proposal.budget_unmet = true;
     proposal.budget_reason = absl::StrFormat(

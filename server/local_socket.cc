@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_every.h"
 #include "glog/logging.h"
 #include "grpcpp/server_posix.h"
 #include "server/unix_accounts.h"
@@ -204,7 +205,7 @@ bool LocalSocketServer::ReadCredentials(int fd, LocalCredentials* credentials) {
     if (errno != ERANGE) break;
     groups.resize(size / sizeof(gid_t) + 1);
   }
-  LOG_EVERY_T(WARNING, 60) << "local socket: no supplementary groups of pid " << cred.pid
+  COSCHED_LOG_EVERY_T(WARNING, 60) << "local socket: no supplementary groups of pid " << cred.pid
                            << ": " << Errno(errno) << "; only its primary group counts";
   return true;
 }
@@ -220,7 +221,7 @@ void LocalSocketServer::AcceptLoop() {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      LOG_EVERY_T(ERROR, 10) << "local socket " << path_ << ": poll: " << Errno(errno);
+      COSCHED_LOG_EVERY_T(ERROR, 10) << "local socket " << path_ << ": poll: " << Errno(errno);
       if (!pause()) return;
       continue;
     }
@@ -230,13 +231,13 @@ void LocalSocketServer::AcceptLoop() {
     if (fd < 0) {
       const int err = errno;
       if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) continue;
-      LOG_EVERY_T(ERROR, 10) << "local socket " << path_ << ": accept: " << Errno(err);
+      COSCHED_LOG_EVERY_T(ERROR, 10) << "local socket " << path_ << ": accept: " << Errno(err);
       if (!pause()) return;
       continue;
     }
     LocalCredentials credentials;
     if (!ReadCredentials(fd, &credentials)) {
-      LOG_EVERY_T(WARNING, 10) << "local socket " << path_
+      COSCHED_LOG_EVERY_T(WARNING, 10) << "local socket " << path_
                                << ": connection without credentials refused: " << Errno(errno);
       close(fd);
       continue;

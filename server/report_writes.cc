@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/labels.h"
+#include "common/log_every.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
@@ -102,7 +103,7 @@ void DesiredState::ApplyReport(const v1::ReportRequest& request,
   auto dropped_ids = std::make_shared<std::vector<std::string>>();
   const int64_t dropped = DropUnlistedStats(*own, dropped_ids.get());
   if (dropped > 0) {
-    LOG_EVERY_T(WARNING, 60) << "host " << request.host_id() << ": dropped " << dropped
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "host " << request.host_id() << ": dropped " << dropped
                              << " stats entries of VMs its Report does not list, e.g. "
                              << (*dropped_ids)[0] << " (logged once a minute)";
     done = [dropped, dropped_ids, done = std::move(done)](

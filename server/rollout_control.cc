@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/labels.h"
+#include "common/log_every.h"
 #include "common/names.h"
 #include "common/rollout_spec.h"
 #include "common/status_macros.h"
@@ -167,7 +168,7 @@ void RolloutControl::Loop() {
     }
     lock.unlock();
     if (absl::Status pass = RunPass(); !pass.ok()) {
-      LOG_EVERY_T(WARNING, 60) << "rollout: the check failed, tried again in "
+      COSCHED_LOG_EVERY_T(WARNING, 60) << "rollout: the check failed, tried again in "
                                << interval.count() << " s: " << pass;
     }
     lock.lock();

@@ -1,6 +1,7 @@
 #include "server/services.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/log_every.h"
 #include "common/transport.h"
 #include "server/stats_forwarder.h"
 #include "glog/logging.h"
@@ -33,7 +34,7 @@ DesiredState::Done<T> AnswerLater(grpc::ServerUnaryReactor* reactor,
 // intrusion attempt, but a looping client must not flood the log.
 grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
-  LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << status;
+  COSCHED_LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << status;
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -240,7 +241,7 @@ grpc::ServerUnaryReactor* ControlPlaneService::RunQuery(
         reactor->Finish(ToGrpcStatus(result.status()));
       });
   if (!queued.ok()) {
-    LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << queued;
+    COSCHED_LOG_EVERY_T(WARNING, 10) << "refused " << context->peer() << ": " << queued;
     reactor->Finish(ToGrpcStatus(queued));
   }
   return reactor;
@@ -365,7 +366,7 @@ AgentServiceImpl::WatchAssignments(grpc::CallbackServerContext* context,
                                    const v1::WatchAssignmentsRequest* request) {
   auto caller = authz_->ForHost(*context, request->host_id());
   if (!caller.ok()) {
-    LOG_EVERY_T(WARNING, 10)
+    COSCHED_LOG_EVERY_T(WARNING, 10)
         << "refused " << context->peer() << ": " << caller.status();
   }
   absl::Status valid =

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_every.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
@@ -65,7 +66,7 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
   }
   response.set_ignored_windows(ignored);
   if (unserved > 0) {
-    LOG_EVERY_T(INFO, 60) << "replica " << request.replica() << " forwarded stats of " << unserved
+    COSCHED_LOG_EVERY_T(INFO, 60) << "replica " << request.replica() << " forwarded stats of " << unserved
                           << " Report(s) of hosts whose latest Report it did not take, as far as "
                           << "this replica knows; not taken (logged once a minute)";
   }
