@@ -326,10 +326,13 @@ void ReconcileLoop::Pass(PassTrigger trigger) {
     dedicated = EnforceDedicatedCores(*vms, result);
   }
   for (const VmOutcome& vm : result.vms) {
-    if (vm.enforcement.state() != v1::ENFORCEMENT_STATE_ENFORCED &&
-        vm.enforcement.state() != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
-      COSCHED_LOG_EVERY_T(WARNING, 60) << "vm " << vm.vm_id << ": "
-                               << vm.enforcement.ShortDebugString();
+    // Observing, what enforcing would reach is what counts.
+    const v1::EnforcementState state = vm.enforcement.state() == v1::ENFORCEMENT_STATE_OBSERVED
+                                           ? vm.enforcement.observed_state()
+                                           : vm.enforcement.state();
+    if (state != v1::ENFORCEMENT_STATE_ENFORCED && state != v1::ENFORCEMENT_STATE_FAIL_CLOSED) {
+      COSCHED_LOG_EVERY_T(WARNING, 60)
+          << "vm " << vm.vm_id << ": " << vm.enforcement.ShortDebugString();
     }
   }
   // Passes that change something are worth a line; quiet ones are not.
