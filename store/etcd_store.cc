@@ -73,8 +73,9 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   store->maintenance_ = std::make_unique<EtcdMaintenance>(
       *store->client_, options.prefix, *store->replicas_, options.maintenance,
       options.client.max_txn_ops);
-  store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
-  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->writer_ = std::make_unique<GroupCommitWriter>(
+      options.max_batch, absl::StrCat("etcd store under ", options.prefix, " is closing"),
+      [s = store.get()](std::vector<PendingWrite>& batch) { return s->RunBatch(batch); });
   if (snapshot.meta_revision != 0 && snapshot.meta.layout_version() < kLayoutVersion) {
     RETURN_IF_ERROR(store->BuildVmIndex());
   }
@@ -116,18 +117,7 @@ EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> cli
 EtcdStore::~EtcdStore() {
   maintenance_.reset();
   SetExternalObserver(nullptr);  // stops the watch, which calls into the writer
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    completer_stopping_ = true;
-  }
-  completion_cv_.notify_all();
-  if (completer_.joinable()) completer_.join();
+  if (writer_ != nullptr) writer_->Stop();
   replicas_.reset();
 }
 
@@ -135,34 +125,17 @@ void EtcdStore::SetLeadershipObserver(LeadershipObserver observer) {
   replicas_->SetObserver(std::move(observer));
 }
 
-void EtcdStore::Write(TxnFn fn, DoneFn done) {
-  bool accepted = false;
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    const std::thread::id self = std::this_thread::get_id();
-    if (!stopping_ || self == writer_.get_id() || self == completer_.get_id()) {
-      queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
-      accepted = true;
-    }
-  }
-  if (accepted) {
-    queue_cv_.notify_one();
-  } else if (done) {
-    done(absl::UnavailableError(
-        absl::StrCat("etcd store under ", options_.prefix, " is closing")));
-  }
-}
+void EtcdStore::Write(TxnFn fn, DoneFn done) { writer_->Submit(std::move(fn), std::move(done)); }
 
 void EtcdStore::SetCommitObserver(CommitObserver observer) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  observer_ = std::move(observer);
+  writer_->SetCommitObserver(std::move(observer));
 }
 
 void EtcdStore::SetExternalObserver(ExternalObserver observer) {
   if (observer == nullptr) {
     std::unique_ptr<EtcdPrefixWatch> watch;
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      std::lock_guard<std::mutex> lock(watch_mu_);
       external_observer_ = nullptr;
       watching_ = false;  // a watch waiting for an own commit goes on
       watch = std::move(watch_);
@@ -172,7 +145,7 @@ void EtcdStore::SetExternalObserver(ExternalObserver observer) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::lock_guard<std::mutex> lock(watch_mu_);
     external_observer_ = std::move(observer);
     if (watching_ || watch_ != nullptr) return;
     watching_ = true;
@@ -186,32 +159,32 @@ void EtcdStore::SetExternalObserver(ExternalObserver observer) {
   };
   auto watch = std::make_unique<EtcdPrefixWatch>(*client_, options_.prefix, opened_revision_,
                                                 std::move(hooks), options_.watch);
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  std::lock_guard<std::mutex> lock(watch_mu_);
   watch_ = std::move(watch);
 }
 
 void EtcdStore::SetReachabilityObserver(ReachabilityObserver observer) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  std::lock_guard<std::mutex> lock(watch_mu_);
   reachability_observer_ = std::move(observer);
 }
 
 void EtcdStore::NoteReachability(bool reachable, const std::string& why) {
   ReachabilityObserver observer;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::lock_guard<std::mutex> lock(watch_mu_);
     observer = reachability_observer_;
   }
   if (observer) observer(reachable, why);
 }
 
 void EtcdStore::RegisterCommit(uint64_t commit_id) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  std::lock_guard<std::mutex> lock(watch_mu_);
   if (watching_) own_commits_[commit_id] = OwnCommit();
 }
 
 void EtcdStore::SettleCommit(uint64_t commit_id, bool maybe_applied) {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::lock_guard<std::mutex> lock(watch_mu_);
     auto it = own_commits_.find(commit_id);
     if (it == own_commits_.end()) return;
     if (maybe_applied) {
@@ -224,7 +197,7 @@ void EtcdStore::SettleCommit(uint64_t commit_id, bool maybe_applied) {
 }
 
 bool EtcdStore::IsOwnCommit(uint64_t commit_id, int64_t revision) {
-  std::unique_lock<std::mutex> lock(queue_mu_);
+  std::unique_lock<std::mutex> lock(watch_mu_);
   auto it = own_commits_.find(commit_id);
   if (it == own_commits_.end()) return false;
   // Its Txn's answer may still be on its way to the writer: another
@@ -245,21 +218,17 @@ bool EtcdStore::IsOwnCommit(uint64_t commit_id, int64_t revision) {
 
 void EtcdStore::DeliverExternal(ExternalChange change) {
   NoteRevision(change.revision);
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    if (!external_observer_) return;
-    completions_.push_back(
-        [observer = external_observer_, change = std::move(change)] { observer(change); });
-    ++completions_pending_;
-  }
-  completion_cv_.notify_one();
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (!external_observer_) return;
+  writer_->QueueCompletion(
+      [observer = external_observer_, change = std::move(change)] { observer(change); });
 }
 
 absl::Status EtcdStore::DeliverResync(int64_t revision) {
   {
     // Own commits up to `revision` will never be echoed: the watch goes on
     // after it.
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::lock_guard<std::mutex> lock(watch_mu_);
     std::erase_if(own_commits_, [&](const auto& entry) {
       return entry.second.state != OwnCommit::kInFlight && entry.second.revision <= revision;
     });
@@ -275,7 +244,7 @@ absl::Status EtcdStore::DeliverResync(int64_t revision) {
           if (status.ok()) {
             ExternalObserver observer;
             {
-              std::lock_guard<std::mutex> lock(queue_mu_);
+              std::lock_guard<std::mutex> lock(watch_mu_);
               observer = external_observer_;
             }
             ExternalChange change;
@@ -298,72 +267,33 @@ void EtcdStore::NoteRevision(int64_t revision) {
   }
 }
 
-void EtcdStore::WriterLoop() {
-  while (true) {
-    std::vector<PendingWrite> batch;
-    CommitObserver observer;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [this] {
-        return !queue_.empty() || (stopping_ && completions_pending_ == 0);
-      });
-      if (queue_.empty()) return;
-      size_t n = std::min(queue_.size(), static_cast<size_t>(options_.max_batch));
-      for (size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      observer = observer_;
-    }
-    std::vector<absl::Status> results;
-    std::set<std::string> hosts;
-    std::vector<std::pair<uint64_t, int64_t>> committed;
-    RunBatch(batch, results, hosts, committed);
-    const int64_t revision = CurrentRevision();
-    std::function<void()> completion =
-        [batch = std::move(batch), results = std::move(results),
-         hosts = std::vector<std::string>(hosts.begin(), hosts.end()),
-         observer = hosts.empty() ? nullptr : std::move(observer), revision]() mutable {
-          for (size_t i = 0; i < batch.size(); ++i) {
-            if (batch[i].done) batch[i].done(std::move(results[i]));
-          }
-          if (observer) observer(hosts, revision);
-        };
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      completions_.push_back(std::move(completion));
-      ++completions_pending_;
-      // Queued: the watch may deliver what other replicas did after them.
-      for (const auto& [id, at] : committed) {
-        auto it = own_commits_.find(id);
-        if (it == own_commits_.end()) continue;
-        it->second.state = OwnCommit::kQueued;
-        it->second.revision = at;
-      }
-    }
-    completion_cv_.notify_one();
-    if (!committed.empty()) own_cv_.notify_all();
+BatchOutcome EtcdStore::RunBatch(std::vector<PendingWrite>& batch) {
+  BatchOutcome outcome;
+  std::vector<std::pair<uint64_t, int64_t>> committed;
+  RunRounds(batch, outcome, committed);
+  outcome.revision = CurrentRevision();
+  if (!committed.empty()) {
+    outcome.queued = [this, committed = std::move(committed)] { MarkQueued(committed); };
   }
+  return outcome;
 }
 
-void EtcdStore::CompletionLoop() {
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  while (true) {
-    completion_cv_.wait(lock, [this] { return completer_stopping_ || !completions_.empty(); });
-    if (completions_.empty()) return;
-    std::function<void()> completion = std::move(completions_.front());
-    completions_.pop_front();
-    lock.unlock();
-    completion();
-    completion = nullptr;
-    lock.lock();
-    if (--completions_pending_ == 0) queue_cv_.notify_all();
+void EtcdStore::MarkQueued(const std::vector<std::pair<uint64_t, int64_t>>& committed) {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (const auto& [id, at] : committed) {
+      auto it = own_commits_.find(id);
+      if (it == own_commits_.end()) continue;
+      it->second.state = OwnCommit::kQueued;
+      it->second.revision = at;
+    }
   }
+  own_cv_.notify_all();
 }
 
-void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
-                         std::set<std::string>& hosts,
-                         std::vector<std::pair<uint64_t, int64_t>>& committed_ids) {
+void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcome,
+                          std::vector<std::pair<uint64_t, int64_t>>& committed_ids) {
+  std::vector<absl::Status>& results = outcome.results;
   results.assign(batch.size(), absl::OkStatus());
   // Indexes still to run, in submission order: a round runs them on one
   // snapshot, commits those that fit, and leaves the rest (and, after a
@@ -460,7 +390,7 @@ void EtcdStore::RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Sta
       }
       NoteRevision(committed);
       committed_ids.emplace_back(commit_id, committed);
-      hosts.insert(state.changed_hosts.begin(), state.changed_hosts.end());
+      outcome.changed_hosts.insert(state.changed_hosts.begin(), state.changed_hosts.end());
       pending = std::move(later);
       continue;
     }

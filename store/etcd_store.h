@@ -6,14 +6,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +21,7 @@
 #include "store/etcd_replicas.h"
 #include "store/etcd_transaction.h"
 #include "store/etcd_watch.h"
+#include "store/group_commit_writer.h"
 #include "store/store.h"
 
 namespace cosched::store {
@@ -105,9 +103,9 @@ struct EtcdStoreOptions {
 // revision that means the same on every replica, and a revision recorded in
 // a record is never above the commit that wrote it.
 //
-// Writes run on one writer thread per store, a batch at a time; done
-// callbacks and the commit observer run on a completion thread in commit
-// order. A batch that does not fit etcd's limits is committed in several
+// Writes run on the group-commit writer (store/group_commit_writer.h), a
+// batch at a time; done callbacks and the commit observer run on its
+// completion thread in commit order. A batch that does not fit etcd's limits is committed in several
 // Txns at write-function boundaries (each stays atomic; the later ones run
 // again on the first one's result); a single function that does not fit is
 // refused with RESOURCE_EXHAUSTED naming the limit.
@@ -171,12 +169,6 @@ class EtcdStore final : public Store {
   // A store of layout 1 gets the vm_by/ index of layout 2 (at open).
   absl::Status BuildVmIndex();
 
-  struct PendingWrite {
-    TxnFn fn;
-    DoneFn done;
-    int attempts = 0;
-  };
-  struct Outcome;
   // A commit of this store the watch has yet to see.
   struct OwnCommit {
     enum State { kInFlight, kQueued, kUnknown } state = kInFlight;
@@ -185,14 +177,17 @@ class EtcdStore final : public Store {
 
   EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client);
 
-  void WriterLoop();
-  void CompletionLoop();
-  // Runs and commits one batch; `results` gets each write's status, and
-  // `hosts` the hosts whose assignments changed in what committed.
-  // `committed` gets the commit ids and revisions of the Txns it committed.
-  void RunBatch(std::vector<PendingWrite>& batch, std::vector<absl::Status>& results,
-                std::set<std::string>& hosts,
-                std::vector<std::pair<uint64_t, int64_t>>& committed);
+  // Runs and commits one batch, on the writer thread: each write's status,
+  // the hosts whose assignments changed in what committed, and (once the
+  // batch's completion is queued) its Txns marked queued for the watch.
+  BatchOutcome RunBatch(std::vector<PendingWrite>& batch);
+  // RunBatch's rounds: `committed` gets the commit ids and revisions of the
+  // Txns it committed.
+  void RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcome,
+                 std::vector<std::pair<uint64_t, int64_t>>& committed);
+  // The watch may now skip these commits of this store: their completions
+  // are queued.
+  void MarkQueued(const std::vector<std::pair<uint64_t, int64_t>>& committed);
   // The writer's bookkeeping of its commits for the watch: before a Txn
   // is sent, and once it failed: not applied, or perhaps applied (its
   // answer was lost and etcd could not tell).
@@ -217,24 +212,17 @@ class EtcdStore final : public Store {
   // etcd's revision when Open read the store: the watch starts after it.
   int64_t opened_revision_ = 0;
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<PendingWrite> queue_;  // guarded by queue_mu_
-  bool stopping_ = false;           // guarded by queue_mu_
-  CommitObserver observer_;         // guarded by queue_mu_
-  std::condition_variable completion_cv_;
-  std::deque<std::function<void()>> completions_;  // guarded by queue_mu_
-  int completions_pending_ = 0;
-  bool completer_stopping_ = false;
-  ExternalObserver external_observer_;          // guarded by queue_mu_
-  ReachabilityObserver reachability_observer_;  // guarded by queue_mu_
+  // Held while an external change is queued on the writer's completion
+  // thread, so that none is once SetExternalObserver(nullptr) returned.
+  std::mutex watch_mu_;
+  ExternalObserver external_observer_;          // guarded by watch_mu_
+  ReachabilityObserver reachability_observer_;  // guarded by watch_mu_
   // While the watch runs: commits it has yet to see, by commit id.
-  bool watching_ = false;                                   // guarded by queue_mu_
-  std::unordered_map<uint64_t, OwnCommit> own_commits_;     // guarded by queue_mu_
+  bool watching_ = false;                                // guarded by watch_mu_
+  std::unordered_map<uint64_t, OwnCommit> own_commits_;  // guarded by watch_mu_
   std::condition_variable own_cv_;  // an own commit was settled, or the watch stops
 
-  std::thread completer_;
-  std::thread writer_;
+  std::unique_ptr<GroupCommitWriter> writer_;
   // Resigns last, once the writer committed what was queued.
   std::unique_ptr<EtcdReplicas> replicas_;
   // Stopped first.

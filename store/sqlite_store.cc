@@ -106,8 +106,9 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   store->committed_revision_.store(revision);
   store->allocated_revision_ = revision;
   store->change_rows_ = change_rows;
-  store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
-  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->writer_ = std::make_unique<GroupCommitWriter>(
+      options.max_batch, absl::StrCat("store at ", path, " is closing"),
+      [s = store.get()](std::vector<PendingWrite>& batch) { return s->RunBatch(batch); });
   return store;
 }
 
@@ -118,115 +119,24 @@ SqliteStore::SqliteStore(SqliteStoreOptions options, std::string db_path,
       writer_db_(std::move(writer)) {}
 
 SqliteStore::~SqliteStore() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  // The writer stops once the queue is empty and no completion is left that
-  // could chain another write; then the completion thread has nothing left.
-  if (writer_.joinable()) writer_.join();
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    completer_stopping_ = true;
-  }
-  completion_cv_.notify_all();
-  if (completer_.joinable()) completer_.join();
+  if (writer_ != nullptr) writer_->Stop();
 }
 
-void SqliteStore::Write(TxnFn fn, DoneFn done) {
-  bool accepted = false;
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    // Done callbacks may chain writes while the destructor drains the queue.
-    const std::thread::id self = std::this_thread::get_id();
-    if (!stopping_ || self == writer_.get_id() || self == completer_.get_id()) {
-      queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
-      accepted = true;
-    }
-  }
-  if (accepted) {
-    queue_cv_.notify_one();
-  } else if (done) {
-    done(absl::UnavailableError(
-        absl::StrCat("store at ", db_path_, " is closing")));
-  }
-}
+void SqliteStore::Write(TxnFn fn, DoneFn done) { writer_->Submit(std::move(fn), std::move(done)); }
 
 void SqliteStore::SetCommitObserver(CommitObserver observer) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  observer_ = std::move(observer);
+  writer_->SetCommitObserver(std::move(observer));
 }
 
 int64_t SqliteStore::CurrentRevision() const {
   return committed_revision_.load(std::memory_order_acquire);
 }
 
-void SqliteStore::WriterLoop() {
-  while (true) {
-    std::vector<PendingWrite> batch;
-    CommitObserver observer;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [this] {
-        return !queue_.empty() || (stopping_ && completions_pending_ == 0);
-      });
-      if (queue_.empty()) return;
-      size_t n =
-          std::min(queue_.size(), static_cast<size_t>(options_.max_batch));
-      batch.reserve(n);
-      for (size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      observer = observer_;
-    }
-    std::set<std::string> changed_hosts;
-    std::vector<absl::Status> results;
-    bool committed = RunBatch(batch, changed_hosts, results);
-    // The batch's answers and its commit observer run on the completion
-    // thread, in commit order, while this thread goes on with the next
-    // batch: answering (building responses, gRPC sending them) took about
-    // a sixth of the writer's time.
-    const int64_t revision = CurrentRevision();
-    std::function<void()> completion =
-        [batch = std::move(batch), results = std::move(results),
-         hosts = std::vector<std::string>(changed_hosts.begin(), changed_hosts.end()),
-         observer = committed && !changed_hosts.empty() ? std::move(observer) : nullptr,
-         revision]() mutable {
-          for (size_t i = 0; i < batch.size(); ++i) {
-            if (batch[i].done) batch[i].done(std::move(results[i]));
-          }
-          if (observer) observer(hosts, revision);
-        };
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      completions_.push_back(std::move(completion));
-      ++completions_pending_;
-    }
-    completion_cv_.notify_one();
-  }
-}
-
-void SqliteStore::CompletionLoop() {
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  while (true) {
-    completion_cv_.wait(lock, [this] { return completer_stopping_ || !completions_.empty(); });
-    if (completions_.empty()) return;
-    std::function<void()> completion = std::move(completions_.front());
-    completions_.pop_front();
-    lock.unlock();
-    completion();
-    completion = nullptr;  // the batch's functions go before the writer may stop
-    lock.lock();
-    if (--completions_pending_ == 0) queue_cv_.notify_all();  // a stopping writer waits for it
-  }
-}
-
-bool SqliteStore::RunBatch(std::vector<PendingWrite>& batch,
-                           std::set<std::string>& changed_hosts,
-                           std::vector<absl::Status>& results) {
+BatchOutcome SqliteStore::RunBatch(std::vector<PendingWrite>& batch) {
   SqliteDb& db = *writer_db_;
+  BatchOutcome outcome;
+  std::vector<absl::Status>& results = outcome.results;
+  std::set<std::string>& changed_hosts = outcome.changed_hosts;
   results.assign(batch.size(), absl::OkStatus());
   const int64_t change_rows_before = change_rows_;
   absl::Status batch_error =
@@ -285,11 +195,13 @@ bool SqliteStore::RunBatch(std::vector<PendingWrite>& batch,
       // A write that failed on its own keeps its error: it is no less true.
       if (result.ok()) result = failure;
     }
-    return false;
+    outcome.revision = CurrentRevision();
+    return outcome;
   }
 
   committed_revision_.store(allocated_revision_, std::memory_order_release);
-  return true;
+  outcome.revision = CurrentRevision();
+  return outcome;
 }
 
 absl::Status SqliteStore::MaybeCompact() {

@@ -4,20 +4,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "store/group_commit_writer.h"
 #include "store/store.h"
 
 namespace cosched::store {
@@ -42,12 +38,11 @@ struct SqliteStoreOptions {
   int max_batch = 256;
 };
 
-// Store on SQLite. Writes go through one writer thread with its own
-// connection, which commits whatever is queued as one transaction (one fsync
-// for the batch) with a savepoint per write function. Each batch's done
-// callbacks, then the commit observer, run on a completion thread, in
-// commit order, while the writer commits the next batch. Reads run on the
-// caller's thread, on a pooled read-only connection, in a snapshot.
+// Store on SQLite. Writes go through the group-commit writer
+// (store/group_commit_writer.h), whose thread has its own connection and
+// commits each batch as one transaction (one fsync for the batch) with a
+// savepoint per write function. Reads run on the caller's thread, on a
+// pooled read-only connection, in a snapshot.
 //
 // Thread-safe. Do not call WriteSync from a write function (it runs on the
 // writer thread), a done callback or the commit observer (they run on the
@@ -76,23 +71,13 @@ class SqliteStore final : public Store {
   const std::string& db_path() const { return db_path_; }
 
  private:
-  struct PendingWrite {
-    TxnFn fn;
-    DoneFn done;
-  };
-
   SqliteStore(SqliteStoreOptions options, std::string db_path,
               std::unique_ptr<SqliteDb> writer);
 
-  void WriterLoop();
-  // Runs the completions WriterLoop queues, one at a time.
-  void CompletionLoop();
-  // Runs and commits one batch. True when it committed; `changed_hosts`
-  // gets the hosts of its RecordChange calls, `results` what each write's
-  // done function is to get.
-  bool RunBatch(std::vector<PendingWrite>& batch,
-                std::set<std::string>& changed_hosts,
-                std::vector<absl::Status>& results);
+  // Runs and commits one batch, on the writer thread: the hosts of its
+  // RecordChange calls when it committed, what each write's done function
+  // is to get.
+  BatchOutcome RunBatch(std::vector<PendingWrite>& batch);
   // Deletes the oldest change-log revisions inside the open batch
   // transaction once the log is well over its retention. A failure only
   // matters when SQLite dropped the whole transaction with it.
@@ -116,24 +101,11 @@ class SqliteStore final : public Store {
   // When the next batch may prune the audit trail (the first one does).
   std::chrono::steady_clock::time_point next_audit_prune_{};
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<PendingWrite> queue_;  // guarded by queue_mu_
-  bool stopping_ = false;           // guarded by queue_mu_
-  CommitObserver observer_;         // guarded by queue_mu_
-  // Batches' answers and observer calls, in commit order (guarded by
-  // queue_mu_); pending counts those queued or running, so that a stopping
-  // writer waits for any write they chain.
-  std::condition_variable completion_cv_;
-  std::deque<std::function<void()>> completions_;
-  int completions_pending_ = 0;
-  bool completer_stopping_ = false;
-
   std::mutex readers_mu_;
   std::vector<std::unique_ptr<SqliteDb>> idle_readers_;  // guarded
 
-  std::thread completer_;
-  std::thread writer_;
+  // Last: stopped first, while what its batches use is still there.
+  std::unique_ptr<GroupCommitWriter> writer_;
 };
 
 }  // namespace cosched::store
