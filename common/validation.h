@@ -13,6 +13,8 @@ namespace cosched {
 
 inline constexpr size_t kMaxIdLength = 128;
 inline constexpr int kMaxInterferenceClasses = 16;
+// A trust group's name (policy/trust_group.h) as a request may give it.
+inline constexpr size_t kMaxTrustGroupLength = 512;
 inline constexpr char kIdRule[] =
     "must be 1-128 characters of [A-Za-z0-9._:-] starting with a letter or "
     "digit";

@@ -1,7 +1,8 @@
 // Fuzzes csd's request handling: bytes -> a method -> the request proto ->
-// DesiredState (server/desired_state.h), the domain logic behind every
+// the desired state's parts and readers (server/state/, wired as csd wires
+// them: tests/server/test_state.h), the domain logic behind every
 // ControlPlane and AgentService RPC, on a real SQLite store. The gRPC layer
-// (services.cc) only forwards to it.
+// (server/api/services.cc) only forwards to it.
 //
 // Input: a sequence of requests, each [method byte][length: 2 bytes, little
 // endian][length bytes of the request message]; a length past the end takes
@@ -31,8 +32,8 @@
 
 #include "agent/assignment_cache.h"
 #include "fuzz/quiet_logs.h"
-#include "server/desired_state.h"
 #include "store/sqlite_store.h"
+#include "tests/server/test_state.h"
 
 namespace cosched::server {
 namespace {
@@ -52,15 +53,15 @@ class FuzzStore {
     auto opened = store::SqliteStore::Open(options);
     if (!opened.ok()) std::abort();
     store_ = std::move(*opened);
-    state_ = std::make_unique<DesiredState>(store_.get());
+    state_ = std::make_unique<TestState>(*store_);
     // ExplainVM runs the simulator: keep each prediction short.
-    state_->set_explain_predict_seconds(0.02);
+    state_->policy.set_explain_predict_seconds(0.02);
     // Reports' domain metadata tags, retags and untags VMs: hostile input too.
-    state_->set_tag_from_metadata(true);
+    state_->settings.set_tag_from_metadata(true);
     // Every input's Report is validated and written, not refused for its
     // rate (the limit is a token bucket with tests of its own).
-    state_->report_rate().set_options({.per_second = 0});
-    if (!state_->LoadPlacement().ok()) std::abort();
+    state_->reports.report_rate().set_options({.per_second = 0});
+    if (!state_->Load().ok()) std::abort();
   }
   ~FuzzStore() {
     state_.reset();
@@ -68,12 +69,12 @@ class FuzzStore {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
-  DesiredState& state() { return *state_; }
+  TestState& state() { return *state_; }
 
  private:
   std::string dir_;
   std::unique_ptr<store::SqliteStore> store_;
-  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<TestState> state_;
 };
 
 void CheckCode(const absl::Status& status) {
@@ -90,7 +91,7 @@ void CheckCode(const absl::Status& status) {
 }
 
 template <typename T>
-void Wait(std::function<void(DesiredState::Done<T>)> call) {
+void Wait(std::function<void(Done<T>)> call) {
   std::promise<absl::Status> promise;
   call([&](absl::StatusOr<T> r) { promise.set_value(r.status()); });
   CheckCode(promise.get_future().get());
@@ -102,17 +103,17 @@ bool Parse(absl::string_view bytes, Request* request) {
   return request->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
 
-void Watch(DesiredState& state, const v1::WatchAssignmentsRequest& request) {
-  absl::Status valid = state.ValidateWatch(request);
+void Watch(TestState& state, const v1::WatchAssignmentsRequest& request) {
+  absl::Status valid = state.watches.ValidateWatch(request);
   CheckCode(valid);
   if (!valid.ok()) return;
-  auto first = state.FirstWatchMessage(request.host_id(), request.resume_revision());
+  auto first = state.watches.FirstWatchMessage(request.host_id(), request.resume_revision());
   CheckCode(first.status());
   if (!first.ok()) return;
   // An agent must accept whatever csd streams to it.
   agent::AssignmentCache cache("");
   if (!cache.Apply(*first).ok()) std::abort();
-  auto update = state.WatchUpdate(request.host_id(), first->revision());
+  auto update = state.watches.WatchUpdate(request.host_id(), first->revision());
   CheckCode(update.status());
   if (update.ok() && update->has_value() && !cache.Apply(**update).ok()) std::abort();
 }
@@ -120,89 +121,89 @@ void Watch(DesiredState& state, const v1::WatchAssignmentsRequest& request) {
 // ExplainVM on small hosts only (as scenario_fuzz): the simulator's time
 // grows with cores and vCPUs, and csd's own limits allow hosts that take
 // seconds to plan.
-void Explain(DesiredState& state, const v1::ExplainVMRequest& request) {
+void Explain(TestState& state, const v1::ExplainVMRequest& request) {
   v1::GetVMRequest get;
   get.set_vm_id(request.vm_id());
-  auto vm = state.GetVm(get);
+  auto vm = state.vms.GetVm(get);
   if (vm.ok() && !vm->host_id().empty()) {
     v1::GetHostRequest get_host;
     get_host.set_host_id(vm->host_id());
-    auto host = state.GetHost(get_host);
+    auto host = state.hosts.GetHost(get_host);
     if (!host.ok() || host->topology().cores_size() > 8) return;
     v1::ListVMsRequest list;
     list.set_host_id(vm->host_id());
     list.set_page_size(17);
-    auto vms = state.ListVms(list);
+    auto vms = state.vms.ListVms(list);
     if (!vms.ok() || vms->vms_size() > 16) return;
     int vcpus = 0;
     for (const v1::VM& v : vms->vms()) vcpus += std::max(v.enforcement().vcpus(), 1);
     if (vcpus > 32) return;
   }
-  CheckCode(state.ExplainVm(request).status());
+  CheckCode(state.policy.ExplainVm(request).status());
 }
 
 // Who the fuzzer's changes are audited as.
 const Actor kFuzzer{"fuzzer", "admin"};
 
-void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
+void Call(TestState& state, uint8_t method, absl::string_view bytes) {
   switch (method % 19) {
     case 0: {
       v1::TagVMRequest r;
-      if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.TagVm(r, kFuzzer, done); });
+      if (Parse(bytes, &r)) Wait<v1::TagVMResponse>([&](auto done) { state.vms.TagVm(r, kFuzzer, done); });
       break;
     }
     case 1: {
       v1::UntagVMRequest r;
-      if (Parse(bytes, &r)) Wait<v1::UntagVMResponse>([&](auto done) { state.UntagVm(r, kFuzzer, done); });
+      if (Parse(bytes, &r)) Wait<v1::UntagVMResponse>([&](auto done) { state.vms.UntagVm(r, kFuzzer, done); });
       break;
     }
     case 2: {
       v1::GetVMRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.GetVm(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.vms.GetVm(r).status());
       break;
     }
     case 3: {
       v1::ListVMsRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.ListVms(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.vms.ListVms(r).status());
       break;
     }
     case 4: {
       v1::SetTenantPolicyRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::TenantPolicy>([&](auto done) { state.SetTenantPolicy(r, kFuzzer, done); });
+        Wait<v1::TenantPolicy>([&](auto done) { state.policies.SetTenantPolicy(r, kFuzzer, done); });
       break;
     }
     case 5: {
       v1::GetTenantPolicyRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.GetTenantPolicy(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.policies.GetTenantPolicy(r).status());
       break;
     }
     case 6: {
       v1::ListTenantPoliciesRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.ListTenantPolicies(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.policies.ListTenantPolicies(r).status());
       break;
     }
     case 7: {
       v1::ListHostsRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.ListHosts(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.hosts.ListHosts(r).status());
       break;
     }
     case 8: {
       v1::GetHostRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.GetHost(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.hosts.GetHost(r).status());
       break;
     }
     case 9: {
       v1::RegisterRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::RegisterResponse>([&](auto done) { state.RegisterHost(r, kFuzzer, done); });
+        Wait<v1::RegisterResponse>([&](auto done) { state.hosts.RegisterHost(r, kFuzzer, done); });
       break;
     }
     case 10: {
       // Observations and sibling-sharing stats windows.
       v1::ReportRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::ReportResponse>([&](auto done) { state.ApplyReport(r, done); });
+        Wait<v1::ReportResponse>([&](auto done) { state.reports.ApplyReport(r, done); });
       break;
     }
     case 11: {
@@ -212,18 +213,18 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     }
     case 12: {
       v1::GetStatsRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.GetStats(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.stats_queries.GetStats(r).status());
       break;
     }
     case 13: {
       v1::ListAuditRecordsRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.ListAuditRecords(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.audit.ListAuditRecords(r).status());
       break;
     }
     case 14: {
       // Answered from the placement view that the writes above keep.
       v1::PlaceRequest r;
-      if (Parse(bytes, &r)) CheckCode(state.Place(r).status());
+      if (Parse(bytes, &r)) CheckCode(state.policy.Place(r).status());
       break;
     }
     case 15: {
@@ -236,7 +237,7 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
       v1::DrainHostRequest r;
       if (Parse(bytes, &r)) {
         Wait<v1::Host>([&](auto done) {
-          state.SetHostDraining(r, method % 19 == 16, kFuzzer, done);
+          state.hosts.SetHostDraining(r, method % 19 == 16, kFuzzer, done);
         });
       }
       break;
@@ -244,7 +245,7 @@ void Call(DesiredState& state, uint8_t method, absl::string_view bytes) {
     case 18: {
       v1::RemoveHostRequest r;
       if (Parse(bytes, &r))
-        Wait<v1::RemoveHostResponse>([&](auto done) { state.RemoveHost(r, kFuzzer, done); });
+        Wait<v1::RemoveHostResponse>([&](auto done) { state.hosts.RemoveHost(r, kFuzzer, done); });
       break;
     }
   }

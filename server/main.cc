@@ -1,8 +1,8 @@
 // csd: decides which VMs may share SMT siblings, stores it durably and
-// streams it to cs-agents. See server/csd_main.h.
+// streams it to cs-agents. See server/daemon/csd_main.h.
 #include <iostream>
 
-#include "server/csd_main.h"
+#include "server/daemon/csd_main.h"
 
 int main(int argc, char** argv) {
   return cosched::server::RunCsdMain(argc, argv, cosched::server::ProcessCsdEnvironment(),

@@ -2,11 +2,11 @@
 // lease of its own, and one of them at a time leads, the one that runs the
 // jobs that must run once per fleet (issue #16): etcd compaction, audit
 // pruning, the change-log sweep (store/etcd_maintenance.h) and the policy
-// engine (server/engine_loop.h). Each also says, under the same lease,
+// engine (server/engine/engine_loop.h). Each also says, under the same lease,
 // which hosts' agents it hears (<prefix>/seen/<name>/, an EtcdSeen in
 // parts), and reads the others': an agent talks to one replica, and a
 // Report that changes nothing is not written to the store, so this is how
-// every replica knows which hosts are live (server/host_liveness.h).
+// every replica knows which hosts are live (server/state/host_liveness.h).
 //
 // Leadership is the key <prefix>/leader, created under the leader's lease
 // only while it is absent (a Txn comparing its create_revision with 0). The

@@ -214,6 +214,9 @@ class Transaction {
       const AuditFilter& filter, int64_t before_sequence, int limit) = 0;
 };
 
+// Every VM matching `filter`, read page by page inside `txn`.
+absl::StatusOr<std::vector<v1::VM>> ListAllVms(Transaction& txn, const VmFilter& filter);
+
 // Thread-safe. Write functions run one at a time on the store's writer, in
 // submission order; concurrent writes are committed together (group commit)
 // but each is atomic on its own.

@@ -28,7 +28,7 @@
 #include "glog/logging.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/bench/loadgen_support.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/trusted_plaintext.h"

@@ -1,9 +1,9 @@
-// One pass of csd's policy engine (server/engine_loop.h) over a whole
+// One pass of csd's policy engine (server/engine/engine_loop.h) over a whole
 // fleet, from stats, as csd runs it every replan_interval: the fleet is
 // written straight into a fresh SQLite store (hosts of 32 cores x 2
 // siblings, 20 VMs of 2 vCPUs each, four tenants of which two are in mode
 // auto and allow vm and tenant), every host then Reports its VMs with one
-// stats window through DesiredState (each VM busy 20-90% of the time), and
+// stats window through Reports::ApplyReport (each VM busy 20-90% of the time), and
 // the engine's RunPass is timed twice:
 //   - cold: every host runs engine-managed VMs at level vm, so each is
 //     read, predicted twice (now and planned) and, where the gain is
@@ -62,10 +62,10 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/desired_state.h"
-#include "server/engine_loop.h"
-#include "server/query_pool.h"
+#include "server/api/query_pool.h"
+#include "server/engine/engine_loop.h"
 #include "store/sqlite_store.h"
+#include "tests/server/test_state.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched {
@@ -152,7 +152,7 @@ constexpr int64_t kWindowNs = int64_t{60} * 1000000000;
 // `in_flight` Reports at a time. Each VM's load is the same in every call
 // (its base, 20-90% busy) plus, with `noise` > 0, a normal deviate of that
 // standard deviation drawn anew for each window (clamped to 1-100%).
-absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, int in_flight,
+absl::Status ReportStats(server::TestState& state, const FleetShape& shape, int in_flight,
                          int64_t end, double noise = 0, uint64_t window = 0) {
   std::mt19937_64 rng(1);
   std::mt19937_64 noise_rng(window + 2);
@@ -184,7 +184,7 @@ absl::Status ReportStats(server::DesiredState& state, const FleetShape& shape, i
     cv.wait(lock, [&] { return pending < in_flight; });
     ++pending;
     lock.unlock();
-    state.ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
+    state.reports.ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
       std::lock_guard<std::mutex> done(mu);
       if (!r.ok() && first_error.ok()) first_error = r.status();
       --pending;
@@ -226,7 +226,7 @@ int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts)
 struct BenchFleet {
   cosched::testing::TempDir dir;
   std::unique_ptr<store::SqliteStore> store;
-  std::unique_ptr<server::DesiredState> state;
+  std::unique_ptr<server::TestState> state;
   std::unique_ptr<server::EngineLoop> engine;
 };
 
@@ -240,11 +240,11 @@ absl::StatusOr<std::unique_ptr<BenchFleet>> MakeFleet(const FleetShape& shape,
   if (!store.ok()) return store.status();
   fleet->store = std::move(*store);
   if (absl::Status s = WriteFleet(*fleet->store, shape); !s.ok()) return s;
-  fleet->state = std::make_unique<server::DesiredState>(
-      fleet->store.get(), [&stats_now] { return stats_now.load(); });
-  if (absl::Status s = fleet->state->LoadPlacement(); !s.ok()) return s;
+  fleet->state = std::make_unique<server::TestState>(
+      *fleet->store, [&stats_now] { return stats_now.load(); });
+  if (absl::Status s = fleet->state->Load(); !s.ok()) return s;
   if (absl::Status s = ReportStats(*fleet->state, shape, 64, stats_now); !s.ok()) return s;
-  fleet->engine = std::make_unique<server::EngineLoop>(fleet->state.get(), options);
+  fleet->engine = fleet->state->MakeEngine(options);
   return fleet;
 }
 
@@ -327,7 +327,7 @@ absl::Status ComparePlans(server::EngineLoop& fleet, server::EngineLoop& fresh) 
 int RunPlanContention(BenchFleet& fleet, const FleetShape& shape, int clients, bool pool,
                       double seconds) {
   // The bench's host Reports faster than an agent does, for more samples.
-  fleet.state->report_rate().set_options({.per_second = 0});
+  fleet.state->reports.report_rate().set_options({.per_second = 0});
   std::optional<server::QueryPool> queries;
   if (pool) queries.emplace(server::QueryPoolOptions{});
   std::atomic<bool> stop{false};
@@ -373,7 +373,7 @@ int RunPlanContention(BenchFleet& fleet, const FleetShape& shape, int clients, b
     }
     std::promise<absl::Status> result;
     const auto sent = std::chrono::steady_clock::now();
-    fleet.state->ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
+    fleet.state->reports.ApplyReport(request, [&](absl::StatusOr<v1::ReportResponse> r) {
       result.set_value(r.status());
     });
     absl::Status status = result.get_future().get();

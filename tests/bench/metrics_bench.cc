@@ -8,7 +8,7 @@
 #include "agent/agent_metrics.h"
 #include "benchmark/benchmark.h"
 #include "prometheus/text_serializer.h"
-#include "server/csd_metrics.h"
+#include "server/api/csd_metrics.h"
 
 namespace cosched {
 namespace {

@@ -1,4 +1,4 @@
-// Place through csd's gRPC API (server/csd_server.h) on the fleet of
+// Place through csd's gRPC API (server/daemon/csd_server.h) on the fleet of
 // policy_bench's BM_Place: 10 000 hosts of 32-64 cores and 200 000 tagged
 // VMs, written straight into a fresh store, then loaded by a csd started on
 // it (the start-up time of the placement view is printed). A client on
@@ -19,7 +19,7 @@
 #include "benchmark/benchmark.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/trusted_plaintext.h"

@@ -112,7 +112,7 @@ void BM_Place(benchmark::State& state) {
 }
 BENCHMARK(BM_Place)->Unit(benchmark::kMicrosecond)->MinTime(2);
 
-// One re-plan of csd's engine (server/engine_loop.cc) on a host of 32 cores
+// One re-plan of csd's engine (server/engine/engine_loop.cc) on a host of 32 cores
 // and 20 VMs of 2 vCPUs from four tenants, two of them in mode auto, at
 // loads between 0.2 and 0.9: ChooseGroups, PredictLayout of the current
 // layout (a cookie per VM) and the planned one, CheckLayout. csd reads the

@@ -1,4 +1,4 @@
-// csd's stats aggregator (server/stats_aggregator.h) under fleet-sized load:
+// csd's stats aggregator (server/stats/stats_aggregator.h) under fleet-sized load:
 // adding one Report's window (50 VMs, 64 cores) from many hosts, on one and
 // two threads; answering GetStats for a tenant of 1000 VMs spread over 200
 // hosts, over 5 minutes (minute buckets) and a day (hour buckets); and the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "server/stats_aggregator.h"
+#include "server/stats/stats_aggregator.h"
 
 namespace cosched::server {
 namespace {

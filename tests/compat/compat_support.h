@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "store/etcd_store.h"
 
 namespace cosched::compat {

@@ -45,17 +45,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/cookie_reconciler.h"
-#include "host/core_sched_prctl.h"
-#include "host/pseudo_fs.h"
-#include "host/topology.h"
+#include "common/status_macros.h"
 #include "discovery/libvirt_discovery.h"
 #include "discovery/libvirt_status_xml.h"
-#include "common/status_macros.h"
-#include "tests/server/desired_state_testing.h"
+#include "host/core_sched_prctl.h"
 #include "host/pseudo_fs.h"
+#include "host/pseudo_fs.h"
+#include "host/topology.h"
 #include "tests/discovery/libvirt_test_support.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::discovery {
 namespace {

@@ -36,15 +36,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/cookie_reconciler.h"
+#include "common/status_macros.h"
+#include "discovery/libvirt_discovery.h"
+#include "discovery/libvirt_status_xml.h"
 #include "host/core_sched_prctl.h"
 #include "host/pseudo_fs.h"
 #include "host/topology.h"
-#include "discovery/libvirt_discovery.h"
-#include "discovery/libvirt_status_xml.h"
-#include "common/status_macros.h"
-#include "tests/server/desired_state_testing.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::discovery::libvirt_testing {
 
@@ -109,20 +109,20 @@ inline bool LibvirtdAnswers() {
 //  - /var/{log,lib,cache}/libvirt/qemu and /run/libvirt are created.
 // Sockets and status files stay in the host's /run/libvirt, so every
 // process sees them.
-// csd's side of tagging from metadata, in process: a DesiredState on a
+// csd's side of tagging from metadata, in process: the desired state on a
 // SQLite store with tag_from_metadata on, to which the test reports the VM
 // as discovered, as cs-agent's Report would carry it (reconcile_loop.cc).
 class CsdTaggingFromMetadata {
  public:
   explicit CsdTaggingFromMetadata(const std::string& data_dir) : csd_(data_dir) {
     if (csd_.state() == nullptr) return;
-    csd_.state()->set_tag_from_metadata(true);
+    csd_.state()->settings.set_tag_from_metadata(true);
     EXPECT_OK(csd_.RegisterHost(kHost, server::Actor{"test", "admin"}));
   }
 
   // Reports `vm` and answers csd's GetVM of it afterwards.
   absl::StatusOr<v1::VM> ReportAndGet(const discovery::DiscoveredVm& vm) {
-    server::DesiredState* state = csd_.state();
+    server::TestState* state = csd_.state();
     if (state == nullptr) return absl::InternalError("no store");
     v1::ReportRequest report;
     report.set_host_id(kHost);
@@ -132,17 +132,17 @@ class CsdTaggingFromMetadata {
     if (vm.metadata) *o->mutable_metadata() = *vm.metadata;
     o->set_metadata_unknown(vm.metadata_unknown);
     RETURN_IF_ERROR(server::testing::Wait<v1::ReportResponse>([&](auto done) {
-                      state->ApplyReport(report, std::move(done));
+                      state->reports.ApplyReport(report, std::move(done));
                     }).status());
     v1::GetVMRequest get;
     get.set_vm_id(vm.vm_id);
-    return state->GetVm(get);
+    return state->vms.GetVm(get);
   }
 
   static constexpr char kHost[] = "build-host";
 
  private:
-  server::testing::SqliteDesiredState csd_;
+  server::testing::SqliteTestState csd_;
 };
 
 class LibvirtdProcess {

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "host/testing/core_sched_fake.h"
 #include "host/pseudo_fs.h"
+#include "host/testing/core_sched_fake.h"
 
 #include "cli/csctl.h"
 #include "common/transport.h"
@@ -21,8 +21,8 @@
 #include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
 #include "nlohmann/json.hpp"
-#include "server/authz.h"
-#include "server/csd_server.h"
+#include "server/api/authz.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"

@@ -17,7 +17,7 @@
 #include "cli/commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/rollout_view.h"
+#include "server/state/rollout_view.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/mini_cluster.h"
 #include "tests/testing/status_matchers.h"

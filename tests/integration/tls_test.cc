@@ -10,10 +10,10 @@
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_pki.h"
-#include "tests/testing/status_matchers.h"
 
 namespace cosched {
 namespace {

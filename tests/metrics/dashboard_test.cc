@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/csd_metrics.h"
+#include "server/api/csd_metrics.h"
 
 namespace cosched {
 namespace {

@@ -12,7 +12,7 @@
 #include "agent/agent_metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/csd_metrics.h"
+#include "server/api/csd_metrics.h"
 
 namespace cosched {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/authz.h"
+#include "server/api/authz.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/config_loader.h"

@@ -1,22 +1,22 @@
 // csd's /metrics: RPC counts by code through the interceptor, accepted
 // Reports feeding the fleet gauges and sharing counters, store writes, and
 // connected agents, on a real csd with an ephemeral metrics port.
-#include "server/csd_metrics.h"
+#include "server/api/csd_metrics.h"
 
 #include <chrono>
 #include <optional>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
-#include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/metrics_scrape.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {

@@ -10,7 +10,7 @@
 #include "cosched/v1/control_plane.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"

@@ -4,13 +4,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
-#include "grpcpp/create_channel.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "store/sqlite_store.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/trusted_plaintext.h"
 
 namespace cosched::server {

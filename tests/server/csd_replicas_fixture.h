@@ -27,7 +27,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/partition_proxy.h"

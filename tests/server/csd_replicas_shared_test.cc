@@ -1,8 +1,8 @@
 // What csd replicas on one etcd prefix share besides the store's records
 // (issue #16): which hosts each one's agents are connected to and report
-// (the seen records, server/host_liveness.h), so that every replica judges
+// (the seen records, server/state/host_liveness.h), so that every replica judges
 // liveness alike, and the stats windows the others forward to the leader's
-// policy engine (server/stats_forwarder.h).
+// policy engine (server/replicas/stats_forwarder.h).
 #include "tests/server/csd_replicas_fixture.h"
 
 namespace cosched::server::replicas_testing {

@@ -8,8 +8,8 @@
 
 #include "common/config_loader.h"
 #include "gtest/gtest.h"
-#include "server/csd_main.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_main.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::server {

@@ -1,11 +1,10 @@
-#include "server/desired_state.h"
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
-#include "tests/server/desired_state_testing.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::server {
 namespace {
@@ -29,7 +28,7 @@ class DesiredStateTest : public ::testing::Test {
     request.set_isolation(level);
     for (auto& c : classes) request.add_interference_classes(c);
     return Wait<v1::TagVMResponse>(
-        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
+        [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); });
   }
 
   absl::Status Register(const std::string& host) { return sqlite_.RegisterHost(host, kTester); }
@@ -44,14 +43,14 @@ class DesiredStateTest : public ::testing::Test {
       o->set_uuid(uuid);
     }
     return Wait<v1::ReportResponse>([&](auto done) {
-             state_->ApplyReport(request, std::move(done));
+             state_->reports.ApplyReport(request, std::move(done));
            }).status();
   }
 
   cosched::testing::TempDir dir_;
-  testing::SqliteDesiredState sqlite_{dir_.Sub("data")};
+  testing::SqliteTestState sqlite_{dir_.Sub("data")};
   store::Store* const store_ = sqlite_.store();
-  DesiredState* const state_ = sqlite_.state();
+  TestState* const state_ = sqlite_.state();
 };
 
 TEST_F(DesiredStateTest, TagWithNothingButAnIdUsesDefaultTenantAndVmLevel) {
@@ -119,7 +118,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto policy = Wait<v1::TenantPolicy>(
-      [&](auto done) { state_->SetTenantPolicy(set, kTester, std::move(done)); });
+      [&](auto done) { state_->policies.SetTenantPolicy(set, kTester, std::move(done)); });
   ASSERT_OK(policy);
   EXPECT_TRUE(policy->explicitly_set());
 
@@ -133,11 +132,11 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   // New default: the VM that follows the default moves to the tenant group.
   set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
   ASSERT_TRUE(Wait<v1::TenantPolicy>([&](auto done) {
-                state_->SetTenantPolicy(set, kTester, std::move(done));
+                state_->policies.SetTenantPolicy(set, kTester, std::move(done));
               }).ok());
   v1::GetVMRequest get;
   get.set_vm_id("vm-2");
-  auto vm = state_->GetVm(get);
+  auto vm = state_->vms.GetVm(get);
   ASSERT_OK(vm);
   EXPECT_EQ(vm->assignment().trust_group(), "bank/tenant");
   EXPECT_GT(vm->assignment().revision(), by_default->vm().assignment().revision());
@@ -147,7 +146,7 @@ TEST_F(DesiredStateTest, PolicyForbidsLevelAndReassignsDefaults) {
   set.mutable_policy()->clear_allowed_isolation();
   set.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_TENANT);
   auto refused = Wait<v1::TenantPolicy>(
-      [&](auto done) { state_->SetTenantPolicy(set, kTester, std::move(done)); });
+      [&](auto done) { state_->policies.SetTenantPolicy(set, kTester, std::move(done)); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("vm-3 (vm)"), std::string::npos);
 }
@@ -156,24 +155,24 @@ TEST_F(DesiredStateTest, UntagUnknownIsNotFound) {
   v1::UntagVMRequest request;
   request.set_vm_id("vm-nope");
   auto r = Wait<v1::UntagVMResponse>(
-      [&](auto done) { state_->UntagVm(request, kTester, std::move(done)); });
+      [&](auto done) { state_->vms.UntagVm(request, kTester, std::move(done)); });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   v1::GetVMRequest get;
   get.set_vm_id("vm-nope");
-  EXPECT_EQ(state_->GetVm(get).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_->vms.GetVm(get).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(DesiredStateTest, ReportPlacesTaggedVmsAndTagWaitsForAReport) {
   ASSERT_OK(Register("host-a"));
   ASSERT_OK(Tag("vm-1"));  // tagged before any agent reports it
-  auto first = state_->FirstWatchMessage("host-a", 0);
+  auto first = state_->watches.FirstWatchMessage("host-a", 0);
   ASSERT_OK(first);
   EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   EXPECT_EQ(first->assignments_size(), 0);
   int64_t seen = first->revision();
 
   ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
-  auto update = state_->WatchUpdate("host-a", seen);
+  auto update = state_->watches.WatchUpdate("host-a", seen);
   ASSERT_OK(update);
   ASSERT_TRUE(update->has_value());
   ASSERT_EQ((*update)->assignments_size(), 1);
@@ -183,7 +182,7 @@ TEST_F(DesiredStateTest, ReportPlacesTaggedVmsAndTagWaitsForAReport) {
   // A VM reported before it is tagged is sent as soon as it is tagged.
   ASSERT_OK(Report("host-a", {{"vm-1", ""}, {"vm-2", ""}}));
   ASSERT_OK(Tag("vm-2"));
-  update = state_->WatchUpdate("host-a", seen);
+  update = state_->watches.WatchUpdate("host-a", seen);
   ASSERT_TRUE(update.ok() && update->has_value());
   ASSERT_EQ((*update)->assignments_size(), 1);
   EXPECT_EQ((*update)->assignments(0).vm_id(), "vm-2");
@@ -194,7 +193,7 @@ TEST_F(DesiredStateTest, VmTaggedByUuidIsMatched) {
   const std::string uuid = "550e8400-e29b-41d4-a716-446655440000";
   ASSERT_OK(Tag(uuid));
   ASSERT_OK(Report("host-a", {{"instance-7", uuid}}));
-  auto snapshot = state_->FirstWatchMessage("host-a", 0);
+  auto snapshot = state_->watches.FirstWatchMessage("host-a", 0);
   ASSERT_OK(snapshot);
   ASSERT_EQ(snapshot->assignments_size(), 1);
   EXPECT_EQ(snapshot->assignments(0).vm_id(), uuid);
@@ -209,14 +208,14 @@ TEST_F(DesiredStateTest, MigrationMovesTheAssignment) {
   // Live migration: both hosts run it for a while, then the source stops.
   ASSERT_OK(Report("host-b", {{"vm-1", ""}}));
   ASSERT_OK(Report("host-a", {}));
-  auto a = state_->WatchUpdate("host-a", before);
-  auto b = state_->WatchUpdate("host-b", before);
+  auto a = state_->watches.WatchUpdate("host-a", before);
+  auto b = state_->watches.WatchUpdate("host-b", before);
   ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
   EXPECT_EQ((*a)->removed_vm_ids_size(), 1);
   EXPECT_EQ((*b)->assignments_size(), 1);
   v1::GetVMRequest get;
   get.set_vm_id("vm-1");
-  EXPECT_EQ(state_->GetVm(get)->host_id(), "host-b");
+  EXPECT_EQ(state_->vms.GetVm(get)->host_id(), "host-b");
 }
 
 TEST_F(DesiredStateTest, UntagSendsARemoval) {
@@ -227,10 +226,10 @@ TEST_F(DesiredStateTest, UntagSendsARemoval) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("vm-1");
   auto r = Wait<v1::UntagVMResponse>(
-      [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
+      [&](auto done) { state_->vms.UntagVm(untag, kTester, std::move(done)); });
   ASSERT_OK(r);
   EXPECT_GT(r->revision(), before);
-  auto update = state_->WatchUpdate("host-a", before);
+  auto update = state_->watches.WatchUpdate("host-a", before);
   ASSERT_TRUE(update.ok() && update->has_value());
   ASSERT_EQ((*update)->removed_vm_ids_size(), 1);
   EXPECT_EQ((*update)->removed_vm_ids(0), "vm-1");
@@ -241,12 +240,12 @@ TEST_F(DesiredStateTest, ResumeFromCurrentRevisionIsAnEmptyDelta) {
   ASSERT_OK(Tag("vm-1"));
   ASSERT_OK(Report("host-a", {{"vm-1", ""}}));
   int64_t now = store_->CurrentRevision();
-  auto first = state_->FirstWatchMessage("host-a", now);
+  auto first = state_->watches.FirstWatchMessage("host-a", now);
   ASSERT_OK(first);
   EXPECT_EQ(first->kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
   EXPECT_EQ(first->assignments_size(), 0);
   // A revision from the future (another store?) gets a snapshot.
-  auto future = state_->FirstWatchMessage("host-a", now + 1000);
+  auto future = state_->watches.FirstWatchMessage("host-a", now + 1000);
   ASSERT_OK(future);
   EXPECT_EQ(future->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   EXPECT_EQ(future->assignments_size(), 1);
@@ -266,7 +265,7 @@ TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
   request.set_page_size(10);
   std::vector<std::string> ids;
   do {
-    auto page = state_->ListVms(request);
+    auto page = state_->vms.ListVms(request);
     ASSERT_OK(page);
     for (const auto& vm : page->vms()) ids.push_back(vm.vm_id());
     request.set_page_token(page->next_page_token());
@@ -276,7 +275,7 @@ TEST_F(DesiredStateTest, ListVmsPagesAndFilters) {
 
   v1::ListVMsRequest odd;
   odd.set_tenant_id("odd");
-  auto page = state_->ListVms(odd);
+  auto page = state_->vms.ListVms(odd);
   ASSERT_OK(page);
   EXPECT_EQ(page->vms_size(), 12);
   EXPECT_TRUE(page->next_page_token().empty());
@@ -286,19 +285,19 @@ TEST_F(DesiredStateTest, FullLastPageHasNoNextToken) {
   for (int i = 0; i < 20; ++i) ASSERT_OK(Tag("vm-" + std::to_string(100 + i)));
   v1::ListVMsRequest request;
   request.set_page_size(10);
-  auto first = state_->ListVms(request);
+  auto first = state_->vms.ListVms(request);
   ASSERT_OK(first);
   EXPECT_EQ(first->vms_size(), 10);
   ASSERT_FALSE(first->next_page_token().empty());
   request.set_page_token(first->next_page_token());
-  auto second = state_->ListVms(request);
+  auto second = state_->vms.ListVms(request);
   ASSERT_OK(second);
   EXPECT_EQ(second->vms_size(), 10);
   EXPECT_TRUE(second->next_page_token().empty());
   // The largest page the API allows is served whole.
   v1::ListVMsRequest big;
   big.set_page_size(1000);
-  auto all = state_->ListVms(big);
+  auto all = state_->vms.ListVms(big);
   ASSERT_OK(all);
   EXPECT_EQ(all->vms_size(), 20);
 }
@@ -327,12 +326,12 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   o->set_uuid(uuid);
   *report.add_stats() = RecentWindow(5, "instance-1");
   ASSERT_TRUE(Wait<v1::ReportResponse>([&](auto done) {
-                state_->ApplyReport(report, std::move(done));
+                state_->reports.ApplyReport(report, std::move(done));
               }).ok());
 
   v1::GetStatsRequest by_vm;
   by_vm.set_vm_id(uuid);
-  auto r = state_->GetStats(by_vm);
+  auto r = state_->stats_queries.GetStats(by_vm);
   ASSERT_OK(r);
   ASSERT_EQ(r->vms_size(), 1);
   EXPECT_EQ(r->vms(0).vm_id(), uuid);
@@ -341,7 +340,7 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   v1::GetStatsRequest by_tenant;
   by_tenant.set_tenant("acme");
   by_tenant.set_window_seconds(60);
-  r = state_->GetStats(by_tenant);
+  r = state_->stats_queries.GetStats(by_tenant);
   ASSERT_OK(r);
   EXPECT_EQ(r->total().run_ns(), 100);
 
@@ -349,12 +348,12 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   ASSERT_TRUE(Wait<v1::UntagVMResponse>([&](auto done) {
                 v1::UntagVMRequest untag;
                 untag.set_vm_id(uuid);
-                state_->UntagVm(untag, kTester, std::move(done));
+                state_->vms.UntagVm(untag, kTester, std::move(done));
               }).ok());
   ASSERT_OK(Tag(uuid, "globex"));
-  EXPECT_EQ(state_->GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_->stats_queries.GetStats(by_tenant).status().code(), absl::StatusCode::kNotFound);
   by_tenant.set_tenant("globex");
-  r = state_->GetStats(by_tenant);
+  r = state_->stats_queries.GetStats(by_tenant);
   ASSERT_OK(r);
   EXPECT_EQ(r->total().run_ns(), 100);
 }
@@ -369,7 +368,7 @@ TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhol
   window.add_cores()->set_core(1);
   *report.add_stats() = window;
   auto refused = Wait<v1::ReportResponse>(
-      [&](auto done) { state_->ApplyReport(report, std::move(done)); });
+      [&](auto done) { state_->reports.ApplyReport(report, std::move(done)); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find(
                 "stats[0].cores[1].core is 1; it must index the host's registered "
@@ -379,30 +378,30 @@ TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhol
   // Nothing of it was taken: not its VMs, not its stats.
   v1::GetHostRequest get;
   get.set_host_id("host-a");
-  auto host = state_->GetHost(get);
+  auto host = state_->hosts.GetHost(get);
   ASSERT_OK(host);
   EXPECT_EQ(host->vm_count(), 0);
   v1::GetStatsRequest by_vm;
   by_vm.set_vm_id("vm-1");
-  EXPECT_EQ(state_->GetStats(by_vm).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_->stats_queries.GetStats(by_vm).status().code(), absl::StatusCode::kNotFound);
 
   // The same window within the topology is taken.
   report.mutable_stats(0)->mutable_cores()->RemoveLast();
   EXPECT_TRUE(Wait<v1::ReportResponse>([&](auto done) {
-                state_->ApplyReport(report, std::move(done));
+                state_->reports.ApplyReport(report, std::move(done));
               }).ok());
-  host = state_->GetHost(get);
+  host = state_->hosts.GetHost(get);
   ASSERT_OK(host);
   EXPECT_EQ(host->vm_count(), 1);
-  EXPECT_OK(state_->GetStats(by_vm));
+  EXPECT_OK(state_->stats_queries.GetStats(by_vm));
 }
 
-std::vector<v1::AuditRecord> AuditOf(DesiredState& state,
+std::vector<v1::AuditRecord> AuditOf(TestState& state,
                                      const std::string& subject = "") {
   v1::ListAuditRecordsRequest request;
   request.set_subject(subject);
   request.set_page_size(1000);
-  auto page = state.ListAuditRecords(request);
+  auto page = state.audit.ListAuditRecords(request);
   EXPECT_OK(page);
   return {page->records().begin(), page->records().end()};
 }
@@ -426,7 +425,7 @@ TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
   v1::UntagVMRequest untag;
   untag.set_vm_id("vm-1");
   auto removed = Wait<v1::UntagVMResponse>(
-      [&](auto done) { state_->UntagVm(untag, kTester, std::move(done)); });
+      [&](auto done) { state_->vms.UntagVm(untag, kTester, std::move(done)); });
   ASSERT_OK(removed);
   records = AuditOf(*state_, "vm-1");
   ASSERT_EQ(records.size(), 3u);
@@ -439,7 +438,7 @@ TEST_F(DesiredStateTest, ChangesAreAuditedWithWhoBeforeAndAfter) {
   set.mutable_policy()->set_tenant_id("acme");
   set.mutable_policy()->set_default_isolation(v1::ISOLATION_LEVEL_TENANT);
   ASSERT_TRUE(Wait<v1::TenantPolicy>([&](auto done) {
-                state_->SetTenantPolicy(set, kTester, std::move(done));
+                state_->policies.SetTenantPolicy(set, kTester, std::move(done));
               }).ok());
   records = AuditOf(*state_, "acme");
   ASSERT_EQ(records.size(), 1u);
@@ -469,12 +468,12 @@ TEST_F(DesiredStateTest, ChangeWhoseAuditRecordFailsIsNotWritten) {
   v1::TagVMRequest request;
   request.set_vm_id("vm-unaudited");
   auto tagged = Wait<v1::TagVMResponse>([&](auto done) {
-    state_->TagVm(request, Actor{"", "admin"}, std::move(done));
+    state_->vms.TagVm(request, Actor{"", "admin"}, std::move(done));
   });
   EXPECT_EQ(tagged.status().code(), absl::StatusCode::kInvalidArgument);
   v1::GetVMRequest get;
   get.set_vm_id("vm-unaudited");
-  EXPECT_EQ(state_->GetVm(get).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_->vms.GetVm(get).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(AuditOf(*state_).empty());
 }
 
@@ -484,7 +483,7 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
   request.set_page_size(2);
   std::vector<std::string> subjects;
   do {
-    auto page = state_->ListAuditRecords(request);
+    auto page = state_->audit.ListAuditRecords(request);
     ASSERT_OK(page);
     for (const auto& r : page->records()) subjects.push_back(r.subject());
     request.set_page_token(page->next_page_token());
@@ -494,15 +493,15 @@ TEST_F(DesiredStateTest, AuditRecordsPageNewestFirstAndFilterByWho) {
 
   v1::ListAuditRecordsRequest by_who;
   by_who.set_who("someone-else");
-  auto none = state_->ListAuditRecords(by_who);
+  auto none = state_->audit.ListAuditRecords(by_who);
   ASSERT_OK(none);
   EXPECT_EQ(none->records_size(), 0);
   by_who.set_who(kTester.who);
-  EXPECT_EQ(state_->ListAuditRecords(by_who)->records_size(), 5);
+  EXPECT_EQ(state_->audit.ListAuditRecords(by_who)->records_size(), 5);
 
   v1::ListAuditRecordsRequest bad;
   bad.set_page_token("garbage");
-  EXPECT_EQ(state_->ListAuditRecords(bad).status().code(),
+  EXPECT_EQ(state_->audit.ListAuditRecords(bad).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -518,14 +517,14 @@ TEST_F(DesiredStateTest, AChangeOfAHostsTopologyOrLabelsIsAudited) {
     for (int cpu : cpus) core->add_cpus(cpu);
     (*request.mutable_labels())["zone"] = std::move(zone);
     return Wait<v1::RegisterResponse>([&](auto done) {
-             state_->RegisterHost(request, Actor{"spiffe://test/host/host-a", "host"},
+             state_->hosts.RegisterHost(request, Actor{"spiffe://test/host/host-a", "host"},
                                   std::move(done));
            }).status();
   };
   auto methods = [&] {
     v1::ListAuditRecordsRequest list;
     list.set_subject("host-a");
-    auto records = state_->ListAuditRecords(list);
+    auto records = state_->audit.ListAuditRecords(list);
     std::vector<std::string> out;
     if (records.ok()) {
       for (const auto& r : records->records()) out.insert(out.begin(), r.method());
@@ -544,12 +543,12 @@ TEST_F(DesiredStateTest, AChangeOfAHostsTopologyOrLabelsIsAudited) {
   EXPECT_EQ(methods().size(), 4u);
   v1::GetHostRequest get;
   get.set_host_id("host-a");
-  absl::StatusOr<v1::Host> observing = state_->GetHost(get);
+  absl::StatusOr<v1::Host> observing = state_->hosts.GetHost(get);
   ASSERT_OK(observing.status());
   EXPECT_TRUE(observing->agent_observes());
   v1::ListAuditRecordsRequest list;
   list.set_subject("host-a");
-  auto records = state_->ListAuditRecords(list);
+  auto records = state_->audit.ListAuditRecords(list);
   ASSERT_OK(records);
   const v1::AuditRecord& labels = records->records(2);  // newest first
   EXPECT_NE(labels.before().find("\"a\""), std::string::npos) << labels.before();

@@ -1,11 +1,11 @@
 // The fixture of the policy engine's control-loop tests
-// (engine_loop_test.cc, engine_loop_predictions_test.cc): DesiredState on a
+// (engine_loop_test.cc, engine_loop_predictions_test.cc): the desired state on a
 // fresh SQLite store, one host, and an EngineLoop run pass by pass with the
 // test's own clock, so hysteresis needs no sleeps.
 #ifndef COSCHED_TESTS_SERVER_ENGINE_LOOP_FIXTURE_H_
 #define COSCHED_TESTS_SERVER_ENGINE_LOOP_FIXTURE_H_
 
-#include "server/engine_loop.h"
+#include "server/engine/engine_loop.h"
 
 #include <cmath>
 #include <map>
@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "policy/simulator.h"
 #include "store/sqlite_store.h"
-#include "tests/server/desired_state_testing.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -42,9 +42,8 @@ class EngineLoopTest : public ::testing::Test {
     store_ = std::move(*store);
     // The stats' clock runs stats_ahead_ ahead of the system's, so that a
     // test can report windows wholly after a plan csd dated with the latter.
-    state_ = std::make_unique<DesiredState>(
-        store_.get(), [this] { return absl::ToUnixNanos(absl::Now() + stats_ahead_); });
-    ASSERT_OK(state_->LoadPlacement());
+    state_ = std::make_unique<TestState>(*store_, [this] { return absl::ToUnixNanos(absl::Now() + stats_ahead_); });
+    ASSERT_OK(state_->Load());
     options_.hysteresis.min_dwell = std::chrono::seconds(0);
     ASSERT_NO_FATAL_FAILURE(Register(kHost));
   }
@@ -58,13 +57,12 @@ class EngineLoopTest : public ::testing::Test {
       core->add_cpus(2 * c + 1);
     }
     ASSERT_OK(Wait<v1::RegisterResponse>(
-        [&](auto done) { state_->RegisterHost(reg, kTester, std::move(done)); }));
+        [&](auto done) { state_->hosts.RegisterHost(reg, kTester, std::move(done)); }));
   }
 
   void MakeEngine(EngineLoop::Hooks hooks = {}, EngineLoop::Observers observers = {}) {
     if (!hooks.clock) hooks.clock = [this] { return now_; };
-    engine_ = std::make_unique<EngineLoop>(state_.get(), options_, std::move(hooks),
-                                           std::move(observers));
+    engine_ = state_->MakeEngine(options_, std::move(hooks), std::move(observers));
   }
 
   // Two VMs of acme (auto, vm or tenant) and one of globex on the host,
@@ -89,7 +87,7 @@ class EngineLoopTest : public ::testing::Test {
     if (!apply) p->set_apply(false);
     if (budget) p->set_forced_idle_budget_pct(*budget);
     return Wait<v1::TenantPolicy>([&](auto done) {
-             state_->SetTenantPolicy(request, kTester, std::move(done));
+             state_->policies.SetTenantPolicy(request, kTester, std::move(done));
            }).status();
   }
 
@@ -102,7 +100,7 @@ class EngineLoopTest : public ::testing::Test {
     request.set_isolation(level);
     for (auto& c : classes) request.add_interference_classes(c);
     return Wait<v1::TagVMResponse>([&](auto done) {
-             state_->TagVm(request, kTester, std::move(done));
+             state_->vms.TagVm(request, kTester, std::move(done));
            }).status();
   }
 
@@ -158,14 +156,14 @@ class EngineLoopTest : public ::testing::Test {
       }
     }
     return Wait<v1::ReportResponse>([&](auto done) {
-             state_->ApplyReport(request, std::move(done));
+             state_->reports.ApplyReport(request, std::move(done));
            }).status();
   }
 
   v1::VM Vm(const std::string& id) {
     v1::GetVMRequest request;
     request.set_vm_id(id);
-    auto vm = state_->GetVm(request);
+    auto vm = state_->vms.GetVm(request);
     EXPECT_OK(vm);
     return vm.value_or(v1::VM());
   }
@@ -185,7 +183,7 @@ class EngineLoopTest : public ::testing::Test {
 
   cosched::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<TestState> state_;
   EngineOptions options_;
   std::unique_ptr<EngineLoop> engine_;
   SteadyClock::time_point now_ = SteadyClock::time_point() + std::chrono::hours(100);

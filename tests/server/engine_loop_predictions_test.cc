@@ -229,14 +229,14 @@ TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
   auto flagged = [&] {
     v1::GetHostRequest request;
     request.set_host_id(kHost);
-    auto host = state_->GetHost(request);
+    auto host = state_->hosts.GetHost(request);
     EXPECT_OK(host);
     return host->budget_unmet();
   };
   auto flag_records = [&] {
     v1::ListAuditRecordsRequest request;
     request.set_subject(kHost);
-    auto records = state_->ListAuditRecords(request);
+    auto records = state_->audit.ListAuditRecords(request);
     EXPECT_OK(records);
     int n = 0;
     for (const v1::AuditRecord& r : records->records()) n += r.method() == "EngineBudgetFlag";
@@ -247,7 +247,7 @@ TEST_F(EngineLoopTest, AHostOverBudgetThatNoLayoutMeetsIsCountedAndShown) {
   ASSERT_NO_FATAL_FAILURE(Register("hv-2"));
   v1::ExplainVMRequest explain;
   explain.set_vm_id("a-1");
-  auto explained = state_->ExplainVm(explain);
+  auto explained = state_->policy.ExplainVm(explain);
   ASSERT_OK(explained);
   EXPECT_EQ(explained->recommended_host(), "hv-2");
   EXPECT_THAT(explained->host_reasons(explained->host_reasons_size() - 1),
@@ -333,7 +333,7 @@ TEST_F(EngineLoopTest, EachAppliedPlanIsComparedWithWhatWasMeasuredSinceItPerHos
   // ExplainVM shows it for any VM of the host.
   v1::ExplainVMRequest explain;
   explain.set_vm_id("g-1");
-  auto explained = state_->ExplainVm(explain);
+  auto explained = state_->policy.ExplainVm(explain);
   ASSERT_OK(explained);
   EXPECT_NEAR(explained->host_plan().forced_idle_error_pct(), forced_idle_error, 1e-6);
 

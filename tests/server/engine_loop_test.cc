@@ -40,7 +40,7 @@ TEST_F(EngineLoopTest, RegroupsAnAutoTenantsVmsAndLeavesFixedAndOperatorVmsAlone
   // Audited like any change, with the decision in the record.
   v1::ListAuditRecordsRequest audit;
   audit.set_subject("a-1");
-  auto records = state_->ListAuditRecords(audit);
+  auto records = state_->audit.ListAuditRecords(audit);
   ASSERT_OK(records);
   ASSERT_GE(records->records_size(), 1);
   EXPECT_EQ(records->records(0).method(), "EngineDecision");
@@ -48,10 +48,10 @@ TEST_F(EngineLoopTest, RegroupsAnAutoTenantsVmsAndLeavesFixedAndOperatorVmsAlone
   EXPECT_THAT(records->records(0).after(), HasSubstr("DECIDED_BY_ENGINE"));
 
   // Nothing more to do: the next passes write nothing.
-  const int64_t revision = state_->CurrentRevision();
+  const int64_t revision = state_->store.CurrentRevision();
   now_ += std::chrono::hours(1);
   EXPECT_EQ(engine_->RunPass(true), 0);
-  EXPECT_EQ(state_->CurrentRevision(), revision);
+  EXPECT_EQ(state_->store.CurrentRevision(), revision);
 
   // Retagging a VM the engine manages keeps the engine's level.
   ASSERT_OK(Tag("a-2", "acme"));
@@ -113,7 +113,7 @@ TEST_F(EngineLoopTest, APassPlansHostsOnSeveralThreadsAsItWouldOneByOne) {
   v1::ListAuditRecordsRequest audit;
   audit.set_who(kEngineActor);
   audit.set_page_size(1000);
-  auto records = state_->ListAuditRecords(audit);
+  auto records = state_->audit.ListAuditRecords(audit);
   ASSERT_OK(records);
   int decisions = 0;
   for (const v1::AuditRecord& r : records->records()) decisions += r.method() == "EngineDecision";
@@ -155,10 +155,10 @@ TEST_F(EngineLoopTest, SwitchingBackToFixedKeepsTheEnginesLayoutUntilRetagged) {
 TEST_F(EngineLoopTest, ADryRunPlansAndShowsButWritesNothing) {
   AcmeAndGlobex(/*acme_applies=*/false);
   MakeEngine();
-  const int64_t revision = state_->CurrentRevision();
+  const int64_t revision = state_->store.CurrentRevision();
   EXPECT_EQ(engine_->RunPass(true), 0);
   EXPECT_EQ(engine_->ReplanHost(kHost), false);
-  EXPECT_EQ(state_->CurrentRevision(), revision);
+  EXPECT_EQ(state_->store.CurrentRevision(), revision);
   EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
 
   auto plan = engine_->Plan(v1::PlanRequest());
@@ -173,7 +173,7 @@ TEST_F(EngineLoopTest, ADryRunPlansAndShowsButWritesNothing) {
   EXPECT_EQ(host.changes(0).to_trust_group(), "acme/tenant");
   EXPECT_GT(host.planned().gain(), 0.03);
   EXPECT_THAT(host.reasons(host.reasons_size() - 1), HasSubstr("apply: false"));
-  EXPECT_EQ(state_->CurrentRevision(), revision) << "Plan writes nothing either";
+  EXPECT_EQ(state_->store.CurrentRevision(), revision) << "Plan writes nothing either";
 
   v1::PlanRequest of_globex;
   of_globex.set_tenant_id("globex");
@@ -217,27 +217,27 @@ TEST_F(EngineLoopTest, ACompareAndSetOnAStaleRevisionWritesNothing) {
   change.isolation = v1::ISOLATION_LEVEL_TENANT;
   change.trust_group = "acme/tenant";
   auto stale = Wait<int64_t>(
-      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+      [&](auto done) { state_->layouts.ApplyLayout(kHost, {change}, std::move(done)); });
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(Vm("a-1").assignment().trust_group(), "acme/vm/a-1");
 
   change.expected_revision = before.assignment().revision();
   change.trust_group = "acme/tenant/other";
   auto wrong_group = Wait<int64_t>(
-      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+      [&](auto done) { state_->layouts.ApplyLayout(kHost, {change}, std::move(done)); });
   EXPECT_EQ(wrong_group.status().code(), absl::StatusCode::kFailedPrecondition);
 
   change.vm_id = "a-op";
   change.expected_revision = Vm("a-op").assignment().revision();
   change.trust_group = "acme/tenant";
   auto operators = Wait<int64_t>(
-      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+      [&](auto done) { state_->layouts.ApplyLayout(kHost, {change}, std::move(done)); });
   EXPECT_EQ(operators.status().code(), absl::StatusCode::kAborted) << "tagged with a level";
   change.vm_id = "g-1";
   change.expected_revision = Vm("g-1").assignment().revision();
   change.trust_group = "globex/tenant";
   auto fixed = Wait<int64_t>(
-      [&](auto done) { state_->ApplyLayout(kHost, {change}, std::move(done)); });
+      [&](auto done) { state_->layouts.ApplyLayout(kHost, {change}, std::move(done)); });
   EXPECT_EQ(fixed.status().code(), absl::StatusCode::kAborted) << "globex is fixed";
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_join.h"
@@ -19,10 +20,10 @@
 #include "policy/scenario.h"
 #include "policy/tradeoff.h"
 #include "policy/trust_group.h"
-#include "server/engine_loop.h"
+#include "server/engine/engine_loop.h"
 #include "store/sqlite_store.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/server/desired_state_testing.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::server {
@@ -60,8 +61,8 @@ absl::StatusOr<std::map<std::string, Decided>> DecideInCsd(const policy::Scenari
   ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store, store::SqliteStore::Open(store_options));
   policy::PlacementOptions placement;
   placement.conflicts = scenario.conflicts;
-  DesiredState state(store.get(), nullptr, placement);
-  RETURN_IF_ERROR(state.LoadPlacement());
+  TestState state(*store, nullptr, placement);
+  RETURN_IF_ERROR(state.Load());
 
   v1::RegisterRequest reg;
   reg.set_host_id(kHost);
@@ -71,7 +72,7 @@ absl::StatusOr<std::map<std::string, Decided>> DecideInCsd(const policy::Scenari
     core->add_cpus(c + scenario.cores);
   }
   RETURN_IF_ERROR(Wait<v1::RegisterResponse>([&](auto done) {
-                    state.RegisterHost(reg, kTester, std::move(done));
+                    state.hosts.RegisterHost(reg, kTester, std::move(done));
                   }).status());
 
   const std::vector<policy::VmInstance> vms = policy::ExpandInstances(scenario);
@@ -87,7 +88,7 @@ absl::StatusOr<std::map<std::string, Decided>> DecideInCsd(const policy::Scenari
     *request.mutable_policy() = p;
     request.mutable_policy()->set_mode(v1::POLICY_MODE_AUTO);
     RETURN_IF_ERROR(Wait<v1::TenantPolicy>([&](auto done) {
-                      state.SetTenantPolicy(request, kTester, std::move(done));
+                      state.policies.SetTenantPolicy(request, kTester, std::move(done));
                     }).status());
   }
 
@@ -104,7 +105,7 @@ absl::StatusOr<std::map<std::string, Decided>> DecideInCsd(const policy::Scenari
     tag.set_tenant_id(vm.tenant);
     for (const std::string& c : vm.classes) tag.add_interference_classes(c);
     RETURN_IF_ERROR(Wait<v1::TagVMResponse>([&](auto done) {
-                      state.TagVm(tag, kTester, std::move(done));
+                      state.vms.TagVm(tag, kTester, std::move(done));
                     }).status());
     v1::VMObservation* observed = report.add_vms();
     observed->set_vm_id(vm.name);
@@ -117,24 +118,24 @@ absl::StatusOr<std::map<std::string, Decided>> DecideInCsd(const policy::Scenari
     stats->mutable_share()->set_unknown_ns(run);
   }
   RETURN_IF_ERROR(Wait<v1::ReportResponse>([&](auto done) {
-                    state.ApplyReport(report, std::move(done));
+                    state.reports.ApplyReport(report, std::move(done));
                   }).status());
 
   // The defaults but the time between changes: PlanHost has no clock.
   EngineOptions options;
   options.hysteresis.min_dwell = std::chrono::seconds(0);
   options.hysteresis.max_changes_per_hour = 60;
-  EngineLoop engine(&state, options);
+  std::unique_ptr<EngineLoop> engine = state.MakeEngine(options);
   int quiet = 0;
   for (int pass = 0; pass < kMaxPasses && quiet < 8; ++pass) {
-    quiet = engine.RunPass(true) > 0 ? 0 : quiet + 1;
+    quiet = engine->RunPass(true) > 0 ? 0 : quiet + 1;
   }
   if (quiet < 8) return absl::DeadlineExceededError("csd's engine did not settle");
   std::map<std::string, Decided> decided;
   for (const policy::VmInstance& vm : vms) {
     v1::GetVMRequest get;
     get.set_vm_id(vm.name);
-    ASSIGN_OR_RETURN(v1::VM got, state.GetVm(get));
+    ASSIGN_OR_RETURN(v1::VM got, state.vms.GetVm(get));
     decided[vm.name] = {got.assignment().isolation(), got.assignment().trust_group(),
                         std::vector<int>(got.assignment().pin().cpus().begin(),
                                          got.assignment().pin().cpus().end())};

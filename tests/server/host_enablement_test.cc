@@ -1,4 +1,4 @@
-#include "server/host_enablement.h"
+#include "server/state/host_enablement.h"
 
 #include <string>
 #include <vector>
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/server/desired_state_testing.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -123,11 +123,11 @@ TEST(HostEnablementTest, DesiredStateAnswersAgentsAndPlacesByIt) {
   for (const bool when_vulnerable : {false, true}) {
     SCOPED_TRACE(when_vulnerable ? "when-vulnerable" : "always");
     cosched::testing::TempDir dir;
-    testing::SqliteDesiredState sqlite(dir.Sub("data"));
+    testing::SqliteTestState sqlite(dir.Sub("data"));
     ASSERT_NE(sqlite.state(), nullptr);
-    DesiredState& state = *sqlite.state();
-    state.set_enforce_policy(when_vulnerable ? WhenVulnerable({"l1tf", "mds"}) : EnforcePolicy{});
-    state.set_connected_check([](absl::string_view) { return true; });
+    TestState& state = *sqlite.state();
+    state.settings.set_enforce_policy(when_vulnerable ? WhenVulnerable({"l1tf", "mds"}) : EnforcePolicy{});
+    state.host_status.set_connected_check([](absl::string_view) { return true; });
 
     v1::RegisterRequest request;
     request.set_host_id("hv-1");
@@ -140,7 +140,7 @@ TEST(HostEnablementTest, DesiredStateAnswersAgentsAndPlacesByIt) {
         WithVulnerabilities({{"l1tf", false}, {"mds", false}});
     absl::StatusOr<v1::RegisterResponse> registered =
         testing::Wait<v1::RegisterResponse>([&](auto done) {
-          state.RegisterHost(request, Actor{"hv-1", "host"}, std::move(done));
+          state.hosts.RegisterHost(request, Actor{"hv-1", "host"}, std::move(done));
         });
     ASSERT_OK(registered);
     const auto expected = when_vulnerable ? v1::HostEnablement::STATE_WAIVED
@@ -151,18 +151,18 @@ TEST(HostEnablementTest, DesiredStateAnswersAgentsAndPlacesByIt) {
     report.set_host_id("hv-1");
     *report.mutable_preflight() = request.capabilities().preflight();
     absl::StatusOr<v1::ReportResponse> reported = testing::Wait<v1::ReportResponse>(
-        [&](auto done) { state.ApplyReport(report, std::move(done)); });
+        [&](auto done) { state.reports.ApplyReport(report, std::move(done)); });
     ASSERT_OK(reported);
     EXPECT_EQ(reported->enablement().state(), expected);
     // The same Report again (answered without a write) says the same.
     reported = testing::Wait<v1::ReportResponse>(
-        [&](auto done) { state.ApplyReport(report, std::move(done)); });
+        [&](auto done) { state.reports.ApplyReport(report, std::move(done)); });
     ASSERT_OK(reported);
     EXPECT_EQ(reported->enablement().state(), expected);
 
     v1::GetHostRequest get;
     get.set_host_id("hv-1");
-    absl::StatusOr<v1::Host> host = state.GetHost(get);
+    absl::StatusOr<v1::Host> host = state.hosts.GetHost(get);
     ASSERT_OK(host);
     EXPECT_EQ(host->enablement().state(), expected);
     if (when_vulnerable) {

@@ -1,7 +1,7 @@
 // HostLiveness: what this csd heard of each host merged with the other
 // replicas' seen records, as Place, csctl hosts and staged rollouts judge
 // liveness and health (issue #16).
-#include "server/host_liveness.h"
+#include "server/state/host_liveness.h"
 
 #include <string>
 #include <vector>

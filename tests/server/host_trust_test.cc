@@ -9,14 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cosched/store/etcd_records.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "cosched/store/etcd_records.pb.h"
-#include "server/agent_input.h"
-#include "server/csd_metrics.h"
-#include "server/desired_state.h"
-#include "server/stats_aggregator.h"
-#include "tests/server/desired_state_testing.h"
+#include "server/api/csd_metrics.h"
+#include "server/state/agent_input.h"
+#include "server/stats/stats_aggregator.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -85,11 +84,11 @@ class HostTrustTest : public ::testing::Test {
 
   absl::StatusOr<v1::ReportResponse> Report(const v1::ReportRequest& request) {
     return Wait<v1::ReportResponse>(
-        [&](auto done) { sqlite_.state()->ApplyReport(request, std::move(done)); });
+        [&](auto done) { sqlite_.state()->reports.ApplyReport(request, std::move(done)); });
   }
 
   cosched::testing::TempDir dir_;
-  testing::SqliteDesiredState sqlite_{dir_.Sub("data")};
+  testing::SqliteTestState sqlite_{dir_.Sub("data")};
 };
 
 // Issue #32 item 3: before, this Report was accepted whole and grew csd's
@@ -113,7 +112,7 @@ TEST_F(HostTrustTest, AReportOfStatsForVmsItDoesNotListKeepsNoneOfThem) {
   v1::GetStatsRequest query;
   query.set_host_id("hv-1");
   query.set_window_seconds(3600);
-  auto stats = sqlite_.state()->GetStats(query);
+  auto stats = sqlite_.state()->stats_queries.GetStats(query);
   ASSERT_OK(stats);
   std::vector<std::string> kept;
   for (const auto& vm : stats->vms()) kept.push_back(vm.vm_id());
@@ -121,7 +120,7 @@ TEST_F(HostTrustTest, AReportOfStatsForVmsItDoesNotListKeepsNoneOfThem) {
   v1::GetStatsRequest fake;
   fake.set_vm_id("fake-7");
   fake.set_window_seconds(3600);
-  EXPECT_EQ(sqlite_.state()->GetStats(fake).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sqlite_.state()->stats_queries.GetStats(fake).status().code(), absl::StatusCode::kNotFound);
 
   // The bound: what stays on csd's heap once the Report is answered. The
   // 30 000 series it used to make were ~250 MiB; 1 MiB leaves room for
@@ -134,7 +133,7 @@ TEST_F(HostTrustTest, AReportOfStatsForVmsItDoesNotListKeepsNoneOfThem) {
 // Report is RESOURCE_EXHAUSTED (which the agent does not count as csd
 // failing) and nothing of it is kept: not its VMs, not its liveness.
 TEST_F(HostTrustTest, AReportPastTheHostsRateIsRefusedAndChangesNothing) {
-  sqlite_.state()->report_rate().set_options({.per_second = 0.001, .burst = 3});
+  sqlite_.state()->reports.report_rate().set_options({.per_second = 0.001, .burst = 3});
   for (int i = 0; i < 3; ++i) ASSERT_OK(Report(ReportWithStats("hv-1", "vm-1", 0, 1))) << i;
   v1::ReportRequest changed = ReportWithStats("hv-1", "vm-2", 0, 1);
   changed.add_vms()->set_vm_id("vm-3");
@@ -143,7 +142,7 @@ TEST_F(HostTrustTest, AReportPastTheHostsRateIsRefusedAndChangesNothing) {
   EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("host 'hv-1'"));
   v1::GetHostRequest get;
   get.set_host_id("hv-1");
-  auto host = sqlite_.state()->GetHost(get);
+  auto host = sqlite_.state()->hosts.GetHost(get);
   ASSERT_OK(host);
   EXPECT_EQ(host->vm_count(), 1);
   // Another host is not held by hv-1's rate.
@@ -156,9 +155,9 @@ TEST_F(HostTrustTest, AReportPastTheHostsRateIsRefusedAndChangesNothing) {
 // replica took (or whose stream it holds).
 TEST_F(HostTrustTest, ForwardedStatsCountOnlyForTheHostsOfTheReplicaThatTookTheirReports) {
   ASSERT_OK(Report(ReportWithStats("hv-1", "vm-1", 0, 1)));
-  DesiredState& state = *sqlite_.state();
+  TestState& state = *sqlite_.state();
   // This csd took hv-1's Report itself: no other replica serves it.
-  EXPECT_FALSE(state.ServedBy("hv-1", "csd-b"));
+  EXPECT_FALSE(state.host_status.ServedBy("hv-1", "csd-b"));
 
   store::EtcdSeen b;
   b.set_replica("csd-b");
@@ -169,11 +168,11 @@ TEST_F(HostTrustTest, ForwardedStatsCountOnlyForTheHostsOfTheReplicaThatTookThei
   store::EtcdSeenHost* unknown = b.add_hosts();
   unknown->set_host_id("hv-unregistered");
   unknown->set_last_report_unix_ns(absl::ToUnixNanos(absl::Now()));
-  state.liveness().SetOthers({b});
-  EXPECT_TRUE(state.ServedBy("hv-1", "csd-b"));
-  EXPECT_FALSE(state.ServedBy("hv-1", "csd-c"));
-  EXPECT_FALSE(state.ServedBy("hv-1", ""));
-  EXPECT_FALSE(state.ServedBy("hv-unregistered", "csd-b"));
+  state.host_status.liveness().SetOthers({b});
+  EXPECT_TRUE(state.host_status.ServedBy("hv-1", "csd-b"));
+  EXPECT_FALSE(state.host_status.ServedBy("hv-1", "csd-c"));
+  EXPECT_FALSE(state.host_status.ServedBy("hv-1", ""));
+  EXPECT_FALSE(state.host_status.ServedBy("hv-unregistered", "csd-b"));
 }
 
 // Issue #32 item 5: what a host says of processes posing as VMs on it is
@@ -191,7 +190,7 @@ TEST_F(HostTrustTest, ImpostorsAHostReportsAreShownOnTheHostAndChangeNoVm) {
   ASSERT_OK(Report(report));
   v1::GetHostRequest get;
   get.set_host_id("hv-1");
-  auto host = sqlite_.state()->GetHost(get);
+  auto host = sqlite_.state()->hosts.GetHost(get);
   ASSERT_OK(host);
   EXPECT_EQ(host->impostor_count(), 3);
   ASSERT_THAT(host->impostors(), SizeIs(1));
@@ -199,14 +198,14 @@ TEST_F(HostTrustTest, ImpostorsAHostReportsAreShownOnTheHostAndChangeNoVm) {
   EXPECT_EQ(host->impostors(0).claimed_vm_id(), "acme-9");
   v1::GetVMRequest vm;
   vm.set_vm_id("acme-9");
-  EXPECT_EQ(sqlite_.state()->GetVm(vm).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sqlite_.state()->vms.GetVm(vm).status().code(), absl::StatusCode::kNotFound);
 
   // Gone at the next Report that lists none (an unchanged Report would
   // write nothing, so the impostors are part of what changes a Report).
   report.clear_impostors();
   report.set_impostor_count(0);
   ASSERT_OK(Report(report));
-  host = sqlite_.state()->GetHost(get);
+  host = sqlite_.state()->hosts.GetHost(get);
   ASSERT_OK(host);
   EXPECT_EQ(host->impostor_count(), 0);
   EXPECT_THAT(host->impostors(), SizeIs(0));

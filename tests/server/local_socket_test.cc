@@ -2,7 +2,7 @@
 // socket's life (made with its group and mode, served, refused to a second
 // csd, replaced when stale, removed at stop). Runs as any user; calls as
 // another user are in tests/integration/local_socket_test.cc.
-#include "server/local_socket.h"
+#include "server/api/local_socket.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 

@@ -1,6 +1,6 @@
 // Tagging from libvirt domain metadata (csd.yaml tag_from_metadata):
-// MetadataTagOf's rules, and DesiredState applying them to Reports.
-#include "server/metadata_tag.h"
+// MetadataTagOf's rules, and Reports applying them.
+#include "server/state/metadata_tag.h"
 
 #include <future>
 
@@ -8,9 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/desired_state.h"
-#include "server/vm_presence.h"
-#include "tests/server/desired_state_testing.h"
+#include "server/state/vm_presence.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -105,7 +104,7 @@ class TagFromMetadataTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_NE(state_, nullptr);
-    state_->set_tag_from_metadata(true);
+    state_->settings.set_tag_from_metadata(true);
     ASSERT_OK(csd_.RegisterHost("host-a", kTester));
     ASSERT_OK(csd_.RegisterHost("host-b", kTester));
   }
@@ -121,14 +120,14 @@ class TagFromMetadataTest : public ::testing::Test {
       if (metadata) *o->mutable_metadata() = *metadata;
     }
     return Wait<v1::ReportResponse>([&](auto done) {
-             state_->ApplyReport(request, std::move(done));
+             state_->reports.ApplyReport(request, std::move(done));
            }).status();
   }
 
   absl::StatusOr<v1::VM> Get(const std::string& vm) {
     v1::GetVMRequest get;
     get.set_vm_id(vm);
-    return state_->GetVm(get);
+    return state_->vms.GetVm(get);
   }
 
   absl::StatusOr<v1::TagVMResponse> Tag(const std::string& vm, const std::string& tenant,
@@ -138,7 +137,7 @@ class TagFromMetadataTest : public ::testing::Test {
     request.set_tenant_id(tenant);
     request.set_isolation(level);
     return Wait<v1::TagVMResponse>(
-        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
+        [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); });
   }
 
   absl::Status SetPolicy(const std::string& tenant, v1::IsolationLevel default_level,
@@ -148,7 +147,7 @@ class TagFromMetadataTest : public ::testing::Test {
     set.mutable_policy()->set_default_isolation(default_level);
     for (auto level : allowed) set.mutable_policy()->add_allowed_isolation(level);
     return Wait<v1::TenantPolicy>([&](auto done) {
-             state_->SetTenantPolicy(set, kTester, std::move(done));
+             state_->policies.SetTenantPolicy(set, kTester, std::move(done));
            }).status();
   }
 
@@ -156,14 +155,14 @@ class TagFromMetadataTest : public ::testing::Test {
     v1::ListAuditRecordsRequest request;
     request.set_subject(subject);
     request.set_page_size(1000);
-    auto page = state_->ListAuditRecords(request);
+    auto page = state_->audit.ListAuditRecords(request);
     EXPECT_OK(page);
     return {page->records().begin(), page->records().end()};
   }
 
   cosched::testing::TempDir dir_;
-  testing::SqliteDesiredState csd_{dir_.Sub("data")};
-  DesiredState* state_ = csd_.state();
+  testing::SqliteTestState csd_{dir_.Sub("data")};
+  TestState* state_ = csd_.state();
 };
 
 TEST_F(TagFromMetadataTest, NovasProjectTagsTheVmAndTheAuditSaysFromMetadataOnTheHost) {
@@ -333,7 +332,7 @@ TEST_F(TagFromMetadataTest, MetadataTheAgentCouldNotReadChangesNothing) {
   unknown.add_vms()->set_vm_id("vm-2");
   unknown.mutable_vms(1)->set_metadata_unknown(true);
   ASSERT_OK(Wait<v1::ReportResponse>([&](auto done) {
-              state_->ApplyReport(unknown, std::move(done));
+              state_->reports.ApplyReport(unknown, std::move(done));
             }).status());
   auto vm = Get("vm-1");
   ASSERT_OK(vm);
@@ -425,9 +424,9 @@ TEST_F(TagFromMetadataTest, ATenantWithoutAPolicyDoesNotAllowNone) {
 
 TEST(TagFromMetadataOff, ReportedMetadataTagsNothingAndGetSaysItIsOff) {
   cosched::testing::TempDir dir;
-  testing::SqliteDesiredState csd(dir.Sub("data"));
+  testing::SqliteTestState csd(dir.Sub("data"));
   ASSERT_NE(csd.state(), nullptr);
-  DesiredState& state = *csd.state();
+  TestState& state = *csd.state();
   ASSERT_OK(csd.RegisterHost("host-a", kTester));
   v1::ReportRequest report;
   report.set_host_id("host-a");
@@ -435,10 +434,10 @@ TEST(TagFromMetadataOff, ReportedMetadataTagsNothingAndGetSaysItIsOff) {
   o->set_vm_id("instance-1");
   *o->mutable_metadata() = Nova(kProject);
   ASSERT_OK(Wait<v1::ReportResponse>(
-      [&](auto done) { state.ApplyReport(report, std::move(done)); }));
+      [&](auto done) { state.reports.ApplyReport(report, std::move(done)); }));
   v1::GetVMRequest get;
   get.set_vm_id("instance-1");
-  auto vm = state.GetVm(get);
+  auto vm = state.vms.GetVm(get);
   EXPECT_EQ(vm.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(vm.status().message()),
               HasSubstr(absl::StrCat("domain metadata for tenant '", kProject,

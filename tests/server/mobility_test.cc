@@ -9,13 +9,12 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
-#include "server/desired_state.h"
-#include "server/instrumented_store.h"
-#include "server/vm_presence.h"
+#include "server/state/vm_presence.h"
+#include "store/instrumented_store.h"
 #include "store/sqlite_store.h"
-#include "tests/server/desired_state_testing.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::server {
 namespace {
@@ -38,12 +37,12 @@ class MobilityTest : public ::testing::Test {
     auto store = store::SqliteStore::Open(options);
     ASSERT_OK(store);
     // Counts the writes that reach the store: an unchanged Report must not.
-    store_ = std::make_unique<InstrumentedStore>(
+    store_ = std::make_unique<store::InstrumentedStore>(
         std::move(*store), [this](absl::StatusCode, double) { ++writes_; });
-    state_ = std::make_unique<DesiredState>(store_.get());
+    state_ = std::make_unique<TestState>(*store_);
     // Reports back to back; the rate limit has tests of its own.
-    state_->report_rate().set_options({.per_second = 0});
-    state_->set_connected_check([this](absl::string_view host) {
+    state_->reports.report_rate().set_options({.per_second = 0});
+    state_->host_status.set_connected_check([this](absl::string_view host) {
       return connected_.count(std::string(host)) > 0;
     });
   }
@@ -52,7 +51,7 @@ class MobilityTest : public ::testing::Test {
     v1::TagVMRequest request;
     request.set_vm_id(vm);
     auto r = Wait<v1::TagVMResponse>(
-        [&](auto done) { state_->TagVm(request, kTester, std::move(done)); });
+        [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); });
     ASSERT_OK(r);
   }
 
@@ -70,7 +69,7 @@ class MobilityTest : public ::testing::Test {
     request.mutable_capabilities()->set_smt_active(true);
     request.mutable_capabilities()->set_core_sched(support);
     auto r = Wait<v1::RegisterResponse>([&](auto done) {
-      state_->RegisterHost(request, kTester, std::move(done));
+      state_->hosts.RegisterHost(request, kTester, std::move(done));
     });
     ASSERT_OK(r);
   }
@@ -89,21 +88,21 @@ class MobilityTest : public ::testing::Test {
       o->mutable_enforcement()->mutable_report_time()->set_seconds(10 * ++reports_);
     }
     return Wait<v1::ReportResponse>([&](auto done) {
-             state_->ApplyReport(request, std::move(done));
+             state_->reports.ApplyReport(request, std::move(done));
            }).status();
   }
 
   v1::VM Get(const std::string& vm) {
     v1::GetVMRequest request;
     request.set_vm_id(vm);
-    auto r = state_->GetVm(request);
+    auto r = state_->vms.GetVm(request);
     EXPECT_OK(r);
     return r.ok() ? *r : v1::VM();
   }
 
   // The VM ids of the host's snapshot: what its agent enforces.
   std::vector<std::string> Enforced(const std::string& host) {
-    auto snapshot = state_->FirstWatchMessage(host, 0);
+    auto snapshot = state_->watches.FirstWatchMessage(host, 0);
     EXPECT_OK(snapshot);
     std::vector<std::string> ids;
     if (snapshot.ok()) {
@@ -116,7 +115,7 @@ class MobilityTest : public ::testing::Test {
     v1::ListAuditRecordsRequest request;
     request.set_subject(subject);
     request.set_page_size(1000);
-    auto r = state_->ListAuditRecords(request);
+    auto r = state_->audit.ListAuditRecords(request);
     EXPECT_OK(r);
     int n = 0;
     if (r.ok()) {
@@ -129,14 +128,14 @@ class MobilityTest : public ::testing::Test {
     v1::PlaceRequest request;
     request.set_vcpus(vcpus);
     request.set_pin(pin);
-    return state_->Place(request);
+    return state_->policy.Place(request);
   }
 
   absl::StatusOr<v1::Host> Drain(const std::string& host, bool draining = true) {
     v1::DrainHostRequest request;
     request.set_host_id(host);
     return Wait<v1::Host>([&](auto done) {
-      state_->SetHostDraining(request, draining, kTester, std::move(done));
+      state_->hosts.SetHostDraining(request, draining, kTester, std::move(done));
     });
   }
 
@@ -144,12 +143,12 @@ class MobilityTest : public ::testing::Test {
     v1::RemoveHostRequest request;
     request.set_host_id(host);
     return Wait<v1::RemoveHostResponse>(
-        [&](auto done) { state_->RemoveHost(request, kTester, std::move(done)); });
+        [&](auto done) { state_->hosts.RemoveHost(request, kTester, std::move(done)); });
   }
 
   cosched::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<TestState> state_;
   std::set<std::string> connected_;
   std::atomic<int> writes_{0};
   int64_t reports_ = 0;
@@ -181,7 +180,7 @@ TEST_F(MobilityTest, TwoHostsReportingOneVmDoNotFlap) {
   // Both sides enforce the VM's group, and neither is sent a removal.
   EXPECT_EQ(Enforced("hv-a"), std::vector<std::string>{"vm-1"});
   EXPECT_EQ(Enforced("hv-b"), std::vector<std::string>{"vm-1"});
-  auto update = state_->WatchUpdate("hv-b", settled);
+  auto update = state_->watches.WatchUpdate("hv-b", settled);
   ASSERT_OK(update);
   EXPECT_FALSE(update->has_value());
   EXPECT_EQ(AuditCount("ChangeOwner", "vm-1"), 0);
@@ -282,18 +281,18 @@ TEST_F(MobilityTest, AnUnchangedReportWritesNothingAndAChangedOneDoes) {
   get.set_host_id("hv-a");
   const int64_t first_seen =
       google::protobuf::util::TimeUtil::TimestampToNanoseconds(
-          state_->GetHost(get)->last_seen_time());
+          state_->hosts.GetHost(get)->last_seen_time());
   absl::SleepFor(absl::Milliseconds(5));
   const int writes = writes_;
   ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
   EXPECT_EQ(writes_, writes) << "an unchanged Report was written";
   EXPECT_EQ(store_->CurrentRevision(), revision);
-  auto update = state_->WatchUpdate("hv-a", revision);
+  auto update = state_->watches.WatchUpdate("hv-a", revision);
   ASSERT_OK(update);
   EXPECT_FALSE(update->has_value());
   // The host's time still moves, from memory.
   EXPECT_GT(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
-                state_->GetHost(get)->last_seen_time()),
+                state_->hosts.GetHost(get)->last_seen_time()),
             first_seen);
   // A VM that goes is a change.
   ASSERT_OK(Report("hv-a", {}));
@@ -326,7 +325,7 @@ TEST_F(MobilityTest, StatsOfUnchangedReportsGoUnderTheIdTheVmIsTaggedWith) {
     vm->mutable_share()->set_run_ns(100);
     vm->mutable_share()->set_idle_ns(100);
     return Wait<v1::ReportResponse>(
-               [&](auto done) { state_->ApplyReport(request, std::move(done)); })
+               [&](auto done) { state_->reports.ApplyReport(request, std::move(done)); })
         .status();
   };
   ASSERT_OK(report());  // written; nobody has tagged it yet
@@ -337,7 +336,7 @@ TEST_F(MobilityTest, StatsOfUnchangedReportsGoUnderTheIdTheVmIsTaggedWith) {
   EXPECT_EQ(writes_, writes + 1) << "one write after the tag, then none";
   v1::GetStatsRequest get;
   get.set_vm_id(uuid);
-  auto stats = state_->GetStats(get);
+  auto stats = state_->stats_queries.GetStats(get);
   ASSERT_OK(stats);
   // The two windows reported after the tag (the first, from before it,
   // went under the name it ran under then); the unchanged Report's among
@@ -355,7 +354,7 @@ TEST_F(MobilityTest, AnUnchangedReportIsStillCheckedAgainstTheTopology) {
   window->set_end_unix_ns(absl::ToUnixNanos(absl::Now()) - 1'000'000'000);
   window->add_cores()->set_core(3);
   auto r = Wait<v1::ReportResponse>(
-      [&](auto done) { state_->ApplyReport(request, std::move(done)); });
+      [&](auto done) { state_->reports.ApplyReport(request, std::move(done)); });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
 }
 
@@ -378,7 +377,7 @@ TEST_F(MobilityTest, AReportWithAnUnknownRunStateIsRefused) {
   o->set_vm_id("vm-1");
   o->set_run_state(static_cast<v1::VMRunState>(99));
   auto r = Wait<v1::ReportResponse>(
-      [&](auto done) { state_->ApplyReport(request, std::move(done)); });
+      [&](auto done) { state_->reports.ApplyReport(request, std::move(done)); });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(r.status().message(), "vms[0].run_state"));
 }
@@ -419,7 +418,7 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   Register("good");
   ASSERT_OK(Report("no-kernel", {}));
   ASSERT_OK(Report("good", {}));
-  state_->set_host_stale_after(absl::Milliseconds(200));
+  state_->settings.set_host_stale_after(absl::Milliseconds(200));
   absl::SleepFor(absl::Milliseconds(300));
   ASSERT_OK(Report("no-kernel", {}));
   ASSERT_OK(Report("good", {}));
@@ -429,9 +428,9 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   ASSERT_EQ(placed->candidates_size(), 1);
   v1::GetHostRequest get;
   get.set_host_id("quiet");
-  EXPECT_TRUE(absl::StrContains(state_->GetHost(get)->unplaceable_reason(), "not live"));
+  EXPECT_TRUE(absl::StrContains(state_->hosts.GetHost(get)->unplaceable_reason(), "not live"));
   connected_.insert("quiet");  // a connected agent is live however quiet
-  EXPECT_EQ(state_->GetHost(get)->unplaceable_reason(), "");
+  EXPECT_EQ(state_->hosts.GetHost(get)->unplaceable_reason(), "");
   connected_.clear();
   ASSERT_OK(Drain("good"));
   auto none = Place(1);
@@ -448,12 +447,12 @@ TEST_F(MobilityTest, PlaceSkipsHostsThatCannotIsolateOrAreNotLive) {
   grant.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_VM);
   grant.mutable_policy()->add_allowed_isolation(v1::ISOLATION_LEVEL_NONE);
   ASSERT_OK(Wait<v1::TenantPolicy>(
-      [&](auto done) { state_->SetTenantPolicy(grant, kTester, std::move(done)); }));
+      [&](auto done) { state_->policies.SetTenantPolicy(grant, kTester, std::move(done)); }));
   v1::PlaceRequest untagged;
   untagged.set_vcpus(1);
   untagged.set_isolation(v1::ISOLATION_LEVEL_NONE);
   untagged.set_pin(false);
-  auto any = state_->Place(untagged);
+  auto any = state_->policy.Place(untagged);
   ASSERT_OK(any);
   EXPECT_EQ(any->host_id(), "no-kernel");
 }
@@ -494,7 +493,7 @@ TEST_F(MobilityTest, RemoveIsRefusedWhileConnectedOrReportingVms) {
   ASSERT_OK(r);
   v1::GetHostRequest get;
   get.set_host_id("hv-a");
-  EXPECT_EQ(state_->GetHost(get).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_->hosts.GetHost(get).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(AuditCount("RemoveHost", "hv-a"), 1);
   EXPECT_EQ(Place(1).status().code(), absl::StatusCode::kResourceExhausted);
 }
@@ -506,7 +505,7 @@ TEST_F(MobilityTest, ADeadHostCanBeRemovedAndItsVmsMoveToWhereTheyRun) {
   ASSERT_OK(Report("hv-a", {{"vm-1", ""}}));
   ASSERT_OK(Report("hv-b", {{"vm-1", ""}}));
   EXPECT_EQ(Get("vm-1").host_id(), "hv-a");
-  state_->set_host_stale_after(absl::Milliseconds(100));
+  state_->settings.set_host_stale_after(absl::Milliseconds(100));
   absl::SleepFor(absl::Milliseconds(200));
   auto r = Remove("hv-a");  // its agent died with the VM in its last report
   ASSERT_OK(r);

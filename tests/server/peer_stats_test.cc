@@ -1,6 +1,6 @@
-// Adding up the replicas' GetStats answers (server/peer_stats.h): figures by
+// Adding up the replicas' GetStats answers (server/replicas/peer_stats.h): figures by
 // their rules, VMs and cores merged in order, and what is missing named.
-#include "server/peer_stats.h"
+#include "server/replicas/peer_stats.h"
 
 #include <optional>
 #include <string>

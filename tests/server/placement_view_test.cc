@@ -2,19 +2,18 @@
 // against a view loaded from scratch from the same store (what csd builds at
 // its next start) after random sequences of registrations, tags, reports,
 // moves, untags and policy changes.
-#include "server/placement_view.h"
+#include "server/state/placement_view.h"
 
 #include <random>
 
-#include "common/config_loader.h"
 #include "absl/strings/match.h"
+#include "common/config_loader.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
-#include "server/desired_state.h"
+#include "server/daemon/csd_server.h"
 #include "store/sqlite_store.h"
-#include "tests/server/desired_state_testing.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace cosched::server {
 namespace {
@@ -37,8 +36,8 @@ class PlacementViewTest : public ::testing::TestWithParam<int> {
     auto store = store::SqliteStore::Open(options);
     ASSERT_OK(store);
     store_ = std::move(*store);
-    state_ = std::make_unique<DesiredState>(store_.get(), nullptr, Options());
-    ASSERT_OK(state_->LoadPlacement());
+    state_ = std::make_unique<TestState>(*store_, nullptr, Options());
+    ASSERT_OK(state_->Load());
   }
 
   // The answers of `view` to a fixed set of requests, cores left out: a
@@ -74,14 +73,14 @@ class PlacementViewTest : public ::testing::TestWithParam<int> {
   void ExpectViewMatchesStore() {
     PlacementView fresh(Options());
     ASSERT_OK(fresh.Load(*store_));
-    EXPECT_EQ(state_->placement().VmsByHost(), fresh.VmsByHost());
-    EXPECT_EQ(state_->placement().host_count(), fresh.host_count());
-    EXPECT_EQ(Answers(state_->placement()), Answers(fresh));
+    EXPECT_EQ(state_->placement.VmsByHost(), fresh.VmsByHost());
+    EXPECT_EQ(state_->placement.host_count(), fresh.host_count());
+    EXPECT_EQ(Answers(state_->placement), Answers(fresh));
   }
 
   cosched::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<TestState> state_;
 };
 
 TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
@@ -110,7 +109,7 @@ TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
           core->add_cpus(c + cores);
         }
         ASSERT_TRUE(Wait<v1::RegisterResponse>([&](auto done) {
-                      state_->RegisterHost(r, kTester, std::move(done));
+                      state_->hosts.RegisterHost(r, kTester, std::move(done));
                     }).ok());
         break;
       }
@@ -124,7 +123,7 @@ TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
         r.set_isolation(levels[pick(levels.size())]);
         if (pick(2)) r.add_interference_classes(classes[pick(classes.size())]);
         auto tagged = Wait<v1::TagVMResponse>(
-            [&](auto done) { state_->TagVm(r, kTester, std::move(done)); });
+            [&](auto done) { state_->vms.TagVm(r, kTester, std::move(done)); });
         // A tenant's policy may forbid the level: that changes nothing.
         if (tagged.ok()) tenant_of[r.vm_id()] = r.tenant_id();
         break;
@@ -141,14 +140,14 @@ TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
         }
         // An unregistered host is refused: nothing changes.
         (void)Wait<v1::ReportResponse>(
-            [&](auto done) { state_->ApplyReport(r, std::move(done)); });
+            [&](auto done) { state_->reports.ApplyReport(r, std::move(done)); });
         break;
       }
       case 4: {  // untag
         v1::UntagVMRequest r;
         r.set_vm_id(vms[pick(vms.size())]);
         auto untagged = Wait<v1::UntagVMResponse>(
-            [&](auto done) { state_->UntagVm(r, kTester, std::move(done)); });
+            [&](auto done) { state_->vms.UntagVm(r, kTester, std::move(done)); });
         if (untagged.ok()) tenant_of.erase(r.vm_id());
         break;
       }
@@ -158,7 +157,7 @@ TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
         r.mutable_policy()->set_default_isolation(levels[1 + pick(levels.size() - 1)]);
         if (pick(2)) r.mutable_policy()->set_forced_idle_budget_pct(pick(50));
         (void)Wait<v1::TenantPolicy>(
-            [&](auto done) { state_->SetTenantPolicy(r, kTester, std::move(done)); });
+            [&](auto done) { state_->policies.SetTenantPolicy(r, kTester, std::move(done)); });
         break;
       }
     }
@@ -169,7 +168,7 @@ TEST_P(PlacementViewTest, IncrementalViewEqualsViewLoadedFromStore) {
   }
   // Something was placed, so that the comparison meant something.
   size_t placed = 0;
-  for (const auto& [host, ids] : state_->placement().VmsByHost()) placed += ids.size();
+  for (const auto& [host, ids] : state_->placement.VmsByHost()) placed += ids.size();
   EXPECT_GT(placed, 0u);
 }
 
@@ -181,19 +180,19 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
   options.data_dir = dir.Sub("data");
   auto store = store::SqliteStore::Open(options);
   ASSERT_OK(store);
-  DesiredState state(store->get(), nullptr, Options());
-  ASSERT_OK(state.LoadPlacement());
+  TestState state(*store->get(), nullptr, Options());
+  ASSERT_OK(state.Load());
 
   v1::RegisterRequest reg;
   reg.set_host_id("h");
   ASSERT_TRUE(Wait<v1::RegisterResponse>([&](auto done) {
-                state.RegisterHost(reg, kTester, std::move(done));
+                state.hosts.RegisterHost(reg, kTester, std::move(done));
               }).ok());
   v1::TagVMRequest tag;
   tag.set_vm_id("big");
   tag.set_isolation(v1::ISOLATION_LEVEL_DEDICATED);
   ASSERT_TRUE(Wait<v1::TagVMResponse>(
-                  [&](auto done) { state.TagVm(tag, kTester, std::move(done)); })
+                  [&](auto done) { state.vms.TagVm(tag, kTester, std::move(done)); })
                   .ok());
   v1::ReportRequest report;
   report.set_host_id("h");
@@ -201,13 +200,13 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
   o->set_vm_id("big");
   o->mutable_enforcement()->set_vcpus(6);
   ASSERT_TRUE(Wait<v1::ReportResponse>(
-                  [&](auto done) { state.ApplyReport(report, std::move(done)); })
+                  [&](auto done) { state.reports.ApplyReport(report, std::move(done)); })
                   .ok());
   policy::PlacementRequest r;
   r.vm_id = "probe";
   r.tenant = "t";
   r.vcpus = 2;
-  EXPECT_EQ(state.placement().Place(r).status().code(),
+  EXPECT_EQ(state.placement.Place(r).status().code(),
             absl::StatusCode::kResourceExhausted);  // no topology: not placeable
 
   for (int c = 0; c < 4; ++c) {
@@ -216,16 +215,16 @@ TEST(PlacementView, VmReportedBeforeItsHostHasATopologyIsPlacedLater) {
     core->add_cpus(2 * c + 1);
   }
   ASSERT_TRUE(Wait<v1::RegisterResponse>([&](auto done) {
-                state.RegisterHost(reg, kTester, std::move(done));
+                state.hosts.RegisterHost(reg, kTester, std::move(done));
               }).ok());
   // The dedicated VM took 3 of the 4 cores: the last one stays shared, as
   // the agent's planner keeps it, so only an unpinned VM fits.
-  auto pinned = state.placement().Place(r);
+  auto pinned = state.placement.Place(r);
   EXPECT_EQ(pinned.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(pinned.status().message(), "stays shared"))
       << pinned.status();
   r.pinning = false;
-  auto a = state.placement().Place(r);
+  auto a = state.placement.Place(r);
   ASSERT_OK(a);
   EXPECT_EQ(a->decision.host_id, "h");
   EXPECT_TRUE(a->decision.cores.empty());

@@ -4,10 +4,10 @@
 #include <memory>
 #include <string>
 
-#include "grpcpp/create_channel.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::server {

@@ -1,7 +1,7 @@
 // QueryPool (issue #32 item 9): Plan and ExplainVM run on a bounded pool,
 // never more at once than its threads, refused past its queue, and not run
 // at all once they waited too long.
-#include "server/query_pool.h"
+#include "server/api/query_pool.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,6 +1,6 @@
 // ReportRateLimit (issue #32 item 3): csd, not the agent, bounds how often a
 // host may Report.
-#include "server/report_rate_limit.h"
+#include "server/state/report_rate_limit.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // Staged rollouts in csd: which hosts a stage enables, what HostEnablement
 // a rollout gives each host, and RolloutControl's writes and checks on a
-// DesiredState over SQLite, with a clock of the test's own for the soak.
+// The desired state over SQLite, with a clock of the test's own for the soak.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/host_enablement.h"
-#include "server/rollout_control.h"
-#include "server/rollout_view.h"
-#include "tests/server/desired_state_testing.h"
+#include "server/state/host_enablement.h"
+#include "server/state/rollout_control.h"
+#include "server/state/rollout_view.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -168,7 +168,7 @@ TEST(RolloutOptionsTest, ConfigFillsThemAndBadValuesNameTheField) {
   EXPECT_EQ(set.min_soak_s, 1);
 }
 
-// RolloutControl over a DesiredState with `hosts` registered (hv-0 ...,
+// RolloutControl over the desired state with `hosts` registered (hv-0 ...,
 // the even ones labelled zone=a, the odd ones zone=b).
 class RolloutControlTest : public ::testing::Test {
  protected:
@@ -177,8 +177,9 @@ class RolloutControlTest : public ::testing::Test {
     RolloutOptions options;
     options.min_soak_s = 60;
     options.no_report_halt = std::chrono::seconds(3600);
-    control_ = std::make_unique<RolloutControl>(sqlite_.state(), options,
-                                                [this] { return now_; });
+    TestState& state = *sqlite_.state();
+    control_ = std::make_unique<RolloutControl>(state.store, state.rollout, state.host_status,
+                                                options, [this] { return now_; });
     // A fleet whose enforcement is turned on in stages: its hosts wait.
     if (HostsWait()) {
       ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT));
@@ -205,7 +206,7 @@ class RolloutControlTest : public ::testing::Test {
     const int n = std::stoi(host.substr(3));
     (*request.mutable_labels())["zone"] = n % 2 == 0 ? "a" : "b";
     return testing::Wait<v1::RegisterResponse>([&](auto done) {
-      sqlite_.state()->RegisterHost(request, Actor{host, "host"}, std::move(done));
+      sqlite_.state()->hosts.RegisterHost(request, Actor{host, "host"}, std::move(done));
     });
   }
 
@@ -230,7 +231,7 @@ class RolloutControlTest : public ::testing::Test {
   v1::HostEnablement::State EnablementOfHost(const std::string& host) {
     v1::GetHostRequest get;
     get.set_host_id(host);
-    absl::StatusOr<v1::Host> h = sqlite_.state()->GetHost(get);
+    absl::StatusOr<v1::Host> h = sqlite_.state()->hosts.GetHost(get);
     EXPECT_TRUE(h.ok()) << h.status();
     return h.ok() ? h->enablement().state() : v1::HostEnablement::STATE_UNSPECIFIED;
   }
@@ -241,7 +242,7 @@ class RolloutControlTest : public ::testing::Test {
     v1::ListAuditRecordsRequest request;
     request.set_page_size(100);
     absl::StatusOr<v1::ListAuditRecordsResponse> records =
-        sqlite_.state()->ListAuditRecords(request);
+        sqlite_.state()->audit.ListAuditRecords(request);
     EXPECT_TRUE(records.ok()) << records.status();
     std::vector<std::string> methods;
     if (!records.ok()) return methods;
@@ -252,7 +253,7 @@ class RolloutControlTest : public ::testing::Test {
   }
 
   cosched::testing::TempDir dir_;
-  testing::SqliteDesiredState sqlite_{dir_.Sub("data")};
+  testing::SqliteTestState sqlite_{dir_.Sub("data")};
   absl::Time now_ = absl::FromUnixSeconds(1800000000);
   std::unique_ptr<RolloutControl> control_;
 };
@@ -499,7 +500,7 @@ TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
   vm->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_FAILED);
   vm->mutable_enforcement()->set_last_error("EPERM on tid 101");
   ASSERT_OK(testing::Wait<v1::ReportResponse>([&](auto done) {
-              sqlite_.state()->ApplyReport(report, std::move(done));
+              sqlite_.state()->reports.ApplyReport(report, std::move(done));
             }).status());
   now_ += absl::Seconds(600);
   ASSERT_OK(control_->RunPass());
@@ -522,7 +523,7 @@ TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
   hazard->set_name("sched_ext");
   hazard->set_detail("sched_ext state 'enabled'");
   ASSERT_OK(testing::Wait<v1::ReportResponse>([&](auto done) {
-              sqlite_.state()->ApplyReport(report, std::move(done));
+              sqlite_.state()->reports.ApplyReport(report, std::move(done));
             }).status());
   ASSERT_OK(Change(RolloutControl::Change::kResume).status());
   ASSERT_OK(control_->RunPass());
@@ -546,7 +547,7 @@ class OffSwitchTest : public RolloutControlTest {
       if (request.all()) {
         control_->SetFleetEnforcement(request, Actor{"alice", "admin"}, std::move(done));
       } else {
-        sqlite_.state()->SetHostEnforcement(request, Actor{"alice", "admin"}, std::move(done));
+        sqlite_.state()->hosts.SetHostEnforcement(request, Actor{"alice", "admin"}, std::move(done));
       }
     });
   }

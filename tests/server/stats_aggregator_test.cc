@@ -1,4 +1,4 @@
-#include "server/stats_aggregator.h"
+#include "server/stats/stats_aggregator.h"
 
 #include <malloc.h>
 

@@ -2,7 +2,7 @@
 // windows reach the leader's aggregator through a real gRPC service; a
 // replica that leads forwards nothing; what cannot be sent is dropped and
 // counted, never queued without bound; bad input names its field.
-#include "server/stats_forwarder.h"
+#include "server/replicas/stats_forwarder.h"
 
 #include <chrono>
 #include <memory>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"

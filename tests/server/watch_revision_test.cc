@@ -15,10 +15,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/desired_state.h"
 #include "store/etcd_store.h"
 #include "store/sqlite_store.h"
-#include "tests/server/desired_state_testing.h"
+#include "tests/server/state_testing.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -72,8 +71,8 @@ class WatchRevisionTest : public ::testing::TestWithParam<Backend> {
     ASSERT_OK(opened);
     store_ = std::move(*opened);
     wrapper_ = std::make_unique<CommitAfterReadStore>(store_.get());
-    state_ = std::make_unique<DesiredState>(wrapper_.get());
-    ASSERT_OK(state_->LoadPlacement());
+    state_ = std::make_unique<TestState>(*wrapper_);
+    ASSERT_OK(state_->Load());
   }
 
   // A store of its own on the same data: on etcd, another replica.
@@ -92,28 +91,28 @@ class WatchRevisionTest : public ::testing::TestWithParam<Backend> {
     return std::unique_ptr<store::Store>(std::move(etcd));
   }
 
-  static absl::Status Register(DesiredState& state, const std::string& host) {
+  static absl::Status Register(TestState& state, const std::string& host) {
     return testing::RegisterHost(state, host, kTester);
   }
 
-  static absl::Status Report(DesiredState& state, const std::string& host,
+  static absl::Status Report(TestState& state, const std::string& host,
                              const std::vector<std::string>& vms) {
     v1::ReportRequest request;
     request.set_host_id(host);
     for (const std::string& vm : vms) request.add_vms()->set_vm_id(vm);
     return Wait<v1::ReportResponse>([&](auto done) {
-             state.ApplyReport(request, std::move(done));
+             state.reports.ApplyReport(request, std::move(done));
            }).status();
   }
 
-  static absl::Status Tag(DesiredState& state, const std::string& vm, const std::string& tenant,
+  static absl::Status Tag(TestState& state, const std::string& vm, const std::string& tenant,
                           v1::IsolationLevel level) {
     v1::TagVMRequest request;
     request.set_vm_id(vm);
     request.set_tenant_id(tenant);
     request.set_isolation(level);
     return Wait<v1::TagVMResponse>([&](auto done) {
-             state.TagVm(request, kTester, std::move(done));
+             state.vms.TagVm(request, kTester, std::move(done));
            }).status();
   }
 
@@ -121,7 +120,7 @@ class WatchRevisionTest : public ::testing::TestWithParam<Backend> {
   cosched::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<CommitAfterReadStore> wrapper_;
-  std::unique_ptr<DesiredState> state_;
+  std::unique_ptr<TestState> state_;
 };
 
 TEST_P(WatchRevisionTest, ACommitBetweenAResumesReadAndItsAnswerReachesTheAgent) {
@@ -129,7 +128,7 @@ TEST_P(WatchRevisionTest, ACommitBetweenAResumesReadAndItsAnswerReachesTheAgent)
   ASSERT_OK(Tag(*state_, "vm-1", "acme", v1::ISOLATION_LEVEL_VM));
   ASSERT_OK(Report(*state_, "host-a", {"vm-1"}));
   // The agent is current: it resumes with nothing new to read.
-  auto current = state_->FirstWatchMessage("host-a", 0);
+  auto current = state_->watches.FirstWatchMessage("host-a", 0);
   ASSERT_OK(current);
   ASSERT_EQ(current->assignments_size(), 1);
   const int64_t resume = current->revision();
@@ -137,7 +136,7 @@ TEST_P(WatchRevisionTest, ACommitBetweenAResumesReadAndItsAnswerReachesTheAgent)
   // vm-1 moves to its tenant's shared group while the resume is answered.
   wrapper_->ArmAfterNextRead(
       [&] { ASSERT_OK(Tag(*state_, "vm-1", "acme", v1::ISOLATION_LEVEL_TENANT)); });
-  auto resumed = state_->FirstWatchMessage("host-a", resume);
+  auto resumed = state_->watches.FirstWatchMessage("host-a", resume);
   ASSERT_OK(resumed);
   EXPECT_EQ(resumed->kind(), v1::WatchAssignmentsResponse::KIND_DELTA);
   EXPECT_EQ(resumed->assignments_size(), 0);
@@ -145,7 +144,7 @@ TEST_P(WatchRevisionTest, ACommitBetweenAResumesReadAndItsAnswerReachesTheAgent)
   // the retag's revision.
   EXPECT_EQ(resumed->revision(), resume);
 
-  auto next = state_->WatchUpdate("host-a", resumed->revision());
+  auto next = state_->watches.WatchUpdate("host-a", resumed->revision());
   ASSERT_OK(next);
   ASSERT_TRUE(next->has_value()) << "the retag committed during the resume never reached the agent";
   ASSERT_EQ((*next)->assignments_size(), 1);
@@ -158,12 +157,12 @@ TEST_P(WatchRevisionTest, ASnapshotIsStampedWithItsOwnReadsRevision) {
   ASSERT_OK(Report(*state_, "host-a", {"vm-1"}));
   wrapper_->ArmAfterNextRead(
       [&] { ASSERT_OK(Tag(*state_, "vm-1", "acme", v1::ISOLATION_LEVEL_TENANT)); });
-  auto snapshot = state_->FirstWatchMessage("host-a", 0);
+  auto snapshot = state_->watches.FirstWatchMessage("host-a", 0);
   ASSERT_OK(snapshot);
   ASSERT_EQ(snapshot->kind(), v1::WatchAssignmentsResponse::KIND_SNAPSHOT);
   ASSERT_EQ(snapshot->assignments_size(), 1);
   EXPECT_EQ(snapshot->assignments(0).trust_group(), "acme/vm/vm-1");
-  auto next = state_->WatchUpdate("host-a", snapshot->revision());
+  auto next = state_->watches.WatchUpdate("host-a", snapshot->revision());
   ASSERT_OK(next);
   ASSERT_TRUE(next->has_value());
   EXPECT_EQ((*next)->assignments(0).trust_group(), "acme/tenant");
@@ -195,14 +194,14 @@ TEST_P(WatchRevisionTest, AgentsResumingWhileWritersCommitEndWhereCsdIs) {
   constexpr int kHosts = 4;
   const int kVmsPerHost = GetParam() == Backend::kSqlite ? 60 : 25;
   std::unique_ptr<store::Store> other_store;
-  std::unique_ptr<DesiredState> other;
-  DesiredState* second_writer = state_.get();
+  std::unique_ptr<TestState> other;
+  TestState* second_writer = state_.get();
   if (GetParam() == Backend::kEtcd) {
     auto opened = OpenStore("b");
     ASSERT_OK(opened);
     other_store = std::move(*opened);
-    other = std::make_unique<DesiredState>(other_store.get());
-    ASSERT_OK(other->LoadPlacement());
+    other = std::make_unique<TestState>(*other_store);
+    ASSERT_OK(other->Load());
     second_writer = other.get();
   }
   std::vector<std::string> hosts;
@@ -221,7 +220,7 @@ TEST_P(WatchRevisionTest, AgentsResumingWhileWritersCommitEndWhereCsdIs) {
 
   std::atomic<bool> stop{false};
   std::atomic<int> writes{0};
-  auto writer = [&](DesiredState* state, unsigned seed) {
+  auto writer = [&](TestState* state, unsigned seed) {
     std::mt19937 random(seed);
     while (!stop.load()) {
       const std::string& vm = vms[random() % vms.size()];
@@ -246,12 +245,12 @@ TEST_P(WatchRevisionTest, AgentsResumingWhileWritersCommitEndWhereCsdIs) {
     AgentCopy& agent = agents[h];
     if (agent.revision == 0 || random() % 4 != 0) {
       // A reconnect: resume from what it holds.
-      auto message = state_->FirstWatchMessage(hosts[h], agent.revision);
+      auto message = state_->watches.FirstWatchMessage(hosts[h], agent.revision);
       ASSERT_OK(message);
       agent.Apply(*message);
       ++resumes;
     } else {
-      auto update = state_->WatchUpdate(hosts[h], agent.revision);
+      auto update = state_->watches.WatchUpdate(hosts[h], agent.revision);
       ASSERT_OK(update);
       if (update->has_value()) agent.Apply(**update);
     }
@@ -261,10 +260,10 @@ TEST_P(WatchRevisionTest, AgentsResumingWhileWritersCommitEndWhereCsdIs) {
   other_writer.join();
 
   for (int h = 0; h < kHosts; ++h) {
-    auto update = state_->WatchUpdate(hosts[h], agents[h].revision);
+    auto update = state_->watches.WatchUpdate(hosts[h], agents[h].revision);
     ASSERT_OK(update);
     if (update->has_value()) agents[h].Apply(**update);
-    auto truth = state_->FirstWatchMessage(hosts[h], 0);
+    auto truth = state_->watches.FirstWatchMessage(hosts[h], 0);
     ASSERT_OK(truth);
     AgentCopy csd;
     csd.Apply(*truth);

@@ -23,7 +23,7 @@
 #include "host/testing/core_sched_fake.h"
 #include "host/testing/fake_host.h"
 #include "host/testing/pseudo_fs_fake.h"
-#include "server/csd_server.h"
+#include "server/daemon/csd_server.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/trusted_plaintext.h"
 

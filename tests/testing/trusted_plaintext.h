@@ -5,7 +5,7 @@
 #ifndef COSCHED_TESTS_TESTING_TRUSTED_PLAINTEXT_H_
 #define COSCHED_TESTS_TESTING_TRUSTED_PLAINTEXT_H_
 
-#include "server/authz.h"
+#include "server/api/authz.h"
 
 namespace cosched::testing {
 

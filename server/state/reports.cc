@@ -1,0 +1,348 @@
+// The write of an agent's Report: the VMs the host runs now (presence,
+// ownership, tags from domain metadata), its preflight and enablement, and
+// its stats windows.
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/labels.h"
+#include "common/log_every.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "common/validation.h"
+#include "glog/logging.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/state/agent_input.h"
+#include "server/state/metadata_tag.h"
+#include "server/state/reports.h"
+#include "server/state/vm_presence.h"
+
+namespace cosched::server {
+namespace {
+
+using internal::DropUnlistedStats;
+using internal::RecordReceiverChanges;
+using internal::ValidateDomainMetadata;
+using internal::ValidateEnforcement;
+using internal::ValidateOptionalId;
+using internal::ValidatePreflight;
+using internal::ValidateStatsCores;
+using internal::WriteAndAnswer;
+using google::protobuf::util::TimeUtil;
+using store::ListAllVms;
+
+// A Report names at most this many VMs.
+constexpr int kMaxReportedVms = 10000;
+
+// The checks of a Report's own fields, after its host id and rate.
+absl::Status ValidateReport(const v1::ReportRequest& request) {
+  absl::Status valid;
+  if (request.applied_revision() < 0) {
+    valid = absl::InvalidArgumentError("applied_revision must not be negative");
+  }
+  if (valid.ok() && request.vms_size() > kMaxReportedVms) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("vms has ", request.vms_size(), " entries; at most ",
+                     kMaxReportedVms, " are allowed"));
+  }
+  std::set<std::string> ids;
+  for (int i = 0; valid.ok() && i < request.vms_size(); ++i) {
+    const auto& o = request.vms(i);
+    std::string field = absl::StrCat("vms[", i, "]");
+    valid = ValidateId(absl::StrCat(field, ".vm_id"), o.vm_id());
+    if (valid.ok()) valid = ValidateOptionalId(absl::StrCat(field, ".uuid"), o.uuid());
+    if (valid.ok()) valid = ValidateEnforcement(absl::StrCat(field, ".enforcement"), o.enforcement());
+    if (valid.ok() && o.has_metadata()) {
+      valid = ValidateDomainMetadata(absl::StrCat(field, ".metadata"), o.metadata());
+    }
+    if (valid.ok() && !v1::VMRunState_IsValid(o.run_state())) {
+      valid = absl::InvalidArgumentError(
+          absl::StrCat(field, ".run_state is not a known run state"));
+    }
+    if (valid.ok() && !ids.insert(o.vm_id()).second) {
+      valid = absl::InvalidArgumentError(
+          absl::StrCat(field, ".vm_id '", o.vm_id(), "' is reported twice"));
+    }
+  }
+  if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
+  if (valid.ok()) valid = ValidatePreflight("preflight", request.preflight());
+  if (valid.ok()) valid = internal::ValidateImpostors(request);
+  return valid;
+}
+
+// What a Report's write did, for what follows its commit. Reset by each run
+// of the write (a store may run it again).
+struct ReportWrite {
+  // Reported vm_id -> the id the VM is tagged under, where they differ.
+  absl::flat_hash_map<std::string, std::string> tagged_id;
+  PlacementDelta delta;
+  std::vector<std::string> moves;  // "vm from 'a' to 'b'", for the log
+  int cores = 0;                   // of the host's registered topology
+  MetadataWrites from_metadata;
+};
+
+// Every VM the host owned or reported before, and every tagged VM it
+// reports now (tagged from its metadata when `tag_from_metadata`), with
+// what it reports of each (`seen`, pointing into `observations`).
+absl::Status ReadReportedVms(store::Transaction& txn, const std::string& host_id,
+                             const std::vector<v1::VMObservation>& observations,
+                             bool tag_from_metadata, ReportWrite& out,
+                             std::map<std::string, v1::VM>& vms,
+                             std::map<std::string, const v1::VMObservation*>& seen) {
+  for (const store::VmFilter& filter :
+       {store::VmFilter::OwnedBy(host_id), store::VmFilter::ReportedOn(host_id)}) {
+    ASSIGN_OR_RETURN(auto listed, ListAllVms(txn, filter));
+    for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
+  }
+  for (const auto& o : observations) {
+    // A VM is tagged under its name or its UUID.
+    std::optional<v1::VM> vm;
+    for (const std::string* key : {&o.vm_id(), &o.uuid()}) {
+      if (key->empty() || vm) continue;
+      ASSIGN_OR_RETURN(vm, txn.GetVm(*key));
+    }
+    if (tag_from_metadata) {
+      const std::string before = vm ? vm->vm_id() : "";
+      ASSIGN_OR_RETURN(vm, TagFromMetadata(txn, host_id, o, std::move(vm), out.from_metadata));
+      // Untagged now: not written back below.
+      if (!vm && !before.empty()) vms.erase(before);
+    }
+    if (!vm) continue;
+    if (vm->vm_id() != o.vm_id()) out.tagged_id[o.vm_id()] = vm->vm_id();
+    seen[vm->vm_id()] = &o;
+    // As read now: tagging from metadata may have rewritten the VM
+    // listed above.
+    vms.insert_or_assign(vm->vm_id(), *std::move(vm));
+  }
+  return absl::OkStatus();
+}
+
+// Writes each VM of `vms` with its presence on the host as reported now
+// (`seen`), its owner and any metadata conflict; audits a change of owner.
+absl::Status WritePresence(store::Transaction& txn, const std::string& host_id,
+                           const google::protobuf::Timestamp& now, bool tag_from_metadata,
+                           std::map<std::string, v1::VM>& vms,
+                           const std::map<std::string, const v1::VMObservation*>& seen,
+                           ReportWrite& out) {
+  for (auto& [vm_id, vm] : vms) {
+    v1::VM updated = vm;
+    auto it = seen.find(vm_id);
+    SetPresence(updated, host_id,
+                it == seen.end() ? std::nullopt
+                                 : std::optional<v1::VMObservation>(*it->second),
+                now);
+    ResolveOwner(updated);
+    // Metadata counts from the owner only, and what every host that
+    // reports the VM says must agree with it (issue #32).
+    if (tag_from_metadata && updated.conflict().empty() && !updated.metadata_host().empty() &&
+        (updated.presence_size() > 1 || updated.host_id() != updated.metadata_host())) {
+      ASSIGN_OR_RETURN(std::string conflict,
+                       MetadataConflict(txn, updated, host_id,
+                                        it == seen.end() ? nullptr : it->second,
+                                        out.from_metadata.hosts));
+      updated.set_conflict(std::move(conflict));
+    }
+    if (!google::protobuf::util::MessageDifferencer::Equals(updated, vm)) {
+      RETURN_IF_ERROR(RecordReceiverChanges(txn, &vm, &updated));
+      RETURN_IF_ERROR(txn.PutVm(updated));
+      // A first placement or a VM gone everywhere is no migration.
+      if (updated.host_id() != vm.host_id() && !vm.host_id().empty() &&
+          !updated.host_id().empty()) {
+        out.moves.push_back(absl::StrCat(vm_id, " from '", vm.host_id(), "' to '",
+                                         updated.host_id(), "'"));
+        v1::AuditRecord logged;
+        RETURN_IF_ERROR(internal::Audit(txn, host_id, "host", "ChangeOwner", vm_id, &vm,
+                                        &updated, 0, &logged));
+      }
+    }
+    ASSIGN_OR_RETURN(PlacedVm placed, PlacedVmOf(txn, updated));
+    out.delta.vms.push_back(std::move(placed));
+  }
+  return absl::OkStatus();
+}
+
+// A changed Report's write: the host's observations, its VMs' presence and
+// owners, tags from metadata, and the host record.
+absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& request,
+                         bool tag_from_metadata, ReportWrite& out) {
+  out = ReportWrite();
+  const std::string& host_id = request.host_id();
+  ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+  if (!host) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("host '", host_id, "' is not registered; call Register first"));
+  }
+  RETURN_IF_ERROR(ValidateStatsCores(request.stats(), host->topology()));
+  out.cores = host->topology().cores_size();
+
+  std::vector<v1::VMObservation> observations(request.vms().begin(), request.vms().end());
+  auto now = TimeUtil::GetCurrentTime();
+  for (auto& o : observations) *o.mutable_enforcement()->mutable_report_time() = now;
+  RETURN_IF_ERROR(txn.ReplaceObservations(host_id, observations));
+  std::map<std::string, v1::VM> vms;
+  std::map<std::string, const v1::VMObservation*> seen;
+  RETURN_IF_ERROR(ReadReportedVms(txn, host_id, observations, tag_from_metadata, out, vms, seen));
+  out.delta.removed_vms = out.from_metadata.untagged_vms;
+  RETURN_IF_ERROR(WritePresence(txn, host_id, now, tag_from_metadata, vms, seen, out));
+  *host->mutable_last_seen_time() = now;
+  host->set_applied_revision(request.applied_revision());
+  host->set_vm_count(request.vms_size());
+  if (request.has_preflight() &&
+      !google::protobuf::util::MessageDifferencer::Equals(host->capabilities().preflight(),
+                                                          request.preflight())) {
+    // A hazard came or went: Place must see it at once.
+    *host->mutable_capabilities()->mutable_preflight() = request.preflight();
+    out.delta.hosts.push_back(*host);
+  }
+  // What the host says of processes posing as VMs: shown, never acted on.
+  host->mutable_impostors()->CopyFrom(request.impostors());
+  host->set_impostor_count(request.impostor_count());
+  return txn.PutHost(*host);
+}
+
+}  // namespace
+
+void Reports::ApplyReport(const v1::ReportRequest& request, Done<v1::ReportResponse> done) {
+  absl::Status valid = ValidateId("host_id", request.host_id());
+  // Before anything else is read of it: a Report past the host's rate
+  // costs csd no more than this.
+  if (valid.ok()) valid = report_rate_.Admit(request.host_id());
+  if (valid.ok()) valid = ValidateReport(request);
+  if (!valid.ok()) return done(valid);
+  // Every answer says whether the host should set cookies, so a change of
+  // the setting or of the host's vulnerabilities reaches a running agent.
+  status_.liveness().Note(request, absl::Now());
+  std::optional<v1::Host> registered = effects_.placement().HostRecord(request.host_id());
+  done = [enablement = EnablementOf(request.preflight(), settings_.enforce_policy(),
+                                    registered ? rollout_.VerdictFor(*registered) : RolloutVerdict{}),
+          done = std::move(done)](absl::StatusOr<v1::ReportResponse> r) mutable {
+    if (r.ok()) *r->mutable_enablement() = enablement;
+    done(std::move(r));
+  };
+
+  // Shared by the write and its completion: stats can be large to copy.
+  // Stats of VMs the Report does not list are dropped here, before the
+  // store, the stats kept in memory or the leader see them.
+  auto own = std::make_shared<v1::ReportRequest>(request);
+  auto dropped_ids = std::make_shared<std::vector<std::string>>();
+  const int64_t dropped = DropUnlistedStats(*own, dropped_ids.get());
+  if (dropped > 0) {
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "host " << request.host_id() << ": dropped " << dropped
+                             << " stats entries of VMs its Report does not list, e.g. "
+                             << (*dropped_ids)[0] << " (logged once a minute)";
+    done = [dropped, dropped_ids, done = std::move(done)](
+               absl::StatusOr<v1::ReportResponse> r) mutable {
+      if (r.ok()) {
+        r->set_dropped_vm_stats(dropped);
+        for (std::string& id : *dropped_ids) r->add_dropped_vm_ids(std::move(id));
+      }
+      done(std::move(r));
+    };
+  }
+  std::shared_ptr<const v1::ReportRequest> report = std::move(own);
+  const std::string content = ReportContent(request);
+  if (std::optional<ReportMemory::Seen> last =
+          effects_.reports().Unchanged(request.host_id(), content)) {
+    // The same as the host's last committed Report: nothing to write, no
+    // revision, no fan-out. Only its time and its stats windows are new.
+    v1::Topology topology;
+    for (int i = 0; i < last->cores; ++i) topology.add_cores();
+    absl::Status stats_valid = ValidateStatsCores(request.stats(), topology);
+    if (!stats_valid.ok()) return done(stats_valid);
+    return AddReportStats(report, std::move(last->tagged_id), std::move(done));
+  }
+
+  auto write = std::make_shared<ReportWrite>();
+  internal::WriteAndAnswer<v1::ReportResponse>(
+      &store_,
+      [report, write, tag_from_metadata = settings_.tag_from_metadata()](
+          store::Transaction& txn, v1::ReportResponse&) {
+        return WriteReport(txn, *report, tag_from_metadata, *write);
+      },
+      [this, report, content, write, done = std::move(done)](
+          absl::StatusOr<v1::ReportResponse> r) mutable {
+        if (!r.ok()) return done(r.status());
+        effects_.placement().Apply(write->delta);
+        for (const v1::AuditRecord& audit : write->from_metadata.audits) {
+          internal::LogAudit(audit);
+        }
+        for (const std::string& host : write->from_metadata.hosts) {
+          if (host != report->host_id()) effects_.reports().Forget(host);
+        }
+        for (const std::string& move : write->moves) {
+          LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
+        }
+        effects_.reports().Remember(report->host_id(),
+                                    ReportMemory::Seen{content, write->cores, write->tagged_id});
+        effects_.NotifyLayout(report->host_id());
+        AddReportStats(report, std::move(write->tagged_id), std::move(done));
+      });
+}
+
+void Reports::AddReportStats(
+                             std::shared_ptr<const v1::ReportRequest> report,
+                             absl::flat_hash_map<std::string, std::string> tagged_id,
+                             Done<v1::ReportResponse> done) {
+  v1::ReportResponse response;
+  response.set_revision(store_.CurrentRevision());
+  // Only a committed (or unchanged) Report counts: a refused one changes
+  // nothing. Answered once its windows are in, so the agent's next Report
+  // and any GetStats after the answer see them.
+  auto tagged = std::make_shared<const absl::flat_hash_map<std::string, std::string>>(
+      std::move(tagged_id));
+  if (stats_observer_ && report->stats_size() > 0) stats_observer_(report, tagged);
+  stats_.AddInBackground(
+      report, tagged,
+      [host = report->host_id(), done = std::move(done), response](int64_t ignored) {
+        LOG_IF_EVERY_N(WARNING, ignored > 0, 100)
+            << "host " << host << ": ignored " << ignored
+            << " stats window(s) already reported, over 24 h old or "
+               "ahead of csd's clock (logged every 100th time)";
+        done(response);
+      });
+}
+
+std::string Reports::ReportContent(const v1::ReportRequest& request) {
+  // This runs for every Report: one scratch message is reused for the VMs
+  // (its fields keep their capacity) instead of a copy of the whole list.
+  // Agents stamp report_time on every Report; csd stamps its own, so it is
+  // no part of what changed.
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
+    v1::VMObservation scratch;
+    for (const v1::VMObservation& o : request.vms()) {
+      scratch.CopyFrom(o);
+      scratch.mutable_enforcement()->clear_report_time();
+      out.WriteVarint64(scratch.ByteSizeLong());
+      scratch.SerializeWithCachedSizes(&out);
+    }
+    // A hazard that comes or goes changes the host, so it is content; so
+    // does a process posing as a VM.
+    if (request.has_preflight()) {
+      out.WriteVarint64(request.preflight().ByteSizeLong());
+      request.preflight().SerializeWithCachedSizes(&out);
+    }
+    out.WriteVarint32(static_cast<uint32_t>(request.impostor_count()));
+    for (const v1::ImpostorProcess& impostor : request.impostors()) {
+      out.WriteVarint64(impostor.ByteSizeLong());
+      impostor.SerializeWithCachedSizes(&out);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,607 @@
+#include "server/stats/stats_aggregator.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/sibling_share.h"
+#include "common/validation.h"
+
+namespace cosched::server {
+namespace {
+
+constexpr int64_t kNsPerSecond = 1000000000;
+constexpr int64_t kMinuteNs = 60 * kNsPerSecond;
+constexpr int64_t kHourNs = 60 * kMinuteNs;
+constexpr int64_t kKeepNs = kMaxStatsSpanSeconds * kNsPerSecond;
+// Windows may end a little ahead of csd's clock (the agent's runs ahead);
+// further ahead they are ignored, else they would land in a bucket that
+// still holds windows of the span.
+constexpr int64_t kMaxAheadNs = kMinuteNs;
+// Each ring has two buckets more than its span: the oldest is partly
+// outside the span, the newest may hold windows ending ahead of csd's clock.
+constexpr int64_t kFineSpanNs = kHourNs;
+constexpr int kFineBuckets = kFineSpanNs / kMinuteNs + 2;
+constexpr int kCoarseBuckets = kKeepNs / kHourNs + 2;
+constexpr int64_t kSweepEveryNs = 10 * kMinuteNs;
+
+// A share's figures by their index in kSiblingShareFields: the rings hold
+// thousands of these, so plain integers rather than a proto each.
+struct ShareSums {
+  std::array<int64_t, kSiblingShareFields.size()> figures{};
+  bool forced_idle_known = false;
+
+  void Add(const ShareSums& o) {
+    for (size_t i = 0; i < figures.size(); ++i) {
+      // Forced idle only counts where it was measured.
+      if (i == kForcedIdleField && !o.forced_idle_known) continue;
+      figures[i] = MergeFigure(kSiblingShareFields[i].merge, figures[i], o.figures[i]);
+    }
+    forced_idle_known = forced_idle_known || o.forced_idle_known;
+  }
+};
+
+ShareSums FromProto(const v1::SiblingShare& s) {
+  ShareSums r;
+  for (size_t i = 0; i < r.figures.size(); ++i) r.figures[i] = (s.*kSiblingShareFields[i].get)();
+  r.forced_idle_known = s.forced_idle_known();
+  if (!r.forced_idle_known) r.figures[kForcedIdleField] = 0;
+  return r;
+}
+
+void ToProto(const ShareSums& s, v1::SiblingShare* out) {
+  for (size_t i = 0; i < s.figures.size(); ++i) (out->*kSiblingShareFields[i].set)(s.figures[i]);
+  out->set_forced_idle_known(s.forced_idle_known);
+}
+
+struct CoreSums {
+  int64_t both_busy_ns = 0;
+  int64_t one_idle_ns = 0;
+  int64_t both_idle_ns = 0;
+  int64_t unknown_ns = 0;
+
+  void Add(const CoreSums& o) {
+    both_busy_ns = SaturatingAdd(both_busy_ns, o.both_busy_ns);
+    one_idle_ns = SaturatingAdd(one_idle_ns, o.one_idle_ns);
+    both_idle_ns = SaturatingAdd(both_idle_ns, o.both_idle_ns);
+    unknown_ns = SaturatingAdd(unknown_ns, o.unknown_ns);
+  }
+};
+
+// What every bucket keeps besides its figures: which time slot it holds
+// and the span of the windows summed in it.
+struct BucketHeader {
+  int64_t slot = 0;  // end_ns / width
+  int64_t first_start_ns = 0;
+  int64_t last_end_ns = 0;
+
+  void Cover(const v1::StatsWindow& w) {
+    first_start_ns = last_end_ns == 0 ? w.start_unix_ns()
+                                      : std::min(first_start_ns, w.start_unix_ns());
+    last_end_ns = std::max(last_end_ns, w.end_unix_ns());
+  }
+};
+
+struct VmBucket : BucketHeader {
+  ShareSums share;
+  void Add(const v1::StatsWindow& w, const v1::SiblingShare& s) {
+    Cover(w);
+    share.Add(FromProto(s));
+  }
+};
+
+struct HostBucket : BucketHeader {
+  int64_t windows = 0;
+  int64_t lost_events = 0;
+  int64_t dropped_windows = 0;
+  std::vector<CoreSums> cores;  // by index into the host's topology
+
+  void Add(const v1::StatsWindow& w) {
+    Cover(w);
+    ++windows;
+    lost_events = SaturatingAdd(lost_events, w.lost_events());
+    for (const v1::CoreShare& c : w.cores()) {
+      if (static_cast<size_t>(c.core()) >= cores.size()) cores.resize(c.core() + 1);
+      cores[c.core()].Add({c.both_busy_ns(), c.one_idle_ns(), c.both_idle_ns(),
+                           c.unknown_ns()});
+    }
+  }
+};
+
+// A ring of `count` slots of `width_ns` each, by window end time. Only the
+// slots that hold a window have a bucket, oldest first: a VM seen in one
+// window costs one bucket of each ring, not the whole ring (issue #32: a
+// host's new VMs must not make csd allocate ~8 KiB each up front).
+template <typename Bucket>
+class BucketRing {
+ public:
+  BucketRing(int64_t width_ns, int count) : width_ns_(width_ns), count_(count) {}
+
+  // The bucket for a window ending at end_ns; nullptr when the ring has
+  // moved past that slot already. A host's windows come in time order
+  // (StatsAggregator::Add), so a new slot is always the newest: the slots
+  // that fell out of the ring with it are freed.
+  Bucket* For(int64_t end_ns) {
+    const int64_t slot = end_ns / width_ns_;
+    if (!buckets_.empty() && buckets_.back().slot >= slot) {
+      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), slot,
+                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
+      return it != buckets_.end() && it->slot == slot ? &*it : nullptr;
+    }
+    auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), slot - count_ + 1,
+                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
+    buckets_.erase(buckets_.begin(), kept);
+    Bucket& b = buckets_.emplace_back();
+    b.slot = slot;
+    return &b;
+  }
+
+  // Calls fn for each bucket that is still within the ring at `now_ns` and
+  // holds a window ending after `since_ns` (a window starting at or after
+  // it, with `whole`).
+  template <typename Fn>
+  void ForEachSince(int64_t now_ns, int64_t since_ns, Fn fn, bool whole = false) const {
+    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
+    for (const Bucket& b : buckets_) {
+      if (b.slot < oldest || b.last_end_ns <= since_ns) continue;
+      if (whole && b.first_start_ns < since_ns) continue;
+      fn(b);
+    }
+  }
+
+ private:
+  int64_t width_ns_;
+  int64_t count_;
+  std::vector<Bucket> buckets_;  // by slot, oldest first
+};
+
+template <typename Bucket>
+struct TwoRings {
+  BucketRing<Bucket> fine{kMinuteNs, kFineBuckets};
+  BucketRing<Bucket> coarse{kHourNs, kCoarseBuckets};
+
+  // The ring that answers a span: minutes up to an hour, else hours.
+  const BucketRing<Bucket>& For(int64_t span_ns) const {
+    return span_ns <= kFineSpanNs ? fine : coarse;
+  }
+};
+
+struct VmSeries {
+  TwoRings<VmBucket> rings;
+  int64_t last_added_ns = 0;  // csd's clock, for the sweep
+};
+
+// What a query gathers before it becomes a response.
+struct Gathered {
+  std::map<std::string, ShareSums> vms;
+  std::vector<CoreSums> cores;
+  int64_t first_start_ns = std::numeric_limits<int64_t>::max();
+  int64_t last_end_ns = 0;
+  int64_t windows = 0;
+  int64_t lost_events = 0;
+  int64_t dropped_windows = 0;
+
+  void Cover(const BucketHeader& b) {
+    first_start_ns = std::min(first_start_ns, b.first_start_ns);
+    last_end_ns = std::max(last_end_ns, b.last_end_ns);
+  }
+
+  v1::GetStatsResponse ToResponse() const {
+    v1::GetStatsResponse r;
+    if (windows == 0) return r;
+    r.set_start_unix_ns(first_start_ns);
+    r.set_end_unix_ns(last_end_ns);
+    ShareSums total;
+    for (const auto& [vm_id, share] : vms) {
+      total.Add(share);
+      v1::VMStats* s = r.add_vms();
+      s->set_vm_id(vm_id);
+      ToProto(share, s->mutable_share());
+    }
+    ToProto(total, r.mutable_total());
+    for (size_t i = 0; i < cores.size(); ++i) {
+      v1::CoreShare* c = r.add_cores();
+      c->set_core(static_cast<int32_t>(i));
+      c->set_both_busy_ns(cores[i].both_busy_ns);
+      c->set_one_idle_ns(cores[i].one_idle_ns);
+      c->set_both_idle_ns(cores[i].both_idle_ns);
+      c->set_unknown_ns(cores[i].unknown_ns);
+    }
+    r.set_windows(windows);
+    r.set_lost_events(lost_events);
+    r.set_dropped_windows(dropped_windows);
+    return r;
+  }
+};
+
+absl::Status Invalid(absl::string_view field, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", rule));
+}
+
+absl::Status ValidateWindow(const std::string& field, const v1::StatsWindow& w) {
+  if (w.start_unix_ns() < 0) {
+    return Invalid(absl::StrCat(field, ".start_unix_ns"), "must not be negative");
+  }
+  if (w.end_unix_ns() <= w.start_unix_ns()) {
+    return Invalid(absl::StrCat(field, ".end_unix_ns"), "must be after start_unix_ns");
+  }
+  if (w.events() < 0) return Invalid(absl::StrCat(field, ".events"), "must not be negative");
+  if (w.lost_events() < 0) {
+    return Invalid(absl::StrCat(field, ".lost_events"), "must not be negative");
+  }
+  if (w.vms_size() > kMaxStatsVmsPerWindow) {
+    return Invalid(absl::StrCat(field, ".vms"),
+                   absl::StrCat("has ", w.vms_size(), " entries; at most ",
+                                kMaxStatsVmsPerWindow, " are allowed"));
+  }
+  absl::flat_hash_set<absl::string_view> ids;
+  for (int i = 0; i < w.vms_size(); ++i) {
+    const std::string vm_field = absl::StrCat(field, ".vms[", i, "]");
+    const v1::VMStats& v = w.vms(i);
+    if (absl::Status s = ValidateId(absl::StrCat(vm_field, ".vm_id"), v.vm_id()); !s.ok()) {
+      return s;
+    }
+    if (!ids.insert(v.vm_id()).second) {
+      return Invalid(absl::StrCat(vm_field, ".vm_id"),
+                     absl::StrCat("'", v.vm_id(), "' appears twice in the window"));
+    }
+    if (absl::Status s = ValidateSiblingShare(absl::StrCat(vm_field, ".share"), v.share()); !s.ok()) {
+      return s;
+    }
+  }
+  if (w.cores_size() > kMaxStatsCores) {
+    return Invalid(absl::StrCat(field, ".cores"),
+                   absl::StrCat("has ", w.cores_size(), " entries; at most ",
+                                kMaxStatsCores, " are allowed"));
+  }
+  std::set<int32_t> cores;
+  for (int i = 0; i < w.cores_size(); ++i) {
+    const std::string core_field = absl::StrCat(field, ".cores[", i, "]");
+    const v1::CoreShare& c = w.cores(i);
+    if (c.core() < 0 || c.core() >= kMaxStatsCores) {
+      return Invalid(absl::StrCat(core_field, ".core"),
+                     absl::StrCat("must be between 0 and ", kMaxStatsCores - 1));
+    }
+    if (!cores.insert(c.core()).second) {
+      return Invalid(absl::StrCat(core_field, ".core"),
+                     absl::StrCat(c.core(), " appears twice in the window"));
+    }
+    if (c.both_busy_ns() < 0 || c.one_idle_ns() < 0 || c.both_idle_ns() < 0 ||
+        c.unknown_ns() < 0) {
+      return Invalid(core_field, "figures must not be negative");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const size_t StatsAggregator::kVmBucketBytes = sizeof(VmBucket);
+
+absl::Status ValidateStatsWindows(
+    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+    int64_t dropped_windows) {
+  if (dropped_windows < 0) return Invalid("dropped_windows", "must not be negative");
+  if (stats.size() > kMaxStatsWindows) {
+    return Invalid("stats", absl::StrCat("has ", stats.size(), " windows; at most ",
+                                         kMaxStatsWindows, " are allowed"));
+  }
+  for (int i = 0; i < stats.size(); ++i) {
+    const std::string field = absl::StrCat("stats[", i, "]");
+    if (absl::Status s = ValidateWindow(field, stats[i]); !s.ok()) return s;
+    if (i > 0 && stats[i].start_unix_ns() < stats[i - 1].end_unix_ns()) {
+      return Invalid(absl::StrCat(field, ".start_unix_ns"),
+                     "must not be before the end of stats[" + std::to_string(i - 1) +
+                         "] (windows come oldest first and do not overlap)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct StatsAggregator::HostSeries {
+  std::mutex mu;
+  TwoRings<HostBucket> rings;
+  absl::flat_hash_map<std::string, std::unique_ptr<VmSeries>> vms;
+  // Window end of the last window taken: a window starting before it was
+  // taken already.
+  int64_t last_end_ns = 0;
+  int64_t last_added_ns = 0;  // csd's clock, for the sweep
+};
+
+StatsAggregator::StatsAggregator(Clock now)
+    : now_(now ? std::move(now) : [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+            .count();
+      }),
+      worker_([this] { WorkerLoop(); }) {}
+
+StatsAggregator::~StatsAggregator() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_wake_.notify_one();
+  worker_.join();
+}
+
+void StatsAggregator::AddInBackground(
+    std::shared_ptr<const v1::ReportRequest> report,
+    std::shared_ptr<const absl::flat_hash_map<std::string, std::string>> tagged_id,
+    std::function<void(int64_t ignored)> then) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back([this, report = std::move(report), tagged_id = std::move(tagged_id),
+                      then = std::move(then)] {
+      then(Add(report->host_id(), report->stats(), report->dropped_windows(), *tagged_id,
+               report->vms_size()));
+    });
+  }
+  queue_wake_.notify_one();
+}
+
+void StatsAggregator::WorkerLoop() {
+  std::unique_lock lock(queue_mu_);
+  while (true) {
+    queue_wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued ran
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+std::shared_ptr<StatsAggregator::HostSeries> StatsAggregator::FindHost(
+    absl::string_view host_id) const {
+  auto it = hosts_.find(host_id);
+  return it == hosts_.end() ? nullptr : it->second;
+}
+
+size_t StatsAggregator::SeriesLimit(int reported_vms) {
+  return kMinSeriesPerHost + kSeriesPerReportedVm * static_cast<size_t>(std::max(reported_vms, 0));
+}
+
+int64_t StatsAggregator::Add(
+    absl::string_view host_id,
+    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+    int64_t dropped_windows,
+    const absl::flat_hash_map<std::string, std::string>& tagged_id, int reported_vms) {
+  const int64_t now = now_();
+  MaybeSweep(now);
+  if (stats.empty()) return 0;
+  std::shared_lock table(hosts_mu_);
+  std::shared_ptr<HostSeries> host = FindHost(host_id);
+  if (host == nullptr) {
+    table.unlock();
+    {
+      std::unique_lock exclusive(hosts_mu_);
+      auto& slot = hosts_[std::string(host_id)];
+      if (slot == nullptr) {
+        slot = std::make_shared<HostSeries>();
+        slot->last_added_ns = now;  // a sweep must not take it before its first window
+      }
+    }
+    table.lock();
+    host = FindHost(host_id);
+    // Swept already: only when csd's clock jumped a day between the lines.
+    if (host == nullptr) return stats.size();
+  }
+
+  int64_t ignored = 0;
+  std::vector<std::string> new_vms;
+  std::vector<std::string> evicted;
+  {
+    std::lock_guard lock(host->mu);
+    bool first = true;
+    for (const v1::StatsWindow& w : stats) {
+      if (w.start_unix_ns() < host->last_end_ns || w.end_unix_ns() <= now - kKeepNs ||
+          w.end_unix_ns() > now + kMaxAheadNs) {
+        ++ignored;
+        continue;
+      }
+      host->last_end_ns = w.end_unix_ns();
+      for (auto* ring : {&host->rings.fine, &host->rings.coarse}) {
+        HostBucket* b = ring->For(w.end_unix_ns());
+        if (b == nullptr) continue;
+        b->Add(w);
+        // The Report's dropped windows were just before its first window.
+        if (first) b->dropped_windows = SaturatingAdd(b->dropped_windows, dropped_windows);
+      }
+      first = false;
+      for (const v1::VMStats& v : w.vms()) {
+        auto alias = tagged_id.find(v.vm_id());
+        const std::string& id = alias == tagged_id.end() ? v.vm_id() : alias->second;
+        std::unique_ptr<VmSeries>& series = host->vms[id];
+        if (series == nullptr) {
+          series = std::make_unique<VmSeries>();
+          new_vms.push_back(id);
+        }
+        series->last_added_ns = now;
+        for (auto* ring : {&series->rings.fine, &series->rings.coarse}) {
+          if (VmBucket* b = ring->For(w.end_unix_ns())) b->Add(w, v.share());
+        }
+      }
+    }
+    if (ignored < stats.size()) host->last_added_ns = now;
+    evicted = EvictOverLimit(*host, SeriesLimit(reported_vms));
+  }
+  if (!new_vms.empty() || !evicted.empty()) {
+    std::lock_guard lock(index_mu_);
+    for (const std::string& id : new_vms) hosts_of_vm_[id].emplace(host_id);
+    for (const std::string& id : evicted) ForgetInIndexLocked(id, host_id);
+    evicted_series_ += evicted.size();
+  }
+  return ignored;
+}
+
+std::vector<std::string> StatsAggregator::EvictOverLimit(HostSeries& host, size_t limit) {
+  std::vector<std::string> evicted;
+  if (host.vms.size() <= limit) return evicted;
+  // The least recently reported go first; this Report's VMs were reported
+  // now, so they go last (only when the Report alone is over the limit).
+  std::vector<std::pair<int64_t, std::string>> by_age;
+  by_age.reserve(host.vms.size());
+  for (const auto& [id, series] : host.vms) by_age.emplace_back(series->last_added_ns, id);
+  const size_t excess = host.vms.size() - limit;
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<ptrdiff_t>(excess) - 1,
+                   by_age.end());
+  evicted.reserve(excess);
+  for (size_t i = 0; i < excess; ++i) {
+    host.vms.erase(by_age[i].second);
+    evicted.push_back(std::move(by_age[i].second));
+  }
+  return evicted;
+}
+
+void StatsAggregator::ForgetInIndexLocked(const std::string& vm_id, absl::string_view host_id) {
+  auto it = hosts_of_vm_.find(vm_id);
+  if (it == hosts_of_vm_.end()) return;
+  it->second.erase(host_id);
+  if (it->second.empty()) hosts_of_vm_.erase(it);
+}
+
+uint64_t StatsAggregator::EvictedSeriesCount() const {
+  std::lock_guard lock(index_mu_);
+  return evicted_series_;
+}
+
+void StatsAggregator::MaybeSweep(int64_t now_ns) {
+  {
+    std::shared_lock table(hosts_mu_);
+    if (now_ns - last_sweep_ns_ < kSweepEveryNs) return;
+  }
+  std::unique_lock table(hosts_mu_);
+  if (now_ns - last_sweep_ns_ < kSweepEveryNs) return;
+  last_sweep_ns_ = now_ns;
+  const int64_t cutoff = now_ns - kKeepNs;
+  std::vector<std::pair<std::string, std::string>> gone;  // (vm, host)
+  for (auto it = hosts_.begin(); it != hosts_.end();) {
+    HostSeries& host = *it->second;
+    std::lock_guard lock(host.mu);
+    for (auto vm = host.vms.begin(); vm != host.vms.end();) {
+      if (vm->second->last_added_ns < cutoff || host.last_added_ns < cutoff) {
+        gone.emplace_back(vm->first, it->first);
+        host.vms.erase(vm++);
+      } else {
+        ++vm;
+      }
+    }
+    if (host.last_added_ns < cutoff) {
+      hosts_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::lock_guard lock(index_mu_);
+  for (const auto& [vm, host] : gone) ForgetInIndexLocked(vm, host);
+}
+
+size_t StatsAggregator::VmSeriesCount() const {
+  std::shared_lock table(hosts_mu_);
+  size_t count = 0;
+  for (const auto& [id, host] : hosts_) {
+    std::lock_guard lock(host->mu);
+    count += host->vms.size();
+  }
+  return count;
+}
+
+v1::GetStatsResponse StatsAggregator::QueryVms(const std::vector<std::string>& vm_ids,
+                                               int64_t span_seconds) const {
+  const int64_t now = now_();
+  const int64_t span_ns = span_seconds * kNsPerSecond;
+  const int64_t since = now - span_ns;
+  // Which hosts to look at for which VMs.
+  std::map<std::string, std::vector<std::string>> vms_of_host;
+  {
+    std::lock_guard lock(index_mu_);
+    for (const std::string& id : vm_ids) {
+      auto it = hosts_of_vm_.find(id);
+      if (it == hosts_of_vm_.end()) continue;
+      for (const std::string& host : it->second) vms_of_host[host].push_back(id);
+    }
+  }
+  Gathered g;
+  std::shared_lock table(hosts_mu_);
+  for (const auto& [host_id, ids] : vms_of_host) {
+    std::shared_ptr<HostSeries> host = FindHost(host_id);
+    if (host == nullptr) continue;
+    std::lock_guard lock(host->mu);
+    bool ran = false;
+    for (const std::string& id : ids) {
+      auto it = host->vms.find(id);
+      if (it == host->vms.end()) continue;
+      it->second->rings.For(span_ns).ForEachSince(now, since, [&](const VmBucket& b) {
+        g.vms[id].Add(b.share);
+        ran = true;
+      });
+    }
+    if (!ran) continue;
+    host->rings.For(span_ns).ForEachSince(now, since, [&](const HostBucket& b) {
+      g.Cover(b);
+      g.windows += b.windows;
+      g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+      g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
+    });
+  }
+  return g.ToResponse();
+}
+
+v1::GetStatsResponse StatsAggregator::QueryHost(absl::string_view host_id,
+                                                int64_t span_seconds) const {
+  const int64_t now = now_();
+  const int64_t span_ns = span_seconds * kNsPerSecond;
+  const int64_t since = now - span_ns;
+  Gathered g;
+  std::shared_lock table(hosts_mu_);
+  std::shared_ptr<HostSeries> host = FindHost(host_id);
+  if (host == nullptr) return g.ToResponse();
+  std::lock_guard lock(host->mu);
+  for (const auto& [id, series] : host->vms) {
+    series->rings.For(span_ns).ForEachSince(now, since, [&, &id = id](const VmBucket& b) {
+      g.vms[id].Add(b.share);
+    });
+  }
+  host->rings.For(span_ns).ForEachSince(now, since, [&](const HostBucket& b) {
+    g.Cover(b);
+    g.windows += b.windows;
+    g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+    g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
+    if (b.cores.size() > g.cores.size()) g.cores.resize(b.cores.size());
+    for (size_t i = 0; i < b.cores.size(); ++i) g.cores[i].Add(b.cores[i]);
+  });
+  return g.ToResponse();
+}
+
+v1::GetStatsResponse StatsAggregator::QueryHostSince(absl::string_view host_id,
+                                                     int64_t since_unix_ns) const {
+  const int64_t now = now_();
+  const int64_t since = std::max(since_unix_ns, now - kFineSpanNs);
+  Gathered g;
+  std::shared_lock table(hosts_mu_);
+  std::shared_ptr<HostSeries> host = FindHost(host_id);
+  if (host == nullptr) return g.ToResponse();
+  std::lock_guard lock(host->mu);
+  for (const auto& [id, series] : host->vms) {
+    series->rings.fine.ForEachSince(
+        now, since, [&, &id = id](const VmBucket& b) { g.vms[id].Add(b.share); }, true);
+  }
+  host->rings.fine.ForEachSince(
+      now, since,
+      [&](const HostBucket& b) {
+        g.Cover(b);
+        g.windows += b.windows;
+        g.lost_events = SaturatingAdd(g.lost_events, b.lost_events);
+        g.dropped_windows = SaturatingAdd(g.dropped_windows, b.dropped_windows);
+      },
+      true);
+  return g.ToResponse();
+}
+
+}  // namespace cosched::server

@@ -1,0 +1,165 @@
+// csd's memory of the sibling-sharing windows agents report (ReportRequest
+// .stats): summed into time buckets per (host, VM) and per host, and
+// answered per VM, per set of VMs (a tenant's, a trust group's) or per host
+// for GetStats. Measurements are re-reported continuously, so nothing here
+// is durable: a restarted csd answers from the windows reported since.
+#ifndef COSCHED_SERVER_STATS_STATS_AGGREGATOR_H_
+#define COSCHED_SERVER_STATS_STATS_AGGREGATOR_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "cosched/v1/agent.pb.h"
+#include "cosched/v1/control_plane.pb.h"
+#include "server/stats/stats_source.h"
+
+namespace cosched::server {
+
+inline constexpr int kMaxStatsWindows = 120;
+inline constexpr int kMaxStatsVmsPerWindow = 10000;
+inline constexpr int kMaxStatsCores = 4096;
+inline constexpr int64_t kMaxStatsSpanSeconds = 86400;
+
+// INVALID_ARGUMENT naming the field path and the rule (e.g.
+// "stats[3].vms[0].share.same_ns must not be negative") when the windows
+// break the contract of agent.proto: at most 120, oldest first and not
+// overlapping, end after start, at most 10000 VMs each with an id and once,
+// no negative figure, same+idle+foreign+unknown not above run, core indexes
+// below 4096 and once per window. StatsAggregator::Add relies on it.
+absl::Status ValidateStatsWindows(
+    const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+    int64_t dropped_windows);
+
+// Thread-safe. Reports from many hosts can be added concurrently: a host's
+// windows take only that host's lock (plus a shared lock of the host table
+// and, for VMs new on the host, a short lock of the VM index).
+//
+// Two rings of buckets per (host, VM) and per host, indexed by the end time
+// of a window: 62 one-minute buckets (spans up to an hour, answered to the
+// minute) and 26 one-hour buckets (spans up to 24 h, answered to the hour).
+// A window lands in one bucket of each ring; a query sums the buckets of
+// one ring holding a window that ended in the span, and says in
+// start_unix_ns/end_unix_ns which windows that covered exactly.
+//
+// Memory bound: a ring holds a bucket only for the slots a window landed
+// in, so per (host, VM) at most 88 buckets of kVmBucketBytes (96 bytes:
+// about 8.3 KiB for a VM reported for a whole day, ~200 bytes for one seen
+// in a single window); per host at most 88 buckets of 72 bytes plus 32
+// bytes per core reported (about 186 KiB for a 64-core host). A host keeps
+// at most SeriesLimit(VMs its last Report listed) VM series: past it, the
+// least recently reported are evicted (EvictedSeriesCount), so no host can
+// make csd keep series beyond what it runs (issue #32). Series with no
+// window in the last 24 h are dropped by a sweep that runs at most every 10
+// minutes.
+class StatsAggregator final : public StatsSource {
+ public:
+  // Nanoseconds since the Unix epoch.
+  using Clock = std::function<int64_t()>;
+
+  // `now` defaults to the system clock.
+  explicit StatsAggregator(Clock now = nullptr);
+  ~StatsAggregator();
+  StatsAggregator(const StatsAggregator&) = delete;
+  StatsAggregator& operator=(const StatsAggregator&) = delete;
+
+  // Adds the windows `host_id` reported (already validated). `tagged_id`
+  // maps a reported vm_id to the id the VM is tagged under, when they
+  // differ (a VM tagged by UUID). Windows that start before the end of the
+  // last window taken from this host (a Report sent again after a lost
+  // answer), end over 24 h ago or over a minute ahead of csd's clock are
+  // ignored; returns how many were. `reported_vms`: how many VMs the host
+  // reports now (its Report's, or its stored record's for forwarded
+  // stats), which sets the host's SeriesLimit.
+  int64_t Add(absl::string_view host_id,
+              const google::protobuf::RepeatedPtrField<v1::StatsWindow>& stats,
+              int64_t dropped_windows,
+              const absl::flat_hash_map<std::string, std::string>& tagged_id,
+              int reported_vms);
+
+  // Add() on the aggregator's own thread, then then(ignored) there: the
+  // store's completion thread, which answers Reports, is not held by the sums
+  // of a large one. In call order. The queue holds at most one Report per
+  // agent waiting for its answer, as `then` answers it.
+  void AddInBackground(std::shared_ptr<const v1::ReportRequest> report,
+                       std::shared_ptr<const absl::flat_hash_map<std::string, std::string>>
+                           tagged_id,
+                       std::function<void(int64_t ignored)> then);
+
+  // The VMs among `vm_ids` that reported a window ending in the last
+  // `span_seconds` (1 to 86400), each summed over every host it ran on, and
+  // their total. windows/lost_events/dropped_windows are those of the
+  // hosts they ran on over the span. windows == 0: nothing was reported.
+  v1::GetStatsResponse QueryVms(const std::vector<std::string>& vm_ids,
+                                int64_t span_seconds) const override;
+  // Every VM of the host, the host's per-core sums and its windows.
+  v1::GetStatsResponse QueryHost(absl::string_view host_id,
+                                 int64_t span_seconds) const override;
+  // The host's VMs over the windows that began at or after `since_unix_ns`
+  // and ended within the last hour: whole one-minute buckets, so a bucket
+  // that also holds an earlier window is left out (a plan's effect is
+  // measured from the first minute wholly after it).
+  v1::GetStatsResponse QueryHostSince(absl::string_view host_id,
+                                      int64_t since_unix_ns) const override;
+
+  // (host, VM) series held now: what the memory bound multiplies.
+  size_t VmSeriesCount() const;
+  // Series evicted by a host's SeriesLimit since the start.
+  uint64_t EvictedSeriesCount() const;
+
+  // VM series a host reporting `reported_vms` VMs may keep: room for each
+  // VM it runs and one it ran before (a migration, a restart under a new
+  // id), plus a floor for hosts that report few.
+  static size_t SeriesLimit(int reported_vms);
+  static constexpr size_t kMinSeriesPerHost = 64;
+  static constexpr size_t kSeriesPerReportedVm = 2;
+
+  // Bytes of one per-VM bucket, for the bound above.
+  static const size_t kVmBucketBytes;
+
+ private:
+  struct HostSeries;
+
+  std::shared_ptr<HostSeries> FindHost(absl::string_view host_id) const;
+  // With the host's lock held: evicts its least recently reported series
+  // until at most `limit` remain; returns their ids.
+  static std::vector<std::string> EvictOverLimit(HostSeries& host, size_t limit);
+  // With index_mu_ held.
+  void ForgetInIndexLocked(const std::string& vm_id, absl::string_view host_id);
+  void MaybeSweep(int64_t now_ns);
+  void WorkerLoop();
+
+  const Clock now_;
+  // Guards hosts_ (the table, not the series: each has its own lock).
+  // Exclusive only to add a host or to sweep.
+  mutable std::shared_mutex hosts_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<HostSeries>> hosts_;
+  int64_t last_sweep_ns_ = 0;
+  // vm_id -> hosts that reported it; may name hosts that no longer hold it
+  // (queries skip those). Taken after a host's lock, never before.
+  mutable std::mutex index_mu_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> hosts_of_vm_;
+  uint64_t evicted_series_ = 0;  // guarded by index_mu_
+
+  // AddInBackground's queue; the destructor runs what is queued, then joins.
+  std::mutex queue_mu_;
+  std::condition_variable queue_wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once the rest is built
+};
+
+}  // namespace cosched::server
+
+#endif  // COSCHED_SERVER_STATS_STATS_AGGREGATOR_H_
