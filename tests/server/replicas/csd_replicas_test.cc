@@ -7,7 +7,7 @@
 // it stops and the other takes over; and GetStats on any replica gathers
 // every replica's agents (part 4). What replicas share besides the store's
 // records (liveness, forwarded stats) is in csd_replicas_shared_test.cc.
-#include "tests/server/csd_replicas_fixture.h"
+#include "tests/server/replicas/csd_replicas_fixture.h"
 
 namespace cosched::server::replicas_testing {
 namespace {

@@ -2,7 +2,7 @@
 // one thread or several, dry runs, races with TagVM, and its hysteresis
 // (min_dwell, the hourly cap across a restart). Predictions, min_gain, the
 // screen and budgets are in engine_loop_predictions_test.cc.
-#include "tests/server/engine_loop_fixture.h"
+#include "tests/server/engine/engine_loop_fixture.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

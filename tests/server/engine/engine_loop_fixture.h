@@ -2,8 +2,8 @@
 // (engine_loop_test.cc, engine_loop_predictions_test.cc): the desired state on a
 // fresh SQLite store, one host, and an EngineLoop run pass by pass with the
 // test's own clock, so hysteresis needs no sleeps.
-#ifndef COSCHED_TESTS_SERVER_ENGINE_LOOP_FIXTURE_H_
-#define COSCHED_TESTS_SERVER_ENGINE_LOOP_FIXTURE_H_
+#ifndef COSCHED_TESTS_SERVER_ENGINE_ENGINE_LOOP_FIXTURE_H_
+#define COSCHED_TESTS_SERVER_ENGINE_ENGINE_LOOP_FIXTURE_H_
 
 #include "server/engine/engine_loop.h"
 
@@ -206,4 +206,4 @@ class EngineLoopTest : public ::testing::Test {
 
 }  // namespace cosched::server::engine_testing
 
-#endif  // COSCHED_TESTS_SERVER_ENGINE_LOOP_FIXTURE_H_
+#endif  // COSCHED_TESTS_SERVER_ENGINE_ENGINE_LOOP_FIXTURE_H_

@@ -3,7 +3,7 @@
 // an operator's level, and never made for a VM others pin.
 #include <vector>
 
-#include "tests/server/engine_loop_fixture.h"
+#include "tests/server/engine/engine_loop_fixture.h"
 
 namespace cosched::server::engine_testing {
 namespace {

@@ -2,8 +2,8 @@
 // etcd member (etcd-server), and the clients an agent and an operator use
 // on each. In a named namespace: both files of the test share the one
 // fixture class, as googletest requires of a test suite.
-#ifndef COSCHED_TESTS_SERVER_CSD_REPLICAS_FIXTURE_H_
-#define COSCHED_TESTS_SERVER_CSD_REPLICAS_FIXTURE_H_
+#ifndef COSCHED_TESTS_SERVER_REPLICAS_CSD_REPLICAS_FIXTURE_H_
+#define COSCHED_TESTS_SERVER_REPLICAS_CSD_REPLICAS_FIXTURE_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -290,4 +290,4 @@ class CsdReplicasTest : public ::testing::Test {
 
 }  // namespace cosched::server::replicas_testing
 
-#endif  // COSCHED_TESTS_SERVER_CSD_REPLICAS_FIXTURE_H_
+#endif  // COSCHED_TESTS_SERVER_REPLICAS_CSD_REPLICAS_FIXTURE_H_

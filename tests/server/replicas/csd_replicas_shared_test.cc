@@ -3,7 +3,7 @@
 // (the seen records, server/state/host_liveness.h), so that every replica judges
 // liveness alike, and the stats windows the others forward to the leader's
 // policy engine (server/replicas/stats_forwarder.h).
-#include "tests/server/csd_replicas_fixture.h"
+#include "tests/server/replicas/csd_replicas_fixture.h"
 
 namespace cosched::server::replicas_testing {
 namespace {

@@ -1,7 +1,7 @@
 // The policy engine's predictions: reused while their inputs hold, min_gain,
 // the screen, measured forced idle over budget, and plans compared with what
 // was measured after them.
-#include "tests/server/engine_loop_fixture.h"
+#include "tests/server/engine/engine_loop_fixture.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
