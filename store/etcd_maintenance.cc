@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "cosched/v1/control_plane.pb.h"
+#include "store/etcd_transaction.h"
 
 namespace cosched::store {
 namespace {
@@ -53,22 +54,40 @@ EtcdMaintenance::~EtcdMaintenance() {
 }
 
 void EtcdMaintenance::Loop() {
+  // Full runs every interval; between them, the audit window's trim every
+  // audit_window_interval (when there is a window).
+  const bool trims = options_.audit_window_records > 0 &&
+                     options_.audit_window_interval > absl::ZeroDuration() &&
+                     options_.audit_window_interval < options_.interval;
+  const absl::Duration tick = trims ? options_.audit_window_interval : options_.interval;
+  absl::Time next_full = absl::Now() + options_.interval;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.interval),
-                      [this] { return stopping_; });
+    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(tick), [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
+    if (absl::Now() < next_full) {
+      absl::StatusOr<int64_t> trimmed = TrimAuditWindowOnce();
+      LOG_IF(WARNING, !trimmed.ok())
+          << "etcd store maintenance under " << prefix_ << ": audit window: " << trimmed.status();
+      VLOG_IF(1, trimmed.ok() && *trimmed > 0)
+          << "etcd store under " << prefix_ << ": " << *trimmed
+          << " audit records beyond the window deleted";
+      lock.lock();
+      continue;
+    }
+    next_full = absl::Now() + options_.interval;
     absl::StatusOr<MaintenanceRun> run = RunOnce();
     if (!run.ok()) {
       LOG(WARNING) << "etcd store maintenance under " << prefix_ << ": " << run.status();
     } else if (run->compacted_to != 0 || run->horizon_raised_to != 0 ||
-               run->changes_swept != 0 || run->audit_pruned != 0) {
+               run->changes_swept != 0 || run->audit_pruned != 0 || run->audit_trimmed != 0) {
       LOG(INFO) << "etcd store maintenance under " << prefix_ << ": "
                 << (options_.compact ? "compacted to revision " : "change-log horizon raised to ")
                 << (options_.compact ? run->compacted_to : run->horizon_raised_to) << ", "
                 << run->changes_swept
-                << " change records swept, " << run->audit_pruned << " audit records pruned";
+                << " change records swept, " << run->audit_pruned << " audit records pruned, "
+                << run->audit_trimmed << " beyond the audit window";
     }
     lock.lock();
   }
@@ -98,7 +117,59 @@ absl::StatusOr<MaintenanceRun> EtcdMaintenance::RunOnce() {
   if (options_.audit_retention != absl::InfiniteDuration()) {
     ASSIGN_OR_RETURN(run.audit_pruned, PruneAudit(fence));
   }
+  ASSIGN_OR_RETURN(run.audit_trimmed, TrimAuditWindow(fence));
   return run;
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::TrimAuditWindowOnce() {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  const int64_t fence = replicas_.fence();
+  if (fence == 0) return 0;
+  return TrimAuditWindow(fence);
+}
+
+absl::StatusOr<int64_t> EtcdMaintenance::TrimAuditWindow(int64_t fence) {
+  if (options_.audit_window_records <= 0) return 0;
+  const std::string base = absl::StrCat(prefix_, "/audit/");
+  const std::string base_end = etcd::PrefixEnd(base);
+  // The newest record is the first key.
+  etcdserverpb::RangeRequest newest;
+  newest.set_key(base);
+  newest.set_range_end(base_end);
+  newest.set_limit(1);
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse first, client_.RangeOnce(newest));
+  if (first.kvs().empty()) return 0;
+  v1::AuditRecord record;
+  if (!record.ParseFromString(first.kvs(0).value())) {
+    return absl::DataLossError(absl::StrCat("etcd store: value of key ", first.kvs(0).key(),
+                                            " does not parse as an audit record"));
+  }
+  // Sequences are dense (one per record, from meta), so the records beyond
+  // the window are those at or below newest - window: each delete takes
+  // prune_rows of them, oldest last in key order, until none is left.
+  int64_t deleted = 0;
+  for (int64_t top = record.sequence() - options_.audit_window_records; top > 0;
+       top -= options_.prune_rows) {
+    etcdserverpb::TxnRequest request;
+    FenceOn(request, replicas_.leader_key(), fence);
+    etcdserverpb::DeleteRangeRequest* remove =
+        request.add_success()->mutable_request_delete_range();
+    remove->set_key(absl::StrCat(base, EtcdAuditId(top)));
+    const int64_t bottom = top - options_.prune_rows;
+    remove->set_range_end(bottom > 0 ? absl::StrCat(base, EtcdAuditId(bottom)) : base_end);
+    ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+    if (!response.succeeded()) {
+      replicas_.LostFence(fence);  // the fence was its only compare
+      return NotLeading(prefix_);
+    }
+    const int64_t n = response.responses_size() == 1
+                          ? response.responses(0).response_delete_range().deleted()
+                          : 0;
+    deleted += n;
+    // Nothing in this span: those below it were deleted before.
+    if (n == 0) break;
+  }
+  return deleted;
 }
 
 absl::StatusOr<bool> EtcdMaintenance::FenceHolds(int64_t fence) {

@@ -12,7 +12,10 @@
 //    compared on its mod_revision so that a change recorded meanwhile
 //    stays;
 //  - audit pruning: records older than the retention are deleted, oldest
-//    first, at most prune_rows per interval.
+//    first, at most prune_rows per interval; and every few seconds the
+//    records beyond the newest audit_window_records, so that a fleet's
+//    trail cannot fill etcd's quota (the whole trail goes to csd's audit
+//    file: server/state/audit_export.h).
 // etcd has one history for the whole cluster: compaction is the cluster's,
 // not the prefix's. Where something else compacts the cluster (an etcd
 // started with --auto-compaction-*, another application), turn it off here
@@ -48,6 +51,13 @@ struct EtcdMaintenanceOptions {
   absl::Duration audit_retention = absl::Hours(24 * 365);
   // Audit records deleted per interval at most.
   int64_t prune_rows = 10000;
+  // Audit records kept at most, beside the retention: every
+  // audit_window_interval the leader deletes those beyond the newest this
+  // many (prune_rows per Txn, until none is left), so the trail's window
+  // in etcd never grows past it by more than what is written in one
+  // interval. 0: no bound.
+  int64_t audit_window_records = 0;
+  absl::Duration audit_window_interval = absl::Seconds(5);
 };
 
 // What one run of the jobs did.
@@ -58,6 +68,7 @@ struct MaintenanceRun {
   int64_t horizon_raised_to = 0;
   int64_t changes_swept = 0;
   int64_t audit_pruned = 0;
+  int64_t audit_trimmed = 0;  // beyond the window
 };
 
 // Thread-safe. Runs the jobs every interval on a thread of its own while
@@ -74,6 +85,9 @@ class EtcdMaintenance {
   // Errors: etcd's, or FAILED_PRECONDITION when leadership was lost on the
   // way (nothing more is written).
   absl::StatusOr<MaintenanceRun> RunOnce();
+  // Only the audit window's trim, now (the loop's runs between full ones).
+  // How many records it deleted; 0 when this replica does not lead.
+  absl::StatusOr<int64_t> TrimAuditWindowOnce();
 
  private:
   void Loop();
@@ -90,6 +104,8 @@ class EtcdMaintenance {
   // of one Txn each at one revision.
   absl::StatusOr<int64_t> SweepChanges(int64_t fence, int64_t below);
   absl::StatusOr<int64_t> PruneAudit(int64_t fence);
+  // Deletes the audit records beyond the newest audit_window_records.
+  absl::StatusOr<int64_t> TrimAuditWindow(int64_t fence);
   // After a fenced Txn that failed: whether the fence still holds (if not,
   // the replicas are told).
   absl::StatusOr<bool> FenceHolds(int64_t fence);

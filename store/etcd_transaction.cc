@@ -19,13 +19,18 @@ constexpr int kMaxPageLimit = 1000;
 
 int ClampLimit(int limit) { return std::clamp(limit, 1, kMaxPageLimit); }
 
-// Newest first in key order: the key of sequence s sorts before s - 1's.
-std::string AuditId(int64_t sequence) {
+}  // namespace
+
+std::string EtcdAuditId(int64_t sequence) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64,
                 std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(sequence));
   return buf;
 }
+
+namespace {
+
+std::string AuditId(int64_t sequence) { return EtcdAuditId(sequence); }
 
 template <typename Message>
 std::string Serialized(const Message& message) {
@@ -620,6 +625,30 @@ absl::Status EtcdTransaction::AppendAudit(const v1::AuditRecord& record) {
   stored.set_sequence(sequence);
   Put(Key("audit", AuditId(sequence)), Serialized(stored));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::AuditRecord>> EtcdTransaction::ListAuditAfter(
+    int64_t after_sequence, int limit) {
+  if (write_ != nullptr) {
+    return absl::FailedPreconditionError("ListAuditAfter reads committed records: use Store::Read");
+  }
+  // Keys are newest first: from the range's end backwards is oldest first.
+  const std::string base = Key("audit", "");
+  etcdserverpb::RangeRequest request;
+  request.set_key(base);
+  request.set_range_end(after_sequence > 0 ? Key("audit", AuditId(after_sequence))
+                                           : etcd::PrefixEnd(base));
+  request.set_revision(snap_.revision);
+  request.set_sort_order(etcdserverpb::RangeRequest::DESCEND);
+  request.set_sort_target(etcdserverpb::RangeRequest::KEY);
+  request.set_limit(ClampLimit(limit));
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
+  std::vector<v1::AuditRecord> records;
+  for (const mvccpb::KeyValue& kv : response.kvs()) {
+    ASSIGN_OR_RETURN(auto record, Parse<v1::AuditRecord>(kv.key(), kv.value(), "audit"));
+    records.push_back(std::move(record));
+  }
+  return records;
 }
 
 absl::StatusOr<std::vector<v1::AuditRecord>> EtcdTransaction::ListAudit(

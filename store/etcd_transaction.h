@@ -22,6 +22,10 @@
 
 namespace cosched::store {
 
+// The id of audit record `sequence` in its key (<prefix>/audit/<id>): newest
+// first in key order, the key of sequence s sorts before s - 1's.
+std::string EtcdAuditId(int64_t sequence);
+
 // The layout of the keys under the prefix this code writes: 2 adds the
 // vm_by/ index of VMs by owner host, reporting host and tenant (store/
 // etcd_store.h). A store of layout 1 gets its index built at open.
@@ -96,6 +100,8 @@ class EtcdTransaction final : public Transaction {
   absl::Status PutRollout(const v1::Rollout& rollout) override;
   absl::Status RequireLeadership() override;
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAuditAfter(int64_t after_sequence,
+                                                              int limit) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(const AuditFilter& filter,
                                                          int64_t before_sequence,
                                                          int limit) override;

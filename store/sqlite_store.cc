@@ -74,6 +74,11 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
         absl::StrCat("store audit_retention must be positive, got ",
                      absl::FormatDuration(options.audit_retention)));
   }
+  if (options.audit_window_records < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store audit_window_records must not be negative, got ",
+                     options.audit_window_records));
+  }
   if (options.audit_prune_rows < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("store audit_prune_rows must be at least 1, got ",
@@ -139,6 +144,7 @@ BatchOutcome SqliteStore::RunBatch(std::vector<PendingWrite>& batch) {
   std::set<std::string>& changed_hosts = outcome.changed_hosts;
   results.assign(batch.size(), absl::OkStatus());
   const int64_t change_rows_before = change_rows_;
+  int64_t audit_rows = 0;
   absl::Status batch_error =
       db.Run("BEGIN IMMEDIATE", "begin write transaction");
   for (size_t i = 0; i < batch.size() && batch_error.ok(); ++i) {
@@ -162,6 +168,7 @@ BatchOutcome SqliteStore::RunBatch(std::vector<PendingWrite>& batch) {
       changed_hosts.insert(state.changed_hosts.begin(),
                            state.changed_hosts.end());
       change_rows_ += state.change_rows;
+      audit_rows += state.audit_rows;
     } else {
       allocated_revision_ = allocated_before;
       batch_error = db.Exec("ROLLBACK TO write_fn; RELEASE write_fn",
@@ -176,6 +183,10 @@ BatchOutcome SqliteStore::RunBatch(std::vector<PendingWrite>& batch) {
   if (batch_error.ok()) {
     absl::Status pruned = MaybePruneAudit();
     if (!db.InTransaction()) batch_error = pruned;
+  }
+  if (batch_error.ok()) {
+    absl::Status trimmed = MaybeTrimAudit(audit_rows);
+    if (!db.InTransaction()) batch_error = trimmed;
   }
   if (batch_error.ok())
     batch_error = db.Run("COMMIT", "commit write transaction");
@@ -295,6 +306,24 @@ absl::Status SqliteStore::MaybePruneAudit() {
     if (deleted >= limit) next_audit_prune_ = now;
   }
   return status;
+}
+
+absl::Status SqliteStore::MaybeTrimAudit(int64_t appended) {
+  if (appended == 0 || options_.audit_window_records == 0) return absl::OkStatus();
+  SqliteDb& db = *writer_db_;
+  return InSavepoint(db, "audit window", [&]() -> absl::Status {
+    // The sequence is the rowid: both ends are found in the index. At most
+    // audit_prune_rows a batch, so that the first trim of a long trail (a
+    // store from before the window) does not hold up one commit for long.
+    ASSIGN_OR_RETURN(SqliteQuery q,
+                     db.Query("DELETE FROM audit WHERE sequence <= MIN("
+                              "(SELECT MAX(sequence) FROM audit) - ?1, "
+                              "(SELECT MIN(sequence) FROM audit) + ?2 - 1)",
+                              "trim the audit window"));
+    q.BindInt(1, options_.audit_window_records);
+    q.BindInt(2, options_.audit_prune_rows);
+    return q.Run();
+  });
 }
 
 absl::Status SqliteStore::Read(const TxnFn& fn) {

@@ -34,6 +34,11 @@ struct SqliteStoreOptions {
   // a client paging by sequence never sees one reused. Infinite: keep all.
   absl::Duration audit_retention = absl::InfiniteDuration();
   int64_t audit_prune_rows = 10000;
+  // Audit records kept at most, beside the retention: every batch that
+  // appends records deletes those beyond the newest this many (at most
+  // audit_prune_rows of them a batch), so the trail's window never grows
+  // past it by more than a batch. 0: no bound.
+  int64_t audit_window_records = 0;
   // Write functions committed together at most.
   int max_batch = 256;
 };
@@ -85,6 +90,10 @@ class SqliteStore final : public Store {
   // Deletes audit records older than the retention inside the open batch
   // transaction, when a prune is due; failures as MaybeCompact's.
   absl::Status MaybePruneAudit();
+  // Deletes the audit records beyond the newest audit_window_records inside
+  // the open batch transaction, when the batch appended any; failures as
+  // MaybeCompact's.
+  absl::Status MaybeTrimAudit(int64_t appended);
 
   absl::StatusOr<std::unique_ptr<SqliteDb>> AcquireReader();
   void ReleaseReader(std::unique_ptr<SqliteDb> db);

@@ -488,7 +488,9 @@ absl::Status SqliteTransaction::AppendAudit(const v1::AuditRecord& record) {
   q.BindText(2, record.who());
   q.BindText(3, record.subject());
   q.BindBlob(4, blob);
-  return q.Run();
+  RETURN_IF_ERROR(q.Run());
+  ++write_->audit_rows;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAudit(
@@ -510,6 +512,31 @@ absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAudit(
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     int64_t sequence = q.ColumnInt(0);
+    ASSIGN_OR_RETURN(v1::AuditRecord record,
+                     ParseRecord<v1::AuditRecord>(q.ColumnBlob(1), "audit",
+                                                  absl::StrCat(sequence), db_));
+    record.set_sequence(sequence);
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+absl::StatusOr<std::vector<v1::AuditRecord>> SqliteTransaction::ListAuditAfter(
+    int64_t after_sequence, int limit) {
+  if (write_ != nullptr) {
+    return absl::FailedPreconditionError("ListAuditAfter reads committed records: use Store::Read");
+  }
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT sequence, record FROM audit WHERE sequence > ?1 "
+                             "ORDER BY sequence LIMIT ?2",
+                             "list audit records after a sequence"));
+  q.BindInt(1, after_sequence);
+  q.BindInt(2, ClampLimit(limit));
+  std::vector<v1::AuditRecord> records;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    const int64_t sequence = q.ColumnInt(0);
     ASSIGN_OR_RETURN(v1::AuditRecord record,
                      ParseRecord<v1::AuditRecord>(q.ColumnBlob(1), "audit",
                                                   absl::StrCat(sequence), db_));

@@ -26,6 +26,7 @@ struct WriteState {
   int64_t revision = 0;         // 0 until WriteRevision
   std::vector<std::string> changed_hosts;
   int64_t change_rows = 0;
+  int64_t audit_rows = 0;  // audit records appended
 };
 
 // A transaction on one connection; read-only when `write` is null. Lives for
@@ -69,6 +70,8 @@ class SqliteTransaction final : public Transaction {
   absl::Status AppendAudit(const v1::AuditRecord& record) override;
   absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(
       const AuditFilter& filter, int64_t before_sequence, int limit) override;
+  absl::StatusOr<std::vector<v1::AuditRecord>> ListAuditAfter(int64_t after_sequence,
+                                                              int limit) override;
 
  private:
   // Keeps vm_presence equal to vm.presence (no rows for a VM without one).

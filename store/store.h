@@ -212,6 +212,11 @@ class Transaction {
   // `before_sequence` (0: from the newest), at most `limit` (1-1000).
   virtual absl::StatusOr<std::vector<v1::AuditRecord>> ListAudit(
       const AuditFilter& filter, int64_t before_sequence, int limit) = 0;
+  // Oldest first: the records with a sequence above `after_sequence`, at
+  // most `limit` (1-1000); what an exporter of the trail reads next. In a
+  // read transaction only (FAILED_PRECONDITION in a write).
+  virtual absl::StatusOr<std::vector<v1::AuditRecord>> ListAuditAfter(int64_t after_sequence,
+                                                                      int limit) = 0;
 };
 
 // Every VM matching `filter`, read page by page inside `txn`.

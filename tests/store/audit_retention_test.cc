@@ -27,11 +27,13 @@ v1::AuditRecord Record(const std::string& subject, absl::Time time) {
 
 class AuditRetentionTest : public ::testing::Test {
  protected:
-  std::unique_ptr<SqliteStore> Open(absl::Duration retention, int64_t prune_rows = 10000) {
+  std::unique_ptr<SqliteStore> Open(absl::Duration retention, int64_t prune_rows = 10000,
+                                    int64_t window = 0) {
     SqliteStoreOptions options;
     options.data_dir = dir_.Sub("data");
     options.audit_retention = retention;
     options.audit_prune_rows = prune_rows;
+    options.audit_window_records = window;
     auto store = SqliteStore::Open(options);
     EXPECT_OK(store);
     return store.ok() ? std::move(*store) : nullptr;
@@ -153,6 +155,49 @@ TEST_F(AuditRetentionTest, AFailedWriteInTheBatchTakesItsRecordAndLeavesThePrune
   });
   EXPECT_TRUE(absl::IsAborted(failed)) << failed;
   EXPECT_EQ(Subjects(Trail(*store)), std::vector<std::string>{"new"});
+}
+
+// The window: every batch that appends records deletes those beyond the
+// newest audit_window_records, whatever their age; ListAuditAfter reads what
+// is left oldest first, and the next sequences go on.
+TEST_F(AuditRetentionTest, TheWindowKeepsTheNewestRecordsOnly) {
+  auto store = Open(absl::InfiniteDuration(), 10000, /*window=*/5);
+  ASSERT_NE(store, nullptr);
+  const absl::Time now = absl::Now();
+  std::vector<v1::AuditRecord> records;
+  for (int i = 0; i < 8; ++i) records.push_back(Record(absl::StrCat("vm-", i), now));
+  Append(*store, records);
+  EXPECT_EQ(Subjects(Trail(*store)),
+            (std::vector<std::string>{"vm-3", "vm-4", "vm-5", "vm-6", "vm-7"}));
+  Append(*store, {Record("vm-8", now)});
+  std::vector<int64_t> after;
+  ASSERT_OK(store->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto listed, txn.ListAuditAfter(5, 1000));
+    for (const v1::AuditRecord& r : listed) after.push_back(r.sequence());
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(after, (std::vector<int64_t>{6, 7, 8, 9}));
+  // Not in a write: what it lists is what is committed.
+  absl::Status in_write = store->WriteSync(
+      [](Transaction& txn) { return txn.ListAuditAfter(0, 10).status(); });
+  EXPECT_TRUE(absl::IsFailedPrecondition(in_write)) << in_write;
+}
+
+// A long trail (a store from before the window) goes audit_prune_rows a
+// batch, as the retention's pruning does.
+TEST_F(AuditRetentionTest, TheWindowTrimsABoundedNumberPerBatch) {
+  auto store = Open(absl::InfiniteDuration(), /*prune_rows=*/3, /*window=*/5);
+  ASSERT_NE(store, nullptr);
+  const absl::Time now = absl::Now();
+  std::vector<v1::AuditRecord> records;
+  for (int i = 1; i <= 10; ++i) records.push_back(Record(absl::StrCat("vm-", i), now));
+  Append(*store, records);
+  EXPECT_EQ(Trail(*store).size(), 7u);  // 1-3 went
+  Touch(*store);                        // appends nothing: no trim
+  EXPECT_EQ(Trail(*store).size(), 7u);
+  Append(*store, {Record("vm-11", now)});
+  EXPECT_EQ(Subjects(Trail(*store)),
+            (std::vector<std::string>{"vm-7", "vm-8", "vm-9", "vm-10", "vm-11"}));
 }
 
 TEST(AuditRetentionOptions, ANonPositiveRetentionOrBatchIsRefused) {

@@ -30,7 +30,8 @@ class EtcdReplicasTest : public ::testing::Test {
 
   std::unique_ptr<EtcdStore> Open(const std::string& name,
                                   absl::Duration audit_retention = absl::InfiniteDuration(),
-                                  int64_t prune_rows = 10000, bool compact = true) {
+                                  int64_t prune_rows = 10000, bool compact = true,
+                                  int64_t audit_window = 0) {
     EtcdStoreOptions options;
     options.client = etcd_.ClientOptions();
     options.maintenance.compact = compact;
@@ -43,6 +44,7 @@ class EtcdReplicasTest : public ::testing::Test {
     options.maintenance.interval = absl::ZeroDuration();
     options.maintenance.audit_retention = audit_retention;
     options.maintenance.prune_rows = prune_rows;
+    options.maintenance.audit_window_records = audit_window;
     auto store = EtcdStore::Open(options);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
@@ -392,6 +394,61 @@ TEST_F(EtcdReplicasTest, AuditPruningDeletesOnlyRecordsOlderThanTheRetentionOlde
   // Sequences go on from where they were.
   append("newest", now + 10);
   EXPECT_THAT(subjects(), ::testing::ElementsAre("newest", "new-1", "new-0"));
+}
+
+// The audit window: the leader keeps the newest audit_window_records
+// records, deleting the rest prune_rows a Txn until none is left, whatever
+// their age; a replica that does not lead deletes nothing.
+TEST_F(EtcdReplicasTest, TheAuditWindowKeepsTheNewestRecordsOnly) {
+  auto a = Open("a", absl::InfiniteDuration(), /*prune_rows=*/7, /*compact=*/true,
+                /*audit_window=*/10);
+  ASSERT_NE(a, nullptr);
+  auto b = Open("b", absl::InfiniteDuration(), 7, true, 10);
+  ASSERT_NE(b, nullptr);
+  auto append = [&](int n) {
+    ASSERT_OK(a->WriteSync([&](Transaction& txn) -> absl::Status {
+      for (int i = 0; i < n; ++i) {
+        v1::AuditRecord record;
+        record.set_who("tester");
+        record.set_method("TagVM");
+        record.set_subject(absl::StrCat("vm-", i));
+        record.set_time_unix_ns(absl::ToUnixNanos(absl::Now()));
+        RETURN_IF_ERROR(txn.AppendAudit(record));
+      }
+      return absl::OkStatus();
+    }));
+  };
+  auto sequences = [&] {
+    std::vector<int64_t> out;
+    EXPECT_OK(a->Read([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(auto records, txn.ListAuditAfter(0, 1000));
+      for (const auto& r : records) out.push_back(r.sequence());
+      return absl::OkStatus();
+    }));
+    return out;
+  };
+  append(40);
+  auto not_leader = b->maintenance().TrimAuditWindowOnce();
+  ASSERT_OK(not_leader);
+  EXPECT_EQ(*not_leader, 0);
+  auto trimmed = a->maintenance().TrimAuditWindowOnce();
+  ASSERT_OK(trimmed);
+  EXPECT_EQ(*trimmed, 30);  // in Txns of 7, until none was left
+  std::vector<int64_t> kept = sequences();
+  ASSERT_EQ(kept.size(), 10u);
+  EXPECT_EQ(kept.front(), 31);
+  EXPECT_EQ(kept.back(), 40);
+  // New records push the oldest out; a run with nothing beyond the window
+  // deletes nothing.
+  append(3);
+  auto run = a->maintenance().RunOnce();
+  ASSERT_OK(run);
+  EXPECT_EQ(run->audit_trimmed, 3);
+  EXPECT_EQ(sequences().front(), 34);
+  auto again = a->maintenance().TrimAuditWindowOnce();
+  ASSERT_OK(again);
+  EXPECT_EQ(*again, 0);
+  EXPECT_EQ(sequences().size(), 10u);
 }
 
 // Which hosts each replica hears (the seen records): a replica reads the

@@ -343,6 +343,42 @@ TEST_P(StoreContractTest, ListsPageAndFilter) {
                   .ok());
 }
 
+// What an exporter of the trail reads: after a sequence, oldest first, at
+// most `limit`; committed records only.
+TEST_P(StoreContractTest, AuditListsAfterASequenceOldestFirst) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store
+                  ->WriteSync([](Transaction& txn) -> absl::Status {
+                    for (int i = 1; i <= 5; ++i) {
+                      RETURN_IF_ERROR(txn.AppendAudit(MakeAudit("alice", "vm-1", 100 * i)));
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  ASSERT_TRUE(store
+                  ->Read([](Transaction& txn) -> absl::Status {
+                    ASSIGN_OR_RETURN(auto first, txn.ListAuditAfter(0, 2));
+                    EXPECT_EQ(first.size(), 2u);
+                    if (first.size() != 2u) return absl::OkStatus();
+                    EXPECT_EQ(first[0].time_unix_ns(), 100);
+                    EXPECT_EQ(first[1].time_unix_ns(), 200);
+                    EXPECT_LT(first[0].sequence(), first[1].sequence());
+                    ASSIGN_OR_RETURN(auto rest, txn.ListAuditAfter(first[1].sequence(), 10));
+                    EXPECT_EQ(rest.size(), 3u);
+                    if (rest.size() != 3u) return absl::OkStatus();
+                    EXPECT_EQ(rest[0].time_unix_ns(), 300);
+                    EXPECT_EQ(rest[2].time_unix_ns(), 500);
+                    ASSIGN_OR_RETURN(auto none, txn.ListAuditAfter(rest[2].sequence(), 10));
+                    EXPECT_TRUE(none.empty());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  absl::Status in_write = store->WriteSync(
+      [](Transaction& txn) { return txn.ListAuditAfter(0, 10).status(); });
+  EXPECT_TRUE(absl::IsFailedPrecondition(in_write)) << in_write;
+}
+
 TEST_P(StoreContractTest, AuditAppendsAndListsNewestFirstWithFilters) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);

@@ -29,13 +29,6 @@ namespace {
 using ::cosched::testing::StatusIs;
 using ::testing::HasSubstr;
 
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(COSCHED_CONCAT_(result_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(result, lhs, expr) \
-  auto result = (expr);                               \
-  ASSERT_TRUE(result.ok()) << result.status();        \
-  lhs = std::move(*result)
-
 // Everything a store holds, read through the Store interface.
 struct Contents {
   std::vector<std::string> vms, policies, hosts, observations;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -51,5 +52,14 @@ MATCHER_P2(StatusIs, code, substring,
 
 #define ASSERT_OK(expr) COSCHED_STATUS_OK_(expr, GTEST_FATAL_FAILURE_)
 #define EXPECT_OK(expr) COSCHED_STATUS_OK_(expr, GTEST_NONFATAL_FAILURE_)
+
+// `lhs` = the value of a StatusOr `expr`, or the test fails (and returns)
+// with its status.
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  COSCHED_ASSERT_OK_AND_ASSIGN_(COSCHED_CONCAT_(cosched_statusor_, __LINE__), lhs, expr)
+#define COSCHED_ASSERT_OK_AND_ASSIGN_(tmp, lhs, expr)        \
+  auto tmp = (expr);                                        \
+  ASSERT_TRUE(tmp.ok()) << "Expected " #expr " to be OK: " << tmp.status(); \
+  lhs = std::move(*tmp)
 
 #endif  // COSCHED_TESTS_TESTING_STATUS_MATCHERS_H_

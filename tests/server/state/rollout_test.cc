@@ -17,16 +17,6 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
-// Declares or assigns `lhs` from a StatusOr, failing the test otherwise.
-#define ROLLOUT_TEST_CONCAT_(a, b) a##b
-#define ROLLOUT_TEST_CONCAT(a, b) ROLLOUT_TEST_CONCAT_(a, b)
-#define ASSERT_OK_AND_ASSIGN_OR_FAIL(lhs, expr) \
-  ROLLOUT_TEST_ASSIGN_(ROLLOUT_TEST_CONCAT(result_, __LINE__), lhs, expr)
-#define ROLLOUT_TEST_ASSIGN_(tmp, lhs, expr)    \
-  auto tmp = (expr);                            \
-  ASSERT_TRUE(tmp.ok()) << tmp.status();        \
-  lhs = std::move(*tmp)
-
 namespace cosched::server {
 namespace {
 
@@ -271,14 +261,14 @@ TEST_F(RolloutControlTest, RefusesBadInputNamingTheFieldAndTheRule) {
               StatusIs(bad, "selector 'zone=c' must match a registered host; it matches none "
                             "of the 20 registered"));
   // Nothing was started: the record holds the new_hosts setting only.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout record, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout record, control_->GetRollout());
   EXPECT_EQ(record.rollout_id(), "");
   EXPECT_THAT(Change(RolloutControl::Change::kPause).status(),
               StatusIs(absl::StatusCode::kNotFound, "no rollout"));
 }
 
 TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 50, 100}, 600));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 50, 100}, 600));
   EXPECT_EQ(started.state(), v1::Rollout::STATE_RUNNING);
   EXPECT_EQ(started.stage(), 0);
   EXPECT_EQ(started.matching_hosts(), 20);
@@ -299,7 +289,7 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   const std::string outside = *std::find_if(
       all.begin(), all.end(),
       [&](const std::string& h) { return std::count(stage1.begin(), stage1.end(), h) == 0; });
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse again, Register(outside));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse again, Register(outside));
   EXPECT_EQ(again.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
 
   EXPECT_THAT(Start({50}, 600).status(),
@@ -310,11 +300,11 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   // Before the soak ends, nothing moves.
   now_ += absl::Seconds(599);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 0);
   now_ += absl::Seconds(1);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 1);
   EXPECT_EQ(r.enabled_hosts_size(), 10);
   EXPECT_THAT(std::vector<std::string>(r.enabled_hosts().begin(), r.enabled_hosts().end()),
@@ -323,7 +313,7 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   // stage's share.
   for (int i = 20; i < 24; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.matching_hosts(), 24);
   EXPECT_EQ(r.enabled_hosts_size(), 12);
 
@@ -331,11 +321,11 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   ASSERT_OK(control_->RunPass());
   now_ += absl::Seconds(600);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.state(), v1::Rollout::STATE_DONE);
   EXPECT_EQ(r.enabled_hosts_size(), 24);
   // Done over every host: one registered now is enabled at once.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse late, Register("hv-99"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse late, Register("hv-99"));
   EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_THAT(AuditMethods(),
               ElementsAreArray({"StartRollout", "AdvanceRollout", "EnrolRolloutHosts",
@@ -343,28 +333,28 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
 }
 
 TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 100}, 600, "zone=a"));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 100}, 600, "zone=a"));
   EXPECT_EQ(started.matching_hosts(), 10);
   EXPECT_EQ(started.enabled_hosts_size(), 1);
   EXPECT_THAT(Change(RolloutControl::Change::kResume).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "is running; only a paused or halted rollout resumes"));
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout paused, Change(RolloutControl::Change::kPause));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout paused, Change(RolloutControl::Change::kPause));
   EXPECT_EQ(paused.state(), v1::Rollout::STATE_PAUSED);
   // Paused: the soak passes and nothing moves.
   now_ += absl::Seconds(3600);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 0);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, Change(RolloutControl::Change::kResume));
+  ASSERT_OK_AND_ASSIGN(r, Change(RolloutControl::Change::kResume));
   EXPECT_EQ(r.state(), v1::Rollout::STATE_RUNNING);
   // The stage soaks again from the resume.
   now_ += absl::Seconds(300);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 0);
 
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, Change(RolloutControl::Change::kAbort));
+  ASSERT_OK_AND_ASSIGN(r, Change(RolloutControl::Change::kAbort));
   EXPECT_EQ(r.state(), v1::Rollout::STATE_ABORTED);
   EXPECT_EQ(r.enabled_hosts_size(), 1);
   EXPECT_THAT(Change(RolloutControl::Change::kAbort).status(),
@@ -373,12 +363,12 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
   // wait.
   now_ += absl::Seconds(3600);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.enabled_hosts_size(), 1);
   EXPECT_EQ(EnablementOfHost(r.enabled_hosts(0)), v1::HostEnablement::STATE_ENFORCE);
 
   // The next rollout carries the host the aborted one enabled.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout next, Start({5}, 600, "zone=b"));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout next, Start({5}, 600, "zone=b"));
   EXPECT_THAT(next.carried_hosts(), ElementsAreArray({r.enabled_hosts(0)}));
   EXPECT_EQ(next.enabled_hosts_size(), 2);
   EXPECT_THAT(AuditMethods(), ElementsAreArray({"StartRollout", "PauseRollout", "ResumeRollout",
@@ -388,14 +378,14 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
 // Done over a selector: a waiting host that registers later enforces at
 // once when the selector matches it; one that does not match waits.
 TEST_F(RolloutControlTest, DoneOverASelectorEnablesLateMatchingHostsOnly) {
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({100}, 60, "zone=a"));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({100}, 60, "zone=a"));
   EXPECT_EQ(started.enabled_hosts_size(), 10);
   now_ += absl::Seconds(60);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout done, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout done, control_->GetRollout());
   EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_a, Register("hv-30"));
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse zone_b, Register("hv-31"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse zone_a, Register("hv-30"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse zone_b, Register("hv-31"));
   EXPECT_EQ(zone_a.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_EQ(zone_b.enablement().state(), v1::HostEnablement::STATE_NOT_ENABLED);
   EXPECT_EQ(zone_b.enablement().reason(),
@@ -412,7 +402,7 @@ TEST_F(RolloutControlTest, ARolloutNeverTurnsEnforcementOff) {
   ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_ENFORCE));
   const std::vector<std::string> enforcing = {"hv-40", "hv-41", "hv-42", "hv-43"};
   for (const std::string& h : enforcing) {
-    ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse r, Register(h));
+    ASSERT_OK_AND_ASSIGN(v1::RegisterResponse r, Register(h));
     EXPECT_EQ(r.enablement().state(), v1::HostEnablement::STATE_ENFORCE) << h;
   }
   auto all_enforce = [&](const std::string& when) {
@@ -420,7 +410,7 @@ TEST_F(RolloutControlTest, ARolloutNeverTurnsEnforcementOff) {
       EXPECT_EQ(EnablementOfHost(h), v1::HostEnablement::STATE_ENFORCE) << h << " " << when;
     }
   };
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({25, 100}, 600));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({25, 100}, 600));
   // The stages are shares of the 20 hosts that wait, not of all 24.
   EXPECT_EQ(started.matching_hosts(), 20);
   EXPECT_EQ(started.enabled_hosts_size(), 5);
@@ -430,15 +420,15 @@ TEST_F(RolloutControlTest, ARolloutNeverTurnsEnforcementOff) {
   ASSERT_OK(Change(RolloutControl::Change::kAbort).status());
   all_enforce("aborted");
   // After the abort, a host new to csd follows new_hosts: enforce.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse late, Register("hv-50"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse late, Register("hv-50"));
   EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   // A known host that re-registers keeps what it had.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse again, Register("hv-40"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse again, Register("hv-40"));
   EXPECT_EQ(again.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout next, Start({100}, 60));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout next, Start({100}, 60));
   now_ += absl::Seconds(60);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout done, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout done, control_->GetRollout());
   EXPECT_EQ(done.state(), v1::Rollout::STATE_DONE);
   all_enforce("done");
   for (int i = 0; i < 20; ++i) {
@@ -451,22 +441,22 @@ TEST_F(RolloutControlTest, NewHostsIsAnAuditedSettingThatChangesNoRegisteredHost
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "new_hosts must be NEW_HOSTS_ENFORCE or NEW_HOSTS_WAIT_FOR_ROLLOUT"));
   // No rollout was started: the record holds the setting only.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout record, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout record, control_->GetRollout());
   EXPECT_EQ(record.rollout_id(), "");
   EXPECT_EQ(record.new_hosts(), v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
   EXPECT_THAT(Change(RolloutControl::Change::kPause).status(),
               StatusIs(absl::StatusCode::kNotFound, "no rollout"));
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(record, SetNewHosts(v1::NEW_HOSTS_ENFORCE));
+  ASSERT_OK_AND_ASSIGN(record, SetNewHosts(v1::NEW_HOSTS_ENFORCE));
   EXPECT_EQ(record.new_hosts(), v1::NEW_HOSTS_ENFORCE);
   // The hosts that registered while it was wait-for-rollout still wait.
   EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_NOT_ENABLED);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse fresh, Register("hv-60"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse fresh, Register("hv-60"));
   EXPECT_EQ(fresh.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   // Setting the value it has writes nothing.
   ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_ENFORCE).status());
   EXPECT_THAT(AuditMethods("SetNewHosts"), ElementsAreArray({"SetNewHosts", "SetNewHosts"}));
   // A rollout started later keeps the setting.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10}, 600));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10}, 600));
   EXPECT_EQ(started.new_hosts(), v1::NEW_HOSTS_ENFORCE);
 }
 
@@ -491,7 +481,7 @@ TEST_F(RolloutOnAnEnforcingFleetTest, StartSaysEveryHostEnforcesAndChangesNothin
 }
 
 TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({10, 50, 100}, 600));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 50, 100}, 600));
   const std::string canary = started.enabled_hosts(0);
   v1::ReportRequest report;
   report.set_host_id(canary);
@@ -504,7 +494,7 @@ TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
             }).status());
   now_ += absl::Seconds(600);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout r, control_->GetRollout());
   EXPECT_EQ(r.state(), v1::Rollout::STATE_HALTED);
   EXPECT_EQ(r.stage(), 0);
   EXPECT_EQ(r.halted_host(), canary);
@@ -514,7 +504,7 @@ TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
   // Halted: no stage comes however long it waits.
   now_ += absl::Seconds(6000);
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 0);
 
   // Resumed while the host still reports a hazard: halted again.
@@ -527,7 +517,7 @@ TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
             }).status());
   ASSERT_OK(Change(RolloutControl::Change::kResume).status());
   ASSERT_OK(control_->RunPass());
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(r, control_->GetRollout());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.state(), v1::Rollout::STATE_HALTED);
   EXPECT_EQ(r.halt_reason(), absl::StrCat("host ", canary,
                                           " reports the hazard sched_ext (sched_ext state "
@@ -561,7 +551,7 @@ class OffSwitchTest : public RolloutControlTest {
 };
 
 TEST_F(OffSwitchTest, OneHostOffThenOnAgainAudited) {
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::SetHostEnforcementResponse off, Switch(Off("hv-3")));
+  ASSERT_OK_AND_ASSIGN(v1::SetHostEnforcementResponse off, Switch(Off("hv-3")));
   ASSERT_EQ(off.hosts_size(), 1);
   EXPECT_TRUE(off.hosts(0).enforcement_off());
   EXPECT_EQ(off.hosts(0).enablement().state(), v1::HostEnablement::STATE_OFF);
@@ -570,10 +560,10 @@ TEST_F(OffSwitchTest, OneHostOffThenOnAgainAudited) {
   EXPECT_EQ(EnablementOfHost("hv-3"), v1::HostEnablement::STATE_OFF);
   EXPECT_EQ(EnablementOfHost("hv-4"), v1::HostEnablement::STATE_ENFORCE);
   // Its agent hears it in the answer to its next Register (and Report).
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse again, Register("hv-3"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse again, Register("hv-3"));
   EXPECT_EQ(again.enablement().state(), v1::HostEnablement::STATE_OFF);
   // Switching off what is off changes nothing and writes no audit.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(off, Switch(Off("hv-3")));
+  ASSERT_OK_AND_ASSIGN(off, Switch(Off("hv-3")));
   EXPECT_EQ(off.hosts_size(), 0);
   ASSERT_OK(Switch(Off("hv-3", false)));
   EXPECT_EQ(EnablementOfHost("hv-3"), v1::HostEnablement::STATE_ENFORCE);
@@ -603,7 +593,7 @@ TEST_F(OffSwitchTest, BadInputChangesNothing) {
 TEST_F(OffSwitchTest, ASelectorSwitchesTheHostsItMatches) {
   v1::SetHostEnforcementRequest zone_b = Off("");
   zone_b.set_selector("zone=b");
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::SetHostEnforcementResponse off, Switch(zone_b));
+  ASSERT_OK_AND_ASSIGN(v1::SetHostEnforcementResponse off, Switch(zone_b));
   EXPECT_EQ(off.hosts_size(), 10);
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(EnablementOfHost(absl::StrCat("hv-", i)),
@@ -615,18 +605,18 @@ TEST_F(OffSwitchTest, ASelectorSwitchesTheHostsItMatches) {
 TEST_F(OffSwitchTest, TheFleetSwitchHoldsForNewHostsAndOutlivesARollout) {
   v1::SetHostEnforcementRequest all = Off("");
   all.set_all(true);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::SetHostEnforcementResponse off, Switch(all));
+  ASSERT_OK_AND_ASSIGN(v1::SetHostEnforcementResponse off, Switch(all));
   EXPECT_TRUE(off.fleet_off());
   EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_OFF);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::RegisterResponse late, Register("hv-77"));
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse late, Register("hv-77"));
   EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_OFF);
   EXPECT_THAT(late.enablement().reason(), HasSubstr("whole fleet"));
   // One host switched on stays off while the fleet's switch holds.
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(off, Switch(Off("hv-0", false)));
+  ASSERT_OK_AND_ASSIGN(off, Switch(Off("hv-0", false)));
   EXPECT_TRUE(off.fleet_off());
   EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_OFF);
   all.set_off(false);
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(off, Switch(all));
+  ASSERT_OK_AND_ASSIGN(off, Switch(all));
   EXPECT_FALSE(off.fleet_off());
   EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_EQ(EnablementOfHost("hv-77"), v1::HostEnablement::STATE_ENFORCE);
@@ -636,7 +626,7 @@ TEST_F(OffSwitchTest, TheFleetSwitchHoldsForNewHostsAndOutlivesARollout) {
   ASSERT_OK(Switch(all));
   ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT));
   ASSERT_OK(Register("hv-90"));
-  ASSERT_OK_AND_ASSIGN_OR_FAIL(v1::Rollout started, Start({100}, 600));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({100}, 600));
   EXPECT_TRUE(started.enforcement_off());
   EXPECT_EQ(EnablementOfHost("hv-90"), v1::HostEnablement::STATE_OFF);
   EXPECT_EQ(EnablementOfHost("hv-5"), v1::HostEnablement::STATE_OFF);
