@@ -22,8 +22,8 @@ while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); d
 # csd.yaml says so (plaintext_agents). A socket's path must be short.
 sock_dir=$(mktemp -d /tmp/cosched-demo.XXXXXX)
 chmod 0755 "$sock_dir"
-printf 'local_socket: {path: %s/csd.sock}\nroles:\n  - role: admin\n    unix_users: ["%s"]\nplaintext_agents: true\n' \
-  "$sock_dir" "$(id -u)" >"$demo/csd.yaml"
+printf 'local_socket: {path: %s/csd.sock}\nroles:\n  - role: admin\n    unix_users: ["%s"]\nplaintext_agents: true\naudit: {file: %s/audit.jsonl}\n' \
+  "$sock_dir" "$(id -u)" "$demo" >"$demo/csd.yaml"
 export CSCTL_SERVER=unix:$sock_dir/csd.sock
 pids=()
 cleanup() {

@@ -188,7 +188,14 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
           "|measured - predicted| forced idle of each host's newest applied plan, over the "
           "windows since it (at most the last hour), observed each re-plan interval, in "
           "percentage points of its CPU time: how honest the simulator is on this fleet.",
-          prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})) {
+          prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 50})),
+      audit_exported_(OneCounter(*registry_, "cosched_csd_audit_exported_records_total",
+                                 "Audit records this csd appended to its audit file (the "
+                                 "leading replica writes every replica's).")),
+      audit_missing_(OneCounter(
+          *registry_, "cosched_csd_audit_missing_records_total",
+          "Audit records that left the store's window (audit window_records) before they "
+          "reached the audit file: lost to it. Alert on any.")) {
   metrics::AddBuildInfo(*registry_);
   for (const char* result : {"applied", "refused"}) config_reloads_.Add({{"result", result}});
   auto& sibling = prometheus::BuildCounter()
@@ -200,6 +207,7 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
     sibling_seconds_[i] = &sibling.Add({{"sharing", kSharing[i]}});
   }
   AddEngineGauges();
+  AddAuditGauges();
   AddRolloutGauges();
   AddStatsGauges();
   AddFleetGauges();
@@ -229,6 +237,17 @@ void CsdMetrics::AddEngineGauges() {
         }
         return samples;
       });
+}
+
+void CsdMetrics::AddAuditGauges() {
+  scrape_gauges_->Add("cosched_csd_audit_export_failing",
+                      "1 while the audit file cannot be written (or the store read for it): "
+                      "records stay in the store's window until it is full. Alert on 1.",
+                      [this] { return static_cast<double>(audit_export_failing_.load()); });
+  scrape_gauges_->Add("cosched_csd_audit_exported_sequence",
+                      "The sequence of the last audit record in this csd's audit file; 0 "
+                      "before the first.",
+                      [this] { return static_cast<double>(audit_exported_sequence_.load()); });
 }
 
 void CsdMetrics::AddRolloutGauges() {
@@ -410,6 +429,17 @@ void CsdMetrics::SetBudgetUnmetHosts(int hosts) { budget_unmet_hosts_ = hosts; }
 void CsdMetrics::RecordConfigReload(bool applied) {
   config_reloads_.Add({{"result", applied ? "applied" : "refused"}}).Increment();
   last_reload_failed_ = applied ? 0 : 1;
+}
+
+void CsdMetrics::RecordAuditExported(int64_t records, int64_t last_sequence) {
+  audit_exported_.Increment(static_cast<double>(records));
+  audit_exported_sequence_ = last_sequence;
+}
+
+void CsdMetrics::SetAuditExportFailing(bool failing) { audit_export_failing_ = failing ? 1 : 0; }
+
+void CsdMetrics::RecordAuditMissing(int64_t records) {
+  audit_missing_.Increment(static_cast<double>(records));
 }
 
 void CsdMetrics::FreshHosts(int* hosts,

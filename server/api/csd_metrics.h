@@ -124,6 +124,12 @@ class CsdMetrics {
   // A reload of csd.yaml (SIGHUP) was applied, or refused (nothing of it
   // applied).
   void RecordConfigReload(bool applied);
+  // The audit file (server/state/audit_export.h): records appended, up to
+  // `last_sequence`; whether exports fail; records that left the store's
+  // window before they reached the file.
+  void RecordAuditExported(int64_t records, int64_t last_sequence);
+  void SetAuditExportFailing(bool failing);
+  void RecordAuditMissing(int64_t records);
 
  private:
   struct HostReport {
@@ -136,6 +142,7 @@ class CsdMetrics {
   void FreshHosts(int* hosts, std::array<int, v1::EnforcementState_ARRAYSIZE>* vms_by_state);
   // The constructor's scrape-time gauges, by what they show.
   void AddEngineGauges();
+  void AddAuditGauges();
   void AddRolloutGauges();
   void AddStatsGauges();
   void AddFleetGauges();
@@ -162,6 +169,10 @@ class CsdMetrics {
   prometheus::Histogram& prediction_error_;
   std::atomic<int> budget_unmet_hosts_{0};
   std::atomic<int> last_reload_failed_{0};
+  prometheus::Counter& audit_exported_;
+  prometheus::Counter& audit_missing_;
+  std::atomic<int64_t> audit_exported_sequence_{0};
+  std::atomic<int> audit_export_failing_{0};
 
   std::mutex mu_;
   // The engine's last pass: host -> forced-idle error (bounded by the hosts

@@ -36,6 +36,13 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.audit_retention_days() != 0) {
     options.audit_retention_days = config.audit_retention_days();
   }
+  const v1::AuditConfig& audit = config.audit();
+  options.audit.file = audit.file().empty()   ? kDefaultAuditFile
+                       : audit.file() == "off" ? ""
+                                               : audit.file();
+  if (audit.has_file_max_mib()) options.audit.file_max_mib = audit.file_max_mib();
+  if (audit.has_file_keep()) options.audit.file_keep = audit.file_keep();
+  if (audit.has_window_records()) options.audit.window_records = audit.window_records();
   if (config.host_stale_after_s() != 0) {
     options.host_stale_after_s = config.host_stale_after_s();
   }
@@ -198,6 +205,23 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
         "audit_retention_days must be -1 (keep every record) or 1 to ",
         kMaxAuditRetentionDays, " days, got ", audit_days));
   }
+  if (options.audit.file_max_mib < 1 || options.audit.file_max_mib > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit.file_max_mib must be 1 to 4096 (unset: 100), got ", options.audit.file_max_mib));
+  }
+  if (options.audit.file_keep < 0 || options.audit.file_keep > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit.file_keep must be 0 to 1000 (unset: 10), got ", options.audit.file_keep));
+  }
+  if (options.audit.window_records < 1000 || options.audit.window_records > 10000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audit.window_records must be 1000 to 10000000 (unset: 100000), got ",
+                     options.audit.window_records));
+  }
+  if (!options.audit.file.empty() && options.audit.file[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit.file '", options.audit.file, "' must be an absolute path (or off)"));
+  }
   if (options.host_stale_after_s < 1 || options.host_stale_after_s > 86400) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host_stale_after_s must be 1 to 86400 seconds (unset: 60), got ",
@@ -259,6 +283,7 @@ absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
     // changelog_retention is SQLite's only.
     store::EtcdStoreOptions etcd = *options.etcd_store;
     etcd.maintenance.audit_retention = audit_retention;
+    etcd.maintenance.audit_window_records = options.audit.window_records;
     ASSIGN_OR_RETURN(std::unique_ptr<store::EtcdStore> store, store::EtcdStore::Open(etcd));
     opened.replicas = &store->replicas();
     opened.store = std::move(store);
@@ -268,6 +293,7 @@ absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
   sqlite.data_dir = options.data_dir;
   sqlite.changelog_retention = options.changelog_retention;
   sqlite.audit_retention = audit_retention;
+  sqlite.audit_window_records = options.audit.window_records;
   ASSIGN_OR_RETURN(opened.store, store::SqliteStore::Open(sqlite));
   return opened;
 }
@@ -397,6 +423,25 @@ absl::Status CsdServer::StartState(const CsdOptions& options) {
   rollouts_ = std::make_unique<RolloutControl>(*store_, state_->rollout, state_->host_status,
                                                options.rollout);
   rollouts_->Start();
+  if (!options.audit.file.empty()) {
+    AuditExporter::Observers audit_metrics;
+    audit_metrics.exported = [csd_metrics](int64_t records, int64_t last) {
+      csd_metrics->RecordAuditExported(records, last);
+    };
+    audit_metrics.failing = [csd_metrics](bool failing) {
+      csd_metrics->SetAuditExportFailing(failing);
+    };
+    audit_metrics.missing = [csd_metrics](int64_t records) {
+      csd_metrics->RecordAuditMissing(records);
+    };
+    audit_exporter_ = std::make_unique<AuditExporter>(
+        *store_,
+        AuditFileOptions{.path = options.audit.file,
+                         .max_bytes = options.audit.file_max_mib << 20,
+                         .keep = options.audit.file_keep},
+        absl::Seconds(1), std::move(audit_metrics));
+    audit_exporter_->Start();
+  }
   return absl::OkStatus();
 }
 
@@ -543,6 +588,7 @@ std::vector<std::string> RestartOnlyChanges(const CsdOptions& now, const CsdOpti
   note(now.insecure != next.insecure, "insecure");
   note(now.changelog_retention != next.changelog_retention, "changelog_retention");
   note(now.audit_retention_days != next.audit_retention_days, "audit_retention_days");
+  note(!(now.audit == next.audit), "audit");
   note(now.metrics_listen != next.metrics_listen, "metrics_listen");
   note(now.class_conflicts != next.class_conflicts, "class_conflicts");
   // store: csd's main compares it in the file (ReloadConfig), where it is
@@ -621,6 +667,8 @@ void CsdServer::Shutdown() {
     // A csd that is going away refuses its agents' Reports from here on:
     // it must not halt a rollout because they fell silent to it.
     if (rollouts_) rollouts_->Stop();
+    // Its last export ends; what it did not take waits in the store.
+    if (audit_exporter_) audit_exporter_->Stop();
     // Plans and ExplainVMs waiting are answered, running ones finish.
     queries_->Stop();
     // Streams never end on their own: give calls a moment, then cancel.

@@ -31,6 +31,7 @@
 #include "server/fanout/watch_reads.h"
 #include "server/replicas/external_changes.h"
 #include "server/replicas/stats_forwarder.h"
+#include "server/state/audit_export.h"
 #include "server/state/rollout_control.h"
 #include "server/state/state_parts.h"
 #include "server/stats/stats_queries.h"
@@ -43,6 +44,19 @@ inline constexpr char kDefaultListen[] = "127.0.0.1:7443";
 inline constexpr char kDefaultDataDir[] = "/var/lib/cosched";
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9465";
 inline constexpr int64_t kMaxAuditRetentionDays = 36500;
+inline constexpr char kDefaultAuditFile[] = "/var/log/cosched/audit.jsonl";
+
+// csd.yaml `audit:` (server/state/audit_export.h).
+struct AuditOptions {
+  // The audit file; empty: none (CsdOptionsFromConfig's default is
+  // kDefaultAuditFile).
+  std::string file;
+  int64_t file_max_mib = 100;  // 1 to 4096
+  int file_keep = 10;          // 0 to 1000
+  // Records the store keeps at most: 1000 to 10 000 000.
+  int64_t window_records = 100000;
+  bool operator==(const AuditOptions&) const = default;
+};
 
 struct CsdOptions {
   // host:port; port 0 picks a free port (see CsdServer::port()).
@@ -94,6 +108,8 @@ struct CsdOptions {
   LocalSocketOptions local_socket;
   // Staged rollouts (csd.yaml `rollout:`).
   RolloutOptions rollout;
+  // The audit trail's window in the store and its file.
+  AuditOptions audit;
 };
 
 // Fills options from a config file's message; unset fields keep defaults
@@ -103,7 +119,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
-// audit_retention_days, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
+// audit_retention_days, audit.*, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
 // roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*, rollout.*) and the rule. Users and groups
 // named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
@@ -198,6 +214,8 @@ class CsdServer {
   std::unique_ptr<EngineLoop> engine_;
   // The same: its writes go through the store until it stops.
   std::unique_ptr<RolloutControl> rollouts_;
+  // The same: it reads the store until it stops. Null without a file.
+  std::unique_ptr<AuditExporter> audit_exporter_;
   // Replicas on etcd only: the others, as GetStats and the stats
   // forwarder reach them; outlives both.
   std::unique_ptr<PeerDirectory> peer_directory_;

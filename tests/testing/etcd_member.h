@@ -110,6 +110,8 @@ class EtcdMember {
   bool tls() const { return !options_.server_cert.empty(); }
   std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
   std::string log_path() const { return dir_.Sub("etcd.log"); }
+  // etcd's backend database (bbolt): its size is what etcd's quota counts.
+  std::string db_path() const { return dir_.Sub("data") + "/member/snap/db"; }
 
   etcd::ClientOptions ClientOptions() const {
     etcd::ClientOptions options;

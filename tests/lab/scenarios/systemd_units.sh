@@ -74,6 +74,14 @@ lab_wait_enforced vm-sd 60
 cookie=$(lab_one_cookie "$vm")
 lab_result "tagged by cs-agent.service" "vm-sd (uid $QEMU_UID): every thread on cookie $cookie"
 
+# The audit trail outside the store: the unit's LogsDirectory holds the
+# file, written by csd as its own user, with the tag on record.
+lab_wait_for 10 sh -c 'grep -q "\"subject\":\"vm-sd\"" /var/log/cosched/audit.jsonl' ||
+  lab_fail "the tag of vm-sd is not in /var/log/cosched/audit.jsonl: $(ls -l /var/log/cosched 2>&1)"
+[ "$(stat -c %U:%a /var/log/cosched/audit.jsonl)" = "cosched:640" ] ||
+  lab_fail "audit file: $(stat -c %U:%a /var/log/cosched/audit.jsonl), wanted cosched:640"
+lab_result "audit file" "$(wc -l </var/log/cosched/audit.jsonl) records in /var/log/cosched/audit.jsonl, vm-sd's tag among them"
+
 # Telemetry: the agent's trace instance exists and its windows reach csd
 # (the packaged config reports every 10 s).
 [ -d "$LAB_TRACEFS/instances/cs-agent" ] ||
