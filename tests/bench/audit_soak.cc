@@ -40,11 +40,15 @@ int64_t FileBytes(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
 }
 
+// Lines of the audit file and its rotated files (path.1, path.2, ...).
 int64_t Lines(const std::string& path) {
-  std::ifstream in(path);
   int64_t n = 0;
-  for (std::string line; std::getline(in, line);) ++n;
-  return n;
+  for (int rotated = 0;; ++rotated) {
+    const std::string file = rotated == 0 ? path : absl::StrCat(path, ".", rotated);
+    if (rotated > 0 && FileBytes(file) < 0) return n;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) ++n;
+  }
 }
 
 // The records the store holds (ListAuditRecords, page by page).
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
               member.endpoint().c_str(), rate, minutes, static_cast<long long>(window),
               maintenance_s);
   std::printf("%8s %10s %12s %12s %12s\n", "minute", "writes", "etcd db MiB", "in store",
-              "in file");
+              "in files");
 
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
