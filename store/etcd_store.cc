@@ -1,18 +1,23 @@
 // EtcdStore: the writer thread that runs write functions in batches on a
-// snapshot and commits each batch as one etcd Txn (see etcd_store.h for why
-// one compare on <prefix>/meta), resolving commits whose answer was lost,
-// and snapshot reads. The records themselves are in etcd_transaction.cc.
+// snapshot of the cache and commits each batch as one etcd Txn (see
+// etcd_store.h for why one compare on <prefix>/meta), resolving commits
+// whose answer was lost, and snapshot reads. The records themselves are in
+// etcd_transaction.cc, the cache in etcd_cache.cc.
 #include "store/etcd_store.h"
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
+#include <optional>
 #include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "store/etcd_transaction.h"
 
@@ -46,6 +51,20 @@ absl::Status ValidatePrefix(const std::string& prefix) {
   return absl::OkStatus();
 }
 
+// What a commit request writes: key -> value, nullopt for a delete.
+std::map<std::string, std::optional<std::string>> WritesOf(
+    const etcdserverpb::TxnRequest& request) {
+  std::map<std::string, std::optional<std::string>> writes;
+  for (const etcdserverpb::RequestOp& op : request.success()) {
+    if (op.has_request_put()) {
+      writes[op.request_put().key()] = op.request_put().value();
+    } else if (op.has_request_delete_range()) {
+      writes[op.request_delete_range().key()] = std::nullopt;
+    }
+  }
+  return writes;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOptions& options) {
@@ -64,10 +83,17 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
           "into it did not finish (", marker, " is present); run it again with --replace"));
     }
   }
-  ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client, options.prefix));
   std::unique_ptr<EtcdStore> store(new EtcdStore(options, std::move(client)));
+  store->cache_ = std::make_unique<EtcdCache>(options.prefix);
+  ASSIGN_OR_RETURN(store->opened_revision_, store->cache_->Load(*store->client_));
+  absl::StatusOr<EtcdSnapshot> opened;
+  {
+    std::unique_ptr<EtcdCache::Snapshot> view = store->cache_->Take();
+    opened = TakeSnapshot(*store->client_, options.prefix, *store->cache_, *view);
+  }
+  RETURN_IF_ERROR(opened.status());
+  const EtcdSnapshot& snapshot = *opened;
   store->committed_revision_.store(snapshot.meta_revision);
-  store->opened_revision_ = snapshot.revision;
   store->replicas_ = std::make_unique<EtcdReplicas>(*store->client_, options.prefix,
                                                     options.replicas);
   store->maintenance_ = std::make_unique<EtcdMaintenance>(
@@ -76,6 +102,7 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   store->writer_ = std::make_unique<GroupCommitWriter>(
       options.max_batch, absl::StrCat("etcd store under ", options.prefix, " is closing"),
       [s = store.get()](std::vector<PendingWrite>& batch) { return s->RunBatch(batch); });
+  store->StartWatch();
   if (snapshot.meta_revision != 0 && snapshot.meta.layout_version() < kLayoutVersion) {
     RETURN_IF_ERROR(store->BuildVmIndex());
   }
@@ -116,8 +143,9 @@ EtcdStore::EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> cli
 
 EtcdStore::~EtcdStore() {
   maintenance_.reset();
-  SetExternalObserver(nullptr);  // stops the watch, which calls into the writer
+  SetExternalObserver(nullptr);  // a watch waiting for an own commit goes on
   if (writer_ != nullptr) writer_->Stop();
+  watch_.reset();
   replicas_.reset();
 }
 
@@ -132,24 +160,15 @@ void EtcdStore::SetCommitObserver(CommitObserver observer) {
 }
 
 void EtcdStore::SetExternalObserver(ExternalObserver observer) {
-  if (observer == nullptr) {
-    std::unique_ptr<EtcdPrefixWatch> watch;
-    {
-      std::lock_guard<std::mutex> lock(watch_mu_);
-      external_observer_ = nullptr;
-      watching_ = false;  // a watch waiting for an own commit goes on
-      watch = std::move(watch_);
-    }
-    own_cv_.notify_all();
-    watch.reset();
-    return;
-  }
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     external_observer_ = std::move(observer);
-    if (watching_ || watch_ != nullptr) return;
-    watching_ = true;
+    watching_ = external_observer_ != nullptr;
   }
+  own_cv_.notify_all();
+}
+
+void EtcdStore::StartWatch() {
   EtcdPrefixWatch::Hooks hooks;
   hooks.is_own = [this](uint64_t id, int64_t revision) { return IsOwnCommit(id, revision); };
   hooks.deliver = [this](ExternalChange change) { DeliverExternal(std::move(change)); };
@@ -157,10 +176,18 @@ void EtcdStore::SetExternalObserver(ExternalObserver observer) {
   hooks.reachability = [this](bool reachable, const std::string& why) {
     NoteReachability(reachable, why);
   };
-  auto watch = std::make_unique<EtcdPrefixWatch>(*client_, options_.prefix, opened_revision_,
-                                                std::move(hooks), options_.watch);
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  watch_ = std::move(watch);
+  watch_ = std::make_unique<EtcdPrefixWatch>(*client_, options_.prefix, opened_revision_, *cache_,
+                                             std::move(hooks), options_.watch);
+}
+
+absl::Status EtcdStore::CatchUp(int64_t revision) {
+  if (cache_->WaitFor(revision, options_.client.timeout)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "etcd store: this replica's copy of ", options_.prefix, " is at revision ",
+      cache_->revision(), ", behind etcd's ", revision, " after ",
+      absl::FormatDuration(options_.client.timeout),
+      ": its watch of the prefix is not keeping up (is etcd at ", client_->endpoint(),
+      " reachable?)"));
 }
 
 void EtcdStore::SetReachabilityObserver(ReachabilityObserver observer) {
@@ -172,9 +199,19 @@ void EtcdStore::NoteReachability(bool reachable, const std::string& why) {
   ReachabilityObserver observer;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_lost_ = reachable ? std::nullopt : std::optional<std::string>(why);
     observer = reachability_observer_;
   }
   if (observer) observer(reachable, why);
+}
+
+absl::Status EtcdStore::CheckWatch() {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (!watch_lost_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "etcd store under ", options_.prefix, ": etcd at ", client_->endpoint(),
+      " is unreachable, its watch of the prefix broke (", *watch_lost_,
+      "); nothing was written"));
 }
 
 void EtcdStore::RegisterCommit(uint64_t commit_id) {
@@ -302,7 +339,13 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
   for (size_t i = 0; i < batch.size(); ++i) pending[i] = i;
   std::mt19937 jitter{std::random_device{}()};
   while (!pending.empty()) {
-    absl::StatusOr<EtcdSnapshot> snapshot = TakeSnapshot(*client_, options_.prefix);
+    if (absl::Status watching = CheckWatch(); !watching.ok()) {
+      for (size_t i : pending) results[i] = watching;
+      return;
+    }
+    std::unique_ptr<EtcdCache::Snapshot> view = cache_->Take();
+    absl::StatusOr<EtcdSnapshot> snapshot =
+        TakeSnapshot(*client_, options_.prefix, *cache_, *view);
     if (!snapshot.ok()) {
       for (size_t i : pending) results[i] = snapshot.status();
       return;
@@ -358,6 +401,7 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
     absl::StatusOr<etcdserverpb::TxnResponse> response = client_->Txn(request);
     int64_t committed = 0;
     bool lost_race = false;
+    int64_t meta_now = 0;  // after a lost race: meta's revision at etcd
     bool maybe_applied = false;
     absl::Status failure;
     if (response.ok()) {
@@ -365,6 +409,10 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
         committed = response->header().revision();
       } else {
         lost_race = true;
+        if (response->responses_size() > 0 &&
+            response->responses(0).response_range().kvs_size() > 0) {
+          meta_now = response->responses(0).response_range().kvs(0).mod_revision();
+        }
       }
     } else if (absl::IsUnavailable(response.status())) {
       // Sent or not, applied or not: ask etcd before answering anyone.
@@ -388,6 +436,7 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
         VLOG(1) << "etcd store: commit at revision " << committed << ", snapshot "
                 << snapshot->revision << ": keys outside csd's writes changed in between";
       }
+      cache_->ApplyCommit(committed, WritesOf(request));
       NoteRevision(committed);
       committed_ids.emplace_back(commit_id, committed);
       outcome.changed_hosts.insert(state.changed_hosts.begin(), state.changed_hosts.end());
@@ -396,10 +445,16 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
     }
     // Not applied, or (UNAVAILABLE after a lost answer) perhaps applied.
     SettleCommit(commit_id, maybe_applied);
+    view.reset();  // a wait for the cache must not hold back its pruning
     if (lost_race) {
       // Another writer committed after the snapshot: every function of the
       // round runs again on what it wrote, its own failures included (they
-      // may not hold any more).
+      // may not hold any more), once the cache has it.
+      if (absl::Status caught_up = CatchUp(meta_now); !caught_up.ok()) {
+        for (size_t i : ran) results[i] = caught_up;
+        for (size_t i : later) results[i] = caught_up;
+        return;
+      }
       std::vector<size_t> again;
       for (size_t i : ran) {
         if (++batch[i].attempts >= options_.max_attempts) {
@@ -489,8 +544,27 @@ absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
 }
 
 absl::Status EtcdStore::Read(const TxnFn& fn) {
-  ASSIGN_OR_RETURN(EtcdSnapshot snapshot, TakeSnapshot(*client_, options_.prefix));
+  // Linearizable: every commit acknowledged before this read began is at or
+  // below meta's revision now, and the read waits until the cache has it.
+  ASSIGN_OR_RETURN(etcd::RangeResult meta,
+                   client_->Range(absl::StrCat(options_.prefix, "/meta"), ""));
+  RETURN_IF_ERROR(CatchUp(meta.kvs.empty() ? 0 : meta.kvs[0].mod_revision()));
+  std::unique_ptr<EtcdCache::Snapshot> view = cache_->Take();
+  ASSIGN_OR_RETURN(EtcdSnapshot snapshot,
+                   TakeSnapshot(*client_, options_.prefix, *cache_, *view));
+  // What the cache does not hold (the audit trail) is read from etcd at the
+  // revision of that read: the held keys are the same there as in the view,
+  // as no csd commit lies between.
+  snapshot.revision = std::max(snapshot.revision, meta.revision);
   NoteRevision(snapshot.meta_revision);
+  EtcdTransaction txn(snapshot, nullptr);
+  return fn(txn);
+}
+
+absl::Status EtcdStore::ReadRecent(const TxnFn& fn) {
+  std::unique_ptr<EtcdCache::Snapshot> view = cache_->Take();
+  ASSIGN_OR_RETURN(EtcdSnapshot snapshot,
+                   TakeSnapshot(*client_, options_.prefix, *cache_, *view));
   EtcdTransaction txn(snapshot, nullptr);
   return fn(txn);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "etcd/client.h"
+#include "store/etcd_cache.h"
 #include "store/etcd_maintenance.h"
 #include "store/etcd_replicas.h"
 #include "store/etcd_transaction.h"
@@ -80,18 +82,28 @@ struct EtcdStoreOptions {
 //   compact                   EtcdCompaction: the leader's last compaction
 //                             (store/etcd_maintenance.h)
 //
-// Concurrency, optimistic as etcd's STM: a write function reads a snapshot
-// at revision R (every read is a Range at R, over the function's own
-// buffered writes) and its writes commit as one Txn only if <prefix>/meta
-// still has the mod_revision it had at R; otherwise the function runs again
-// on a new snapshot, up to max_attempts times. Every commit rewrites meta,
-// so one compare orders all writers on the prefix, in this process or
-// another csd: a commit is serializable, range reads included (a per-key
-// compare could not see a key created or deleted inside a range it read),
-// and the audit sequence and report numbers in meta are unique and
-// increasing across writers. The price is that two replicas' writes to
-// different VMs also conflict and one retries; a retry is one snapshot
-// read plus the function, and a batch carries up to max_batch writes.
+// Reads come from the replica's cache (store/etcd_cache.h): a copy of the
+// keys write functions read, loaded at open and kept by the prefix's watch
+// and by this store's own commits, multi-versioned so that a function reads
+// every key as of one revision R. A write function costs no etcd round trip
+// before its batch's Txn; a Read waits, after one linearizable read of
+// <prefix>/meta, until the cache has reached meta's revision, so it sees
+// every commit acknowledged before it began.
+//
+// Concurrency, optimistic as etcd's STM: a write function reads the cache's
+// snapshot at revision R (over the function's own buffered writes) and its
+// writes commit as one Txn only if <prefix>/meta still has the mod_revision
+// it had at R; otherwise the function runs again once the cache has reached
+// meta's new revision (the Txn's failure branch reads it), up to
+// max_attempts times. Every commit rewrites meta, so one compare orders all
+// writers on the prefix, in this process or another csd, and a cache that
+// lags behind another replica's commit can never let a stale read commit:
+// a commit is serializable, range reads included (a per-key compare could
+// not see a key created or deleted inside a range it read), and the audit
+// sequence and report numbers in meta are unique and increasing across
+// writers. The price is that two replicas' writes to different VMs also
+// conflict and one retries; a retry costs the function and a wait for the
+// watch, and a batch carries up to max_batch writes.
 //
 // Revisions are etcd's. The revision a commit produces is only known when
 // it is applied, so WriteRevision() is R + 1: greater than every csd commit
@@ -110,9 +122,9 @@ struct EtcdStoreOptions {
 // again on the first one's result); a single function that does not fit is
 // refused with RESOURCE_EXHAUSTED naming the limit.
 //
-// Other replicas' commits: once SetExternalObserver is called, a watch of
-// the prefix (store/etcd_watch.h) follows every commit after the revision
-// Open read at. Each revision's <prefix>/meta carries the id of the commit
+// Other replicas' commits: the watch of the prefix (store/etcd_watch.h),
+// started at open, follows every commit after the revision Open read at;
+// once SetExternalObserver is called, it delivers them. Each revision's <prefix>/meta carries the id of the commit
 // that wrote it, which the writer registers before it sends the Txn: the
 // watch skips the store's own commits by that id (not by revision: the
 // watch may see a commit before the writer has etcd's answer with its
@@ -141,15 +153,16 @@ class EtcdStore final : public Store {
 
   void Write(TxnFn fn, DoneFn done) override;
   absl::Status Read(const TxnFn& fn) override;
+  // From the cache as it is: it has every commit this store made or
+  // delivered, and what every earlier Read waited for.
+  absl::Status ReadRecent(const TxnFn& fn) override;
   // The revision of the last csd commit on the prefix that this store knows
   // of: its own, or another replica's once a read or write snapshot or the
   // watch saw it.
   int64_t CurrentRevision() const override;
   void SetCommitObserver(CommitObserver observer) override;
-  // Starts the watch of the prefix.
   void SetExternalObserver(ExternalObserver observer) override;
-  // Unreachable when the watch breaks, reachable once it is back; only
-  // while the watch runs (SetExternalObserver).
+  // Unreachable when the watch breaks, reachable once it is back.
   void SetReachabilityObserver(ReachabilityObserver observer) override;
 
   // The leader's jobs run in this store (store/etcd_maintenance.h); the
@@ -160,6 +173,7 @@ class EtcdStore final : public Store {
   etcd::Client& client() { return *client_; }
   EtcdReplicas& replicas() { return *replicas_; }
   EtcdMaintenance& maintenance() { return *maintenance_; }
+  const EtcdCache& cache() const { return *cache_; }
   const std::string& prefix() const { return options_.prefix; }
 
   // The layout version this code writes in <prefix>/meta.
@@ -176,6 +190,11 @@ class EtcdStore final : public Store {
   };
 
   EtcdStore(EtcdStoreOptions options, std::unique_ptr<etcd::Client> client);
+  // The watch of the prefix from opened_revision_, feeding cache_.
+  void StartWatch();
+  // Waits until the cache has every commit up to `revision`: UNAVAILABLE
+  // naming how far behind it is when the client's deadline passes first.
+  absl::Status CatchUp(int64_t revision);
 
   // Runs and commits one batch, on the writer thread: each write's status,
   // the hosts whose assignments changed in what committed, and (once the
@@ -198,6 +217,8 @@ class EtcdStore final : public Store {
   void DeliverExternal(ExternalChange change);
   absl::Status DeliverResync(int64_t revision);
   void NoteReachability(bool reachable, const std::string& why);
+  // UNAVAILABLE naming etcd while the watch is broken.
+  absl::Status CheckWatch();
   // After a commit whose answer was lost: makes sure it can no longer apply
   // and says whether it did (its revision) or not (0). UNAVAILABLE when
   // etcd cannot tell, or when meta changed too often since to look back
@@ -208,6 +229,7 @@ class EtcdStore final : public Store {
 
   const EtcdStoreOptions options_;
   std::unique_ptr<etcd::Client> client_;
+  std::unique_ptr<EtcdCache> cache_;
   std::atomic<int64_t> committed_revision_{0};
   // etcd's revision when Open read the store: the watch starts after it.
   int64_t opened_revision_ = 0;
@@ -217,7 +239,12 @@ class EtcdStore final : public Store {
   std::mutex watch_mu_;
   ExternalObserver external_observer_;          // guarded by watch_mu_
   ReachabilityObserver reachability_observer_;  // guarded by watch_mu_
-  // While the watch runs: commits it has yet to see, by commit id.
+  // Set while the watch is broken: writes then fail at once, unsent (the
+  // answer of one sent to an unreachable etcd would be lost, and its
+  // outcome unknown), and the cache may be behind.
+  std::optional<std::string> watch_lost_;  // guarded by watch_mu_
+  // While an external observer is set: commits the watch has yet to see,
+  // by commit id.
   bool watching_ = false;                                // guarded by watch_mu_
   std::unordered_map<uint64_t, OwnCommit> own_commits_;  // guarded by watch_mu_
   std::condition_variable own_cv_;  // an own commit was settled, or the watch stops
@@ -227,8 +254,8 @@ class EtcdStore final : public Store {
   std::unique_ptr<EtcdReplicas> replicas_;
   // Stopped first.
   std::unique_ptr<EtcdMaintenance> maintenance_;
-  // Stopped first by the destructor: it calls into the writer's queue and
-  // bookkeeping.
+  // Stopped by the destructor once the writer is: a write waiting for the
+  // cache needs it until then.
   std::unique_ptr<EtcdPrefixWatch> watch_;
 };
 

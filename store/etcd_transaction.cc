@@ -55,16 +55,20 @@ absl::Status CheckComponent(absl::string_view what, absl::string_view id) {
 
 }  // namespace
 
-absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix) {
+absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix,
+                                          const EtcdCache& cache,
+                                          const EtcdCache::Snapshot& view) {
   EtcdSnapshot snap;
   snap.client = &client;
   snap.prefix = prefix;
+  snap.cache = &cache;
+  snap.view = &view;
+  snap.revision = view.revision();
   const std::string key = absl::StrCat(prefix, "/meta");
-  ASSIGN_OR_RETURN(etcd::RangeResult meta, client.Range(key, ""));
-  snap.revision = meta.revision;
-  if (!meta.kvs.empty()) {
-    snap.meta_revision = meta.kvs[0].mod_revision();
-    snap.meta_value = meta.kvs[0].value();
+  std::optional<CachedKv> meta = view.Get(key);
+  if (meta) {
+    snap.meta_revision = meta->mod_revision;
+    snap.meta_value = std::move(meta->value);
     if (!snap.meta.ParseFromString(snap.meta_value)) {
       return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
                                               " does not parse as the store's metadata"));
@@ -112,6 +116,9 @@ etcdserverpb::TxnRequest CommitRequest(const EtcdSnapshot& snapshot,
   etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
   put->set_key(meta_key);
   put->set_value(Serialized(meta));
+  // When the compare fails: meta now, whose revision the cache must reach
+  // before the functions run again.
+  request.add_failure()->mutable_request_range()->set_key(meta_key);
   return request;
 }
 
@@ -141,6 +148,11 @@ absl::StatusOr<std::optional<std::string>> EtcdTransaction::Get(const std::strin
     auto it = write_->writes.find(key);
     if (it != write_->writes.end()) return it->second;
   }
+  if (snap_.cache->Holds(key)) {
+    std::optional<CachedKv> kv = snap_.view->Get(key);
+    if (!kv) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(kv->value));
+  }
   ASSIGN_OR_RETURN(etcd::RangeResult result, snap_.client->Range(key, "", snap_.revision));
   if (result.kvs.empty()) return std::optional<std::string>();
   return std::optional<std::string>(std::move(*result.kvs[0].mutable_value()));
@@ -157,39 +169,53 @@ void EtcdTransaction::Delete(std::string key) {
 absl::Status EtcdTransaction::Scan(const std::string& begin, const std::string& end, int limit,
                                    const Visit& visit) {
   const int64_t page = snap_.client->options().range_page;
+  const bool cached = snap_.cache->HoldsRange(begin, end);
   std::string from = begin;
   int counted = 0;
   while (true) {
-    etcdserverpb::RangeRequest request;
-    request.set_key(from);
-    request.set_range_end(end);
-    request.set_revision(snap_.revision);
-    request.set_limit(page);
-    ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
-    const bool more = response.more() && response.kvs_size() > 0;
+    // One page, copied out: a visit may read further keys.
+    std::vector<CachedKv> kvs;
+    bool more = false;
+    if (cached) {
+      kvs = snap_.view->Range(from, end, static_cast<size_t>(page));
+      more = kvs.size() == static_cast<size_t>(page);
+    } else {
+      etcdserverpb::RangeRequest request;
+      request.set_key(from);
+      request.set_range_end(end);
+      request.set_revision(snap_.revision);
+      request.set_limit(page);
+      ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
+      more = response.more() && response.kvs_size() > 0;
+      for (mvccpb::KeyValue& kv : *response.mutable_kvs()) {
+        kvs.push_back(CachedKv{std::move(*kv.mutable_key()), std::move(*kv.mutable_value()),
+                               kv.mod_revision()});
+      }
+    }
+    more = more && !kvs.empty();
     // Buffered writes up to what this page covers: its last key, or the
     // range's end when it is the last page.
     std::map<std::string, std::optional<std::string>>::const_iterator buffered, buffered_end;
     if (write_ != nullptr) {
       buffered = write_->writes.lower_bound(from);
-      buffered_end = more ? write_->writes.upper_bound(response.kvs().rbegin()->key())
+      buffered_end = more ? write_->writes.upper_bound(kvs.back().key)
                           : write_->writes.lower_bound(end);
     }
-    int i = 0;
+    size_t i = 0;
     while (true) {
-      const bool have_snap = i < response.kvs_size();
+      const bool have_snap = i < kvs.size();
       const bool have_buf = write_ != nullptr && buffered != buffered_end;
       if (!have_snap && !have_buf) break;
       const std::string* key;
       const std::string* value;
-      if (have_buf && (!have_snap || buffered->first <= response.kvs(i).key())) {
-        if (have_snap && buffered->first == response.kvs(i).key()) ++i;  // shadowed
+      if (have_buf && (!have_snap || buffered->first <= kvs[i].key)) {
+        if (have_snap && buffered->first == kvs[i].key) ++i;  // shadowed
         key = &buffered->first;
         value = buffered->second ? &*buffered->second : nullptr;
         ++buffered;
       } else {
-        key = &response.kvs(i).key();
-        value = &response.kvs(i).value();
+        key = &kvs[i].key;
+        value = &kvs[i].value;
         ++i;
       }
       if (value == nullptr) continue;  // deleted in this transaction
@@ -197,7 +223,7 @@ absl::Status EtcdTransaction::Scan(const std::string& begin, const std::string& 
       if (count && limit > 0 && ++counted >= limit) return absl::OkStatus();
     }
     if (!more) return absl::OkStatus();
-    from = response.kvs().rbegin()->key() + std::string(1, '\0');
+    from = kvs.back().key + std::string(1, '\0');
   }
 }
 
@@ -557,17 +583,10 @@ absl::StatusOr<HostChanges> EtcdTransaction::ChangesSince(absl::string_view host
     RETURN_IF_ERROR(probed.status());
   }
   const std::string base = Key("changes", host_id) + "/";
-  etcdserverpb::RangeRequest request;
-  request.set_key(base);
-  request.set_range_end(etcd::PrefixEnd(base));
-  request.set_revision(snap_.revision);
-  request.set_keys_only(true);
-  // etcd reads the whole range to apply this filter anyway: no paging.
-  request.set_min_mod_revision(revision + 1);
-  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
   std::set<std::string> ids;
-  for (const mvccpb::KeyValue& kv : response.kvs()) {
-    ids.insert(std::string(kv.key().substr(base.size())));
+  for (CachedKv& kv : snap_.view->Range(base, etcd::PrefixEnd(base),
+                                        std::numeric_limits<size_t>::max())) {
+    if (kv.mod_revision > revision) ids.insert(kv.key.substr(base.size()));
   }
   if (write_ != nullptr) {
     // Its own changes are at its revision, after any it can be asked about.
@@ -594,11 +613,11 @@ absl::Status EtcdTransaction::RequireLeadership() {
         leader.empty() ? "none does at the moment" : absl::StrCat(leader, " does")));
   };
   if (fence == 0) return not_leading(replicas != nullptr ? replicas->leader() : "");
-  // At the snapshot: a leadership lost before it is seen here, one lost
-  // after it fails the Txn's compare (and this runs again).
+  // Now, linearizably (the cache does not hold the leader key): a
+  // leadership lost before is seen here, one lost after fails the Txn's
+  // compare (and this runs again).
   etcdserverpb::RangeRequest request;
   request.set_key(absl::StrCat(snap_.prefix, "/leader"));
-  request.set_revision(snap_.revision);
   ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, snap_.client->RangeOnce(request));
   if (response.kvs_size() != 1 || response.kvs(0).create_revision() != fence) {
     EtcdReplica leader;

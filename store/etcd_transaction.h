@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "etcd/client.h"
+#include "store/etcd_cache.h"
 #include "store/etcd_replicas.h"
 #include "store/store.h"
 
@@ -41,12 +42,19 @@ struct EtcdSnapshot {
   EtcdMeta meta;
   // The replicas on the prefix, for RequireLeadership; null in reads.
   EtcdReplicas* replicas = nullptr;
+  // The replica's copy of the keys it holds, at R: reads of those keys are
+  // answered from it, the others (the audit trail, the leader key) by etcd
+  // at R.
+  const EtcdCache* cache = nullptr;
+  const EtcdCache::Snapshot* view = nullptr;
 };
 
-// Reads <prefix>/meta linearizably: the snapshot of a new transaction.
-// DATA_LOSS when meta does not parse, FAILED_PRECONDITION when its layout
-// is newer than this code.
-absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix);
+// The snapshot of a new transaction: the cache's view as it is, with meta
+// as the view has it. DATA_LOSS when meta does not parse,
+// FAILED_PRECONDITION when its layout is newer than this code.
+absl::StatusOr<EtcdSnapshot> TakeSnapshot(etcd::Client& client, const std::string& prefix,
+                                          const EtcdCache& cache,
+                                          const EtcdCache::Snapshot& view);
 
 // What the write functions of one batch did so far. Copied before each
 // function and put back when it fails, as SQLite's savepoints.
@@ -123,7 +131,8 @@ class EtcdTransaction final : public Transaction {
   // The value of `key` in this transaction: buffered, else at the snapshot.
   absl::StatusOr<std::optional<std::string>> Get(const std::string& key);
   // Keys in [begin, end) in order, buffered writes merged in, until `limit`
-  // visits counted (0: all).
+  // visits counted (0: all): from the cache when it holds the range, else
+  // from etcd at the snapshot's revision, a page at a time.
   absl::Status Scan(const std::string& begin, const std::string& end, int limit,
                     const Visit& visit);
   void Put(std::string key, std::string value);

@@ -113,13 +113,15 @@ absl::Status AddWatchEvent(absl::string_view prefix, const mvccpb::Event& event,
 }
 
 EtcdPrefixWatch::EtcdPrefixWatch(etcd::Client& client, std::string prefix, int64_t revision,
-                                 Hooks hooks, EtcdWatchOptions options)
+                                 EtcdCache& cache, Hooks hooks, EtcdWatchOptions options)
     : client_(client),
       prefix_(std::move(prefix)),
+      cache_(cache),
       hooks_(std::move(hooks)),
       options_(options),
       revision_(revision) {
   thread_ = std::thread([this] { Run(); });
+  delivery_ = std::thread([this] { DeliveryLoop(); });
 }
 
 EtcdPrefixWatch::~EtcdPrefixWatch() {
@@ -129,7 +131,42 @@ EtcdPrefixWatch::~EtcdPrefixWatch() {
     if (stream_ != nullptr) stream_->Cancel();
   }
   stop_cv_.notify_all();
+  items_cv_.notify_all();
   thread_.join();
+  delivery_.join();
+}
+
+void EtcdPrefixWatch::Enqueue(Item item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(item));
+  }
+  items_cv_.notify_one();
+}
+
+void EtcdPrefixWatch::DeliveryLoop() {
+  while (true) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      items_cv_.wait(lock, [this] { return stopping_ || !items_.empty(); });
+      if (stopping_) return;  // what is left is the store's to drop: it closes
+      item = std::move(items_.front());
+      items_.pop_front();
+    }
+    if (item.resync == 0) {
+      Deliver(item.response);
+      continue;
+    }
+    absl::Status delivered = hooks_.resync(item.resync);
+    if (delivered.ok()) {
+      LOG(WARNING) << "etcd store: the watch of " << prefix_ << " was behind a compaction; "
+                   << "every view was read again at revision " << item.resync;
+    } else {
+      LOG(WARNING) << "etcd store: the views of " << prefix_ << " could not be read again at "
+                   << "revision " << item.resync << ": " << delivered;
+    }
+  }
 }
 
 bool EtcdPrefixWatch::Stopping() {
@@ -182,15 +219,14 @@ void EtcdPrefixWatch::Run() {
 }
 
 absl::Status EtcdPrefixWatch::Resync() {
-  // etcd's revision now, read linearizably: the store reads its views at
-  // or after it, and the watch goes on from just after it.
-  absl::StatusOr<etcd::RangeResult> now = client_.Range(absl::StrCat(prefix_, "/meta"), "");
-  if (!now.ok()) return now.status();
-  absl::Status delivered = hooks_.resync(now->revision);
-  if (!delivered.ok()) return delivered;
-  LOG(WARNING) << "etcd store: the watch of " << prefix_ << " was behind a compaction; "
-               << "every view was read again at revision " << now->revision;
-  revision_.store(now->revision, std::memory_order_release);
+  // The cache read again at etcd's revision now (linearizably): the store
+  // reads its views at or after it, and the watch goes on from just after.
+  absl::StatusOr<int64_t> loaded = cache_.Load(client_);
+  if (!loaded.ok()) return loaded.status();
+  revision_.store(*loaded, std::memory_order_release);
+  Item item;
+  item.resync = *loaded;
+  Enqueue(std::move(item));
   return absl::OkStatus();
 }
 
@@ -230,7 +266,9 @@ absl::Status EtcdPrefixWatch::Follow(bool& resync, bool& established) {
       SetReachable(true, "");
       continue;
     }
-    Handle(*response);
+    if (options_.before_apply) options_.before_apply();
+    Apply(*response);
+    if (!response->events().empty()) Enqueue(Item{*std::move(response), 0});
   }
   std::lock_guard<std::mutex> lock(mu_);
   stream_ = nullptr;
@@ -238,17 +276,31 @@ absl::Status EtcdPrefixWatch::Follow(bool& resync, bool& established) {
   return ended;
 }
 
-void EtcdPrefixWatch::Handle(const etcdserverpb::WatchResponse& response) {
+void EtcdPrefixWatch::Apply(const etcdserverpb::WatchResponse& response) {
   if (response.events().empty()) {
     // A progress notification: every event up to its revision was sent.
     if (response.header().revision() > revision()) {
+      cache_.ApplyProgress(response.header().revision());
       revision_.store(response.header().revision(), std::memory_order_release);
     }
     return;
   }
-  // Events come in revision order, a revision's all in one response. Other
-  // writers' revisions between two of the store's own are delivered as one
-  // change; each own commit waits for the store to have queued it.
+  // Events come in revision order, a revision's all in one response.
+  const auto& events = response.events();
+  for (int i = 0; i < events.size();) {
+    const int64_t at = events[i].kv().mod_revision();
+    int end = i;
+    while (end < events.size() && events[end].kv().mod_revision() == at) ++end;
+    cache_.ApplyEvents(at, events, i, end);
+    i = end;
+  }
+  const int64_t last = events.rbegin()->kv().mod_revision();
+  if (last > revision()) revision_.store(last, std::memory_order_release);
+}
+
+void EtcdPrefixWatch::Deliver(const etcdserverpb::WatchResponse& response) {
+  // Other writers' revisions between two of the store's own are delivered
+  // as one change; each own commit waits for the store to have queued it.
   ExternalChange pending;
   auto flush = [&] {
     if (!pending.empty()) hooks_.deliver(std::move(pending));
@@ -296,8 +348,6 @@ void EtcdPrefixWatch::Handle(const etcdserverpb::WatchResponse& response) {
     pending.rollout |= change.rollout;
   }
   flush();
-  const int64_t last = events.rbegin()->kv().mod_revision();
-  if (last > revision()) revision_.store(last, std::memory_order_release);
 }
 
 }  // namespace cosched::store

@@ -28,6 +28,7 @@ class InstrumentedStore final : public Store {
 
   void Write(TxnFn fn, DoneFn done) override;
   absl::Status Read(const TxnFn& fn) override;
+  absl::Status ReadRecent(const TxnFn& fn) override { return inner_->ReadRecent(fn); }
   int64_t CurrentRevision() const override;
   void SetCommitObserver(CommitObserver observer) override;
   void SetExternalObserver(ExternalObserver observer) override;

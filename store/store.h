@@ -253,8 +253,17 @@ class Store {
   // Blocking form of Write.
   absl::Status WriteSync(TxnFn fn);
 
-  // Runs `fn` on a consistent read-only view, on the calling thread.
+  // Runs `fn` on a consistent read-only view, on the calling thread. The
+  // view has every write acknowledged (by any writer) before Read began.
   virtual absl::Status Read(const TxnFn& fn) = 0;
+  // As Read, but the view need only have what this process has seen: its
+  // own acknowledged writes, the changes of other writers it delivered
+  // (SetExternalObserver) and what an earlier Read saw. EtcdStore answers
+  // it from its cache without asking etcd; a store with one writer answers
+  // it as Read. For a job that reads many records one at a time after one
+  // Read (the policy engine's pass: each write it makes compares what it
+  // read) and for views kept by the store's changes.
+  virtual absl::Status ReadRecent(const TxnFn& fn) { return Read(fn); }
 
   // The highest committed revision.
   virtual int64_t CurrentRevision() const = 0;

@@ -609,7 +609,10 @@ absl::StatusOr<EngineLoop::Outcome> EngineLoop::ReplanAndApply(const std::string
                                                                bool interval) {
   for (int attempt = 1;; ++attempt) {
     HostState state;
-    absl::Status read = store_.Read([&](store::Transaction& txn) -> absl::Status {
+    // What the pass's Read of the fleet saw, or newer: a write of the
+    // engine compares what it read (layouts.cc), so a host a replica
+    // changed meanwhile is read again, not overwritten.
+    absl::Status read = store_.ReadRecent([&](store::Transaction& txn) -> absl::Status {
       ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
       return absl::OkStatus();
     });
@@ -733,7 +736,8 @@ absl::StatusOr<v1::PlanResponse> EngineLoop::Plan(const v1::PlanRequest& request
     // off the engine's passes and triggers for its whole run (issue #32).
     std::lock_guard<std::mutex> lock(pass_mu_);
     HostState state;
-    absl::Status read = store_.Read([&](store::Transaction& txn) -> absl::Status {
+    // At least what ManagedHosts' Read saw: the Plan is as of the request.
+    absl::Status read = store_.ReadRecent([&](store::Transaction& txn) -> absl::Status {
       ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
       return absl::OkStatus();
     });
@@ -775,7 +779,8 @@ absl::StatusOr<v1::PlanResponse> EngineLoop::Report(const std::string& tenant) {
   std::vector<v1::HostPlanReport> reports;
   for (const std::string& host_id : hosts) {
     HostState state;
-    absl::Status read = store_.Read([&](store::Transaction& txn) -> absl::Status {
+    // At least what the Read of the hosts saw.
+    absl::Status read = store_.ReadRecent([&](store::Transaction& txn) -> absl::Status {
       ASSIGN_OR_RETURN(state, ReadHostState(txn, host_id));
       return absl::OkStatus();
     });

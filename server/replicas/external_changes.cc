@@ -37,7 +37,8 @@ void ExternalChanges::Apply(const store::ExternalChange& change) {
   PlacementDelta delta;
   std::set<std::string> forget(change.hosts.begin(), change.hosts.end());
   std::set<std::string> layout_hosts;
-  absl::Status read = store_.Read([&](store::Transaction& txn) -> absl::Status {
+  // The store had the change before delivering it: no need to ask etcd.
+  absl::Status read = store_.ReadRecent([&](store::Transaction& txn) -> absl::Status {
     for (const auto& [vm_id, before] : change.vms) {
       ASSIGN_OR_RETURN(std::optional<v1::VM> vm, txn.GetVm(vm_id));
       if (vm) {

@@ -27,6 +27,10 @@
 // are predicted and memoized too, so the fleet's pass figures in this mode
 // are not the engine's alone: time without it.
 //
+// With --etcd, the fleet's store is a local etcd member (Debian's etcd,
+// fsync off: this is not about durability) instead of SQLite, and the
+// engine reads it through EtcdStore's cache (issue #35 item 4).
+//
 // With --concurrent-plans N (issue #32 item 9), no pass runs: for
 // --seconds, N clients ask for a dry-run Plan of the whole fleet over and
 // over while one host Reports a changed VM list every 100 ms, and the bench
@@ -36,7 +40,7 @@
 // csd's QueryPool (default options), and a refused client retries after
 // 100 ms.
 //
-//   build/tests/bench/engine_pass_bench [--hosts 10000] [--threads N] [--predict-s S]
+//   build/tests/bench/engine_pass_bench [--hosts 10000] [--etcd] [--threads N] [--predict-s S]
 //       [--screen-s S] [--noise SD [--noisy-passes N]] [--compare-fresh]
 //       [--concurrent-plans N --plans-on callers|pool --seconds S]
 #include <sys/resource.h>
@@ -64,8 +68,10 @@
 #include "glog/logging.h"
 #include "server/api/query_pool.h"
 #include "server/engine/engine_loop.h"
+#include "store/etcd_store.h"
 #include "store/sqlite_store.h"
 #include "tests/server/test_state.h"
+#include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched {
@@ -86,7 +92,7 @@ std::string HostId(int h) { return absl::StrCat("host-", h); }
 std::string VmId(int h, int v) { return absl::StrCat("vm-", h, "-", v); }
 std::string TenantOf(int v) { return absl::StrCat("t", v % 4); }
 
-absl::Status WriteFleet(store::Store& store, const FleetShape& shape) {
+absl::Status WriteFleet(store::Store& store, const FleetShape& shape, int hosts_per_commit) {
   for (int t = 0; t < 4; ++t) {
     absl::Status s = store.WriteSync([&](store::Transaction& txn) {
       v1::TenantPolicy p;
@@ -102,11 +108,10 @@ absl::Status WriteFleet(store::Store& store, const FleetShape& shape) {
     });
     if (!s.ok()) return s;
   }
-  // A few hundred hosts a transaction: each is one commit of the store.
-  constexpr int kHostsPerCommit = 250;
-  for (int first = 0; first < shape.hosts; first += kHostsPerCommit) {
+  // Several hosts a transaction: each is one commit of the store.
+  for (int first = 0; first < shape.hosts; first += hosts_per_commit) {
     absl::Status s = store.WriteSync([&](store::Transaction& txn) -> absl::Status {
-      for (int h = first; h < std::min(shape.hosts, first + kHostsPerCommit); ++h) {
+      for (int h = first; h < std::min(shape.hosts, first + hosts_per_commit); ++h) {
         v1::Host host;
         host.set_host_id(HostId(h));
         for (int c = 0; c < shape.cores; ++c) {
@@ -204,7 +209,9 @@ double CpuSeconds() {
 }
 
 // Times one pass; returns how many predictions it made.
-int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts) {
+int64_t TimePass(server::EngineLoop& engine, store::Store& store, const std::string& name,
+                 int hosts) {
+  const int64_t revision = store.CurrentRevision();
   const double cpu = CpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   const int64_t predicted = engine.predictions();
@@ -213,11 +220,12 @@ int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts)
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%-7s pass: %d hosts in %.2f s = %.0f hosts/s; %d changed; %.2f CPU s (%.2f cores); "
-              "%lld predicted, %lld of them settled by the screen\n",
+              "%lld predicted, %lld of them settled by the screen; store revision +%lld\n",
               name.c_str(), hosts, wall, hosts / wall, changed, CpuSeconds() - cpu,
               (CpuSeconds() - cpu) / wall,
               static_cast<long long>(engine.predictions() - predicted),
-              static_cast<long long>(engine.screened_predictions() - screened));
+              static_cast<long long>(engine.screened_predictions() - screened),
+              static_cast<long long>(store.CurrentRevision() - revision));
   return engine.predictions() - predicted;
 }
 
@@ -225,21 +233,38 @@ int64_t TimePass(server::EngineLoop& engine, const std::string& name, int hosts)
 // plans it. Its stats clock is the caller's.
 struct BenchFleet {
   cosched::testing::TempDir dir;
-  std::unique_ptr<store::SqliteStore> store;
+  std::unique_ptr<cosched::testing::EtcdMember> etcd;  // with --etcd
+  std::unique_ptr<store::Store> store;
   std::unique_ptr<server::TestState> state;
   std::unique_ptr<server::EngineLoop> engine;
 };
 
 absl::StatusOr<std::unique_ptr<BenchFleet>> MakeFleet(const FleetShape& shape,
                                                      const server::EngineOptions& options,
-                                                     std::atomic<int64_t>& stats_now) {
+                                                     std::atomic<int64_t>& stats_now,
+                                                     bool on_etcd) {
   auto fleet = std::make_unique<BenchFleet>();
-  store::SqliteStoreOptions store_options;
-  store_options.data_dir = fleet->dir.Sub("data");
-  auto store = store::SqliteStore::Open(store_options);
-  if (!store.ok()) return store.status();
-  fleet->store = std::move(*store);
-  if (absl::Status s = WriteFleet(*fleet->store, shape); !s.ok()) return s;
+  // etcd takes a few hosts a Txn (its request size limit), SQLite hundreds.
+  int hosts_per_commit = 250;
+  if (on_etcd) {
+    cosched::testing::EtcdMemberOptions member;
+    member.max_txn_ops = 10000;
+    fleet->etcd = std::make_unique<cosched::testing::EtcdMember>(member);
+    if (absl::Status s = fleet->etcd->Start(); !s.ok()) return s;
+    store::EtcdStoreOptions store_options;
+    store_options.client = fleet->etcd->ClientOptions();
+    auto store = store::EtcdStore::Open(store_options);
+    if (!store.ok()) return store.status();
+    fleet->store = std::move(*store);
+    hosts_per_commit = 5;
+  } else {
+    store::SqliteStoreOptions store_options;
+    store_options.data_dir = fleet->dir.Sub("data");
+    auto store = store::SqliteStore::Open(store_options);
+    if (!store.ok()) return store.status();
+    fleet->store = std::move(*store);
+  }
+  if (absl::Status s = WriteFleet(*fleet->store, shape, hosts_per_commit); !s.ok()) return s;
   fleet->state = std::make_unique<server::TestState>(
       *fleet->store, [&stats_now] { return stats_now.load(); });
   if (absl::Status s = fleet->state->Load(); !s.ok()) return s;
@@ -437,6 +462,14 @@ int Run(int argc, char** argv) {
   double seconds = 20;
   app.add_option("--seconds", seconds, "how long --concurrent-plans runs")
       ->check(CLI::Range(1.0, 600.0));
+  bool on_etcd = false;
+  app.add_flag("--etcd", on_etcd,
+               "keep the fleet in a local etcd member (fsync off) instead of SQLite");
+  double settle_s = 0;
+  app.add_option("--settle-s", settle_s,
+                 "wait this long after writing the fleet before the first pass (etcd works on "
+                 "for seconds after a large load, on the same cores)")
+      ->check(CLI::Range(0.0, 600.0));
   CLI11_PARSE(app, argc, argv);
 
   server::EngineOptions options;
@@ -457,21 +490,30 @@ int Run(int argc, char** argv) {
   const int64_t first_end = absl::ToUnixNanos(absl::Now());
   std::atomic<int64_t> stats_now{first_end};
   auto start = std::chrono::steady_clock::now();
-  auto fleet = MakeFleet(shape, options, stats_now);
+  auto fleet = MakeFleet(shape, options, stats_now, on_etcd);
   if (!fleet.ok()) {
     std::fprintf(stderr, "writing and reporting the fleet: %s\n",
                  fleet.status().ToString().c_str());
     return 1;
   }
-  std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, written and reported in %.1f s\n",
+  std::printf("fleet: %d hosts x %d VMs of %d vCPUs on %d cores, on %s, written and reported "
+              "in %.1f s\n",
               shape.hosts, shape.vms_per_host, shape.vcpus, shape.cores,
+              on_etcd ? "etcd" : "SQLite",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (on_etcd) {
+    const auto& cache = static_cast<store::EtcdStore&>(*(*fleet)->store).cache();
+    std::printf("etcd store's cache: %zu keys, %zu versions\n", cache.keys(), cache.versions());
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("bench's peak RSS after the fleet: %.0f MiB\n", usage.ru_maxrss / 1024.0);
   if (concurrent_plans > 0) {
     return RunPlanContention(**fleet, shape, concurrent_plans, plans_on == "pool", seconds);
   }
   std::unique_ptr<BenchFleet> fresh;
   if (compare_fresh) {
-    auto made = MakeFleet(shape, fresh_options, stats_now);
+    auto made = MakeFleet(shape, fresh_options, stats_now, on_etcd);
     if (!made.ok()) {
       std::fprintf(stderr, "writing and reporting the fresh fleet: %s\n",
                    made.status().ToString().c_str());
@@ -479,14 +521,15 @@ int Run(int argc, char** argv) {
     }
     fresh = std::move(*made);
   }
+  std::this_thread::sleep_for(std::chrono::duration<double>(settle_s));
   std::printf("engine: planner_threads %d, predictions of %.1f simulated s, screen %.2f s\n",
               threads, options.predict_s, options.screen_s);
   // Each pass of the fleet, and of the fresh one after it. Returns the
   // fleet's predictions, or -1 when the comparison failed.
   auto pass = [&](const std::string& name) -> int64_t {
-    const int64_t predicted = TimePass(*(*fleet)->engine, name, shape.hosts);
+    const int64_t predicted = TimePass(*(*fleet)->engine, *(*fleet)->store, name, shape.hosts);
     if (fresh == nullptr) return predicted;
-    TimePass(*fresh->engine, "fresh", shape.hosts);
+    TimePass(*fresh->engine, *fresh->store, "fresh", shape.hosts);
     absl::Status compared = CompareLayouts(*(*fleet)->store, *fresh->store);
     if (compared.ok()) compared = ComparePlans(*(*fleet)->engine, *fresh->engine);
     if (!compared.ok()) {

@@ -296,10 +296,15 @@ TEST_P(StoreContractTest, WriterCommitsOnWhileAnAnswerRuns) {
     first_committed = revision;
     return txn.PutVm(MakeVm("vm-1"));
   };
+  // vm-2's revision, taken in its transaction: at most its commit's, above
+  // vm-1's commit (on etcd vm-1's WriteRevision may be below its commit).
+  std::atomic<int64_t> second_revision{0};
   store->Write(put_first, [&](absl::Status s) {
     ASSERT_OK(s);
     // Wait (bounded) for the second write to commit meanwhile.
-    for (int i = 0; i < 500 && store->CurrentRevision() <= first_committed; ++i)
+    for (int i = 0; i < 500 && (second_revision == 0 ||
+                                store->CurrentRevision() < second_revision);
+         ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     revision_seen_in_first_answer = store->CurrentRevision();
     std::lock_guard<std::mutex> lock(mu);
@@ -308,6 +313,7 @@ TEST_P(StoreContractTest, WriterCommitsOnWhileAnAnswerRuns) {
   // Queued once the first batch is being answered.
   while (store->CurrentRevision() <= base) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(store->WriteSync([&](Transaction& txn) -> absl::Status {
+                ASSIGN_OR_RETURN(second_revision, txn.WriteRevision());
                 RETURN_IF_ERROR(put("vm-2")(txn));
                 std::lock_guard<std::mutex> lock(mu);
                 order.push_back("vm-2 written");
