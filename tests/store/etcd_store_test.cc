@@ -12,12 +12,15 @@
 #include <atomic>
 #include <chrono>
 #include <latch>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "gmock/gmock.h"
@@ -166,6 +169,103 @@ TEST_F(EtcdStoreTest, ReplicasIncrementingOneRecordLoseNoUpdate) {
   EXPECT_EQ(Counter(*b), acknowledged.load());
   // The replicas did race: some functions ran again after losing.
   EXPECT_GT(runs.load(), acknowledged.load());
+}
+
+// Three replicas whose watches lag at random (0-5 ms before each response
+// they apply) append ids to a few shared records at once, read-modify-write:
+// each record's list is then a linearization of the acknowledged appends to
+// it. Every acknowledged append is there exactly once, and one acknowledged
+// before another was submitted comes first. A write on a stale copy of a
+// record would lose an append or order two wrongly.
+TEST_F(EtcdStoreTest, AppendsThroughReplicasWithLaggingCachesAreLinearizable) {
+  constexpr int kReplicas = 3, kThreadsPerReplica = 2, kOpsPerThread = 25, kRecords = 3;
+  std::vector<std::unique_ptr<EtcdStore>> replicas;
+  for (int r = 0; r < kReplicas; ++r) {
+    EtcdStoreOptions options;
+    options.client = etcd_.ClientOptions();
+    options.watch.before_apply = [] {
+      thread_local std::mt19937 lag{std::random_device{}()};
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(std::uniform_int_distribution<int>(0, 5000)(lag)));
+    };
+    auto opened = EtcdStore::Open(options);
+    ASSERT_OK(opened.status());
+    replicas.push_back(std::move(*opened));
+  }
+  struct Op {
+    std::string id;
+    int record = 0;
+    std::chrono::steady_clock::time_point submitted, acknowledged;
+    bool ok = false;
+  };
+  std::vector<std::vector<Op>> ops(kReplicas * kThreadsPerReplica);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kReplicas * kThreadsPerReplica; ++t) {
+    threads.emplace_back([&, t] {
+      EtcdStore& store = *replicas[t % kReplicas];
+      std::mt19937 pick(t);
+      for (int i = 0; i < kOpsPerThread; ++i) {
+        Op op;
+        op.id = absl::StrCat("t", t, ".", i);
+        op.record = std::uniform_int_distribution<int>(0, kRecords - 1)(pick);
+        op.submitted = std::chrono::steady_clock::now();
+        absl::Status s = store.WriteSync([&](Transaction& txn) -> absl::Status {
+          const std::string host_id = absl::StrCat("h", op.record);
+          ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
+          v1::Host next;
+          next.set_host_id(host_id);
+          next.set_agent_version((host ? host->agent_version() + "," : "") + op.id);
+          return txn.PutHost(next);
+        });
+        op.acknowledged = std::chrono::steady_clock::now();
+        op.ok = s.ok();
+        EXPECT_OK(s);
+        ops[t].push_back(op);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  // Each record's list, as every replica reads it.
+  std::vector<std::vector<std::string>> lists(kRecords);
+  for (int r = 0; r < kRecords; ++r) {
+    for (auto& replica : replicas) {
+      std::vector<std::string> list;
+      ASSERT_OK(replica->Read([&](Transaction& txn) -> absl::Status {
+        ASSIGN_OR_RETURN(auto host, txn.GetHost(absl::StrCat("h", r)));
+        list = host ? absl::StrSplit(host->agent_version(), ',') : std::vector<std::string>();
+        return absl::OkStatus();
+      }));
+      if (replica == replicas.front()) lists[r] = list;
+      EXPECT_EQ(list, lists[r]) << "replicas disagree on h" << r;
+    }
+  }
+  std::map<std::string, std::pair<int, size_t>> position;  // id -> (record, index)
+  for (int r = 0; r < kRecords; ++r) {
+    for (size_t i = 0; i < lists[r].size(); ++i) {
+      EXPECT_TRUE(position.emplace(lists[r][i], std::pair{r, i}).second)
+          << lists[r][i] << " appended twice";
+    }
+  }
+  std::vector<const Op*> acknowledged;
+  for (const auto& thread_ops : ops) {
+    for (const Op& op : thread_ops) {
+      if (!op.ok) continue;
+      acknowledged.push_back(&op);
+      auto found = position.find(op.id);
+      ASSERT_NE(found, position.end()) << op.id << " was acknowledged and lost";
+      EXPECT_EQ(found->second.first, op.record) << op.id;
+    }
+  }
+  EXPECT_EQ(acknowledged.size(), position.size());
+  for (const Op* a : acknowledged) {
+    for (const Op* b : acknowledged) {
+      if (a->record == b->record && a->acknowledged < b->submitted) {
+        EXPECT_LT(position[a->id].second, position[b->id].second)
+            << a->id << " was acknowledged before " << b->id << " was submitted";
+      }
+    }
+  }
 }
 
 TEST_F(EtcdStoreTest, AuditSequencesAreUniqueAndIncreasingAcrossReplicas) {
