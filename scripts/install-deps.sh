@@ -28,7 +28,8 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-pytest
   # the Debian packages (scripts/package.sh, debian/) and their checks
   debhelper dpkg-dev lintian
-  # promtool: checks and unit-tests the Prometheus rules (deploy/prometheus, tests/prometheus)
+  # promtool checks and unit-tests the Prometheus rules (deploy/prometheus, tests/prometheus),
+  # and the server loads them and the dashboard against real daemons (prometheus_live)
   prometheus
 )
 
