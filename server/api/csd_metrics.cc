@@ -344,6 +344,10 @@ void CsdMetrics::AddFleetGauges() {
   scrape_gauges_->Add("cosched_store_revision",
                       "The store's highest committed revision.",
                       read(options_.store_revision));
+  scrape_gauges_->Add("cosched_store_cache_keys",
+                      "Keys of the etcd store this replica holds in memory (its copy of the "
+                      "prefix, about 100 a host); 0 on SQLite.",
+                      read(options_.store_cache_keys));
   scrape_gauges_->Add("cosched_csd_leader",
                       "1 while this csd leads the replicas on its store (runs compaction, "
                       "audit pruning and the policy engine), else 0; always 1 on SQLite.",

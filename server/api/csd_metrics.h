@@ -37,6 +37,9 @@ struct CsdMetricsOptions {
   // Read at scrape time; null reads 0.
   std::function<double()> connected_agents;
   std::function<double()> store_revision;
+  // Replicas on etcd: the keys of the prefix held in memory (the store's
+  // cache); null reads 0 (SQLite).
+  std::function<double()> store_cache_keys;
   // 1 while this csd leads the store's writers (Store::Leads), else 0.
   std::function<double()> leader;
   // The staged rollout as this csd knows it (RolloutView); nullopt: none.

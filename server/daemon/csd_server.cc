@@ -31,6 +31,7 @@ namespace {
 struct OpenedStore {
   std::unique_ptr<store::Store> store;
   store::EtcdReplicas* replicas = nullptr;
+  const store::EtcdCache* cache = nullptr;
 };
 
 absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
@@ -47,6 +48,7 @@ absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
     etcd.maintenance.audit_window_records = options.audit.window_records;
     ASSIGN_OR_RETURN(std::unique_ptr<store::EtcdStore> store, store::EtcdStore::Open(etcd));
     opened.replicas = &store->replicas();
+    opened.cache = &store->cache();
     opened.store = std::move(store);
     return opened;
   }
@@ -74,6 +76,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
 
   std::unique_ptr<CsdServer> csd(new CsdServer());
   csd->options_ = options;
+  csd->etcd_cache_ = opened.cache;
   csd->metrics_ = std::make_unique<CsdMetrics>(csd->MetricsOptions(options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<store::InstrumentedStore>(
@@ -99,6 +102,9 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
   };
   metrics_options.store_revision = [this] {
     return static_cast<double>(store_->CurrentRevision());
+  };
+  metrics_options.store_cache_keys = [this] {
+    return etcd_cache_ != nullptr ? static_cast<double>(etcd_cache_->keys()) : 0.0;
   };
   metrics_options.leader = [this] { return store_->Leads() ? 1.0 : 0.0; };
   metrics_options.rollout = [this] {

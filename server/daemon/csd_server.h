@@ -197,6 +197,8 @@ class CsdServer {
   std::unique_ptr<store::Store> store_;
   // The replicas on the etcd prefix (in store_); null on SQLite.
   store::EtcdReplicas* replicas_ = nullptr;
+  // The etcd store's cache (owned by store_), for its metric; null on SQLite.
+  const store::EtcdCache* etcd_cache_ = nullptr;
   // Before the authorizer, which reads it, and the local socket, which
   // fills it.
   std::unique_ptr<LocalPeerTable> local_peers_;

@@ -136,6 +136,7 @@ TEST_F(CsdMetricsTest, RpcCountsByCodeAndLatency) {
   EXPECT_GE(*SampleValue(text, "cosched_store_writes_total", {{"code", "OK"}}), 2);
   EXPECT_GE(*SampleValue(text, "cosched_store_write_duration_seconds_count"), 2);
   EXPECT_GE(*SampleValue(text, "cosched_store_revision"), 2);
+  EXPECT_EQ(SampleValue(text, "cosched_store_cache_keys"), 0);  // SQLite keeps no copy
 }
 
 TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {

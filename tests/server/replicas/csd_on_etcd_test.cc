@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/daemon/csd_server.h"
 #include "tests/testing/etcd_member.h"
+#include "tests/testing/metrics_scrape.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/trusted_plaintext.h"
@@ -23,12 +24,12 @@ class CsdOnEtcdTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_OK(etcd_.Start()); }
 
-  std::unique_ptr<CsdServer> StartReplica() {
+  std::unique_ptr<CsdServer> StartReplica(const std::string& metrics_listen = "") {
     CsdOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.Sub("unused");
     testing::TrustPlaintextCallers(options.authz);
-    options.metrics_listen = "";
+    options.metrics_listen = metrics_listen;
     store::EtcdStoreOptions store;
     store.client = etcd_.ClientOptions();
     store.prefix = "/cosched";
@@ -83,6 +84,29 @@ TEST_F(CsdOnEtcdTest, AReplicaServesWhatAnotherWrote) {
 // Both replicas tag VMs of one tenant at once (each TagVM reads the
 // tenant's policy and writes an audit record): every tag is acknowledged and
 // there.
+// A replica says how many keys of the prefix it holds in memory: what an
+// operator sizes its memory by.
+TEST_F(CsdOnEtcdTest, AReplicaExportsTheSizeOfItsCopyOfThePrefix) {
+  auto csd = StartReplica("127.0.0.1:0");
+  ASSERT_NE(csd, nullptr);
+  auto cache_keys = [&] {
+    return testing::SampleValue(testing::HttpGet(csd->metrics_port(), "/metrics"),
+                                "cosched_store_cache_keys")
+        .value_or(-1);
+  };
+  const double before = cache_keys();
+  EXPECT_GE(before, 0);
+  v1::TagVMRequest tag;
+  tag.set_vm_id("vm-1");
+  tag.set_tenant_id("acme");
+  tag.set_isolation(v1::ISOLATION_LEVEL_VM);
+  v1::TagVMResponse tagged;
+  grpc::ClientContext context;
+  ASSERT_TRUE(Stub(*csd)->TagVM(&context, tag, &tagged).ok());
+  // The VM, its index by tenant and meta at least.
+  EXPECT_GE(cache_keys(), before + 2);
+}
+
 TEST_F(CsdOnEtcdTest, ReplicasRacingOnOneTenantLoseNoTag) {
   auto a = StartReplica();
   auto b = StartReplica();
