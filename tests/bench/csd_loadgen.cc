@@ -3,14 +3,18 @@
 // RPC: the ceiling of the transport) and then for TagVM (a durable write),
 // against the same csd in the same run.
 //
-//   csd_loadgen [--server HOST:PORT] [--clients 64] [--seconds 5] [--etcd]
+//   csd_loadgen [--server HOST:PORT] [--clients 64] [--seconds 5] [--etcd [--replicas N]]
 //
 // Without --server it starts csd in-process on a temporary data dir. With
 // --etcd it also starts an etcd member (fsync on, as a durable store) and,
 // with the same clients, runs TagVM on a second in-process csd whose store
 // is that etcd, then etcd's own raw write Txn (one key each, compared on
 // its absence) from the same number of callers: the ratio of the last two
-// is what csd's write path adds on etcd.
+// is what csd's write path adds on etcd. With --replicas N (N > 1) it then
+// starts N csd replicas on one prefix of that etcd and runs TagVM through
+// all of them at once (the clients' connections spread over them, each
+// tag a VM of its own): their aggregate rate against one replica's, and
+// the calls that failed (ABORTED: a write lost too many races).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -131,13 +135,17 @@ struct CsdFigures {
   Figures noop, tag;
 };
 
-CsdFigures RunCsd(const std::string& server, int clients, int channels, double seconds,
-                  const std::string& vm_prefix) {
+// `channels` connections to each of `servers`; the no-op phase unless
+// `noop` is false.
+CsdFigures RunCsd(const std::vector<std::string>& servers, int clients, int channels,
+                  double seconds, const std::string& vm_prefix, bool noop = true) {
   std::vector<std::shared_ptr<grpc::Channel>> pool;
   for (int i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args;
-    args.SetInt("cosched.loadgen.channel", i);  // distinct connections
-    pool.push_back(grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+    for (const std::string& server : servers) {
+      grpc::ChannelArguments args;
+      args.SetInt("cosched.loadgen.channel", i);  // distinct connections
+      pool.push_back(grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+    }
   }
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health;
   std::vector<std::unique_ptr<cosched::v1::ControlPlane::Stub>> control;
@@ -146,7 +154,7 @@ CsdFigures RunCsd(const std::string& server, int clients, int channels, double s
     control.push_back(cosched::v1::ControlPlane::NewStub(ch));
   }
   CsdFigures out;
-  out.noop = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
+  if (noop) out.noop = ClosedLoop(clients, seconds, [&](uint64_t seq, auto done) {
     auto* call = new Call<grpc::health::v1::HealthCheckRequest,
                           grpc::health::v1::HealthCheckResponse>();
     health[seq % health.size()]->async()->Check(
@@ -247,6 +255,10 @@ int main(int argc, char** argv) {
   bool etcd = false;
   app.add_flag("--etcd", etcd,
                "also TagVM on a csd whose store is a local etcd member, and etcd's raw Txn");
+  int replicas = 1;
+  app.add_option("--replicas", replicas,
+                 "with --etcd: then TagVM through this many csd replicas on that etcd at once")
+      ->check(CLI::Range(1, 8));
   CLI11_PARSE(app, argc, argv);
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;
@@ -264,7 +276,7 @@ int main(int argc, char** argv) {
   std::printf("csd at %s (%s), %d calls in flight over %d connections, %.1f s per phase\n",
               server.c_str(), csd ? "in-process, SQLite WAL, synchronous=FULL" : "external",
               clients, channels, seconds);
-  CsdFigures sqlite = RunCsd(server, clients, channels, seconds, "vm-");
+  CsdFigures sqlite = RunCsd({server}, clients, channels, seconds, "vm-");
   Print("Health.Check", sqlite.noop);
   Print("TagVM", sqlite.tag);
   std::printf("TagVM rate is %.1f%% of the no-op rate\n",
@@ -288,7 +300,7 @@ int main(int argc, char** argv) {
     if (csd == nullptr) return 1;
     std::printf("\ncsd at %s on etcd %s (one member, fsync on), same clients\n",
                 csd->address().c_str(), member.endpoint().c_str());
-    CsdFigures on_etcd = RunCsd(csd->address(), clients, channels, seconds, "vm-etcd-");
+    CsdFigures on_etcd = RunCsd({csd->address()}, clients, channels, seconds, "vm-etcd-", false);
     Print("TagVM (etcd)", on_etcd.tag);
     csd.reset();
     auto client = cosched::etcd::Client::Create(member.ClientOptions());
@@ -303,6 +315,27 @@ int main(int argc, char** argv) {
                                           : 0.0,
                 raw.per_second > 0 ? 100.0 * on_etcd.tag.per_second / raw.per_second : 0.0);
     ok = ok && on_etcd.tag.errors == 0 && raw.errors == 0;
+    if (replicas > 1) {
+      // A prefix of their own: a fleet that starts empty, as the one above.
+      store.prefix = "/cosched-replicas";
+      std::vector<std::unique_ptr<cosched::server::CsdServer>> fleet;
+      std::vector<std::string> addresses;
+      for (int r = 0; r < replicas; ++r) {
+        fleet.push_back(StartCsd(data_dir + "/unused-" + std::to_string(r), store));
+        if (fleet.back() == nullptr) return 1;
+        addresses.push_back(fleet.back()->address());
+      }
+      std::printf("\n%d csd replicas on etcd %s, one prefix, the same %d clients over them\n",
+                  replicas, member.endpoint().c_str(), clients);
+      Figures all = RunCsd(addresses, clients, channels, seconds, "vm-replicas-", false).tag;
+      Print("TagVM (all)", all);
+      std::printf("%d replicas together: %.1f%% of one replica's TagVM rate; %llu calls "
+                  "failed (lost too many races)\n",
+                  replicas,
+                  on_etcd.tag.per_second > 0 ? 100.0 * all.per_second / on_etcd.tag.per_second
+                                             : 0.0,
+                  static_cast<unsigned long long>(all.errors));
+    }
   }
   if (!data_dir.empty()) std::filesystem::remove_all(data_dir);
   return ok ? 0 : 1;
