@@ -212,7 +212,9 @@ absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& reque
 
 }  // namespace
 
-void Reports::ApplyReport(const v1::ReportRequest& request, Done<v1::ReportResponse> done) {
+void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
+                          Done<v1::ReportResponse> done) {
+  const v1::ReportRequest& request = *own;
   absl::Status valid = ValidateId("host_id", request.host_id());
   // Before anything else is read of it: a Report past the host's rate
   // costs csd no more than this.
@@ -230,10 +232,13 @@ void Reports::ApplyReport(const v1::ReportRequest& request, Done<v1::ReportRespo
     done(std::move(r));
   };
 
-  // Shared by the write and its completion: stats can be large to copy.
+  // Agents stamp report_time on every Report; csd stamps its own on what
+  // it stores, so the agent's is neither what changed nor kept.
+  for (v1::VMObservation& vm : *own->mutable_vms()) {
+    if (vm.has_enforcement()) vm.mutable_enforcement()->clear_report_time();
+  }
   // Stats of VMs the Report does not list are dropped here, before the
   // store, the stats kept in memory or the leader see them.
-  auto own = std::make_shared<v1::ReportRequest>(request);
   auto dropped_ids = std::make_shared<std::vector<std::string>>();
   const int64_t dropped = DropUnlistedStats(*own, dropped_ids.get());
   if (dropped > 0) {
@@ -313,22 +318,18 @@ void Reports::AddReportStats(
 }
 
 std::string Reports::ReportContent(const v1::ReportRequest& request) {
-  // This runs for every Report: one scratch message is reused for the VMs
-  // (its fields keep their capacity) instead of a copy of the whole list.
-  // Agents stamp report_time on every Report; csd stamps its own, so it is
-  // no part of what changed.
+  // This runs for every Report, on its own message: ApplyReport took the
+  // agent's report_time out (csd stamps its own), so each VM is serialized
+  // as it is, without a copy.
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream out(&stream);
     out.SetSerializationDeterministic(true);
     out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
-    v1::VMObservation scratch;
     for (const v1::VMObservation& o : request.vms()) {
-      scratch.CopyFrom(o);
-      scratch.mutable_enforcement()->clear_report_time();
-      out.WriteVarint64(scratch.ByteSizeLong());
-      scratch.SerializeWithCachedSizes(&out);
+      out.WriteVarint64(o.ByteSizeLong());
+      o.SerializeWithCachedSizes(&out);
     }
     // A hazard that comes or goes changes the host, so it is content; so
     // does a process posing as a VM.

@@ -36,7 +36,15 @@ class Reports {
   // tagged by UUID) and then runs `done`, on the aggregate's thread. A
   // Report that says what the host's last one said (times and stats aside)
   // writes nothing. FAILED_PRECONDITION for an unregistered host.
-  void ApplyReport(const v1::ReportRequest& request, Done<v1::ReportResponse> done);
+  // Takes `request` over: the write, the stats kept in memory and the
+  // windows forwarded to the leader share it (its stats windows can be
+  // large), and csd changes it (the agent's report_time goes: csd stamps
+  // its own; stats of VMs it does not list go).
+  void ApplyReport(std::shared_ptr<v1::ReportRequest> request, Done<v1::ReportResponse> done);
+  // The same with a copy of `request` (tests, benchmarks).
+  void ApplyReport(const v1::ReportRequest& request, Done<v1::ReportResponse> done) {
+    ApplyReport(std::make_shared<v1::ReportRequest>(request), std::move(done));
+  }
 
   // How often each host may Report (server/state/report_rate_limit.h).
   ReportRateLimit& report_rate() { return report_rate_; }
@@ -49,7 +57,8 @@ class Reports {
   void set_stats_observer(StatsObserver observer) { stats_observer_ = std::move(observer); }
 
  private:
-  // The part of a Report that is written: everything but times and stats.
+  // The part of a Report that is written: everything but stats (and the
+  // agent's report_time, which ApplyReport took out).
   static std::string ReportContent(const v1::ReportRequest& request);
   void AddReportStats(std::shared_ptr<const v1::ReportRequest> report,
                       absl::flat_hash_map<std::string, std::string> tagged_id,
