@@ -10,28 +10,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/store/watch_events.h"
 
 namespace cosched::store {
 namespace {
 
 using ::testing::ElementsAre;
-
-mvccpb::Event Put(const std::string& key, const std::string& value, int64_t revision) {
-  mvccpb::Event event;
-  event.set_type(mvccpb::Event::PUT);
-  event.mutable_kv()->set_key(key);
-  event.mutable_kv()->set_value(value);
-  event.mutable_kv()->set_mod_revision(revision);
-  return event;
-}
-
-mvccpb::Event Delete(const std::string& key, int64_t revision) {
-  mvccpb::Event event;
-  event.set_type(mvccpb::Event::DELETE);
-  event.mutable_kv()->set_key(key);
-  event.mutable_kv()->set_mod_revision(revision);
-  return event;
-}
 
 // One revision's events, as the watch applies them.
 void Watched(EtcdCache& cache, int64_t revision, std::vector<mvccpb::Event> events) {
@@ -75,7 +59,7 @@ TEST(EtcdCache, ASnapshotReadsAsOfItsRevisionWhileTheCacheMovesOn) {
   cache.ApplyCommit(5, {{"/p/vms/a", "a1"}, {"/p/vms/c", "c1"}});
   std::unique_ptr<EtcdCache::Snapshot> at5 = cache.Take();
   cache.ApplyCommit(6, {{"/p/vms/a", "a2"}, {"/p/vms/b", "b1"}});
-  Watched(cache, 7, {Delete("/p/vms/c", 7)});
+  Watched(cache, 7, {DeleteEvent("/p/vms/c", 7)});
   std::unique_ptr<EtcdCache::Snapshot> at7 = cache.Take();
 
   EXPECT_EQ(at5->revision(), 5);
@@ -93,7 +77,7 @@ TEST(EtcdCache, AnOwnCommitAndTheWatchsCopyOfItAreOneVersion) {
   EtcdCache cache("/p");
   cache.ApplyCommit(5, {{"/p/vms/a", "a1"}, {"/p/meta", "m5"}});
   const size_t versions = cache.versions();
-  Watched(cache, 5, {Put("/p/vms/a", "a1", 5), Put("/p/meta", "m5", 5)});
+  Watched(cache, 5, {PutEvent("/p/vms/a", "a1", 5), PutEvent("/p/meta", "m5", 5)});
   EXPECT_EQ(cache.versions(), versions);
   EXPECT_EQ(cache.revision(), 5);
 }
@@ -103,9 +87,9 @@ TEST(EtcdCache, TheWatchCannotBringBackWhatAnOwnCommitDeleted) {
   // The writer commits twice before the watch delivers the first.
   cache.ApplyCommit(5, {{"/p/vms/a", "a1"}});
   cache.ApplyCommit(6, {{"/p/vms/a", std::nullopt}});
-  Watched(cache, 5, {Put("/p/vms/a", "a1", 5)});
+  Watched(cache, 5, {PutEvent("/p/vms/a", "a1", 5)});
   EXPECT_EQ(Value(*cache.Take(), "/p/vms/a"), "<absent>");
-  Watched(cache, 6, {Delete("/p/vms/a", 6)});
+  Watched(cache, 6, {DeleteEvent("/p/vms/a", 6)});
   EXPECT_EQ(Value(*cache.Take(), "/p/vms/a"), "<absent>");
   // Once the watch is past the deletion and nothing reads older, it goes.
   EXPECT_EQ(cache.keys(), 0u);
@@ -114,21 +98,21 @@ TEST(EtcdCache, TheWatchCannotBringBackWhatAnOwnCommitDeleted) {
 
 TEST(EtcdCache, VersionsArePrunedOnceNoSnapshotReadsThem) {
   EtcdCache cache("/p");
-  Watched(cache, 1, {Put("/p/meta", "m1", 1)});
+  Watched(cache, 1, {PutEvent("/p/meta", "m1", 1)});
   std::unique_ptr<EtcdCache::Snapshot> old = cache.Take();
-  for (int r = 2; r <= 50; ++r) Watched(cache, r, {Put("/p/meta", "m" + std::to_string(r), r)});
+  for (int r = 2; r <= 50; ++r) Watched(cache, r, {PutEvent("/p/meta", "m" + std::to_string(r), r)});
   // The snapshot at 1 keeps its version; the ones between nobody can read.
   EXPECT_EQ(Value(*old, "/p/meta"), "m1");
   EXPECT_LE(cache.versions(), 50u);
   old.reset();
-  Watched(cache, 51, {Put("/p/meta", "m51", 51)});
+  Watched(cache, 51, {PutEvent("/p/meta", "m51", 51)});
   EXPECT_EQ(cache.versions(), 1u);
   EXPECT_EQ(Value(*cache.Take(), "/p/meta"), "m51");
 }
 
 TEST(EtcdCache, EventsOfKeysItDoesNotHoldMoveOnlyItsRevision) {
   EtcdCache cache("/p");
-  Watched(cache, 3, {Put("/p/leader", "x", 3), Put("/p/audit/ff", "y", 3)});
+  Watched(cache, 3, {PutEvent("/p/leader", "x", 3), PutEvent("/p/audit/ff", "y", 3)});
   EXPECT_EQ(cache.revision(), 3);
   EXPECT_EQ(cache.keys(), 0u);
   cache.ApplyProgress(9);
@@ -140,7 +124,7 @@ TEST(EtcdCache, WaitForReturnsOnceTheRevisionIsReached) {
   EXPECT_FALSE(cache.WaitFor(4, absl::Milliseconds(20)));
   std::thread watch([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    Watched(cache, 4, {Put("/p/vms/a", "a", 4)});
+    Watched(cache, 4, {PutEvent("/p/vms/a", "a", 4)});
   });
   EXPECT_TRUE(cache.WaitFor(4, absl::Seconds(10)));
   watch.join();

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "store/etcd_store.h"
 #include "tests/store/store_test_records.h"
+#include "tests/store/watch_events.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"
@@ -162,15 +163,6 @@ TEST_F(EtcdWatchTest, AnotherReplicasChangeComesAfterTheDoneOfAnEarlierOwnCommit
     ASSERT_NE(done_at, events.end());
     EXPECT_LT(done_at - events.begin(), heard_at - events.begin());
   }
-}
-
-mvccpb::Event PutEvent(const std::string& key, const std::string& value, int64_t revision) {
-  mvccpb::Event event;
-  event.set_type(mvccpb::Event::PUT);
-  event.mutable_kv()->set_key(key);
-  event.mutable_kv()->set_value(value);
-  event.mutable_kv()->set_mod_revision(revision);
-  return event;
 }
 
 TEST(EtcdWatchEvent, SaysWhatChanged) {

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "cosched/v1/agent.grpc.pb.h"
 #include "cosched/v1/control_plane.grpc.pb.h"
@@ -39,6 +40,19 @@ class CsdOnEtcdTest : public ::testing::Test {
     return csd.ok() ? std::move(*csd) : nullptr;
   }
 
+  // Tags `vm_id` of tenant acme at level vm through `csd`.
+  static absl::StatusOr<v1::TagVMResponse> TagVm(CsdServer& csd, const std::string& vm_id) {
+    v1::TagVMRequest tag;
+    tag.set_vm_id(vm_id);
+    tag.set_tenant_id("acme");
+    tag.set_isolation(v1::ISOLATION_LEVEL_VM);
+    v1::TagVMResponse tagged;
+    grpc::ClientContext context;
+    grpc::Status s = Stub(csd)->TagVM(&context, tag, &tagged);
+    if (!s.ok()) return absl::InternalError(s.error_message());
+    return tagged;
+  }
+
   static std::unique_ptr<v1::ControlPlane::Stub> Stub(CsdServer& csd) {
     return v1::ControlPlane::NewStub(
         grpc::CreateChannel(csd.address(), grpc::InsecureChannelCredentials()));
@@ -53,18 +67,10 @@ TEST_F(CsdOnEtcdTest, AReplicaServesWhatAnotherWrote) {
   auto b = StartReplica();
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  auto stub_a = Stub(*a);
   auto stub_b = Stub(*b);
-  v1::TagVMRequest tag;
-  tag.set_vm_id("vm-1");
-  tag.set_tenant_id("acme");
-  tag.set_isolation(v1::ISOLATION_LEVEL_VM);
-  v1::TagVMResponse tagged;
-  {
-    grpc::ClientContext context;
-    grpc::Status s = stub_a->TagVM(&context, tag, &tagged);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+  absl::StatusOr<v1::TagVMResponse> tag_a = TagVm(*a, "vm-1");
+  ASSERT_TRUE(tag_a.ok()) << tag_a.status();
+  const v1::TagVMResponse& tagged = *tag_a;
   v1::GetVMRequest get;
   get.set_vm_id("vm-1");
   v1::VM got;
@@ -96,13 +102,7 @@ TEST_F(CsdOnEtcdTest, AReplicaExportsTheSizeOfItsCopyOfThePrefix) {
   };
   const double before = cache_keys();
   EXPECT_GE(before, 0);
-  v1::TagVMRequest tag;
-  tag.set_vm_id("vm-1");
-  tag.set_tenant_id("acme");
-  tag.set_isolation(v1::ISOLATION_LEVEL_VM);
-  v1::TagVMResponse tagged;
-  grpc::ClientContext context;
-  ASSERT_TRUE(Stub(*csd)->TagVM(&context, tag, &tagged).ok());
+  ASSERT_TRUE(TagVm(*csd, "vm-1").ok());
   // The VM, its index by tenant and meta at least.
   EXPECT_GE(cache_keys(), before + 2);
 }
