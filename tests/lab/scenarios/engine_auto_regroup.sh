@@ -142,10 +142,16 @@ lab_float_cmp "$PCT_AGENT" ">=" 4 ||
 lab_log "tenant: acme applies; csd's engine decides"
 csctl policy set acme --default vm --allow vm,tenant --mode auto --forced-idle-budget 2 \
   >/dev/null || lab_fail "policy set acme (apply)"
+# Polled while the agent retags thread by thread, so a VM seen halfway
+# (its threads on two cookies) is "not yet", never a failure: lab_one_cookie
+# would fail the scenario on it.
 regrouped() {
-  local c
-  c=$(lab_one_cookie "$pid_a_1") || return 1
-  for pid in $acme_pids; do [ "$(lab_one_cookie "$pid")" = "$c" ] || return 1; done
+  local c pid
+  lab_has_one_cookie "$pid_a_1" || return 1
+  c=$(lab_cookies_of "$pid_a_1")
+  for pid in $acme_pids; do
+    lab_has_one_cookie "$pid" && [ "$(lab_cookies_of "$pid")" = "$c" ] || return 1
+  done
 }
 # The VMs run meanwhile: should the predicted gain not suffice, the
 # measured forced idle over budget for budget_windows intervals does.
