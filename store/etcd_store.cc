@@ -512,6 +512,9 @@ absl::StatusOr<int64_t> EtcdStore::ResolveCommit(int64_t meta_revision,
     absl::StatusOr<etcdserverpb::TxnResponse> fenced = client_->Txn(fence);
     if (!fenced.ok()) {
       last = fenced.status();
+      // With the watch down too, etcd is gone: asking again would only
+      // keep the caller waiting for the same unknown.
+      if (!CheckWatch().ok()) break;
       continue;  // the fence's own outcome is as unknown: ask again
     }
     if (fenced->succeeded()) return 0;
