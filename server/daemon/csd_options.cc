@@ -39,6 +39,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
   if (config.host_stale_after_s() != 0) {
     options.host_stale_after_s = config.host_stale_after_s();
   }
+  if (config.has_enforcement_write_interval_s()) {
+    options.enforcement_write_interval_s = config.enforcement_write_interval_s();
+  }
   options.tag_from_metadata = config.tag_from_metadata();
   options.enforce = config.enforce();
   options.when_vulnerable.assign(config.when_vulnerable().begin(), config.when_vulnerable().end());
@@ -219,6 +222,11 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host_stale_after_s must be 1 to 86400 seconds (unset: 60), got ",
         options.host_stale_after_s));
+  }
+  if (options.enforcement_write_interval_s < 0 || options.enforcement_write_interval_s > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "enforcement_write_interval_s must be 0 to 3600 seconds (unset: 60), got ",
+        options.enforcement_write_interval_s));
   }
   RETURN_IF_ERROR(ParseEnforcePolicy(options.enforce, options.when_vulnerable).status());
   for (size_t i = 0; i < options.class_conflicts.size(); ++i) {

@@ -79,6 +79,8 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
+  // StateSettings::set_enforcement_write_interval, in seconds (0 to 3600).
+  int64_t enforcement_write_interval_s = 60;
   // How often each host may Report (server/state/report_rate_limit.h); not a
   // csd.yaml setting: agents never come near it. Tests whose agents report
   // every few milliseconds turn it off (per_second 0).
@@ -119,7 +121,7 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 
 // The checks Start makes of `options` before it touches the store or the
 // network: INVALID_ARGUMENT naming the field (listen, changelog_retention,
-// audit_retention_days, audit.*, host_stale_after_s, class_conflicts[i], trust_domain, plaintext_role,
+// audit_retention_days, audit.*, host_stale_after_s, enforcement_write_interval_s, class_conflicts[i], trust_domain, plaintext_role,
 // roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*, rollout.*) and the rule. Users and groups
 // named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
@@ -162,7 +164,8 @@ class CsdServer {
   // configuration"): `next` (checked by ValidateCsdOptions) takes effect at
   // once for who gets which role (roles, tokens, plaintext_role,
   // plaintext_agents, trust_domain), tag_from_metadata, enforce and
-  // when_vulnerable, and host_stale_after_s; the change is audited
+  // when_vulnerable, host_stale_after_s and enforcement_write_interval_s;
+  // the change is audited
   // (ReloadConfig, by csd:reload) and counted. Any other setting that
   // differs needs a restart: FAILED_PRECONDITION naming each, and nothing
   // changes; so does an authorization error (INVALID_ARGUMENT). csd's

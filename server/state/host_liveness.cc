@@ -50,6 +50,7 @@ void HostLiveness::Note(const v1::ReportRequest& report, absl::Time now) {
   Seen seen;
   seen.time = now;
   seen.problem = ReportProblem(report);
+  seen.applied_revision = report.applied_revision();
   std::lock_guard<std::mutex> lock(mu_);
   local_[report.host_id()] = std::move(seen);
 }
@@ -104,6 +105,7 @@ std::vector<store::EtcdSeenHost> HostLiveness::Record(
     host.set_host_id(host_id);
     host.set_last_report_unix_ns(absl::ToUnixNanos(seen.time));
     host.set_problem(seen.problem);
+    host.set_applied_revision(seen.applied_revision);
   }
   for (const std::string& host_id : connected) {
     auto it = index.find(host_id);
@@ -127,6 +129,7 @@ void HostLiveness::SetOthers(const std::vector<store::EtcdSeen>& others) {
         seen.time = absl::FromUnixNanos(host.last_report_unix_ns());
       }
       seen.problem = host.problem();
+      seen.applied_revision = host.applied_revision();
       seen.connected = host.connected();
       seen.replica = record.replica();
       if (seen.connected) {

@@ -14,6 +14,7 @@
 #ifndef COSCHED_SERVER_STATE_HOST_LIVENESS_H_
 #define COSCHED_SERVER_STATE_HOST_LIVENESS_H_
 
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,9 @@ class HostLiveness {
     absl::Time time = absl::InfinitePast();
     // ReportProblem of that Report.
     std::string problem;
+    // Its applied_revision: newer than the host's record, which is written
+    // only when the Report changes more than enforcement (reports.h).
+    int64_t applied_revision = 0;
     // Its agent holds an assignment stream on the replica that said so.
     bool connected = false;
     // The replica that heard it; empty: this csd.

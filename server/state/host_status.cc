@@ -94,6 +94,12 @@ std::string HostStatus::UnplaceableReason(const v1::Host& host,
 }
 
 void HostStatus::AddLiveness(v1::Host& host) const {
+  // The last Report's, written or not (reports.h). 0 in a record of a
+  // replica older than the field (a rolling upgrade): the host's record.
+  if (std::optional<HostLiveness::Seen> seen = liveness_.Latest(host.host_id());
+      seen && seen->time != absl::InfinitePast() && seen->applied_revision > 0) {
+    host.set_applied_revision(seen->applied_revision);
+  }
   *host.mutable_last_seen_time() =
       TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(LastSeen(host)));
   if (LastSeen(host) == absl::InfinitePast()) host.clear_last_seen_time();

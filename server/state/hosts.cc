@@ -397,7 +397,7 @@ void Hosts::RemoveHost(const v1::RemoveHostRequest& request, const Actor& actor,
        done = std::move(done)](absl::Status status) {
         if (!status.ok()) return done(status);
         effects_.placement().Apply(*delta);
-        effects_.reports().Forget(host_id);
+        effects_.reports().Remove(host_id);
         status_.liveness().Forget(host_id);
         internal::LogAudit(*audit);
         done(*result);

@@ -2,21 +2,53 @@
 
 #include <utility>
 
+#include "google/protobuf/util/time_util.h"
+
 namespace cosched::server {
 
-std::optional<ReportMemory::Seen> ReportMemory::Unchanged(absl::string_view host_id,
-                                                         const std::string& content) const {
+ReportMemory::Judged ReportMemory::Judge(const v1::ReportRequest& report,
+                                         const std::string& content, const std::string& state,
+                                         absl::Time now, absl::Duration hold) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = reports_.find(host_id);
-  if (it == reports_.end() || it->second.content != content) return std::nullopt;
-  Seen seen;
-  seen.cores = it->second.cores;
-  seen.tagged_id = it->second.tagged_id;
-  return seen;
+  Judged judged;
+  auto written = reports_.find(report.host_id());
+  auto held = held_.find(report.host_id());
+  const bool changed = written == reports_.end() || written->second.content != content;
+  if (!changed && state == written->second.state) {
+    // Back to what the store has: nothing to hold.
+    if (held != held_.end()) held_.erase(held);
+    judged.verdict = Verdict::kUnchanged;
+  } else if (!changed && held != held_.end() && held->second.state == state) {
+    judged.verdict = now - held->second.since >= hold ? Verdict::kWrite : Verdict::kUnchanged;
+  } else {
+    const absl::Time since = held != held_.end() ? held->second.since : now;
+    judged.verdict = changed || now - since >= hold ? Verdict::kWrite : Verdict::kHold;
+    // A state held before is replaced by this one, written or not, so
+    // what is shown until the write commits is never older than the store.
+    if (judged.verdict == Verdict::kHold || held != held_.end()) {
+      Held& h = held_[report.host_id()];
+      h.state = state;
+      h.since = since;
+      h.vms.assign(report.vms().begin(), report.vms().end());
+      const google::protobuf::Timestamp time = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
+          absl::ToUnixNanos(now));
+      for (v1::VMObservation& vm : h.vms) *vm.mutable_enforcement()->mutable_report_time() = time;
+    }
+  }
+  if (judged.verdict != Verdict::kWrite) {
+    judged.cores = written->second.cores;
+    judged.tagged_id = written->second.tagged_id;
+  }
+  return judged;
 }
 
 void ReportMemory::Remember(const std::string& host_id, Seen seen) {
   std::lock_guard<std::mutex> lock(mu_);
+  // What is held went with this write, unless a later Report's state was
+  // held meanwhile.
+  if (auto held = held_.find(host_id); held != held_.end() && held->second.state == seen.state) {
+    held_.erase(held);
+  }
   reports_[host_id] = std::move(seen);
 }
 
@@ -25,9 +57,31 @@ void ReportMemory::Forget(absl::string_view host_id) {
   reports_.erase(host_id);
 }
 
+void ReportMemory::Remove(absl::string_view host_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reports_.erase(host_id);
+  held_.erase(host_id);
+}
+
 void ReportMemory::ForgetAll() {
   std::lock_guard<std::mutex> lock(mu_);
   reports_.clear();
+}
+
+std::optional<v1::VMEnforcement> ReportMemory::HeldEnforcement(absl::string_view host_id,
+                                                               absl::string_view vm_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto held = held_.find(host_id);
+  if (held == held_.end()) return std::nullopt;
+  for (const v1::VMObservation& vm : held->second.vms) {
+    if (vm.vm_id() == vm_id || (!vm.uuid().empty() && vm.uuid() == vm_id)) return vm.enforcement();
+  }
+  return std::nullopt;
+}
+
+size_t ReportMemory::HeldHosts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_.size();
 }
 
 }  // namespace cosched::server

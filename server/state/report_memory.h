@@ -1,14 +1,20 @@
-// What csd remembers of each host's last committed Report, so that a Report
-// that says what the last one said (times and stats aside) writes nothing.
+// What csd remembers of each host's last written Report, so that a Report
+// that says what the last one said (times and stats aside) writes nothing,
+// and of what its later Reports said of enforcement alone, held in memory
+// until it is written (Reports::ApplyReport).
 #ifndef COSCHED_SERVER_STATE_REPORT_MEMORY_H_
 #define COSCHED_SERVER_STATE_REPORT_MEMORY_H_
 
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "cosched/v1/agent.pb.h"
 
 namespace cosched::server {
 
@@ -17,28 +23,66 @@ class ReportMemory {
  public:
   struct Seen {
     std::string content;  // Reports::ReportContent
+    std::string state;    // Reports::ReportState
     int cores = 0;        // of the topology it was checked against
     // Reported vm_id -> the id it is tagged under, where they differ: where
     // an unchanged Report's stats windows go.
     absl::flat_hash_map<std::string, std::string> tagged_id;
   };
 
-  // What is remembered of the host's last Report when `content` is what it
-  // reported then (without the content: nobody needs a copy); nullopt
-  // when something changed or nothing is remembered.
-  std::optional<Seen> Unchanged(absl::string_view host_id, const std::string& content) const;
+  // What to do with a Report (Judge).
+  enum class Verdict {
+    kWrite,      // something written changed, or a held state is due
+    kUnchanged,  // nothing new: only its time and stats windows
+    kHold,       // only its state changed: held here (Held*), not written
+  };
+  struct Judged {
+    Verdict verdict = Verdict::kWrite;
+    // With kUnchanged and kHold: as remembered of the last written Report.
+    int cores = 0;
+    absl::flat_hash_map<std::string, std::string> tagged_id;
+  };
+
+  // Judges `report` of the host, whose ReportContent is `content` and
+  // ReportState `state`, at `now`: kWrite when the content is not the last
+  // written one's (or nothing is remembered); kUnchanged when the state is
+  // the one written or held; kHold when the state alone is new, which is
+  // then held with the report's VMs (their report_time set to `now`). A
+  // held state is due (kWrite) once `hold` has passed since the host's
+  // first state that was not written; a `hold` of zero holds nothing.
+  Judged Judge(const v1::ReportRequest& report, const std::string& content,
+               const std::string& state, absl::Time now, absl::Duration hold);
+  // A Report of the host was written: its content and state; what was held
+  // is in it.
   void Remember(const std::string& host_id, Seen seen);
   // The host's next Report is written whole: its topology changed, it was
   // removed, or a VM it reports was tagged or untagged (whose id its stats
-  // go under).
+  // go under). What is held stays to be shown until then.
   void Forget(absl::string_view host_id);
+  // The host was removed: nothing of it is kept.
+  void Remove(absl::string_view host_id);
   // Every host's next Report is written whole (another replica's changes
   // could not be followed one by one).
   void ForgetAll();
 
+  // The enforcement the host's agent reported for the VM reported under
+  // `vm_id` or with that UUID, when it is held here (newer than what the
+  // store has); nullopt otherwise.
+  std::optional<v1::VMEnforcement> HeldEnforcement(absl::string_view host_id,
+                                                   absl::string_view vm_id) const;
+  // Hosts with a state held: what a write of each would add.
+  size_t HeldHosts() const;
+
  private:
+  struct Held {
+    std::string state;
+    absl::Time since;  // of the first state not written
+    std::vector<v1::VMObservation> vms;
+  };
+
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, Seen> reports_;  // guarded by mu_
+  absl::flat_hash_map<std::string, Held> held_;     // guarded by mu_
 };
 
 }  // namespace cosched::server

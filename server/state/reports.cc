@@ -256,15 +256,18 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
   }
   std::shared_ptr<const v1::ReportRequest> report = std::move(own);
   const std::string content = ReportContent(request);
-  if (std::optional<ReportMemory::Seen> last =
-          effects_.reports().Unchanged(request.host_id(), content)) {
-    // The same as the host's last committed Report: nothing to write, no
-    // revision, no fan-out. Only its time and its stats windows are new.
+  const std::string state = ReportState(request);
+  ReportMemory::Judged judged = effects_.reports().Judge(
+      request, content, state, absl::Now(), settings_.enforcement_write_interval());
+  if (judged.verdict != ReportMemory::Verdict::kWrite) {
+    // What the host runs is what its last written Report said: nothing to
+    // write, no revision, no fan-out. Only its time, its stats windows
+    // and, when held, its enforcement are new.
     v1::Topology topology;
-    for (int i = 0; i < last->cores; ++i) topology.add_cores();
+    for (int i = 0; i < judged.cores; ++i) topology.add_cores();
     absl::Status stats_valid = ValidateStatsCores(request.stats(), topology);
     if (!stats_valid.ok()) return done(stats_valid);
-    return AddReportStats(report, std::move(last->tagged_id), std::move(done));
+    return AddReportStats(report, std::move(judged.tagged_id), std::move(done));
   }
 
   auto write = std::make_shared<ReportWrite>();
@@ -274,7 +277,7 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
           store::Transaction& txn, v1::ReportResponse&) {
         return WriteReport(txn, *report, tag_from_metadata, *write);
       },
-      [this, report, content, write, done = std::move(done)](
+      [this, report, content, state, write, done = std::move(done)](
           absl::StatusOr<v1::ReportResponse> r) mutable {
         if (!r.ok()) return done(r.status());
         effects_.placement().Apply(write->delta);
@@ -287,8 +290,8 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
         for (const std::string& move : write->moves) {
           LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
         }
-        effects_.reports().Remember(report->host_id(),
-                                    ReportMemory::Seen{content, write->cores, write->tagged_id});
+        effects_.reports().Remember(
+            report->host_id(), ReportMemory::Seen{content, state, write->cores, write->tagged_id});
         effects_.NotifyLayout(report->host_id());
         AddReportStats(report, std::move(write->tagged_id), std::move(done));
       });
@@ -317,33 +320,68 @@ void Reports::AddReportStats(
       });
 }
 
-std::string Reports::ReportContent(const v1::ReportRequest& request) {
-  // This runs for every Report, on its own message: ApplyReport took the
-  // agent's report_time out (csd stamps its own), so each VM is serialized
-  // as it is, without a copy.
+namespace {
+
+void WriteMessage(google::protobuf::io::CodedOutputStream& out,
+                  const google::protobuf::MessageLite& message) {
+  out.WriteVarint64(message.ByteSizeLong());
+  message.SerializeWithCachedSizes(&out);
+}
+
+void WriteText(google::protobuf::io::CodedOutputStream& out, const std::string& text) {
+  out.WriteVarint64(text.size());
+  out.WriteString(text);
+}
+
+// Runs `write` on a deterministic stream into a new string.
+template <typename F>
+std::string Serialized(F write) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream out(&stream);
     out.SetSerializationDeterministic(true);
-    out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
+    write(out);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+// Both run for every Report, on its own message, without a copy of it.
+// Each field of VMObservation is in one of them: a field added there must
+// be added to one here.
+std::string Reports::ReportContent(const v1::ReportRequest& request) {
+  return Serialized([&](google::protobuf::io::CodedOutputStream& out) {
     for (const v1::VMObservation& o : request.vms()) {
-      out.WriteVarint64(o.ByteSizeLong());
-      o.SerializeWithCachedSizes(&out);
+      WriteText(out, o.vm_id());
+      WriteText(out, o.uuid());
+      out.WriteVarint32(static_cast<uint32_t>(o.run_state()));
+      out.WriteVarint32(o.metadata_unknown() ? 1 : 0);
+      out.WriteVarint32(o.has_metadata() ? 1 : 0);
+      if (o.has_metadata()) WriteMessage(out, o.metadata());
+      // What placement and the engine read of a VM (placement_view.h).
+      out.WriteVarint32(static_cast<uint32_t>(o.enforcement().vcpus()));
+      out.WriteVarint32(static_cast<uint32_t>(o.enforcement().vcpu_affinity_size()));
+      for (int32_t cpu : o.enforcement().vcpu_affinity()) {
+        out.WriteVarint32(static_cast<uint32_t>(cpu));
+      }
     }
     // A hazard that comes or goes changes the host, so it is content; so
     // does a process posing as a VM.
-    if (request.has_preflight()) {
-      out.WriteVarint64(request.preflight().ByteSizeLong());
-      request.preflight().SerializeWithCachedSizes(&out);
-    }
+    out.WriteVarint32(request.has_preflight() ? 1 : 0);
+    if (request.has_preflight()) WriteMessage(out, request.preflight());
     out.WriteVarint32(static_cast<uint32_t>(request.impostor_count()));
-    for (const v1::ImpostorProcess& impostor : request.impostors()) {
-      out.WriteVarint64(impostor.ByteSizeLong());
-      impostor.SerializeWithCachedSizes(&out);
-    }
-  }
-  return bytes;
+    for (const v1::ImpostorProcess& impostor : request.impostors()) WriteMessage(out, impostor);
+  });
+}
+
+std::string Reports::ReportState(const v1::ReportRequest& request) {
+  return Serialized([&](google::protobuf::io::CodedOutputStream& out) {
+    out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
+    // ApplyReport took the agent's report_time out.
+    for (const v1::VMObservation& o : request.vms()) WriteMessage(out, o.enforcement());
+  });
 }
 
 }  // namespace cosched::server

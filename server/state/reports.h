@@ -35,7 +35,8 @@ class Reports {
   // in-memory aggregate (under the id a VM is tagged with, when it is
   // tagged by UUID) and then runs `done`, on the aggregate's thread. A
   // Report that says what the host's last one said (times and stats aside)
-  // writes nothing. FAILED_PRECONDITION for an unregistered host.
+  // writes nothing; one that changes only enforcement is held in memory
+  // (ReportState). FAILED_PRECONDITION for an unregistered host.
   // Takes `request` over: the write, the stats kept in memory and the
   // windows forwarded to the leader share it (its stats windows can be
   // large), and csd changes it (the agent's report_time goes: csd stamps
@@ -57,9 +58,15 @@ class Reports {
   void set_stats_observer(StatsObserver observer) { stats_observer_ = std::move(observer); }
 
  private:
-  // The part of a Report that is written: everything but stats (and the
-  // agent's report_time, which ApplyReport took out).
+  // What a Report says of the VMs its host runs (ids, run states,
+  // metadata, vCPUs and their affinity), its preflight and impostors:
+  // when it changes, the Report is written.
   static std::string ReportContent(const v1::ReportRequest& request);
+  // The rest but stats and times: the applied revision and each VM's
+  // enforcement. When only it changes, it is held in memory (ReportMemory)
+  // and written with the host's first Report enforcement_write_interval
+  // after it changed, or with a change of content.
+  static std::string ReportState(const v1::ReportRequest& request);
   void AddReportStats(std::shared_ptr<const v1::ReportRequest> report,
                       absl::flat_hash_map<std::string, std::string> tagged_id,
                       Done<v1::ReportResponse> done);

@@ -39,6 +39,16 @@ class StateSettings {
     return absl::Nanoseconds(host_stale_after_ns_.load());
   }
 
+  // csd.yaml enforcement_write_interval_s (Reports::ReportState): how long
+  // a Report's change of enforcement alone is held in memory before the
+  // host's next Report writes it. Zero writes every change. Default 60 s.
+  void set_enforcement_write_interval(absl::Duration d) {
+    enforcement_write_interval_ns_ = absl::ToInt64Nanoseconds(d);
+  }
+  absl::Duration enforcement_write_interval() const {
+    return absl::Nanoseconds(enforcement_write_interval_ns_.load());
+  }
+
   // csd.yaml tag_from_metadata (metadata_tag.h): Reports tag the VMs
   // nobody tagged from their domain metadata. Default off.
   void set_tag_from_metadata(bool on) { tag_from_metadata_ = on; }
@@ -46,6 +56,8 @@ class StateSettings {
 
  private:
   std::atomic<int64_t> host_stale_after_ns_{absl::ToInt64Nanoseconds(absl::Seconds(60))};
+  std::atomic<int64_t> enforcement_write_interval_ns_{
+      absl::ToInt64Nanoseconds(absl::Seconds(60))};
   std::atomic<bool> tag_from_metadata_{false};
   mutable std::mutex mu_;
   std::shared_ptr<const EnforcePolicy> enforce_ = std::make_shared<const EnforcePolicy>();

@@ -33,24 +33,32 @@ absl::Status ValidateIsolationEnum(absl::string_view field, int value) {
   return absl::OkStatus();
 }
 
-// What the agent of the VM's owner host last reported for it. An unchanged
-// Report is not written (Reports::ApplyReport), so the time is that of
-// the host's last Report when this csd has one.
-absl::Status AddEnforcement(store::Transaction& txn, v1::VM& vm,
+// What the agent of the VM's owner host last reported for it: held by this
+// csd when only enforcement changed since the host's last written Report
+// (ReportMemory), else as written. An unchanged Report is not written
+// (Reports::ApplyReport), so the time is that of the host's last Report
+// when this csd has one.
+absl::Status AddEnforcement(store::Transaction& txn, const ReportMemory& reports, v1::VM& vm,
                             const std::function<std::optional<absl::Time>(
                                 absl::string_view)>& last_report) {
   if (vm.host_id().empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
-  for (const store::Observation& o : seen) {
-    if (o.host_id != vm.host_id()) continue;
-    *vm.mutable_enforcement() = o.vm.enforcement();
-    std::optional<absl::Time> last = last_report(o.host_id);
-    if (last && absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(
-                    o.vm.enforcement().report_time())) < *last) {
-      *vm.mutable_enforcement()->mutable_report_time() =
-          TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(*last));
+  std::optional<v1::VMEnforcement> held = reports.HeldEnforcement(vm.host_id(), vm.vm_id());
+  if (held) {
+    *vm.mutable_enforcement() = *std::move(held);
+  } else {
+    ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
+    for (const store::Observation& o : seen) {
+      if (o.host_id != vm.host_id()) continue;
+      *vm.mutable_enforcement() = o.vm.enforcement();
+      break;
     }
-    break;
+  }
+  if (!vm.has_enforcement()) return absl::OkStatus();
+  std::optional<absl::Time> last = last_report(vm.host_id());
+  if (last && absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(
+                  vm.enforcement().report_time())) < *last) {
+    *vm.mutable_enforcement()->mutable_report_time() =
+        TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(*last));
   }
   return absl::OkStatus();
 }
@@ -148,7 +156,7 @@ absl::StatusOr<v1::VM> Vms::GetVm(const v1::GetVMRequest& request) {
                                               why.empty() ? "" : ": it is not tagged; ", why));
     }
     result = std::move(*vm);
-    return AddEnforcement(txn, result, last_report);
+    return AddEnforcement(txn, effects_.reports(), result, last_report);
   }));
   return result;
 }
@@ -177,7 +185,7 @@ absl::StatusOr<v1::ListVMsResponse> Vms::ListVms(
                   [&](const store::Page& p) { return txn.ListVms(filter, p); }));
     response.set_next_page_token(token);
     for (auto& vm : vms) {
-      RETURN_IF_ERROR(AddEnforcement(txn, vm, last_report));
+      RETURN_IF_ERROR(AddEnforcement(txn, effects_.reports(), vm, last_report));
       *response.add_vms() = std::move(vm);
     }
     return absl::OkStatus();

@@ -1011,9 +1011,14 @@ struct LocalCsds {
   std::string store = "SQLite synchronous=FULL";
 };
 
-absl::StatusOr<LocalCsds> StartLocalCsds(const std::string& binary, int replicas) {
+absl::StatusOr<LocalCsds> StartLocalCsds(const std::string& binary, int replicas,
+                                         int enforcement_write_interval_s) {
   LocalCsds local;
-  std::string extra_config;
+  // csd's own default when unset (-1).
+  std::string extra_config =
+      enforcement_write_interval_s < 0
+          ? ""
+          : absl::StrCat("enforcement_write_interval_s: ", enforcement_write_interval_s, "\n");
   if (replicas > 1) {
     cosched::testing::EtcdMemberOptions etcd_options;
     etcd_options.fsync = true;
@@ -1023,7 +1028,7 @@ absl::StatusOr<LocalCsds> StartLocalCsds(const std::string& binary, int replicas
     if (absl::Status started = local.etcd->Start(); !started.ok()) {
       return absl::Status(started.code(), absl::StrCat("etcd: ", started.message()));
     }
-    extra_config = absl::StrCat("store:\n  etcd:\n    endpoints: [\"", local.etcd->endpoint(),
+    absl::StrAppend(&extra_config, "store:\n  etcd:\n    endpoints: [\"", local.etcd->endpoint(),
                                 "\"]\n    prefix: /cosched-load\n    max_txn_ops: 10000\n");
     local.store = absl::StrCat(replicas, " replicas on one etcd member (fsync on)");
   }
@@ -1096,6 +1101,11 @@ int Run(int argc, char** argv) {
   app.add_option("--metrics", metrics_address,
                  "HOST:PORT of the --server csd's /metrics, for its store writes and revision");
   app.add_option("--csd", csd_binary, "csd binary to run");
+  int enforcement_write_interval_s = -1;
+  app.add_option("--enforcement-write-interval-s", enforcement_write_interval_s,
+                 "csd.yaml enforcement_write_interval_s of the csd run (default: csd's); 0 "
+                 "writes every Report that changes enforcement")
+      ->check(CLI::Range(0, 3600));
   CLI11_PARSE(app, argc, argv);
   // Runs take minutes: show each phase as it ends, also into a file.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -1122,7 +1132,8 @@ int Run(int argc, char** argv) {
 
   LocalCsds local;
   if (server.empty()) {
-    absl::StatusOr<LocalCsds> started = StartLocalCsds(csd_binary, replica_count);
+    absl::StatusOr<LocalCsds> started = StartLocalCsds(csd_binary, replica_count,
+                                                           enforcement_write_interval_s);
     if (!started.ok()) {
       std::fprintf(stderr, "csd_fanout_loadgen: %s\n", started.status().ToString().c_str());
       return 1;

@@ -131,6 +131,28 @@ TEST(CsdOptions, HostStaleAfterComesFromTheConfigAndIsChecked) {
   }
 }
 
+TEST(CsdOptions, EnforcementWriteIntervalDefaultsToAMinuteAndIsBounded) {
+  v1::CsdConfig config;
+  ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",
+                                 &config)
+                  .ok());
+  EXPECT_EQ(CsdOptionsFromConfig(config).enforcement_write_interval_s, 60);
+  EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).enforcement_write_interval_s, 60);
+  // 0 is a value (write every change), not "unset".
+  config.set_enforcement_write_interval_s(0);
+  EXPECT_EQ(CsdOptionsFromConfig(config).enforcement_write_interval_s, 0);
+  for (int64_t seconds : {int64_t{-1}, int64_t{3601}}) {
+    SCOPED_TRACE(seconds);
+    CsdOptions options;
+    options.enforcement_write_interval_s = seconds;
+    absl::Status valid = ValidateCsdOptions(options);
+    ASSERT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(valid.message().find("enforcement_write_interval_s must be 0 to 3600"),
+              std::string::npos)
+        << valid;
+  }
+}
+
 TEST(CsdOptions, ABadListenAddressOrChangelogRetentionIsRefusedAtStart) {
   cosched::testing::TempDir dir;
   CsdOptions options;
@@ -203,8 +225,9 @@ TEST(CsdOptions, CsdDeletesAuditRecordsPastTheRetention) {
   EXPECT_EQ(list(), std::vector<std::string>{"vm-new"});
 }
 
-// Issue #33 item 5: the engine and rollout blocks reload without a
-// restart (audited with the rest), a restart-only setting is refused.
+// Issue #33 item 5: the engine and rollout blocks (and
+// enforcement_write_interval_s) reload without a restart (audited with the
+// rest), a restart-only setting is refused.
 TEST(CsdOptions, AReloadAppliesTheEngineAndRolloutBlocks) {
   cosched::testing::TempDir dir;
   CsdOptions options;
@@ -231,9 +254,10 @@ TEST(CsdOptions, AReloadAppliesTheEngineAndRolloutBlocks) {
   CsdOptions next = options;
   next.rollout.min_soak_s = 60;
   next.engine.hysteresis.min_gain = 0.2;
+  next.enforcement_write_interval_s = 5;
   absl::StatusOr<std::string> changed = (*csd)->Reload(next);
   ASSERT_OK(changed);
-  EXPECT_EQ(*changed, "engine, rollout");
+  EXPECT_EQ(*changed, "enforcement_write_interval_s, engine, rollout");
   // The soak now passes its check (no host waits, so the start fails on
   // that instead).
   grpc::Status after = start_rollout();

@@ -93,6 +93,73 @@ TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica
   EXPECT_NE(PlaceOn(a).find("error"), std::string::npos);
 }
 
+// A Report that changes only enforcement is held by the replica that heard
+// it (reports.h): that replica shows it at once, another replica shows the
+// applied revision by the seen records and the VM's enforcement once the
+// host's first Report enforcement_write_interval_s later has written it.
+TEST_F(CsdReplicasTest, AnotherReplicaSeesHeldEnforcementWithinItsBounds) {
+  auto tweak = [](const std::string& name) {
+    return [name](CsdOptions& options) {
+      options.etcd_store->replicas.name = name;
+      options.etcd_store->replicas.seen_interval = absl::Milliseconds(200);
+      options.enforcement_write_interval_s = 2;
+    };
+  };
+  Replica a = Start("", tweak("csd-a"));
+  Replica b = Start("", tweak("csd-b"));
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  RegisterAndReport(b, "hv-1", {"vm-1"});  // vm-1 in no state yet: written
+  auto report = [&b](v1::EnforcementState state, int64_t applied) {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id("hv-1");
+    request.set_applied_revision(applied);
+    v1::VMObservation* o = request.add_vms();
+    o->set_vm_id("vm-1");
+    o->mutable_enforcement()->set_vcpus(2);
+    o->mutable_enforcement()->set_state(state);
+    v1::ReportResponse response;
+    EXPECT_OK(b.agent->Report(&context, request, &response));
+  };
+  auto vm_on = [](Replica& r) {
+    grpc::ClientContext context;
+    v1::GetVMRequest request;
+    request.set_vm_id("vm-1");
+    v1::VM vm;
+    EXPECT_OK(r.control->GetVM(&context, request, &vm));
+    return vm;
+  };
+  auto applied_on = [](Replica& r) {
+    grpc::ClientContext context;
+    v1::GetHostRequest request;
+    request.set_host_id("hv-1");
+    v1::Host host;
+    EXPECT_OK(r.control->GetHost(&context, request, &host));
+    return host.applied_revision();
+  };
+  const int64_t revision = tagged.vm().assignment().revision();
+  const absl::Time enforced = absl::Now();
+  report(v1::ENFORCEMENT_STATE_ENFORCED, revision);
+  EXPECT_EQ(vm_on(b).enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(applied_on(b), revision);
+  EXPECT_TRUE(Eventually([&] { return applied_on(a) == revision; }, std::chrono::seconds(5)));
+  // Not written yet: A shows what the store has.
+  EXPECT_EQ(vm_on(a).enforcement().state(), v1::ENFORCEMENT_STATE_UNSPECIFIED);
+
+  // The agent goes on reporting the same: its first Report 2 s after the
+  // change writes it.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        report(v1::ENFORCEMENT_STATE_ENFORCED, revision);
+        return vm_on(a).enforcement().state() == v1::ENFORCEMENT_STATE_ENFORCED;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(300)));
+  EXPECT_GE(absl::Now() - enforced, absl::Seconds(2));
+}
+
 // The policy engine runs on the leader, and an agent reports to one
 // replica: B forwards its agents' windows to the leader A (Replica.
 // ForwardStats), so A's engine and ExplainVM see the load of a host whose

@@ -1,0 +1,170 @@
+// What a Report writes: a change of what the host runs at once; a change of
+// enforcement alone (after a tag, the agent applied it) held in memory,
+// shown at once, and written with the host's first Report once
+// enforcement_write_interval has passed. Counted at the store.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "store/instrumented_store.h"
+#include "store/sqlite_store.h"
+#include "tests/server/state_testing.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace cosched::server {
+namespace {
+
+const Actor kTester{"spiffe://test/tester", "admin"};
+
+using testing::Wait;
+
+class ReportWritesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::SqliteStoreOptions options;
+    options.data_dir = dir_.Sub("data");
+    auto sqlite = store::SqliteStore::Open(options);
+    ASSERT_OK(sqlite);
+    store_ = std::make_unique<store::InstrumentedStore>(
+        std::move(*sqlite), [this](absl::StatusCode code, double) {
+          if (code == absl::StatusCode::kOk) ++writes_;
+        });
+    state_ = std::make_unique<TestState>(*store_);
+    state_->reports.report_rate().set_options({.per_second = 0});
+    ASSERT_OK(testing::RegisterHost(*state_, "hv-1", kTester));
+    for (const char* vm : {"vm-1", "vm-2"}) {
+      v1::TagVMRequest request;
+      request.set_vm_id(vm);
+      ASSERT_OK(Wait<v1::TagVMResponse>(
+          [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); }));
+    }
+  }
+
+  // A Report of vm-1 and vm-2 (and `extra` when set), vm-1 in `state`
+  // with trust group `group`, at `applied` revision.
+  absl::Status Report(v1::EnforcementState state, const std::string& group, int64_t applied,
+                      const std::string& extra = "") {
+    v1::ReportRequest request;
+    request.set_host_id("hv-1");
+    request.set_applied_revision(applied);
+    for (const std::string& id : {std::string("vm-1"), std::string("vm-2"), extra}) {
+      if (id.empty()) continue;
+      v1::VMObservation* o = request.add_vms();
+      o->set_vm_id(id);
+      o->set_run_state(v1::VM_RUN_STATE_RUNNING);
+      o->mutable_enforcement()->set_state(id == "vm-1" ? state : v1::ENFORCEMENT_STATE_ENFORCED);
+      o->mutable_enforcement()->set_applied_trust_group(id == "vm-1" ? group : "default/vm/" + id);
+      o->mutable_enforcement()->set_vcpus(2);
+    }
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->reports.ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  v1::VMEnforcement Shown(const std::string& vm) {
+    v1::GetVMRequest request;
+    request.set_vm_id(vm);
+    absl::StatusOr<v1::VM> got = state_->vms.GetVm(request);
+    EXPECT_OK(got);
+    return got.ok() ? got->enforcement() : v1::VMEnforcement();
+  }
+
+  int64_t AppliedShown() {
+    v1::GetHostRequest request;
+    request.set_host_id("hv-1");
+    absl::StatusOr<v1::Host> got = state_->hosts.GetHost(request);
+    EXPECT_OK(got);
+    return got.ok() ? got->applied_revision() : -1;
+  }
+
+  // What the store has of vm-1's enforcement on hv-1.
+  v1::VMEnforcement Written(const std::string& vm) {
+    v1::VMEnforcement written;
+    EXPECT_OK(store_->Read([&](store::Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm));
+      for (const store::Observation& o : seen) {
+        if (o.host_id == "hv-1") written = o.vm.enforcement();
+      }
+      return absl::OkStatus();
+    }));
+    return written;
+  }
+
+  cosched::testing::TempDir dir_;
+  std::atomic<int> writes_{0};
+  std::unique_ptr<store::InstrumentedStore> store_;
+  std::unique_ptr<TestState> state_;
+};
+
+TEST_F(ReportWritesTest, EnforcementAloneIsHeldShownAtOnceAndWrittenWhenDue) {
+  state_->settings.set_enforcement_write_interval(absl::Hours(1));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
+  const int first = writes_.load();
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING);
+
+  // The agent applied vm-1's assignment: nothing is written, and this csd
+  // shows it.
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  EXPECT_EQ(writes_.load(), first);
+  EXPECT_EQ(Shown("vm-1").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(Shown("vm-1").applied_trust_group(), "default/vm/vm-1");
+  EXPECT_EQ(Shown("vm-2").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(AppliedShown(), 3);
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING);
+  EXPECT_EQ(state_->effects.reports().HeldHosts(), 1u);
+
+  // The same again, and a later change of state alone: still held.
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_FAIL_CLOSED, "default/vm/vm-1", 4));
+  EXPECT_EQ(writes_.load(), first);
+  EXPECT_EQ(Shown("vm-1").state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  EXPECT_EQ(AppliedShown(), 4);
+
+  // Once the interval has passed (here: made zero), the host's next
+  // Report writes what is held, once.
+  state_->settings.set_enforcement_write_interval(absl::ZeroDuration());
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_FAIL_CLOSED, "default/vm/vm-1", 4));
+  EXPECT_EQ(writes_.load(), first + 1);
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_FAIL_CLOSED, "default/vm/vm-1", 4));
+  EXPECT_EQ(writes_.load(), first + 1);
+}
+
+TEST_F(ReportWritesTest, AChangeOfWhatTheHostRunsIsWrittenAtOnceWithWhatWasHeld) {
+  state_->settings.set_enforcement_write_interval(absl::Hours(1));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  const int held = writes_.load();
+  // A new VM on the host: written at once, with vm-1's enforcement.
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3, "vm-3"));
+  EXPECT_EQ(writes_.load(), held + 1);
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
+}
+
+TEST_F(ReportWritesTest, WithNoIntervalEveryChangeIsWrittenAsItComes) {
+  state_->settings.set_enforcement_write_interval(absl::ZeroDuration());
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
+  const int first = writes_.load();
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  EXPECT_EQ(writes_.load(), first + 1);
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
+}
+
+TEST_F(ReportWritesTest, ARemovedHostsHeldStateGoes) {
+  state_->settings.set_enforcement_write_interval(absl::Hours(1));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  ASSERT_EQ(state_->effects.reports().HeldHosts(), 1u);
+  state_->effects.reports().Remove("hv-1");
+  EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
+  EXPECT_EQ(Shown("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING);
+}
+
+}  // namespace
+}  // namespace cosched::server
