@@ -1,8 +1,8 @@
 // What follows a committed write of the desired state, on the store's
 // completion thread in commit order: the placement view takes the change,
-// the hosts whose Reports name a VM that was tagged or untagged write their
-// next Report whole, and the policy engine hears which host to look at
-// again. Each write chains the steps it needs onto its answer.
+// the memory of the Reports of hosts that report a VM that was tagged or
+// untagged learns under which id their stats go, and the policy engine
+// hears which host to look at again. Each write chains the steps it needs onto its answer.
 #ifndef COSCHED_SERVER_STATE_COMMIT_EFFECTS_H_
 #define COSCHED_SERVER_STATE_COMMIT_EFFECTS_H_
 
@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "server/state/placement_view.h"
 #include "server/state/report_memory.h"
@@ -48,13 +49,31 @@ class CommitEffects {
       done(std::move(result));
     };
   }
-  // `done`, after forgetting the last Report of `hosts` once the write
-  // committed: a VM they report was tagged or untagged.
+  // `done`, after telling the memory of the last Report of each host in
+  // `reported` (host, the id it reports the VM under) once the write
+  // committed that it reports VM `vm_id`, which was tagged anew: its
+  // stats go under that id now. The Report itself needs no write: the tag
+  // wrote the VM's presence from it.
   template <typename T>
-  Done<T> ForgettingReports(std::shared_ptr<std::set<std::string>> hosts, Done<T> done) const {
-    return [this, hosts, done = std::move(done)](absl::StatusOr<T> result) {
+  Done<T> NotingTagged(std::shared_ptr<const std::string> vm_id,
+                       std::shared_ptr<std::vector<std::pair<std::string, std::string>>> reported,
+                       Done<T> done) const {
+    return [this, vm_id, reported, done = std::move(done)](absl::StatusOr<T> result) {
       if (result.ok()) {
-        for (const std::string& host : *hosts) reports_.Forget(host);
+        for (const auto& [host, reported_id] : *reported) {
+          reports_.Tagged(host, reported_id, *vm_id);
+        }
+      }
+      done(std::move(result));
+    };
+  }
+  // The same once VM `vm_id` was untagged on `hosts`.
+  template <typename T>
+  Done<T> NotingUntagged(std::shared_ptr<const std::string> vm_id,
+                         std::shared_ptr<std::set<std::string>> hosts, Done<T> done) const {
+    return [this, vm_id, hosts, done = std::move(done)](absl::StatusOr<T> result) {
+      if (result.ok()) {
+        for (const std::string& host : *hosts) reports_.Untagged(host, *vm_id);
       }
       done(std::move(result));
     };

@@ -153,7 +153,7 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
   RETURN_IF_ERROR(internal::WriteTag(txn, wanted, actor,
                                      absl::StrCat("from metadata on host ", host_id), write));
   if (!write.audit.method().empty()) writes.audits.push_back(std::move(write.audit));
-  writes.hosts.merge(write.new_hosts);
+  for (const auto& [host, reported_id] : write.new_hosts) writes.hosts.insert(host);
   return std::optional<v1::VM>(std::move(*write.response.mutable_vm()));
 }
 

@@ -57,6 +57,32 @@ void ReportMemory::Forget(absl::string_view host_id) {
   reports_.erase(host_id);
 }
 
+void ReportMemory::Tagged(absl::string_view host_id, const std::string& reported_id,
+                          const std::string& tagged_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reports_.find(host_id);
+  if (it == reports_.end()) return;  // its next Report is written whole anyway
+  if (reported_id == tagged_id) {
+    it->second.tagged_id.erase(reported_id);
+  } else {
+    it->second.tagged_id[reported_id] = tagged_id;
+  }
+}
+
+void ReportMemory::Untagged(absl::string_view host_id, const std::string& tagged_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reports_.find(host_id);
+  if (it == reports_.end()) return;
+  auto& ids = it->second.tagged_id;
+  for (auto entry = ids.begin(); entry != ids.end();) {
+    if (entry->second == tagged_id) {
+      ids.erase(entry++);
+    } else {
+      ++entry;
+    }
+  }
+}
+
 void ReportMemory::Remove(absl::string_view host_id) {
   std::lock_guard<std::mutex> lock(mu_);
   reports_.erase(host_id);

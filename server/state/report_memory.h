@@ -55,10 +55,17 @@ class ReportMemory {
   // A Report of the host was written: its content and state; what was held
   // is in it.
   void Remember(const std::string& host_id, Seen seen);
-  // The host's next Report is written whole: its topology changed, it was
-  // removed, or a VM it reports was tagged or untagged (whose id its stats
-  // go under). What is held stays to be shown until then.
+  // The host's next Report is written whole: its topology changed, or
+  // another replica tagged or untagged a VM it reports. What is held
+  // stays to be shown until then.
   void Forget(absl::string_view host_id);
+  // VM `tagged_id`, which the host reports as `reported_id`, was tagged
+  // anew: its stats go under `tagged_id` from the host's next Report on.
+  void Tagged(absl::string_view host_id, const std::string& reported_id,
+              const std::string& tagged_id);
+  // VM `tagged_id` was untagged: the host's stats of it go under the id
+  // it reports.
+  void Untagged(absl::string_view host_id, const std::string& tagged_id);
   // The host was removed: nothing of it is kept.
   void Remove(absl::string_view host_id);
   // Every host's next Report is written whole (another replica's changes

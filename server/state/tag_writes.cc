@@ -29,11 +29,15 @@ bool KeepsEngineLevel(const v1::VM& existing, const v1::VM& wanted,
 }
 
 // Builds a newly tagged VM's presence from what hosts already report of it,
-// so that it is enforced at once rather than at each host's next Report.
-absl::Status PresenceFromObservations(store::Transaction& txn, v1::VM& vm) {
+// so that it is enforced at once rather than at each host's next Report;
+// adds each of those hosts with the id it reports the VM under to
+// `reported`.
+absl::Status PresenceFromObservations(store::Transaction& txn, v1::VM& vm,
+                                      std::vector<std::pair<std::string, std::string>>& reported) {
   ASSIGN_OR_RETURN(auto seen, txn.ListObservations(vm.vm_id()));
   for (const store::Observation& o : seen) {
     SetPresence(vm, o.host_id, o.vm, o.vm.enforcement().report_time());
+    reported.emplace_back(o.host_id, o.vm.vm_id());
   }
   ResolveOwner(vm);
   return absl::OkStatus();
@@ -137,7 +141,7 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
       return absl::OkStatus();
     }
   } else {
-    RETURN_IF_ERROR(PresenceFromObservations(txn, vm));
+    RETURN_IF_ERROR(PresenceFromObservations(txn, vm, out.new_hosts));
   }
   ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
   auto now = TimeUtil::GetCurrentTime();
@@ -147,7 +151,6 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
   vm.mutable_assignment()->set_revision(revision);
   RETURN_IF_ERROR(txn.PutVm(vm));
   RETURN_IF_ERROR(RecordAssignmentChange(txn, vm));
-  if (!existing) out.new_hosts = HostsOf(vm);
   RETURN_IF_ERROR(Audit(txn, actor.who, actor.role, "TagVM", vm.vm_id(),
                         existing ? &*existing : nullptr, &vm, revision, &out.audit,
                         reason));

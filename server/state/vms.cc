@@ -93,25 +93,28 @@ void Vms::TagVm(const v1::TagVMRequest& request, const Actor& actor,
 
   auto audit = std::make_shared<v1::AuditRecord>();
   auto delta = std::make_shared<PlacementDelta>();
-  auto hosts = std::make_shared<std::set<std::string>>();
+  auto reported = std::make_shared<std::vector<std::pair<std::string, std::string>>>();
+  auto vm_id = std::make_shared<const std::string>(request.vm_id());
   auto layout_host = std::make_shared<std::optional<std::string>>();
   internal::WriteAndAnswer<v1::TagVMResponse>(
       &store_,
-      [wanted = std::move(wanted), actor, audit, delta, hosts, layout_host](
+      [wanted = std::move(wanted), actor, audit, delta, reported, layout_host](
           store::Transaction& txn, v1::TagVMResponse& out) -> absl::Status {
         *delta = PlacementDelta();
         internal::TagWrite write;
         RETURN_IF_ERROR(internal::WriteTag(txn, wanted, actor, "", write));
         if (write.placed) delta->vms.push_back(*std::move(write.placed));
         *audit = std::move(write.audit);
-        *hosts = std::move(write.new_hosts);
+        *reported = std::move(write.new_hosts);
         *layout_host = std::move(write.layout_host);
         out = std::move(write.response);
         return absl::OkStatus();
       },
       effects_.ApplyingPlacement(
-          delta, internal::LoggingAudit(audit, effects_.ForgettingReports(
-                                     hosts, effects_.NotifyingLayout(layout_host, std::move(done))))));
+          delta, internal::LoggingAudit(
+                     audit, effects_.NotingTagged(vm_id, reported,
+                                                  effects_.NotifyingLayout(layout_host,
+                                                                           std::move(done))))));
 }
 
 void Vms::UntagVm(const v1::UntagVMRequest& request,
@@ -139,8 +142,10 @@ void Vms::UntagVm(const v1::UntagVMRequest& request,
         return absl::OkStatus();
       },
       effects_.ApplyingPlacement(
-          delta, internal::LoggingAudit(audit, effects_.ForgettingReports(
-                                     hosts, effects_.NotifyingLayout(layout_host, std::move(done))))));
+          delta, internal::LoggingAudit(
+                     audit, effects_.NotingUntagged(
+                                std::make_shared<const std::string>(request.vm_id()), hosts,
+                                effects_.NotifyingLayout(layout_host, std::move(done))))));
 }
 
 absl::StatusOr<v1::VM> Vms::GetVm(const v1::GetVMRequest& request) {

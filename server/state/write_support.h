@@ -112,8 +112,10 @@ struct TagWrite {
   v1::AuditRecord audit;
   // The VM as Place sees it now; unset when nothing changed.
   std::optional<PlacedVm> placed;
-  // The hosts of a VM tagged anew: what they report goes under its id now.
-  std::set<std::string> new_hosts;
+  // The hosts of a VM tagged anew, each with the id it reports the VM
+  // under (its name, when the VM is tagged by UUID): what they report goes
+  // under the VM's id now.
+  std::vector<std::pair<std::string, std::string>> new_hosts;
   // Its owner host, when it has one and the VM changed.
   std::optional<std::string> layout_host;
 };

@@ -156,6 +156,34 @@ TEST_F(ReportWritesTest, WithNoIntervalEveryChangeIsWrittenAsItComes) {
   EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
 }
 
+// Issue #36: one durable write per tag. The tag writes the VM's presence
+// from what the host reported; the host's next Report, which says the
+// agent enforces it, writes nothing. The same for an untag.
+TEST_F(ReportWritesTest, ATagOfAReportedVmIsOneWriteAndSoIsAnUntag) {
+  state_->settings.set_enforcement_write_interval(absl::Hours(1));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 2, "vm-3"));
+  const int before = writes_.load();
+  v1::TagVMRequest tag;
+  tag.set_vm_id("vm-3");
+  absl::StatusOr<v1::TagVMResponse> tagged = Wait<v1::TagVMResponse>(
+      [&](auto done) { state_->vms.TagVm(tag, kTester, std::move(done)); });
+  ASSERT_OK(tagged);
+  EXPECT_EQ(tagged->vm().host_id(), "hv-1");
+  EXPECT_EQ(writes_.load(), before + 1);
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1",
+                   tagged->vm().assignment().revision(), "vm-3"));
+  EXPECT_EQ(writes_.load(), before + 1);
+
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("vm-3");
+  ASSERT_OK(Wait<v1::UntagVMResponse>(
+      [&](auto done) { state_->vms.UntagVm(untag, kTester, std::move(done)); }));
+  EXPECT_EQ(writes_.load(), before + 2);
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1",
+                   tagged->vm().assignment().revision() + 1, "vm-3"));
+  EXPECT_EQ(writes_.load(), before + 2);
+}
+
 TEST_F(ReportWritesTest, ARemovedHostsHeldStateGoes) {
   state_->settings.set_enforcement_write_interval(absl::Hours(1));
   ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
