@@ -186,6 +186,13 @@ absl::Status ValidateEtcdStoreOptions(const store::EtcdStoreOptions& etcd) {
 
 }  // namespace
 
+absl::Duration EnforcementWriteInterval(const CsdOptions& options) {
+  if (options.enforcement_write_interval_s >= 0) {
+    return absl::Seconds(options.enforcement_write_interval_s);
+  }
+  return options.etcd_store ? absl::Seconds(60) : absl::InfiniteDuration();
+}
+
 absl::Status ValidateCsdOptions(const CsdOptions& options) {
   if (absl::Status valid = ValidateListenAddress("listen", options.listen); !valid.ok()) {
     return valid;
@@ -223,9 +230,10 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
         "host_stale_after_s must be 1 to 86400 seconds (unset: 60), got ",
         options.host_stale_after_s));
   }
-  if (options.enforcement_write_interval_s < 0 || options.enforcement_write_interval_s > 3600) {
+  if (options.enforcement_write_interval_s < -1 || options.enforcement_write_interval_s > 3600) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "enforcement_write_interval_s must be 0 to 3600 seconds (unset: 60), got ",
+        "enforcement_write_interval_s must be 0 to 3600 seconds (unset: 60 on etcd, never on "
+        "SQLite), got ",
         options.enforcement_write_interval_s));
   }
   RETURN_IF_ERROR(ParseEnforcePolicy(options.enforce, options.when_vulnerable).status());

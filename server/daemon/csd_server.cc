@@ -147,8 +147,7 @@ absl::Status CsdServer::StartState(const CsdOptions& options) {
   state_->host_status.set_connected_check(
       [fanout](absl::string_view host_id) { return fanout->IsConnected(host_id); });
   state_->settings.set_host_stale_after(absl::Seconds(options.host_stale_after_s));
-  state_->settings.set_enforcement_write_interval(
-      absl::Seconds(options.enforcement_write_interval_s));
+  state_->settings.set_enforcement_write_interval(EnforcementWriteInterval(options));
   state_->reports.report_rate().set_options(options.report_rate);
   state_->settings.set_tag_from_metadata(options.tag_from_metadata);
   state_->settings.set_enforce_policy(*ParseEnforcePolicy(options.enforce, options.when_vulnerable));
@@ -411,8 +410,7 @@ absl::StatusOr<std::string> CsdServer::Reload(const CsdOptions& next) {
     state_->settings.set_tag_from_metadata(next.tag_from_metadata);
     state_->settings.set_enforce_policy(std::move(enforce));
     state_->settings.set_host_stale_after(absl::Seconds(next.host_stale_after_s));
-    state_->settings.set_enforcement_write_interval(
-        absl::Seconds(next.enforcement_write_interval_s));
+    state_->settings.set_enforcement_write_interval(EnforcementWriteInterval(next));
     if (!(options_.engine == next.engine)) engine_->SetOptions(next.engine);
     if (!(options_.rollout == next.rollout)) rollouts_->SetOptions(next.rollout);
     options_.engine = next.engine;

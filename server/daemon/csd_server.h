@@ -79,8 +79,11 @@ struct CsdOptions {
   // Place chooses only hosts connected or reported within this many
   // seconds (1 to 86400).
   int64_t host_stale_after_s = 60;
-  // StateSettings::set_enforcement_write_interval, in seconds (0 to 3600).
-  int64_t enforcement_write_interval_s = 60;
+  // StateSettings::set_enforcement_write_interval, in seconds (0 to 3600);
+  // -1 (unset): 60 on etcd, where other replicas read it from the store;
+  // never on SQLite, where the only csd holds it and writes each host's
+  // first Report after a restart whole (EnforcementWriteInterval).
+  int64_t enforcement_write_interval_s = -1;
   // How often each host may Report (server/state/report_rate_limit.h); not a
   // csd.yaml setting: agents never come near it. Tests whose agents report
   // every few milliseconds turn it off (per_second 0).
@@ -126,6 +129,10 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 // named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
 // those named by store.etcd.tls must be readable here.
 absl::Status ValidateCsdOptions(const CsdOptions& options);
+
+// What options.enforcement_write_interval_s means for its store: an
+// infinite duration for never.
+absl::Duration EnforcementWriteInterval(const CsdOptions& options);
 
 // Thread-safe. Shutdown() (or the destructor) stops serving, ends every
 // stream and closes the store.

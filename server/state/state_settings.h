@@ -41,7 +41,8 @@ class StateSettings {
 
   // csd.yaml enforcement_write_interval_s (Reports::ReportState): how long
   // a Report's change of enforcement alone is held in memory before the
-  // host's next Report writes it. Zero writes every change. Default 60 s.
+  // host's next Report writes it. Zero writes every change; infinite:
+  // only with a change of what the host runs. Default 60 s.
   void set_enforcement_write_interval(absl::Duration d) {
     enforcement_write_interval_ns_ = absl::ToInt64Nanoseconds(d);
   }

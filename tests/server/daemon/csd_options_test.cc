@@ -131,21 +131,25 @@ TEST(CsdOptions, HostStaleAfterComesFromTheConfigAndIsChecked) {
   }
 }
 
-TEST(CsdOptions, EnforcementWriteIntervalDefaultsToAMinuteAndIsBounded) {
+TEST(CsdOptions, EnforcementWriteIntervalIsAMinuteOnEtcdNeverOnSqliteAndBounded) {
   v1::CsdConfig config;
   ASSERT_TRUE(LoadYamlConfigFile(std::string(COSCHED_DEPLOY_CONFIG_DIR) + "/csd.yaml",
                                  &config)
                   .ok());
-  EXPECT_EQ(CsdOptionsFromConfig(config).enforcement_write_interval_s, 60);
-  EXPECT_EQ(CsdOptionsFromConfig(v1::CsdConfig()).enforcement_write_interval_s, 60);
+  CsdOptions options = CsdOptionsFromConfig(config);
+  EXPECT_EQ(options.enforcement_write_interval_s, -1);
+  EXPECT_EQ(EnforcementWriteInterval(options), absl::InfiniteDuration());
+  options.etcd_store.emplace();
+  EXPECT_EQ(EnforcementWriteInterval(options), absl::Seconds(60));
   // 0 is a value (write every change), not "unset".
   config.set_enforcement_write_interval_s(0);
-  EXPECT_EQ(CsdOptionsFromConfig(config).enforcement_write_interval_s, 0);
-  for (int64_t seconds : {int64_t{-1}, int64_t{3601}}) {
+  options = CsdOptionsFromConfig(config);
+  EXPECT_EQ(EnforcementWriteInterval(options), absl::ZeroDuration());
+  for (int64_t seconds : {int64_t{-2}, int64_t{3601}}) {
     SCOPED_TRACE(seconds);
-    CsdOptions options;
-    options.enforcement_write_interval_s = seconds;
-    absl::Status valid = ValidateCsdOptions(options);
+    CsdOptions bad;
+    bad.enforcement_write_interval_s = seconds;
+    absl::Status valid = ValidateCsdOptions(bad);
     ASSERT_EQ(valid.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(valid.message().find("enforcement_write_interval_s must be 0 to 3600"),
               std::string::npos)
