@@ -24,6 +24,20 @@ using testing::Wait;
 class ReportWritesTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    Open();
+    ASSERT_OK(testing::RegisterHost(*state_, "hv-1", kTester));
+    for (const char* vm : {"vm-1", "vm-2"}) {
+      v1::TagVMRequest request;
+      request.set_vm_id(vm);
+      ASSERT_OK(Wait<v1::TagVMResponse>(
+          [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); }));
+    }
+  }
+
+  // csd's state over the store in dir_ (again, as a restarted csd).
+  void Open() {
+    state_.reset();
+    store_.reset();
     store::SqliteStoreOptions options;
     options.data_dir = dir_.Sub("data");
     auto sqlite = store::SqliteStore::Open(options);
@@ -34,13 +48,6 @@ class ReportWritesTest : public ::testing::Test {
         });
     state_ = std::make_unique<TestState>(*store_);
     state_->reports.report_rate().set_options({.per_second = 0});
-    ASSERT_OK(testing::RegisterHost(*state_, "hv-1", kTester));
-    for (const char* vm : {"vm-1", "vm-2"}) {
-      v1::TagVMRequest request;
-      request.set_vm_id(vm);
-      ASSERT_OK(Wait<v1::TagVMResponse>(
-          [&](auto done) { state_->vms.TagVm(request, kTester, std::move(done)); }));
-    }
   }
 
   // A Report of vm-1 and vm-2 (and `extra` when set), vm-1 in `state`
@@ -182,6 +189,24 @@ TEST_F(ReportWritesTest, ATagOfAReportedVmIsOneWriteAndSoIsAnUntag) {
   ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1",
                    tagged->vm().assignment().revision() + 1, "vm-3"));
   EXPECT_EQ(writes_.load(), before + 2);
+}
+
+// What was held dies with csd; the host's first Report to the restarted
+// csd is written whole, so the store has it again within a report interval.
+TEST_F(ReportWritesTest, ARestartedCsdWritesTheHostsFirstReportWhole) {
+  state_->settings.set_enforcement_write_interval(absl::InfiniteDuration());
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING);
+
+  Open();
+  state_->settings.set_enforcement_write_interval(absl::InfiniteDuration());
+  EXPECT_EQ(Shown("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING) << "the store's, until a Report";
+  const int before = writes_.load();
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3));
+  EXPECT_EQ(writes_.load(), before + 1);
+  EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(AppliedShown(), 3);
 }
 
 TEST_F(ReportWritesTest, ARemovedHostsHeldStateGoes) {
