@@ -348,6 +348,10 @@ void CsdMetrics::AddFleetGauges() {
                       "Keys of the etcd store this replica holds in memory (its copy of the "
                       "prefix, about 100 a host); 0 on SQLite.",
                       read(options_.store_cache_keys));
+  scrape_gauges_->Add("cosched_csd_held_report_hosts",
+                      "Hosts whose Reports changed only what their agent applied since their "
+                      "last written one: held in this csd's memory, not yet in the store.",
+                      read(options_.held_report_hosts));
   scrape_gauges_->Add("cosched_csd_leader",
                       "1 while this csd leads the replicas on its store (runs compaction, "
                       "audit pruning and the policy engine), else 0; always 1 on SQLite.",

@@ -40,6 +40,9 @@ struct CsdMetricsOptions {
   // Replicas on etcd: the keys of the prefix held in memory (the store's
   // cache); null reads 0 (SQLite).
   std::function<double()> store_cache_keys;
+  // Hosts whose applied state is held in memory, not yet written
+  // (ReportMemory::HeldHosts).
+  std::function<double()> held_report_hosts;
   // 1 while this csd leads the store's writers (Store::Leads), else 0.
   std::function<double()> leader;
   // The staged rollout as this csd knows it (RolloutView); nullopt: none.

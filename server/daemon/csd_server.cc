@@ -106,6 +106,9 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
   metrics_options.store_cache_keys = [this] {
     return etcd_cache_ != nullptr ? static_cast<double>(etcd_cache_->keys()) : 0.0;
   };
+  metrics_options.held_report_hosts = [this] {
+    return state_ ? static_cast<double>(state_->report_memory.HeldHosts()) : 0.0;
+  };
   metrics_options.leader = [this] { return store_->Leads() ? 1.0 : 0.0; };
   metrics_options.rollout = [this] {
     return state_ ? state_->rollout.Get() : std::optional<v1::Rollout>();

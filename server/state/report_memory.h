@@ -77,7 +77,7 @@ class ReportMemory {
   // store has); nullopt otherwise.
   std::optional<v1::VMEnforcement> HeldEnforcement(absl::string_view host_id,
                                                    absl::string_view vm_id) const;
-  // Hosts with a state held: what a write of each would add.
+  // Hosts with a state held (cosched_csd_held_report_hosts).
   size_t HeldHosts() const;
 
  private:

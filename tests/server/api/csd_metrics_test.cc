@@ -200,6 +200,11 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
   const std::string again = Scrape();
   EXPECT_EQ(SampleValue(again, "cosched_csd_vms", {{"state", "enforced"}}), 0);
   EXPECT_EQ(SampleValue(again, "cosched_csd_vms", {{"state", "failed"}}), 1);
+  EXPECT_EQ(SampleValue(again, "cosched_csd_held_report_hosts"), 0);
+  // Only what the agent applied changes: held in memory, not written.
+  *later.mutable_vms(0) = Observed("vm-1", v1::ENFORCEMENT_STATE_ENFORCED);
+  ASSERT_OK(Report(later));
+  EXPECT_EQ(SampleValue(Scrape(), "cosched_csd_held_report_hosts"), 1);
 
   // An agent holding its stream counts as connected.
   EXPECT_EQ(SampleValue(again, "cosched_csd_connected_agents"), 0);
