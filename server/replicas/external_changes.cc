@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -31,11 +33,14 @@ void ExternalChanges::Reload(const store::ExternalChange& change) {
 void ExternalChanges::Apply(const store::ExternalChange& change) {
   if (change.resync || reload_owed_) return Reload(change);
 
-  // As the writes do: a VM that was tagged or untagged makes the next
-  // Report of each host that reports it be written whole; every host the
-  // change touches is the policy engine's to look at again.
+  // As the writes do: the memory of the Reports of each host that reports
+  // a VM that was tagged or untagged learns under which id its stats go
+  // (or, when that cannot be told from the VM record, writes the host's
+  // next Report whole); every host the change touches is the policy
+  // engine's to look at again.
   PlacementDelta delta;
   std::set<std::string> forget(change.hosts.begin(), change.hosts.end());
+  std::vector<std::pair<std::string, std::string>> tagged, untagged;  // (host, vm)
   std::set<std::string> layout_hosts;
   // The store had the change before delivering it: no need to ask etcd.
   absl::Status read = store_.ReadRecent([&](store::Transaction& txn) -> absl::Status {
@@ -51,7 +56,19 @@ void ExternalChanges::Apply(const store::ExternalChange& change) {
       for (const std::optional<v1::VM>* side : {&before, &after}) {
         if (!side->has_value()) continue;
         if (!(*side)->host_id().empty()) layout_hosts.insert((*side)->host_id());
-        if (!before || !after) forget.merge(HostsOf(**side));
+      }
+      if (!before && after) {
+        for (const v1::VMPresence& p : after->presence()) {
+          // Tagged by the UUID a host reports beside a name: the name is
+          // in the host's observation, not here.
+          if (p.uuid() == vm_id) {
+            forget.insert(p.host_id());
+          } else {
+            tagged.emplace_back(p.host_id(), vm_id);
+          }
+        }
+      } else if (before && !after) {
+        for (const std::string& host : HostsOf(*before)) untagged.emplace_back(host, vm_id);
       }
     }
     // Place reads tenant policies from the view.
@@ -82,6 +99,8 @@ void ExternalChanges::Apply(const store::ExternalChange& change) {
     effects_.placement().ApplyReportedVcpus(host_id, reported);
     layout_hosts.insert(host_id);
   }
+  for (const auto& [host_id, vm_id] : tagged) effects_.reports().Tagged(host_id, vm_id, vm_id);
+  for (const auto& [host_id, vm_id] : untagged) effects_.reports().Untagged(host_id, vm_id);
   for (const std::string& host_id : forget) effects_.reports().Forget(host_id);
   if (change.policies) return effects_.NotifyLayout("");
   for (const std::string& host_id : layout_hosts) effects_.NotifyLayout(host_id);

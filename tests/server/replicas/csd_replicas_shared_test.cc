@@ -160,6 +160,51 @@ TEST_F(CsdReplicasTest, AnotherReplicaSeesHeldEnforcementWithinItsBounds) {
   EXPECT_GE(absl::Now() - enforced, absl::Seconds(2));
 }
 
+// A tag on replica A of a VM a host reports to replica B costs one write:
+// B learns of it through the watch, and its agent's next Report, which
+// says it enforces the VM, is held by B, not written (so A still shows
+// what the store had).
+TEST_F(CsdReplicasTest, AnotherReplicasTagDoesNotMakeTheHostsReportAWrite) {
+  auto tweak = [](const std::string& name) {
+    return [name](CsdOptions& options) {
+      options.etcd_store->replicas.name = name;
+      options.enforcement_write_interval_s = 3600;
+    };
+  };
+  Replica a = Start("", tweak("csd-a"));
+  Replica b = Start("", tweak("csd-b"));
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  RegisterAndReport(b, "hv-1", {"vm-1"});  // untagged yet: written
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+  auto vm_on = [](Replica& r) {
+    grpc::ClientContext context;
+    v1::GetVMRequest request;
+    request.set_vm_id("vm-1");
+    v1::VM vm;
+    (void)r.control->GetVM(&context, request, &vm);
+    return vm;
+  };
+  ASSERT_TRUE(Eventually([&] { return vm_on(b).host_id() == "hv-1"; }));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id("hv-1");
+    request.set_applied_revision(tagged.vm().assignment().revision());
+    v1::VMObservation* o = request.add_vms();
+    o->set_vm_id("vm-1");
+    o->mutable_enforcement()->set_vcpus(2);
+    o->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+    v1::ReportResponse response;
+    ASSERT_OK(b.agent->Report(&context, request, &response));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(vm_on(b).enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(vm_on(a).enforcement().state(), v1::ENFORCEMENT_STATE_UNSPECIFIED)
+      << "B wrote its host's Report after A's tag";
+}
+
 // The policy engine runs on the leader, and an agent reports to one
 // replica: B forwards its agents' windows to the leader A (Replica.
 // ForwardStats), so A's engine and ExplainVM see the load of a host whose
