@@ -237,6 +237,32 @@ class CsdReplicasTest : public ::testing::Test {
     return response.status();
   }
 
+  // A Report of `host` to `r` naming only `vm` (2 vCPUs), enforced in
+  // `state` at `applied` revision.
+  static void ReportEnforcement(Replica& r, const std::string& host, const std::string& vm,
+                                v1::EnforcementState state, int64_t applied) {
+    grpc::ClientContext context;
+    v1::ReportRequest request;
+    request.set_host_id(host);
+    request.set_applied_revision(applied);
+    v1::VMObservation* o = request.add_vms();
+    o->set_vm_id(vm);
+    o->mutable_enforcement()->set_vcpus(2);
+    o->mutable_enforcement()->set_state(state);
+    v1::ReportResponse response;
+    EXPECT_OK(r.agent->Report(&context, request, &response));
+  }
+
+  // GetVM on `r`; an empty VM when it fails.
+  static v1::VM GetVmOn(Replica& r, const std::string& vm_id) {
+    grpc::ClientContext context;
+    v1::GetVMRequest request;
+    request.set_vm_id(vm_id);
+    v1::VM vm;
+    (void)r.control->GetVM(&context, request, &vm);
+    return vm;
+  }
+
   static std::string PlaceOn(Replica& r) {
     grpc::ClientContext context;
     v1::PlaceRequest request;

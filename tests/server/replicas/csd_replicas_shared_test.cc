@@ -113,25 +113,9 @@ TEST_F(CsdReplicasTest, AnotherReplicaSeesHeldEnforcementWithinItsBounds) {
   ASSERT_OK(Tag(a, "vm-1", &tagged));
   RegisterAndReport(b, "hv-1", {"vm-1"});  // vm-1 in no state yet: written
   auto report = [&b](v1::EnforcementState state, int64_t applied) {
-    grpc::ClientContext context;
-    v1::ReportRequest request;
-    request.set_host_id("hv-1");
-    request.set_applied_revision(applied);
-    v1::VMObservation* o = request.add_vms();
-    o->set_vm_id("vm-1");
-    o->mutable_enforcement()->set_vcpus(2);
-    o->mutable_enforcement()->set_state(state);
-    v1::ReportResponse response;
-    EXPECT_OK(b.agent->Report(&context, request, &response));
+    ReportEnforcement(b, "hv-1", "vm-1", state, applied);
   };
-  auto vm_on = [](Replica& r) {
-    grpc::ClientContext context;
-    v1::GetVMRequest request;
-    request.set_vm_id("vm-1");
-    v1::VM vm;
-    EXPECT_OK(r.control->GetVM(&context, request, &vm));
-    return vm;
-  };
+  auto vm_on = [](Replica& r) { return GetVmOn(r, "vm-1"); };
   auto applied_on = [](Replica& r) {
     grpc::ClientContext context;
     v1::GetHostRequest request;
@@ -147,6 +131,7 @@ TEST_F(CsdReplicasTest, AnotherReplicaSeesHeldEnforcementWithinItsBounds) {
   EXPECT_EQ(applied_on(b), revision);
   EXPECT_TRUE(Eventually([&] { return applied_on(a) == revision; }, std::chrono::seconds(5)));
   // Not written yet: A shows what the store has.
+  ASSERT_EQ(vm_on(a).vm_id(), "vm-1");
   EXPECT_EQ(vm_on(a).enforcement().state(), v1::ENFORCEMENT_STATE_UNSPECIFIED);
 
   // The agent goes on reporting the same: its first Report 2 s after the
@@ -178,29 +163,15 @@ TEST_F(CsdReplicasTest, AnotherReplicasTagDoesNotMakeTheHostsReportAWrite) {
   RegisterAndReport(b, "hv-1", {"vm-1"});  // untagged yet: written
   v1::TagVMResponse tagged;
   ASSERT_OK(Tag(a, "vm-1", &tagged));
-  auto vm_on = [](Replica& r) {
-    grpc::ClientContext context;
-    v1::GetVMRequest request;
-    request.set_vm_id("vm-1");
-    v1::VM vm;
-    (void)r.control->GetVM(&context, request, &vm);
-    return vm;
-  };
+  auto vm_on = [](Replica& r) { return GetVmOn(r, "vm-1"); };
   ASSERT_TRUE(Eventually([&] { return vm_on(b).host_id() == "hv-1"; }));
   for (int i = 0; i < 3; ++i) {
-    grpc::ClientContext context;
-    v1::ReportRequest request;
-    request.set_host_id("hv-1");
-    request.set_applied_revision(tagged.vm().assignment().revision());
-    v1::VMObservation* o = request.add_vms();
-    o->set_vm_id("vm-1");
-    o->mutable_enforcement()->set_vcpus(2);
-    o->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_ENFORCED);
-    v1::ReportResponse response;
-    ASSERT_OK(b.agent->Report(&context, request, &response));
+    ReportEnforcement(b, "hv-1", "vm-1", v1::ENFORCEMENT_STATE_ENFORCED,
+                      tagged.vm().assignment().revision());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_EQ(vm_on(b).enforcement().state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  ASSERT_EQ(vm_on(a).vm_id(), "vm-1");
   EXPECT_EQ(vm_on(a).enforcement().state(), v1::ENFORCEMENT_STATE_UNSPECIFIED)
       << "B wrote its host's Report after A's tag";
 }
