@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "store/etcd_transaction.h"
@@ -41,7 +42,12 @@ EtcdMaintenance::EtcdMaintenance(etcd::Client& client, std::string prefix,
       replicas_(replicas),
       options_(options),
       max_txn_ops_(std::max(2, max_txn_ops)) {
-  if (options_.interval > absl::ZeroDuration()) thread_ = std::thread([this] { Loop(); });
+  if (options_.interval > absl::ZeroDuration()) {
+    thread_ = std::thread([this] {
+      NameThisThread("cs-maintenance");
+      Loop();
+    });
+  }
 }
 
 EtcdMaintenance::~EtcdMaintenance() {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 
 namespace cosched::store {
 namespace {
@@ -76,8 +77,14 @@ EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplica
   own_key_ = absl::StrCat(prefix_, "/replicas/", options_.name);
   seen_key_ = absl::StrCat(prefix_, "/seen/", options_.name, "/");
   Round();
-  thread_ = std::thread([this] { Run(); });
-  seen_thread_ = std::thread([this] { RunSeen(); });
+  thread_ = std::thread([this] {
+    NameThisThread("cs-replicas");
+    Run();
+  });
+  seen_thread_ = std::thread([this] {
+    NameThisThread("cs-seen");
+    RunSeen();
+  });
 }
 
 EtcdReplicas::~EtcdReplicas() {

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/thread_name.h"
 #include "cosched/store/etcd_records.pb.h"
 
 namespace cosched::store {
@@ -120,8 +121,14 @@ EtcdPrefixWatch::EtcdPrefixWatch(etcd::Client& client, std::string prefix, int64
       hooks_(std::move(hooks)),
       options_(options),
       revision_(revision) {
-  thread_ = std::thread([this] { Run(); });
-  delivery_ = std::thread([this] { DeliveryLoop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("cs-etcd-watch");
+    Run();
+  });
+  delivery_ = std::thread([this] {
+    NameThisThread("cs-etcd-deliver");
+    DeliveryLoop();
+  });
 }
 
 EtcdPrefixWatch::~EtcdPrefixWatch() {

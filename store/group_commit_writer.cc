@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace cosched::store {
 
 GroupCommitWriter::GroupCommitWriter(int max_batch, std::string closing_error,
@@ -10,8 +12,14 @@ GroupCommitWriter::GroupCommitWriter(int max_batch, std::string closing_error,
     : max_batch_(static_cast<size_t>(std::max(1, max_batch))),
       closing_error_(std::move(closing_error)),
       commit_(std::move(commit)) {
-  completer_ = std::thread([this] { CompletionLoop(); });
-  writer_ = std::thread([this] { WriterLoop(); });
+  completer_ = std::thread([this] {
+    NameThisThread("cs-store-done");
+    CompletionLoop();
+  });
+  writer_ = std::thread([this] {
+    NameThisThread("cs-store-write");
+    WriterLoop();
+  });
 }
 
 GroupCommitWriter::~GroupCommitWriter() { Stop(); }

@@ -135,6 +135,11 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
     : options_(std::move(options)),
       registry_(std::make_shared<prometheus::Registry>()),
       scrape_gauges_(std::make_shared<metrics::ScrapeGauges>()),
+      thread_cpu_(std::make_shared<metrics::ThreadCpuCollector>(
+          "cosched_csd_thread_cpu_seconds_total",
+          "CPU time (user and system) of csd's threads, by thread name: gRPC's "
+          "(nexting_thread: RPCs, Reports among them), the store's writer and completion "
+          "threads, the fan-out, stats, the etcd watch, the engine (docs/metrics.md)")),
       rpc_(*registry_, metrics::GrpcMetrics::Side::kServer,
            {v1::ReportRequest::descriptor()->file(),
             v1::TagVMRequest::descriptor()->file()}),
@@ -348,6 +353,16 @@ void CsdMetrics::AddFleetGauges() {
                       "Keys of the etcd store this replica holds in memory (its copy of the "
                       "prefix, about 100 a host); 0 on SQLite.",
                       read(options_.store_cache_keys));
+  scrape_gauges_->AddFamily(
+      "cosched_store_etcd_oldest_revision",
+      "On etcd: the oldest revision etcd still serves, as this replica last found it while "
+      "leading; no series on SQLite or before. It stays put while nothing compacts etcd.",
+      [read = options_.etcd_oldest_revision] {
+        std::vector<metrics::ScrapeGauges::Sample> samples;
+        const int64_t oldest = read ? read() : 0;
+        if (oldest > 0) samples.push_back({{}, static_cast<double>(oldest)});
+        return samples;
+      });
   scrape_gauges_->Add("cosched_csd_held_report_hosts",
                       "Hosts whose Reports changed only what their agent applied since their "
                       "last written one: held in this csd's memory, not yet in the store.",
@@ -383,7 +398,7 @@ void CsdMetrics::AddFleetGauges() {
 
 std::vector<std::shared_ptr<prometheus::Collectable>> CsdMetrics::collectables()
     const {
-  return {registry_, scrape_gauges_};
+  return {registry_, scrape_gauges_, thread_cpu_};
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

@@ -26,6 +26,7 @@
 #include "metrics/certificate_expiry.h"
 #include "metrics/grpc_metrics.h"
 #include "metrics/scrape_gauges.h"
+#include "metrics/thread_cpu.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
@@ -40,6 +41,9 @@ struct CsdMetricsOptions {
   // Replicas on etcd: the keys of the prefix held in memory (the store's
   // cache); null reads 0 (SQLite).
   std::function<double()> store_cache_keys;
+  // Replicas on etcd: the oldest revision etcd serves, as this replica
+  // last found it leading (EtcdMaintenance); 0 (no series) when it has not.
+  std::function<int64_t()> etcd_oldest_revision;
   // Hosts whose applied state is held in memory, not yet written
   // (ReportMemory::HeldHosts).
   std::function<double()> held_report_hosts;
@@ -156,6 +160,8 @@ class CsdMetrics {
   const CsdMetricsOptions options_;
   const std::shared_ptr<prometheus::Registry> registry_;
   const std::shared_ptr<metrics::ScrapeGauges> scrape_gauges_;
+  // CPU by thread name: where csd's CPU goes (docs/metrics.md).
+  const std::shared_ptr<metrics::ThreadCpuCollector> thread_cpu_;
   metrics::GrpcMetrics rpc_;
 
   prometheus::Histogram& store_write_seconds_;

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log_every.h"
+#include "common/thread_name.h"
 #include "glog/logging.h"
 #include "grpcpp/server_posix.h"
 #include "server/api/unix_accounts.h"
@@ -176,7 +177,10 @@ absl::StatusOr<std::unique_ptr<LocalSocketServer>> LocalSocketServer::Start(
   }
   local->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (local->wake_fd_ < 0) return fail("eventfd", errno);
-  local->thread_ = std::thread([raw = local.get()] { raw->AcceptLoop(); });
+  local->thread_ = std::thread([raw = local.get()] {
+    NameThisThread("cs-local");
+    raw->AcceptLoop();
+  });
   LOG(INFO) << "csd serving local callers on unix:" << path << " (mode 0" << std::oct << bits
             << std::dec << (gid->has_value() ? absl::StrCat(", gid ", **gid) : ", no group")
             << ")";

@@ -4,13 +4,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 
 namespace cosched::server {
 
 QueryPool::QueryPool(QueryPoolOptions options) : options_(options) {
   const int threads = std::max(1, options_.threads);
   threads_.reserve(threads);
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] {
+    NameThisThread("cs-query");
+    Work();
+  });
 }
 
 QueryPool::~QueryPool() { Stop(); }

@@ -16,6 +16,7 @@
 #include "common/log_every.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
@@ -87,7 +88,10 @@ void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
     for (size_t i = next++; i < n; i = next++) fn(i);
   };
   std::vector<std::thread> helpers;
-  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  for (size_t w = 1; w < workers; ++w) helpers.emplace_back([&] {
+    NameThisThread("cs-engine-pass");
+    work();
+  });
   work();
   for (std::thread& t : helpers) t.join();
 }
@@ -219,7 +223,10 @@ void EngineLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
+void EngineLoop::Start() { thread_ = std::thread([this] {
+    NameThisThread("cs-engine");
+    Loop();
+  }); }
 
 void EngineLoop::Trigger(const std::string& host_id) {
   {

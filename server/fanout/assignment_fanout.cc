@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 
@@ -134,7 +135,10 @@ class AssignmentFanout::Watcher
 };
 
 AssignmentFanout::AssignmentFanout(WatchReads* reads)
-    : reads_(reads), worker_([this] { WorkerLoop(); }) {}
+    : reads_(reads), worker_([this] {
+        NameThisThread("cs-fanout");
+        WorkerLoop();
+      }) {}
 
 AssignmentFanout::~AssignmentFanout() {
   {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log_every.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "common/transport.h"
 #include "common/validation.h"
 #include "glog/logging.h"
@@ -75,7 +76,10 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
 
 StatsForwarder::StatsForwarder(Leader leader, PeerDirectory& peers, StatsForwarderOptions options)
     : leader_(std::move(leader)), peers_(peers), options_(std::move(options)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("cs-forward");
+    Run();
+  });
 }
 
 StatsForwarder::~StatsForwarder() {

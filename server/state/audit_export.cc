@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log_every.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -228,7 +229,10 @@ AuditExporter::AuditExporter(store::Store& store, AuditFileOptions options,
 
 AuditExporter::~AuditExporter() { Stop(); }
 
-void AuditExporter::Start() { thread_ = std::thread([this] { Loop(); }); }
+void AuditExporter::Start() { thread_ = std::thread([this] {
+    NameThisThread("cs-audit");
+    Loop();
+  }); }
 
 void AuditExporter::Stop() {
   {

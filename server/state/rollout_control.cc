@@ -13,6 +13,7 @@
 #include "common/names.h"
 #include "common/rollout_spec.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/state/write_support.h"
@@ -130,7 +131,10 @@ RolloutControl::RolloutControl(store::Store& store, RolloutView& rollout, const 
 
 RolloutControl::~RolloutControl() { Stop(); }
 
-void RolloutControl::Start() { thread_ = std::thread([this] { Loop(); }); }
+void RolloutControl::Start() { thread_ = std::thread([this] {
+    NameThisThread("cs-rollout");
+    Loop();
+  }); }
 
 void RolloutControl::Stop() {
   {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sibling_share.h"
+#include "common/thread_name.h"
 #include "common/validation.h"
 
 namespace cosched::server {
@@ -318,7 +319,10 @@ StatsAggregator::StatsAggregator(Clock now)
                    std::chrono::system_clock::now().time_since_epoch())
             .count();
       }),
-      worker_([this] { WorkerLoop(); }) {}
+      worker_([this] {
+        NameThisThread("cs-stats");
+        WorkerLoop();
+      }) {}
 
 StatsAggregator::~StatsAggregator() {
   {

@@ -26,11 +26,13 @@
 // another replica's watch of etcd; memory and CPU are the replicas' sums.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -941,6 +943,9 @@ struct Mark {
   std::optional<ProcessUsage> csd, self;
   Fleet::Counters agents;
   std::optional<double> writes, revision, write_seconds;
+  // csd's CPU seconds by thread name (cosched_csd_thread_cpu_seconds_total),
+  // summed over the replicas.
+  std::map<std::string, double> thread_cpu;
 };
 
 // Several replicas: writes summed, the revision (etcd's, shared) the
@@ -961,6 +966,10 @@ Mark TakeMark(const std::vector<pid_t>& csd_pids, const Fleet& fleet,
         std::max(mark.revision.value_or(0), SumOfMetric(*text, "cosched_store_revision"));
     mark.write_seconds = mark.write_seconds.value_or(0) +
                          SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
+    for (const auto& [thread, seconds] :
+         MetricByLabel(*text, "cosched_csd_thread_cpu_seconds_total", "thread")) {
+      mark.thread_cpu[thread] += seconds;
+    }
   }
   // Read after the scrape: a phase then holds exactly one scrape's cost to
   // csd (its ending mark's), a few ms in a phase of tens of seconds.
@@ -969,6 +978,27 @@ Mark TakeMark(const std::vector<pid_t>& csd_pids, const Fleet& fleet,
   mark.self = Usage(getpid());
   mark.agents = fleet.counters();
   return mark;
+}
+
+// csd's CPU by thread over a phase, most first, in % of one core: where it
+// goes (docs/benchmarks.md names the threads). Threads under 0.1% are left
+// out.
+void PrintThreadCpu(const Mark& a, const Mark& b, double s) {
+  std::vector<std::pair<double, std::string>> shares;
+  for (const auto& [thread, seconds] : b.thread_cpu) {
+    auto before = a.thread_cpu.find(thread);
+    const double used = seconds - (before == a.thread_cpu.end() ? 0 : before->second);
+    if (100 * used / s >= 0.1) shares.emplace_back(100 * used / s, thread);
+  }
+  if (shares.empty()) return;
+  std::sort(shares.rbegin(), shares.rend());
+  std::string line;
+  for (const auto& [percent, thread] : shares) {
+    char figure[32];
+    std::snprintf(figure, sizeof(figure), "%.1f", percent);
+    absl::StrAppend(&line, line.empty() ? "" : ", ", thread, " ", figure);
+  }
+  std::printf("  csd CPU by thread, %% of one core: %s\n", line.c_str());
 }
 
 // One line per figure of the phase between two marks.
@@ -981,6 +1011,7 @@ void PrintPhase(const char* name, const Mark& a, const Mark& b) {
     std::printf("  csd CPU %.1f%% of one core (load generator %.1f%%)\n",
                 CpuPercent(a.csd, b.csd, s), CpuPercent(a.self, b.self, s));
   }
+  PrintThreadCpu(a, b, s);
   std::printf(
       "  Reports accepted %.1f/s (%.1f/s after a watch message), failed %lld; "
       "stats windows %.1f/s; watch messages %.1f/s\n",
@@ -1035,8 +1066,12 @@ absl::StatusOr<LocalCsds> StartLocalCsds(const std::string& binary, int replicas
   std::vector<std::string> addresses;
   for (int i = 0; i < replicas; ++i) {
     // With its /metrics on: the store's writes and revision are read there.
+    // On etcd each needs a name of its own (their default, the host
+    // name, is one for all on one machine).
+    const std::string config =
+        replicas > 1 ? absl::StrCat(extra_config, "    replica_name: csd-", i, "\n") : extra_config;
     absl::StatusOr<std::unique_ptr<CsdProcess>> started =
-        CsdProcess::Start(binary, /*serve_metrics=*/true, extra_config);
+        CsdProcess::Start(binary, /*serve_metrics=*/true, config);
     if (!started.ok()) return started.status();
     addresses.push_back((*started)->address());
     local.pids.push_back((*started)->pid());

@@ -205,6 +205,33 @@ double SumOfMetric(const std::string& text, const std::string& name) {
   return sum;
 }
 
+std::map<std::string, double> MetricByLabel(const std::string& text, const std::string& name,
+                                            const std::string& label) {
+  std::map<std::string, double> by_value;
+  const std::string wanted = absl::StrCat(label, "=\"");
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, name) || !absl::ConsumePrefix(&line, "{")) continue;
+    const size_t close = line.find('}');
+    if (close == absl::string_view::npos) continue;
+    const absl::string_view labels = line.substr(0, close);
+    // At the start of the labels or after a comma: not a label ending in it.
+    size_t at = labels.find(wanted);
+    while (at != absl::string_view::npos && at != 0 && labels[at - 1] != ',') {
+      at = labels.find(wanted, at + 1);
+    }
+    if (at == absl::string_view::npos) continue;
+    const absl::string_view rest = labels.substr(at + wanted.size());
+    const size_t end = rest.find('"');
+    double value = 0;
+    if (end == absl::string_view::npos ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(close + 1)), &value)) {
+      continue;
+    }
+    by_value[std::string(rest.substr(0, end))] += value;
+  }
+  return by_value;
+}
+
 absl::StatusOr<std::unique_ptr<CsdProcess>> CsdProcess::Start(
     const std::string& binary, bool serve_metrics, const std::string& extra_config) {
   std::string pattern = "/tmp/csd-load-XXXXXX";

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,10 @@ absl::StatusOr<std::string> HttpGet(const std::string& address,
 // The sum of every sample of metric `name` (all label sets) in Prometheus
 // text; 0 when it has none.
 double SumOfMetric(const std::string& text, const std::string& name);
+// Metric `name`'s samples in Prometheus text by the value of `label`,
+// summed over the other labels; samples without that label are left out.
+std::map<std::string, double> MetricByLabel(const std::string& text, const std::string& name,
+                                            const std::string& label);
 
 // The csd binary serving plaintext on a free loopback port, on a fresh data
 // dir under /tmp, with its log in <dir>/csd.log. SIGTERM, then the dir is
