@@ -124,7 +124,62 @@ absl::StatusOr<MaintenanceRun> EtcdMaintenance::RunOnce() {
     ASSIGN_OR_RETURN(run.audit_pruned, PruneAudit(fence));
   }
   ASSIGN_OR_RETURN(run.audit_trimmed, TrimAuditWindow(fence));
+  RETURN_IF_ERROR(CheckHistory(run));
   return run;
+}
+
+absl::Status EtcdMaintenance::CheckHistory(MaintenanceRun& run) {
+  // Whether etcd still serves `revision`: a read there, counting only.
+  const std::string key = absl::StrCat(prefix_, "/meta");
+  auto served = [&](int64_t revision) -> absl::StatusOr<bool> {
+    etcdserverpb::RangeRequest request;
+    request.set_key(key);
+    request.set_revision(revision);
+    request.set_count_only(true);
+    absl::StatusOr<etcdserverpb::RangeResponse> response = client_.RangeOnce(request);
+    if (absl::IsOutOfRange(response.status())) return false;  // compacted away
+    if (!response.ok()) return response.status();
+    return true;
+  };
+  etcdserverpb::RangeRequest now_request;
+  now_request.set_key(key);
+  now_request.set_count_only(true);
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse now, client_.RangeOnce(now_request));
+  const int64_t current = now.header().revision();
+  // Below the last oldest nothing is served; the current revision is.
+  int64_t low = std::max<int64_t>(1, oldest_revision_.load());
+  int64_t oldest = low;
+  ASSIGN_OR_RETURN(bool low_served, served(low));
+  if (!low_served) {
+    int64_t high = current;
+    while (high - low > 1) {
+      const int64_t mid = low + (high - low) / 2;
+      ASSIGN_OR_RETURN(bool mid_served, served(mid));
+      (mid_served ? high : low) = mid;
+    }
+    oldest = high;
+  }
+  const absl::Time now_time = absl::Now();
+  if (oldest != oldest_revision_.load() || oldest_since_ == absl::Time()) {
+    oldest_since_ = now_time;
+  }
+  oldest_revision_.store(oldest);
+  run.oldest_revision = oldest;
+  run.uncompacted = current - oldest > options_.uncompacted_revisions &&
+                    now_time - oldest_since_ >= options_.uncompacted_warning;
+  LOG_IF(WARNING, run.uncompacted)
+      << "etcd's history has not been compacted for "
+      << absl::FormatDuration(now_time - oldest_since_) << " and holds "
+      << current - oldest << " revisions (" << oldest << " to " << current
+      << "): its database grows until etcd's quota refuses every write, csd's included. "
+      << (options_.compact
+              ? "This replica compacts it (store.etcd.compact_history) but its compactions "
+                "have not taken: see the errors above"
+              : "Nothing compacts this etcd cluster: run etcd with --auto-compaction-mode and "
+                "--auto-compaction-retention, or set store.etcd.compact_history: true if the "
+                "cluster is csd's alone")
+      << " (docs/operating.md, \"etcd's history\")";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> EtcdMaintenance::TrimAuditWindowOnce() {

@@ -17,17 +17,26 @@
 //    trail cannot fill etcd's quota (the whole trail goes to csd's audit
 //    file: server/state/audit_export.h).
 // etcd has one history for the whole cluster: compaction is the cluster's,
-// not the prefix's. Where something else compacts the cluster (an etcd
-// started with --auto-compaction-*, another application), turn it off here
-// (`compact` false): audit pruning goes on, and so does the sweep, over the
-// change log's own horizon instead of a compaction: every interval the
-// leader raises meta's changes_horizon to the revision the previous
-// interval ended at (an agent resuming from below it gets a snapshot, as
-// below a compaction) and deletes the change records at or below it, so
-// the change log stays bounded without csd touching etcd's history.
+// not the prefix's, so it runs only when csd is told the cluster is its
+// alone (`compact`, store.etcd.compact_history). Otherwise etcd compacts
+// itself (--auto-compaction-*) or another application does: audit pruning
+// goes on, and so does the sweep, over the change log's own horizon
+// instead of a compaction: every interval the leader raises meta's
+// changes_horizon to the revision the previous interval ended at (an agent
+// resuming from below it gets a snapshot, as below a compaction) and
+// deletes the change records at or below it, so the change log stays
+// bounded without csd touching etcd's history.
+//
+// Either way the leader finds the oldest revision etcd still serves (a
+// binary search of reads at past revisions) every run, and warns when
+// etcd serves more than `uncompacted_revisions` revisions and the oldest
+// has not moved for `uncompacted_warning`: nothing compacts the cluster
+// (or csd's own compaction fails), and its database grows until etcd's
+// quota refuses every write.
 #ifndef COSCHED_STORE_ETCD_MAINTENANCE_H_
 #define COSCHED_STORE_ETCD_MAINTENANCE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -45,8 +54,15 @@ namespace cosched::store {
 struct EtcdMaintenanceOptions {
   // How often the leader runs the jobs; zero: never.
   absl::Duration interval = absl::Minutes(5);
-  // Whether the leader compacts etcd's history.
-  bool compact = true;
+  // Whether the leader compacts etcd's history: only for a cluster that is
+  // csd's alone.
+  bool compact = false;
+  // When etcd serves more revisions than this, and its oldest has stayed
+  // where it is for `uncompacted_warning`, each run warns that nothing
+  // compacts the cluster. A million revisions of csd's records are about
+  // 1 to 2 GiB of etcd's database, against its default quota of 2 GiB.
+  int64_t uncompacted_revisions = 1000000;
+  absl::Duration uncompacted_warning = absl::Hours(2);
   // Audit records older than this are deleted; infinite: kept.
   absl::Duration audit_retention = absl::Hours(24 * 365);
   // Audit records deleted per interval at most.
@@ -69,6 +85,11 @@ struct MaintenanceRun {
   int64_t changes_swept = 0;
   int64_t audit_pruned = 0;
   int64_t audit_trimmed = 0;  // beyond the window
+  // The oldest revision etcd serves (1: never compacted), and whether it
+  // has stayed there too long with too many revisions after it (the run
+  // warned).
+  int64_t oldest_revision = 0;
+  bool uncompacted = false;
 };
 
 // Thread-safe. Runs the jobs every interval on a thread of its own while
@@ -88,6 +109,9 @@ class EtcdMaintenance {
   // Only the audit window's trim, now (the loop's runs between full ones).
   // How many records it deleted; 0 when this replica does not lead.
   absl::StatusOr<int64_t> TrimAuditWindowOnce();
+  // The oldest revision etcd served at this replica's last run as leader;
+  // 0 before one.
+  int64_t oldest_revision() const { return oldest_revision_.load(std::memory_order_relaxed); }
 
  private:
   void Loop();
@@ -109,6 +133,9 @@ class EtcdMaintenance {
   // After a fenced Txn that failed: whether the fence still holds (if not,
   // the replicas are told).
   absl::StatusOr<bool> FenceHolds(int64_t fence);
+  // The oldest revision etcd serves, searched from the last one found
+  // (compaction only moves it up), and whether it has stayed put too long.
+  absl::Status CheckHistory(MaintenanceRun& run);
 
   etcd::Client& client_;
   const std::string prefix_;
@@ -122,6 +149,9 @@ class EtcdMaintenance {
   int64_t previous_revision_ = 0;  // guarded by run_mu_
   int64_t previous_fence_ = 0;     // guarded by run_mu_
   int64_t swept_to_ = 0;           // guarded by run_mu_
+  // When CheckHistory first saw etcd's oldest revision where it is now.
+  absl::Time oldest_since_;  // guarded by run_mu_
+  std::atomic<int64_t> oldest_revision_{0};
 
   std::mutex mu_;
   std::condition_variable stop_cv_;

@@ -22,21 +22,26 @@ bool NameChar(char c) {
 }
 
 std::string DefaultName() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
-    snprintf(host, sizeof(host), "csd");
-  }
-  std::string name;
-  for (const char* c = host; *c != '\0'; ++c) name.push_back(NameChar(*c) ? *c : '_');
-  // Two replicas on one machine (tests, a restart racing its predecessor's
-  // lease) still get names of their own.
+  // Two replicas on one machine (tests) still get names of their own.
   std::mt19937 random{std::random_device{}()};
-  return absl::StrFormat("%s-%06x", name, random() & 0xffffff);
+  return absl::StrFormat("%s-%06x", HostReplicaName(), random() & 0xffffff);
 }
 
 int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
 
 }  // namespace
+
+std::string HostReplicaName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    snprintf(host, sizeof(host), "csd");
+  }
+  std::string name;
+  for (const char* c = host; *c != '\0' && name.size() < 128; ++c) {
+    name.push_back(NameChar(*c) ? *c : '_');
+  }
+  return name;
+}
 
 bool IsReplicaKey(absl::string_view key) {
   return key == "leader" || key == "compact" || absl::StartsWith(key, "replicas/") ||
@@ -178,11 +183,19 @@ void EtcdReplicas::Round() {
   }
   if (!registered_) {
     absl::Status status = Register();
-    LOG_IF(WARNING, !status.ok()) << "etcd replicas: registering " << options_.name << ": "
-                                  << status;
+    LOG_IF_EVERY_N(WARNING, !status.ok(), 10)
+        << "etcd replicas: registering " << options_.name << ": " << status;
     registered_ = status.ok();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      name_registered_ = registered_;
+      register_status_ = status;
+    }
+    registered_cv_.notify_all();
   }
-  if (fence() == 0) {
+  // Only under its own name: a replica whose name another one holds
+  // never leads.
+  if (registered_ && fence() == 0) {
     absl::Status status = Campaign();
     LOG_IF_EVERY_N(WARNING, !status.ok(), 30)
         << "etcd replicas: " << options_.name << " campaigning: " << status;
@@ -221,7 +234,47 @@ absl::Status EtcdReplicas::Register() {
   self.set_name(options_.name);
   self.set_address(address());
   self.set_since_unix_ns(NowUnixNs());
-  return client_.Put(own_key_, self.SerializeAsString(), lease_).status();
+  // Put only while the name is absent or already under this lease: two
+  // replicas of one name would overwrite each other's records.
+  for (const auto target : {etcdserverpb::Compare::LEASE, etcdserverpb::Compare::CREATE}) {
+    etcdserverpb::TxnRequest request;
+    etcdserverpb::Compare* compare = request.add_compare();
+    compare->set_key(own_key_);
+    compare->set_target(target);
+    compare->set_result(etcdserverpb::Compare::EQUAL);
+    if (target == etcdserverpb::Compare::LEASE) {
+      compare->set_lease(lease_);
+    } else {
+      compare->set_create_revision(0);  // absent
+    }
+    etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+    put->set_key(own_key_);
+    put->set_value(self.SerializeAsString());
+    put->set_lease(lease_);
+    request.add_failure()->mutable_request_range()->set_key(own_key_);
+    ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
+    if (response.succeeded()) return absl::OkStatus();
+    const auto& held = response.responses(0).response_range().kvs();
+    if (!held.empty() && held[0].lease() != lease_) {
+      EtcdReplica other;
+      other.ParseFromString(held[0].value());
+      return absl::FailedPreconditionError(absl::StrCat(
+          "replica name '", options_.name, "' is held by another replica on ", prefix_,
+          " (lease ", held[0].lease(), other.address().empty() ? "" : ", at ", other.address(),
+          "): two csd replicas cannot share a name; set store.etcd.replica_name to one of its "
+          "own (a replica that died keeps its name until its lease expires, lease_ttl_s)"));
+    }
+  }
+  return absl::AbortedError(absl::StrCat("registering replica name '", options_.name,
+                                         "' raced with its own expiry; trying again"));
+}
+
+absl::Status EtcdReplicas::WaitRegistered(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  registered_cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                          [this] { return name_registered_ || stopping_; });
+  if (name_registered_) return absl::OkStatus();
+  return register_status_;
 }
 
 absl::Status EtcdReplicas::Campaign() {

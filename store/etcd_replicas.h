@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -44,7 +45,10 @@ namespace cosched::store {
 struct EtcdReplicasOptions {
   // This replica's name among the replicas on the prefix (a component:
   // letters, digits, '.', '-', '_', ':'); empty: the host name and a
-  // random suffix.
+  // random suffix (csd passes the host name alone: HostReplicaName). No two
+  // live replicas share one: a name held under another lease is waited for
+  // (a predecessor that died keeps it until its lease expires), then
+  // refused.
   std::string name;
   // Where the other replicas reach its gRPC service (host:port); may be
   // empty, and set later (SetAddress) once the service listens.
@@ -68,6 +72,10 @@ struct EtcdReplicasOptions {
 // replica from leading.
 bool IsReplicaKey(absl::string_view key);
 
+// The host name as a replica name: characters a name may not hold become
+// '_'; "csd" when the host has none.
+std::string HostReplicaName();
+
 // Checks the options; INVALID_ARGUMENT naming store.etcd.<field>.
 absl::Status ValidateEtcdReplicasOptions(const EtcdReplicasOptions& options);
 
@@ -87,6 +95,13 @@ class EtcdReplicas {
   EtcdReplicas& operator=(const EtcdReplicas&) = delete;
 
   const std::string& name() const { return options_.name; }
+
+  // Waits until this replica is registered under its name: at once unless
+  // another lease holds the name (a predecessor that died: until its lease
+  // expires). FAILED_PRECONDITION naming store.etcd.replica_name when it
+  // is still held after `timeout` (another live replica has it); else the
+  // last registration's error.
+  absl::Status WaitRegistered(absl::Duration timeout);
   const std::string& leader_key() const { return leader_key_; }
 
   // The fence of this replica's leadership (the leader key's
@@ -162,6 +177,11 @@ class EtcdReplicas {
   LeadershipObserver observer_;       // guarded by mu_
   std::string address_;               // guarded by mu_
   bool address_changed_ = false;      // guarded by mu_
+  // Whether the name is registered under this replica's lease, and why
+  // not; registered_cv_ is told of each registration's outcome.
+  bool name_registered_ = false;      // guarded by mu_
+  absl::Status register_status_ = absl::UnavailableError("not registered yet");  // guarded by mu_
+  std::condition_variable registered_cv_;
   // Held through an exchange: SetSeenExchange waits for it.
   std::mutex seen_mu_;
   SeenSource seen_source_;            // guarded by seen_mu_

@@ -96,6 +96,9 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   store->committed_revision_.store(snapshot.meta_revision);
   store->replicas_ = std::make_unique<EtcdReplicas>(*store->client_, options.prefix,
                                                     options.replicas);
+  // Under its own name, or not at all: a predecessor that died holds the
+  // name until its lease expires; a live replica of the same name, for good.
+  RETURN_IF_ERROR(store->replicas_->WaitRegistered(options.replicas.ttl + absl::Seconds(2)));
   store->maintenance_ = std::make_unique<EtcdMaintenance>(
       *store->client_, options.prefix, *store->replicas_, options.maintenance,
       options.client.max_txn_ops);

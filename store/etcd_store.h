@@ -145,7 +145,9 @@ class EtcdStore final : public Store {
   // files or a layout newer than this code; UNAVAILABLE naming etcd when it
   // cannot be reached; DATA_LOSS when meta does not parse;
   // FAILED_PRECONDITION when a restore or migration into the prefix did not
-  // finish (its marker key is present).
+  // finish (its marker key is present), or when another live replica holds
+  // this one's name (waited for up to the lease ttl first: a predecessor
+  // that died gives it up when its lease expires).
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options);
 
   // Commits what was submitted, then stops the writer.

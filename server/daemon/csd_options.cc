@@ -84,7 +84,8 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config) {
     if (etcd.maintenance_interval_s() != 0) {
       store.maintenance.interval = absl::Seconds(etcd.maintenance_interval_s());
     }
-    store.maintenance.compact = !etcd.disable_compaction();
+    store.maintenance.compact = etcd.compact_history();
+    options.etcd_disable_compaction = etcd.disable_compaction();
     store.replicas.address = etcd.advertise_address();
     if (etcd.liveness_interval_ms() != 0) {
       store.replicas.seen_interval = absl::Milliseconds(etcd.liveness_interval_ms());
@@ -193,6 +194,11 @@ absl::Duration EnforcementWriteInterval(const CsdOptions& options) {
   return options.etcd_store ? absl::Seconds(60) : absl::InfiniteDuration();
 }
 
+std::string DefaultReplicaName(const std::string& listen) {
+  if (absl::EndsWith(listen, ":0")) return "";
+  return store::HostReplicaName();
+}
+
 absl::Status ValidateCsdOptions(const CsdOptions& options) {
   if (absl::Status valid = ValidateListenAddress("listen", options.listen); !valid.ok()) {
     return valid;
@@ -245,7 +251,15 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
       if (!valid.ok()) return valid;
     }
   }
-  if (options.etcd_store) RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
+  if (options.etcd_store) {
+    RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
+    if (options.etcd_store->maintenance.compact && options.etcd_disable_compaction) {
+      return absl::InvalidArgumentError(
+          "store.etcd.compact_history: true and store.etcd.disable_compaction: true contradict "
+          "each other: set compact_history only when this etcd cluster is csd's alone, and "
+          "drop disable_compaction (csd leaves etcd's history alone unless told otherwise)");
+    }
+  }
   if (options.peer_timeout < absl::Milliseconds(100) ||
       options.peer_timeout > absl::Seconds(10)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,6 +32,7 @@ struct OpenedStore {
   std::unique_ptr<store::Store> store;
   store::EtcdReplicas* replicas = nullptr;
   const store::EtcdCache* cache = nullptr;
+  const store::EtcdMaintenance* maintenance = nullptr;
 };
 
 absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
@@ -44,11 +45,13 @@ absl::StatusOr<OpenedStore> OpenStore(const CsdOptions& options) {
     // keeps no change log of its own to trim by count, so
     // changelog_retention is SQLite's only.
     store::EtcdStoreOptions etcd = *options.etcd_store;
+    if (etcd.replicas.name.empty()) etcd.replicas.name = DefaultReplicaName(options.listen);
     etcd.maintenance.audit_retention = audit_retention;
     etcd.maintenance.audit_window_records = options.audit.window_records;
     ASSIGN_OR_RETURN(std::unique_ptr<store::EtcdStore> store, store::EtcdStore::Open(etcd));
     opened.replicas = &store->replicas();
     opened.cache = &store->cache();
+    opened.maintenance = &store->maintenance();
     opened.store = std::move(store);
     return opened;
   }
@@ -77,6 +80,7 @@ absl::StatusOr<std::unique_ptr<CsdServer>> CsdServer::Start(
   std::unique_ptr<CsdServer> csd(new CsdServer());
   csd->options_ = options;
   csd->etcd_cache_ = opened.cache;
+  csd->etcd_maintenance_ = opened.maintenance;
   csd->metrics_ = std::make_unique<CsdMetrics>(csd->MetricsOptions(options));
   CsdMetrics* csd_metrics = csd->metrics_.get();
   csd->store_ = std::make_unique<store::InstrumentedStore>(
@@ -105,6 +109,9 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
   };
   metrics_options.store_cache_keys = [this] {
     return etcd_cache_ != nullptr ? static_cast<double>(etcd_cache_->keys()) : 0.0;
+  };
+  metrics_options.etcd_oldest_revision = [this] {
+    return etcd_maintenance_ != nullptr ? etcd_maintenance_->oldest_revision() : int64_t{0};
   };
   metrics_options.held_report_hosts = [this] {
     return state_ ? static_cast<double>(state_->report_memory.HeldHosts()) : 0.0;

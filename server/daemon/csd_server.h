@@ -100,6 +100,9 @@ struct CsdOptions {
   // store.etcd.advertise_address: unset, the listening address with its
   // port once csd listens (none for a wildcard).
   std::optional<store::EtcdStoreOptions> etcd_store;
+  // store.etcd.disable_compaction as written: only to refuse it beside
+  // compact_history (etcd_store->maintenance.compact is the setting).
+  bool etcd_disable_compaction = false;
   // How long GetStats waits for the other replicas on etcd (100 ms to
   // 10 s): store.etcd.peer_timeout_ms.
   absl::Duration peer_timeout = absl::Seconds(1);
@@ -133,6 +136,12 @@ absl::Status ValidateCsdOptions(const CsdOptions& options);
 // What options.enforcement_write_interval_s means for its store: an
 // infinite duration for never.
 absl::Duration EnforcementWriteInterval(const CsdOptions& options);
+
+// The replica name csd registers on etcd when store.etcd.replica_name is
+// unset: the host name, stable across restarts, when csd listens on a
+// fixed port (one csd a host); empty on port 0 (tests running several on
+// one machine), for EtcdReplicas' host name and random suffix.
+std::string DefaultReplicaName(const std::string& listen);
 
 // Thread-safe. Shutdown() (or the destructor) stops serving, ends every
 // stream and closes the store.
@@ -209,6 +218,7 @@ class CsdServer {
   store::EtcdReplicas* replicas_ = nullptr;
   // The etcd store's cache (owned by store_), for its metric; null on SQLite.
   const store::EtcdCache* etcd_cache_ = nullptr;
+  const store::EtcdMaintenance* etcd_maintenance_ = nullptr;
   // Before the authorizer, which reads it, and the local socket, which
   // fills it.
   std::unique_ptr<LocalPeerTable> local_peers_;

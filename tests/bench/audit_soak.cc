@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
   store.client = member.ClientOptions();
   store.prefix = "/cosched";
   store.maintenance.interval = absl::Seconds(maintenance_s);
+  // The soak measures a cluster that is csd's alone, compacted by csd.
+  store.maintenance.compact = true;
   options.etcd_store = store;
   options.audit.window_records = window;
   options.audit.file = dir.Sub("audit.jsonl");

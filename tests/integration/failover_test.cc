@@ -36,14 +36,15 @@ class FailoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK(etcd_.Start());
-    config_ = dir_.Sub("csd.yaml");
-    std::ofstream(config_) << testing::kTrustedPlaintextYaml << "store:\n  etcd:\n    endpoints: [\""
-                           << etcd_.endpoint() << "\"]\n    prefix: /cosched\n"
-                           << "    lease_ttl_s: 2\n";
     for (int i = 0; i < 2; ++i) {
+      // A name each: their default, the host name, is one for both.
+      const std::string config = dir_.Sub("csd-" + std::to_string(i) + ".yaml");
+      std::ofstream(config) << testing::kTrustedPlaintextYaml << "store:\n  etcd:\n    endpoints: [\""
+                            << etcd_.endpoint() << "\"]\n    prefix: /cosched\n"
+                            << "    lease_ttl_s: 2\n    replica_name: csd-" << i << "\n";
       const std::string address = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
       replicas_[i] = std::make_unique<CsdProcess>(CSD_BINARY, address,
-                                                  dir_.Sub("csd-" + std::to_string(i)), config_);
+                                                  dir_.Sub("csd-" + std::to_string(i)), config);
       ASSERT_TRUE(replicas_[i]->WaitServing()) << "replica " << i << " did not start on " << address;
     }
   }
@@ -70,7 +71,6 @@ class FailoverTest : public ::testing::Test {
 
   testing::EtcdMember etcd_;
   testing::TempDir dir_;
-  std::string config_;
   std::unique_ptr<CsdProcess> replicas_[2];
 };
 

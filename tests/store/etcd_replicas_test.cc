@@ -4,6 +4,7 @@
 // leadership moved (also when it moves between a write's check and its
 // commit), and compaction, the change-log sweep and audit pruning.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,7 @@ class EtcdReplicasTest : public ::testing::Test {
     options.maintenance.audit_retention = audit_retention;
     options.maintenance.prune_rows = prune_rows;
     options.maintenance.audit_window_records = audit_window;
+    if (tweak_) tweak_(options);
     auto store = EtcdStore::Open(options);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
@@ -91,6 +93,8 @@ class EtcdReplicasTest : public ::testing::Test {
   }
 
   testing::EtcdMember etcd_;
+  // Applied to the options of every store Open opens after it is set.
+  std::function<void(EtcdStoreOptions&)> tweak_;
 };
 
 TEST_F(EtcdReplicasTest, OneReplicaLeadsAndTheNextTakesOverWhenItResigns) {
@@ -237,6 +241,8 @@ TEST_F(EtcdReplicasTest, TheLeaderCompactsToThePreviousRunsRevisionAndOnlyTheLea
   auto second = a->maintenance().RunOnce();
   ASSERT_OK(second);
   EXPECT_EQ(second->compacted_to, kept_from);
+  EXPECT_EQ(second->oldest_revision, kept_from);
+  EXPECT_EQ(a->maintenance().oldest_revision(), kept_from);
   // History before it is gone; from it on, it is kept.
   EXPECT_EQ((*client)->Range("/cosched/meta", "", kept_from - 1).status().code(),
             absl::StatusCode::kOutOfRange);
@@ -350,6 +356,106 @@ TEST_F(EtcdReplicasTest, WithCompactionOffTheSweepRaisesTheHorizonInPagesAndKeep
   // The store writes on after the leader rewrote meta.
   ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "after", 2));
   EXPECT_TRUE(HasHost(*a, "after1"));
+}
+
+// Issue #37 item 4: csd compacts only a cluster it is told is its own, and
+// finds every run where etcd's history begins, whoever compacts it; a
+// history that grows past the bound and has not moved for the time allowed
+// is warned of.
+TEST_F(EtcdReplicasTest, TheLeaderFindsWhereEtcdsHistoryBeginsAndWarnsWhenItStaysPut) {
+  tweak_ = [](EtcdStoreOptions& options) {
+    // Well above what the replicas' own liveness writes (every 200 ms
+    // here) add between two steps of the test.
+    options.maintenance.uncompacted_revisions = 50;
+    options.maintenance.uncompacted_warning = absl::ZeroDuration();
+  };
+  auto a = Open("a", absl::InfiniteDuration(), 10000, /*compact=*/false);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->maintenance().oldest_revision(), 0);  // not measured yet
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "h", 60));
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+
+  // Nothing compacted etcd: it serves every revision from 1, more than
+  // the bound after it.
+  auto first = a->maintenance().RunOnce();
+  ASSERT_OK(first);
+  EXPECT_EQ(first->compacted_to, 0);
+  EXPECT_EQ(first->oldest_revision, 1);
+  EXPECT_TRUE(first->uncompacted);
+  EXPECT_OK((*client)->Range("/cosched/meta", "", 1).status());  // csd did not compact
+
+  // etcd's own compaction (as --auto-compaction would): found exactly,
+  // and with the history after it under the bound, no warning.
+  const int64_t now = (*client)->Range("/cosched/meta", "")->revision;
+  ASSERT_OK((*client)->Compact(now - 1));
+  auto second = a->maintenance().RunOnce();
+  ASSERT_OK(second);
+  EXPECT_EQ(second->oldest_revision, now - 1);
+  EXPECT_EQ(a->maintenance().oldest_revision(), now - 1);
+  EXPECT_FALSE(second->uncompacted);
+  // The store reads and writes on.
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "after", 1));
+  EXPECT_TRUE(HasHost(*a, "h1"));
+}
+
+TEST_F(EtcdReplicasTest, AHistoryThatHasNotStayedPutLongEnoughIsNotWarnedOf) {
+  tweak_ = [](EtcdStoreOptions& options) {
+    options.maintenance.uncompacted_revisions = 50;
+    options.maintenance.uncompacted_warning = absl::Hours(1);
+  };
+  auto a = Open("a", absl::InfiniteDuration(), 10000, /*compact=*/false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NO_FATAL_FAILURE(WriteHosts(*a, "h", 60));
+  auto run = a->maintenance().RunOnce();
+  ASSERT_OK(run);
+  EXPECT_EQ(run->oldest_revision, 1);
+  EXPECT_FALSE(run->uncompacted);  // first seen there just now
+}
+
+// Issue #37 item 3: names are stable (csd's default is the host name), so
+// two replicas could be given one: the second does not start, naming the
+// setting, and a name held by a predecessor that was killed is taken once
+// that one's lease expires.
+TEST_F(EtcdReplicasTest, ANameAnotherLiveReplicaHoldsIsRefusedAtOpenNamingTheSetting) {
+  auto a = Open("a");
+  ASSERT_NE(a, nullptr);
+  EtcdStoreOptions options;
+  options.client = etcd_.ClientOptions();
+  options.prefix = "/cosched";
+  options.replicas.name = "a";
+  options.replicas.ttl = absl::Seconds(3);
+  options.replicas.poll = absl::Milliseconds(100);
+  options.maintenance.interval = absl::ZeroDuration();
+  auto twin = EtcdStore::Open(options);
+  ASSERT_FALSE(twin.ok());
+  EXPECT_EQ(twin.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(twin.status().message(), HasSubstr("replica name 'a' is held by another replica"));
+  EXPECT_THAT(twin.status().message(), HasSubstr("store.etcd.replica_name"));
+  // The first one's records are its own still.
+  auto listed = a->replicas().List();
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "a");
+  EXPECT_TRUE(a->Leads());
+}
+
+TEST_F(EtcdReplicasTest, ANameHeldByAReplicaThatDiedIsTakenOnceItsLeaseExpires) {
+  // What a SIGKILLed "a" leaves: its key under a lease nobody renews.
+  auto client = etcd::Client::Create(etcd_.ClientOptions());
+  ASSERT_OK(client);
+  auto lease = (*client)->LeaseGrant(3);
+  ASSERT_OK(lease);
+  EtcdReplica dead;
+  dead.set_name("a");
+  ASSERT_OK((*client)->Put("/cosched/replicas/a", dead.SerializeAsString(), *lease).status());
+  auto a = Open("a");  // waits for the lease to expire
+  ASSERT_NE(a, nullptr);
+  auto registered = (*client)->Range("/cosched/replicas/a", "");
+  ASSERT_OK(registered);
+  ASSERT_EQ(registered->kvs.size(), 1u);
+  EXPECT_NE(registered->kvs[0].lease(), *lease);
+  ASSERT_TRUE(testing::Eventually([&] { return a->Leads(); }, std::chrono::seconds(5)));
 }
 
 TEST_F(EtcdReplicasTest, AuditPruningDeletesOnlyRecordsOlderThanTheRetentionOldestFirst) {

@@ -98,7 +98,8 @@ TEST_F(CsdStoreConfigTest, EtcdStoreOptionsComeFromTheFile) {
   EXPECT_EQ(options.etcd_store->replicas.name, "");
   EXPECT_EQ(options.etcd_store->replicas.ttl, absl::Seconds(10));
   EXPECT_EQ(options.etcd_store->maintenance.interval, absl::Minutes(5));
-  EXPECT_TRUE(options.etcd_store->maintenance.compact);
+  // etcd's history is the whole cluster's: csd compacts it only when told.
+  EXPECT_FALSE(options.etcd_store->maintenance.compact);
   EXPECT_EQ(options.etcd_store->replicas.address, "");
   EXPECT_EQ(options.peer_timeout, absl::Seconds(1));
 }
@@ -111,6 +112,30 @@ TEST_F(CsdStoreConfigTest, BadLeadershipSettingsExit2NamingTheField) {
                    "csd.yaml:5: store.etcd.maintenance_interval_s must be 10 to 86400");
   ExpectUsageError(head + "    replica_name: \"a b\"\n",
                    "csd.yaml:5: store.etcd.replica_name 'a b' must be");
+}
+
+TEST_F(CsdStoreConfigTest, CompactHistoryIsOptInAndNotBesideDisableCompaction) {
+  const std::string head = "store:\n  etcd:\n    endpoints: [127.0.0.1:2479]\n    prefix: /a\n";
+  v1::CsdConfig config;
+  ASSERT_TRUE(ParseYamlConfig(head + "    compact_history: true\n", "csd.yaml", &config).ok());
+  CsdOptions options = CsdOptionsFromConfig(config);
+  EXPECT_TRUE(options.etcd_store->maintenance.compact);
+  EXPECT_TRUE(ValidateCsdOptions(options).ok());
+  ExpectUsageError(head + "    compact_history: true\n    disable_compaction: true\n",
+                   "store.etcd.compact_history: true and store.etcd.disable_compaction: true "
+                   "contradict each other");
+}
+
+TEST_F(CsdStoreConfigTest, TheDefaultReplicaNameIsTheHostNameUnlessOnPortZero) {
+  const std::string host = store::HostReplicaName();
+  ASSERT_FALSE(host.empty());
+  store::EtcdReplicasOptions named;
+  named.name = host;
+  EXPECT_TRUE(store::ValidateEtcdReplicasOptions(named).ok()) << host;
+  EXPECT_EQ(DefaultReplicaName("0.0.0.0:7443"), host);
+  EXPECT_EQ(DefaultReplicaName("[::1]:7443"), host);
+  // Several csds on one machine (tests): the host name and a random suffix.
+  EXPECT_EQ(DefaultReplicaName("127.0.0.1:0"), "");
 }
 
 TEST_F(CsdStoreConfigTest, BadPeerSettingsExit2NamingTheField) {
