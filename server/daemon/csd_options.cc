@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
+#include "server/api/replica_identity.h"
 #include "server/daemon/csd_server.h"
 
 namespace cosched::server {
@@ -253,6 +254,8 @@ absl::Status ValidateCsdOptions(const CsdOptions& options) {
   }
   if (options.etcd_store) {
     RETURN_IF_ERROR(ValidateEtcdStoreOptions(*options.etcd_store));
+    // What the other replicas will make of this one when it dials them.
+    RETURN_IF_ERROR(CheckReplicaIdentity(options.tls, options.authz));
     if (options.etcd_store->maintenance.compact && options.etcd_disable_compaction) {
       return absl::InvalidArgumentError(
           "store.etcd.compact_history: true and store.etcd.disable_compaction: true contradict "

@@ -130,7 +130,9 @@ CsdOptions CsdOptionsFromConfig(const v1::CsdConfig& config);
 // audit_retention_days, audit.*, host_stale_after_s, enforcement_write_interval_s, class_conflicts[i], trust_domain, plaintext_role,
 // roles[i], tokens[i], store.etcd.*, engine.*, local_socket.*, rollout.*) and the rule. Users and groups
 // named by roles[i] and local_socket.group are looked up. Files named by tls are read by Start;
-// those named by store.etcd.tls must be readable here.
+// those named by store.etcd.tls must be readable here. On etcd, tls.cert_file is read here too:
+// its certificate must allow client authentication and carry an identity roles make an operator
+// (CheckReplicaIdentity: the other replicas see this one so).
 absl::Status ValidateCsdOptions(const CsdOptions& options);
 
 // What options.enforcement_write_interval_s means for its store: an

@@ -6,11 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/config_loader.h"
 #include "gtest/gtest.h"
+#include "server/api/replica_identity.h"
 #include "server/daemon/csd_main.h"
 #include "server/daemon/csd_server.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_pki.h"
 
 namespace cosched::server {
 namespace {
@@ -136,6 +139,77 @@ TEST_F(CsdStoreConfigTest, TheDefaultReplicaNameIsTheHostNameUnlessOnPortZero) {
   EXPECT_EQ(DefaultReplicaName("[::1]:7443"), host);
   // Several csds on one machine (tests): the host name and a random suffix.
   EXPECT_EQ(DefaultReplicaName("127.0.0.1:0"), "");
+}
+
+// Issue #37 item 3: a replica presents its own certificate when it dials
+// the others, so it must allow client authentication and be an operator
+// under the roles the replicas share; csd says so at start, not when the
+// first forwarded stats are refused.
+class ReplicaIdentityTest : public CsdStoreConfigTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(pki_.MakeCa("ca"));
+    // The server's usage only.
+    ASSERT_TRUE(pki_.MakeCert("ca", "server-only",
+                              "URI:spiffe://cosched/csd/a\\nextendedKeyUsage=serverAuth"));
+    ASSERT_TRUE(pki_.MakeCert("ca", "both",
+                              "URI:spiffe://cosched/csd/a\\nextendedKeyUsage=serverAuth,clientAuth"));
+    ASSERT_TRUE(pki_.MakeCert("ca", "any", "URI:spiffe://cosched/csd/b", "csd-b"));
+  }
+
+  std::string Yaml(const std::string& cert, const std::string& role) const {
+    return absl::StrCat("tls:\n  cert_file: ", dir_.Sub(cert + ".crt"), "\n  key_file: ",
+                        dir_.Sub(cert + ".key"), "\n  ca_file: ", dir_.Sub("ca.crt"),
+                        "\nroles:\n  - role: ", role,
+                        "\n    spiffe_ids: [\"spiffe://cosched/csd/a\"]\n"
+                        "store:\n  etcd:\n    endpoints: [127.0.0.1:1]\n    prefix: /a\n");
+  }
+
+  cosched::testing::TestPki pki_{dir_.path()};
+};
+
+TEST_F(ReplicaIdentityTest, TheCertificatesIdentityAndUsageAreRead) {
+  auto server_only = ReadCertificateIdentity(dir_.Sub("server-only.crt"));
+  ASSERT_TRUE(server_only.ok()) << server_only.status();
+  EXPECT_FALSE(server_only->client_auth);
+  EXPECT_EQ(server_only->uri_sans, std::vector<std::string>{"spiffe://cosched/csd/a"});
+  auto both = ReadCertificateIdentity(dir_.Sub("both.crt"));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(both->client_auth);
+  // Without an extended key usage a certificate may be used for anything.
+  auto any = ReadCertificateIdentity(dir_.Sub("any.crt"));
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_TRUE(any->client_auth);
+  EXPECT_EQ(any->common_name, "csd-b");
+  EXPECT_EQ(ReadCertificateIdentity(dir_.Sub("nonexistent.crt")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ReplicaIdentityTest, ACertificateWithoutClientAuthenticationExits2NamingIt) {
+  ExpectUsageError(Yaml("server-only", "operator"),
+                   "the certificate's extended key usage lacks clientAuth");
+}
+
+TEST_F(ReplicaIdentityTest, AnIdentityBelowOperatorExits2NamingItsRole) {
+  ExpectUsageError(Yaml("both", "viewer"),
+                   "roles: the other replicas know this one as spiffe://cosched/csd/a");
+  ExpectUsageError(Yaml("both", "viewer"), "which roles give viewer: it needs operator");
+}
+
+TEST_F(ReplicaIdentityTest, AnOperatorWithClientAuthenticationPassesTheCheck) {
+  v1::TlsConfig tls;
+  tls.set_cert_file(dir_.Sub("both.crt"));
+  AuthzOptions authz;
+  v1::RoleBinding binding;
+  binding.set_role("operator");
+  binding.add_spiffe_ids("spiffe://cosched/csd/a");
+  authz.roles.push_back(binding);
+  EXPECT_TRUE(CheckReplicaIdentity(tls, authz).ok()) << CheckReplicaIdentity(tls, authz);
+  binding.set_role("admin");
+  authz.roles = {binding};
+  EXPECT_TRUE(CheckReplicaIdentity(tls, authz).ok());
+  // Plaintext (loopback): nothing to check.
+  EXPECT_TRUE(CheckReplicaIdentity(v1::TlsConfig(), AuthzOptions()).ok());
 }
 
 TEST_F(CsdStoreConfigTest, BadPeerSettingsExit2NamingTheField) {
