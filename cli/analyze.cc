@@ -109,9 +109,8 @@ std::string Fixed(double v, int digits) {
 
 }  // namespace
 
-absl::StatusOr<std::map<int32_t, std::string>> ParseThreadsFile(std::string_view text,
-                                                                std::string_view source) {
-  std::map<int32_t, std::string> tids;
+absl::StatusOr<ThreadsMap> ParseThreadsFile(std::string_view text, std::string_view source) {
+  ThreadsMap map;
   size_t pos = 0;
   int line_no = 0;
   while (pos < text.size()) {
@@ -126,21 +125,25 @@ absl::StatusOr<std::map<int32_t, std::string>> ParseThreadsFile(std::string_view
           absl::StrCat(Absl(source), ":", line_no, ": ", Absl(why), ": '", Absl(line), "'"));
     };
     size_t space = line.find_first_of(" \t");
-    if (space == std::string_view::npos) return bad("expected 'TID VM_ID'");
-    std::string_view tid_text = line.substr(0, space);
+    if (space == std::string_view::npos) return bad("expected 'TID VM_ID' or 'tgid:TGID VM_ID'");
+    std::string_view id_text = line.substr(0, space);
     std::string_view vm = Trim(line.substr(space));
-    int32_t tid = 0;
-    auto [ptr, ec] = std::from_chars(tid_text.data(), tid_text.data() + tid_text.size(), tid);
-    if (ec != std::errc() || ptr != tid_text.data() + tid_text.size() || tid <= 0)
-      return bad("TID must be a positive thread id");
+    constexpr std::string_view kTgid = "tgid:";
+    const bool process = id_text.substr(0, kTgid.size()) == kTgid;
+    if (process) id_text.remove_prefix(kTgid.size());
+    int32_t id = 0;
+    auto [ptr, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (ec != std::errc() || ptr != id_text.data() + id_text.size() || id <= 0)
+      return bad(process ? "TGID must be a positive process id" : "TID must be a positive thread id");
     if (vm.empty() || vm.find_first_of(" \t") != std::string_view::npos)
-      return bad("expected 'TID VM_ID'");
+      return bad("expected 'TID VM_ID' or 'tgid:TGID VM_ID'");
     if (vm == "host") return bad("'host' names the threads of no VM; it cannot be a VM id");
-    auto [it, inserted] = tids.try_emplace(tid, vm);
+    auto [it, inserted] = (process ? map.tgids : map.tids).try_emplace(id, vm);
     if (!inserted && it->second != vm)
-      return bad(absl::StrCat("thread ", tid, " is already mapped to VM '", it->second, "'"));
+      return bad(absl::StrCat(process ? "process " : "thread ", id, " is already mapped to VM '",
+                              it->second, "'"));
   }
-  return tids;
+  return map;
 }
 
 absl::StatusOr<int64_t> ParseTraceSeconds(std::string_view field, std::string_view text) {
@@ -189,15 +192,34 @@ absl::StatusOr<AnalyzeResult> AnalyzeTrace(const AnalyzeArgs& args) {
     result.grouping = "threads file";
     auto text = ReadSmallFile(args.threads_path, "threads file");
     if (!text.ok()) return text.status();
-    auto tids = ParseThreadsFile(*text, args.threads_path);
-    if (!tids.ok()) return tids.status();
+    auto map = ParseThreadsFile(*text, args.threads_path);
+    if (!map.ok()) return map.status();
     std::map<std::string, GroupId> vm_ids;
-    for (const auto& [tid, vm] : *tids) vm_ids.try_emplace(vm, 0);
+    for (const auto& [tid, vm] : map->tids) vm_ids.try_emplace(vm, 0);
+    for (const auto& [tgid, vm] : map->tgids) vm_ids.try_emplace(vm, 0);
     for (auto& [vm, id] : vm_ids) {
       id = groups.Add(vm);
       listed.push_back(id);
     }
-    for (const auto& [tid, vm] : *tids) tid_group[tid] = vm_ids[vm];
+    for (const auto& [tid, vm] : map->tids) tid_group[tid] = vm_ids[vm];
+    if (!map->tgids.empty()) {
+      // A first pass learns each thread's process from the record-tgid
+      // column: the threads of a "tgid:" line are those the trace saw.
+      std::unordered_map<int32_t, GroupId> tgid_group;
+      for (const auto& [tgid, vm] : map->tgids) tgid_group[tgid] = vm_ids[vm];
+      auto counts = ReadTrace(args.trace_path, [&](const TraceLine& line) {
+        if (line.kind != TraceLineKind::kSchedSwitch || line.prev_tgid <= 0) return;
+        auto it = tgid_group.find(line.prev_tgid);
+        if (it != tgid_group.end()) tid_group.try_emplace(line.event.prev_tid, it->second);
+        tid_tgid.try_emplace(line.event.prev_tid, line.prev_tgid);
+      });
+      if (!counts.ok()) return counts.status();
+      if (tid_tgid.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            args.threads_path, ": 'tgid:' lines need the trace's record-tgid column "
+            "(echo 1 > options/record-tgid), which ", args.trace_path, " does not have"));
+      }
+    }
     classify = [&tid_group](int32_t tid) {
       auto it = tid_group.find(tid);
       return it == tid_group.end() ? telemetry::kHostGroup : it->second;

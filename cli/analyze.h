@@ -23,9 +23,11 @@ struct AnalyzeArgs {
   std::string trace_path{};
   // One line per CPU, in CPU order: its thread_siblings_list ("0-1", "0,1").
   std::string topology_path{};
-  // Lines "TID VM_ID" ('#' comments and blank lines allowed). Empty: group
-  // threads by tgid when the trace has the record-tgid column, else each
-  // thread is a group of its own.
+  // Lines "TID VM_ID", or "tgid:TGID VM_ID" for every thread of process
+  // TGID (by the trace's record-tgid column; a thread's own line wins);
+  // '#' comments and blank lines allowed. Empty: group threads by tgid when
+  // the trace has the record-tgid column, else each thread is a group of
+  // its own.
   std::string threads_path{};
   // Only [from, to) counts, in the trace's timestamps ("1234.567890",
   // seconds of its clock); empty: the whole trace. Events before `from`
@@ -39,10 +41,17 @@ struct AnalyzeArgs {
 // INVALID_ARGUMENT naming `field` otherwise.
 absl::StatusOr<int64_t> ParseTraceSeconds(std::string_view field, std::string_view text);
 
-// "TID VM_ID" lines -> tid -> VM id. INVALID_ARGUMENT naming `source` and
-// the line for a bad line or a tid mapped twice to different VMs.
-absl::StatusOr<std::map<int32_t, std::string>> ParseThreadsFile(std::string_view text,
-                                                                std::string_view source);
+// A threads file: VM ids by thread id, and by process (tgid) for the
+// threads no line of their own names.
+struct ThreadsMap {
+  std::map<int32_t, std::string> tids;
+  std::map<int32_t, std::string> tgids;
+};
+
+// "TID VM_ID" and "tgid:TGID VM_ID" lines. INVALID_ARGUMENT naming `source`
+// and the line for a bad line, or a thread or process mapped twice to
+// different VMs.
+absl::StatusOr<ThreadsMap> ParseThreadsFile(std::string_view text, std::string_view source);
 
 // One VM (or tgid, or thread) of the result.
 struct AnalyzedGroup {

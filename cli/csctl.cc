@@ -338,7 +338,8 @@ void AddPolicyQuestions(CLI::App& app, CsctlArgs& a, std::vector<Command>& comma
                       "one line per CPU, in CPU order: its thread_siblings_list")
       ->required();
   analyze->add_option("--threads", a.analyze.threads_path,
-                      "lines 'TID VM_ID' (default: group by tgid, else by thread)");
+                      "lines 'TID VM_ID', or 'tgid:TGID VM_ID' for every thread of a process "
+                      "(default: group by tgid, else by thread)");
   analyze->add_option("--from", a.analyze.from,
                       "count from this trace timestamp on (seconds, e.g. 1234.567890)");
   analyze->add_option("--to", a.analyze.to, "count up to this trace timestamp");

@@ -1,7 +1,8 @@
 // Fuzzes the tracefs text parser (telemetry/trace_text.h) as `csctl analyze`
 // uses it: the text is fed in chunks to a TraceTextReader, and the events go
 // through the sibling-share computation. The same text is also read as the
-// command's --threads file ("TID VM_ID" lines, cli/analyze.h).
+// command's --threads file ("TID VM_ID" and "tgid:TGID VM_ID" lines,
+// cli/analyze.h).
 //
 // Input: byte 0 sets the chunk size (1..256), the rest is the trace text.
 #include <cstddef>
@@ -40,8 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto threads = cli::ParseThreadsFile(text, "threads.txt");
   if (threads.ok()) {
-    for (const auto& [tid, vm] : *threads)
-      if (tid <= 0 || vm.empty() || vm == "host") std::abort();
+    for (const auto* ids : {&threads->tids, &threads->tgids}) {
+      for (const auto& [id, vm] : *ids)
+        if (id <= 0 || vm.empty() || vm == "host") std::abort();
+    }
   }
   return 0;
 }

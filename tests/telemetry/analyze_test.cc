@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -134,6 +135,51 @@ TEST_F(AnalyzeTest, WithoutThreadsFileEachThreadIsAGroup) {
   EXPECT_EQ(result->groups[0].vm, "10");
 }
 
+// The same trace with the record-tgid column: vm-a's threads 10 and 11 are
+// process 9, vm-b's 20 process 19, the host task 21 process 21.
+constexpr std::string_view kTgidTrace = R"(# tracer: nop
+#
+          <idle>-0       (-------) [000] d..2.   100.000000: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=CPU 0/KVM next_pid=10 next_prio=120
+          <idle>-0       (-------) [001] d..2.   100.000100: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=CPU 0/KVM next_pid=20 next_prio=120
+       CPU 0/KVM-20      (     19) [001] d..2.   100.001100: sched_switch: prev_comm=CPU 0/KVM prev_pid=20 prev_prio=120 prev_state=S ==> next_comm=CPU 1/KVM next_pid=11 next_prio=120
+       CPU 1/KVM-11      (      9) [001] d..2.   100.002100: sched_switch: prev_comm=CPU 1/KVM prev_pid=11 prev_prio=120 prev_state=S ==> next_comm=kworker/1:1 next_pid=21 next_prio=120
+       CPU 0/KVM-10      (      9) [000] d..2.   100.003100: sched_switch: prev_comm=CPU 0/KVM prev_pid=10 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120
+     kworker/1:1-21      (     21) [001] d..2.   100.004100: sched_switch: prev_comm=kworker/1:1 prev_pid=21 prev_prio=120 prev_state=I ==> next_comm=swapper/1 next_pid=0 next_prio=120
+)";
+
+// "tgid:" lines name every thread of a process the trace saw, as listing
+// each of them does; a thread's own line wins over its process's.
+TEST_F(AnalyzeTest, AProcessLineMapsEveryThreadOfItAsTheirOwnLinesWould) {
+  AnalyzeArgs by_thread = Args();
+  by_thread.trace_path = Write("tgid-trace", kTgidTrace);
+  AnalyzeArgs by_process = by_thread;
+  by_process.threads_path = Write("process-threads", "tgid:9 vm-a\n20 vm-b\n");
+  std::ostringstream out_thread, out_process, err;
+  ASSERT_EQ(RunAnalyze(by_thread, OutputFormat::kJson, out_thread, err), kExitOk) << err.str();
+  ASSERT_EQ(RunAnalyze(by_process, OutputFormat::kJson, out_process, err), kExitOk) << err.str();
+  EXPECT_EQ(out_process.str(), out_thread.str());
+  EXPECT_NE(out_process.str().find("\"vm-a\""), std::string::npos);
+
+  by_process.threads_path = Write("process-threads", "tgid:9 vm-a\n11 vm-c\n20 vm-b\n");
+  auto result = AnalyzeTrace(by_process);
+  ASSERT_OK(result);
+  std::map<std::string, int64_t> runtime;
+  for (const AnalyzedGroup& g : result->groups) runtime[g.vm] = g.stats.run_ns;
+  EXPECT_EQ(runtime["vm-a"], 3'100'000);  // tid 10 alone
+  EXPECT_EQ(runtime["vm-c"], 1'000'000);  // tid 11
+  EXPECT_EQ(runtime["vm-b"], 1'000'000);
+
+  // Without the record-tgid column no thread could be found by process.
+  AnalyzeArgs untagged = Args();
+  untagged.threads_path = Write("process-threads", "tgid:9 vm-a\n");
+  std::ostringstream out;
+  std::ostringstream refused;
+  EXPECT_EQ(RunAnalyze(untagged, OutputFormat::kJson, out, refused), kExitUsage);
+  EXPECT_NE(refused.str().find("'tgid:' lines need the trace's record-tgid column"),
+            std::string::npos)
+      << refused.str();
+}
+
 TEST_F(AnalyzeTest, BadInputsNameFileAndLine) {
   struct Case {
     std::string topology, threads, message;
@@ -141,7 +187,10 @@ TEST_F(AnalyzeTest, BadInputsNameFileAndLine) {
       {"0-1\nzz\n", "", "topology:2: cpu 1: malformed CPU list \"zz\": \"zz\" is not a CPU id"},
       {"0-1\n0-1\n", "10 vm-a\nten vm-b\n", "threads:2: TID must be a positive thread id"},
       {"0-1\n0-1\n", "10 vm-a\n10 vm-b\n", "threads:2: thread 10 is already mapped to VM 'vm-a'"},
-      {"0-1\n0-1\n", "10\n", "threads:1: expected 'TID VM_ID'"},
+      {"0-1\n0-1\n", "10\n", "threads:1: expected 'TID VM_ID' or 'tgid:TGID VM_ID'"},
+      {"0-1\n0-1\n", "tgid:x vm-a\n", "threads:1: TGID must be a positive process id"},
+      {"0-1\n0-1\n", "tgid:9 vm-a\ntgid:9 vm-b\n",
+       "threads:2: process 9 is already mapped to VM 'vm-a'"},
   };
   for (const Case& c : cases) {
     AnalyzeArgs args = Args();
