@@ -43,10 +43,7 @@ EtcdMaintenance::EtcdMaintenance(etcd::Client& client, std::string prefix,
       options_(options),
       max_txn_ops_(std::max(2, max_txn_ops)) {
   if (options_.interval > absl::ZeroDuration()) {
-    thread_ = std::thread([this] {
-      NameThisThread("cs-maintenance");
-      Loop();
-    });
+    thread_ = NamedThread("cs-maintenance", [this] { Loop(); });
   }
 }
 

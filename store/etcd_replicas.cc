@@ -82,14 +82,8 @@ EtcdReplicas::EtcdReplicas(etcd::Client& client, std::string prefix, EtcdReplica
   own_key_ = absl::StrCat(prefix_, "/replicas/", options_.name);
   seen_key_ = absl::StrCat(prefix_, "/seen/", options_.name, "/");
   Round();
-  thread_ = std::thread([this] {
-    NameThisThread("cs-replicas");
-    Run();
-  });
-  seen_thread_ = std::thread([this] {
-    NameThisThread("cs-seen");
-    RunSeen();
-  });
+  thread_ = NamedThread("cs-replicas", [this] { Run(); });
+  seen_thread_ = NamedThread("cs-seen", [this] { RunSeen(); });
 }
 
 EtcdReplicas::~EtcdReplicas() {
@@ -229,29 +223,42 @@ std::string EtcdReplicas::address() const {
   return address_;
 }
 
-absl::Status EtcdReplicas::Register() {
+std::string EtcdReplicas::SelfRecord() const {
   EtcdReplica self;
   self.set_name(options_.name);
   self.set_address(address());
   self.set_since_unix_ns(NowUnixNs());
+  return self.SerializeAsString();
+}
+
+etcdserverpb::TxnRequest EtcdReplicas::PutUnderLeaseIf(const std::string& key,
+                                                       const std::string& value,
+                                                       etcdserverpb::Compare compare) const {
+  etcdserverpb::TxnRequest request;
+  compare.set_key(key);
+  compare.set_result(etcdserverpb::Compare::EQUAL);
+  *request.add_compare() = std::move(compare);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease_);
+  request.add_failure()->mutable_request_range()->set_key(key);
+  return request;
+}
+
+absl::Status EtcdReplicas::Register() {
+  const std::string self = SelfRecord();
   // Put only while the name is absent or already under this lease: two
   // replicas of one name would overwrite each other's records.
   for (const auto target : {etcdserverpb::Compare::LEASE, etcdserverpb::Compare::CREATE}) {
-    etcdserverpb::TxnRequest request;
-    etcdserverpb::Compare* compare = request.add_compare();
-    compare->set_key(own_key_);
-    compare->set_target(target);
-    compare->set_result(etcdserverpb::Compare::EQUAL);
+    etcdserverpb::Compare compare;
+    compare.set_target(target);
     if (target == etcdserverpb::Compare::LEASE) {
-      compare->set_lease(lease_);
+      compare.set_lease(lease_);
     } else {
-      compare->set_create_revision(0);  // absent
+      compare.set_create_revision(0);  // absent
     }
-    etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
-    put->set_key(own_key_);
-    put->set_value(self.SerializeAsString());
-    put->set_lease(lease_);
-    request.add_failure()->mutable_request_range()->set_key(own_key_);
+    const etcdserverpb::TxnRequest request = PutUnderLeaseIf(own_key_, self, compare);
     ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
     if (response.succeeded()) return absl::OkStatus();
     const auto& held = response.responses(0).response_range().kvs();
@@ -278,21 +285,10 @@ absl::Status EtcdReplicas::WaitRegistered(absl::Duration timeout) {
 }
 
 absl::Status EtcdReplicas::Campaign() {
-  EtcdReplica self;
-  self.set_name(options_.name);
-  self.set_address(address());
-  self.set_since_unix_ns(NowUnixNs());
-  etcdserverpb::TxnRequest request;
-  etcdserverpb::Compare* absent = request.add_compare();
-  absent->set_key(leader_key_);
-  absent->set_target(etcdserverpb::Compare::CREATE);
-  absent->set_result(etcdserverpb::Compare::EQUAL);
-  absent->set_create_revision(0);
-  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
-  put->set_key(leader_key_);
-  put->set_value(self.SerializeAsString());
-  put->set_lease(lease_);
-  request.add_failure()->mutable_request_range()->set_key(leader_key_);
+  etcdserverpb::Compare absent;
+  absent.set_target(etcdserverpb::Compare::CREATE);
+  absent.set_create_revision(0);
+  const etcdserverpb::TxnRequest request = PutUnderLeaseIf(leader_key_, SelfRecord(), absent);
   ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_.Txn(request));
   int64_t fence = 0;
   std::string leader;

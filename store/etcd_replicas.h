@@ -153,6 +153,12 @@ class EtcdReplicas {
   // due. Returns what it changed of `leading`.
   void Round();
   absl::Status Register();
+  // This replica's record (EtcdReplica: name, address, now) as a value.
+  std::string SelfRecord() const;
+  // A Txn that puts `value` at `key` under this replica's lease if
+  // `compare` (its target and operand; EQUAL) holds, else reads `key`.
+  etcdserverpb::TxnRequest PutUnderLeaseIf(const std::string& key, const std::string& value,
+                                           etcdserverpb::Compare compare) const;
   // The exchange's own thread: every seen_interval while a lease is held,
   // so that a slow etcd never delays the campaign's lease renewals.
   void RunSeen();

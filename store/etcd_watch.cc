@@ -121,14 +121,8 @@ EtcdPrefixWatch::EtcdPrefixWatch(etcd::Client& client, std::string prefix, int64
       hooks_(std::move(hooks)),
       options_(options),
       revision_(revision) {
-  thread_ = std::thread([this] {
-    NameThisThread("cs-etcd-watch");
-    Run();
-  });
-  delivery_ = std::thread([this] {
-    NameThisThread("cs-etcd-deliver");
-    DeliveryLoop();
-  });
+  thread_ = NamedThread("cs-etcd-watch", [this] { Run(); });
+  delivery_ = NamedThread("cs-etcd-deliver", [this] { DeliveryLoop(); });
 }
 
 EtcdPrefixWatch::~EtcdPrefixWatch() {

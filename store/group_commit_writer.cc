@@ -12,14 +12,8 @@ GroupCommitWriter::GroupCommitWriter(int max_batch, std::string closing_error,
     : max_batch_(static_cast<size_t>(std::max(1, max_batch))),
       closing_error_(std::move(closing_error)),
       commit_(std::move(commit)) {
-  completer_ = std::thread([this] {
-    NameThisThread("cs-store-done");
-    CompletionLoop();
-  });
-  writer_ = std::thread([this] {
-    NameThisThread("cs-store-write");
-    WriterLoop();
-  });
+  completer_ = NamedThread("cs-store-done", [this] { CompletionLoop(); });
+  writer_ = NamedThread("cs-store-write", [this] { WriterLoop(); });
 }
 
 GroupCommitWriter::~GroupCommitWriter() { Stop(); }

@@ -177,10 +177,7 @@ absl::StatusOr<std::unique_ptr<LocalSocketServer>> LocalSocketServer::Start(
   }
   local->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (local->wake_fd_ < 0) return fail("eventfd", errno);
-  local->thread_ = std::thread([raw = local.get()] {
-    NameThisThread("cs-local");
-    raw->AcceptLoop();
-  });
+  local->thread_ = NamedThread("cs-local", [raw = local.get()] { raw->AcceptLoop(); });
   LOG(INFO) << "csd serving local callers on unix:" << path << " (mode 0" << std::oct << bits
             << std::dec << (gid->has_value() ? absl::StrCat(", gid ", **gid) : ", no group")
             << ")";

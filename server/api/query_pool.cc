@@ -11,10 +11,9 @@ namespace cosched::server {
 QueryPool::QueryPool(QueryPoolOptions options) : options_(options) {
   const int threads = std::max(1, options_.threads);
   threads_.reserve(threads);
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] {
-    NameThisThread("cs-query");
-    Work();
-  });
+  for (int i = 0; i < threads; ++i) {
+    threads_.push_back(NamedThread("cs-query", [this] { Work(); }));
+  }
 }
 
 QueryPool::~QueryPool() { Stop(); }

@@ -88,10 +88,9 @@ void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
     for (size_t i = next++; i < n; i = next++) fn(i);
   };
   std::vector<std::thread> helpers;
-  for (size_t w = 1; w < workers; ++w) helpers.emplace_back([&] {
-    NameThisThread("cs-engine-pass");
-    work();
-  });
+  for (size_t w = 1; w < workers; ++w) {
+    helpers.push_back(NamedThread("cs-engine-pass", [&] { work(); }));
+  }
   work();
   for (std::thread& t : helpers) t.join();
 }
@@ -223,10 +222,7 @@ void EngineLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EngineLoop::Start() { thread_ = std::thread([this] {
-    NameThisThread("cs-engine");
-    Loop();
-  }); }
+void EngineLoop::Start() { thread_ = NamedThread("cs-engine", [this] { Loop(); }); }
 
 void EngineLoop::Trigger(const std::string& host_id) {
   {

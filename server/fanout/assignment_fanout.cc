@@ -135,10 +135,7 @@ class AssignmentFanout::Watcher
 };
 
 AssignmentFanout::AssignmentFanout(WatchReads* reads)
-    : reads_(reads), worker_([this] {
-        NameThisThread("cs-fanout");
-        WorkerLoop();
-      }) {}
+    : reads_(reads), worker_(NamedThread("cs-fanout", [this] { WorkerLoop(); })) {}
 
 AssignmentFanout::~AssignmentFanout() {
   {

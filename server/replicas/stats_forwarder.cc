@@ -76,10 +76,7 @@ absl::StatusOr<v1::ForwardStatsResponse> TakeForwardedStats(const v1::ForwardSta
 
 StatsForwarder::StatsForwarder(Leader leader, PeerDirectory& peers, StatsForwarderOptions options)
     : leader_(std::move(leader)), peers_(peers), options_(std::move(options)) {
-  thread_ = std::thread([this] {
-    NameThisThread("cs-forward");
-    Run();
-  });
+  thread_ = NamedThread("cs-forward", [this] { Run(); });
 }
 
 StatsForwarder::~StatsForwarder() {

@@ -229,10 +229,7 @@ AuditExporter::AuditExporter(store::Store& store, AuditFileOptions options,
 
 AuditExporter::~AuditExporter() { Stop(); }
 
-void AuditExporter::Start() { thread_ = std::thread([this] {
-    NameThisThread("cs-audit");
-    Loop();
-  }); }
+void AuditExporter::Start() { thread_ = NamedThread("cs-audit", [this] { Loop(); }); }
 
 void AuditExporter::Stop() {
   {

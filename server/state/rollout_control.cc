@@ -131,10 +131,7 @@ RolloutControl::RolloutControl(store::Store& store, RolloutView& rollout, const 
 
 RolloutControl::~RolloutControl() { Stop(); }
 
-void RolloutControl::Start() { thread_ = std::thread([this] {
-    NameThisThread("cs-rollout");
-    Loop();
-  }); }
+void RolloutControl::Start() { thread_ = NamedThread("cs-rollout", [this] { Loop(); }); }
 
 void RolloutControl::Stop() {
   {

@@ -319,10 +319,7 @@ StatsAggregator::StatsAggregator(Clock now)
                    std::chrono::system_clock::now().time_since_epoch())
             .count();
       }),
-      worker_([this] {
-        NameThisThread("cs-stats");
-        WorkerLoop();
-      }) {}
+      worker_(NamedThread("cs-stats", [this] { WorkerLoop(); })) {}
 
 StatsAggregator::~StatsAggregator() {
   {
