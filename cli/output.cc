@@ -299,6 +299,8 @@ json HostToJson(const v1::Host& host) {
       {"cookies", std::string(EnablementName(host.enablement()))},
       {"cookies_reason", host.enablement().reason()},
       {"enforcement_off", host.enforcement_off()},
+      {"waits_for_rollout", host.waits_for_rollout()},
+      {"enabled_by_rollout", host.enabled_by_rollout()},
       {"agent_observes", host.agent_observes()},
       {"labels", std::map<std::string, std::string>(host.labels().begin(), host.labels().end())},
       {"vm_count", host.vm_count()},
@@ -481,6 +483,11 @@ void PrintHost(const v1::Host& host, std::ostream& out) {
                                          "; the agent only observes (enforce: observe): it "
                                          "sets no cookie")
                           : EnablementText(host.enablement())},
+          {"rollout", !host.waits_for_rollout()
+                          ? std::string("-")
+                          : host.enabled_by_rollout().empty()
+                                ? std::string("waits for one")
+                                : absl::StrCat("enabled by ", host.enabled_by_rollout())},
           {"labels", host.labels().empty() ? "-" : LabelsText(host.labels())},
           {"budget", host.budget_unmet().empty() ? "-" : host.budget_unmet()},
           {"agent version", OrDash(host.agent_version())},

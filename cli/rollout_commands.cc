@@ -45,7 +45,7 @@ int RunRolloutStart(Stub& stub, const RolloutStartArgs& args, const CommandOptio
   if (!status.ok()) return RpcError(status, options, "starting a rollout", err);
   return PrintAnswer(rollout,
                      absl::StrCat("started rollout ", rollout.rollout_id(), ": stage 1 enabled ",
-                                  rollout.enabled_hosts_size(), " host(s)"),
+                                  rollout.enabled_count() - rollout.carried_count(), " host(s)"),
                      options, out);
 }
 

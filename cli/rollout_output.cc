@@ -51,10 +51,8 @@ nlohmann::json RolloutToJson(const v1::Rollout& r) {
       {"soak_seconds", r.soak_seconds()},
       {"stage_started_time", TimeJson(r.has_stage_started_time(), r.stage_started_time())},
       {"next_stage_time", next ? TimeJson(true, *next) : nlohmann::json(nullptr)},
-      {"enabled_hosts",
-       std::vector<std::string>(r.enabled_hosts().begin(), r.enabled_hosts().end())},
-      {"carried_hosts",
-       std::vector<std::string>(r.carried_hosts().begin(), r.carried_hosts().end())},
+      {"enabled_count", r.enabled_count()},
+      {"carried_count", r.carried_count()},
       {"matching_hosts", r.matching_hosts()},
       {"halt_reason", r.halt_reason()},
       {"halted_host", r.halted_host()},
@@ -83,13 +81,13 @@ void PrintRollout(const v1::Rollout& r, std::ostream& out) {
       {"soak", SoakText(r.soak_seconds())},
       {"stage started", TimeText(r.has_stage_started_time(), r.stage_started_time())},
       {"next stage", next ? TimeUtil::ToString(*next) : "-"},
-      {"enabled hosts", absl::StrCat(r.enabled_hosts_size(), " (", r.matching_hosts(),
+      {"enabled hosts", absl::StrCat(r.enabled_count(), " (", r.matching_hosts(),
                                      " waiting host(s) match the selector",
-                                     r.carried_hosts_size() > 0
-                                         ? absl::StrCat(", ", r.carried_hosts_size(),
-                                                        " carried from the rollout before")
+                                     r.carried_count() > 0
+                                         ? absl::StrCat(", ", r.carried_count(),
+                                                        " enabled by rollouts before")
                                          : "",
-                                     ")")},
+                                     "; csctl hosts ls shows which)")},
   };
   fields.emplace_back("new hosts", NewHostsName(r.new_hosts()));
   if (r.state() == v1::Rollout::STATE_HALTED) fields.emplace_back("halted", r.halt_reason());
@@ -97,12 +95,6 @@ void PrintRollout(const v1::Rollout& r, std::ostream& out) {
                                               r.started_by().empty() ? "" : " by ",
                                               r.started_by()));
   PrintFields(fields, out);
-  if (r.enabled_hosts_size() > 0) {
-    TextTable table({"ENABLED HOST"});
-    for (const std::string& host : r.enabled_hosts()) table.AddRow({host});
-    out << "\n";
-    table.Print(out);
-  }
 }
 
 }  // namespace cosched::cli

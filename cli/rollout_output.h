@@ -13,7 +13,7 @@ namespace cosched::cli {
 
 // Keys: rollout_id, state, selector, stages (percents), stage (from 1),
 // stage_percent, soak_seconds, stage_started_time, next_stage_time (null
-// unless running with a stage to come), enabled_hosts, carried_hosts,
+// unless running with a stage to come), enabled_count, carried_count,
 // matching_hosts, halt_reason, halted_host, started_time, updated_time,
 // started_by.
 nlohmann::json RolloutToJson(const v1::Rollout& rollout);

@@ -228,6 +228,7 @@ std::string EtcdReplicas::SelfRecord() const {
   self.set_name(options_.name);
   self.set_address(address());
   self.set_since_unix_ns(NowUnixNs());
+  self.set_record_format(kRecordFormat);
   return self.SerializeAsString();
 }
 
@@ -358,6 +359,18 @@ absl::StatusOr<std::vector<EtcdReplica>> EtcdReplicas::List() const {
     replicas.push_back(std::move(replica));
   }
   return replicas;
+}
+
+absl::Status EtcdReplicas::CheckRecordFormat(int format) const {
+  ASSIGN_OR_RETURN(std::vector<EtcdReplica> replicas, List());
+  for (const EtcdReplica& replica : replicas) {
+    if (replica.record_format() >= format) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica ", replica.name(), " runs an older csd (store record format ",
+        replica.record_format(), ", this change needs ", format,
+        ") that would misread it: upgrade every replica first"));
+  }
+  return absl::OkStatus();
 }
 
 void EtcdReplicas::SetSeenExchange(SeenSource source, SeenSink sink) {

@@ -42,6 +42,11 @@
 
 namespace cosched::store {
 
+// The form of the records under the prefix this csd reads and writes
+// (EtcdReplica.record_format): 1, a staged rollout's hosts on their host
+// records (Host.enabled_by_rollout).
+inline constexpr int kRecordFormat = 1;
+
 struct EtcdReplicasOptions {
   // This replica's name among the replicas on the prefix (a component:
   // letters, digits, '.', '-', '_', ':'); empty: the host name and a
@@ -127,6 +132,11 @@ class EtcdReplicas {
 
   // The replicas registered now, by name (a linearizable read).
   absl::StatusOr<std::vector<EtcdReplica>> List() const;
+  // OK when every replica registered now reads and writes records of
+  // `format` (EtcdReplica.record_format) or newer; FAILED_PRECONDITION
+  // naming one that does not (a rolling upgrade under way), or List's
+  // error.
+  absl::Status CheckRecordFormat(int format) const;
 
   // The exchange of which hosts each replica hears: every seen_interval
   // its own thread writes what `source` returns as this replica's

@@ -274,9 +274,10 @@ void CsdMetrics::AddRolloutGauges() {
   scrape_gauges_->Add("cosched_csd_rollout_enabled_hosts",
                       "Hosts the staged rollout has enabled enforcement on among those that "
                       "waited for one; 0 without a rollout.",
-                      [rollout] {
-                        std::optional<v1::Rollout> r = rollout();
-                        return r ? static_cast<double>(r->enabled_hosts_size()) : 0.0;
+                      [this] {
+                        std::optional<v1::Rollout> r =
+                            options_.rollout_counts ? options_.rollout_counts() : std::nullopt;
+                        return r && Started(*r) ? static_cast<double>(r->enabled_count()) : 0.0;
                       });
   scrape_gauges_->AddFamily(
       "cosched_csd_rollout_state",

@@ -51,6 +51,8 @@ struct CsdMetricsOptions {
   std::function<double()> leader;
   // The staged rollout as this csd knows it (RolloutView); nullopt: none.
   std::function<std::optional<v1::Rollout>()> rollout;
+  // The same with its counts (RolloutCounter), which go over every host.
+  std::function<std::optional<v1::Rollout>()> rollout_counts;
   // Replicas on etcd: Reports of stats forwarded to the leader and
   // dropped, since the start (StatsForwarder); nullopt: none (SQLite).
   std::function<std::optional<std::pair<int64_t, int64_t>>()> forwarded_stats;

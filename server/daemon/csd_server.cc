@@ -120,6 +120,11 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
   metrics_options.rollout = [this] {
     return state_ ? state_->rollout.Get() : std::optional<v1::Rollout>();
   };
+  metrics_options.rollout_counts = [this] {
+    std::optional<v1::Rollout> r = state_ ? state_->rollout.Get() : std::nullopt;
+    if (r) AddRolloutCounts(state_->placement, *r);
+    return r;
+  };
   metrics_options.forwarded_stats = [this]() -> std::optional<std::pair<int64_t, int64_t>> {
     if (!stats_forwarder_) return std::nullopt;
     return std::pair{stats_forwarder_->forwarded(), stats_forwarder_->dropped()};
@@ -198,8 +203,14 @@ absl::Status CsdServer::StartState(const CsdOptions& options) {
     }
   });
   engine_->Start();
-  rollouts_ = std::make_unique<RolloutControl>(*store_, state_->rollout, state_->host_status,
-                                               options.rollout);
+  rollouts_ = std::make_unique<RolloutControl>(
+      *store_, state_->rollout, state_->host_status, state_->placement, options.rollout,
+      /*clock=*/nullptr, /*observer=*/nullptr, [this]() -> absl::Status {
+        // Replicas on etcd: each must read a rollout whose hosts are on
+        // their host records before one is started.
+        return replicas_ != nullptr ? replicas_->CheckRecordFormat(store::kRecordFormat)
+                                    : absl::OkStatus();
+      });
   rollouts_->Start();
   if (!options.audit.file.empty()) {
     AuditExporter::Observers audit_metrics;

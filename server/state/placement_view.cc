@@ -306,4 +306,11 @@ std::optional<v1::Host> PlacementView::HostRecord(const std::string& host_id) co
   return it->second.record;
 }
 
+void PlacementView::ForEachHost(const std::function<void(const v1::Host&)>& fn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, info] : hosts_) {
+    if (!info.record.host_id().empty()) fn(info.record);
+  }
+}
+
 }  // namespace cosched::server

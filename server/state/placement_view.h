@@ -107,6 +107,9 @@ class PlacementView {
   // The registered host's record as last committed, without its topology;
   // nullopt for a host that is not registered.
   std::optional<v1::Host> HostRecord(const std::string& host_id) const;
+  // Calls `fn` with each registered host's record (without its topology),
+  // under the view's lock: `fn` must be short and must not call the view.
+  void ForEachHost(const std::function<void(const v1::Host&)>& fn) const;
 
  private:
   struct HostInfo {

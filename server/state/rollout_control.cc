@@ -1,13 +1,17 @@
 #include "server/state/rollout_control.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/labels.h"
 #include "common/log_every.h"
 #include "common/names.h"
@@ -70,14 +74,51 @@ std::vector<std::string> WaitingHosts(const std::vector<v1::Host>& hosts,
   return waiting;
 }
 
-// Sorted, without duplicates: RolloutView finds hosts by binary search.
-void SetEnabled(v1::Rollout& rollout, const std::set<std::string>& hosts) {
-  rollout.clear_enabled_hosts();
-  for (const std::string& h : hosts) rollout.add_enabled_hosts(h);
+// Whether a chunk of an enrolment may still enable hosts `record` does
+// not list: only a running or done rollout enables more.
+bool Enrolling(const v1::Rollout& record) {
+  return record.state() == v1::Rollout::STATE_RUNNING ||
+         record.state() == v1::Rollout::STATE_DONE;
 }
 
-std::set<std::string> EnabledSet(const v1::Rollout& rollout) {
-  return {rollout.enabled_hosts().begin(), rollout.enabled_hosts().end()};
+// One commit of an enrolment (RolloutControl::EnableHosts): marks each of
+// `hosts` that still waits with the rollout that enables it, into
+// `marked`, and audits them in one record. Nothing once `rollout_id` is no
+// longer the current rollout.
+absl::Status MarkEnabled(store::Transaction& txn, const std::string& rollout_id,
+                         const std::string& why, const std::vector<std::string>& hosts,
+                         const Actor& actor, std::vector<v1::Host>& marked,
+                         v1::AuditRecord& audit) {
+  marked.clear();
+  audit.Clear();
+  ASSIGN_OR_RETURN(std::optional<v1::Rollout> record, txn.GetRollout());
+  if (!record || record->rollout_id() != rollout_id) return absl::OkStatus();
+  for (const std::string& id : hosts) {
+    ASSIGN_OR_RETURN(std::optional<v1::Host> host, txn.GetHost(id));
+    if (!host || !host->waits_for_rollout() || !host->enabled_by_rollout().empty()) continue;
+    std::string by = ListedBy(*record, id);
+    if (by.empty()) {
+      if (!Enrolling(*record)) continue;
+      by = rollout_id;
+    }
+    host->set_enabled_by_rollout(std::move(by));
+    RETURN_IF_ERROR(txn.PutHost(*host));
+    marked.push_back(*std::move(host));
+  }
+  if (marked.empty()) return absl::OkStatus();
+  std::vector<absl::string_view> ids;
+  for (const v1::Host& h : marked) ids.push_back(h.host_id());
+  return internal::Audit(txn, actor.who, actor.role, "EnableRolloutHosts", rollout_id, nullptr,
+                         nullptr, 0, &audit,
+                         absl::StrCat(why, ": ", marked.size(), " host(s): ",
+                                      absl::StrJoin(ids, ", ")));
+}
+
+// A write over the store's limits (EtcdStore's RESOURCE_EXHAUSTED for one
+// write function), which a smaller one may not be.
+bool TooLarge(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) &&
+         absl::StrContains(status.message(), "too large for one etcd transaction");
 }
 
 // The free text an operator gives a change for the audit trail.
@@ -120,11 +161,21 @@ absl::Status ValidateRolloutOptions(const RolloutOptions& options) {
   return absl::OkStatus();
 }
 
+void AddRolloutCounts(const PlacementView& hosts, v1::Rollout& rollout) {
+  if (!Started(rollout)) return;
+  RolloutCounter counter(rollout);
+  hosts.ForEachHost([&counter](const v1::Host& host) { counter.Add(host); });
+  counter.Fill(rollout);
+}
+
 RolloutControl::RolloutControl(store::Store& store, RolloutView& rollout, const HostStatus& hosts,
-                               RolloutOptions options, Clock clock, Observer observer)
+                               PlacementView& placement, RolloutOptions options, Clock clock,
+                               Observer observer, ReplicaCheck replicas)
     : store_(store),
       rollout_(rollout),
       hosts_(hosts),
+      placement_(placement),
+      replicas_(std::move(replicas)),
       options_(options),
       clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })),
       observer_(std::move(observer)) {}
@@ -184,6 +235,102 @@ void RolloutControl::Committed(const v1::Rollout& rollout, const v1::AuditRecord
   if (observer_) observer_(rollout);
 }
 
+v1::Rollout RolloutControl::Answer(v1::Rollout record) const {
+  AddRolloutCounts(placement_, record);
+  return record;
+}
+
+namespace {
+
+// What the commits of one enrolment share.
+struct Enrolment {
+  std::mutex mu;
+  int pending = 0;     // commits not answered yet
+  absl::Status first;  // the first failure
+  int enabled = 0;
+  RolloutControl::EnableDone done;
+
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++pending;
+  }
+  // One commit answered (`status`, `marked` hosts): the last one calls done.
+  void End(const absl::Status& status, int marked) {
+    RolloutControl::EnableDone finished;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (status.ok()) {
+        enabled += marked;
+      } else if (first.ok()) {
+        first = status;
+      }
+      if (--pending > 0) return;
+      finished = std::move(done);
+    }
+    finished(first, enabled);
+  }
+};
+
+}  // namespace
+
+void RolloutControl::EnableHosts(const std::string& rollout_id, const std::string& why,
+                                 std::vector<std::string> hosts, const Actor& actor,
+                                 EnableDone done) {
+  if (hosts.empty()) return done(absl::OkStatus(), 0);
+  std::sort(hosts.begin(), hosts.end());
+  auto enrolment = std::make_shared<Enrolment>();
+  enrolment->done = std::move(done);
+  // Submits one commit of `chunk`; one the store finds too large comes
+  // back as two halves. All are submitted at once: the store's group
+  // commit packs as many into each Txn as its limits take.
+  auto submit = std::make_shared<std::function<void(std::vector<std::string>)>>();
+  *submit = [this, rollout_id, why, actor, enrolment,
+             weak = std::weak_ptr<std::function<void(std::vector<std::string>)>>(submit)](
+                std::vector<std::string> chunk) {
+    enrolment->Begin();
+    auto marked = std::make_shared<std::vector<v1::Host>>();
+    auto audit = std::make_shared<v1::AuditRecord>();
+    auto ids = std::make_shared<std::vector<std::string>>(std::move(chunk));
+    store_.Write(
+        [rollout_id, why, actor, ids, marked, audit](store::Transaction& txn) {
+          return MarkEnabled(txn, rollout_id, why, *ids, actor, *marked, *audit);
+        },
+        [this, enrolment, ids, marked, audit, weak](absl::Status status) {
+          std::shared_ptr<std::function<void(std::vector<std::string>)>> again = weak.lock();
+          if (TooLarge(status) && ids->size() > 1 && again) {
+            // Nothing of it was written: its halves go instead.
+            const auto middle = ids->begin() + static_cast<std::ptrdiff_t>(ids->size() / 2);
+            (*again)(std::vector<std::string>(ids->begin(), middle));
+            (*again)(std::vector<std::string>(middle, ids->end()));
+            return enrolment->End(absl::OkStatus(), 0);
+          }
+          if (status.ok() && !marked->empty()) {
+            PlacementDelta delta;
+            delta.hosts = *marked;
+            placement_.Apply(delta);
+            internal::LogAudit(*audit);
+          }
+          enrolment->End(status, status.ok() ? static_cast<int>(marked->size()) : 0);
+        });
+  };
+  // Held by the enrolment until its last commit answers: a halving
+  // submits from a done callback.
+  auto keep = submit;
+  enrolment->done = [keep, done = std::move(enrolment->done)](absl::Status s, int n) mutable {
+    keep.reset();
+    done(s, n);
+  };
+  // One count over the submission itself, so that a commit answered
+  // before the last one is submitted cannot finish the enrolment.
+  enrolment->Begin();
+  for (size_t at = 0; at < hosts.size(); at += kEnableChunk) {
+    const size_t end = std::min(hosts.size(), at + kEnableChunk);
+    (*submit)(std::vector<std::string>(hosts.begin() + static_cast<std::ptrdiff_t>(at),
+                                       hosts.begin() + static_cast<std::ptrdiff_t>(end)));
+  }
+  enrolment->End(absl::OkStatus(), 0);
+}
+
 absl::StatusOr<v1::Rollout> RolloutControl::GetRollout() const {
   std::optional<v1::Rollout> rollout;
   RETURN_IF_ERROR(store_.Read([&rollout](store::Transaction& txn) -> absl::Status {
@@ -195,18 +342,17 @@ absl::StatusOr<v1::Rollout> RolloutControl::GetRollout() const {
   }
   // Only the new_hosts setting, when no rollout was started: answered too,
   // for what it says of new hosts.
-  return *std::move(rollout);
+  return Answer(*std::move(rollout));
 }
 
 namespace {
 
 // StartRollout's record: stage 0 of `request` running from `now`, with the
-// fleet settings `record` (the record before, if any) held, the hosts the
-// rollout before enabled (`carried`) and those of the first stage enabled.
+// fleet settings `record` (the record before, if any) held. It lists no
+// host: those it enables are marked on their host records.
 v1::Rollout NewRollout(const v1::StartRolloutRequest& request,
                        const std::optional<v1::Rollout>& record, int64_t revision,
-                       absl::Time now, const Actor& actor, const std::vector<std::string>& waiting,
-                       const std::vector<std::string>& carried, std::set<std::string> enabled) {
+                       absl::Time now, const Actor& actor) {
   v1::Rollout r;
   if (record) {
     r.set_new_hosts(record->new_hosts());
@@ -222,13 +368,16 @@ v1::Rollout NewRollout(const v1::StartRolloutRequest& request,
   *r.mutable_started_time() = ProtoTime(now);
   *r.mutable_updated_time() = ProtoTime(now);
   r.set_started_by(actor.who);
-  r.set_matching_hosts(static_cast<int>(waiting.size()));
-  for (const std::string& h : carried) r.add_carried_hosts(h);
-  for (std::string& h : StageHosts(waiting, request.stage_percents(0))) {
-    enabled.insert(std::move(h));
-  }
-  SetEnabled(r, enabled);
   return r;
+}
+
+// Why an enrolment of `r` enables hosts, for the audit trail.
+std::string StageText(const v1::Rollout& r) {
+  if (!Enrolling(r)) return "listed in the rollout's record by an older csd";
+  if (r.state() == v1::Rollout::STATE_DONE) return "the rollout is done";
+  const int percent = r.stage() < r.stage_percents_size() ? r.stage_percents(r.stage()) : 0;
+  return absl::StrCat("stage ", r.stage() + 1, " of ", r.stage_percents_size(), " (", percent,
+                      "%)");
 }
 
 }  // namespace
@@ -240,16 +389,23 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
   if (valid.ok()) valid = ValidateSoak("soak_seconds", request.soak_seconds(), options().min_soak_s);
   absl::StatusOr<LabelSelector> selector = ParseLabelSelector("selector", request.selector());
   if (valid.ok()) valid = selector.status();
+  // A replica of an older csd would read the new record's empty host lists
+  // as every carried host disabled.
+  if (valid.ok() && replicas_) valid = replicas_();
   if (!valid.ok()) return done(valid);
 
   auto result = std::make_shared<v1::Rollout>();
   auto audit = std::make_shared<v1::AuditRecord>();
+  auto delta = std::make_shared<PlacementDelta>();
+  auto first_stage = std::make_shared<std::vector<std::string>>();
   const absl::Time now = clock_();
   store_.Write(
-      [request, actor, parsed = *selector, now, result, audit](
+      [request, actor, parsed = *selector, now, result, audit, delta, first_stage](
           store::Transaction& txn) -> absl::Status {
         result->Clear();
         audit->Clear();
+        *delta = PlacementDelta();
+        first_stage->clear();
         ASSIGN_OR_RETURN(std::optional<v1::Rollout> record, txn.GetRollout());
         // The rollout before, if any (the record may hold new_hosts only).
         std::optional<v1::Rollout> previous;
@@ -269,15 +425,33 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
                   : absl::StrCat("selector '", request.selector(), "' must match a registered ",
                                  "host; it matches none of the ", hosts.size(), " registered"));
         }
-        // What the rollout before enabled stays so: a new rollout only
-        // ever adds hosts.
+        // What the rollouts before enabled stays so: a new rollout only
+        // ever adds hosts. The hosts the record before enables without a
+        // mark (its list, written by an older csd, or its done selector)
+        // are marked now, since the new record will not say it; the
+        // leader marks them at each check, so these are the few since.
         std::set<std::string> enabled;
-        std::vector<std::string> carried;
-        for (const v1::Host& h : hosts) {
-          if (h.waits_for_rollout() && VerdictOf(previous ? &*previous : nullptr, h).enabled) {
-            carried.push_back(h.host_id());
+        std::vector<v1::Host> unmarked;
+        for (v1::Host& h : hosts) {
+          if (!h.waits_for_rollout()) continue;
+          if (!h.enabled_by_rollout().empty()) {
+            enabled.insert(h.host_id());
+          } else if (previous && VerdictOf(&*previous, h).enabled) {
+            std::string by = ListedBy(*previous, h.host_id());
+            h.set_enabled_by_rollout(by.empty() ? previous->rollout_id() : std::move(by));
+            unmarked.push_back(h);
             enabled.insert(h.host_id());
           }
+        }
+        if (unmarked.size() > kEnableChunk) {
+          return absl::UnavailableError(absl::StrCat(
+              unmarked.size(), " host(s) rollout ", previous->rollout_id(),
+              " enabled are not yet marked on their host records (the leader marks them at ",
+              "its next check, within rollout.check_interval_s): try again then"));
+        }
+        for (const v1::Host& h : unmarked) {
+          RETURN_IF_ERROR(txn.PutHost(h));
+          delta->hosts.push_back(h);
         }
         const std::vector<std::string> waiting = WaitingHosts(hosts, parsed);
         if (std::all_of(waiting.begin(), waiting.end(),
@@ -290,17 +464,33 @@ void RolloutControl::StartRollout(const v1::StartRolloutRequest& request, const 
               "registered while new_hosts was wait-for-rollout: csctl rollout new-hosts); "
               "nothing was changed"));
         }
+        for (std::string& h : StageHosts(waiting, request.stage_percents(0))) {
+          if (enabled.count(h) == 0) first_stage->push_back(std::move(h));
+        }
         ASSIGN_OR_RETURN(int64_t revision, txn.WriteRevision());
         v1::Rollout& r = *result;
-        r = NewRollout(request, record, revision, now, actor, waiting, carried, enabled);
+        r = NewRollout(request, record, revision, now, actor);
         RETURN_IF_ERROR(txn.PutRollout(r));
         return internal::Audit(txn, actor.who, actor.role, "StartRollout", r.rollout_id(),
                                record ? &*record : nullptr, &r, revision, audit.get());
       },
-      [this, result, audit, done = std::move(done)](absl::Status status) {
+      [this, actor, result, audit, delta, first_stage,
+       done = std::move(done)](absl::Status status) mutable {
         if (!status.ok()) return done(status);
+        placement_.Apply(*delta);
         Committed(*result, *audit);
-        done(*result);
+        // The first stage's hosts, in commits of their own after the
+        // record's; answered once they are all in.
+        EnableHosts(result->rollout_id(), StageText(*result), std::move(*first_stage), actor,
+                    [this, result, done = std::move(done)](absl::Status enabled, int) {
+                      if (!enabled.ok()) {
+                        LOG(WARNING) << "rollout " << result->rollout_id()
+                                     << ": enabling its first stage's hosts failed, the "
+                                        "leader's next check enables the rest: "
+                                     << enabled;
+                      }
+                      done(Answer(*result));
+                    });
       });
 }
 
@@ -374,7 +564,7 @@ void RolloutControl::ChangeRollout(Change change, const v1::ChangeRolloutRequest
       [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
         if (!status.ok()) return done(status);
         if (*wrote) Committed(*result, *audit);
-        done(*result);
+        done(Answer(*result));
       });
 }
 
@@ -443,7 +633,7 @@ void RolloutControl::ChangeSetting(absl::string_view method, absl::string_view s
       [this, result, audit, wrote, done = std::move(done)](absl::Status status) {
         if (!status.ok()) return done(status);
         if (*wrote) Committed(*result, *audit);
-        done(*result);
+        done(Answer(*result));
       });
 }
 
@@ -473,71 +663,89 @@ absl::Status RolloutControl::RunPass() {
   auto result = std::make_shared<v1::Rollout>();
   auto audit = std::make_shared<v1::AuditRecord>();
   auto wrote = std::make_shared<bool>(false);
+  // The hosts to mark after the record's commit, if any. New marks wait
+  // while a replica of an older csd shares the store: it would not read
+  // them, and would answer those hosts' agents not-enabled. (Marks of the
+  // hosts an older csd's list names only say again what it reads there.)
+  std::vector<std::string> to_enable;
+  absl::Status replicas = replicas_ ? replicas_() : absl::OkStatus();
   const absl::Time now = clock_();
   RETURN_IF_ERROR(store_.WriteSync([&](store::Transaction& txn) -> absl::Status {
     result->Clear();
     audit->Clear();
     *wrote = false;
+    to_enable.clear();
     RETURN_IF_ERROR(txn.RequireLeadership());
     ASSIGN_OR_RETURN(std::optional<v1::Rollout> current, txn.GetRollout());
     if (!current || !Started(*current)) return absl::OkStatus();
-    // Only a running rollout moves. A finished one enables every waiting
-    // host its selector matches, later ones included (VerdictOf): nothing
-    // is left to enrol.
-    if (current->state() != v1::Rollout::STATE_RUNNING) return absl::OkStatus();
-    ASSIGN_OR_RETURN(LabelSelector selector, ParseLabelSelector("selector", current->selector()));
-    ASSIGN_OR_RETURN(std::vector<v1::Host> hosts, AllHosts(txn));
     v1::Rollout& r = *result;
     r = *current;
+    ASSIGN_OR_RETURN(LabelSelector selector, ParseLabelSelector("selector", current->selector()));
+    const bool running = current->state() == v1::Rollout::STATE_RUNNING;
+    // One scan of the hosts as this csd's view has them (its commits and
+    // the other replicas', as the watch delivered them), not of the
+    // store's records: parsing 200 000 of them would hold the writer for
+    // a second at each check. Each mark is checked again against the
+    // host's record in its own commit.
+    std::vector<std::string> listed;   // an older csd's list, not yet marked
+    std::vector<std::string> waiting;  // waiting hosts the selector matches
+    absl::flat_hash_set<std::string> enabled;
+    std::string halted_host, halt_reason;
+    placement_.ForEachHost([&](const v1::Host& h) {
+      if (!h.waits_for_rollout()) return;
+      const std::string by = EnabledBy(&*current, h);
+      if (!by.empty()) {
+        enabled.insert(h.host_id());
+        if (h.enabled_by_rollout().empty()) listed.push_back(h.host_id());
+      }
+      if (Matches(selector, h.labels())) waiting.push_back(h.host_id());
+      // A host this rollout enabled that regressed halts it; those the
+      // rollouts before enabled do not.
+      if (running && halted_host.empty() && by == current->rollout_id()) {
+        halt_reason = Regression(h);  // takes HostStatus' locks, never the view's
+        if (!halt_reason.empty()) halted_host = h.host_id();
+      }
+    });
+    // Whatever its state: the hosts an older csd's record lists move onto
+    // their host records (they are enabled already; only where it is
+    // written changes).
+    to_enable = std::move(listed);
+    // Only a running rollout moves, and only a running or finished one
+    // enables more: a finished one every waiting host its selector
+    // matches, later ones included.
+    if (!Enrolling(*current)) return absl::OkStatus();
     std::string method;
     std::string reason;
-    {
-      const std::set<std::string> carried(current->carried_hosts().begin(),
-                                          current->carried_hosts().end());
-      const std::set<std::string> enabled = EnabledSet(*current);
-      for (const v1::Host& h : hosts) {
-        if (enabled.count(h.host_id()) == 0 || carried.count(h.host_id()) != 0) continue;
-        std::string why = Regression(h);
-        if (why.empty()) continue;
-        r.set_state(v1::Rollout::STATE_HALTED);
-        r.set_halt_reason(why);
-        r.set_halted_host(h.host_id());
-        method = "HaltRollout";
-        reason = why;
-        break;
+    if (!halted_host.empty()) {
+      r.set_state(v1::Rollout::STATE_HALTED);
+      r.set_halt_reason(halt_reason);
+      r.set_halted_host(halted_host);
+      method = "HaltRollout";
+      reason = halt_reason;
+    } else if (running && now - TimeOf(r.stage_started_time()) >= absl::Seconds(r.soak_seconds())) {
+      if (r.stage() + 1 < r.stage_percents_size()) {
+        r.set_stage(r.stage() + 1);
+        *r.mutable_stage_started_time() = ProtoTime(now);
+        method = "AdvanceRollout";
+        reason = absl::StrCat("stage ", r.stage(), " soaked ", SoakText(r.soak_seconds()),
+                              " with no regression");
+      } else {
+        r.set_state(v1::Rollout::STATE_DONE);
+        method = "FinishRollout";
+        reason = absl::StrCat("the last stage soaked ", SoakText(r.soak_seconds()),
+                              " with no regression");
       }
     }
-    if (method.empty()) {
-      const std::vector<std::string> matching = WaitingHosts(hosts, selector);
-      if (now - TimeOf(r.stage_started_time()) >= absl::Seconds(r.soak_seconds())) {
-        if (r.stage() + 1 < r.stage_percents_size()) {
-          r.set_stage(r.stage() + 1);
-          *r.mutable_stage_started_time() = ProtoTime(now);
-          method = "AdvanceRollout";
-          reason = absl::StrCat("stage ", r.stage(), " soaked ", SoakText(r.soak_seconds()),
-                                " with no regression");
-        } else {
-          r.set_state(v1::Rollout::STATE_DONE);
-          method = "FinishRollout";
-          reason = absl::StrCat("the last stage soaked ", SoakText(r.soak_seconds()),
-                                " with no regression");
-        }
-      }
-      // The stage's share of the hosts that match now: hosts registered
-      // since the stage began are enrolled as it grows.
+    if (r.state() != v1::Rollout::STATE_HALTED && replicas.ok()) {
+      // The stage's share of the waiting hosts that match now: hosts
+      // registered since the stage began are enrolled as it grows.
       const int percent =
           r.state() == v1::Rollout::STATE_DONE ? 100 : r.stage_percents(r.stage());
-      std::set<std::string> enabled = EnabledSet(r);
-      const size_t before = enabled.size();
-      for (std::string& h : StageHosts(matching, percent)) enabled.insert(std::move(h));
-      if (method.empty() && enabled.size() == before) return absl::OkStatus();
-      if (method.empty()) {
-        method = "EnrolRolloutHosts";
-        reason = absl::StrCat(enabled.size() - before, " host(s) registered since matched");
+      for (std::string& h : StageHosts(std::move(waiting), percent)) {
+        if (!enabled.contains(h)) to_enable.push_back(std::move(h));
       }
-      SetEnabled(r, enabled);
-      r.set_matching_hosts(static_cast<int>(matching.size()));
     }
+    if (method.empty()) return absl::OkStatus();
     *r.mutable_updated_time() = ProtoTime(now);
     RETURN_IF_ERROR(txn.PutRollout(r));
     *wrote = true;
@@ -545,7 +753,17 @@ absl::Status RolloutControl::RunPass() {
                            audit.get(), reason);
   }));
   if (*wrote) Committed(*result, *audit);
-  return absl::OkStatus();
+  if (!replicas.ok() && Enrolling(*result)) {
+    COSCHED_LOG_EVERY_T(WARNING, 60) << "rollout " << result->rollout_id()
+                                     << ": enables no more hosts until every replica is "
+                                        "upgraded: " << replicas;
+  }
+  if (to_enable.empty()) return absl::OkStatus();
+  std::promise<absl::Status> enabled;
+  EnableHosts(result->rollout_id(), StageText(*result), std::move(to_enable),
+              Actor{kRolloutActor, "leader"},
+              [&enabled](absl::Status status, int) { enabled.set_value(std::move(status)); });
+  return enabled.get_future().get();
 }
 
 }  // namespace cosched::server

@@ -3,10 +3,15 @@
 // each stage, moves to the next, enrols hosts that register later and
 // halts the rollout when a host it enabled regresses.
 //
-// A rollout is one durable record (v1::Rollout, Transaction::PutRollout),
-// written and audited in one transaction per change; the RolloutView
-// (rollout_view.h) holds it for the Register and Report answers
-// (HostEnablement NOT_ENABLED for a host it has not enabled).
+// A rollout is one small durable record (v1::Rollout, Transaction::
+// PutRollout), written and audited in one transaction per change; the
+// RolloutView (rollout_view.h) holds it for the Register and Report answers
+// (HostEnablement NOT_ENABLED for a host it has not enabled). The hosts it
+// enables are each marked on their own host record (Host.enabled_by_rollout),
+// in commits of at most kEnableChunk hosts after the record's: a stage of
+// any size fits etcd's limits, and a mark is never taken back, so commits
+// cut short by a crash or a lost leadership leave the fleet as a shorter
+// enrolment would, and the leader's next check enables the rest.
 //
 // Thread-safe. The job runs on its own thread once Start() is called, and
 // does anything only while this csd leads the store's writers; its writes
@@ -29,6 +34,7 @@
 #include "cosched/v1/config.pb.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "server/state/host_status.h"
+#include "server/state/placement_view.h"
 #include "server/state/rollout_view.h"
 #include "server/state/write_support.h"
 #include "store/store.h"
@@ -37,6 +43,14 @@ namespace cosched::server {
 
 // The audit trail's `who` of the job's changes.
 inline constexpr char kRolloutActor[] = "csd:rollout";
+
+// Hosts one commit of an enrolment marks at most: each is one operation of
+// an etcd Txn (128 by default); a commit still over the store's limits is
+// halved until it fits.
+inline constexpr size_t kEnableChunk = 64;
+
+// Fills `rollout`'s counts (RolloutCounter) from the hosts `hosts` holds.
+void AddRolloutCounts(const PlacementView& hosts, v1::Rollout& rollout);
 
 // csd.yaml's `rollout:` block.
 struct RolloutOptions {
@@ -61,12 +75,22 @@ class RolloutControl {
   using Clock = std::function<absl::Time()>;
   // Called after every committed change of the rollout, with it (metrics).
   using Observer = std::function<void(const v1::Rollout&)>;
+  // How an enrolment ends (EnableHosts): its first failure, and how many
+  // hosts it marked.
+  using EnableDone = std::function<void(absl::Status status, int enabled)>;
+
+  // OK when every csd on the store reads a rollout whose hosts are on
+  // their host records (store record_format 1); else FAILED_PRECONDITION
+  // naming a replica that does not (a rolling upgrade under way).
+  using ReplicaCheck = std::function<absl::Status()>;
 
   // Writes the rollout to `store` and keeps `rollout` (the view Register
-  // and Report answer from) at what it wrote; `hosts` says which hosts went
-  // silent. `clock` nullptr: absl::Now.
+  // and Report answer from) at what it wrote, and `placement` at the host
+  // records it marks; `hosts` says which hosts went silent. `clock`
+  // nullptr: absl::Now. `replicas` nullptr: one csd (SQLite).
   RolloutControl(store::Store& store, RolloutView& rollout, const HostStatus& hosts,
-                 RolloutOptions options, Clock clock = nullptr, Observer observer = nullptr);
+                 PlacementView& placement, RolloutOptions options, Clock clock = nullptr,
+                 Observer observer = nullptr, ReplicaCheck replicas = nullptr);
   ~RolloutControl();
   RolloutControl(const RolloutControl&) = delete;
   RolloutControl& operator=(const RolloutControl&) = delete;
@@ -80,8 +104,10 @@ class RolloutControl {
 
   // INVALID_ARGUMENT naming stage_percents, soak_seconds or selector and
   // the rule (a selector must match a registered host); FAILED_PRECONDITION
-  // while a rollout is running, paused or halted. The first stage's hosts
-  // are enabled at once.
+  // while a rollout is running, paused or halted, or while a replica of an
+  // older csd shares the store (its answers would lose the hosts the
+  // rollout before enabled). The first stage's hosts are enabled before
+  // the answer (the leader's next check enables any a failure left out).
   void StartRollout(const v1::StartRolloutRequest& request, const Actor& actor,
                     Done<v1::Rollout> done);
   enum class Change { kPause, kResume, kAbort };
@@ -104,9 +130,12 @@ class RolloutControl {
   void SetFleetEnforcement(const v1::SetHostEnforcementRequest& request, const Actor& actor,
                            Done<v1::SetHostEnforcementResponse> done);
 
-  // One check, when this csd leads: halt on a regression, else enrol
-  // hosts that register late and move to the next stage once the current
-  // one soaked. Writes only when something changed.
+  // One check, when this csd leads: halt on a regression, else move to
+  // the next stage once the current one soaked, and enable the stage's
+  // hosts that are not yet (those that registered late, those a cut-short
+  // enrolment left) and, whatever the state, the hosts an older csd's
+  // record lists; while a replica of an older csd shares the store (the
+  // ReplicaCheck), only the latter. Writes only when something changed.
   absl::Status RunPass();
 
  private:
@@ -115,6 +144,14 @@ class RolloutControl {
   std::string Regression(const v1::Host& host) const;
   // After a committed change: the view, the log, the observer.
   void Committed(const v1::Rollout& rollout, const v1::AuditRecord& audit);
+  // Marks `hosts` enabled by rollout `rollout_id` (each that still waits,
+  // while the rollout is running or done; a host its record lists,
+  // whatever its state), kEnableChunk hosts a commit, audited as `actor`
+  // with `why`. `done` once every commit answered.
+  void EnableHosts(const std::string& rollout_id, const std::string& why,
+                   std::vector<std::string> hosts, const Actor& actor, EnableDone done);
+  // `record` with its counts, for an answer.
+  v1::Rollout Answer(v1::Rollout record) const;
   // A fleet setting in the rollout record: `change` edits the record read
   // in the write and says whether it changed anything; only then is it
   // written and audited as `method` on `subject`. Answers the record.
@@ -128,6 +165,8 @@ class RolloutControl {
   store::Store& store_;
   RolloutView& rollout_;
   const HostStatus& hosts_;
+  PlacementView& placement_;
+  const ReplicaCheck replicas_;
   mutable std::mutex options_mu_;
   RolloutOptions options_;  // guarded by options_mu_
   const Clock clock_;

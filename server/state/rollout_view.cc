@@ -34,7 +34,8 @@ namespace {
 
 RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host) {
   if (!host.waits_for_rollout()) return {};
-  const std::string& host_id = host.host_id();
+  // Enabled for good, whichever rollout did it and whatever came after.
+  if (!host.enabled_by_rollout().empty()) return {};
   if (rollout == nullptr || !Started(*rollout)) {
     RolloutVerdict waiting;
     waiting.enabled = false;
@@ -42,11 +43,7 @@ RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host) {
                      "enabled it yet (csctl rollout start)";
     return waiting;
   }
-  // Sorted by the writer (RolloutControl), and a few thousand at most.
-  if (std::binary_search(rollout->enabled_hosts().begin(), rollout->enabled_hosts().end(),
-                         host_id)) {
-    return {};
-  }
+  if (!ListedBy(*rollout, host.host_id()).empty()) return {};
   if (rollout->state() == v1::Rollout::STATE_DONE) {
     // Stored by StartRollout, which parsed it: a selector that no longer
     // parses matches nothing.
@@ -78,6 +75,53 @@ RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host) {
 
 }  // namespace
 
+std::string ListedBy(const v1::Rollout& rollout, absl::string_view host_id) {
+  // Sorted by the writer (an older csd), and a few thousand at most.
+  auto listed = [host_id](const auto& hosts) {
+    return std::binary_search(hosts.begin(), hosts.end(), host_id,
+                              [](absl::string_view a, absl::string_view b) { return a < b; });
+  };
+  if (!listed(rollout.enabled_hosts())) return "";
+  // The carried hosts were never sorted apart: a linear scan, in a
+  // record that has them only until the next rollout starts.
+  for (const std::string& carried : rollout.carried_hosts()) {
+    if (carried == host_id) return absl::StrCat("before ", rollout.rollout_id());
+  }
+  return rollout.rollout_id();
+}
+
+std::string EnabledBy(const v1::Rollout* rollout, const v1::Host& host) {
+  if (!host.enabled_by_rollout().empty()) return host.enabled_by_rollout();
+  if (rollout == nullptr || !Started(*rollout)) return "";
+  return ListedBy(*rollout, host.host_id());
+}
+
+RolloutCounter::RolloutCounter(const v1::Rollout& rollout) : rollout_(rollout) {
+  // Stored by StartRollout, which parsed it.
+  if (absl::StatusOr<LabelSelector> s = ParseLabelSelector("selector", rollout.selector());
+      s.ok()) {
+    selector_ = *std::move(s);
+  }
+}
+
+void RolloutCounter::Add(const v1::Host& host) {
+  if (!host.waits_for_rollout()) return;
+  if (selector_ && Matches(*selector_, host.labels())) ++matching_;
+  const std::string by = EnabledBy(&rollout_, host);
+  if (!by.empty()) {
+    ++enabled_;
+    if (by != rollout_.rollout_id()) ++carried_;
+  } else if (VerdictOf(&rollout_, host).enabled) {
+    ++enabled_;  // a done rollout's selector, before the leader records it
+  }
+}
+
+void RolloutCounter::Fill(v1::Rollout& rollout) const {
+  rollout.set_matching_hosts(matching_);
+  rollout.set_enabled_count(enabled_);
+  rollout.set_carried_count(carried_);
+}
+
 uint64_t RolloutHash(absl::string_view host_id) {
   uint64_t hash = 14695981039346656037ull;
   for (unsigned char c : host_id) {
@@ -88,16 +132,25 @@ uint64_t RolloutHash(absl::string_view host_id) {
 }
 
 std::vector<std::string> StageHosts(std::vector<std::string> matching, int percent) {
-  std::sort(matching.begin(), matching.end(), [](const std::string& a, const std::string& b) {
-    const uint64_t ha = RolloutHash(a);
-    const uint64_t hb = RolloutHash(b);
-    return ha != hb ? ha < hb : a < b;
-  });
   const size_t n = matching.size();
   size_t take = (n * static_cast<size_t>(std::clamp(percent, 0, 100)) + 99) / 100;
   if (n > 0 && take == 0) take = 1;
-  matching.resize(take);
-  return matching;
+  if (take == n) return matching;  // every one: no order to find
+  // Each host's hash once, not at every comparison (a rollout's check
+  // orders every waiting host of the fleet).
+  std::vector<std::pair<uint64_t, std::string>> ordered;
+  ordered.reserve(n);
+  for (std::string& h : matching) {
+    const uint64_t hash = RolloutHash(h);
+    ordered.emplace_back(hash, std::move(h));
+  }
+  std::nth_element(ordered.begin(), ordered.begin() + static_cast<std::ptrdiff_t>(take),
+                   ordered.end());
+  std::sort(ordered.begin(), ordered.begin() + static_cast<std::ptrdiff_t>(take));
+  std::vector<std::string> stage;
+  stage.reserve(take);
+  for (size_t i = 0; i < take; ++i) stage.push_back(std::move(ordered[i].second));
+  return stage;
 }
 
 absl::Status RolloutView::Load(store::Store& store) {

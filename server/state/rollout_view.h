@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cosched/v1/agent.pb.h"
+#include "common/labels.h"
 #include "cosched/v1/types.pb.h"
 #include "store/store.h"
 
@@ -37,12 +38,41 @@ struct RolloutVerdict {
 
 // A rollout only enables. A host enforces unless it waits for a rollout
 // (Host.waits_for_rollout: it registered first while new_hosts was
-// wait-for-rollout); a waiting host enforces once `rollout` lists it in
-// enabled_hosts, or is done and its selector matches the host's labels.
-// An aborted rollout enables no more; nothing ever disables a host. Apart
+// wait-for-rollout); a waiting host enforces once a rollout enabled it
+// (Host.enabled_by_rollout, or an older csd's list in `rollout`), or
+// `rollout` is done and its selector matches the host's labels. An
+// aborted rollout enables no more; nothing ever disables a host. Apart
 // from all that, `off` says whether an operator's off switch holds for the
 // host (its own, or the fleet's in `rollout`).
 RolloutVerdict VerdictOf(const v1::Rollout* rollout, const v1::Host& host);
+
+// What `rollout`'s own record says enabled `host_id` (an older csd's lists,
+// Rollout.enabled_hosts, sorted): its id, "before <id>" for a host it
+// carried over from the rollout before; empty when it does not list it.
+std::string ListedBy(const v1::Rollout& rollout, absl::string_view host_id);
+
+// The rollout that enabled a waiting host: Host.enabled_by_rollout, or what
+// an older csd's record lists (ListedBy); empty when none has (a done
+// rollout's selector enables without naming the host).
+std::string EnabledBy(const v1::Rollout* rollout, const v1::Host& host);
+
+// Rollout.matching_hosts, enabled_count and carried_count of `rollout`
+// over every registered host, fed one by one. Not stored: answers count
+// them from the hosts as the answering csd knows them.
+class RolloutCounter {
+ public:
+  explicit RolloutCounter(const v1::Rollout& rollout);
+  void Add(const v1::Host& host);
+  // Sets the three fields of `rollout`.
+  void Fill(v1::Rollout& rollout) const;
+
+ private:
+  const v1::Rollout& rollout_;
+  std::optional<LabelSelector> selector_;
+  int matching_ = 0;
+  int enabled_ = 0;
+  int carried_ = 0;
+};
 
 // Whether `rollout` is a started one (not only the new_hosts setting).
 inline bool Started(const v1::Rollout& rollout) { return !rollout.rollout_id().empty(); }
@@ -54,8 +84,9 @@ uint64_t RolloutHash(absl::string_view host_id);
 
 // The hosts a stage at `percent` enables among `matching` (host ids, any
 // order, no duplicates): the first ceil(N * percent / 100) in RolloutHash
-// order (ties by id), at least one when N > 0. A stage's hosts contain
-// every lower percent's over the same hosts; 100 gives all of them.
+// order (ties by id), at least one when N > 0, in that order. A stage's
+// hosts contain every lower percent's over the same hosts; when it takes
+// them all (100), it gives them as `matching` had them.
 std::vector<std::string> StageHosts(std::vector<std::string> matching, int percent);
 
 // Thread-safe cache of the current rollout.

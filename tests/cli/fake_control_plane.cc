@@ -307,7 +307,7 @@ grpc::Status FakeControlPlane::StartRollout(grpc::ServerContext*,
   r.mutable_started_time()->set_seconds(1800000000);
   r.set_started_by("alice");
   r.set_matching_hosts(static_cast<int>(hosts_.size()));
-  if (!hosts_.empty()) r.add_enabled_hosts(hosts_.begin()->first);
+  r.set_enabled_count(hosts_.empty() ? 0 : 1);
   rollout_ = r;
   *response = r;
   return grpc::Status::OK;

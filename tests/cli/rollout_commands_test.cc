@@ -63,7 +63,8 @@ TEST_F(RolloutCommandsTest, StartSendsStagesSoakAndSelectorAndShowsTheRollout) {
   EXPECT_THAT(out_.str(), HasSubstr("stage:         1 of 4 (1%)\n"));
   EXPECT_THAT(out_.str(), HasSubstr("soak:          30m\n"));
   EXPECT_THAT(out_.str(), HasSubstr("next stage:    2027-01-15T08:30:00Z\n"));
-  EXPECT_THAT(out_.str(), HasSubstr("ENABLED HOST\nhv-1"));
+  EXPECT_THAT(out_.str(), HasSubstr("enabled hosts: 1 (2 waiting host(s) match the selector; "
+                                    "csctl hosts ls shows which)\n"));
 
   // Only one at a time: csd's refusal, as is.
   EXPECT_EQ(Run({"rollout", "start", "--stages", "50%", "--soak", "1h"}), kExitRpcError);
@@ -83,7 +84,8 @@ TEST_F(RolloutCommandsTest, StatusAsJsonAndTheChanges) {
   EXPECT_EQ(r["stage"], 1);
   EXPECT_EQ(r["stage_percent"], 10);
   EXPECT_EQ(r["soak_seconds"], 7200);
-  EXPECT_EQ(r["enabled_hosts"], json::array({"hv-1"}));
+  EXPECT_EQ(r["enabled_count"], 1);
+  EXPECT_EQ(r["carried_count"], 0);
   EXPECT_EQ(r["matching_hosts"], 2);
   EXPECT_EQ(r["next_stage_time"], "2027-01-15T10:00:00Z");
   EXPECT_EQ(r["halt_reason"], "");

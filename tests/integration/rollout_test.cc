@@ -66,6 +66,20 @@ class RolloutTest : public ::testing::Test {
     return response.hosts_size();
   }
 
+  // The hosts whose records say rollout `id` enabled them.
+  std::set<std::string> EnabledBy(const std::string& id) {
+    v1::ListHostsRequest request;
+    request.set_page_size(100);
+    v1::ListHostsResponse response;
+    grpc::ClientContext context;
+    EXPECT_OK(cluster_->control().ListHosts(&context, request, &response));
+    std::set<std::string> hosts;
+    for (const v1::Host& h : response.hosts()) {
+      if (h.enabled_by_rollout() == id) hosts.insert(h.host_id());
+    }
+    return hosts;
+  }
+
   v1::Host GetHost(const std::string& id) {
     v1::GetHostRequest request;
     request.set_host_id(id);
@@ -140,7 +154,9 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   const auto start = std::chrono::steady_clock::now();
   const v1::Rollout started = Rollout();
   ASSERT_EQ(started.state(), v1::Rollout::STATE_RUNNING);
-  ASSERT_EQ(started.enabled_hosts_size(), 2);
+  ASSERT_EQ(started.enabled_count(), 2);
+  EXPECT_EQ(EnabledBy(started.rollout_id()),
+            std::set<std::string>(stage1.begin(), stage1.end()));
 
   // Every agent hears what csd says of its host within a report or two;
   // only then do VMs start, so that what the kernels see from here on is
@@ -181,8 +197,8 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   ASSERT_TRUE(Eventually([&] { return Rollout().stage() == 1; }, 20s));
   const v1::Rollout second = Rollout();
   EXPECT_EQ(second.state(), v1::Rollout::STATE_RUNNING);
-  EXPECT_EQ(std::set<std::string>(second.enabled_hosts().begin(), second.enabled_hosts().end()),
-            in_stage2);
+  EXPECT_EQ(EnabledBy(second.rollout_id()), in_stage2);
+  EXPECT_EQ(second.enabled_count(), static_cast<int>(in_stage2.size()));
   cluster_->host(silent).Stop();
 
   ASSERT_TRUE(Eventually([&] { return Rollout().state() == v1::Rollout::STATE_HALTED; }, 10s))
@@ -200,8 +216,7 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   const v1::Rollout later = Rollout();
   EXPECT_EQ(later.state(), v1::Rollout::STATE_HALTED);
   EXPECT_EQ(later.stage(), 1);
-  EXPECT_EQ(std::set<std::string>(later.enabled_hosts().begin(), later.enabled_hosts().end()),
-            in_stage2);
+  EXPECT_EQ(EnabledBy(later.rollout_id()), in_stage2);
 
   for (int i = 0; i < kHosts; ++i) {
     const std::string& h = ids[i];
@@ -262,8 +277,10 @@ TEST_F(RolloutTest, ARestartedCsdKeepsTheRolloutAndWhatItEnabled) {
     grpc::ClientContext context;
     ASSERT_OK(cluster_->control().StartRollout(&context, request, &started));
   }
-  ASSERT_EQ(started.enabled_hosts_size(), 1);
-  const std::string enabled = started.enabled_hosts(0);
+  ASSERT_EQ(started.enabled_count(), 1);
+  const std::set<std::string> by_it = EnabledBy(started.rollout_id());
+  ASSERT_EQ(by_it.size(), 1u);
+  const std::string enabled = *by_it.begin();
 
   cluster_->StopCsd();
   ASSERT_OK(cluster_->RestartCsd());

@@ -317,7 +317,9 @@ def test_a_rollout_starts_pauses_resumes_and_aborts(csd: Csd, client: cosched.Cl
     started = client.start_rollout([50, 100], 3600)
     assert started.state == types_pb2.Rollout.STATE_RUNNING
     assert list(started.stage_percents) == [50, 100]
-    assert started.enabled_hosts
+    # The one waiting host is stage 1's: its record names the rollout.
+    assert started.enabled_count == 1
+    assert client.get_host("hv-waits").enabled_by_rollout == started.rollout_id
     with pytest.raises(cosched.FailedPrecondition):
         client.start_rollout([100], 3600)
 

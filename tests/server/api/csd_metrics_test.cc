@@ -251,6 +251,13 @@ TEST(CsdMetricsUnit, TheRolloutsStageHostsAndStateAreGauges) {
   std::optional<v1::Rollout> rollout;
   CsdMetricsOptions options;
   options.rollout = [&rollout] { return rollout; };
+  // The counts come with the record only where asked for (they go over
+  // every host): the enabled gauge reads them.
+  options.rollout_counts = [&rollout] {
+    std::optional<v1::Rollout> counted = rollout;
+    if (counted) counted->set_enabled_count(2);
+    return counted;
+  };
   CsdMetrics metrics(options);
   std::string text = ScrapeText(metrics.collectables());
   EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_stage"), 0);
@@ -261,8 +268,6 @@ TEST(CsdMetricsUnit, TheRolloutsStageHostsAndStateAreGauges) {
   rollout->set_rollout_id("r-3");
   rollout->set_state(v1::Rollout::STATE_HALTED);
   rollout->set_stage(1);
-  rollout->add_enabled_hosts("hv-1");
-  rollout->add_enabled_hosts("hv-2");
   text = ScrapeText(metrics.collectables());
   EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_stage"), 2);
   EXPECT_EQ(SampleValue(text, "cosched_csd_rollout_enabled_hosts"), 2);

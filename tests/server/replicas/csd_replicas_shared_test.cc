@@ -65,7 +65,7 @@ TEST_F(CsdReplicasTest, AHostWhoseAgentTalksToAnotherReplicaIsLiveOnEveryReplica
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
   });
-  ASSERT_EQ(StartRollout(a, {100}, 3600).enabled_hosts_size(), 1);
+  ASSERT_EQ(StartRollout(a, {100}, 3600).enabled_count(), 1);
   std::this_thread::sleep_for(std::chrono::seconds(5));
   v1::Host host = get_on_a();
   EXPECT_TRUE(host.connected());

@@ -96,8 +96,19 @@ TEST_F(CsdReplicasTest, ARolloutStartedOnOneReplicaDecidesAnotherReplicasAnswers
   EXPECT_EQ(enablement_on_b("h0"), v1::HostEnablement::STATE_NOT_ENABLED);
 
   const v1::Rollout rollout = StartRollout(a, {10, 100}, 3600);
-  ASSERT_EQ(rollout.enabled_hosts_size(), 1);
-  const std::string enabled = rollout.enabled_hosts(0);
+  ASSERT_EQ(rollout.enabled_count(), 1);
+  // The host it enabled says so on its record, on either replica.
+  std::string enabled;
+  {
+    grpc::ClientContext context;
+    v1::ListHostsRequest request;
+    v1::ListHostsResponse hosts;
+    ASSERT_OK(b.control->ListHosts(&context, request, &hosts));
+    for (const v1::Host& h : hosts.hosts()) {
+      if (h.enabled_by_rollout() == rollout.rollout_id()) enabled = h.host_id();
+    }
+  }
+  ASSERT_NE(enabled, "");
   const std::string other = enabled == "h0" ? "h1" : "h0";
   EXPECT_TRUE(Eventually([&] {
     return enablement_on_b(enabled) == v1::HostEnablement::STATE_ENFORCE;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "google/protobuf/util/time_util.h"
 #include "server/state/host_enablement.h"
 #include "server/state/rollout_control.h"
 #include "server/state/rollout_view.h"
@@ -169,7 +170,8 @@ class RolloutControlTest : public ::testing::Test {
     options.no_report_halt = std::chrono::seconds(3600);
     TestState& state = *sqlite_.state();
     control_ = std::make_unique<RolloutControl>(state.store, state.rollout, state.host_status,
-                                                options, [this] { return now_; });
+                                                state.placement, options,
+                                                [this] { return now_; });
     // A fleet whose enforcement is turned on in stages: its hosts wait.
     if (HostsWait()) {
       ASSERT_OK(SetNewHosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT));
@@ -226,6 +228,25 @@ class RolloutControlTest : public ::testing::Test {
     return h.ok() ? h->enablement().state() : v1::HostEnablement::STATE_UNSPECIFIED;
   }
 
+  // The hosts whose record says `rollout_id` enabled them, sorted, as the
+  // store has them.
+  std::vector<std::string> EnabledBy(const std::string& rollout_id) {
+    std::vector<std::string> hosts;
+    absl::Status read = sqlite_.state()->store.Read([&](store::Transaction& txn) {
+      store::Page page;
+      page.limit = 1000;
+      absl::StatusOr<std::vector<v1::Host>> all = txn.ListHosts(page);
+      if (!all.ok()) return all.status();
+      for (const v1::Host& h : *all) {
+        if (h.enabled_by_rollout() == rollout_id) hosts.push_back(h.host_id());
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(read.ok()) << read;
+    std::sort(hosts.begin(), hosts.end());
+    return hosts;
+  }
+
   // The methods of the audit records whose method names a rollout, oldest
   // first.
   std::vector<std::string> AuditMethods(absl::string_view about = "Rollout") {
@@ -273,10 +294,11 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   EXPECT_EQ(started.stage(), 0);
   EXPECT_EQ(started.matching_hosts(), 20);
   const std::vector<std::string> stage1 = StageHosts(Hosts(20), 10);
-  std::vector<std::string> enabled(started.enabled_hosts().begin(), started.enabled_hosts().end());
   std::vector<std::string> want = stage1;
   std::sort(want.begin(), want.end());
-  EXPECT_EQ(enabled, want);
+  EXPECT_EQ(EnabledBy(started.rollout_id()), want);
+  EXPECT_EQ(started.enabled_count(), 2);
+  EXPECT_EQ(started.carried_count(), 0);
   for (int i = 0; i < 20; ++i) {
     const std::string host = absl::StrCat("hv-", i);
     const bool in = std::count(stage1.begin(), stage1.end(), host) > 0;
@@ -306,16 +328,15 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   ASSERT_OK(control_->RunPass());
   ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.stage(), 1);
-  EXPECT_EQ(r.enabled_hosts_size(), 10);
-  EXPECT_THAT(std::vector<std::string>(r.enabled_hosts().begin(), r.enabled_hosts().end()),
-              IsSupersetOf(stage1));
+  EXPECT_EQ(r.enabled_count(), 10);
+  EXPECT_THAT(EnabledBy(r.rollout_id()), IsSupersetOf(stage1));
   // A host registered during stage 2 is enrolled when it falls in the
   // stage's share.
   for (int i = 20; i < 24; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
   ASSERT_OK(control_->RunPass());
   ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.matching_hosts(), 24);
-  EXPECT_EQ(r.enabled_hosts_size(), 12);
+  EXPECT_EQ(r.enabled_count(), 12);
 
   now_ += absl::Seconds(600);
   ASSERT_OK(control_->RunPass());
@@ -323,19 +344,23 @@ TEST_F(RolloutControlTest, StagesSoakAdvanceAndEndDone) {
   ASSERT_OK(control_->RunPass());
   ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
   EXPECT_EQ(r.state(), v1::Rollout::STATE_DONE);
-  EXPECT_EQ(r.enabled_hosts_size(), 24);
+  EXPECT_EQ(r.enabled_count(), 24);
+  // Its record lists no host: each is on its own host record.
+  EXPECT_EQ(r.enabled_hosts_size(), 0);
+  EXPECT_EQ(EnabledBy(r.rollout_id()).size(), 24u);
   // Done over every host: one registered now is enabled at once.
   ASSERT_OK_AND_ASSIGN(v1::RegisterResponse late, Register("hv-99"));
   EXPECT_EQ(late.enablement().state(), v1::HostEnablement::STATE_ENFORCE);
   EXPECT_THAT(AuditMethods(),
-              ElementsAreArray({"StartRollout", "AdvanceRollout", "EnrolRolloutHosts",
-                                "AdvanceRollout", "FinishRollout"}));
+              ElementsAreArray({"StartRollout", "EnableRolloutHosts", "AdvanceRollout",
+                                "EnableRolloutHosts", "EnableRolloutHosts", "AdvanceRollout",
+                                "EnableRolloutHosts", "FinishRollout"}));
 }
 
 TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
   ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 100}, 600, "zone=a"));
   EXPECT_EQ(started.matching_hosts(), 10);
-  EXPECT_EQ(started.enabled_hosts_size(), 1);
+  EXPECT_EQ(started.enabled_count(), 1);
   EXPECT_THAT(Change(RolloutControl::Change::kResume).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "is running; only a paused or halted rollout resumes"));
@@ -356,7 +381,7 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
 
   ASSERT_OK_AND_ASSIGN(r, Change(RolloutControl::Change::kAbort));
   EXPECT_EQ(r.state(), v1::Rollout::STATE_ABORTED);
-  EXPECT_EQ(r.enabled_hosts_size(), 1);
+  EXPECT_EQ(r.enabled_count(), 1);
   EXPECT_THAT(Change(RolloutControl::Change::kAbort).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is aborted"));
   // Aborted: no stage comes, the host it enabled stays enabled, the others
@@ -364,22 +389,131 @@ TEST_F(RolloutControlTest, PauseResumeAbortFollowTheirRules) {
   now_ += absl::Seconds(3600);
   ASSERT_OK(control_->RunPass());
   ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
-  EXPECT_EQ(r.enabled_hosts_size(), 1);
-  EXPECT_EQ(EnablementOfHost(r.enabled_hosts(0)), v1::HostEnablement::STATE_ENFORCE);
+  EXPECT_EQ(r.enabled_count(), 1);
+  const std::vector<std::string> aborted = EnabledBy(r.rollout_id());
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(EnablementOfHost(aborted[0]), v1::HostEnablement::STATE_ENFORCE);
 
   // The next rollout carries the host the aborted one enabled.
   ASSERT_OK_AND_ASSIGN(v1::Rollout next, Start({5}, 600, "zone=b"));
-  EXPECT_THAT(next.carried_hosts(), ElementsAreArray({r.enabled_hosts(0)}));
-  EXPECT_EQ(next.enabled_hosts_size(), 2);
-  EXPECT_THAT(AuditMethods(), ElementsAreArray({"StartRollout", "PauseRollout", "ResumeRollout",
-                                                "AbortRollout", "StartRollout"}));
+  EXPECT_EQ(next.carried_count(), 1);
+  EXPECT_EQ(next.enabled_count(), 2);
+  EXPECT_EQ(EnabledBy(r.rollout_id()), aborted);
+  EXPECT_EQ(EnabledBy(next.rollout_id()).size(), 1u);
+  EXPECT_THAT(AuditMethods(),
+              ElementsAreArray({"StartRollout", "EnableRolloutHosts", "PauseRollout",
+                                "ResumeRollout", "AbortRollout", "StartRollout",
+                                "EnableRolloutHosts"}));
+}
+
+// A stage of more hosts than one commit takes: they are marked in commits
+// of at most kEnableChunk, each audited with the hosts it names.
+TEST_F(RolloutControlTest, ALargeStageIsEnabledInCommitsOfAtMostAChunk) {
+  for (int i = 20; i < 150; ++i) ASSERT_OK(Register(absl::StrCat("hv-", i)));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({100}, 600));
+  EXPECT_EQ(started.enabled_count(), 150);
+  EXPECT_EQ(EnabledBy(started.rollout_id()).size(), 150u);
+  v1::ListAuditRecordsRequest request;
+  request.set_page_size(100);
+  ASSERT_OK_AND_ASSIGN(v1::ListAuditRecordsResponse records,
+                       sqlite_.state()->audit.ListAuditRecords(request));
+  int commits = 0;
+  for (const v1::AuditRecord& r : records.records()) {
+    if (r.method() != "EnableRolloutHosts") continue;
+    ++commits;
+    EXPECT_EQ(r.subject(), started.rollout_id());
+    EXPECT_THAT(r.reason(), ::testing::StartsWith("stage 1 of 1 (100%): "));
+  }
+  EXPECT_EQ(commits, (150 + static_cast<int>(kEnableChunk) - 1) / static_cast<int>(kEnableChunk));
+  // The leader's next check finds nothing left to enable.
+  ASSERT_OK(control_->RunPass());
+  EXPECT_EQ(AuditMethods("EnableRolloutHosts").size(), static_cast<size_t>(commits));
+}
+
+// A record an older csd wrote lists its hosts: they keep enforcing, the
+// leader copies them onto their host records (a carried one as such), and
+// the next rollout's record lists none and carries them all.
+TEST_F(RolloutControlTest, AnOlderCsdsListsHoldAndMoveOntoTheHostRecords) {
+  v1::Rollout legacy;
+  legacy.set_rollout_id("r-5");
+  legacy.set_state(v1::Rollout::STATE_RUNNING);
+  legacy.add_stage_percents(10);
+  legacy.add_stage_percents(100);
+  legacy.set_soak_seconds(3600);
+  *legacy.mutable_stage_started_time() =
+      google::protobuf::util::TimeUtil::SecondsToTimestamp(absl::ToUnixSeconds(now_));
+  for (const char* h : {"hv-1", "hv-2", "hv-3"}) legacy.add_enabled_hosts(h);
+  legacy.add_carried_hosts("hv-3");
+  legacy.set_new_hosts(v1::NEW_HOSTS_WAIT_FOR_ROLLOUT);
+  TestState& state = *sqlite_.state();
+  ASSERT_OK(state.store.WriteSync(
+      [&](store::Transaction& txn) { return txn.PutRollout(legacy); }));
+  ASSERT_OK(state.rollout.Load(state.store));
+  for (const char* h : {"hv-1", "hv-2", "hv-3"}) {
+    EXPECT_EQ(EnablementOfHost(h), v1::HostEnablement::STATE_ENFORCE) << h;
+  }
+  ASSERT_OK_AND_ASSIGN(v1::Rollout r, control_->GetRollout());
+  EXPECT_GE(r.enabled_count(), 3);
+  EXPECT_EQ(r.carried_count(), 1);
+
+  ASSERT_OK(control_->RunPass());
+  std::vector<std::string> by_r5 = EnabledBy("r-5");
+  EXPECT_THAT(by_r5, IsSupersetOf({"hv-1", "hv-2"}));
+  EXPECT_THAT(EnabledBy("before r-5"), ElementsAreArray({"hv-3"}));
+  // Only a host this rollout enabled halts it; hv-3 was carried.
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
+  EXPECT_EQ(r.state(), v1::Rollout::STATE_RUNNING);
+
+  ASSERT_OK(Change(RolloutControl::Change::kAbort).status());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout next, Start({10}, 600));
+  EXPECT_EQ(next.enabled_hosts_size(), 0);
+  EXPECT_EQ(next.carried_hosts_size(), 0);
+  EXPECT_EQ(next.carried_count(), static_cast<int>(by_r5.size()) + 1);
+  for (const char* h : {"hv-1", "hv-2", "hv-3"}) {
+    EXPECT_EQ(EnablementOfHost(h), v1::HostEnablement::STATE_ENFORCE) << h;
+  }
+}
+
+// A rolling upgrade: while a replica of an older csd shares the store, a
+// start would make it read every carried host as not enabled.
+TEST_F(RolloutControlTest, AStartWaitsForEveryReplicaToReadTheNewRecords) {
+  RolloutOptions options;
+  options.min_soak_s = 60;
+  TestState& state = *sqlite_.state();
+  RolloutControl held(state.store, state.rollout, state.host_status, state.placement, options,
+                      [this] { return now_; }, nullptr, [] {
+                        return absl::FailedPreconditionError("replica csd-old runs an older csd");
+                      });
+  v1::StartRolloutRequest request;
+  request.add_stage_percents(100);
+  request.set_soak_seconds(600);
+  EXPECT_THAT(testing::Wait<v1::Rollout>([&](auto done) {
+                held.StartRollout(request, Actor{"alice", "admin"}, std::move(done));
+              }).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "replica csd-old"));
+  ASSERT_OK_AND_ASSIGN(v1::Rollout record, control_->GetRollout());
+  EXPECT_EQ(record.rollout_id(), "");
+  EXPECT_EQ(EnablementOfHost("hv-0"), v1::HostEnablement::STATE_NOT_ENABLED);
+
+  // A rollout started before: its stages still soak and advance, but
+  // enable no more hosts until every replica reads their marks.
+  ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 100}, 600));
+  EXPECT_EQ(started.enabled_count(), 2);
+  now_ += absl::Seconds(600);
+  ASSERT_OK(held.RunPass());
+  ASSERT_OK_AND_ASSIGN(v1::Rollout r, control_->GetRollout());
+  EXPECT_EQ(r.stage(), 1);
+  EXPECT_EQ(r.enabled_count(), 2);
+  ASSERT_OK(control_->RunPass());
+  ASSERT_OK_AND_ASSIGN(r, control_->GetRollout());
+  EXPECT_EQ(r.enabled_count(), 20);
 }
 
 // Done over a selector: a waiting host that registers later enforces at
 // once when the selector matches it; one that does not match waits.
 TEST_F(RolloutControlTest, DoneOverASelectorEnablesLateMatchingHostsOnly) {
   ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({100}, 60, "zone=a"));
-  EXPECT_EQ(started.enabled_hosts_size(), 10);
+  EXPECT_EQ(started.enabled_count(), 10);
   now_ += absl::Seconds(60);
   ASSERT_OK(control_->RunPass());
   ASSERT_OK_AND_ASSIGN(v1::Rollout done, control_->GetRollout());
@@ -413,7 +547,7 @@ TEST_F(RolloutControlTest, ARolloutNeverTurnsEnforcementOff) {
   ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({25, 100}, 600));
   // The stages are shares of the 20 hosts that wait, not of all 24.
   EXPECT_EQ(started.matching_hosts(), 20);
-  EXPECT_EQ(started.enabled_hosts_size(), 5);
+  EXPECT_EQ(started.enabled_count(), 5);
   all_enforce("at stage 1");
   ASSERT_OK(Change(RolloutControl::Change::kPause).status());
   all_enforce("paused");
@@ -482,7 +616,7 @@ TEST_F(RolloutOnAnEnforcingFleetTest, StartSaysEveryHostEnforcesAndChangesNothin
 
 TEST_F(RolloutControlTest, HaltsNamingAHostWithReconcileErrorsOrAHazard) {
   ASSERT_OK_AND_ASSIGN(v1::Rollout started, Start({10, 50, 100}, 600));
-  const std::string canary = started.enabled_hosts(0);
+  const std::string canary = EnabledBy(started.rollout_id()).at(0);
   v1::ReportRequest report;
   report.set_host_id(canary);
   v1::VMObservation* vm = report.add_vms();
