@@ -6,6 +6,8 @@
 //   kExitUsage (2): a local check failed; nothing was sent.
 //   kExitRpcError (1): csd answered with an error (its message is printed
 //     as is), could not be reached, or did not answer within the timeout.
+//   kExitUnhealthy (3): `csctl status` only: csd answered, and something
+//     in its answer is wrong (printed as the rest of the answer).
 // Thread-compatible: the functions keep no state of their own.
 #ifndef COSCHED_CLI_COMMANDS_H_
 #define COSCHED_CLI_COMMANDS_H_
@@ -24,6 +26,7 @@ namespace cosched::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcError = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUnhealthy = 3;
 
 enum class OutputFormat { kTable, kJson };
 
@@ -228,6 +231,13 @@ int RunExplainVm(Stub& stub, const std::string& vm_id,
 // measured (JSON: PlanReportToJson). Neither or both: a usage error.
 int RunPlan(Stub& stub, const PlanArgs& args, const CommandOptions& options,
             std::ostream& out, std::ostream& err);
+
+// GetStatus: each csd replica, its version, whether it leads, its store
+// and revision, its agents (JSON: {"healthy", "problems", "replicas"}).
+// kExitUnhealthy, with each problem on a line of its own after the table,
+// when a replica could not be asked or cannot reach its store, or when
+// not exactly one replica leads.
+int RunStatus(Stub& stub, const CommandOptions& options, std::ostream& out, std::ostream& err);
 
 // StartRollout; prints the rollout (cli/rollout_output.h). kExitUsage for
 // stages that are not N% or do not strictly increase within 1-100%, a

@@ -303,6 +303,11 @@ void AddRolloutCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& comma
 }
 
 void AddRecordCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) {
+  CLI::App* status = app.add_subcommand(
+      "status", "csd's health: each replica, its version, leader, store, revision and agents "
+                "(exit 3 when something is wrong)");
+  commands.push_back({status, nullptr, [](Stub& s, const CommandOptions& o, std::ostream& out,
+                                          std::ostream& err) { return RunStatus(s, o, out, err); }});
   CLI::App* audit = app.add_subcommand("audit", "the audit trail of changes, newest first");
   audit->add_option("--vm,--subject", a.audit.subject,
                     "only changes of this vm (or tenant or host) id");

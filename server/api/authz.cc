@@ -105,6 +105,7 @@ Role RequiredRole(absl::string_view method) {
       {"ExplainVM", Role::kViewer},
       {"Plan", Role::kViewer},
       {"GetRollout", Role::kViewer},
+      {"GetStatus", Role::kViewer},
       {"TagVM", Role::kOperator},
       {"UntagVM", Role::kOperator},
       {"Place", Role::kOperator},

@@ -192,6 +192,25 @@ grpc::ServerUnaryReactor* ControlPlaneService::GetStats(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ControlPlaneService::GetStatus(grpc::CallbackServerContext* context,
+                                                         const v1::GetStatusRequest* request,
+                                                         v1::GetStatusResponse* response) {
+  auto caller = parts_.authz.ForControlPlane(*context, "GetStatus");
+  if (!caller.ok()) return Refuse(context, caller.status());
+  v1::ReplicaStatus self = parts_.status ? parts_.status() : v1::ReplicaStatus();
+  if (parts_.peer_status == nullptr || request->local_only()) {
+    v1::GetStatusResponse own;
+    *own.add_replicas() = std::move(self);
+    return AnswerNow<v1::GetStatusResponse>(context, std::move(own), response);
+  }
+  auto* reactor = context->DefaultReactor();
+  parts_.peer_status->Gather(std::move(self), [reactor, response](v1::GetStatusResponse all) {
+    *response = std::move(all);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ControlPlaneService::ListAuditRecords(
     grpc::CallbackServerContext* context,
     const v1::ListAuditRecordsRequest* request,

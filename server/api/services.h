@@ -17,6 +17,7 @@
 #include "server/fanout/watch_reads.h"
 #include "server/replicas/leader_queries.h"
 #include "server/replicas/peer_stats.h"
+#include "server/replicas/peer_status.h"
 #include "server/state/audit_trail.h"
 #include "server/state/host_status.h"
 #include "server/state/hosts.h"
@@ -48,6 +49,10 @@ struct ControlPlaneParts {
   // not lead.
   PeerStats* peers = nullptr;
   LeaderQueries* leader = nullptr;
+  // GetStatus: this replica's own status; on etcd (may be null), the
+  // other replicas' gathered beside it.
+  std::function<v1::ReplicaStatus()> status;
+  PeerStatus* peer_status = nullptr;
 };
 
 class ControlPlaneService final : public v1::ControlPlane::CallbackService {
@@ -130,6 +135,9 @@ class ControlPlaneService final : public v1::ControlPlane::CallbackService {
   grpc::ServerUnaryReactor* SetHostEnforcement(grpc::CallbackServerContext* context,
                                                const v1::SetHostEnforcementRequest* request,
                                                v1::SetHostEnforcementResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest* request,
+                                      v1::GetStatusResponse* response) override;
 
  private:
   // Whether ExplainVM and Plan go to the leader: its engine's record and

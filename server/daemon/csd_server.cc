@@ -14,8 +14,10 @@
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/validation.h"
+#include "common/version.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -243,6 +245,7 @@ void CsdServer::StartReplicas(const CsdOptions& options, store::EtcdReplicas& re
   peer_directory_ = std::make_unique<PeerDirectory>([etcd] { return etcd->List(); },
                                                     std::move(peer_options));
   peer_stats_ = std::make_unique<PeerStats>(*peer_directory_, options.peer_timeout);
+  peer_status_ = std::make_unique<PeerStatus>(*peer_directory_, options.peer_timeout);
   leader_queries_ = std::make_unique<LeaderQueries>([etcd] { return etcd->leader(); },
                                                     *peer_directory_);
   // Which hosts' agents each replica hears, so that every replica judges
@@ -290,7 +293,9 @@ absl::Status CsdServer::StartServing(const CsdOptions& options,
                           .rollouts = *rollouts_,
                           .queries = *queries_,
                           .peers = peer_stats_.get(),
-                          .leader = leader_queries_.get()};
+                          .leader = leader_queries_.get(),
+                          .status = [this] { return OwnStatus(); },
+                          .peer_status = peer_status_.get()};
   control_plane_ = std::make_unique<ControlPlaneService>(parts);
   agent_service_ = std::make_unique<AgentServiceImpl>(state_->hosts, state_->reports,
                                                       *watch_reads_, *fanout_, *authz_);
@@ -499,6 +504,7 @@ void CsdServer::SetStoreReachable(bool reachable, const std::string& why) {
   std::lock_guard<std::mutex> lock(health_mu_);
   if (reachable == store_reachable_) return;
   store_reachable_ = reachable;
+  store_problem_ = reachable ? "" : why;
   if (fanout_for_store_ != nullptr) {
     fanout_for_store_->SetStoreReachable(reachable, end_streams_after_store_lost_, why);
   }
@@ -506,6 +512,27 @@ void CsdServer::SetStoreReachable(bool reachable, const std::string& why) {
                                               : "NOT_SERVING, the store cannot be reached: ")
                << why;
   if (health_ != nullptr) health_->SetServingStatus(reachable);
+}
+
+v1::ReplicaStatus CsdServer::OwnStatus() const {
+  v1::ReplicaStatus status;
+  status.set_version(CoschedVersion());
+  status.set_store(replicas_ != nullptr ? "etcd" : "sqlite");
+  if (replicas_ != nullptr) {
+    status.set_name(replicas_->name());
+    status.set_address(replicas_->address());
+  }
+  status.set_leader(store_->Leads());
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    status.set_store_reachable(store_reachable_);
+    status.set_store_problem(store_problem_);
+  }
+  status.set_revision(store_->CurrentRevision());
+  if (fanout_ != nullptr) status.set_agents_connected(static_cast<int32_t>(fanout_->WatcherCount()));
+  *status.mutable_started_time() =
+      google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(started_));
+  return status;
 }
 
 int CsdServer::metrics_port() const {

@@ -211,6 +211,8 @@ class CsdServer {
   // gRPC health: NOT_SERVING while the store cannot be reached (a store in
   // etcd whose watch is lost), SERVING again once it can.
   void SetStoreReachable(bool reachable, const std::string& why);
+  // This replica's part of GetStatus.
+  v1::ReplicaStatus OwnStatus() const;
 
   // First: it outlives everything that reports to it.
   std::unique_ptr<CsdMetrics> metrics_;
@@ -248,6 +250,8 @@ class CsdServer {
   std::unique_ptr<PeerStats> peer_stats_;
   // csd on etcd: ExplainVM and Plan asked of the leader; the same.
   std::unique_ptr<LeaderQueries> leader_queries_;
+  // csd on etcd: the other replicas' GetStatus; the same.
+  std::unique_ptr<PeerStatus> peer_status_;
   // Runs Plan and ExplainVM; stopped before the server, destroyed before
   // the engine and the state they read.
   std::unique_ptr<QueryPool> queries_;
@@ -266,9 +270,11 @@ class CsdServer {
   int port_ = 0;
   std::string address_;
   std::once_flag shutdown_once_;
-  std::mutex health_mu_;
+  mutable std::mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ = nullptr;  // guarded by health_mu_
   bool store_reachable_ = true;                          // guarded by health_mu_
+  std::string store_problem_;                            // guarded by health_mu_
+  absl::Time started_ = absl::Now();
   // fanout_ while it takes the store's reachability; null from Shutdown.
   AssignmentFanout* fanout_for_store_ = nullptr;         // guarded by health_mu_
   absl::Duration end_streams_after_store_lost_;

@@ -1,17 +1,12 @@
 #include "server/replicas/peer_stats.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sibling_share.h"
-#include "common/transport.h"
-#include "glog/logging.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
+#include "server/replicas/peer_calls.h"
 #include "server/stats/stats_source.h"
 
 namespace cosched::server {
@@ -52,94 +47,27 @@ absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
   return local;
 }
 
-namespace {
-
-// One gathering: every call's context and answer, alive until the last
-// call completes.
-struct Gathering {
-  struct Call {
-    std::string replica;
-    std::string address;
-    std::shared_ptr<v1::ControlPlane::Stub> stub;  // keeps the channel while in flight
-    grpc::ClientContext context;
-    v1::GetStatsResponse response;
-  };
-  v1::GetStatsRequest request;
-  std::vector<std::unique_ptr<Call>> calls;
-  std::vector<PeerStatsAnswer> answers;  // by index of calls
-  std::vector<v1::StatsReplicaGap> gaps;
-  std::atomic<size_t> pending{0};
-  PeerStats::Done done;
-
-  void Finish() { done(std::move(answers), std::move(gaps)); }
-};
-
-}  // namespace
-
 void PeerStats::Gather(const v1::GetStatsRequest& request, Done done) {
-  auto gathering = std::make_shared<Gathering>();
-  gathering->request = request;
-  gathering->request.set_local_only(true);
-  gathering->done = std::move(done);
-  absl::StatusOr<std::vector<store::EtcdReplica>> replicas = peers_.Replicas();
-  if (!replicas.ok()) {
-    gathering->gaps.push_back(Gap("*", absl::StrCat("the replicas registered in etcd could "
-                                                    "not be listed: ",
-                                                    replicas.status().ToString())));
-    gathering->Finish();
-    return;
-  }
-  for (const store::EtcdReplica& replica : *replicas) {
-    if (replica.name() == peers_.options().self) continue;
-    if (replica.address().empty()) {
-      gathering->gaps.push_back(Gap(replica.name(),
-                                    "it registered no address (store.etcd.advertise_address)"));
-      continue;
-    }
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = peers_.ChannelTo(replica.address());
-    if (!channel.ok()) {
-      gathering->gaps.push_back(
-          Gap(replica.name(), absl::StrCat("at ", replica.address(), ": ",
-                                           channel.status().ToString())));
-      continue;
-    }
-    auto call = std::make_unique<Gathering::Call>();
-    call->replica = replica.name();
-    call->address = replica.address();
-    call->stub = v1::ControlPlane::NewStub(*channel);
-    call->context.set_deadline(std::chrono::system_clock::now() +
-                               absl::ToChronoMilliseconds(timeout_));
-    gathering->calls.push_back(std::move(call));
-  }
-  gathering->answers.resize(gathering->calls.size());
-  if (gathering->calls.empty()) {
-    gathering->Finish();
-    return;
-  }
-  gathering->pending = gathering->calls.size();
-  for (size_t i = 0; i < gathering->calls.size(); ++i) {
-    Gathering::Call* call = gathering->calls[i].get();
-    call->stub->async()->GetStats(
-        &call->context, &gathering->request, &call->response,
-        [gathering, call, i, timeout = timeout_](grpc::Status status) {
-          PeerStatsAnswer& answer = gathering->answers[i];
-          answer.replica = call->replica;
-          if (status.ok()) {
-            answer.stats = std::move(call->response);
-          } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-            answer.stats = absl::DeadlineExceededError(absl::StrCat(
-                "at ", call->address, ": no answer within ", absl::FormatDuration(timeout),
-                " (store.etcd.peer_timeout_ms)"));
-          } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-            answer.stats = FromGrpcStatus(status);
+  v1::GetStatsRequest local_only = request;
+  local_only.set_local_only(true);
+  AskPeers<v1::GetStatsRequest, v1::GetStatsResponse>(
+      peers_, local_only, timeout_,
+      [](auto* async, grpc::ClientContext* context, const v1::GetStatsRequest* request,
+         v1::GetStatsResponse* response, std::function<void(grpc::Status)> callback) {
+        async->GetStats(context, request, response, std::move(callback));
+      },
+      [done = std::move(done)](std::vector<PeerAnswer<v1::GetStatsResponse>> answers) {
+        std::vector<PeerStatsAnswer> asked;
+        std::vector<v1::StatsReplicaGap> gaps;
+        for (PeerAnswer<v1::GetStatsResponse>& a : answers) {
+          if (a.asked) {
+            asked.push_back({a.replica, std::move(a.answer)});
           } else {
-            absl::Status error = FromGrpcStatus(status);
-            answer.stats = absl::Status(error.code(), absl::StrCat("at ", call->address, ": ",
-                                                                   error.message()));
+            gaps.push_back(Gap(a.replica, std::string(a.answer.status().message())));
           }
-          if (gathering->pending.fetch_sub(1) == 1) gathering->Finish();
-        });
-  }
+        }
+        done(std::move(asked), std::move(gaps));
+      });
 }
 
 }  // namespace cosched::server

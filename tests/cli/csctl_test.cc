@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/cli/fake_control_plane.h"
+#include "tests/cli/csctl_fixture.h"
 #include "tests/testing/temp_dir.h"
 
 namespace cosched::cli {
@@ -24,29 +24,19 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class CsctlTest : public ::testing::Test {
+class CsctlTest : public CsctlFixture {
  protected:
   CsctlTest() {
     env_.get_env = [this](const std::string& name) {
       auto it = env_vars_.find(name);
       return it == env_vars_.end() ? std::string() : it->second;
     };
-    env_.file_exists = [](const std::string&) { return false; };
     // Whatever address was resolved, talk to the fake, and remember it.
     env_.make_stub = [this](const ConnectionSettings& settings)
         -> absl::StatusOr<std::unique_ptr<Stub>> {
       settings_ = settings;
       return server_.NewStub();
     };
-  }
-
-  int Run(const std::vector<std::string>& args) {
-    std::vector<const char*> argv = {"csctl"};
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    out_.str("");
-    err_.str("");
-    return RunCsctl(static_cast<int>(argv.size()), argv.data(), env_, out_,
-                    err_);
   }
 
   ~CsctlTest() override {
@@ -68,12 +58,9 @@ class CsctlTest : public ::testing::Test {
            s.rfind("csctl: ", 0) == 0;
   }
 
-  testing::FakeServer server_;
   std::map<std::string, std::string> env_vars_;
-  CsctlEnvironment env_;
   ConnectionSettings settings_;
   std::vector<std::string> config_files_;
-  std::ostringstream out_, err_;
 };
 
 TEST_F(CsctlTest, TagAndGetOverARealChannel) {

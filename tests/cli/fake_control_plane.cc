@@ -313,6 +313,19 @@ grpc::Status FakeControlPlane::StartRollout(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status FakeControlPlane::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                         v1::GetStatusResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_;
+  *response = status_;
+  return grpc::Status::OK;
+}
+
+void FakeControlPlane::SetStatus(const v1::GetStatusResponse& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = status;
+}
+
 grpc::Status FakeControlPlane::GetRollout(grpc::ServerContext*, const v1::GetRolloutRequest*,
                                           v1::Rollout* response) {
   std::lock_guard<std::mutex> lock(mu_);

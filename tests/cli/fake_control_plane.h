@@ -73,6 +73,10 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   grpc::Status SetHostEnforcement(grpc::ServerContext*,
                                   const v1::SetHostEnforcementRequest* request,
                                   v1::SetHostEnforcementResponse* response) override;
+  // Answers what SetStatus stored (no replica until then).
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,
+                         v1::GetStatusResponse* response) override;
+  void SetStatus(const v1::GetStatusResponse& status);
   std::vector<v1::SetHostEnforcementRequest> enforcement_requests() const;
   std::vector<v1::StartRolloutRequest> rollout_requests() const;
   std::vector<v1::ChangeRolloutRequest> rollout_changes() const;
@@ -102,6 +106,7 @@ class FakeControlPlane final : public v1::ControlPlane::Service {
   std::vector<v1::StartRolloutRequest> rollout_requests_;
   std::vector<v1::ChangeRolloutRequest> rollout_changes_;
   std::vector<v1::SetHostEnforcementRequest> enforcement_requests_;
+  v1::GetStatusResponse status_;
   grpc::Status SetRolloutState(const v1::ChangeRolloutRequest* request, v1::Rollout::State state,
                                v1::Rollout* response);
 };

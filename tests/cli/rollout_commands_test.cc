@@ -1,15 +1,13 @@
 // csctl rollout start|status|pause|resume|abort|new-hosts, parsed as csctl parses its
 // command line, against the fake control plane: what is sent, what is
 // shown, and bad input refused before anything is sent (exit 2).
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "cli/csctl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/cli/fake_control_plane.h"
+#include "tests/cli/csctl_fixture.h"
 
 namespace cosched::cli {
 namespace {
@@ -19,32 +17,15 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class RolloutCommandsTest : public ::testing::Test {
+class RolloutCommandsTest : public CsctlFixture {
  protected:
   RolloutCommandsTest() {
-    env_.get_env = [](const std::string&) { return std::string(); };
-    env_.file_exists = [](const std::string&) { return false; };
-    env_.make_stub = [this](const ConnectionSettings&) -> absl::StatusOr<std::unique_ptr<Stub>> {
-      return server_.NewStub();
-    };
     for (const char* id : {"hv-1", "hv-2"}) {
       v1::Host host;
       host.set_host_id(id);
       server_.service().PutHost(host);
     }
   }
-
-  int Run(const std::vector<std::string>& args) {
-    std::vector<const char*> argv = {"csctl"};
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    out_.str("");
-    err_.str("");
-    return RunCsctl(static_cast<int>(argv.size()), argv.data(), env_, out_, err_);
-  }
-
-  testing::FakeServer server_;
-  CsctlEnvironment env_;
-  std::ostringstream out_, err_;
 };
 
 TEST_F(RolloutCommandsTest, StartSendsStagesSoakAndSelectorAndShowsTheRollout) {

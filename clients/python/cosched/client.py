@@ -300,6 +300,13 @@ class Client:
         return self._call(self._stub.GetHost, control_plane_pb2.GetHostRequest(host_id=host_id),
                           timeout)
 
+    def status(self, *, timeout: float | None = None) -> control_plane_pb2.GetStatusResponse:
+        """csd's health, replica by replica (what `csctl status` shows): the
+        replica asked first, each with its version, whether it leads, its
+        store and revision and its agents; one that could not be asked has
+        `unreachable` set. Needs the viewer role."""
+        return self._call(self._stub.GetStatus, control_plane_pb2.GetStatusRequest(), timeout)
+
     def start_rollout(
         self,
         stage_percents: Iterable[int],

@@ -317,6 +317,10 @@ def test_a_rollout_starts_pauses_resumes_and_aborts(csd: Csd, client: cosched.Cl
     started = client.start_rollout([50, 100], 3600)
     assert started.state == types_pb2.Rollout.STATE_RUNNING
     assert list(started.stage_percents) == [50, 100]
+    # csd's own health: one replica on SQLite, leading.
+    status = client.status()
+    assert [r.store for r in status.replicas] == ["sqlite"]
+    assert status.replicas[0].leader and status.replicas[0].store_reachable
     # The one waiting host is stage 1's: its record names the rollout.
     assert started.enabled_count == 1
     assert client.get_host("hv-waits").enabled_by_rollout == started.rollout_id

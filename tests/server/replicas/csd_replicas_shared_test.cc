@@ -1,8 +1,12 @@
 // What csd replicas on one etcd prefix share besides the store's records
 // (issue #16): which hosts each one's agents are connected to and report
 // (the seen records, server/state/host_liveness.h), so that every replica judges
-// liveness alike, and the stats windows the others forward to the leader's
-// policy engine (server/replicas/stats_forwarder.h).
+// liveness alike, the stats windows the others forward to the leader's
+// policy engine (server/replicas/stats_forwarder.h), and each one's health
+// for csctl status (server/replicas/peer_status.h).
+#include <algorithm>
+
+#include "common/version.h"
 #include "tests/server/replicas/csd_replicas_fixture.h"
 
 namespace cosched::server::replicas_testing {
@@ -331,6 +335,74 @@ TEST_F(CsdReplicasTest, ForwardStatsIsTheLeadersAndChecksItsInput) {
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bad.error_message().find("reports[0].stats[0]"), std::string::npos)
       << bad.error_message();
+}
+
+// csctl status's answer (GetStatus): the replica asked, then every other
+// by name, exactly one of them leading; one that cannot be asked is listed
+// with why, not left out.
+TEST_F(CsdReplicasTest, StatusListsEveryReplicaAndNamesOneThatCannotBeAsked) {
+  Replica a = Start();
+  Replica b = Start();
+  // c listens on a wildcard address and advertises none.
+  Replica c = Start("", [](CsdOptions& options) {
+    options.listen = "0.0.0.0:0";
+    options.insecure = true;
+    options.authz.plaintext_role = "viewer";
+  });
+  ASSERT_NE(a.csd, nullptr);
+  ASSERT_NE(b.csd, nullptr);
+  ASSERT_NE(c.csd, nullptr);
+  ASSERT_TRUE(a.csd->leads());
+  v1::TagVMResponse tagged;
+  ASSERT_OK(Tag(a, "vm-1", &tagged));
+
+  // A replica registers its address at its campaign's next round.
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(Eventually([&] {
+    grpc::ClientContext context;
+    status.Clear();
+    if (!b.control->GetStatus(&context, v1::GetStatusRequest(), &status).ok()) return false;
+    return std::count_if(status.replicas().begin(), status.replicas().end(),
+                         [](const v1::ReplicaStatus& r) { return !r.unreachable().empty(); }) == 1;
+  })) << status.DebugString();
+  ASSERT_EQ(status.replicas_size(), 3) << status.DebugString();
+  // b first, as it knows itself.
+  const v1::ReplicaStatus& self = status.replicas(0);
+  EXPECT_EQ(self.store(), "etcd");
+  EXPECT_TRUE(self.store_reachable());
+  EXPECT_FALSE(self.leader());
+  EXPECT_EQ(self.version(), CoschedVersion());
+  EXPECT_TRUE(self.unreachable().empty());
+  EXPECT_TRUE(self.has_started_time());
+  int leaders = 0;
+  int unreachable = 0;
+  for (const v1::ReplicaStatus& r : status.replicas()) {
+    EXPECT_FALSE(r.name().empty());
+    if (r.leader()) {
+      ++leaders;
+      EXPECT_GT(r.revision(), 0) << r.name();
+      EXPECT_EQ(r.version(), CoschedVersion());
+    }
+    if (!r.unreachable().empty()) {
+      ++unreachable;
+      EXPECT_NE(r.unreachable().find("registered no address"), std::string::npos)
+          << r.unreachable();
+      EXPECT_TRUE(r.version().empty());
+    }
+  }
+  EXPECT_EQ(leaders, 1) << status.DebugString();
+  EXPECT_EQ(unreachable, 1);
+  // The others are listed by name.
+  EXPECT_LT(status.replicas(1).name(), status.replicas(2).name());
+
+  // local_only: the replica asked, alone.
+  grpc::ClientContext local_context;
+  v1::GetStatusRequest local;
+  local.set_local_only(true);
+  v1::GetStatusResponse own;
+  ASSERT_OK(a.control->GetStatus(&local_context, local, &own));
+  ASSERT_EQ(own.replicas_size(), 1);
+  EXPECT_TRUE(own.replicas(0).leader());
 }
 
 }  // namespace
