@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/analyze.h"
+#include "cli/bash_completion.h"
 #include "cli/simulate.h"
 #include "common/config_loader.h"
 #include "common/transport.h"
@@ -572,6 +573,16 @@ int RunCsctl(int argc, const char* const* argv, const CsctlEnvironment& env,
   commands.push_back({version_command,
                       [&version](OutputFormat, std::ostream& out, std::ostream&) {
                         out << version << "\n";
+                        return std::optional<int>(0);
+                      },
+                      nullptr});
+  CLI::App* completion = app.add_subcommand(
+      "completion", "print a completion script for SHELL (bash), made from these commands");
+  std::string shell;
+  completion->add_option("SHELL", shell, "bash")->required()->check(CLI::IsMember({"bash"}));
+  commands.push_back({completion,
+                      [&app](OutputFormat, std::ostream& out, std::ostream&) {
+                        out << BashCompletion(app);
                         return std::optional<int>(0);
                       },
                       nullptr});
