@@ -141,6 +141,19 @@ class BucketRing {
     return &b;
   }
 
+  // Frees the buckets that fell out of the ring by `now_ns` (and, when
+  // none is left, the ring's storage): a VM that stopped reporting keeps
+  // its minutes for an hour only, not until its series goes.
+  void DropExpired(int64_t now_ns) {
+    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
+    auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), oldest,
+                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
+    buckets_.erase(buckets_.begin(), kept);
+    if (buckets_.empty()) std::vector<Bucket>().swap(buckets_);
+  }
+
+  size_t size() const { return buckets_.size(); }
+
   // Calls fn for each bucket that is still within the ring at `now_ns` and
   // holds a window ending after `since_ns` (a window starting at or after
   // it, with `whole`).
@@ -169,6 +182,11 @@ struct TwoRings {
   const BucketRing<Bucket>& For(int64_t span_ns) const {
     return span_ns <= kFineSpanNs ? fine : coarse;
   }
+  void DropExpired(int64_t now_ns) {
+    fine.DropExpired(now_ns);
+    coarse.DropExpired(now_ns);
+  }
+  size_t size() const { return fine.size() + coarse.size(); }
 };
 
 struct VmSeries {
@@ -490,9 +508,13 @@ void StatsAggregator::MaybeSweep(int64_t now_ns) {
         gone.emplace_back(vm->first, it->first);
         host.vms.erase(vm++);
       } else {
+        // Stats are answered by the clock of the windows' ends; a
+        // bucket out of its ring answers nothing, so it can go.
+        vm->second->rings.DropExpired(now_ns);
         ++vm;
       }
     }
+    host.rings.DropExpired(now_ns);
     if (host.last_added_ns < cutoff) {
       hosts_.erase(it++);
     } else {
@@ -501,6 +523,16 @@ void StatsAggregator::MaybeSweep(int64_t now_ns) {
   }
   std::lock_guard lock(index_mu_);
   for (const auto& [vm, host] : gone) ForgetInIndexLocked(vm, host);
+}
+
+size_t StatsAggregator::VmBucketCount() const {
+  std::shared_lock table(hosts_mu_);
+  size_t count = 0;
+  for (const auto& [id, host] : hosts_) {
+    std::lock_guard lock(host->mu);
+    for (const auto& [vm, series] : host->vms) count += series->rings.size();
+  }
+  return count;
 }
 
 size_t StatsAggregator::VmSeriesCount() const {

@@ -60,9 +60,11 @@ absl::Status ValidateStatsWindows(
 // bytes per core reported (about 186 KiB for a 64-core host). A host keeps
 // at most SeriesLimit(VMs its last Report listed) VM series: past it, the
 // least recently reported are evicted (EvictedSeriesCount), so no host can
-// make csd keep series beyond what it runs (issue #32). Series with no
-// window in the last 24 h are dropped by a sweep that runs at most every 10
-// minutes.
+// make csd keep series beyond what it runs (issue #32). A sweep, at most
+// every 10 minutes, drops series with no window in the last 24 h and frees
+// the buckets that fell out of their rings: a VM that stopped reporting
+// keeps its minute buckets for an hour (plus a sweep), then only its hour
+// buckets (at most 26, ~2.5 KiB) until its series goes.
 class StatsAggregator final : public StatsSource {
  public:
   // Nanoseconds since the Unix epoch.
@@ -115,6 +117,8 @@ class StatsAggregator final : public StatsSource {
 
   // (host, VM) series held now: what the memory bound multiplies.
   size_t VmSeriesCount() const;
+  // Buckets those series hold now (each kVmBucketBytes).
+  size_t VmBucketCount() const;
   // Series evicted by a host's SeriesLimit since the start.
   uint64_t EvictedSeriesCount() const;
 

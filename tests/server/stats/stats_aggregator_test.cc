@@ -277,6 +277,32 @@ TEST_F(StatsAggregatorTest, SeriesSilentForADayAreDropped) {
   EXPECT_EQ(stats_.VmSeriesCount(), 0u);
 }
 
+// Issue #36 item 3: a VM that stops reporting keeps its minute buckets
+// for the hour they answer, not for the day its series lasts; what is
+// answered does not change.
+TEST_F(StatsAggregatorTest, AVmThatStopsReportingFreesItsMinutesAfterTheHour) {
+  // Thirty minutes of one window a minute, ending now.
+  std::vector<v1::StatsWindow> windows;
+  for (int m = 29; m >= 0; --m) {
+    v1::StatsWindow w = Window(m * 60);
+    AddVm(w, "vm-a", Share(100, 100, 0, 0));
+    windows.push_back(std::move(w));
+  }
+  Add("h1", windows);
+  const size_t buckets = stats_.VmBucketCount();
+  EXPECT_GE(buckets, 31u);  // 30 minutes and at least one hour
+  EXPECT_LE(buckets, 32u);
+  const int64_t day_run = stats_.QueryVms({"vm-a"}, 86400).total().run_ns();
+  EXPECT_EQ(day_run, 3000);
+  // Silent for two hours; another host's Report runs the sweep.
+  now_ += 2 * 3600 * kSec;
+  Add("h2", {});
+  EXPECT_LE(stats_.VmBucketCount(), 2u);  // its hour buckets only
+  EXPECT_EQ(stats_.VmSeriesCount(), 1u);
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 3600).windows(), 0);
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 86400).total().run_ns(), day_run);
+}
+
 // Issue #32 item 3: a host keeps at most SeriesLimit(VMs it reports)
 // series; a host that names new VMs at every Report (a churning or hostile
 // one) pushes out its own oldest series, never grows without bound, and
