@@ -1,8 +1,9 @@
 // csd's stats aggregator (server/stats/stats_aggregator.h) under fleet-sized load:
 // adding one Report's window (50 VMs, 64 cores) from many hosts, on one and
 // two threads; answering GetStats for a tenant of 1000 VMs spread over 200
-// hosts, over 5 minutes (minute buckets) and a day (hour buckets); and the
-// heap a (host, VM) series holds once its buckets are all in use.
+// hosts, over 5 minutes (minute buckets) and a day (hour buckets); the
+// heap a (host, VM) series holds once its buckets are all in use; and the
+// buckets a VM's series keeps two hours after it left every host.
 //
 //   build/tests/bench/stats_aggregator_bench
 //
@@ -156,6 +157,44 @@ void BM_MemoryPerVmSeries(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemoryPerVmSeries)->Iterations(1);
+
+// Buckets per series held by VMs gone from every host (issue #36 item 3):
+// the 20 hosts' 50 VMs report a day as above, then every host reports 50
+// other VMs, one window a minute, for two hours. The gone VMs' buckets are
+// the aggregator's less those of a second one fed only the two hours.
+void BM_BucketsOfGoneVms(benchmark::State& state) {
+  for (auto _ : state) {
+    int64_t now = kStart;
+    StatsAggregator stats([&] { return now; });
+    StatsAggregator later_only([&] { return now; });
+    for (int h = 0; h < 20; ++h) {
+      std::vector<int64_t> ends;
+      for (int i = 24 * 6; i > 6; --i) ends.push_back(now - i * 600 * kSec);
+      for (int i = 60; i >= 1; --i) ends.push_back(now - i * 60 * kSec + kSec);
+      for (int64_t end : ends) {
+        stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {}, kVmsPerHost);
+      }
+    }
+    const double gone = static_cast<double>(stats.VmSeriesCount());
+    state.counters["buckets_per_series_at_leaving"] =
+        static_cast<double>(stats.VmBucketCount()) / gone;
+    for (int m = 1; m <= 120; ++m) {
+      now = kStart + m * 60 * kSec;
+      for (int h = 0; h < 20; ++h) {
+        // Host h's new VMs are named as host h + 1000's.
+        stats.Add("hv-" + std::to_string(h), OneWindow(h + 1000, now), 0, {}, kVmsPerHost);
+        later_only.Add("hv-" + std::to_string(h), OneWindow(h + 1000, now), 0, {},
+                       kVmsPerHost);
+      }
+    }
+    const double left =
+        static_cast<double>(stats.VmBucketCount() - later_only.VmBucketCount()) / gone;
+    state.counters["buckets_per_gone_series_2h_later"] = left;
+    state.counters["bytes_per_gone_series_2h_later"] =
+        left * static_cast<double>(StatsAggregator::kVmBucketBytes);
+  }
+}
+BENCHMARK(BM_BucketsOfGoneVms)->Iterations(1);
 
 }  // namespace
 }  // namespace cosched::server
