@@ -76,7 +76,7 @@ RolloutVerdict RolloutOnly(const v1::Rollout* rollout, const v1::Host& host) {
 }  // namespace
 
 std::string ListedBy(const v1::Rollout& rollout, absl::string_view host_id) {
-  // Sorted by the writer (an older csd), and a few thousand at most.
+  // Sorted by the writer (an older csd); at most what fit in one etcd value.
   auto listed = [host_id](const auto& hosts) {
     return std::binary_search(hosts.begin(), hosts.end(), host_id,
                               [](absl::string_view a, absl::string_view b) { return a < b; });

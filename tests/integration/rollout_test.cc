@@ -197,8 +197,13 @@ TEST_F(RolloutTest, AHostOfStageTwoThatStopsReportingHaltsItBeforeStageThree) {
   ASSERT_TRUE(Eventually([&] { return Rollout().stage() == 1; }, 20s));
   const v1::Rollout second = Rollout();
   EXPECT_EQ(second.state(), v1::Rollout::STATE_RUNNING);
-  EXPECT_EQ(EnabledBy(second.rollout_id()), in_stage2);
-  EXPECT_EQ(second.enabled_count(), static_cast<int>(in_stage2.size()));
+  // The stage's hosts are marked in commits after the record's.
+  EXPECT_TRUE(Eventually([&] { return EnabledBy(second.rollout_id()) == in_stage2; }, 5s));
+  // Counted from csd's view of the hosts, which each commit's completion
+  // updates just after the commit is readable.
+  EXPECT_TRUE(Eventually([&] {
+    return Rollout().enabled_count() == static_cast<int>(in_stage2.size());
+  }, 5s)) << Rollout().enabled_count();
   cluster_->host(silent).Stop();
 
   ASSERT_TRUE(Eventually([&] { return Rollout().state() == v1::Rollout::STATE_HALTED; }, 10s))
