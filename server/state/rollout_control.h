@@ -8,10 +8,11 @@
 // RolloutView (rollout_view.h) holds it for the Register and Report answers
 // (HostEnablement NOT_ENABLED for a host it has not enabled). The hosts it
 // enables are each marked on their own host record (Host.enabled_by_rollout),
-// in commits of at most kEnableChunk hosts after the record's: a stage of
-// any size fits etcd's limits, and a mark is never taken back, so commits
-// cut short by a crash or a lost leadership leave the fleet as a shorter
-// enrolment would, and the leader's next check enables the rest.
+// in commits of at most kEnableChunk hosts after the record's
+// (rollout_enrolment.h): a stage of any size fits etcd's limits, and a
+// mark is never taken back, so commits cut short by a crash or a lost
+// leadership leave the fleet as a shorter enrolment would, and the
+// leader's next check enables the rest.
 //
 // Thread-safe. The job runs on its own thread once Start() is called, and
 // does anything only while this csd leads the store's writers; its writes
@@ -35,6 +36,7 @@
 #include "cosched/v1/control_plane.pb.h"
 #include "server/state/host_status.h"
 #include "server/state/placement_view.h"
+#include "server/state/rollout_enrolment.h"
 #include "server/state/rollout_view.h"
 #include "server/state/write_support.h"
 #include "store/store.h"
@@ -43,11 +45,6 @@ namespace cosched::server {
 
 // The audit trail's `who` of the job's changes.
 inline constexpr char kRolloutActor[] = "csd:rollout";
-
-// Hosts one commit of an enrolment marks at most: each is one operation of
-// an etcd Txn (128 by default); a commit still over the store's limits is
-// halved until it fits.
-inline constexpr size_t kEnableChunk = 64;
 
 // Fills `rollout`'s counts (RolloutCounter) from the hosts `hosts` holds.
 void AddRolloutCounts(const PlacementView& hosts, v1::Rollout& rollout);
@@ -75,9 +72,6 @@ class RolloutControl {
   using Clock = std::function<absl::Time()>;
   // Called after every committed change of the rollout, with it (metrics).
   using Observer = std::function<void(const v1::Rollout&)>;
-  // How an enrolment ends (EnableHosts): its first failure, and how many
-  // hosts it marked.
-  using EnableDone = std::function<void(absl::Status status, int enabled)>;
 
   // OK when every csd on the store reads a rollout whose hosts are on
   // their host records (store record_format 1); else FAILED_PRECONDITION
@@ -144,12 +138,6 @@ class RolloutControl {
   std::string Regression(const v1::Host& host) const;
   // After a committed change: the view, the log, the observer.
   void Committed(const v1::Rollout& rollout, const v1::AuditRecord& audit);
-  // Marks `hosts` enabled by rollout `rollout_id` (each that still waits,
-  // while the rollout is running or done; a host its record lists,
-  // whatever its state), kEnableChunk hosts a commit, audited as `actor`
-  // with `why`. `done` once every commit answered.
-  void EnableHosts(const std::string& rollout_id, const std::string& why,
-                   std::vector<std::string> hosts, const Actor& actor, EnableDone done);
   // `record` with its counts, for an answer.
   v1::Rollout Answer(v1::Rollout record) const;
   // A fleet setting in the rollout record: `change` edits the record read

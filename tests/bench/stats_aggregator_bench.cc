@@ -129,25 +129,30 @@ void BM_QueryTenant(benchmark::State& state) {
 }
 BENCHMARK(BM_QueryTenant)->Arg(300)->Arg(86400);
 
+// Every bucket of every series used: 20 hosts x 50 VMs report a day of
+// windows ending at `now`, one per 10 minutes (every hour bucket) and one
+// a minute over the last hour (every minute bucket).
+void ReportADay(StatsAggregator& stats, int64_t now) {
+  for (int h = 0; h < 20; ++h) {
+    std::vector<int64_t> ends;
+    for (int i = 24 * 6; i > 6; --i) ends.push_back(now - i * 600 * kSec);
+    for (int i = 60; i >= 1; --i) ends.push_back(now - i * 60 * kSec + kSec);
+    for (int64_t end : ends) {
+      stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {}, kVmsPerHost);
+    }
+  }
+}
+
 // Heap bytes in use (freed memory that malloc keeps does not count).
 size_t HeapInUse() { return mallinfo2().uordblks; }
 
-// Every bucket of every series used: a day of windows, one per 10 minutes
-// (every hour bucket) and one a minute over the last hour (every minute
-// bucket). The series are 20 hosts x 50 VMs.
+// The heap of a series with every bucket used (ReportADay).
 void BM_MemoryPerVmSeries(benchmark::State& state) {
   for (auto _ : state) {
     const size_t before = HeapInUse();
     const int64_t now = kStart;
     StatsAggregator stats([&] { return now; });
-    for (int h = 0; h < 20; ++h) {
-      std::vector<int64_t> ends;
-      for (int i = 24 * 6; i > 6; --i) ends.push_back(now - i * 600 * kSec);
-      for (int i = 60; i >= 1; --i) ends.push_back(now - i * 60 * kSec + kSec);
-      for (int64_t end : ends) {
-        stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {}, kVmsPerHost);
-      }
-    }
+    ReportADay(stats, now);
     const size_t after = HeapInUse();
     state.counters["vm_series"] = static_cast<double>(stats.VmSeriesCount());
     state.counters["bytes_per_vm_series"] =
@@ -159,7 +164,7 @@ void BM_MemoryPerVmSeries(benchmark::State& state) {
 BENCHMARK(BM_MemoryPerVmSeries)->Iterations(1);
 
 // Buckets per series held by VMs gone from every host (issue #36 item 3):
-// the 20 hosts' 50 VMs report a day as above, then every host reports 50
+// the 20 hosts' 50 VMs report a day (ReportADay), then every host reports 50
 // other VMs, one window a minute, for two hours. The gone VMs' buckets are
 // the aggregator's less those of a second one fed only the two hours.
 void BM_BucketsOfGoneVms(benchmark::State& state) {
@@ -167,14 +172,7 @@ void BM_BucketsOfGoneVms(benchmark::State& state) {
     int64_t now = kStart;
     StatsAggregator stats([&] { return now; });
     StatsAggregator later_only([&] { return now; });
-    for (int h = 0; h < 20; ++h) {
-      std::vector<int64_t> ends;
-      for (int i = 24 * 6; i > 6; --i) ends.push_back(now - i * 600 * kSec);
-      for (int i = 60; i >= 1; --i) ends.push_back(now - i * 60 * kSec + kSec);
-      for (int64_t end : ends) {
-        stats.Add("hv-" + std::to_string(h), OneWindow(h, end), 0, {}, kVmsPerHost);
-      }
-    }
+    ReportADay(stats, now);
     const double gone = static_cast<double>(stats.VmSeriesCount());
     state.counters["buckets_per_series_at_leaving"] =
         static_cast<double>(stats.VmBucketCount()) / gone;
