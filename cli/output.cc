@@ -166,6 +166,7 @@ json VmToJson(const v1::VM& vm) {
   }
   return {
       {"vm_id", vm.vm_id()},
+      {"domain_name", vm.domain_name()},
       {"tenant_id", vm.tenant_id()},
       {"isolation", IsolationName(a.isolation())},
       {"requested_isolation", IsolationName(vm.requested_isolation())},
@@ -395,6 +396,8 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
       {"on hosts", PresenceText(vm)},
       {"enforcement", EnforcementText(vm)},
   };
+  // Tagged under its UUID: the name its host runs it under.
+  if (!vm.domain_name().empty()) fields.insert(fields.begin() + 1, {"domain name", vm.domain_name()});
   if (!vm.conflict().empty()) fields.push_back({"conflict", vm.conflict()});
   fields.push_back({"tagged from", vm.metadata_host().empty()
                                        ? "TagVM"
@@ -414,10 +417,10 @@ void PrintVm(const v1::VM& vm, std::ostream& out) {
 }
 
 void PrintVmTable(const std::vector<v1::VM>& vms, std::ostream& out) {
-  TextTable table({"VM", "TENANT", "ISOLATION", "TRUST GROUP", "REVISION",
+  TextTable table({"VM", "NAME", "TENANT", "ISOLATION", "TRUST GROUP", "REVISION",
                    "HOST", "ENFORCEMENT"});
   for (const v1::VM& vm : vms) {
-    table.AddRow({vm.vm_id(), vm.tenant_id(),
+    table.AddRow({vm.vm_id(), OrDash(vm.domain_name()), vm.tenant_id(),
                   IsolationName(vm.assignment().isolation()),
                   OrDash(vm.assignment().trust_group()),
                   absl::StrCat(vm.assignment().revision()),

@@ -10,6 +10,7 @@
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "policy/trust_group.h"
+#include "server/state/vm_names.h"
 #include "server/state/vm_presence.h"
 #include "server/state/write_support.h"
 
@@ -108,7 +109,7 @@ absl::StatusOr<std::optional<v1::VM>> TagFromMetadata(store::Transaction& txn,
   // read that failed): that is not "metadata gone", so nothing changes.
   // Only metadata positively absent or refused untags.
   if (o.metadata_unknown()) return vm;
-  const std::string vm_id = vm ? vm->vm_id() : o.vm_id();
+  const std::string vm_id = vm ? vm->vm_id() : MetadataVmId(o);
   const Actor actor{host_id, "host"};
   if (vm && o.has_metadata()) {
     // Most Reports repeat what tagged the VM: no policy read for them (a

@@ -25,6 +25,7 @@
 #include "server/state/agent_input.h"
 #include "server/state/metadata_tag.h"
 #include "server/state/reports.h"
+#include "server/state/vm_names.h"
 #include "server/state/vm_presence.h"
 
 namespace cosched::server {
@@ -105,12 +106,7 @@ absl::Status ReadReportedVms(store::Transaction& txn, const std::string& host_id
     for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
   }
   for (const auto& o : observations) {
-    // A VM is tagged under its name or its UUID.
-    std::optional<v1::VM> vm;
-    for (const std::string* key : {&o.vm_id(), &o.uuid()}) {
-      if (key->empty() || vm) continue;
-      ASSIGN_OR_RETURN(vm, txn.GetVm(*key));
-    }
+    ASSIGN_OR_RETURN(std::optional<v1::VM> vm, TaggedVmOf(txn, host_id, o));
     if (tag_from_metadata) {
       const std::string before = vm ? vm->vm_id() : "";
       ASSIGN_OR_RETURN(vm, TagFromMetadata(txn, host_id, o, std::move(vm), out.from_metadata));
@@ -142,6 +138,7 @@ absl::Status WritePresence(store::Transaction& txn, const std::string& host_id,
                                  : std::optional<v1::VMObservation>(*it->second),
                 now);
     ResolveOwner(updated);
+    if (it != seen.end() && updated.host_id() == host_id) NoteDomainName(updated, *it->second);
     // Metadata counts from the owner only, and what every host that
     // reports the VM says must agree with it (issue #32).
     if (tag_from_metadata && updated.conflict().empty() && !updated.metadata_host().empty() &&

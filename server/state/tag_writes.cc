@@ -10,6 +10,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "policy/trust_group.h"
+#include "server/state/vm_names.h"
 #include "server/state/vm_presence.h"
 #include "server/state/write_support.h"
 
@@ -40,6 +41,9 @@ absl::Status PresenceFromObservations(store::Transaction& txn, v1::VM& vm,
     reported.emplace_back(o.host_id, o.vm.vm_id());
   }
   ResolveOwner(vm);
+  for (const store::Observation& o : seen) {
+    if (o.host_id == vm.host_id()) NoteDomainName(vm, o.vm);
+  }
   return absl::OkStatus();
 }
 
@@ -115,6 +119,7 @@ absl::Status WriteTag(store::Transaction& txn, const v1::VM& wanted, const Actor
     vm.set_host_id(existing->host_id());
     *vm.mutable_presence() = existing->presence();
     vm.set_conflict(existing->conflict());
+    vm.set_domain_name(existing->domain_name());
     if (vm.metadata_host().empty()) {
       // An operator's tag ends a conflict of metadata hosts disagree on
       // (metadata no longer counts); one of two UUIDs stays (issue #32).

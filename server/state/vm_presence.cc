@@ -72,7 +72,7 @@ void ResolveOwner(v1::VM& vm) {
       vm.set_conflict(absl::StrCat(
           "host '", first_uuid->host_id(), "' reports '", vm.vm_id(), "' as UUID ",
           first_uuid->uuid(), " and host '", p.host_id(), "' as UUID ", p.uuid(),
-          ": two VMs under one name; every copy stays on a cookie of its own"));
+          ": two VMs under one name (tag each by its UUID); every copy stays on a cookie of its own"));
       return;
     }
   }

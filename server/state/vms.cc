@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 #include "common/validation.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/state/metadata_tag.h"
+#include "server/state/vm_names.h"
 #include "server/state/vm_presence.h"
 
 namespace cosched::server {
@@ -61,6 +63,16 @@ absl::Status AddEnforcement(store::Transaction& txn, const ReportMemory& reports
         TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(*last));
   }
   return absl::OkStatus();
+}
+
+// The VMs of `named` (VmsNamed: tagged under their UUIDs), each with the
+// host that owns it, for a message.
+std::string ListNamed(const std::vector<v1::VM>& named) {
+  std::vector<std::string> each;
+  for (const v1::VM& vm : named) {
+    each.push_back(absl::StrCat("'", vm.vm_id(), "' (host '", vm.host_id(), "')"));
+  }
+  return absl::StrJoin(each, ", ");
 }
 
 }  // namespace
@@ -132,7 +144,13 @@ void Vms::UntagVm(const v1::UntagVMRequest& request,
           store::Transaction& txn, v1::UntagVMResponse& out) -> absl::Status {
         ASSIGN_OR_RETURN(auto existing, txn.GetVm(vm_id));
         if (!existing) {
-          return absl::NotFoundError(absl::StrCat("vm '", vm_id, "' is not tagged"));
+          // A write names its VM exactly: a domain name is only a hint.
+          ASSIGN_OR_RETURN(std::vector<v1::VM> named, VmsNamed(txn, vm_id));
+          return absl::NotFoundError(absl::StrCat(
+              "vm '", vm_id, "' is not tagged",
+              named.empty() ? ""
+                            : absl::StrCat("; it is the domain name of ", ListNamed(named),
+                                           ": untag by that id")));
         }
         ASSIGN_OR_RETURN(int64_t revision,
                          internal::WriteUntag(txn, *existing, actor, "", audit.get()));
@@ -154,6 +172,17 @@ absl::StatusOr<v1::VM> Vms::GetVm(const v1::GetVMRequest& request) {
   v1::VM result;
   RETURN_IF_ERROR(store_.Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vm, txn.GetVm(request.vm_id()));
+    if (!vm) {
+      // Not an id: a domain name a host reports a VM tagged under its UUID
+      // as. Names repeat across Nova cells; then the UUID must be given.
+      ASSIGN_OR_RETURN(std::vector<v1::VM> named, VmsNamed(txn, request.vm_id()));
+      if (named.size() > 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "vm_id '", request.vm_id(), "' is the domain name of ", named.size(),
+            " tagged VMs: ", ListNamed(named), "; get one by its UUID"));
+      }
+      if (named.size() == 1) vm = std::move(named[0]);
+    }
     if (!vm) {
       ASSIGN_OR_RETURN(std::string why,
                        WhyNotTaggedFromMetadata(txn, request.vm_id(), settings_.tag_from_metadata()));

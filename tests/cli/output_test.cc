@@ -78,13 +78,19 @@ TEST(OutputTest, VmTableAlignsColumnsWithoutTrailingSpaces) {
   v1::VM none = TaggedVm("a-long-vm-name", "t");
   none.mutable_assignment()->set_isolation(v1::ISOLATION_LEVEL_NONE);
   none.mutable_assignment()->clear_trust_group();
+  // Tagged under its UUID from Nova's metadata: its domain name beside it.
+  v1::VM by_uuid = TaggedVm("0b5e2e4c-uuid", "t");
+  by_uuid.set_domain_name("instance-0001a");
+  by_uuid.mutable_assignment()->set_isolation(v1::ISOLATION_LEVEL_VM);
+  by_uuid.mutable_assignment()->clear_trust_group();
   std::ostringstream out;
-  PrintVmTable({TaggedVm("vm-1", "acme"), none}, out);
+  PrintVmTable({TaggedVm("vm-1", "acme"), none, by_uuid}, out);
   EXPECT_EQ(out.str(),
-            "VM              TENANT  ISOLATION  TRUST GROUP  REVISION  HOST  "
+            "VM              NAME            TENANT  ISOLATION  TRUST GROUP  REVISION  HOST  "
             "ENFORCEMENT\n"
-            "vm-1            acme    tenant     tg-acme      12        -     -\n"
-            "a-long-vm-name  t       none       -            12        -     -\n");
+            "vm-1            -               acme    tenant     tg-acme      12        -     -\n"
+            "a-long-vm-name  -               t       none       -            12        -     -\n"
+            "0b5e2e4c-uuid   instance-0001a  t       vm         -            12        -     -\n");
 }
 
 TEST(OutputTest, VmJsonUsesShortNamesAndNullForMissingParts) {

@@ -186,7 +186,11 @@ TEST(LibvirtIntegration, FindsARealDomainWithEveryThread) {
     EXPECT_EQ(tagged->tenant_id(), "8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d");
     EXPECT_EQ(tagged->metadata_host(), CsdTaggingFromMetadata::kHost);
     EXPECT_EQ(tagged->assignment().trust_group(),
-              absl::StrCat("8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d/vm/", name));
+              absl::StrCat("8a3b7c6d5e4f4a3b9c2d1e0f9a8b7c6d/vm/", uuid));
+    // Tagged under the domain UUID (names repeat across Nova cells), its
+    // name beside it.
+    EXPECT_EQ(tagged->vm_id(), uuid);
+    EXPECT_EQ(tagged->domain_name(), name);
   }
   {
     // cosched's element added to the running domain: libvirt's

@@ -151,9 +151,14 @@ for d in md-1 md-2 md-3; do
   [ "$d" = md-3 ] && project=$project2
   echo "$json" | grep -q "\"tenant_id\": \"$project\"" || lab_fail "$d is not tagged for project $project: $json"
   echo "$json" | grep -q '"metadata_host": "lab"' || lab_fail "$d is not tagged from host lab's metadata: $json"
+  # Tagged under its domain UUID (names repeat across Nova cells), found
+  # by its name too.
+  echo "$json" | grep -q "\"vm_id\": \"00000000-0000-4000-8000-00000000c00${d#md-}\"" ||
+    lab_fail "$d is not tagged under its UUID: $json"
+  echo "$json" | grep -q "\"domain_name\": \"$d\"" || lab_fail "$d's domain name is not kept: $json"
 done
-csctl audit --vm md-1 | grep -q 'from metadata on host lab' ||
-  lab_fail "md-1's audit record does not say it came from metadata: $(csctl audit --vm md-1)"
+csctl audit --vm 00000000-0000-4000-8000-00000000c001 | grep -q 'from metadata on host lab' ||
+  lab_fail "md-1's audit record does not say it came from metadata: $(csctl audit --vm 00000000-0000-4000-8000-00000000c001)"
 why=$(csctl get md-bad 2>&1) && lab_fail "md-bad, with an unknown level in its metadata, is tagged: $why"
 echo "$why" | grep -q "metadata.cosched.isolation 'gold'" || lab_fail "csctl get md-bad does not say why: $why"
 lab_result "md-bad" "untagged; csctl get says: $(echo "$why" | tr '\n' ' ')"

@@ -112,15 +112,47 @@ class TagFromMetadataTest : public ::testing::Test {
   // A Report of `vms`: name -> metadata (unset: none).
   absl::Status Report(const std::string& host,
                       std::vector<std::pair<std::string, std::optional<v1::DomainMetadata>>> vms) {
+    std::vector<Domain> domains;
+    for (auto& [id, metadata] : vms) domains.push_back({id, "", std::move(metadata)});
+    return ReportDomains(host, domains);
+  }
+
+  // A libvirt domain as an agent reports it: its name, UUID and metadata.
+  struct Domain {
+    std::string name;
+    std::string uuid;
+    std::optional<v1::DomainMetadata> metadata;
+  };
+  absl::Status ReportDomains(const std::string& host, const std::vector<Domain>& domains) {
     v1::ReportRequest request;
     request.set_host_id(host);
-    for (auto& [id, metadata] : vms) {
+    for (const Domain& d : domains) {
       auto* o = request.add_vms();
-      o->set_vm_id(id);
-      if (metadata) *o->mutable_metadata() = *metadata;
+      o->set_vm_id(d.name);
+      o->set_uuid(d.uuid);
+      if (d.metadata) *o->mutable_metadata() = *d.metadata;
     }
     return Wait<v1::ReportResponse>([&](auto done) {
              state_->reports.ApplyReport(request, std::move(done));
+           }).status();
+  }
+
+  // The VM ids `host`'s agent is sent assignments for.
+  std::vector<std::string> Enforced(const std::string& host) {
+    auto snapshot = state_->watches.FirstWatchMessage(host, 0);
+    EXPECT_OK(snapshot);
+    std::vector<std::string> ids;
+    if (snapshot.ok()) {
+      for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
+    }
+    return ids;
+  }
+
+  absl::Status Untag(const std::string& vm) {
+    v1::UntagVMRequest request;
+    request.set_vm_id(vm);
+    return Wait<v1::UntagVMResponse>([&](auto done) {
+             state_->vms.UntagVm(request, kTester, std::move(done));
            }).status();
   }
 
@@ -408,6 +440,122 @@ TEST_F(TagFromMetadataTest, AnOperatorsTagEndsAMetadataConflict) {
   EXPECT_EQ(vm->conflict(), "");
   EXPECT_EQ(vm->tenant_id(), "acme");
   EXPECT_TRUE(ReceivesAssignment(*vm, "host-a") && ReceivesAssignment(*vm, "host-b"));
+}
+
+// Issue #37 item 5. Nova names a domain instance-%08x of its cell's
+// database id, so two cells run two instance-00000001. Before, both were one
+// VM tagged under that name, reported under two UUIDs: a conflict, and
+// neither was enforced. Now metadata tags each under its UUID.
+TEST_F(TagFromMetadataTest, OneDomainNameInTwoNovaCellsIsTwoVmsTaggedByUuid) {
+  const std::string name = "instance-00000001";
+  const std::string u1 = "5a0c2e1e-1111-4c3b-9d2e-0a1b2c3d4e5f";
+  const std::string u2 = "9f8e7d6c-2222-4b5a-8c9d-f0e1d2c3b4a5";
+  ASSERT_OK(ReportDomains("host-a", {{name, u1, Nova(kProject)}}));
+  ASSERT_OK(ReportDomains("host-b", {{name, u2, Nova(kOtherProject)}}));
+  auto one = Get(u1), two = Get(u2);
+  ASSERT_OK(one);
+  ASSERT_OK(two);
+  EXPECT_EQ(one->tenant_id(), kProject);
+  EXPECT_EQ(two->tenant_id(), kOtherProject);
+  for (const auto& [vm, host] : {std::pair{*one, "host-a"}, std::pair{*two, "host-b"}}) {
+    SCOPED_TRACE(vm.vm_id());
+    EXPECT_EQ(vm.conflict(), "");
+    EXPECT_EQ(vm.host_id(), host);
+    EXPECT_EQ(vm.domain_name(), name);
+    EXPECT_EQ(vm.metadata_host(), host);
+    EXPECT_EQ(vm.assignment().trust_group(),
+              absl::StrCat(vm.tenant_id(), "/vm/", vm.vm_id()));
+    ASSERT_EQ(vm.presence_size(), 1);
+    EXPECT_EQ(vm.presence(0).host_id(), host);
+  }
+  // Each host's agent is sent its own VM only; it finds it by UUID.
+  EXPECT_EQ(Enforced("host-a"), std::vector<std::string>{u1});
+  EXPECT_EQ(Enforced("host-b"), std::vector<std::string>{u2});
+  EXPECT_EQ(AuditOf(u1).size(), 1u);
+  EXPECT_EQ(AuditOf(name).size(), 0u);
+
+  // The name finds a VM while one host runs it; two, and csd asks for the
+  // UUID. A write (untag) names its VM exactly, and says which to name.
+  auto ambiguous = Get(name);
+  EXPECT_EQ(ambiguous.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ambiguous.status().message()),
+              HasSubstr(absl::StrCat("vm_id '", name, "' is the domain name of 2 tagged VMs: '",
+                                     u1, "' (host 'host-a'), '", u2, "' (host 'host-b')")));
+  absl::Status untag = Untag(name);
+  EXPECT_EQ(untag.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(untag.message()), HasSubstr(u1));
+  ASSERT_OK(ReportDomains("host-b", {}));
+  auto by_name = Get(name);
+  ASSERT_OK(by_name);
+  EXPECT_EQ(by_name->vm_id(), u1);
+
+  // The same Report again writes nothing.
+  const int64_t revision = csd_.store()->CurrentRevision();
+  ASSERT_OK(ReportDomains("host-a", {{name, u1, Nova(kProject)}}));
+  EXPECT_EQ(csd_.store()->CurrentRevision(), revision);
+}
+
+// A control plane that tags Nova instances by UUID (the Python example)
+// tags the very record metadata made: its tag wins, as a TagVM does.
+TEST_F(TagFromMetadataTest, AControlPlanesTagByUuidIsTheSameVmAndWins) {
+  const std::string name = "instance-0000002a";
+  const std::string u = "0d9c8b7a-3333-4e5f-a6b7-c8d9e0f1a2b3";
+  ASSERT_OK(ReportDomains("host-a", {{name, u, Nova(kProject)}}));
+  ASSERT_EQ(Get(u)->metadata_host(), "host-a");
+  auto tagged = Tag(u, kProject, v1::ISOLATION_LEVEL_TENANT);
+  ASSERT_OK(tagged);
+  EXPECT_EQ(tagged->vm().metadata_host(), "");
+  EXPECT_EQ(tagged->vm().domain_name(), name);
+  ASSERT_OK(ReportDomains("host-a", {{name, u, Cosched("globex", "vm")}}));
+  auto vm = Get(name);
+  ASSERT_OK(vm);
+  EXPECT_EQ(vm->vm_id(), u);
+  EXPECT_EQ(vm->tenant_id(), kProject);
+  EXPECT_EQ(vm->assignment().trust_group(), absl::StrCat(kProject, "/tenant"));
+  EXPECT_EQ(Enforced("host-a"), std::vector<std::string>{u});
+  EXPECT_EQ(Get("instance-unknown").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A VM metadata tagged under its name (an agent that reported no UUID, or
+// csd before it tagged by UUID) keeps its record; another cell's domain of
+// that name is another VM, tagged under its own UUID, and no conflict.
+TEST_F(TagFromMetadataTest, AVmTaggedUnderItsNameKeepsItAndANamesakeElsewhereIsAnother) {
+  const std::string name = "instance-00000003";
+  const std::string u1 = "1a2b3c4d-4444-4f00-8000-000000000001";
+  const std::string u2 = "1a2b3c4d-5555-4f00-8000-000000000002";
+  ASSERT_OK(ReportDomains("host-a", {{name, "", Nova(kProject)}}));
+  ASSERT_OK(Get(name));
+  ASSERT_OK(ReportDomains("host-a", {{name, u1, Nova(kProject)}}));
+  ASSERT_OK(ReportDomains("host-b", {{name, u2, Nova(kOtherProject)}}));
+  auto old = Get(name);
+  ASSERT_OK(old);
+  EXPECT_EQ(old->vm_id(), name);
+  EXPECT_EQ(old->tenant_id(), kProject);
+  EXPECT_EQ(old->conflict(), "");
+  ASSERT_EQ(old->presence_size(), 1);
+  EXPECT_EQ(old->presence(0).host_id(), "host-a");
+  auto other = Get(u2);
+  ASSERT_OK(other);
+  EXPECT_EQ(other->tenant_id(), kOtherProject);
+  EXPECT_EQ(other->conflict(), "");
+  EXPECT_EQ(Enforced("host-a"), std::vector<std::string>{name});
+  EXPECT_EQ(Enforced("host-b"), std::vector<std::string>{u2});
+}
+
+// An operator who tags a name that two cells run has named two VMs: that
+// stays a conflict, each copy on a cookie of its own, as before.
+TEST_F(TagFromMetadataTest, AnOperatorsTagOfANameTwoCellsRunIsAConflict) {
+  const std::string name = "instance-00000004";
+  ASSERT_OK(Tag(name, "ops", v1::ISOLATION_LEVEL_VM));
+  ASSERT_OK(ReportDomains("host-a", {{name, "2b3c4d5e-6666-4000-8000-000000000001",
+                                      Nova(kProject)}}));
+  ASSERT_OK(ReportDomains("host-b", {{name, "2b3c4d5e-7777-4000-8000-000000000002",
+                                      Nova(kProject)}}));
+  auto vm = Get(name);
+  ASSERT_OK(vm);
+  EXPECT_THAT(vm->conflict(), HasSubstr("two VMs under one name"));
+  EXPECT_TRUE(Enforced("host-a").empty());
+  EXPECT_TRUE(Enforced("host-b").empty());
 }
 
 // A tenant that never had a policy allows every level but none: turning
