@@ -24,8 +24,12 @@ PACKAGES=(
   cpio gzip openssl procps iproute2
   # the etcd store backend (store/etcd_store.h): its tests start their own etcd members
   etcd-server
+  # docs/install.md's etcd steps (etcdctl), run by tests/install/install_guide_test.py
+  etcd-client
   # the Python client (clients/python): gRPC and protobuf runtimes, its tests
   python3-grpcio python3-protobuf python3-pytest
+  # tests/common/config_reference_test.py reads the shipped YAML files
+  python3-yaml
   # the Debian packages (scripts/package.sh, debian/) and their checks
   debhelper dpkg-dev lintian
   # promtool checks and unit-tests the Prometheus rules (deploy/prometheus, tests/prometheus),

@@ -72,8 +72,8 @@ package_log=$(mktemp)
 package_build=$!
 
 failed=()
-phase "tests outside the lab (ctest -LE lab), the fuzz build and the packages"
-run_ctest -LE lab || failed+=("ctest -LE lab")
+phase "tests outside the lab (ctest -LE 'lab|packages'), the fuzz build and the packages"
+run_ctest -LE 'lab|packages' || failed+=("ctest -LE 'lab|packages'")
 phase "tests outside the lab done"
 fuzz_status=0
 wait "$fuzz_build" || fuzz_status=$?
@@ -95,8 +95,9 @@ else
 fi
 rm -f "$package_log"
 
-phase "the lab (ctest -L lab)"
-run_ctest -L lab || failed+=("ctest -L lab")
+# The lab, and docs/install.md followed on the packages (label packages).
+phase "the lab and the install guide (ctest -L 'lab|packages')"
+run_ctest -L 'lab|packages' || failed+=("ctest -L 'lab|packages'")
 show_lab_figures "$stamp"
 
 # Each fuzzer runs 15 s from its seeds (a smoke run: docs/fuzzing.md says
