@@ -173,5 +173,46 @@ cbad=$(lab_domain_one_cookie md-bad) || exit 1
 [ "$cm1" != "$cm3" ] || lab_fail "projects $project1 and $project2 share cookie $cm1"
 [ "$cbad" != "$cm1" ] && [ "$cbad" != "$cm3" ] || lab_fail "md-bad shares a cookie with a tagged domain: $cbad"
 lab_result "groups from metadata" "project 1 (md-1, md-2) $cm1, project 2 (md-3) $cm3, md-bad $cbad (fail-closed)"
+
+# Issue #38 item 4, the lab's half: Debian's prometheus with the shipped
+# rules scrapes this csd and this agent every second. md-bad runs untagged,
+# fail-closed on a cookie of its own: CoschedVMsFailClosed goes pending
+# for the agent (its `for:` is 10 minutes; pending is what a test can wait
+# for), and is gone once md-bad is tagged and enforced.
+cat >/tmp/prometheus.yml <<EOF
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [${LAB_GUEST%/tests/lab/guest}/deploy/prometheus/cosched-rules.yml]
+scrape_configs:
+  - {job_name: csd, static_configs: [{targets: ['127.0.0.1:9465']}]}
+  - {job_name: cs-agent, static_configs: [{targets: ['127.0.0.1:9464']}]}
+EOF
+prometheus --config.file=/tmp/prometheus.yml --storage.tsdb.path=/tmp/prometheus-tsdb \
+  --web.listen-address=127.0.0.1:9391 >/tmp/prometheus.log 2>&1 &
+prom_pid=$!
+# fail_closed_alert: CoschedVMsFailClosed's state for the agent, or none.
+fail_closed_alert() {
+  curl -sf http://127.0.0.1:9391/api/v1/alerts | /usr/bin/python3 -c '
+import json, sys
+alerts = [a for a in json.load(sys.stdin)["data"]["alerts"]
+          if a["labels"].get("alertname") == "CoschedVMsFailClosed" and a["labels"].get("job") == "cs-agent"]
+print(alerts[0]["state"] if alerts else "none")' 2>/dev/null || echo "no answer"
+}
+# What Prometheus sees, for a failure's message.
+prometheus_view() {
+  printf 'rule groups %s; ' "$(curl -sf http://127.0.0.1:9391/api/v1/rules | grep -o '"name":"cosched[^"]*"' | wc -l)"
+  printf 'agent VMs %s' "$(curl -sf 'http://127.0.0.1:9391/api/v1/query?query=cosched_agent_vms>0' | grep -o '"state":"[^"]*"[^]]*"[0-9]*"' | tr '\n' ' ')"
+}
+alert_raised() { case $(fail_closed_alert) in pending|firing) return 0 ;; esac; return 1; }
+alert_gone() { [ "$(fail_closed_alert)" = none ]; }
+t0=$(lab_ms_now)
+lab_wait_secs 120 alert_raised ||
+  lab_fail "CoschedVMsFailClosed is not raised while md-bad runs fail-closed: $(fail_closed_alert); $(prometheus_view)"
+raised_ms=$(( $(lab_ms_now) - t0 ))
+csctl tag 00000000-0000-4000-8000-00000000c004 --tenant acme >/dev/null || lab_fail "csctl tag md-bad"
+lab_wait_enforced_secs md-bad 120
+t0=$(lab_ms_now)
+lab_wait_secs 120 alert_gone || lab_fail "CoschedVMsFailClosed stays $(fail_closed_alert) after md-bad is tagged and enforced; $(prometheus_view)"
+lab_result "prometheus" "CoschedVMsFailClosed raised $raised_ms ms after prometheus started (md-bad fail-closed), gone $(( $(lab_ms_now) - t0 )) ms after md-bad was enforced"
+kill "$prom_pid" 2>/dev/null
 for d in md-1 md-2 md-3 md-bad; do lab_domain_destroy "$d"; done
 lab_stop_agent
