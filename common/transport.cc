@@ -2,6 +2,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <fstream>
@@ -32,10 +36,15 @@ absl::string_view HostPart(absl::string_view host_port) {
 
 absl::StatusOr<std::string> ReadPem(absl::string_view what,
                                     const std::string& path) {
+  errno = 0;
   std::ifstream in(path);
   if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", what, " ", path));
+    // Most often a key only root may read, for a daemon that runs as
+    // another user (csd as cosched): say which uid tried.
+    const int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot read ", what, " ", path, ": ", err != 0 ? std::strerror(err) : "open failed",
+        " (as uid ", geteuid(), ")"));
   }
   std::stringstream s;
   s << in.rdbuf();
