@@ -65,6 +65,8 @@ struct ListArgs {
   std::string tenant_id{};
   std::string host_id{};
   std::string trust_group{};
+  // The libvirt domain name hosts run the VMs under (alone).
+  std::string domain_name{};
   // Stop after this many VMs; 0: all of them.
   int64_t limit = 0;
 };

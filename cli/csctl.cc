@@ -142,6 +142,9 @@ void AddVmCommands(CLI::App& app, CsctlArgs& a, std::vector<Command>& commands) 
   ls->add_option("--tenant", a.list.tenant_id, "only this tenant's VMs");
   ls->add_option("--host", a.list.host_id, "only VMs on this host");
   ls->add_option("--trust-group", a.list.trust_group, "only VMs in this trust group");
+  ls->add_option("--name", a.list.domain_name,
+                 "the VMs hosts run under this domain name, whatever id they are tagged under "
+                 "(alone)");
   ls->add_option("--limit", a.list.limit, "at most N VMs (0: all)");
   commands.push_back({ls, nullptr, [&a](Stub& s, const CommandOptions& o, std::ostream& out,
                                         std::ostream& err) { return RunList(s, a.list, o, out, err); }});

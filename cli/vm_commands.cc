@@ -113,6 +113,13 @@ int RunList(Stub& stub, const ListArgs& args, const CommandOptions& options,
   if (valid.ok() && !args.host_id.empty()) {
     valid = ValidateId("--host", args.host_id);
   }
+  if (valid.ok() && !args.domain_name.empty()) {
+    valid = ValidateId("--name", args.domain_name);
+    if (valid.ok() && !(args.tenant_id.empty() && args.host_id.empty() && args.trust_group.empty())) {
+      valid = absl::InvalidArgumentError("--name is a filter of its own: not with --tenant, "
+                                         "--host or --trust-group");
+    }
+  }
   if (!valid.ok()) return UsageError(valid, err);
 
   std::vector<v1::VM> vms;
@@ -124,6 +131,7 @@ int RunList(Stub& stub, const ListArgs& args, const CommandOptions& options,
         request.set_tenant_id(args.tenant_id);
         request.set_host_id(args.host_id);
         request.set_trust_group(args.trust_group);
+        request.set_domain_name(args.domain_name);
         request.set_page_size(page_size);
         request.set_page_token(token);
         v1::ListVMsResponse response;

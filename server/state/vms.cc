@@ -195,6 +195,30 @@ absl::StatusOr<v1::VM> Vms::GetVm(const v1::GetVMRequest& request) {
   return result;
 }
 
+absl::StatusOr<v1::ListVMsResponse> Vms::ListVmsNamed(
+    const v1::ListVMsRequest& request,
+    const std::function<std::optional<absl::Time>(absl::string_view)>& last_report) {
+  RETURN_IF_ERROR(ValidateId("domain_name", request.domain_name()));
+  if (!request.tenant_id().empty() || !request.host_id().empty() ||
+      !request.trust_group().empty() || !request.page_token().empty()) {
+    return absl::InvalidArgumentError(
+        "domain_name is a filter of its own: not with tenant_id, host_id, trust_group or "
+        "page_token");
+  }
+  v1::ListVMsResponse response;
+  RETURN_IF_ERROR(store_.Read([&](store::Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<v1::VM> own, txn.GetVm(request.domain_name()));
+    ASSIGN_OR_RETURN(std::vector<v1::VM> named, VmsNamed(txn, request.domain_name()));
+    if (own) named.insert(named.begin(), *std::move(own));
+    for (v1::VM& vm : named) {
+      RETURN_IF_ERROR(AddEnforcement(txn, effects_.reports(), vm, last_report));
+      *response.add_vms() = std::move(vm);
+    }
+    return absl::OkStatus();
+  }));
+  return response;
+}
+
 absl::StatusOr<v1::ListVMsResponse> Vms::ListVms(
                                                  const v1::ListVMsRequest& request) {
   RETURN_IF_ERROR(ValidateOptionalId("tenant_id", request.tenant_id()));
@@ -203,13 +227,14 @@ absl::StatusOr<v1::ListVMsResponse> Vms::ListVms(
     return absl::InvalidArgumentError(absl::StrCat(
         "trust_group must be at most ", kMaxTrustGroupLength, " bytes"));
   }
+  auto last_report = [this](absl::string_view host) { return hosts_.LastReport(host); };
+  if (!request.domain_name().empty()) return ListVmsNamed(request, last_report);
   ASSIGN_OR_RETURN(store::Page page,
                    PageFrom(request.page_size(), request.page_token()));
   store::VmFilter filter;
   filter.tenant_id = request.tenant_id();
   filter.host_id = request.host_id();
   filter.trust_group = request.trust_group();
-  auto last_report = [this](absl::string_view host) { return hosts_.LastReport(host); };
   v1::ListVMsResponse response;
   RETURN_IF_ERROR(store_.Read([&](store::Transaction& txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto vms, txn.ListVms(filter, page));

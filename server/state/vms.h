@@ -4,7 +4,11 @@
 #ifndef COSCHED_SERVER_STATE_VMS_H_
 #define COSCHED_SERVER_STATE_VMS_H_
 
+#include <functional>
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cosched/v1/control_plane.pb.h"
 #include "server/state/commit_effects.h"
 #include "server/state/host_status.h"
@@ -34,10 +38,17 @@ class Vms {
   // message says why its domain metadata did not tag it (refused, naming
   // the field, or tag_from_metadata off). The VM carries its enforcement
   // as last reported.
+  // Also takes a name a host runs a VM tagged under its UUID by, and
+  // answers that VM (FAILED_PRECONDITION naming each when two are).
   absl::StatusOr<v1::VM> GetVm(const v1::GetVMRequest& request);
   absl::StatusOr<v1::ListVMsResponse> ListVms(const v1::ListVMsRequest& request);
 
  private:
+  // ListVms by domain_name.
+  absl::StatusOr<v1::ListVMsResponse> ListVmsNamed(
+      const v1::ListVMsRequest& request,
+      const std::function<std::optional<absl::Time>(absl::string_view)>& last_report);
+
   store::Store& store_;
   const CommitEffects& effects_;
   const HostStatus& hosts_;

@@ -210,6 +210,22 @@ TEST_F(CommandsTest, ListFiltersAndPrintsAlignedTable) {
   EXPECT_EQ(server_.service().list_requests()[0].tenant_id(), "acme");
 }
 
+// ls --name: the VMs hosts run under a domain name (tagged under their
+// UUIDs), asked for alone.
+TEST_F(CommandsTest, ListByDomainNameAsksForItAloneAndRefusesOtherFilters) {
+  ASSERT_EQ(RunList(*stub_, {.domain_name = "instance-00000001"}, Json(), out_, err_), kExitOk)
+      << err_.str();
+  ASSERT_EQ(server_.service().list_requests().size(), 1u);
+  EXPECT_EQ(server_.service().list_requests()[0].domain_name(), "instance-00000001");
+  EXPECT_EQ(server_.service().list_requests()[0].tenant_id(), "");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunList(*stub_, {.tenant_id = "acme", .domain_name = "instance-00000001"}, Json(),
+                    out, err),
+            kExitUsage);
+  EXPECT_THAT(err.str(), HasSubstr("--name is a filter of its own"));
+  EXPECT_EQ(server_.service().list_requests().size(), 1u) << "a refused ls made an RPC";
+}
+
 TEST_F(CommandsTest, ListOfNothing) {
   ASSERT_EQ(RunList(*stub_, {}, options_, out_, err_), kExitOk);
   EXPECT_EQ(out_.str(), "no VMs found\n");

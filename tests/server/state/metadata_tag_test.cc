@@ -481,6 +481,16 @@ TEST_F(TagFromMetadataTest, OneDomainNameInTwoNovaCellsIsTwoVmsTaggedByUuid) {
   EXPECT_THAT(std::string(ambiguous.status().message()),
               HasSubstr(absl::StrCat("vm_id '", name, "' is the domain name of 2 tagged VMs: '",
                                      u1, "' (host 'host-a'), '", u2, "' (host 'host-b')")));
+  // ls --name finds both, with their names.
+  v1::ListVMsRequest list;
+  list.set_domain_name(name);
+  auto listed = state_->vms.ListVms(list);
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->vms_size(), 2);
+  EXPECT_EQ(listed->vms(0).vm_id(), u1);
+  EXPECT_EQ(listed->vms(1).vm_id(), u2);
+  list.set_tenant_id(kProject);
+  EXPECT_EQ(state_->vms.ListVms(list).status().code(), absl::StatusCode::kInvalidArgument);
   absl::Status untag = Untag(name);
   EXPECT_EQ(untag.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(untag.message()), HasSubstr(u1));
