@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Follows docs/install.md word for word, and checks that the fleet works.
 
-Each machine of the guide (the admin's with the CA, three etcd members,
+Each machine of the guide (the admin's with the CA, an etcd member (below),
 three csd control nodes, a hypervisor) is an overlay of this machine's
 root in a mount namespace of its own, chrooted into, on a loopback address
 of its own (127.0.0.0/8 is all loopback): what a step writes under /etc or
