@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
@@ -37,6 +38,18 @@ inline absl::Status RegisterHost(TestState& state, const std::string& host,
   return Wait<v1::RegisterResponse>([&](auto done) {
            state.hosts.RegisterHost(request, actor, std::move(done));
          }).status();
+}
+
+// The VM ids of `host`'s snapshot (its first watch message from revision
+// 0): what its agent is sent assignments for, and enforces.
+inline std::vector<std::string> AssignedVmIds(TestState& state, const std::string& host) {
+  auto snapshot = state.watches.FirstWatchMessage(host, 0);
+  EXPECT_TRUE(snapshot.ok()) << snapshot.status();
+  std::vector<std::string> ids;
+  if (snapshot.ok()) {
+    for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
+  }
+  return ids;
 }
 
 // A TestState over a fresh SQLite store in `data_dir`; a failure to open

@@ -139,13 +139,7 @@ class TagFromMetadataTest : public ::testing::Test {
 
   // The VM ids `host`'s agent is sent assignments for.
   std::vector<std::string> Enforced(const std::string& host) {
-    auto snapshot = state_->watches.FirstWatchMessage(host, 0);
-    EXPECT_OK(snapshot);
-    std::vector<std::string> ids;
-    if (snapshot.ok()) {
-      for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
-    }
-    return ids;
+    return testing::AssignedVmIds(*state_, host);
   }
 
   absl::Status Untag(const std::string& vm) {

@@ -102,13 +102,7 @@ class MobilityTest : public ::testing::Test {
 
   // The VM ids of the host's snapshot: what its agent enforces.
   std::vector<std::string> Enforced(const std::string& host) {
-    auto snapshot = state_->watches.FirstWatchMessage(host, 0);
-    EXPECT_OK(snapshot);
-    std::vector<std::string> ids;
-    if (snapshot.ok()) {
-      for (const auto& a : snapshot->assignments()) ids.push_back(a.vm_id());
-    }
-    return ids;
+    return testing::AssignedVmIds(*state_, host);
   }
 
   int AuditCount(const std::string& method, const std::string& subject) {
