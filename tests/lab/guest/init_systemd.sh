@@ -90,13 +90,23 @@ if [ "${LAB_DPKG:-0}" = 1 ]; then
     fail_boot "cannot seed the guest's dpkg database"
   # /usr/share, and the folders in it that the packages install into: a
   # tmpfs of links to the build machine's entries, so that dpkg can add
-  # /usr/share/cosched, /usr/share/doc/cosched-agent and a man page. (dpkg
-  # needs the folder of every path it unpacks writable, even one excluded
-  # by path-exclude: a read-only one fails its first rename.)
+  # /usr/share/cosched, a man page, a doc folder. (dpkg needs the folder of
+  # every path it unpacks writable, even one excluded by path-exclude: a
+  # read-only one fails its first rename.) The folders are read from the
+  # .debs themselves, so a package that gains one (man5 did) needs nothing
+  # here.
   mount -t tmpfs -o mode=755 tmpfs /usr/share
-  for dir in /usr/share /usr/share/doc /usr/share/man /usr/share/man/man8; do
-    [ $dir = /usr/share ] || { rm "$dir" && mkdir "$dir"; } &&
-      ln -s "/run/lab-host$dir"/* "$dir/" || fail_boot "cannot lay $dir out for dpkg"
+  ln -s /run/lab-host/usr/share/* /usr/share/ || fail_boot "cannot lay /usr/share out for dpkg"
+  package_dirs=$(for deb in "$LAB_DEBS_INSTALL"/*.deb "$LAB_DEBS_UPGRADE"/*.deb; do
+      dpkg-deb --fsys-tarfile "$deb" | tar -t
+    done | sed -n 's|^\./\(usr/share/.*\)/[^/]*$|/\1|p' | sort -u) ||
+    fail_boot "cannot list the packages' folders"
+  # sort puts a folder before the folders in it.
+  for dir in $package_dirs; do
+    [ -L "$dir" ] || continue  # made here already, or new: dpkg makes it
+    rm "$dir" && mkdir "$dir" &&
+      { [ -z "$(ls -A "/run/lab-host$dir")" ] || ln -s "/run/lab-host$dir"/* "$dir/"; } ||
+      fail_boot "cannot lay $dir out for dpkg"
   done
   # The build machine is a container image whose policy-rc.d forbids
   # starting services (exit 101): deb-systemd-invoke would restart nothing.
