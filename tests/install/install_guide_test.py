@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Follows docs/install.md word for word, and checks that the fleet works.
 
-Each machine of the guide (the admin's with the CA, an etcd member (below),
+Each machine of the guide (the admin's with the CA, three etcd members,
 three csd control nodes, a hypervisor) is an overlay of this machine's
 root in a mount namespace of its own, chrooted into, on a loopback address
 of its own (127.0.0.0/8 is all loopback): what a step writes under /etc or
@@ -12,11 +12,12 @@ files its `copy=` names copied from the CA machine as an operator would.
 Only the guide's fleet.sh values are the test's (addresses and free ports),
 and systemctl is tests/install/systemctl_shim.py (no systemd in a chroot).
 
-One etcd member, not three: etcd checks a peer's certificate against the
-address the peer connects from, and on one loopback every connection
-leaves from 127.0.0.1 whatever address its member listens on (in a real
-network each member dials from its own). The guide's etcd steps are the
-same for one member or more.
+Three etcd members, as the guide has. One setting is the test's, not the
+guide's: etcd checks a peer's certificate against the address the peer
+connects from, and on one loopback every connection leaves from 127.0.0.1
+whatever address its member listens on (in a real network each member
+dials from its own), so each member gets a drop-in that skips that check
+(--experimental-peer-skip-client-san-verification; the CA check stays).
 
 Then the result: `csctl status` healthy with three replicas and a leader,
 etcd's authentication on with csd's user confined to its prefix, the agent
@@ -194,11 +195,11 @@ def main():
     # The fleet: every machine on a loopback address of its own.
     fleet = {
         "admin": "127.0.0.10",
-        "etcd-1": "127.0.0.11",
+        "etcd-1": "127.0.0.11", "etcd-2": "127.0.0.12", "etcd-3": "127.0.0.13",
         "csd-a": "127.0.0.21", "csd-b": "127.0.0.22", "csd-c": "127.0.0.23",
         "compute-001": "127.0.0.31",
     }
-    etcds, csds, hypervisors = ["etcd-1"], ["csd-a", "csd-b", "csd-c"], ["compute-001"]
+    etcds, csds, hypervisors = ["etcd-1", "etcd-2", "etcd-3"], ["csd-a", "csd-b", "csd-c"], ["compute-001"]
     ports = {}
     for name in ("ETCD_CLIENT_PORT", "ETCD_PEER_PORT", "CSD_PORT", "CSD_METRICS_PORT",
                  "AGENT_METRICS_PORT"):
@@ -224,6 +225,10 @@ def main():
             m.put("/root/fleet.sh", fleet_sh)
             for deb in debs:
                 m.put(os.path.join("/root", os.path.basename(deb)), open(deb, "rb").read())
+            if name in etcds:
+                # The test's one setting (above): peers all dial from 127.0.0.1.
+                m.put("/etc/systemd/system/etcd.service.d/install-guide-test.conf",
+                      b"[Service]\nEnvironment=ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION=true\n")
         print(f"install_guide_test: {len(machines)} machines under {workdir}; ports {ports}")
 
         for step, role, copies, text in blocks[1:]:
@@ -249,7 +254,7 @@ def main():
                 if out:
                     print("  " + out.replace("\n", "\n  "))
 
-        check_fleet(machines, fleet, csds, hypervisors, ports)
+        check_fleet(machines, fleet, etcds, csds, hypervisors, ports)
         print("install_guide_test: the guide works as written")
     except StepFailed as e:
         failed = str(e)
@@ -278,7 +283,7 @@ def wait_for(what, probe, timeout=90):
     raise StepFailed(f"after the guide: {what} within {timeout} s; last: {last}")
 
 
-def check_fleet(machines, fleet, csds, hypervisors, ports):
+def check_fleet(machines, fleet, etcds, csds, hypervisors, ports):
     admin = machines["admin"]
 
     def csctl(*words):
@@ -296,9 +301,22 @@ def check_fleet(machines, fleet, csds, hypervisors, ports):
     status = wait_for("csctl status healthy with 3 replicas and one leader", healthy)
     print("install_guide_test: csctl status:\n  " + status.strip().replace("\n", "\n  "))
 
-    # etcd: authentication on, csd's user confined to its prefix.
-    etcd = f"https://{fleet['etcd-1']}:{ports['ETCD_CLIENT_PORT']}"
+    # etcd: one cluster of every member, one leader.
+    etcd = ",".join(f"https://{fleet[e]}:{ports['ETCD_CLIENT_PORT']}" for e in etcds)
     base = f"ETCDCTL_API=3 etcdctl --endpoints={etcd} --cacert=pki/ca.crt"
+    as_root = f"{base} --cert=pki/etcd/root.crt --key=pki/etcd/root.key"
+    r = admin.run(f"{as_root} endpoint status -w json", check=False)
+    if r.returncode != 0:
+        raise StepFailed(f"after the guide: etcd endpoint status failed: {r.stderr!r}")
+    statuses = json.loads(r.stdout)
+    clusters = {s["Status"]["header"]["cluster_id"] for s in statuses}
+    leaders = {s["Status"]["leader"] for s in statuses}
+    if len(statuses) != len(etcds) or len(clusters) != 1 or len(leaders) != 1:
+        raise StepFailed(f"after the guide: want {len(etcds)} etcd members of one cluster with "
+                         f"one leader, got {r.stdout.decode(errors='replace')}")
+    print(f"install_guide_test: etcd: {len(statuses)} members of one cluster, one leader")
+
+    # etcd: authentication on, csd's user confined to its prefix.
     as_csd = f"{base} --cert=pki/etcd/cosched-csd.crt --key=pki/etcd/cosched-csd.key"
     r = admin.run(f"{as_csd} put /not-cosched x", check=False)
     if r.returncode == 0 or b"permission denied" not in r.stderr:

@@ -5,7 +5,8 @@ Each machine of the install guide's test is an overlay of the build
 machine's root in a mount namespace of its own (a chroot), where the real
 systemctl only prints "Running in chroot, ignoring request". This one runs
 the unit the packages installed as systemd would, in what matters for the
-guide: its Environment= and EnvironmentFile= (with %p), User= and Group=,
+guide: its Environment= and EnvironmentFile= (with %p, and drop-ins of
+/etc/systemd/system/UNIT.d/*.conf after the unit), User= and Group=,
 the directories systemd makes for it (RuntimeDirectory=, StateDirectory=,
 LogsDirectory=, with their modes), ExecStart= with $VAR expansion, and
 ExecReload= with $MAINPID. The sandboxing directives (ProtectSystem= and
@@ -16,6 +17,7 @@ Commands: start, restart, stop, reload, is-active, status, enable,
 disable, daemon-reload. A started unit runs in the background, its output
 in /var/log/shim/UNIT.log, its pid in /run/shim/UNIT.pid.
 """
+import glob
 import grp
 import os
 import pwd
@@ -41,19 +43,22 @@ def read_unit(name):
     else:
         sys.exit(f"systemctl (shim): Unit {name} not found.")
     service = {}
-    section = None
-    with open(path) as f:
-        for raw in f:
-            line = raw.strip()
-            if not line or line.startswith(("#", ";")):
-                continue
-            if line.startswith("["):
-                section = line.strip("[]")
-                continue
-            if section != "Service" or "=" not in line:
-                continue
-            key, value = line.split("=", 1)
-            service.setdefault(key.strip(), []).append(value.strip())
+    drop_ins = os.path.join("/etc/systemd/system", name + ".d")
+    conf = sorted(glob.glob(os.path.join(drop_ins, "*.conf")))
+    for file in [path] + conf:
+        section = None
+        with open(file) as f:
+            for raw in f:
+                line = raw.strip()
+                if not line or line.startswith(("#", ";")):
+                    continue
+                if line.startswith("["):
+                    section = line.strip("[]")
+                    continue
+                if section != "Service" or "=" not in line:
+                    continue
+                key, value = line.split("=", 1)
+                service.setdefault(key.strip(), []).append(value.strip())
     return service
 
 
