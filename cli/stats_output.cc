@@ -132,6 +132,7 @@ json StatsToJson(const v1::GetStatsRequest& request,
             {"vms", vms},
             {"total", SiblingShareToJson("total", response.total())},
             {"partial", response.partial()}};
+  if (response.has_gone_vms()) o["gone_vms"] = SiblingShareToJson("gone", response.gone_vms());
   if (response.partial()) {
     json missing = json::array();
     for (const v1::StatsReplicaGap& gap : response.missing_replicas()) {
@@ -186,6 +187,8 @@ void PrintStats(const v1::GetStatsRequest& request,
   TextTable table({"VM", "RUNTIME_MS", "SAME%", "IDLE%", "FOREIGN%", "UNKNOWN%",
                    "FOREIGN_INTERVALS", "LONGEST_FOREIGN_US", "FORCED_IDLE_MS"});
   for (const v1::VMStats& v : response.vms()) table.AddRow(Row(v.vm_id(), v.share()));
+  // The tenant's VMs gone from every host: counted in TOTAL, listed no more.
+  if (response.has_gone_vms()) table.AddRow(Row("(gone VMs)", response.gone_vms()));
   if (!request.has_vm_id()) table.AddRow(Row("TOTAL", response.total()));
   table.Print(out);
 }

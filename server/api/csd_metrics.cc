@@ -315,23 +315,29 @@ void CsdMetrics::AddStatsGauges() {
                              static_cast<double>(counts->second));
         return samples;
       });
-  for (const auto& [name, help, held] :
-       {std::tuple{"cosched_csd_stats_series",
-                   "(host, VM) stats series csd keeps in memory now, of its own agents "
-                   "(of=\"agents\") and, on the leading replica, forwarded by the others "
-                   "(of=\"forwarded\").",
-                   true},
+  using Series = CsdMetricsOptions::StatsSeries;
+  using Figure = double (*)(const Series&);
+  for (const auto& [name, help, figure] :
+       {std::tuple<const char*, const char*, Figure>{
+            "cosched_csd_stats_series",
+            "(host, VM) stats series csd keeps in memory now, of its own agents "
+            "(of=\"agents\") and, on the leading replica, forwarded by the others "
+            "(of=\"forwarded\").",
+            [](const Series& s) { return static_cast<double>(s.held); }},
         {"cosched_csd_stats_series_evicted",
          "Stats series evicted since csd started because their host kept more than its limit "
          "(twice the VMs it reports, plus 64): the least recently reported go first.",
-         false}}) {
-    scrape_gauges_->AddFamily(name, help, [series = options_.stats_series, held = held] {
+         [](const Series& s) { return static_cast<double>(s.evicted); }},
+        {"cosched_csd_stats_series_folded",
+         "Stats series of VMs gone from every host, folded into their tenant's figures and "
+         "freed since csd started.",
+         [](const Series& s) { return static_cast<double>(s.folded); }}}) {
+    scrape_gauges_->AddFamily(name, help, [series = options_.stats_series, figure = figure] {
       std::vector<metrics::ScrapeGauges::Sample> samples;
       if (!series) return samples;
       const auto [agents, forwarded] = series();
       for (const auto& [of, s] : {std::pair{"agents", agents}, {"forwarded", forwarded}}) {
-        samples.emplace_back(prometheus::Labels{{"of", of}},
-                             static_cast<double>(held ? s.held : s.evicted));
+        samples.emplace_back(prometheus::Labels{{"of", of}}, figure(s));
       }
       return samples;
     });

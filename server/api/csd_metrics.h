@@ -62,6 +62,7 @@ struct CsdMetricsOptions {
   struct StatsSeries {
     size_t held = 0;
     uint64_t evicted = 0;
+    uint64_t folded = 0;
   };
   std::function<std::pair<StatsSeries, StatsSeries>()> stats_series;
   // The certificate and CA files csd uses (restart-only), for their expiry.

@@ -34,7 +34,7 @@ absl::StatusOr<v1::GetStatsResponse> CombineStatsAnswers(
   std::sort(gaps.begin(), gaps.end(), [](const auto& a, const auto& b) {
     return a.replica() < b.replica();
   });
-  if (local.windows() == 0) {
+  if (!HasStats(local)) {
     if (gaps.empty()) return absl::NotFoundError(not_found);
     return absl::NotFoundError(absl::StrCat(
         not_found, " by the replicas that answered; missing: ",

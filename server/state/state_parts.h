@@ -32,7 +32,7 @@ struct StateParts {
   // conflicts); the view stays empty until Load.
   explicit StateParts(store::Store& store, StatsAggregator::Clock stats_clock = nullptr,
                       policy::PlacementOptions placement_options = {})
-      : store(store), stats(stats_clock), placement(std::move(placement_options)) {}
+      : store(store), stats(store, stats_clock), placement(std::move(placement_options)) {}
   StateParts(const StateParts&) = delete;
   StateParts& operator=(const StateParts&) = delete;
 

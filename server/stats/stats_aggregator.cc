@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -93,6 +94,12 @@ struct VmBucket : BucketHeader {
     Cover(w);
     share.Add(FromProto(s));
   }
+  // Another series' bucket of the same slot (a gone VM's, folded).
+  void Merge(const VmBucket& o) {
+    first_start_ns = last_end_ns == 0 ? o.first_start_ns : std::min(first_start_ns, o.first_start_ns);
+    last_end_ns = std::max(last_end_ns, o.last_end_ns);
+    share.Add(o.share);
+  }
 };
 
 struct HostBucket : BucketHeader {
@@ -154,6 +161,23 @@ class BucketRing {
 
   size_t size() const { return buckets_.size(); }
 
+  // Adds the buckets of `other` (a ring of the same width and count) that
+  // are still within the ring at `now_ns`, slot by slot.
+  void MergeFrom(const BucketRing& other, int64_t now_ns) {
+    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
+    for (const Bucket& b : other.buckets_) {
+      if (b.slot < oldest) continue;
+      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), b.slot,
+                                 [](const Bucket& x, int64_t s) { return x.slot < s; });
+      if (it == buckets_.end() || it->slot != b.slot) {
+        it = buckets_.emplace(it);
+        it->slot = b.slot;
+      }
+      it->Merge(b);
+    }
+    DropExpired(now_ns);
+  }
+
   // Calls fn for each bucket that is still within the ring at `now_ns` and
   // holds a window ending after `since_ns` (a window starting at or after
   // it, with `whole`).
@@ -187,16 +211,31 @@ struct TwoRings {
     coarse.DropExpired(now_ns);
   }
   size_t size() const { return fine.size() + coarse.size(); }
+  void MergeFrom(const TwoRings& other, int64_t now_ns) {
+    fine.MergeFrom(other.fine, now_ns);
+    coarse.MergeFrom(other.coarse, now_ns);
+  }
 };
+
+// A VmSeries' tenant before it is learned, and once the VM is found untagged.
+constexpr int32_t kTenantUnknown = -1;
+constexpr int32_t kTenantNone = -2;
 
 struct VmSeries {
   TwoRings<VmBucket> rings;
   int64_t last_added_ns = 0;  // csd's clock, for the sweep
+  // What the fold last learned of the VM (StatsAggregator::MaybeFoldGone):
+  // its tenant (an index into tenant_names_) and when csd's store was
+  // asked while the VM was quiet.
+  int32_t tenant = kTenantUnknown;
+  int64_t asked_quiet_ns = 0;
 };
 
 // What a query gathers before it becomes a response.
 struct Gathered {
   std::map<std::string, ShareSums> vms;
+  // A tenant's VMs gone from every host (folded), when any ran in the span.
+  std::optional<ShareSums> gone;
   std::vector<CoreSums> cores;
   int64_t first_start_ns = std::numeric_limits<int64_t>::max();
   int64_t last_end_ns = 0;
@@ -211,10 +250,14 @@ struct Gathered {
 
   v1::GetStatsResponse ToResponse() const {
     v1::GetStatsResponse r;
-    if (windows == 0) return r;
+    if (windows == 0 && !gone) return r;
     r.set_start_unix_ns(first_start_ns);
     r.set_end_unix_ns(last_end_ns);
     ShareSums total;
+    if (gone) {
+      total.Add(*gone);
+      ToProto(*gone, r.mutable_gone_vms());
+    }
     for (const auto& [vm_id, share] : vms) {
       total.Add(share);
       v1::VMStats* s = r.add_vms();
@@ -321,6 +364,10 @@ absl::Status ValidateStatsWindows(
   return absl::OkStatus();
 }
 
+struct StatsAggregator::TenantSeries {
+  TwoRings<VmBucket> rings;
+};
+
 struct StatsAggregator::HostSeries {
   std::mutex mu;
   TwoRings<HostBucket> rings;
@@ -393,6 +440,7 @@ int64_t StatsAggregator::Add(
     const absl::flat_hash_map<std::string, std::string>& tagged_id, int reported_vms) {
   const int64_t now = now_();
   MaybeSweep(now);
+  MaybeFoldGone(now);
   if (stats.empty()) return 0;
   std::shared_lock table(hosts_mu_);
   std::shared_ptr<HostSeries> host = FindHost(host_id);
@@ -490,6 +538,126 @@ uint64_t StatsAggregator::EvictedSeriesCount() const {
   return evicted_series_;
 }
 
+uint64_t StatsAggregator::FoldedSeriesCount() const {
+  std::lock_guard lock(index_mu_);
+  return folded_series_;
+}
+
+size_t StatsAggregator::GoneTenantCount() const {
+  std::lock_guard lock(gone_mu_);
+  return gone_by_tenant_.size();
+}
+
+void StatsAggregator::MaybeFoldGone(int64_t now_ns) {
+  if (!vm_facts_) return;
+  std::unique_lock fold(fold_mu_, std::try_to_lock);
+  if (!fold.owns_lock() || now_ns - last_fold_ns_ < kMinuteNs) return;
+  last_fold_ns_ = now_ns;
+
+  // The series that are quiet (no window for kGoneAfterNs) or whose
+  // tenant is not known, by VM: in a steady fleet, few. Whether a VM quiet
+  // here runs elsewhere is the store's to say (a host reports it), so a
+  // series active on another host need not be looked at.
+  struct Seen {
+    bool quiet = false;
+    int32_t tenant = kTenantUnknown;
+    int64_t asked_quiet_ns = 0;
+  };
+  absl::flat_hash_map<std::string, Seen> vms;
+  {
+    std::shared_lock table(hosts_mu_);
+    for (const auto& [host_id, host] : hosts_) {
+      std::lock_guard lock(host->mu);
+      for (const auto& [id, series] : host->vms) {
+        const bool quiet = series->last_added_ns < now_ns - kGoneAfterNs;
+        if (!quiet && series->tenant != kTenantUnknown) continue;
+        Seen& seen = vms[id];
+        if (series->tenant != kTenantUnknown) seen.tenant = series->tenant;
+        if (quiet) {
+          seen.quiet = true;
+          seen.asked_quiet_ns = std::max(seen.asked_quiet_ns, series->asked_quiet_ns);
+        }
+      }
+    }
+  }
+  // Quiet VMs first (they may be gone), then those whose tenant is not
+  // known yet, to a bound per round.
+  std::vector<std::string> ask;
+  absl::flat_hash_set<std::string> quiet;
+  for (const auto& [id, seen] : vms) {
+    if (ask.size() >= kMaxAskedPerRound) break;
+    if (seen.quiet && seen.asked_quiet_ns <= now_ns - kPresentRecheckNs) {
+      ask.push_back(id);
+      quiet.insert(id);
+    }
+  }
+  for (const auto& [id, seen] : vms) {
+    if (ask.size() >= kMaxAskedPerRound) break;
+    if (seen.tenant == kTenantUnknown && !quiet.contains(id)) ask.push_back(id);
+  }
+  if (ask.empty()) return;
+  // Without a lock on the series: the answer reads csd's store.
+  absl::StatusOr<absl::flat_hash_map<std::string, VmFacts>> facts = vm_facts_(ask);
+  if (!facts.ok()) {
+    last_fold_ns_ = now_ns - kMinuteNs / 2;  // asked again in half a minute
+    return;
+  }
+  // What to write back to each VM's series, and the VMs gone (with the
+  // tenant their figures fold into, kTenantNone: only freed).
+  absl::flat_hash_map<std::string, int32_t> learned;
+  absl::flat_hash_map<std::string, int32_t> gone;
+  for (const auto& [id, fact] : *facts) {
+    auto seen = vms.find(id);
+    if (seen == vms.end()) continue;
+    int32_t tenant = seen->second.tenant;
+    if (fact.tenant) {
+      auto [it, added] = tenant_index_.try_emplace(*fact.tenant, static_cast<int32_t>(tenant_names_.size()));
+      if (added) tenant_names_.push_back(*fact.tenant);
+      tenant = it->second;
+    } else if (tenant == kTenantUnknown) {
+      tenant = kTenantNone;
+    }
+    if (quiet.contains(id) && !fact.reported) {
+      gone.emplace(id, tenant);
+    } else {
+      learned.emplace(id, tenant);
+    }
+  }
+
+  // Adds wait while the series change (they take the table shared).
+  std::unique_lock table(hosts_mu_);
+  std::vector<std::pair<std::string, std::string>> freed;  // (vm, host)
+  for (auto& [host_id, host] : hosts_) {
+    std::lock_guard lock(host->mu);
+    for (auto series = host->vms.begin(); series != host->vms.end();) {
+      VmSeries& s = *series->second;
+      if (auto it = learned.find(series->first); it != learned.end()) {
+        s.tenant = it->second;
+        if (quiet.contains(series->first) && s.last_added_ns < now_ns - kGoneAfterNs) {
+          s.asked_quiet_ns = now_ns;
+        }
+      }
+      auto it = gone.find(series->first);
+      // A window that came since the question: not gone after all.
+      if (it == gone.end() || s.last_added_ns >= now_ns - kGoneAfterNs) {
+        ++series;
+        continue;
+      }
+      if (it->second >= 0) {
+        std::lock_guard gone_lock(gone_mu_);
+        std::unique_ptr<TenantSeries>& into = gone_by_tenant_[tenant_names_[it->second]];
+        if (into == nullptr) into = std::make_unique<TenantSeries>();
+        into->rings.MergeFrom(s.rings, now_ns);
+      }
+      freed.emplace_back(series->first, host_id);
+      host->vms.erase(series++);
+    }
+  }
+  std::lock_guard lock(index_mu_);
+  for (const auto& [vm, host] : freed) ForgetInIndexLocked(vm, host);
+  folded_series_ += freed.size();
+}
+
 void StatsAggregator::MaybeSweep(int64_t now_ns) {
   {
     std::shared_lock table(hosts_mu_);
@@ -519,6 +687,17 @@ void StatsAggregator::MaybeSweep(int64_t now_ns) {
       hosts_.erase(it++);
     } else {
       ++it;
+    }
+  }
+  {
+    std::lock_guard lock(gone_mu_);
+    for (auto it = gone_by_tenant_.begin(); it != gone_by_tenant_.end();) {
+      it->second->rings.DropExpired(now_ns);
+      if (it->second->rings.size() == 0) {
+        gone_by_tenant_.erase(it++);
+      } else {
+        ++it;
+      }
     }
   }
   std::lock_guard lock(index_mu_);
@@ -584,6 +763,31 @@ v1::GetStatsResponse StatsAggregator::QueryVms(const std::vector<std::string>& v
     });
   }
   return g.ToResponse();
+}
+
+v1::GetStatsResponse StatsAggregator::QueryTenant(absl::string_view tenant,
+                                                  const std::vector<std::string>& vm_ids,
+                                                  int64_t span_seconds) const {
+  v1::GetStatsResponse current = QueryVms(vm_ids, span_seconds);
+  const int64_t now = now_();
+  const int64_t span_ns = span_seconds * kNsPerSecond;
+  Gathered g;
+  {
+    std::lock_guard lock(gone_mu_);
+    auto it = gone_by_tenant_.find(tenant);
+    if (it != gone_by_tenant_.end()) {
+      it->second->rings.For(span_ns).ForEachSince(now, now - span_ns, [&](const VmBucket& b) {
+        g.Cover(b);
+        if (!g.gone) g.gone.emplace();
+        g.gone->Add(b.share);
+      });
+    }
+  }
+  if (!g.gone) return current;
+  // The gone VMs' part as an answer of its own, added as replicas' are.
+  v1::GetStatsResponse sum = g.ToResponse();
+  AddStatsAnswer(current, sum);
+  return sum;
 }
 
 v1::GetStatsResponse StatsAggregator::QueryHost(absl::string_view host_id,

@@ -1,6 +1,7 @@
 #include "server/stats/stats_queries.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,27 @@ constexpr int64_t kDefaultStatsSeconds = 300;
 absl::StatusOr<v1::GetStatsResponse> StatsQueries::GetStats(
                                                             const v1::GetStatsRequest& request) {
   ASSIGN_OR_RETURN(StatsQuery query, QueryStats(request));
-  if (query.stats.windows() == 0) return absl::NotFoundError(query.not_found);
+  if (!HasStats(query.stats)) return absl::NotFoundError(query.not_found);
   return std::move(query.stats);
+}
+
+StatsAggregator::VmFactsFn VmFactsIn(store::Store& store) {
+  return [&store](const std::vector<std::string>& vm_ids)
+             -> absl::StatusOr<absl::flat_hash_map<std::string, StatsAggregator::VmFacts>> {
+    absl::flat_hash_map<std::string, StatsAggregator::VmFacts> facts;
+    RETURN_IF_ERROR(store.Read([&](store::Transaction& txn) -> absl::Status {
+      facts.clear();  // a Read may run its function again
+      for (const std::string& id : vm_ids) {
+        StatsAggregator::VmFacts& f = facts[id];
+        ASSIGN_OR_RETURN(std::optional<store::Observation> seen, txn.FindObservation(id));
+        f.reported = seen.has_value();
+        ASSIGN_OR_RETURN(std::optional<v1::VM> vm, txn.GetVm(id));
+        if (vm) f.tenant = vm->tenant_id();
+      }
+      return absl::OkStatus();
+    }));
+    return facts;
+  };
 }
 
 absl::StatusOr<StatsQueries::StatsQuery> StatsQueries::QueryStats(
@@ -67,7 +87,8 @@ absl::StatusOr<StatsQueries::StatsQuery> StatsQueries::QueryStats(
         for (const v1::VM& vm : vms) vm_ids.push_back(vm.vm_id());
         return absl::OkStatus();
       }));
-      response = stats_.QueryVms(vm_ids, span);
+      response = request.has_tenant() ? stats_.QueryTenant(request.tenant(), vm_ids, span)
+                                      : stats_.QueryVms(vm_ids, span);
       break;
     }
     case v1::GetStatsRequest::SUBJECT_NOT_SET:

@@ -15,6 +15,11 @@
 
 namespace cosched::server {
 
+// StatsAggregator::VmFacts read from csd's store: a VM is reported while a
+// host's last Report names it (by id or UUID); its tenant is the one its
+// record names.
+StatsAggregator::VmFactsFn VmFactsIn(store::Store& store);
+
 // The agents' stats csd keeps in memory: its own agents' (GetStats answers
 // from them) and, on the leader of replicas on etcd, those the other
 // replicas forward (server/replicas/stats_forwarder.h); the policy engine
@@ -24,6 +29,12 @@ struct AgentStats {
   // system clock).
   explicit AgentStats(const StatsAggregator::Clock& clock = nullptr)
       : own(clock), forwarded(clock) {}
+  // Series of VMs gone from every host folded at once (StatsAggregator).
+  explicit AgentStats(store::Store& store, const StatsAggregator::Clock& clock = nullptr)
+      : AgentStats(clock) {
+    own.SetVmFacts(VmFactsIn(store));
+    forwarded.SetVmFacts(VmFactsIn(store));
+  }
 
   StatsAggregator own;
   StatsAggregator forwarded;

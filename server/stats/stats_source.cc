@@ -19,8 +19,8 @@ void AddCore(const v1::CoreShare& part, v1::CoreShare& sum) {
 
 
 v1::GetStatsResponse Sum(v1::GetStatsResponse first, const v1::GetStatsResponse& second) {
-  if (second.windows() == 0) return first;
-  if (first.windows() == 0) return second;
+  if (!HasStats(second)) return first;
+  if (!HasStats(first)) return second;
   AddStatsAnswer(second, first);
   return first;
 }
@@ -28,8 +28,8 @@ v1::GetStatsResponse Sum(v1::GetStatsResponse first, const v1::GetStatsResponse&
 }  // namespace
 
 void AddStatsAnswer(const v1::GetStatsResponse& part, v1::GetStatsResponse& sum) {
-  if (part.windows() == 0) return;
-  if (sum.windows() == 0) {
+  if (!HasStats(part)) return;
+  if (!HasStats(sum)) {
     sum.set_start_unix_ns(part.start_unix_ns());
     sum.set_end_unix_ns(part.end_unix_ns());
   } else {
@@ -37,6 +37,7 @@ void AddStatsAnswer(const v1::GetStatsResponse& part, v1::GetStatsResponse& sum)
     sum.set_end_unix_ns(std::max(sum.end_unix_ns(), part.end_unix_ns()));
   }
   AddSiblingShare(part.total(), *sum.mutable_total());
+  if (part.has_gone_vms()) AddSiblingShare(part.gone_vms(), *sum.mutable_gone_vms());
   // Both lists are sorted (by vm_id, by core): merged in order.
   std::map<std::string, v1::SiblingShare> vms;
   for (v1::VMStats& v : *sum.mutable_vms()) vms[v.vm_id()] = std::move(*v.mutable_share());

@@ -21,6 +21,11 @@ namespace cosched::server {
 // index; the span is the union of both.
 void AddStatsAnswer(const v1::GetStatsResponse& part, v1::GetStatsResponse& sum);
 
+// Whether an answer holds anything: a window, or a tenant's gone VMs.
+inline bool HasStats(const v1::GetStatsResponse& r) {
+  return r.windows() > 0 || r.has_gone_vms();
+}
+
 // Queries as StatsAggregator's (server/stats/stats_aggregator.h says what each
 // answers). Thread-safe.
 class StatsSource {

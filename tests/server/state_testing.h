@@ -56,7 +56,9 @@ inline std::vector<std::string> AssignedVmIds(TestState& state, const std::strin
 // it fails the test (state() is then null).
 class SqliteTestState {
  public:
-  explicit SqliteTestState(const std::string& data_dir) {
+  // `stats_clock`: the clock of the stats kept (nullptr: the system's).
+  explicit SqliteTestState(const std::string& data_dir,
+                           StatsAggregator::Clock stats_clock = nullptr) {
     store::SqliteStoreOptions options;
     options.data_dir = data_dir;
     auto store = store::SqliteStore::Open(options);
@@ -65,7 +67,7 @@ class SqliteTestState {
       return;
     }
     store_ = std::move(*store);
-    state_ = std::make_unique<TestState>(*store_);
+    state_ = std::make_unique<TestState>(*store_, std::move(stats_clock));
     // Tests send Reports back to back; the rate limit has tests of its own.
     state_->reports.report_rate().set_options({.per_second = 0});
   }

@@ -65,6 +65,30 @@ TEST(AddStatsAnswer, AnEmptySideTakesTheOthersSpan) {
   EXPECT_EQ(sum.DebugString(), before.DebugString());
 }
 
+// A replica whose agents ran a tenant's VMs that are gone now answers with
+// gone_vms alone (no window of a current VM): that is an answer, added up.
+TEST(AddStatsAnswer, GoneVmsAloneAreAnAnswerAndAddUp) {
+  v1::GetStatsResponse gone;
+  gone.set_start_unix_ns(40);
+  gone.set_end_unix_ns(90);
+  gone.mutable_gone_vms()->set_run_ns(500);
+  *gone.mutable_total() = gone.gone_vms();
+  v1::GetStatsResponse sum;
+  AddStatsAnswer(gone, sum);
+  EXPECT_EQ(sum.gone_vms().run_ns(), 500);
+  EXPECT_EQ(sum.start_unix_ns(), 40);
+  AddStatsAnswer(Answer(50, 150, "vm-a", 3000, 70, 0), sum);
+  AddStatsAnswer(gone, sum);
+  EXPECT_EQ(sum.gone_vms().run_ns(), 1000);
+  EXPECT_EQ(sum.total().run_ns(), 4000);
+  EXPECT_EQ(sum.start_unix_ns(), 40);
+  EXPECT_EQ(sum.end_unix_ns(), 150);
+  EXPECT_EQ(sum.windows(), 3);
+  auto combined = CombineStatsAnswers(v1::GetStatsResponse(), {{"csd-b", gone}}, {}, "none");
+  ASSERT_OK(combined);
+  EXPECT_EQ(combined->gone_vms().run_ns(), 500);
+}
+
 TEST(CombineStatsAnswers, ErrorsBecomeNamedGapsAndNotFoundIsNone) {
   std::vector<PeerStatsAnswer> peers;
   peers.push_back({"csd-c", absl::NotFoundError("no stats")});

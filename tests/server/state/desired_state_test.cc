@@ -1,4 +1,6 @@
 
+#include <atomic>
+
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "store/sqlite_store.h"
@@ -10,6 +12,7 @@ namespace cosched::server {
 namespace {
 
 const Actor kTester{"spiffe://test/tester", "admin"};
+constexpr int64_t kNsPerSecondForTest = 1000000000;
 
 using testing::Wait;
 
@@ -356,6 +359,75 @@ TEST_F(DesiredStateTest, StatsOfAVmTaggedByUuidCountForItsTenantAsTaggedNow) {
   r = state_->stats_queries.GetStats(by_tenant);
   ASSERT_OK(r);
   EXPECT_EQ(r->total().run_ns(), 100);
+}
+
+// Issue #36 item 3: a VM deleted and untagged (as a control plane does)
+// leaves csd's memory minutes later, not a day, and its figures stay in
+// its tenant's: through Reports and csd's store, as csd runs it.
+TEST(StatsOfGoneVmsTest, ADeletedAndUntaggedVmStaysInItsTenantsFiguresAsGone) {
+  cosched::testing::TempDir dir;
+  std::atomic<int64_t> later{0};
+  testing::SqliteTestState sqlite(dir.Sub("data"), [&later] {
+    return absl::ToUnixNanos(absl::Now()) + later.load();
+  });
+  TestState& state = *sqlite.state();
+  for (const char* vm : {"vm-1", "vm-2"}) {
+    v1::TagVMRequest tag;
+    tag.set_vm_id(vm);
+    tag.set_tenant_id("acme");
+    ASSERT_OK(Wait<v1::TagVMResponse>(
+        [&](auto done) { state.vms.TagVm(tag, kTester, std::move(done)); }));
+  }
+  ASSERT_OK(sqlite.RegisterHost("host-a", kTester));
+  auto report = [&](std::vector<std::string> vms, bool with_window) {
+    v1::ReportRequest r;
+    r.set_host_id("host-a");
+    for (const std::string& vm : vms) r.add_vms()->set_vm_id(vm);
+    if (with_window) {
+      v1::StatsWindow w = RecentWindow(5, vms[0]);
+      for (size_t i = 1; i < vms.size(); ++i) {
+        v1::VMStats* v = w.add_vms();
+        *v->mutable_share() = w.vms(0).share();
+        v->set_vm_id(vms[i]);
+      }
+      // The window is the stats clock's, not the system's.
+      w.set_end_unix_ns(w.end_unix_ns() + later.load());
+      w.set_start_unix_ns(w.start_unix_ns() + later.load());
+      *r.add_stats() = w;
+    }
+    return Wait<v1::ReportResponse>(
+        [&](auto done) { state.reports.ApplyReport(r, std::move(done)); }).status();
+  };
+  ASSERT_OK(report({"vm-1", "vm-2"}, true));
+  later += 61 * kNsPerSecondForTest;  // a round: csd learns their tenant
+  ASSERT_OK(report({"vm-1", "vm-2"}, false));
+
+  // vm-2 deleted: its host stops reporting it, the control plane untags it.
+  ASSERT_OK(report({"vm-1"}, false));
+  v1::UntagVMRequest untag;
+  untag.set_vm_id("vm-2");
+  ASSERT_OK(Wait<v1::UntagVMResponse>(
+      [&](auto done) { state.vms.UntagVm(untag, kTester, std::move(done)); }));
+  EXPECT_EQ(state.stats.own.VmSeriesCount(), 2u);
+  later += 3 * 60 * kNsPerSecondForTest;
+  ASSERT_OK(report({"vm-1"}, false));
+  EXPECT_EQ(state.stats.own.FoldedSeriesCount(), 1u);
+  EXPECT_EQ(state.stats.own.VmSeriesCount(), 1u) << "vm-1 is still reported";
+
+  v1::GetStatsRequest by_tenant;
+  by_tenant.set_tenant("acme");
+  by_tenant.set_window_seconds(3600);
+  auto r = state.stats_queries.GetStats(by_tenant);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->total().run_ns(), 200);
+  EXPECT_EQ(r->gone_vms().run_ns(), 100);
+  ASSERT_EQ(r->vms_size(), 1);
+  EXPECT_EQ(r->vms(0).vm_id(), "vm-1");
+  // The VM itself is no subject any more.
+  v1::GetStatsRequest by_vm;
+  by_vm.set_vm_id("vm-2");
+  by_vm.set_window_seconds(3600);
+  EXPECT_EQ(state.stats_queries.GetStats(by_vm).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(DesiredStateTest, ReportWithACoreBeyondTheRegisteredTopologyIsRefusedWhole) {

@@ -2,7 +2,9 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -410,6 +412,181 @@ TEST_F(StatsAggregatorTest, ConcurrentReportsAndQueriesAddUpExactly) {
   EXPECT_EQ(r.vms(0).share().run_ns(), kHosts * kReports);
   EXPECT_EQ(r.total().run_ns(), kHosts * kReports + 2 * 2 * kReports);
   EXPECT_EQ(r.windows(), kHosts * kReports);
+}
+
+// --- VMs gone from every host (issue #36 item 3) ---
+
+// The aggregator with csd's store played by `facts_`: what it says of each
+// VM it is asked about (absent: untagged and reported nowhere).
+class StatsFoldTest : public StatsAggregatorTest {
+ protected:
+  StatsFoldTest() {
+    stats_.SetVmFacts([this](const std::vector<std::string>& ids)
+                          -> absl::StatusOr<absl::flat_hash_map<std::string, StatsAggregator::VmFacts>> {
+      std::lock_guard lock(mu_);
+      asked_.push_back(ids);
+      if (fail_) return absl::UnavailableError("store away");
+      absl::flat_hash_map<std::string, StatsAggregator::VmFacts> out;
+      for (const std::string& id : ids) {
+        auto it = facts_.find(id);
+        out[id] = it == facts_.end() ? StatsAggregator::VmFacts{} : it->second;
+      }
+      if (during_question_) during_question_();
+      return out;
+    });
+  }
+
+  void Running(const std::string& vm, const std::string& tenant) {
+    std::lock_guard lock(mu_);
+    facts_[vm] = {true, tenant};
+  }
+  void Deleted(const std::string& vm, bool untagged) {
+    std::lock_guard lock(mu_);
+    facts_[vm].reported = false;
+    if (untagged) facts_[vm].tenant.reset();
+  }
+  // How many questions named `vm`.
+  int TimesAsked(const std::string& vm) {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const auto& ids : asked_) n += std::count(ids.begin(), ids.end(), vm);
+    return n;
+  }
+  // A Report with nothing in it, `minutes` later: it runs the fold.
+  void Later(int minutes) {
+    now_ += minutes * 60 * kSec;
+    Add("other-host", {});
+  }
+  // Thirty minutes of one window a minute, ending now, of these VMs.
+  void HalfAnHour(const std::string& host, const std::vector<std::string>& vms) {
+    std::vector<v1::StatsWindow> windows;
+    for (int m = 29; m >= 0; --m) {
+      v1::StatsWindow w = Window(m * 60);
+      for (const std::string& vm : vms) AddVm(w, vm, Share(100, 60, 30, 10));
+      windows.push_back(std::move(w));
+    }
+    Add(host, windows);
+  }
+
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, StatsAggregator::VmFacts> facts_;
+  std::vector<std::vector<std::string>> asked_;
+  bool fail_ = false;
+  std::function<void()> during_question_;
+};
+
+TEST_F(StatsFoldTest, AVmGoneFromEveryHostIsFoldedIntoItsTenantAndFreedTheAnswersStay) {
+  Running("vm-a", "acme");
+  Running("vm-b", "acme");
+  Running("vm-c", "globex");
+  HalfAnHour("h1", {"vm-a", "vm-b"});
+  HalfAnHour("h2", {"vm-c", "vm-b"});  // vm-b ran on both (a migration)
+  // Learned while they run: their tenants (the first round asks them all).
+  Later(1);
+  ASSERT_EQ(TimesAsked("vm-b"), 1);
+  const v1::GetStatsResponse hour = stats_.QueryTenant("acme", {"vm-a", "vm-b"}, 3600);
+  const v1::GetStatsResponse day = stats_.QueryTenant("acme", {"vm-a", "vm-b"}, 86400);
+  EXPECT_EQ(hour.total().run_ns(), 3 * 30 * 100);
+  EXPECT_FALSE(hour.has_gone_vms());
+
+  // vm-b deleted, and untagged as a control plane does: its series (two
+  // hosts) are freed, its figures stay in acme's under the tenant learned.
+  Deleted("vm-b", /*untagged=*/true);
+  Later(1);
+  EXPECT_EQ(stats_.FoldedSeriesCount(), 0u) << "quiet for 2 minutes only";
+  Later(2);  // every VM quiet for 4 minutes now; asked: only vm-b is gone
+  EXPECT_EQ(stats_.FoldedSeriesCount(), 2u);
+  EXPECT_EQ(stats_.VmSeriesCount(), 2u);
+  EXPECT_EQ(stats_.GoneTenantCount(), 1u);
+  EXPECT_EQ(stats_.QueryVms({"vm-b"}, 86400).windows(), 0);
+
+  // acme's answers are the same (4 minutes on: the same windows).
+  for (const auto& [span, before] : {std::pair{3600, hour}, {86400, day}}) {
+    v1::GetStatsResponse after = stats_.QueryTenant("acme", {"vm-a"}, span);
+    EXPECT_EQ(after.total().DebugString(), before.total().DebugString()) << span;
+    EXPECT_EQ(after.start_unix_ns(), before.start_unix_ns()) << span;
+    EXPECT_EQ(after.end_unix_ns(), before.end_unix_ns()) << span;
+    EXPECT_EQ(after.gone_vms().run_ns(), 2 * 30 * 100) << span;
+    EXPECT_EQ(after.gone_vms().foreign_ns(), 2 * 30 * 10) << span;
+    ASSERT_EQ(after.vms_size(), 1) << span;
+    EXPECT_EQ(after.vms(0).vm_id(), "vm-a");
+  }
+  // Another tenant's answer has none of it.
+  EXPECT_FALSE(stats_.QueryTenant("globex", {"vm-c"}, 3600).has_gone_vms());
+  EXPECT_EQ(stats_.QueryTenant("globex", {"vm-c"}, 3600).total().run_ns(), 30 * 100);
+
+  // Its minutes leave with the hour, its hours with the day.
+  Later(61);
+  EXPECT_FALSE(stats_.QueryTenant("acme", {}, 3600).has_gone_vms());
+  EXPECT_EQ(stats_.QueryTenant("acme", {}, 86400).gone_vms().run_ns(), 2 * 30 * 100);
+  Later(25 * 60);
+  EXPECT_EQ(stats_.GoneTenantCount(), 0u);
+}
+
+TEST_F(StatsFoldTest, AQuietVmStillReportedStaysAndIsAskedAgainOnlyAfterTenMinutes) {
+  Running("idle-vm", "acme");
+  HalfAnHour("h1", {"idle-vm"});
+  Later(3);
+  EXPECT_EQ(TimesAsked("idle-vm"), 1);
+  EXPECT_EQ(stats_.VmSeriesCount(), 1u);
+  for (int m = 0; m < 9; ++m) Later(1);
+  EXPECT_EQ(TimesAsked("idle-vm"), 1);
+  Later(2);
+  EXPECT_EQ(TimesAsked("idle-vm"), 2);
+  EXPECT_EQ(stats_.VmSeriesCount(), 1u);
+  EXPECT_EQ(stats_.FoldedSeriesCount(), 0u);
+}
+
+TEST_F(StatsFoldTest, AGoneVmThatWasNeverTaggedIsOnlyFreed) {
+  HalfAnHour("h1", {"stray"});  // no facts: untagged, and reported nowhere
+  Later(3);
+  EXPECT_EQ(stats_.FoldedSeriesCount(), 1u);
+  EXPECT_EQ(stats_.VmSeriesCount(), 0u);
+  EXPECT_EQ(stats_.GoneTenantCount(), 0u);
+}
+
+TEST_F(StatsFoldTest, AVmWhoseWindowComesWhileCsdAsksKeepsItsSeries) {
+  Running("vm-a", "acme");
+  HalfAnHour("h1", {"vm-a"});
+  Deleted("vm-a", false);
+  // Its host reports it again while the store is being asked (the answer
+  // read an older state).
+  during_question_ = [&] {
+    std::thread report([&] {
+      v1::StatsWindow w = Window(-3 * 60);
+      AddVm(w, "vm-a", Share(7, 7, 0, 0));
+      Add("h1", {w});
+    });
+    report.join();
+  };
+  Later(3);
+  EXPECT_EQ(stats_.FoldedSeriesCount(), 0u);
+  during_question_ = nullptr;
+  EXPECT_EQ(stats_.QueryVms({"vm-a"}, 3600).total().run_ns(), 30 * 100 + 7);
+}
+
+TEST_F(StatsFoldTest, TheStoreAwayFoldsNothingAndIsAskedAgainSoon) {
+  HalfAnHour("h1", {"stray"});
+  fail_ = true;
+  Later(3);
+  EXPECT_EQ(stats_.VmSeriesCount(), 1u);
+  fail_ = false;
+  now_ += 31 * kSec;  // half a minute on, not a whole one
+  Add("other-host", {});
+  EXPECT_EQ(stats_.VmSeriesCount(), 0u);
+}
+
+TEST_F(StatsFoldTest, AVmDeletedAfterItsTenantWasLearnedFoldsIntoThatTenant) {
+  // Tagged for acme, then retagged for globex while it ran: at the fold
+  // the store's current tenant wins.
+  Running("vm-a", "acme");
+  HalfAnHour("h1", {"vm-a"});
+  Later(1);
+  Running("vm-a", "globex");
+  Deleted("vm-a", /*untagged=*/false);
+  Later(3);
+  EXPECT_FALSE(stats_.QueryTenant("acme", {}, 3600).has_gone_vms());
+  EXPECT_EQ(stats_.QueryTenant("globex", {}, 3600).gone_vms().run_ns(), 30 * 100);
 }
 
 // --- validation ---
