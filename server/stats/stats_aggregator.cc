@@ -554,46 +554,53 @@ void StatsAggregator::MaybeFoldGone(int64_t now_ns) {
   if (!fold.owns_lock() || now_ns - last_fold_ns_ < kMinuteNs) return;
   last_fold_ns_ = now_ns;
 
-  // The series that are quiet (no window for kGoneAfterNs) or whose
-  // tenant is not known, by VM: in a steady fleet, few. Whether a VM quiet
-  // here runs elsewhere is the store's to say (a host reports it), so a
-  // series active on another host need not be looked at.
+  // The series worth a question, by VM, at most kMaxAskedPerRound VMs: the
+  // quiet ones (no window for kGoneAfterNs) not asked about within
+  // kPresentRecheckNs, then those whose tenant is not known. In a steady
+  // fleet, few; at a start with a large fleet, one bounded batch a round.
+  // Whether a VM quiet here runs elsewhere is the store's to say (a host
+  // reports it), so its series on other hosts need not be looked at.
   struct Seen {
     bool quiet = false;
     int32_t tenant = kTenantUnknown;
-    int64_t asked_quiet_ns = 0;
   };
   absl::flat_hash_map<std::string, Seen> vms;
+  size_t quiet_count = 0;
   {
     std::shared_lock table(hosts_mu_);
     for (const auto& [host_id, host] : hosts_) {
       std::lock_guard lock(host->mu);
       for (const auto& [id, series] : host->vms) {
-        const bool quiet = series->last_added_ns < now_ns - kGoneAfterNs;
+        const bool quiet = series->last_added_ns < now_ns - kGoneAfterNs &&
+                           series->asked_quiet_ns <= now_ns - kPresentRecheckNs;
         if (!quiet && series->tenant != kTenantUnknown) continue;
-        Seen& seen = vms[id];
-        if (series->tenant != kTenantUnknown) seen.tenant = series->tenant;
-        if (quiet) {
-          seen.quiet = true;
-          seen.asked_quiet_ns = std::max(seen.asked_quiet_ns, series->asked_quiet_ns);
+        auto it = vms.find(id);
+        if (it == vms.end()) {
+          // Room for a quiet VM while there are VMs only unknown to drop.
+          if (vms.size() >= kMaxAskedPerRound && (!quiet || quiet_count >= kMaxAskedPerRound)) {
+            continue;
+          }
+          it = vms.emplace(id, Seen()).first;
+        }
+        if (series->tenant != kTenantUnknown) it->second.tenant = series->tenant;
+        if (quiet && !it->second.quiet) {
+          it->second.quiet = true;
+          ++quiet_count;
         }
       }
     }
   }
-  // Quiet VMs first (they may be gone), then those whose tenant is not
-  // known yet, to a bound per round.
   std::vector<std::string> ask;
   absl::flat_hash_set<std::string> quiet;
   for (const auto& [id, seen] : vms) {
-    if (ask.size() >= kMaxAskedPerRound) break;
-    if (seen.quiet && seen.asked_quiet_ns <= now_ns - kPresentRecheckNs) {
+    if (seen.quiet) {
       ask.push_back(id);
       quiet.insert(id);
     }
   }
   for (const auto& [id, seen] : vms) {
     if (ask.size() >= kMaxAskedPerRound) break;
-    if (seen.tenant == kTenantUnknown && !quiet.contains(id)) ask.push_back(id);
+    if (!seen.quiet && seen.tenant == kTenantUnknown) ask.push_back(id);
   }
   if (ask.empty()) return;
   // Without a lock on the series: the answer reads csd's store.

@@ -138,6 +138,36 @@ TEST_F(StatsCommandTest, JsonUsesTheKeysOfAnalyzeAndForcedIdleOnlyWhenKnown) {
   EXPECT_FALSE(j.contains("missing_replicas"));
 }
 
+// A tenant's VMs gone from every host: a row of their own, counted in the
+// total; `gone_vms` in JSON, absent when there are none.
+TEST_F(StatsCommandTest, GoneVmsAreARowOfTheirOwnInTheTotal) {
+  v1::GetStatsResponse r = TenantStats();
+  *r.mutable_gone_vms() = Share(1000000000, 0, 0, 1000000000, 0);
+  *r.mutable_total() = Share(4000000000, 1000000000, 1900000000, 1100000000, 0);
+  server_.service().PutStats("tenant:acme", r);
+  ASSERT_EQ(RunStats(*stub_, {.tenant = "acme", .window = "1h"}, options_, out_, err_),
+            kExitOk)
+      << err_.str();
+  const std::string text = out_.str();
+  EXPECT_THAT(text, HasSubstr("(gone VMs)  1000.000    0.00   0.00    100.00"));
+  EXPECT_THAT(text, HasSubstr("TOTAL       4000.000    25.00  47.50   27.50"));
+  EXPECT_LT(text.find("vm-b"), text.find("(gone VMs)"));
+  EXPECT_LT(text.find("(gone VMs)"), text.find("TOTAL"));
+  std::ostringstream json_out;
+  ASSERT_EQ(RunStats(*stub_, {.tenant = "acme", .window = "1h"}, Json(), json_out, err_),
+            kExitOk);
+  json j = json::parse(json_out.str());
+  EXPECT_EQ(j["gone_vms"]["vm"], "gone");
+  EXPECT_EQ(j["gone_vms"]["runtime_ns"], 1000000000);
+  EXPECT_EQ(j["gone_vms"]["foreign_pct"], 100.0);
+  EXPECT_EQ(j["vms"].size(), 2u);
+
+  server_.service().PutStats("tenant:globex", TenantStats());
+  std::ostringstream none;
+  ASSERT_EQ(RunStats(*stub_, {.tenant = "globex", .window = "1h"}, Json(), none, err_), kExitOk);
+  EXPECT_FALSE(json::parse(none.str()).contains("gone_vms"));
+}
+
 // csd replicas on etcd: an answer missing some replicas' agents says which,
 // in the text and in the JSON.
 TEST_F(StatsCommandTest, APartialAnswerNamesTheMissingReplicas) {

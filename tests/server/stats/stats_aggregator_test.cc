@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -574,6 +576,39 @@ TEST_F(StatsFoldTest, TheStoreAwayFoldsNothingAndIsAskedAgainSoon) {
   now_ += 31 * kSec;  // half a minute on, not a whole one
   Add("other-host", {});
   EXPECT_EQ(stats_.VmSeriesCount(), 0u);
+}
+
+// A csd that starts under a large fleet learns the tenants in batches of
+// kMaxAskedPerRound VMs a round, not all at once; quiet VMs go first.
+TEST_F(StatsFoldTest, TenantsAreLearnedInBoundedBatchesQuietVmsFirst) {
+  // Two hosts' 12 000 VMs, reported at kNow and again 90 s later.
+  auto report_both = [&](int64_t ago) {
+    for (int h = 0; h < 2; ++h) {
+      v1::StatsWindow w = Window(ago);
+      for (int v = 0; v < 6000; ++v) AddVm(w, absl::StrCat("h", h, "-vm", v), Share(1, 1, 0, 0));
+      stats_.Add(absl::StrCat("h", h), Of({w}), 0, {}, 6000);
+    }
+  };
+  report_both(10);
+  Later(1);
+  ASSERT_EQ(asked_.size(), 1u);
+  EXPECT_EQ(asked_[0].size(), StatsAggregator::kMaxAskedPerRound);
+  // A third host's VM, reported once a minute in; the others again at 90 s.
+  v1::StatsWindow once = Window(-60);
+  AddVm(once, "quiet-vm", Share(1, 1, 0, 0));
+  Add("h2", {once});
+  now_ = kNow + 90 * kSec;
+  report_both(-90);
+  // Two minutes and a second after its window the third host's VM is
+  // quiet: asked first, then the 2 000 VMs the first round left.
+  now_ = kNow + 181 * kSec;
+  Add("other-host", {});
+  ASSERT_EQ(asked_.size(), 2u);
+  ASSERT_EQ(asked_[1].size(), 2001u);
+  EXPECT_EQ(asked_[1][0], "quiet-vm");
+  absl::flat_hash_set<std::string> all(asked_[0].begin(), asked_[0].end());
+  all.insert(asked_[1].begin(), asked_[1].end());
+  EXPECT_EQ(all.size(), 12001u);
 }
 
 TEST_F(StatsFoldTest, AVmDeletedAfterItsTenantWasLearnedFoldsIntoThatTenant) {
