@@ -409,14 +409,10 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Report(
   auto caller = authz_.ForHost(*context, request->host_id());
   if (!caller.ok()) return Refuse(context, caller.status());
   auto* reactor = context->DefaultReactor();
-  // The Report's contents move to csd's own message, which its write, its
-  // stats and the leader's copy share, instead of a copy of each Report
-  // (stats windows of every VM). gRPC's message is read by nothing after
-  // this (the metrics interceptor read it on arrival) and only destroyed
-  // once the call finishes.
-  auto owned = std::make_shared<v1::ReportRequest>();
-  owned->Swap(const_cast<v1::ReportRequest*>(request));
-  reports_.ApplyReport(std::move(owned), AnswerLater(reactor, response));
+  // The Report as gRPC parsed it, in its arena (arena_messages.h): its
+  // write, its stats and the leader's copy share it, and no copy is made.
+  reports_.ApplyReport(SharedRequest<v1::ReportRequest, v1::ReportResponse>(context, request),
+                       AnswerLater(reactor, response));
   return reactor;
 }
 

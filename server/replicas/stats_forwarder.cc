@@ -12,6 +12,7 @@
 #include "common/transport.h"
 #include "common/validation.h"
 #include "glog/logging.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/client_context.h"
 
 namespace cosched::server {
@@ -151,13 +152,16 @@ void StatsForwarder::SendOnce(std::vector<Item> items, absl::Time now, std::vect
   std::unique_ptr<v1::Replica::Stub> stub = v1::Replica::NewStub(*channel);
   size_t next = 0;
   while (next < items.size()) {
-    v1::ForwardStatsRequest request;
+    // Each Report's windows are copied once, into the request, which lives
+    // in an arena: freed at once after the call, not field by field.
+    google::protobuf::Arena arena;
+    auto& request = *google::protobuf::Arena::CreateMessage<v1::ForwardStatsRequest>(&arena);
     request.set_replica(peers_.options().self);
     size_t bytes = 0;
     const size_t first = next;
     for (; next < items.size() && request.reports_size() < kMaxForwardedReports; ++next) {
       const v1::ReportRequest& report = *items[next].report;
-      v1::ForwardedStats forwarded;
+      v1::ForwardedStats& forwarded = *request.add_reports();
       forwarded.set_host_id(report.host_id());
       *forwarded.mutable_stats() = report.stats();
       forwarded.set_dropped_windows(report.dropped_windows());
@@ -167,9 +171,11 @@ void StatsForwarder::SendOnce(std::vector<Item> items, absl::Time now, std::vect
         }
       }
       const size_t size = forwarded.ByteSizeLong();
-      if (request.reports_size() > 0 && bytes + size > kMaxRequestBytes) break;
+      if (request.reports_size() > 1 && bytes + size > kMaxRequestBytes) {
+        request.mutable_reports()->RemoveLast();
+        break;
+      }
       bytes += size;
-      *request.add_reports() = std::move(forwarded);
     }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
