@@ -37,6 +37,12 @@ absl::Status ValidateId(absl::string_view field, absl::string_view value) {
   return absl::OkStatus();
 }
 
+absl::Status InElement(absl::string_view repeated, int index, absl::Status status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(repeated, "[", index, "].", status.message()));
+}
+
 absl::Status ValidateClasses(
     absl::string_view field,
     const google::protobuf::RepeatedPtrField<std::string>& classes,

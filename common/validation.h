@@ -3,10 +3,10 @@
 #define COSCHED_COMMON_VALIDATION_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/repeated_ptr_field.h"
 
 namespace cosched {
@@ -21,6 +21,13 @@ inline constexpr char kIdRule[] =
 
 // OK when `value` follows the id rule; else INVALID_ARGUMENT naming `field`.
 absl::Status ValidateId(absl::string_view field, absl::string_view value);
+
+// A failed check of one element of a repeated field, named from the outer
+// message: `status` names a field within the element ("vm_id ..."), the
+// answer names it whole ("vms[3].vm_id ..."). OK stays OK, and the name is
+// built only for an error: a message of thousands of valid elements costs
+// no strings.
+absl::Status InElement(absl::string_view repeated, int index, absl::Status status);
 
 // Checks count and each entry against the id rule; returns the classes
 // sorted and without duplicates in `normalized`.

@@ -149,7 +149,7 @@ absl::Status ValidateStatsCores(
 absl::Status ValidateDomainMetadata(absl::string_view field, const v1::DomainMetadata& m) {
   constexpr size_t kMaxValue = 256;
   constexpr int kMaxClasses = 16;
-  auto bounded = [&](const std::string& what, const std::string& value,
+  auto bounded = [&](absl::string_view what, const std::string& value,
                      size_t limit) -> absl::Status {
     if (value.size() <= limit) return absl::OkStatus();
     return absl::InvalidArgumentError(

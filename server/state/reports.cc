@@ -4,10 +4,10 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -45,6 +45,24 @@ using store::ListAllVms;
 // A Report names at most this many VMs.
 constexpr int kMaxReportedVms = 10000;
 
+// One VM of a Report, its fields named within it (the caller names the
+// VM only when one is wrong); `ids`: the Report's VM ids so far.
+absl::Status ValidateObservation(const v1::VMObservation& o,
+                                 absl::flat_hash_set<absl::string_view>& ids) {
+  RETURN_IF_ERROR(ValidateId("vm_id", o.vm_id()));
+  RETURN_IF_ERROR(ValidateOptionalId("uuid", o.uuid()));
+  RETURN_IF_ERROR(ValidateEnforcement("enforcement", o.enforcement()));
+  if (o.has_metadata()) RETURN_IF_ERROR(ValidateDomainMetadata("metadata", o.metadata()));
+  if (!v1::VMRunState_IsValid(o.run_state())) {
+    return absl::InvalidArgumentError("run_state is not a known run state");
+  }
+  if (!ids.insert(o.vm_id()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vm_id '", o.vm_id(), "' is reported twice"));
+  }
+  return absl::OkStatus();
+}
+
 // The checks of a Report's own fields, after its host id and rate.
 absl::Status ValidateReport(const v1::ReportRequest& request) {
   absl::Status valid;
@@ -56,24 +74,10 @@ absl::Status ValidateReport(const v1::ReportRequest& request) {
         absl::StrCat("vms has ", request.vms_size(), " entries; at most ",
                      kMaxReportedVms, " are allowed"));
   }
-  std::set<std::string> ids;
+  absl::flat_hash_set<absl::string_view> ids;
+  ids.reserve(static_cast<size_t>(request.vms_size()));
   for (int i = 0; valid.ok() && i < request.vms_size(); ++i) {
-    const auto& o = request.vms(i);
-    std::string field = absl::StrCat("vms[", i, "]");
-    valid = ValidateId(absl::StrCat(field, ".vm_id"), o.vm_id());
-    if (valid.ok()) valid = ValidateOptionalId(absl::StrCat(field, ".uuid"), o.uuid());
-    if (valid.ok()) valid = ValidateEnforcement(absl::StrCat(field, ".enforcement"), o.enforcement());
-    if (valid.ok() && o.has_metadata()) {
-      valid = ValidateDomainMetadata(absl::StrCat(field, ".metadata"), o.metadata());
-    }
-    if (valid.ok() && !v1::VMRunState_IsValid(o.run_state())) {
-      valid = absl::InvalidArgumentError(
-          absl::StrCat(field, ".run_state is not a known run state"));
-    }
-    if (valid.ok() && !ids.insert(o.vm_id()).second) {
-      valid = absl::InvalidArgumentError(
-          absl::StrCat(field, ".vm_id '", o.vm_id(), "' is reported twice"));
-    }
+    valid = InElement("vms", i, ValidateObservation(request.vms(i), ids));
   }
   if (valid.ok()) valid = ValidateStatsWindows(request.stats(), request.dropped_windows());
   if (valid.ok()) valid = ValidatePreflight("preflight", request.preflight());

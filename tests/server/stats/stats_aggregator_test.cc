@@ -667,7 +667,7 @@ TEST(ValidateStatsWindowsTest, NamesTheFieldPathAndTheRule) {
   EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].cores[0].core must be between 0 and 4095"));
   w = good;
   w.add_cores()->set_one_idle_ns(-1);
-  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].cores[0] figures must not be negative"));
+  EXPECT_THAT(Validate({w}).message(), HasSubstr("stats[0].cores[0].one_idle_ns must not be negative"));
   EXPECT_THAT(Validate({Window(10), Window(15)}).message(),
               HasSubstr("stats[1].start_unix_ns must not be before the end of stats[0]"));
   EXPECT_THAT(Validate({good}, -1).message(), HasSubstr("dropped_windows must not be negative"));
