@@ -1,5 +1,7 @@
 #include "server/api/csd_metrics.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -216,6 +218,21 @@ CsdMetrics::CsdMetrics(CsdMetricsOptions options)
   AddRolloutGauges();
   AddStatsGauges();
   AddFleetGauges();
+  AddMemoryGauges();
+}
+
+void CsdMetrics::AddMemoryGauges() {
+  // RSS is the kernel's view (/proc/PID/status); this is the
+  // allocator's: what csd's objects hold, without freed pages the
+  // allocator keeps. mallinfo2 sums every arena's bins: cheap at a scrape.
+  scrape_gauges_->Add("cosched_csd_heap_bytes",
+                      "Bytes csd holds allocated on its heap (glibc's mallinfo2: in use in "
+                      "its arenas and in mmapped blocks): its state's memory, apart from "
+                      "what the allocator keeps free.",
+                      [] {
+                        const struct mallinfo2 info = mallinfo2();
+                        return static_cast<double>(info.uordblks + info.hblkhd);
+                      });
 }
 
 void CsdMetrics::AddEngineGauges() {

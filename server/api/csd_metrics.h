@@ -159,6 +159,7 @@ class CsdMetrics {
   void AddRolloutGauges();
   void AddStatsGauges();
   void AddFleetGauges();
+  void AddMemoryGauges();
 
   const CsdMetricsOptions options_;
   const std::shared_ptr<prometheus::Registry> registry_;

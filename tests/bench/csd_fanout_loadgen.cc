@@ -12,9 +12,16 @@
 // are then csd's steady state, and it also prints Reports/s and, from
 // csd's /metrics, store writes/s and revisions/s.
 //
+// With --churn-per-minute N a last phase replaces N VMs a minute across the
+// fleet (the agent reports the new VM, the control plane tags it and
+// untags the one deleted) and prints csd's RSS and heap each minute: its
+// memory must level off as series of deleted VMs are folded and freed.
+//
 //   csd_fanout_loadgen [--agents 10000] [--vms-per-host 2] [--tag-rate 500]
 //                      [--seconds 30] [--report-interval 0] [--cores-per-host 1]
 //                      [--connections 0] [--replicas 1]
+//                      [--churn-per-minute 0 [--churn-seconds 60]
+//                       [--churn-lifetime-minutes 5]]
 //                      [--server HOST:PORT[,HOST:PORT...] [--csd-pid PID]
 //                      [--metrics HOST:PORT]]
 //
@@ -100,6 +107,93 @@ double RunTagger(v1::ControlPlane::Stub* stub, TagLedger* ledger,
   return std::chrono::duration<double>(Clock::now() - begin).count();
 }
 
+// Churn (--churn-per-minute): VMs deleted and created across the fleet as
+// a cloud's are, each new one tagged by the control plane and each deleted
+// one untagged, open loop.
+struct ChurnCounters {
+  std::atomic<int64_t> churned{0};
+  std::atomic<int64_t> tagged{0}, tag_failed{0};
+  // Untagged; not tagged (a VM of the fleet's start that the tagging phase
+  // did not tag: NOT_FOUND); failed.
+  std::atomic<int64_t> untagged{0}, untag_not_tagged{0}, untag_failed{0};
+
+  bool Answered() const {
+    return tagged + tag_failed == churned && untagged + untag_not_tagged + untag_failed == churned;
+  }
+};
+
+struct UntagCall {
+  grpc::ClientContext context;
+  v1::UntagVMRequest request;
+  v1::UntagVMResponse response;
+};
+
+// Which VM a churn deletes: while fewer than `live` churned VMs run, a
+// VM of the fleet's start on a random host; after that the oldest churned
+// VM, so that the churned (tagged) VMs level off at `live`, as in a fleet
+// whose short-lived VMs last live / rate minutes.
+class ChurnSlots {
+ public:
+  ChurnSlots(const Fleet::Options& options, int64_t live) : options_(options), live_(live) {}
+
+  std::pair<int, int> Next(std::mt19937_64& random, int64_t sequence) {
+    std::pair<int, int> slot;
+    while (true) {
+      if (static_cast<int64_t>(fifo_.size()) < live_) {
+        slot = {static_cast<int>(random() % static_cast<uint64_t>(options_.agents)),
+                static_cast<int>(random() % static_cast<uint64_t>(options_.vms_per_host))};
+        break;
+      }
+      auto [oldest, oldest_sequence] = fifo_.front();
+      fifo_.pop_front();
+      // Not replaced since by a random pick.
+      if (current_[oldest] == oldest_sequence) {
+        slot = oldest;
+        break;
+      }
+    }
+    current_[slot] = sequence;
+    fifo_.emplace_back(slot, sequence);
+    return slot;
+  }
+
+ private:
+  const Fleet::Options& options_;
+  const int64_t live_;
+  std::deque<std::pair<std::pair<int, int>, int64_t>> fifo_;
+  std::map<std::pair<int, int>, int64_t> current_;
+};
+
+void ChurnOne(v1::ControlPlane::Stub* stub, Fleet& fleet, ChurnSlots& slots,
+              std::mt19937_64& random, int64_t sequence, ChurnCounters& counters) {
+  const auto [agent, slot] = slots.Next(random, sequence);
+  auto [deleted, created] = fleet.ReplaceVm(agent, slot, sequence);
+  ++counters.churned;
+  auto* untag = new UntagCall();
+  untag->request.set_vm_id(deleted);
+  untag->context.set_deadline(DeadlineIn(seconds(30)));
+  stub->async()->UntagVM(&untag->context, &untag->request, &untag->response,
+                         [untag, &counters](grpc::Status status) {
+                           if (status.ok()) {
+                             ++counters.untagged;
+                           } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+                             ++counters.untag_not_tagged;
+                           } else {
+                             ++counters.untag_failed;
+                           }
+                           delete untag;
+                         });
+  auto* tag = new TagCall();
+  tag->request.set_vm_id(created);
+  tag->request.add_interference_classes("churn");
+  tag->context.set_deadline(DeadlineIn(seconds(30)));
+  stub->async()->TagVM(&tag->context, &tag->request, &tag->response,
+                       [tag, &counters](grpc::Status status) {
+                         ++(status.ok() ? counters.tagged : counters.tag_failed);
+                         delete tag;
+                       });
+}
+
 void PrintLatency(const char* name, const LatencySummary& s) {
   std::printf("%-22s p50 %8.2f ms   p99 %8.2f ms   max %8.2f ms   (%zu)\n", name,
               s.p50_ms, s.p99_ms, s.max_ms, s.count);
@@ -146,6 +240,8 @@ struct Mark {
   std::optional<ProcessUsage> csd, self;
   Fleet::Counters agents;
   std::optional<double> writes, revision, write_seconds;
+  // What csd's heap holds (cosched_csd_heap_bytes), summed over the replicas.
+  std::optional<double> heap_bytes;
   // csd's CPU seconds by thread name (cosched_csd_thread_cpu_seconds_total),
   // summed over the replicas.
   std::map<std::string, double> thread_cpu;
@@ -169,6 +265,7 @@ Mark TakeMark(const std::vector<pid_t>& csd_pids, const Fleet& fleet,
         std::max(mark.revision.value_or(0), SumOfMetric(*text, "cosched_store_revision"));
     mark.write_seconds = mark.write_seconds.value_or(0) +
                          SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
+    mark.heap_bytes = mark.heap_bytes.value_or(0) + SumOfMetric(*text, "cosched_csd_heap_bytes");
     for (const auto& [thread, seconds] :
          MetricByLabel(*text, "cosched_csd_thread_cpu_seconds_total", "thread")) {
       mark.thread_cpu[thread] += seconds;
@@ -231,6 +328,89 @@ void PrintPhase(const char* name, const Mark& a, const Mark& b) {
         writes > 0 ? 1000 * (*b.write_seconds - *a.write_seconds) / writes : 0.0,
         rate(*a.revision, *b.revision), *a.revision, *b.revision);
   }
+}
+
+// The churn phase: `per_minute` VMs replaced across the fleet for
+// `seconds` (ChurnOne), a line a minute with csd's memory and CPU, then how
+// its memory moved over the second half. False when a churn call failed or
+// went unanswered.
+bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
+              double lifetime_minutes, double seconds_, const std::vector<pid_t>& csd_pids,
+              const std::vector<std::string>& metrics, std::optional<ProcessUsage> before_agents) {
+  using Seconds = std::chrono::duration<double>;
+  ChurnCounters counters;
+  std::mt19937_64 random(7);
+  const double rate = per_minute / 60.0;
+  const int64_t total = static_cast<int64_t>(rate * seconds_);
+  const auto live = static_cast<int64_t>(per_minute * lifetime_minutes);
+  ChurnSlots slots(fleet.options(), std::max<int64_t>(live, 1));
+  std::printf("churn: %.0f VMs a minute deleted and created across the fleet (each new one "
+              "tagged, each deleted one untagged; from minute %.1f on the oldest of the %lld "
+              "created, before that VMs of the start) for %.0f s\n",
+              per_minute, lifetime_minutes, static_cast<long long>(live), seconds_);
+  struct Minute {
+    double rss_kib = 0, heap_bytes = 0;
+  };
+  std::vector<Minute> minutes;
+  const int agents = fleet.options().agents;
+  Mark last = TakeMark(csd_pids, fleet, metrics);
+  auto print_minute = [&] {
+    Mark now = TakeMark(csd_pids, fleet, metrics);
+    const double s = Seconds(now.at - last.at).count();
+    Minute m;
+    if (now.csd) m.rss_kib = static_cast<double>(now.csd->rss_kib);
+    m.heap_bytes = now.heap_bytes.value_or(0);
+    minutes.push_back(m);
+    const double per_agent =
+        before_agents ? (m.rss_kib - static_cast<double>(before_agents->rss_kib)) / agents : 0;
+    std::printf("  minute %zu: csd RSS %.0f MiB (%.1f KiB per agent), heap %.0f MiB, CPU %.1f%%, "
+                "Reports %.0f/s; VMs churned %lld\n",
+                minutes.size(), m.rss_kib / 1024, per_agent, m.heap_bytes / (1 << 20),
+                CpuPercent(last.csd, now.csd, s),
+                (now.agents.reports_ok - last.agents.reports_ok) / s,
+                static_cast<long long>(counters.churned.load()));
+    last = std::move(now);
+  };
+  const auto begin = Clock::now();
+  auto next_minute = begin + seconds(60);
+  for (int64_t i = 0; i <= total; ++i) {
+    const auto at = begin + std::chrono::duration_cast<Clock::duration>(
+                                Seconds(i < total ? i / rate : seconds_));
+    while (next_minute <= at) {
+      std::this_thread::sleep_until(next_minute);
+      print_minute();
+      next_minute += seconds(60);
+    }
+    if (i == total) break;
+    std::this_thread::sleep_until(at);
+    ChurnOne(stub, fleet, slots, random, i, counters);
+  }
+  const auto deadline = Clock::now() + seconds(35);
+  while (!counters.Answered() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  std::printf("churn: %lld VMs replaced; TagVM %lld ok, %lld failed; UntagVM %lld ok, %lld "
+              "not tagged, %lld failed\n",
+              static_cast<long long>(counters.churned.load()),
+              static_cast<long long>(counters.tagged.load()),
+              static_cast<long long>(counters.tag_failed.load()),
+              static_cast<long long>(counters.untagged.load()),
+              static_cast<long long>(counters.untag_not_tagged.load()),
+              static_cast<long long>(counters.untag_failed.load()));
+  if (minutes.size() >= 4) {
+    // Flat or not: the change per minute over the second half, after the
+    // first minutes' growth (series of new VMs, the first folds).
+    const size_t half = minutes.size() / 2;
+    const double span = static_cast<double>(minutes.size() - 1 - half);
+    const Minute& from = minutes[half - 1];
+    const Minute& to = minutes.back();
+    std::printf("csd memory over minutes %zu-%zu: RSS %+.0f KiB per minute (%+.2f%% of it), "
+                "heap %+.0f KiB per minute\n",
+                half, minutes.size(), (to.rss_kib - from.rss_kib) / span,
+                from.rss_kib > 0 ? 100 * (to.rss_kib - from.rss_kib) / span / from.rss_kib : 0.0,
+                (to.heap_bytes - from.heap_bytes) / 1024 / span);
+  }
+  return counters.Answered() && counters.tag_failed == 0 && counters.untag_failed == 0;
 }
 
 // The csd processes the load runs against when no --server is given: one
@@ -324,8 +504,8 @@ int Run(int argc, char** argv) {
                  "agents connecting at a time")
       ->check(CLI::Range(1, 60000));
   app.add_option("--tag-rate", rate, "TagVM calls per second")->check(CLI::Range(0.1, 100000.0));
-  app.add_option("--seconds", duration, "length of the tagging phase")
-      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--seconds", duration, "length of the tagging phase; 0: none")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--idle-seconds", idle_seconds,
                  "CPU of csd with every agent connected and nothing tagged, measured over this")
       ->check(CLI::Range(0.0, 3600.0));
@@ -339,6 +519,18 @@ int Run(int argc, char** argv) {
   app.add_option("--metrics", metrics_address,
                  "HOST:PORT of the --server csd's /metrics, for its store writes and revision");
   app.add_option("--csd", csd_binary, "csd binary to run");
+  double churn_per_minute = 0, churn_seconds = 60;
+  app.add_option("--churn-per-minute", churn_per_minute,
+                 "after tagging: VMs deleted and created a minute across the fleet, each new "
+                 "one tagged and each deleted one untagged; 0: no churn phase")
+      ->check(CLI::Range(0.0, 600000.0));
+  app.add_option("--churn-seconds", churn_seconds, "length of the churn phase")
+      ->check(CLI::Range(1.0, 86400.0));
+  double churn_lifetime = 5;
+  app.add_option("--churn-lifetime-minutes", churn_lifetime,
+                 "minutes a churned VM lives: after this many minutes each churn deletes the "
+                 "oldest churned VM, so that the tagged VMs level off")
+      ->check(CLI::Range(0.0, 1440.0));
   int enforcement_write_interval_s = -1;
   app.add_option("--enforcement-write-interval-s", enforcement_write_interval_s,
                  "csd.yaml enforcement_write_interval_s of the csd run (default: csd's); 0 "
@@ -494,6 +686,10 @@ int Run(int argc, char** argv) {
                 static_cast<long long>(tag_end.csd->rss_kib),
                 before ? per_agent(tag_end.csd->rss_kib) : 0.0, tag_end.csd->threads);
   }
+  if (tag_end.heap_bytes) {
+    std::printf("  csd heap %.0f MiB: %.1f KiB per agent (the allocator's in-use bytes)\n",
+                *tag_end.heap_bytes / (1 << 20), *tag_end.heap_bytes / 1024 / fleet_options.agents);
+  }
   PrintLatency("TagVM acknowledged", Summarize(totals.ack_us));
   PrintLatency("fan-out (tag->delta)", Summarize(totals.fanout_us));
   std::printf("fan-out p99 / max by 10 s of tagging, ms:");
@@ -510,6 +706,11 @@ int Run(int argc, char** argv) {
     std::printf("Reports failed: %lld; first error: %s\n",
                 static_cast<long long>(reports_failed), fleet.first_error().c_str());
   }
+  bool churned = true;
+  if (churn_per_minute > 0) {
+    churned = RunChurn(control.get(), fleet, churn_per_minute, churn_lifetime, churn_seconds,
+                       csd_pids, metrics, before);
+  }
   fleet.Stop();
   // TagVM calls still in flight (a csd that fell behind) complete into the
   // ledger: wait for them (their deadline is 30 s) before it goes.
@@ -518,7 +719,7 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(milliseconds(100));
   }
   bool clean = totals.lost == 0 && totals.failed == 0 && totals.unanswered == 0 &&
-               fleet.broken_streams() == 0 && reports_failed == 0;
+               fleet.broken_streams() == 0 && reports_failed == 0 && churned;
   return clean ? 0 : 1;
 }
 

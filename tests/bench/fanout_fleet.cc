@@ -267,6 +267,35 @@ void SimulatedAgent::OnTimer() {
                          [this, call](grpc::Status status) { ReportDone(call, status); });
 }
 
+std::string SimulatedAgent::ReplaceVm(int slot, const std::string& vm_id,
+                                      const std::string& uuid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::VMObservation* o = report_.mutable_vms(slot);
+  std::string deleted = o->vm_id();
+  o->set_vm_id(vm_id);
+  o->set_uuid(uuid);
+  v1::VMEnforcement* e = o->mutable_enforcement();
+  e->clear_applied_trust_group();
+  e->set_state(v1::ENFORCEMENT_STATE_FAIL_CLOSED);
+  if (fleet_->options().reporting.on()) {
+    requested_ = true;
+    if (!in_flight_) fleet_->timers().At(std::max(Clock::now(), earliest_), this);
+  }
+  return deleted;
+}
+
+std::pair<std::string, std::string> Fleet::ReplaceVm(int agent, int slot, int64_t sequence) {
+  std::string created = ChurnVmId(options_.run, agent, slot, sequence);
+  // Unique per churn: the sequence in the last group, above any VmUuid's.
+  uint64_t run_number = 0;
+  (void)absl::SimpleAtoi(options_.run, &run_number);
+  char uuid[40];
+  std::snprintf(uuid, sizeof(uuid), "%08x-ffff-4fff-8fff-%012llx",
+                static_cast<unsigned>(run_number), static_cast<unsigned long long>(sequence));
+  std::string deleted = agents_[static_cast<size_t>(agent)]->ReplaceVm(slot, created, uuid);
+  return {std::move(deleted), std::move(created)};
+}
+
 void SimulatedAgent::ReportDone(ReportCall* call, const grpc::Status& status) {
   const int64_t latency_us = (NowNs() - call->sent_ns) / 1000;
   {

@@ -192,6 +192,11 @@ inline std::string VmId(const std::string& run, size_t vm, int vms_per_host) {
   return absl::StrCat("load-", run, "-h", vm / vms_per_host, "-vm",
                       vm % vms_per_host);
 }
+// The VM created by churn number `sequence` in `slot` of `host`: its id ends
+// in the slot, as VmId's, so the agent finds it in its assignments.
+inline std::string ChurnVmId(const std::string& run, int host, int slot, int64_t sequence) {
+  return absl::StrCat("load-", run, "-h", host, "-c", sequence, "-vm", slot);
+}
 
 class Fleet;
 
@@ -221,6 +226,10 @@ class SimulatedAgent
   void Stop() { watch_context_.TryCancel(); }
   // From the fleet's timer thread: sends a Report when one is due.
   void OnTimer();
+  // Churn: the VM in `slot` is deleted and a new one created in its place
+  // (a cloud reusing the capacity at once), and a Report is asked for, as
+  // cs-agent reports a change of its VMs. Returns the deleted VM's id.
+  std::string ReplaceVm(int slot, const std::string& vm_id, const std::string& uuid);
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -440,6 +449,9 @@ class Fleet {
   }
   const Options& options() const { return options_; }
   TagLedger* ledger() const { return ledger_; }
+  // Churn number `sequence` on `agent`'s host: see SimulatedAgent::ReplaceVm.
+  // Returns the ids of the VM deleted and of the one created.
+  std::pair<std::string, std::string> ReplaceVm(int agent, int slot, int64_t sequence);
   Timers& timers() { return timers_; }
 
   // From the agents. `finished`: the agent has no call left.
