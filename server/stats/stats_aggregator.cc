@@ -127,6 +127,8 @@ struct HostBucket : BucketHeader {
 template <typename Bucket>
 class BucketRing {
  public:
+  static constexpr size_t kGrowBuckets = 8;
+
   BucketRing(int64_t width_ns, int count) : width_ns_(width_ns), count_(count) {}
 
   // The bucket for a window ending at end_ns; nullptr when the ring has
@@ -143,6 +145,15 @@ class BucketRing {
     auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), slot - count_ + 1,
                                  [](const Bucket& b, int64_t s) { return b.slot < s; });
     buckets_.erase(buckets_.begin(), kept);
+    // Doubled while small (a short-lived VM's series stays small), then
+    // grown kGrowBuckets at a time up to the ring's length: a VM that runs
+    // for hours holds its 62 minute buckets in room for 62, not 64, and
+    // its 26 hour buckets in room for 26, not 32; and a fleet's VMs,
+    // started together, do not all double their rings in the same minute.
+    if (buckets_.size() == buckets_.capacity()) {
+      const size_t grow = std::clamp<size_t>(buckets_.size(), 1, kGrowBuckets);
+      buckets_.reserve(std::min<size_t>(buckets_.size() + grow, count_));
+    }
     Bucket& b = buckets_.emplace_back();
     b.slot = slot;
     return &b;
