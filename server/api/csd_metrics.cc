@@ -348,7 +348,12 @@ void CsdMetrics::AddStatsGauges() {
         {"cosched_csd_stats_series_folded",
          "Stats series of VMs gone from every host, folded into their tenant's figures and "
          "freed since csd started.",
-         [](const Series& s) { return static_cast<double>(s.folded); }}}) {
+         [](const Series& s) { return static_cast<double>(s.folded); }},
+        {"cosched_csd_stats_bucket_bytes",
+         "Bytes of the minute and hour buckets the held stats series have filled: a series "
+         "grows a bucket a minute for its first hour and one an hour for its first day, so "
+         "on a steady fleet this rises for a day, then stays.",
+         [](const Series& s) { return static_cast<double>(s.bucket_bytes); }}}) {
     scrape_gauges_->AddFamily(name, help, [series = options_.stats_series, figure = figure] {
       std::vector<metrics::ScrapeGauges::Sample> samples;
       if (!series) return samples;

@@ -134,8 +134,9 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
   metrics_options.tls_files = {options.tls.cert_file(), options.tls.ca_file()};
   metrics_options.stats_series = [this] {
     auto of = [](const StatsAggregator& stats) {
-      return CsdMetricsOptions::StatsSeries{stats.VmSeriesCount(), stats.EvictedSeriesCount(),
-                                            stats.FoldedSeriesCount()};
+      return CsdMetricsOptions::StatsSeries{
+          stats.VmSeriesCount(), stats.EvictedSeriesCount(), stats.FoldedSeriesCount(),
+          stats.VmBucketCount() * StatsAggregator::kVmBucketBytes};
     };
     return std::pair{of(state_->stats.own), of(state_->stats.forwarded)};
   };

@@ -240,8 +240,10 @@ struct Mark {
   std::optional<ProcessUsage> csd, self;
   Fleet::Counters agents;
   std::optional<double> writes, revision, write_seconds;
-  // What csd's heap holds (cosched_csd_heap_bytes), summed over the replicas.
+  // What csd's heap holds (cosched_csd_heap_bytes), and of it the stats
+  // series' buckets; the series held and folded; summed over the replicas.
   std::optional<double> heap_bytes;
+  double bucket_bytes = 0, series = 0, folded = 0;
   // csd's CPU seconds by thread name (cosched_csd_thread_cpu_seconds_total),
   // summed over the replicas.
   std::map<std::string, double> thread_cpu;
@@ -266,6 +268,9 @@ Mark TakeMark(const std::vector<pid_t>& csd_pids, const Fleet& fleet,
     mark.write_seconds = mark.write_seconds.value_or(0) +
                          SumOfMetric(*text, "cosched_store_write_duration_seconds_sum");
     mark.heap_bytes = mark.heap_bytes.value_or(0) + SumOfMetric(*text, "cosched_csd_heap_bytes");
+    mark.bucket_bytes += SumOfMetric(*text, "cosched_csd_stats_bucket_bytes");
+    mark.series += SumOfMetric(*text, "cosched_csd_stats_series");
+    mark.folded += SumOfMetric(*text, "cosched_csd_stats_series_folded");
     for (const auto& [thread, seconds] :
          MetricByLabel(*text, "cosched_csd_thread_cpu_seconds_total", "thread")) {
       mark.thread_cpu[thread] += seconds;
@@ -349,7 +354,7 @@ bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
               "created, before that VMs of the start) for %.0f s\n",
               per_minute, lifetime_minutes, static_cast<long long>(live), seconds_);
   struct Minute {
-    double rss_kib = 0, heap_bytes = 0;
+    double rss_kib = 0, heap_bytes = 0, bucket_bytes = 0;
   };
   std::vector<Minute> minutes;
   const int agents = fleet.options().agents;
@@ -360,15 +365,18 @@ bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
     Minute m;
     if (now.csd) m.rss_kib = static_cast<double>(now.csd->rss_kib);
     m.heap_bytes = now.heap_bytes.value_or(0);
+    m.bucket_bytes = now.bucket_bytes;
     minutes.push_back(m);
     const double per_agent =
         before_agents ? (m.rss_kib - static_cast<double>(before_agents->rss_kib)) / agents : 0;
-    std::printf("  minute %zu: csd RSS %.0f MiB (%.1f KiB per agent), heap %.0f MiB, CPU %.1f%%, "
-                "Reports %.0f/s; VMs churned %lld\n",
+    std::printf("  minute %zu: csd RSS %.0f MiB (%.1f KiB per agent), heap %.0f MiB (stats "
+                "buckets %.0f MiB, the rest %.0f MiB), CPU %.1f%%, Reports %.0f/s; VMs churned "
+                "%lld, stats series %.0f held, %.0f folded\n",
                 minutes.size(), m.rss_kib / 1024, per_agent, m.heap_bytes / (1 << 20),
+                m.bucket_bytes / (1 << 20), (m.heap_bytes - m.bucket_bytes) / (1 << 20),
                 CpuPercent(last.csd, now.csd, s),
                 (now.agents.reports_ok - last.agents.reports_ok) / s,
-                static_cast<long long>(counters.churned.load()));
+                static_cast<long long>(counters.churned.load()), now.series, now.folded);
     last = std::move(now);
   };
   const auto begin = Clock::now();
@@ -404,11 +412,17 @@ bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
     const double span = static_cast<double>(minutes.size() - 1 - half);
     const Minute& from = minutes[half - 1];
     const Minute& to = minutes.back();
+    // The live VMs' series grow a minute bucket a minute for their first
+    // hour (and an hour bucket an hour for a day) whether VMs churn or not:
+    // the heap besides those buckets is what churn could leak.
     std::printf("csd memory over minutes %zu-%zu: RSS %+.0f KiB per minute (%+.2f%% of it), "
-                "heap %+.0f KiB per minute\n",
+                "heap %+.0f KiB per minute, of it stats buckets %+.0f and the rest %+.0f\n",
                 half, minutes.size(), (to.rss_kib - from.rss_kib) / span,
                 from.rss_kib > 0 ? 100 * (to.rss_kib - from.rss_kib) / span / from.rss_kib : 0.0,
-                (to.heap_bytes - from.heap_bytes) / 1024 / span);
+                (to.heap_bytes - from.heap_bytes) / 1024 / span,
+                (to.bucket_bytes - from.bucket_bytes) / 1024 / span,
+                ((to.heap_bytes - to.bucket_bytes) - (from.heap_bytes - from.bucket_bytes)) / 1024 /
+                    span);
   }
   return counters.Answered() && counters.tag_failed == 0 && counters.untag_failed == 0;
 }

@@ -188,6 +188,15 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
                         {{"service", "cosched.v1.AgentService"},
                          {"method", "Report"},
                          {"code", "FAILED_PRECONDITION"}}), 1);
+  // Memory: vm-1's one series holds a minute and an hour bucket at least
+  // (its two windows may straddle a minute), and the heap is read.
+  EXPECT_EQ(SampleValue(text, "cosched_csd_stats_series", {{"of", "agents"}}), 1);
+  const double bucket_bytes =
+      SampleValue(text, "cosched_csd_stats_bucket_bytes", {{"of", "agents"}}).value_or(0);
+  const double vm_buckets = bucket_bytes / static_cast<double>(StatsAggregator::kVmBucketBytes);
+  EXPECT_TRUE(vm_buckets == 2 || vm_buckets == 3) << bucket_bytes;
+  EXPECT_EQ(SampleValue(text, "cosched_csd_stats_bucket_bytes", {{"of", "forwarded"}}), 0);
+  EXPECT_GT(SampleValue(text, "cosched_csd_heap_bytes").value_or(0), bucket_bytes);
   // No label names a VM or a host.
   EXPECT_EQ(text.find("hv-1"), std::string::npos);
   EXPECT_EQ(text.find("vm-1"), std::string::npos);
