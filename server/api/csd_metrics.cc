@@ -350,9 +350,10 @@ void CsdMetrics::AddStatsGauges() {
          "freed since csd started.",
          [](const Series& s) { return static_cast<double>(s.folded); }},
         {"cosched_csd_stats_bucket_bytes",
-         "Bytes of the minute and hour buckets the held stats series have filled: a series "
-         "grows a bucket a minute for its first hour and one an hour for its first day, so "
-         "on a steady fleet this rises for a day, then stays.",
+         "Bytes allocated for the minute and hour buckets of the held stats series (those "
+         "filled and the room their rings reserved): a series grows a bucket a minute for its "
+         "first hour and one an hour for its first day, so on a steady fleet this rises for a "
+         "day, then stays.",
          [](const Series& s) { return static_cast<double>(s.bucket_bytes); }}}) {
     scrape_gauges_->AddFamily(name, help, [series = options_.stats_series, figure = figure] {
       std::vector<metrics::ScrapeGauges::Sample> samples;

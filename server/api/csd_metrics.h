@@ -63,7 +63,7 @@ struct CsdMetricsOptions {
     size_t held = 0;
     uint64_t evicted = 0;
     uint64_t folded = 0;
-    size_t bucket_bytes = 0;  // the buckets the held series have filled
+    size_t bucket_bytes = 0;  // allocated for the held series' buckets
   };
   std::function<std::pair<StatsSeries, StatsSeries>()> stats_series;
   // The certificate and CA files csd uses (restart-only), for their expiry.

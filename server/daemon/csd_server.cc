@@ -136,7 +136,7 @@ CsdMetricsOptions CsdServer::MetricsOptions(const CsdOptions& options) {
     auto of = [](const StatsAggregator& stats) {
       return CsdMetricsOptions::StatsSeries{
           stats.VmSeriesCount(), stats.EvictedSeriesCount(), stats.FoldedSeriesCount(),
-          stats.VmBucketCount() * StatsAggregator::kVmBucketBytes};
+          stats.VmBucketBytes()};
     };
     return std::pair{of(state_->stats.own), of(state_->stats.forwarded)};
   };

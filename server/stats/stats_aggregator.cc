@@ -171,6 +171,8 @@ class BucketRing {
   }
 
   size_t size() const { return buckets_.size(); }
+  // Buckets allocated: those held and the room reserved beyond them.
+  size_t capacity() const { return buckets_.capacity(); }
 
   // Adds the buckets of `other` (a ring of the same width and count) that
   // are still within the ring at `now_ns`, slot by slot.
@@ -222,6 +224,7 @@ struct TwoRings {
     coarse.DropExpired(now_ns);
   }
   size_t size() const { return fine.size() + coarse.size(); }
+  size_t capacity() const { return fine.capacity() + coarse.capacity(); }
   void MergeFrom(const TwoRings& other, int64_t now_ns) {
     fine.MergeFrom(other.fine, now_ns);
     coarse.MergeFrom(other.coarse, now_ns);
@@ -650,6 +653,16 @@ size_t StatsAggregator::VmBucketCount() const {
     for (const auto& [vm, series] : host->vms) count += series->rings.size();
   }
   return count;
+}
+
+size_t StatsAggregator::VmBucketBytes() const {
+  std::shared_lock table(hosts_mu_);
+  size_t count = 0;
+  for (const auto& [id, host] : hosts_) {
+    std::lock_guard lock(host->mu);
+    for (const auto& [vm, series] : host->vms) count += series->rings.capacity();
+  }
+  return count * kVmBucketBytes;
 }
 
 size_t StatsAggregator::VmSeriesCount() const {

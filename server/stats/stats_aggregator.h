@@ -156,6 +156,9 @@ class StatsAggregator final : public StatsSource {
   size_t VmSeriesCount() const;
   // Buckets those series hold now (each kVmBucketBytes).
   size_t VmBucketCount() const;
+  // Bytes allocated for those series' buckets: the buckets held and the
+  // room their rings reserved beyond them.
+  size_t VmBucketBytes() const;
   // Series evicted by a host's SeriesLimit since the start.
   uint64_t EvictedSeriesCount() const;
   // Series of VMs gone from every host, folded into their tenant's and
