@@ -1,3 +1,14 @@
+// StatsAggregator (stats_aggregator.h). In this file, in order:
+//   the buckets: ShareSums, BucketHeader, VmBucket, HostBucket, and
+//     BucketRing/TwoRings (a minute ring of an hour, an hour ring of a day,
+//     grown as they fill);
+//   the series: VmSeries, HostSeries, TenantSeries (gone VMs, folded);
+//   taking windows: the worker queue (AddInBackground, WorkerLoop), Add,
+//     the per-host bound (SeriesLimit, EvictOverLimit);
+//   letting go: MaybeFoldGone (VMs gone from every host), MaybeSweep
+//     (series quiet for a day), and the counts the metrics read;
+//   answering: QueryVms, QueryTenant, QueryHostSince.
+// The windows' validation is in stats_validation.cc.
 #include "server/stats/stats_aggregator.h"
 
 #include <algorithm>
@@ -645,34 +656,27 @@ void StatsAggregator::MaybeSweep(int64_t now_ns) {
   for (const auto& [vm, host] : gone) ForgetInIndexLocked(vm, host);
 }
 
-size_t StatsAggregator::VmBucketCount() const {
+template <typename Fn>
+size_t StatsAggregator::SumOverSeries(Fn per_series) const {
   std::shared_lock table(hosts_mu_);
-  size_t count = 0;
+  size_t sum = 0;
   for (const auto& [id, host] : hosts_) {
     std::lock_guard lock(host->mu);
-    for (const auto& [vm, series] : host->vms) count += series->rings.size();
+    for (const auto& [vm, series] : host->vms) sum += per_series(*series);
   }
-  return count;
+  return sum;
+}
+
+size_t StatsAggregator::VmBucketCount() const {
+  return SumOverSeries([](const VmSeries& s) { return s.rings.size(); });
 }
 
 size_t StatsAggregator::VmBucketBytes() const {
-  std::shared_lock table(hosts_mu_);
-  size_t count = 0;
-  for (const auto& [id, host] : hosts_) {
-    std::lock_guard lock(host->mu);
-    for (const auto& [vm, series] : host->vms) count += series->rings.capacity();
-  }
-  return count * kVmBucketBytes;
+  return kVmBucketBytes * SumOverSeries([](const VmSeries& s) { return s.rings.capacity(); });
 }
 
 size_t StatsAggregator::VmSeriesCount() const {
-  std::shared_lock table(hosts_mu_);
-  size_t count = 0;
-  for (const auto& [id, host] : hosts_) {
-    std::lock_guard lock(host->mu);
-    count += host->vms.size();
-  }
-  return count;
+  return SumOverSeries([](const VmSeries&) { return size_t{1}; });
 }
 
 v1::GetStatsResponse StatsAggregator::QueryVms(const std::vector<std::string>& vm_ids,

@@ -181,6 +181,10 @@ class StatsAggregator final : public StatsSource {
   struct HostSeries;
 
   std::shared_ptr<HostSeries> FindHost(absl::string_view host_id) const;
+  // per_series(const VmSeries&) summed over every held series, each host's
+  // taken under its lock.
+  template <typename Fn>
+  size_t SumOverSeries(Fn per_series) const;
   // With the host's lock held: evicts its least recently reported series
   // until at most `limit` remain; returns their ids.
   static std::vector<std::string> EvictOverLimit(HostSeries& host, size_t limit);

@@ -31,6 +31,12 @@
 // (fsync on) instead: agents are spread over the replicas round-robin,
 // TagVM goes to the first, so most deltas reach their agent through
 // another replica's watch of etcd; memory and CPU are the replicas' sums.
+//
+// In this file, in order: the control plane's load (RunTagger; the churn:
+// ChurnSlots, ChurnOne, after the measuring helpers RunChurn), what a phase
+// is measured by (Usage, Mark, TakeMark, PrintPhase), the csd processes it
+// runs (StartLocalCsds), and Run: options, setup, then the phases. The
+// simulated agents are in fanout_fleet.{h,cc}.
 #include <signal.h>
 
 #include <algorithm>
