@@ -7,7 +7,8 @@
 namespace cosched::server {
 
 ReportMemory::Judged ReportMemory::Judge(const v1::ReportRequest& report,
-                                         const std::string& content, const std::string& state,
+                                         const ReportDigest& content,
+                                         const ReportDigest& state,
                                          absl::Time now, absl::Duration hold) {
   std::lock_guard<std::mutex> lock(mu_);
   Judged judged;
@@ -29,10 +30,14 @@ ReportMemory::Judged ReportMemory::Judge(const v1::ReportRequest& report,
       Held& h = held_[report.host_id()];
       h.state = state;
       h.since = since;
-      h.vms.assign(report.vms().begin(), report.vms().end());
       const google::protobuf::Timestamp time = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
           absl::ToUnixNanos(now));
-      for (v1::VMObservation& vm : h.vms) *vm.mutable_enforcement()->mutable_report_time() = time;
+      h.vms.clear();
+      h.vms.reserve(report.vms_size());
+      for (const v1::VMObservation& vm : report.vms()) {
+        HeldVm& held_vm = h.vms.emplace_back(HeldVm{vm.vm_id(), vm.uuid(), vm.enforcement()});
+        *held_vm.enforcement.mutable_report_time() = time;
+      }
     }
   }
   if (judged.verdict != Verdict::kWrite) {
@@ -99,8 +104,8 @@ std::optional<v1::VMEnforcement> ReportMemory::HeldEnforcement(absl::string_view
   std::lock_guard<std::mutex> lock(mu_);
   auto held = held_.find(host_id);
   if (held == held_.end()) return std::nullopt;
-  for (const v1::VMObservation& vm : held->second.vms) {
-    if (vm.vm_id() == vm_id || (!vm.uuid().empty() && vm.uuid() == vm_id)) return vm.enforcement();
+  for (const HeldVm& vm : held->second.vms) {
+    if (vm.vm_id == vm_id || (!vm.uuid.empty() && vm.uuid == vm_id)) return vm.enforcement;
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #ifndef COSCHED_SERVER_STATE_REPORT_MEMORY_H_
 #define COSCHED_SERVER_STATE_REPORT_MEMORY_H_
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -18,12 +19,19 @@
 
 namespace cosched::server {
 
+// A SHA-256 of what a Report says (Reports::ReportContent, ReportState):
+// 32 bytes a host instead of the few KiB the content of 50 VMs takes, and
+// compared for equality only. A host's agent could make two of its own
+// Reports collide only to keep csd from writing what it reports of itself,
+// which it can do by not reporting it.
+using ReportDigest = std::array<unsigned char, 32>;
+
 // Thread-safe.
 class ReportMemory {
  public:
   struct Seen {
-    std::string content;  // Reports::ReportContent
-    std::string state;    // Reports::ReportState
+    ReportDigest content;  // Reports::ReportContent
+    ReportDigest state;    // Reports::ReportState
     int cores = 0;        // of the topology it was checked against
     // Reported vm_id -> the id it is tagged under, where they differ: where
     // an unchanged Report's stats windows go.
@@ -50,8 +58,8 @@ class ReportMemory {
   // then held with the report's VMs (their report_time set to `now`). A
   // held state is due (kWrite) once `hold` has passed since the host's
   // first state that was not written; a `hold` of zero holds nothing.
-  Judged Judge(const v1::ReportRequest& report, const std::string& content,
-               const std::string& state, absl::Time now, absl::Duration hold);
+  Judged Judge(const v1::ReportRequest& report, const ReportDigest& content,
+               const ReportDigest& state, absl::Time now, absl::Duration hold);
   // A Report of the host was written: its content and state; what was held
   // is in it.
   void Remember(const std::string& host_id, Seen seen);
@@ -81,10 +89,17 @@ class ReportMemory {
   size_t HeldHosts() const;
 
  private:
+  // What HeldEnforcement answers of a held VM: its keys and enforcement,
+  // not the whole observation (metadata and all) for every VM of the host.
+  struct HeldVm {
+    std::string vm_id;
+    std::string uuid;
+    v1::VMEnforcement enforcement;
+  };
   struct Held {
-    std::string state;
+    ReportDigest state;
     absl::Time since;  // of the first state not written
-    std::vector<v1::VMObservation> vms;
+    std::vector<HeldVm> vms;
   };
 
   mutable std::mutex mu_;

@@ -1,6 +1,9 @@
 // The write of an agent's Report: the VMs the host runs now (presence,
 // ownership, tags from domain metadata), its preflight and enablement, and
 // its stats windows.
+#include <array>
+#include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,9 +22,10 @@
 #include "common/validation.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
+#include "openssl/evp.h"
 #include "server/state/agent_input.h"
 #include "server/state/metadata_tag.h"
 #include "server/state/reports.h"
@@ -256,8 +260,8 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
     };
   }
   std::shared_ptr<const v1::ReportRequest> report = std::move(own);
-  const std::string content = ReportContent(request);
-  const std::string state = ReportState(request);
+  const ReportDigest content = ReportContent(request);
+  const ReportDigest state = ReportState(request);
   ReportMemory::Judged judged = effects_.reports().Judge(
       request, content, state, absl::Now(), settings_.enforcement_write_interval());
   if (judged.verdict != ReportMemory::Verdict::kWrite) {
@@ -334,17 +338,64 @@ void WriteText(google::protobuf::io::CodedOutputStream& out, const std::string& 
   out.WriteString(text);
 }
 
-// Runs `write` on a deterministic stream into a new string.
+// A stream that hashes what is written to it (SHA-256) instead of keeping
+// it: a Report's content is digested without a copy of it.
+class Sha256OutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  Sha256OutputStream() : sha_(EVP_MD_CTX_new()) {
+    if (sha_ != nullptr) EVP_DigestInit_ex(sha_.get(), EVP_sha256(), nullptr);
+  }
+
+  bool Next(void** data, int* size) override {
+    Flush();
+    *data = buffer_.data();
+    *size = static_cast<int>(buffer_.size());
+    given_ = buffer_.size();
+    return true;
+  }
+  void BackUp(int count) override { given_ -= static_cast<size_t>(count); }
+  int64_t ByteCount() const override { return static_cast<int64_t>(hashed_ + given_); }
+
+  ReportDigest Finish() {
+    Flush();
+    ReportDigest digest{};
+    if (sha_ == nullptr || EVP_DigestFinal_ex(sha_.get(), digest.data(), nullptr) != 1) {
+      // OpenSSL out of memory: a digest no other Report gets, so that the
+      // Report is written rather than judged unchanged.
+      static std::atomic<uint64_t> failures{0};
+      const uint64_t n = ++failures;
+      digest.fill(0xff);
+      std::memcpy(digest.data(), &n, sizeof(n));
+    }
+    return digest;
+  }
+
+ private:
+  void Flush() {
+    if (sha_ != nullptr && given_ > 0) EVP_DigestUpdate(sha_.get(), buffer_.data(), given_);
+    hashed_ += given_;
+    given_ = 0;
+  }
+
+  struct FreeContext {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_MD_CTX, FreeContext> sha_;
+  std::array<unsigned char, 4096> buffer_;
+  size_t given_ = 0;  // bytes of buffer_ handed out and not backed up
+  size_t hashed_ = 0;
+};
+
+// Runs `write` on a deterministic stream and digests what it wrote.
 template <typename F>
-std::string Serialized(F write) {
-  std::string bytes;
+ReportDigest Digested(F write) {
+  Sha256OutputStream stream;
   {
-    google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream out(&stream);
     out.SetSerializationDeterministic(true);
     write(out);
   }
-  return bytes;
+  return stream.Finish();
 }
 
 }  // namespace
@@ -352,8 +403,8 @@ std::string Serialized(F write) {
 // Both run for every Report, on its own message, without a copy of it.
 // Each field of VMObservation is in one of them: a field added there must
 // be added to one here.
-std::string Reports::ReportContent(const v1::ReportRequest& request) {
-  return Serialized([&](google::protobuf::io::CodedOutputStream& out) {
+ReportDigest Reports::ReportContent(const v1::ReportRequest& request) {
+  return Digested([&](google::protobuf::io::CodedOutputStream& out) {
     for (const v1::VMObservation& o : request.vms()) {
       WriteText(out, o.vm_id());
       WriteText(out, o.uuid());
@@ -377,8 +428,8 @@ std::string Reports::ReportContent(const v1::ReportRequest& request) {
   });
 }
 
-std::string Reports::ReportState(const v1::ReportRequest& request) {
-  return Serialized([&](google::protobuf::io::CodedOutputStream& out) {
+ReportDigest Reports::ReportState(const v1::ReportRequest& request) {
+  return Digested([&](google::protobuf::io::CodedOutputStream& out) {
     out.WriteVarint64(static_cast<uint64_t>(request.applied_revision()));
     // ApplyReport took the agent's report_time out.
     for (const v1::VMObservation& o : request.vms()) WriteMessage(out, o.enforcement());

@@ -61,12 +61,12 @@ class Reports {
   // What a Report says of the VMs its host runs (ids, run states,
   // metadata, vCPUs and their affinity), its preflight and impostors:
   // when it changes, the Report is written.
-  static std::string ReportContent(const v1::ReportRequest& request);
+  static ReportDigest ReportContent(const v1::ReportRequest& request);
   // The rest but stats and times: the applied revision and each VM's
   // enforcement. When only it changes, it is held in memory (ReportMemory)
   // and written with the host's first Report enforcement_write_interval
   // after it changed, or with a change of content.
-  static std::string ReportState(const v1::ReportRequest& request);
+  static ReportDigest ReportState(const v1::ReportRequest& request);
   void AddReportStats(std::shared_ptr<const v1::ReportRequest> report,
                       absl::flat_hash_map<std::string, std::string> tagged_id,
                       Done<v1::ReportResponse> done);
