@@ -1,7 +1,6 @@
-// StatsAggregator (stats_aggregator.h). In this file, in order:
-//   the buckets: ShareSums, BucketHeader, VmBucket, HostBucket, and
-//     BucketRing/TwoRings (a minute ring of an hour, an hour ring of a day,
-//     grown as they fill);
+// StatsAggregator (stats_aggregator.h). The buckets and their rings are in
+// stats_buckets.h (a VM's packed, a host's and a tenant's plain). In this
+// file, in order:
 //   the series: VmSeries, HostSeries, TenantSeries (gone VMs, folded);
 //   taking windows: the worker queue (AddInBackground, WorkerLoop), Add,
 //     the per-host bound (SeriesLimit, EvictOverLimit);
@@ -23,231 +22,25 @@
 #include "common/sibling_share.h"
 #include "common/thread_name.h"
 #include "common/validation.h"
+#include "server/stats/stats_buckets.h"
 
 namespace cosched::server {
 namespace {
 
-constexpr int64_t kNsPerSecond = 1000000000;
-constexpr int64_t kMinuteNs = 60 * kNsPerSecond;
-constexpr int64_t kHourNs = 60 * kMinuteNs;
-constexpr int64_t kKeepNs = kMaxStatsSpanSeconds * kNsPerSecond;
+using namespace stats_buckets;  // NOLINT: the buckets are this file's vocabulary
+
 // Windows may end a little ahead of csd's clock (the agent's runs ahead);
 // further ahead they are ignored, else they would land in a bucket that
 // still holds windows of the span.
 constexpr int64_t kMaxAheadNs = kMinuteNs;
-// Each ring has two buckets more than its span: the oldest is partly
-// outside the span, the newest may hold windows ending ahead of csd's clock.
-constexpr int64_t kFineSpanNs = kHourNs;
-constexpr int kFineBuckets = kFineSpanNs / kMinuteNs + 2;
-constexpr int kCoarseBuckets = kKeepNs / kHourNs + 2;
 constexpr int64_t kSweepEveryNs = 10 * kMinuteNs;
-
-// A share's figures by their index in kSiblingShareFields: the rings hold
-// thousands of these, so plain integers rather than a proto each.
-struct ShareSums {
-  std::array<int64_t, kSiblingShareFields.size()> figures{};
-  bool forced_idle_known = false;
-
-  void Add(const ShareSums& o) {
-    for (size_t i = 0; i < figures.size(); ++i) {
-      // Forced idle only counts where it was measured.
-      if (i == kForcedIdleField && !o.forced_idle_known) continue;
-      figures[i] = MergeFigure(kSiblingShareFields[i].merge, figures[i], o.figures[i]);
-    }
-    forced_idle_known = forced_idle_known || o.forced_idle_known;
-  }
-};
-
-ShareSums FromProto(const v1::SiblingShare& s) {
-  ShareSums r;
-  for (size_t i = 0; i < r.figures.size(); ++i) r.figures[i] = (s.*kSiblingShareFields[i].get)();
-  r.forced_idle_known = s.forced_idle_known();
-  if (!r.forced_idle_known) r.figures[kForcedIdleField] = 0;
-  return r;
-}
-
-void ToProto(const ShareSums& s, v1::SiblingShare* out) {
-  for (size_t i = 0; i < s.figures.size(); ++i) (out->*kSiblingShareFields[i].set)(s.figures[i]);
-  out->set_forced_idle_known(s.forced_idle_known);
-}
-
-struct CoreSums {
-  int64_t both_busy_ns = 0;
-  int64_t one_idle_ns = 0;
-  int64_t both_idle_ns = 0;
-  int64_t unknown_ns = 0;
-
-  void Add(const CoreSums& o) {
-    both_busy_ns = SaturatingAdd(both_busy_ns, o.both_busy_ns);
-    one_idle_ns = SaturatingAdd(one_idle_ns, o.one_idle_ns);
-    both_idle_ns = SaturatingAdd(both_idle_ns, o.both_idle_ns);
-    unknown_ns = SaturatingAdd(unknown_ns, o.unknown_ns);
-  }
-};
-
-// What every bucket keeps besides its figures: which time slot it holds
-// and the span of the windows summed in it.
-struct BucketHeader {
-  int64_t slot = 0;  // end_ns / width
-  int64_t first_start_ns = 0;
-  int64_t last_end_ns = 0;
-
-  void Cover(const v1::StatsWindow& w) {
-    first_start_ns = last_end_ns == 0 ? w.start_unix_ns()
-                                      : std::min(first_start_ns, w.start_unix_ns());
-    last_end_ns = std::max(last_end_ns, w.end_unix_ns());
-  }
-};
-
-struct VmBucket : BucketHeader {
-  ShareSums share;
-  void Add(const v1::StatsWindow& w, const v1::SiblingShare& s) {
-    Cover(w);
-    share.Add(FromProto(s));
-  }
-  // Another series' bucket of the same slot (a gone VM's, folded).
-  void Merge(const VmBucket& o) {
-    first_start_ns = last_end_ns == 0 ? o.first_start_ns : std::min(first_start_ns, o.first_start_ns);
-    last_end_ns = std::max(last_end_ns, o.last_end_ns);
-    share.Add(o.share);
-  }
-};
-
-struct HostBucket : BucketHeader {
-  int64_t windows = 0;
-  int64_t lost_events = 0;
-  int64_t dropped_windows = 0;
-  std::vector<CoreSums> cores;  // by index into the host's topology
-
-  void Add(const v1::StatsWindow& w) {
-    Cover(w);
-    ++windows;
-    lost_events = SaturatingAdd(lost_events, w.lost_events());
-    for (const v1::CoreShare& c : w.cores()) {
-      if (static_cast<size_t>(c.core()) >= cores.size()) cores.resize(c.core() + 1);
-      cores[c.core()].Add({c.both_busy_ns(), c.one_idle_ns(), c.both_idle_ns(),
-                           c.unknown_ns()});
-    }
-  }
-};
-
-// A ring of `count` slots of `width_ns` each, by window end time. Only the
-// slots that hold a window have a bucket, oldest first: a VM seen in one
-// window costs one bucket of each ring, not the whole ring (issue #32: a
-// host's new VMs must not make csd allocate ~8 KiB each up front).
-template <typename Bucket>
-class BucketRing {
- public:
-  static constexpr size_t kGrowBuckets = 8;
-
-  BucketRing(int64_t width_ns, int count) : width_ns_(width_ns), count_(count) {}
-
-  // The bucket for a window ending at end_ns; nullptr when the ring has
-  // moved past that slot already. A host's windows come in time order
-  // (StatsAggregator::Add), so a new slot is always the newest: the slots
-  // that fell out of the ring with it are freed.
-  Bucket* For(int64_t end_ns) {
-    const int64_t slot = end_ns / width_ns_;
-    if (!buckets_.empty() && buckets_.back().slot >= slot) {
-      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), slot,
-                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
-      return it != buckets_.end() && it->slot == slot ? &*it : nullptr;
-    }
-    auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), slot - count_ + 1,
-                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
-    buckets_.erase(buckets_.begin(), kept);
-    // Doubled while small (a short-lived VM's series stays small), then
-    // grown kGrowBuckets at a time up to the ring's length: a VM that runs
-    // for hours holds its 62 minute buckets in room for 62, not 64, and
-    // its 26 hour buckets in room for 26, not 32; and a fleet's VMs,
-    // started together, do not all double their rings in the same minute.
-    if (buckets_.size() == buckets_.capacity()) {
-      const size_t grow = std::clamp<size_t>(buckets_.size(), 1, kGrowBuckets);
-      buckets_.reserve(std::min<size_t>(buckets_.size() + grow, count_));
-    }
-    Bucket& b = buckets_.emplace_back();
-    b.slot = slot;
-    return &b;
-  }
-
-  // Frees the buckets that fell out of the ring by `now_ns` (and, when
-  // none is left, the ring's storage): a VM that stopped reporting keeps
-  // its minutes for an hour only, not until its series goes.
-  void DropExpired(int64_t now_ns) {
-    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
-    auto kept = std::lower_bound(buckets_.begin(), buckets_.end(), oldest,
-                                 [](const Bucket& b, int64_t s) { return b.slot < s; });
-    buckets_.erase(buckets_.begin(), kept);
-    if (buckets_.empty()) std::vector<Bucket>().swap(buckets_);
-  }
-
-  size_t size() const { return buckets_.size(); }
-  // Buckets allocated: those held and the room reserved beyond them.
-  size_t capacity() const { return buckets_.capacity(); }
-
-  // Adds the buckets of `other` (a ring of the same width and count) that
-  // are still within the ring at `now_ns`, slot by slot.
-  void MergeFrom(const BucketRing& other, int64_t now_ns) {
-    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
-    for (const Bucket& b : other.buckets_) {
-      if (b.slot < oldest) continue;
-      auto it = std::lower_bound(buckets_.begin(), buckets_.end(), b.slot,
-                                 [](const Bucket& x, int64_t s) { return x.slot < s; });
-      if (it == buckets_.end() || it->slot != b.slot) {
-        it = buckets_.emplace(it);
-        it->slot = b.slot;
-      }
-      it->Merge(b);
-    }
-    DropExpired(now_ns);
-  }
-
-  // Calls fn for each bucket that is still within the ring at `now_ns` and
-  // holds a window ending after `since_ns` (a window starting at or after
-  // it, with `whole`).
-  template <typename Fn>
-  void ForEachSince(int64_t now_ns, int64_t since_ns, Fn fn, bool whole = false) const {
-    const int64_t oldest = now_ns / width_ns_ - count_ + 1;
-    for (const Bucket& b : buckets_) {
-      if (b.slot < oldest || b.last_end_ns <= since_ns) continue;
-      if (whole && b.first_start_ns < since_ns) continue;
-      fn(b);
-    }
-  }
-
- private:
-  int64_t width_ns_;
-  int64_t count_;
-  std::vector<Bucket> buckets_;  // by slot, oldest first
-};
-
-template <typename Bucket>
-struct TwoRings {
-  BucketRing<Bucket> fine{kMinuteNs, kFineBuckets};
-  BucketRing<Bucket> coarse{kHourNs, kCoarseBuckets};
-
-  // The ring that answers a span: minutes up to an hour, else hours.
-  const BucketRing<Bucket>& For(int64_t span_ns) const {
-    return span_ns <= kFineSpanNs ? fine : coarse;
-  }
-  void DropExpired(int64_t now_ns) {
-    fine.DropExpired(now_ns);
-    coarse.DropExpired(now_ns);
-  }
-  size_t size() const { return fine.size() + coarse.size(); }
-  size_t capacity() const { return fine.capacity() + coarse.capacity(); }
-  void MergeFrom(const TwoRings& other, int64_t now_ns) {
-    fine.MergeFrom(other.fine, now_ns);
-    coarse.MergeFrom(other.coarse, now_ns);
-  }
-};
 
 // A VmSeries' tenant before it is learned, and once the VM is found untagged.
 constexpr int32_t kTenantUnknown = -1;
 constexpr int32_t kTenantNone = -2;
 
 struct VmSeries {
-  TwoRings<VmBucket> rings;
+  VmRings rings;
   int64_t last_added_ns = 0;  // csd's clock, for the sweep
   // What the fold last learned of the VM (StatsAggregator::MaybeFoldGone):
   // its tenant (an index into tenant_names_) and when csd's store was
@@ -306,8 +99,6 @@ struct Gathered {
 };
 
 }  // namespace
-
-const size_t StatsAggregator::kVmBucketBytes = sizeof(VmBucket);
 
 struct StatsAggregator::TenantSeries {
   TwoRings<VmBucket> rings;
@@ -435,9 +226,7 @@ int64_t StatsAggregator::Add(
           new_vms.push_back(id);
         }
         series->last_added_ns = now;
-        for (auto* ring : {&series->rings.fine, &series->rings.coarse}) {
-          if (VmBucket* b = ring->For(w.end_unix_ns())) b->Add(w, v.share());
-        }
+        series->rings.Add(w, v.share());
       }
     }
     if (ignored < stats.size()) host->last_added_ns = now;
@@ -672,7 +461,7 @@ size_t StatsAggregator::VmBucketCount() const {
 }
 
 size_t StatsAggregator::VmBucketBytes() const {
-  return kVmBucketBytes * SumOverSeries([](const VmSeries& s) { return s.rings.capacity(); });
+  return SumOverSeries([](const VmSeries& s) { return s.rings.bytes(); });
 }
 
 size_t StatsAggregator::VmSeriesCount() const {
@@ -704,7 +493,7 @@ v1::GetStatsResponse StatsAggregator::QueryVms(const std::vector<std::string>& v
     for (const std::string& id : ids) {
       auto it = host->vms.find(id);
       if (it == host->vms.end()) continue;
-      it->second->rings.For(span_ns).ForEachSince(now, since, [&](const VmBucket& b) {
+      it->second->rings.ForEachSince(span_ns, now, since, [&](const VmBucket& b) {
         g.vms[id].Add(b.share);
         ran = true;
       });
@@ -756,7 +545,7 @@ v1::GetStatsResponse StatsAggregator::QueryHost(absl::string_view host_id,
   if (host == nullptr) return g.ToResponse();
   std::lock_guard lock(host->mu);
   for (const auto& [id, series] : host->vms) {
-    series->rings.For(span_ns).ForEachSince(now, since, [&, &id = id](const VmBucket& b) {
+    series->rings.ForEachSince(span_ns, now, since, [&, &id = id](const VmBucket& b) {
       g.vms[id].Add(b.share);
     });
   }

@@ -56,17 +56,19 @@ absl::Status ValidateStatsWindows(
 // start_unix_ns/end_unix_ns which windows that covered exactly.
 //
 // Memory bound: a ring holds a bucket only for the slots a window landed
-// in, so per (host, VM) at most 88 buckets of kVmBucketBytes (96 bytes:
-// about 8.3 KiB for a VM reported for a whole day, ~200 bytes for one seen
-// in a single window); per host at most 88 buckets of 72 bytes plus 32
-// bytes per core reported (about 186 KiB for a 64-core host). A host keeps
+// in. A (host, VM) series' rings are packed (stats_buckets.h: each bucket
+// a few varints, about 38 bytes where it was 96, at most
+// kMaxVmBucketBytes), so at most 88 buckets: about 3.2 KiB for a VM
+// reported for a whole day, ~170 bytes for one seen in a single window.
+// Per host at most 88 buckets of 72 bytes plus 32 bytes per core reported
+// (about 186 KiB for a 64-core host). A host keeps
 // at most SeriesLimit(VMs its last Report listed) VM series: past it, the
 // least recently reported are evicted (EvictedSeriesCount), so no host can
 // make csd keep series beyond what it runs (issue #32). A sweep, at most
 // every 10 minutes, drops series with no window in the last 24 h and frees
 // the buckets that fell out of their rings: a VM that stopped reporting
 // keeps its minute buckets for an hour (plus a sweep), then only its hour
-// buckets (at most 26, ~2.5 KiB) until its series goes.
+// buckets (at most 26, ~1 KiB) until its series goes.
 //
 // VMs gone from every host do not wait for that: at most every minute,
 // csd's store is asked (SetVmFacts) which of the VMs no window has come
@@ -154,7 +156,7 @@ class StatsAggregator final : public StatsSource {
 
   // (host, VM) series held now: what the memory bound multiplies.
   size_t VmSeriesCount() const;
-  // Buckets those series hold now (each kVmBucketBytes).
+  // Buckets those series hold now.
   size_t VmBucketCount() const;
   // Bytes allocated for those series' buckets: the buckets held and the
   // room their rings reserved beyond them.
@@ -174,8 +176,9 @@ class StatsAggregator final : public StatsSource {
   static constexpr size_t kMinSeriesPerHost = 64;
   static constexpr size_t kSeriesPerReportedVm = 2;
 
-  // Bytes of one per-VM bucket, for the bound above.
-  static const size_t kVmBucketBytes;
+  // The most bytes one per-VM bucket takes packed (stats_buckets.h; about
+  // 40 is usual), for the bound above.
+  static constexpr size_t kMaxVmBucketBytes = 111;
 
  private:
   struct HostSeries;

@@ -161,8 +161,12 @@ void BM_MemoryPerVmSeries(benchmark::State& state) {
     state.counters["vm_series"] = static_cast<double>(stats.VmSeriesCount());
     state.counters["bytes_per_vm_series"] =
         static_cast<double>(after - before) / static_cast<double>(stats.VmSeriesCount());
-    // The hosts' own rings (64 cores each) are in the figure too.
-    state.counters["vm_bucket_bytes"] = static_cast<double>(StatsAggregator::kVmBucketBytes);
+    // The hosts' own rings (64 cores each) are in the figure too. The VMs'
+    // buckets alone, packed, with their rings' room:
+    state.counters["vm_bucket_bytes_per_series"] =
+        static_cast<double>(stats.VmBucketBytes()) / static_cast<double>(stats.VmSeriesCount());
+    state.counters["vm_bytes_per_bucket"] =
+        static_cast<double>(stats.VmBucketBytes()) / static_cast<double>(stats.VmBucketCount());
   }
 }
 BENCHMARK(BM_MemoryPerVmSeries)->Iterations(1);
@@ -193,7 +197,7 @@ void BM_BucketsOfGoneVms(benchmark::State& state) {
         static_cast<double>(stats.VmBucketCount() - later_only.VmBucketCount()) / gone;
     state.counters["buckets_per_gone_series_2h_later"] = left;
     state.counters["bytes_per_gone_series_2h_later"] =
-        left * static_cast<double>(StatsAggregator::kVmBucketBytes);
+        static_cast<double>(stats.VmBucketBytes() - later_only.VmBucketBytes()) / gone;
   }
 }
 BENCHMARK(BM_BucketsOfGoneVms)->Iterations(1);

@@ -193,8 +193,9 @@ TEST_F(CsdMetricsTest, AcceptedReportsFeedFleetMetricsRefusedOnesDoNot) {
   EXPECT_EQ(SampleValue(text, "cosched_csd_stats_series", {{"of", "agents"}}), 1);
   const double bucket_bytes =
       SampleValue(text, "cosched_csd_stats_bucket_bytes", {{"of", "agents"}}).value_or(0);
-  const double vm_buckets = bucket_bytes / static_cast<double>(StatsAggregator::kVmBucketBytes);
-  EXPECT_TRUE(vm_buckets == 2 || vm_buckets == 3) << bucket_bytes;
+  // Packed, each ring with a little room to grow (stats_buckets.h).
+  EXPECT_GT(bucket_bytes, 0);
+  EXPECT_LE(bucket_bytes, 2 * (2 * StatsAggregator::kMaxVmBucketBytes + 64));
   EXPECT_EQ(SampleValue(text, "cosched_csd_stats_bucket_bytes", {{"of", "forwarded"}}), 0);
   EXPECT_GT(SampleValue(text, "cosched_csd_heap_bytes").value_or(0), bucket_bytes);
   // No label names a VM or a host.
