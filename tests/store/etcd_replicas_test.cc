@@ -127,6 +127,9 @@ TEST_F(EtcdReplicasTest, OneReplicaLeadsAndTheNextTakesOverWhenItResigns) {
   ASSERT_TRUE(testing::Eventually([&] { return b->Leads(); }, std::chrono::seconds(10)))
       << "b did not take over after a's resignation";
   const auto took_over = std::chrono::steady_clock::now() - resigned;
+  // The observer runs after Leads() turns true (outside the replicas' lock).
+  EXPECT_TRUE(testing::Eventually([&] { return b_became_leader.load() > 0; },
+                                  std::chrono::seconds(5)));
   EXPECT_EQ(b_became_leader.load(), 1);
   RecordProperty("takeover_ms", static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(took_over).count()));
