@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace cosched::server {
@@ -30,14 +32,22 @@ ReportMemory::Judged ReportMemory::Judge(const v1::ReportRequest& report,
       Held& h = held_[report.host_id()];
       h.state = state;
       h.since = since;
-      const google::protobuf::Timestamp time = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
-          absl::ToUnixNanos(now));
+      h.reported = now;
       h.vms.clear();
-      h.vms.reserve(report.vms_size());
-      for (const v1::VMObservation& vm : report.vms()) {
-        HeldVm& held_vm = h.vms.emplace_back(HeldVm{vm.vm_id(), vm.uuid(), vm.enforcement()});
-        *held_vm.enforcement.mutable_report_time() = time;
+      {
+        google::protobuf::io::StringOutputStream stream(&h.vms);
+        google::protobuf::io::CodedOutputStream out(&stream);
+        for (const v1::VMObservation& vm : report.vms()) {
+          out.WriteVarint32(static_cast<uint32_t>(vm.vm_id().size()));
+          out.WriteString(vm.vm_id());
+          out.WriteVarint32(static_cast<uint32_t>(vm.uuid().size()));
+          out.WriteString(vm.uuid());
+          // ApplyReport took the agent's report_time out.
+          out.WriteVarint32(static_cast<uint32_t>(vm.enforcement().ByteSizeLong()));
+          vm.enforcement().SerializeWithCachedSizes(&out);
+        }
       }
+      h.vms.shrink_to_fit();  // the stream grew it by doubling
     }
   }
   if (judged.verdict != Verdict::kWrite) {
@@ -104,8 +114,25 @@ std::optional<v1::VMEnforcement> ReportMemory::HeldEnforcement(absl::string_view
   std::lock_guard<std::mutex> lock(mu_);
   auto held = held_.find(host_id);
   if (held == held_.end()) return std::nullopt;
-  for (const HeldVm& vm : held->second.vms) {
-    if (vm.vm_id == vm_id || (!vm.uuid.empty() && vm.uuid == vm_id)) return vm.enforcement;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(held->second.vms.data()),
+      static_cast<int>(held->second.vms.size()));
+  std::string id, uuid;
+  uint32_t size = 0;
+  while (in.ReadVarint32(&size) && in.ReadString(&id, static_cast<int>(size)) &&
+         in.ReadVarint32(&size) && in.ReadString(&uuid, static_cast<int>(size)) &&
+         in.ReadVarint32(&size)) {
+    if (id != vm_id && (uuid.empty() || uuid != vm_id)) {
+      if (!in.Skip(static_cast<int>(size))) break;
+      continue;
+    }
+    v1::VMEnforcement enforcement;
+    const google::protobuf::io::CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(size));
+    if (!enforcement.MergePartialFromCodedStream(&in) || !in.ConsumedEntireMessage()) break;
+    in.PopLimit(limit);
+    *enforcement.mutable_report_time() = google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
+        absl::ToUnixNanos(held->second.reported));
+    return enforcement;
   }
   return std::nullopt;
 }

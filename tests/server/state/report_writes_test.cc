@@ -4,10 +4,12 @@
 // enforcement_write_interval has passed. Counted at the store.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "server/state/report_memory.h"
 #include "store/instrumented_store.h"
 #include "store/sqlite_store.h"
 #include "tests/server/state_testing.h"
@@ -119,6 +121,8 @@ TEST_F(ReportWritesTest, EnforcementAloneIsHeldShownAtOnceAndWrittenWhenDue) {
   EXPECT_EQ(Shown("vm-1").state(), v1::ENFORCEMENT_STATE_ENFORCED);
   EXPECT_EQ(Shown("vm-1").applied_trust_group(), "default/vm/vm-1");
   EXPECT_EQ(Shown("vm-2").state(), v1::ENFORCEMENT_STATE_ENFORCED);
+  EXPECT_EQ(Shown("vm-1").vcpus(), 2);
+  EXPECT_GT(Shown("vm-1").report_time().seconds(), 0) << "csd's time of the held Report";
   EXPECT_EQ(AppliedShown(), 3);
   EXPECT_EQ(Written("vm-1").state(), v1::ENFORCEMENT_STATE_PENDING);
   EXPECT_EQ(state_->effects.reports().HeldHosts(), 1u);
@@ -139,6 +143,43 @@ TEST_F(ReportWritesTest, EnforcementAloneIsHeldShownAtOnceAndWrittenWhenDue) {
   EXPECT_EQ(state_->effects.reports().HeldHosts(), 0u);
   ASSERT_OK(Report(v1::ENFORCEMENT_STATE_FAIL_CLOSED, "default/vm/vm-1", 4));
   EXPECT_EQ(writes_.load(), first + 1);
+}
+
+// What is held is found by a VM's id or its UUID, whole, stamped with the
+// time of the Report held; a VM the Report did not list is not held.
+TEST(ReportMemoryTest, HeldEnforcementIsFoundByIdOrUuidWithTheReportsTime) {
+  ReportMemory memory;
+  v1::ReportRequest report;
+  report.set_host_id("hv-1");
+  for (int i = 0; i < 3; ++i) {
+    v1::VMObservation* o = report.add_vms();
+    o->set_vm_id("vm-" + std::to_string(i));
+    if (i == 1) o->set_uuid("5e1f0000-0000-4000-8000-000000000001");
+    o->mutable_enforcement()->set_state(v1::ENFORCEMENT_STATE_ENFORCED);
+    o->mutable_enforcement()->set_applied_trust_group("t/vm/vm-" + std::to_string(i));
+    o->mutable_enforcement()->add_vcpu_affinity(i);
+    o->mutable_enforcement()->add_vcpu_affinity(i + 4);
+  }
+  const ReportDigest content{1}, written_state{2}, new_state{3};
+  const absl::Time t0 = absl::FromUnixSeconds(1800000000);
+  memory.Remember("hv-1", ReportMemory::Seen{content, written_state, 4, {}});
+  ASSERT_EQ(memory.Judge(report, content, new_state, t0, absl::Hours(1)).verdict,
+            ReportMemory::Verdict::kHold);
+
+  std::optional<v1::VMEnforcement> by_uuid =
+      memory.HeldEnforcement("hv-1", "5e1f0000-0000-4000-8000-000000000001");
+  ASSERT_TRUE(by_uuid.has_value());
+  EXPECT_EQ(by_uuid->applied_trust_group(), "t/vm/vm-1");
+  EXPECT_EQ(by_uuid->vcpu_affinity_size(), 2);
+  EXPECT_EQ(by_uuid->vcpu_affinity(1), 5);
+  EXPECT_EQ(by_uuid->report_time().seconds(), 1800000000);
+  std::optional<v1::VMEnforcement> by_id = memory.HeldEnforcement("hv-1", "vm-2");
+  ASSERT_TRUE(by_id.has_value());
+  EXPECT_EQ(by_id->applied_trust_group(), "t/vm/vm-2");
+  EXPECT_FALSE(memory.HeldEnforcement("hv-1", "vm-9").has_value());
+  EXPECT_FALSE(memory.HeldEnforcement("hv-2", "vm-1").has_value());
+  // A VM without a UUID is not found by an empty one.
+  EXPECT_FALSE(memory.HeldEnforcement("hv-1", "").has_value());
 }
 
 TEST_F(ReportWritesTest, AChangeOfWhatTheHostRunsIsWrittenAtOnceWithWhatWasHeld) {
