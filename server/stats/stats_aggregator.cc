@@ -234,7 +234,12 @@ int64_t StatsAggregator::Add(
   }
   if (!new_vms.empty() || !evicted.empty()) {
     std::lock_guard lock(index_mu_);
-    for (const std::string& id : new_vms) hosts_of_vm_[id].emplace(host_id);
+    for (const std::string& id : new_vms) {
+      absl::InlinedVector<std::string, 1>& hosts = hosts_of_vm_[id];
+      if (std::find(hosts.begin(), hosts.end(), host_id) == hosts.end()) {
+        hosts.emplace_back(host_id);
+      }
+    }
     for (const std::string& id : evicted) ForgetInIndexLocked(id, host_id);
     evicted_series_ += evicted.size();
   }
@@ -263,8 +268,11 @@ std::vector<std::string> StatsAggregator::EvictOverLimit(HostSeries& host, size_
 void StatsAggregator::ForgetInIndexLocked(const std::string& vm_id, absl::string_view host_id) {
   auto it = hosts_of_vm_.find(vm_id);
   if (it == hosts_of_vm_.end()) return;
-  it->second.erase(host_id);
-  if (it->second.empty()) hosts_of_vm_.erase(it);
+  auto& hosts = it->second;
+  if (auto host = std::find(hosts.begin(), hosts.end(), host_id); host != hosts.end()) {
+    hosts.erase(host);
+  }
+  if (hosts.empty()) hosts_of_vm_.erase(it);
 }
 
 uint64_t StatsAggregator::EvictedSeriesCount() const {
