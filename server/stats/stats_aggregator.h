@@ -208,7 +208,7 @@ class StatsAggregator final : public StatsSource {
   absl::flat_hash_map<std::string, std::shared_ptr<HostSeries>> hosts_;
   int64_t last_sweep_ns_ = 0;
   // vm_id -> hosts that reported it; may name hosts that no longer hold it
-  // (queries skip those). Taken after a host's lock, never before. Almost
+  // (queries pass over those). Taken after a host's lock, never before. Almost
   // every VM is on one host (two while it migrates), so the hosts are a
   // short list held in place, not a hash set of their own (~100 bytes a VM
   // less).
