@@ -369,6 +369,7 @@ void EtcdStore::RunRounds(std::vector<PendingWrite>& batch, BatchOutcome& outcom
       EtcdTransaction txn(*snapshot, &state);
       absl::Status status = batch[i].fn(txn);
       if (status.ok()) {
+        txn.FinishWrites();
         absl::Status fits = client_->CheckTxnLimits(CommitRequest(*snapshot, state, commit_id));
         if (!fits.ok()) {
           state = std::move(saved);

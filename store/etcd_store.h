@@ -63,7 +63,11 @@ struct EtcdStoreOptions {
 //   policies/<tenant_id>      v1::TenantPolicy
 //   rollout                   v1::Rollout: the current staged rollout
 //   hosts/<host_id>           v1::Host
-//   reports/<host_id>         EtcdReport: the host's observations
+//   reports/<host_id>         EtcdReport: the host's observations, one
+//                             key a host: a write function's puts and
+//                             deletes of its VMs' observations are folded
+//                             into one put of it (EtcdTransaction::
+//                             FinishWrites), made only when one changed
 //   obs/<vm key>/<host_id>    empty: the index of reports by VM id and UUID
 //   vm_by/host/<host_id>/<vm_id>, vm_by/reported/<host_id>/<vm_id>,
 //   vm_by/tenant/<tenant_id>/<vm_id>

@@ -456,8 +456,8 @@ absl::Status EtcdTransaction::DeleteHost(absl::string_view host_id) {
   ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
   if (!value) return absl::NotFoundError(absl::StrCat("host ", host_id, " not found"));
   Delete(key);
-  RETURN_IF_ERROR(ReplaceObservations(host_id, {}));
-  Delete(Key("reports", host_id));
+  ASSIGN_OR_RETURN(OpenReport * open, Open(host_id));
+  open->report.clear_vms();
   return absl::OkStatus();
 }
 
@@ -475,6 +475,10 @@ absl::StatusOr<std::vector<v1::Host>> EtcdTransaction::ListHosts(const Page& pag
 }
 
 absl::StatusOr<std::optional<EtcdReport>> EtcdTransaction::GetReport(absl::string_view host_id) {
+  if (auto open = open_reports_.find(host_id); open != open_reports_.end()) {
+    if (open->second.report.vms_size() == 0) return std::optional<EtcdReport>();
+    return std::optional<EtcdReport>(open->second.report);
+  }
   const std::string key = Key("reports", host_id);
   ASSIGN_OR_RETURN(std::optional<std::string> value, Get(key));
   if (!value) return std::optional<EtcdReport>();
@@ -482,62 +486,139 @@ absl::StatusOr<std::optional<EtcdReport>> EtcdTransaction::GetReport(absl::strin
   return std::optional<EtcdReport>(std::move(report));
 }
 
-absl::Status EtcdTransaction::ReplaceObservations(absl::string_view host_id,
-                                                  const std::vector<v1::VMObservation>& vms) {
-  RETURN_IF_ERROR(RequireWrite("ReplaceObservations"));
-  if (host_id.empty()) return absl::InvalidArgumentError("ReplaceObservations: host_id is empty");
-  RETURN_IF_ERROR(CheckComponent("ReplaceObservations: host_id", host_id));
-  // The report is one key; the index keys of the VMs it names change only
-  // when a VM appears or goes, so a steady report is two puts (report and
-  // meta) whatever its size.
-  std::set<std::string> before, after;
-  ASSIGN_OR_RETURN(std::optional<EtcdReport> old, GetReport(host_id));
-  if (old) {
-    for (const v1::VMObservation& vm : old->vms()) {
-      for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
-        if (!key->empty()) before.insert(*key);
-      }
-    }
-  }
-  EtcdReport report;
-  report.set_sequence(write_->meta.observation_sequence() + 1);
-  write_->meta.set_observation_sequence(report.sequence());
-  for (const v1::VMObservation& vm : vms) {
+namespace {
+
+// The keys a report's VMs are found by (their ids and UUIDs).
+std::set<std::string> ReportKeys(const EtcdReport& report) {
+  std::set<std::string> keys;
+  for (const v1::VMObservation& vm : report.vms()) {
     for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
-      if (key->empty()) continue;
-      RETURN_IF_ERROR(CheckComponent("ReplaceObservations: VM key", *key));
-      after.insert(*key);
+      if (!key->empty()) keys.insert(*key);
     }
-    *report.add_vms() = vm;
   }
-  for (const std::string& key : before) {
-    if (!after.count(key)) Delete(absl::StrCat(Key("obs", key), "/", host_id));
+  return keys;
+}
+
+}  // namespace
+
+absl::StatusOr<EtcdTransaction::OpenReport*> EtcdTransaction::Open(absl::string_view host_id) {
+  if (auto open = open_reports_.find(host_id); open != open_reports_.end()) return &open->second;
+  ASSIGN_OR_RETURN(std::optional<EtcdReport> stored, GetReport(host_id));
+  OpenReport& open = open_reports_[std::string(host_id)];
+  if (stored) {
+    open.stored = true;
+    open.keys_before = ReportKeys(*stored);
+    open.report = *std::move(stored);
   }
-  for (const std::string& key : after) {
-    if (!before.count(key)) Put(absl::StrCat(Key("obs", key), "/", host_id), "");
+  return &open;
+}
+
+absl::Status EtcdTransaction::PutObservation(absl::string_view host_id,
+                                             const v1::VMObservation& vm) {
+  RETURN_IF_ERROR(RequireWrite("PutObservation"));
+  if (host_id.empty()) return absl::InvalidArgumentError("PutObservation: host_id is empty");
+  if (vm.vm_id().empty()) return absl::InvalidArgumentError("PutObservation: vm_id is empty");
+  RETURN_IF_ERROR(CheckComponent("PutObservation: host_id", host_id));
+  for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
+    if (!key->empty()) RETURN_IF_ERROR(CheckComponent("PutObservation: VM key", *key));
   }
-  Put(Key("reports", host_id), Serialized(report));
+  ASSIGN_OR_RETURN(OpenReport * open, Open(host_id));
+  auto* vms = open->report.mutable_vms();
+  // Kept in vm_id order: ListHostObservations answers in it.
+  auto at = std::lower_bound(vms->begin(), vms->end(), vm.vm_id(),
+                             [](const v1::VMObservation& o, const std::string& id) {
+                               return o.vm_id() < id;
+                             });
+  if (at != vms->end() && at->vm_id() == vm.vm_id()) {
+    *at = vm;
+    return absl::OkStatus();
+  }
+  const int index = static_cast<int>(at - vms->begin());
+  *vms->Add() = vm;
+  for (int i = vms->size() - 1; i > index; --i) vms->SwapElements(i, i - 1);
   return absl::OkStatus();
+}
+
+absl::Status EtcdTransaction::DeleteObservation(absl::string_view host_id,
+                                                absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteObservation"));
+  ASSIGN_OR_RETURN(OpenReport * open, Open(host_id));
+  auto* vms = open->report.mutable_vms();
+  auto at = std::find_if(vms->begin(), vms->end(),
+                         [&](const v1::VMObservation& o) { return o.vm_id() == vm_id; });
+  if (at == vms->end()) {
+    return absl::NotFoundError(
+        absl::StrCat("host ", host_id, " has no observation of vm ", vm_id));
+  }
+  vms->erase(at);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::VMObservation>> EtcdTransaction::ListHostObservations(
+    absl::string_view host_id) {
+  ASSIGN_OR_RETURN(std::optional<EtcdReport> report, GetReport(host_id));
+  std::vector<v1::VMObservation> vms;
+  if (!report) return vms;
+  vms.assign(std::make_move_iterator(report->mutable_vms()->begin()),
+             std::make_move_iterator(report->mutable_vms()->end()));
+  // Reports written before observations were kept in vm_id order.
+  std::sort(vms.begin(), vms.end(), [](const v1::VMObservation& a, const v1::VMObservation& b) {
+    return a.vm_id() < b.vm_id();
+  });
+  return vms;
+}
+
+void EtcdTransaction::FinishWrites() {
+  // A host's report is one key; the index keys of the VMs it names change
+  // only when a VM appears or goes, so a changed report is two puts
+  // (report and meta) whatever its size.
+  for (auto& [host_id, open] : open_reports_) {
+    const std::set<std::string> after = ReportKeys(open.report);
+    for (const std::string& key : open.keys_before) {
+      if (!after.count(key)) Delete(absl::StrCat(Key("obs", key), "/", host_id));
+    }
+    for (const std::string& key : after) {
+      if (!open.keys_before.count(key)) Put(absl::StrCat(Key("obs", key), "/", host_id), "");
+    }
+    if (open.report.vms_size() == 0) {
+      if (open.stored) Delete(Key("reports", host_id));
+      continue;
+    }
+    open.report.set_sequence(write_->meta.observation_sequence() + 1);
+    write_->meta.set_observation_sequence(open.report.sequence());
+    Put(Key("reports", host_id), Serialized(open.report));
+  }
+  open_reports_.clear();
 }
 
 absl::StatusOr<std::vector<Observation>> EtcdTransaction::ListObservations(
     absl::string_view key) {
-  std::vector<std::pair<int64_t, Observation>> found;
+  // The hosts whose stored reports name `key` (the index), and those whose
+  // reports this function is changing (their index keys are written with
+  // them, by FinishWrites).
+  std::set<std::string, std::less<>> hosts;
   const std::string base = Key("obs", key) + "/";
-  absl::Status scanned = Scan(base, etcd::PrefixEnd(base), 0,
-                              [&](const std::string& index, const std::string&) -> absl::StatusOr<bool> {
-    const std::string host_id(LastPart(index));
+  RETURN_IF_ERROR(Scan(base, etcd::PrefixEnd(base), 0,
+                       [&](const std::string& index, const std::string&) -> absl::StatusOr<bool> {
+                         hosts.emplace(LastPart(index));
+                         return true;
+                       }));
+  for (const auto& [host_id, open] : open_reports_) hosts.insert(host_id);
+  std::vector<std::pair<int64_t, Observation>> found;
+  for (const std::string& host_id : hosts) {
     ASSIGN_OR_RETURN(std::optional<EtcdReport> report, GetReport(host_id));
-    if (!report) return false;  // an index key without its report: nothing to show
+    if (!report) continue;  // an index key without its report: nothing to show
+    // A report this function changed is the newest.
+    const int64_t sequence = open_reports_.contains(host_id)
+                                 ? std::numeric_limits<int64_t>::max()
+                                 : report->sequence();
     for (const v1::VMObservation& vm : report->vms()) {
       if (vm.vm_id() == key || vm.uuid() == key) {
-        found.push_back({report->sequence(), Observation{host_id, vm}});
+        found.push_back({sequence, Observation{host_id, vm}});
         break;
       }
     }
-    return true;
-  });
-  RETURN_IF_ERROR(scanned);
+  }
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Observation> all;

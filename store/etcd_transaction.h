@@ -97,8 +97,10 @@ class EtcdTransaction final : public Transaction {
   absl::Status PutHost(const v1::Host& host) override;
   absl::Status DeleteHost(absl::string_view host_id) override;
   absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) override;
-  absl::Status ReplaceObservations(absl::string_view host_id,
-                                   const std::vector<v1::VMObservation>& vms) override;
+  absl::Status PutObservation(absl::string_view host_id, const v1::VMObservation& vm) override;
+  absl::Status DeleteObservation(absl::string_view host_id, absl::string_view vm_id) override;
+  absl::StatusOr<std::vector<v1::VMObservation>> ListHostObservations(
+      absl::string_view host_id) override;
   absl::StatusOr<std::optional<Observation>> FindObservation(absl::string_view key) override;
   absl::StatusOr<std::vector<Observation>> ListObservations(absl::string_view key) override;
   absl::Status RecordChange(absl::string_view host_id, absl::string_view vm_id) override;
@@ -120,6 +122,10 @@ class EtcdTransaction final : public Transaction {
   absl::StatusOr<std::string> IndexVms(const std::string& after, int limit);
   // Marks the store as being of `version` with this commit.
   void SetLayoutVersion(int version);
+  // Buffers what the function's observation writes left open (each host's
+  // report, serialized once however many of its VMs were written). Called
+  // once the write function returned OK, before its writes are committed.
+  void FinishWrites();
 
  private:
   // Called with each key and value in order; returns whether the record
@@ -139,6 +145,14 @@ class EtcdTransaction final : public Transaction {
   void Delete(std::string key);
   absl::Status RequireWrite(absl::string_view op) const;
   absl::StatusOr<std::optional<EtcdReport>> GetReport(absl::string_view host_id);
+  // A host's report as this function is changing it: PutObservation and
+  // DeleteObservation edit the parsed report here; FinishWrites writes it.
+  struct OpenReport {
+    bool stored = false;                // the function found one
+    std::set<std::string> keys_before;  // its VMs' ids and UUIDs, as found
+    EtcdReport report;
+  };
+  absl::StatusOr<OpenReport*> Open(absl::string_view host_id);
   // <prefix>/vm_by/<kind>/<value>/: the index of the VMs whose `kind`
   // (host, reported, tenant) is `value`, one key per VM id.
   std::string IndexPrefix(absl::string_view kind, absl::string_view value) const;
@@ -153,6 +167,7 @@ class EtcdTransaction final : public Transaction {
 
   const EtcdSnapshot& snap_;
   EtcdWriteState* write_;
+  std::map<std::string, OpenReport, std::less<>> open_reports_;
 };
 
 }  // namespace cosched::store

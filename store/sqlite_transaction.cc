@@ -43,6 +43,47 @@ absl::StatusOr<std::string> Serialize(const Message& message,
 
 int ClampLimit(int limit) { return std::clamp(limit, 1, kMaxPageLimit); }
 
+// Observations are rows (key, host_id): one under the VM's id and, when
+// it has one, one under its UUID, both with the same serialized
+// observation, so the UUID's row is told from another VM's by its bytes.
+// seq numbers the writes, newest highest.
+struct StoredObservation {
+  std::string blob;
+  v1::VMObservation vm;
+};
+
+absl::StatusOr<std::optional<StoredObservation>> ReadObservation(
+    SqliteDb& db, absl::string_view host_id, absl::string_view vm_id) {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db.Query("SELECT observation FROM observations "
+                            "WHERE key = ?1 AND host_id = ?2",
+                            "read observation"));
+  q.BindText(1, vm_id);
+  q.BindText(2, host_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<StoredObservation>();
+  StoredObservation stored;
+  stored.blob = std::string(q.ColumnBlob(0));
+  ASSIGN_OR_RETURN(stored.vm,
+                   ParseRecord<v1::VMObservation>(stored.blob, "observation", vm_id, db));
+  // Another VM's row under its UUID, which is this name.
+  if (stored.vm.vm_id() != vm_id) return std::optional<StoredObservation>();
+  return std::optional<StoredObservation>(std::move(stored));
+}
+
+absl::Status DeleteObservationRows(SqliteDb& db, absl::string_view host_id,
+                                   const StoredObservation& stored) {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db.Query("DELETE FROM observations WHERE host_id = ?1 "
+                            "AND key IN (?2, ?3) AND observation = ?4",
+                            "delete observation"));
+  q.BindText(1, host_id);
+  q.BindText(2, stored.vm.vm_id());
+  q.BindText(3, stored.vm.uuid());
+  q.BindBlob(4, stored.blob);
+  return q.Run();
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> SqliteTransaction::WriteRevision() {
@@ -313,7 +354,11 @@ absl::Status SqliteTransaction::DeleteHost(absl::string_view host_id) {
   if (db_.Changes() == 0) {
     return absl::NotFoundError(absl::StrCat("host ", host_id, " not found"));
   }
-  return ReplaceObservations(host_id, {});
+  ASSIGN_OR_RETURN(SqliteQuery observations,
+                   db_.Query("DELETE FROM observations WHERE host_id = ?1",
+                             "delete observations"));
+  observations.BindText(1, host_id);
+  return observations.Run();
 }
 
 absl::StatusOr<std::vector<v1::Host>> SqliteTransaction::ListHosts(
@@ -337,49 +382,69 @@ absl::StatusOr<std::vector<v1::Host>> SqliteTransaction::ListHosts(
   return hosts;
 }
 
-absl::Status SqliteTransaction::ReplaceObservations(
-    absl::string_view host_id,
-    const std::vector<v1::VMObservation>& vms) {
-  RETURN_IF_ERROR(RequireWrite("ReplaceObservations"));
-  if (host_id.empty()) {
-    return absl::InvalidArgumentError(
-        "ReplaceObservations: host_id is empty");
-  }
+absl::Status SqliteTransaction::PutObservation(absl::string_view host_id,
+                                               const v1::VMObservation& vm) {
+  RETURN_IF_ERROR(RequireWrite("PutObservation"));
+  if (host_id.empty()) return absl::InvalidArgumentError("PutObservation: host_id is empty");
+  if (vm.vm_id().empty()) return absl::InvalidArgumentError("PutObservation: vm_id is empty");
+  ASSIGN_OR_RETURN(std::optional<StoredObservation> old, ReadObservation(db_, host_id, vm.vm_id()));
+  if (old) RETURN_IF_ERROR(DeleteObservationRows(db_, host_id, *old));
   int64_t seq = 0;
   {
     ASSIGN_OR_RETURN(
         SqliteQuery q,
         db_.Query("UPDATE meta SET value = value + 1 "
                   "WHERE key = 'observation_seq' RETURNING value",
-                  "number observation report"));
+                  "number observation"));
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (row) seq = q.ColumnInt(0);
     RETURN_IF_ERROR(q.Run());
   }
-  {
+  ASSIGN_OR_RETURN(std::string record, Serialize(vm, "observation"));
+  for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
+    if (key->empty()) continue;
     ASSIGN_OR_RETURN(SqliteQuery q,
-                     db_.Query("DELETE FROM observations WHERE host_id = ?1",
-                               "delete observations"));
-    q.BindText(1, host_id);
+                     db_.Query("INSERT OR REPLACE INTO observations "
+                               "(key, host_id, seq, observation) "
+                               "VALUES (?1, ?2, ?3, ?4)",
+                               "put observation"));
+    q.BindText(1, *key);
+    q.BindText(2, host_id);
+    q.BindInt(3, seq);
+    q.BindBlob(4, record);
     RETURN_IF_ERROR(q.Run());
   }
-  for (const v1::VMObservation& vm : vms) {
-    ASSIGN_OR_RETURN(std::string record, Serialize(vm, "observation"));
-    for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
-      if (key->empty()) continue;
-      ASSIGN_OR_RETURN(SqliteQuery q,
-                       db_.Query("INSERT OR REPLACE INTO observations "
-                                 "(key, host_id, seq, observation) "
-                                 "VALUES (?1, ?2, ?3, ?4)",
-                                 "put observation"));
-      q.BindText(1, *key);
-      q.BindText(2, host_id);
-      q.BindInt(3, seq);
-      q.BindBlob(4, record);
-      RETURN_IF_ERROR(q.Run());
-    }
-  }
   return absl::OkStatus();
+}
+
+absl::Status SqliteTransaction::DeleteObservation(absl::string_view host_id,
+                                                  absl::string_view vm_id) {
+  RETURN_IF_ERROR(RequireWrite("DeleteObservation"));
+  ASSIGN_OR_RETURN(std::optional<StoredObservation> old, ReadObservation(db_, host_id, vm_id));
+  if (!old) {
+    return absl::NotFoundError(
+        absl::StrCat("host ", host_id, " has no observation of vm ", vm_id));
+  }
+  return DeleteObservationRows(db_, host_id, *old);
+}
+
+absl::StatusOr<std::vector<v1::VMObservation>> SqliteTransaction::ListHostObservations(
+    absl::string_view host_id) {
+  ASSIGN_OR_RETURN(SqliteQuery q,
+                   db_.Query("SELECT key, observation FROM observations "
+                             "WHERE host_id = ?1 ORDER BY key",
+                             "list host observations"));
+  q.BindText(1, host_id);
+  std::vector<v1::VMObservation> all;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(v1::VMObservation vm,
+                     ParseRecord<v1::VMObservation>(q.ColumnBlob(1), "observation",
+                                                    q.ColumnText(0), db_));
+    if (vm.vm_id() == q.ColumnText(0)) all.push_back(std::move(vm));  // not its UUID's row
+  }
+  return all;
 }
 
 absl::StatusOr<std::optional<Observation>> SqliteTransaction::FindObservation(

@@ -52,9 +52,12 @@ class SqliteTransaction final : public Transaction {
   absl::Status PutHost(const v1::Host& host) override;
   absl::Status DeleteHost(absl::string_view host_id) override;
   absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) override;
-  absl::Status ReplaceObservations(
-      absl::string_view host_id,
-      const std::vector<v1::VMObservation>& vms) override;
+  absl::Status PutObservation(absl::string_view host_id,
+                              const v1::VMObservation& vm) override;
+  absl::Status DeleteObservation(absl::string_view host_id,
+                                 absl::string_view vm_id) override;
+  absl::StatusOr<std::vector<v1::VMObservation>> ListHostObservations(
+      absl::string_view host_id) override;
   absl::StatusOr<std::optional<Observation>> FindObservation(
       absl::string_view key) override;
   absl::StatusOr<std::vector<Observation>> ListObservations(

@@ -169,15 +169,31 @@ class Transaction {
   virtual absl::Status DeleteHost(absl::string_view host_id) = 0;
   virtual absl::StatusOr<std::vector<v1::Host>> ListHosts(const Page& page) = 0;
 
-  // Observations: what agents report. Replaces everything host `host_id`
-  // reported before with `vms`; each VM is findable by its vm_id and, when
-  // set, its uuid.
-  virtual absl::Status ReplaceObservations(
-      absl::string_view host_id, const std::vector<v1::VMObservation>& vms) = 0;
-  // The most recent observation of `key` (vm id or uuid) on any host.
+  // Observations: what agents report, one record per host and VM, each
+  // findable by its vm_id and, when set, its uuid. A Report writes only the
+  // VMs whose observation changed (ReplaceObservations below), so that a
+  // host of 50 VMs where one changed costs one record, not 50.
+  //
+  // The host's observation of vm.vm_id() now, replacing its earlier one
+  // (and the UUID that one was findable by). INVALID_ARGUMENT when host_id
+  // or vm.vm_id() is empty.
+  virtual absl::Status PutObservation(absl::string_view host_id,
+                                      const v1::VMObservation& vm) = 0;
+  // Deletes the host's observation of `vm_id`; NOT_FOUND when absent.
+  virtual absl::Status DeleteObservation(absl::string_view host_id,
+                                         absl::string_view vm_id) = 0;
+  // What the host reports, ordered by vm_id.
+  virtual absl::StatusOr<std::vector<v1::VMObservation>> ListHostObservations(
+      absl::string_view host_id) = 0;
+  // The most recently written observation of `key` (vm id or uuid) on any
+  // host.
   virtual absl::StatusOr<std::optional<Observation>> FindObservation(
       absl::string_view key) = 0;
-  // Every host's observation of `key`, newest report first.
+  // Every host's observation of `key`, the most recently written first.
+  // (EtcdStore keeps a host's observations in one record, so there its
+  // order is by when each host's record was last written.) Nothing that
+  // decides who owns a VM reads this order: ownership follows run states
+  // (server/state/vm_presence.h).
   virtual absl::StatusOr<std::vector<Observation>> ListObservations(
       absl::string_view key) = 0;
 
@@ -221,6 +237,20 @@ class Transaction {
 
 // Every VM matching `filter`, read page by page inside `txn`.
 absl::StatusOr<std::vector<v1::VM>> ListAllVms(Transaction& txn, const VmFilter& filter);
+
+// Makes `vms` what `host_id` reports, writing only what changed: each VM
+// whose observation differs from the stored one in more than
+// enforcement.report_time (csd's stamp of when it heard it) is put, with
+// `report_time` as its stamp when given; each stored VM not in `vms` is
+// deleted. INVALID_ARGUMENT naming the VM when a vm_id is empty or given
+// twice, before anything is written. Returns how many observations were
+// put or deleted.
+absl::StatusOr<int> ReplaceObservations(
+    Transaction& txn, absl::string_view host_id,
+    const google::protobuf::RepeatedPtrField<v1::VMObservation>& vms,
+    const google::protobuf::Timestamp* report_time = nullptr);
+absl::StatusOr<int> ReplaceObservations(Transaction& txn, absl::string_view host_id,
+                                        const std::vector<v1::VMObservation>& vms);
 
 // Thread-safe. Write functions run one at a time on the store's writer, in
 // submission order; concurrent writes are committed together (group commit)

@@ -730,7 +730,7 @@ absl::StatusOr<ToolReport> MigrateStore(const StoreLocation& from, const StoreLo
       using Report = std::pair<std::string, std::vector<v1::VMObservation>>;
       RETURN_IF_ERROR(WriteInChunks<Report>(
           *store, contents.reports, 1, [](Transaction& txn, const Report& r) {
-            return txn.ReplaceObservations(r.first, r.second);
+            return ReplaceObservations(txn, r.first, r.second).status();
           }));
       // One revision's changes stay together, and a later revision is never
       // written before an earlier one.

@@ -43,8 +43,9 @@ class HostLiveness {
     absl::Time time = absl::InfinitePast();
     // ReportProblem of that Report.
     std::string problem;
-    // Its applied_revision: newer than the host's record, which is written
-    // only when the Report changes more than enforcement (reports.h).
+    // Its applied_revision: newer than the host's record, which a Report
+    // writes only when more than the host's liveness changed, or its
+    // stored liveness is a minute old (reports.cc, HostRecordDue).
     int64_t applied_revision = 0;
     // Its agent holds an assignment stream on the replica that said so.
     bool connected = false;

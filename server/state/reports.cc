@@ -103,8 +103,9 @@ struct ReportWrite {
 // Every VM the host owned or reported before, and every tagged VM it
 // reports now (tagged from its metadata when `tag_from_metadata`), with
 // what it reports of each (`seen`, pointing into `observations`).
-absl::Status ReadReportedVms(store::Transaction& txn, const std::string& host_id,
-                             const std::vector<v1::VMObservation>& observations,
+absl::Status ReadReportedVms(
+    store::Transaction& txn, const std::string& host_id,
+    const google::protobuf::RepeatedPtrField<v1::VMObservation>& observations,
                              bool tag_from_metadata, ReportWrite& out,
                              std::map<std::string, v1::VM>& vms,
                              std::map<std::string, const v1::VMObservation*>& seen) {
@@ -176,8 +177,31 @@ absl::Status WritePresence(store::Transaction& txn, const std::string& host_id,
   return absl::OkStatus();
 }
 
-// A changed Report's write: the host's observations, its VMs' presence and
-// owners, tags from metadata, and the host record.
+// How stale the host record's last_seen_time and applied_revision may get
+// before a changed Report writes them with nothing else of the host
+// changed. They are what a restarted csd shows until the host's next
+// Report; while it runs, every replica has them from memory
+// (host_liveness.h), so a Report that changes one VM need not rewrite the
+// host.
+constexpr absl::Duration kHostRecordRefresh = absl::Seconds(60);
+
+// Whether a changed Report must write the host record `updated` over
+// `stored`: a field other than its liveness changed, or the stored
+// liveness is older than kHostRecordRefresh.
+bool HostRecordDue(const v1::Host& stored, const v1::Host& updated) {
+  google::protobuf::util::MessageDifferencer same;
+  same.IgnoreField(v1::Host::descriptor()->FindFieldByName("last_seen_time"));
+  same.IgnoreField(v1::Host::descriptor()->FindFieldByName("applied_revision"));
+  if (!same.Compare(stored, updated)) return true;
+  if (!stored.has_last_seen_time()) return true;
+  return TimeUtil::TimestampToNanoseconds(updated.last_seen_time()) -
+             TimeUtil::TimestampToNanoseconds(stored.last_seen_time()) >=
+         absl::ToInt64Nanoseconds(kHostRecordRefresh);
+}
+
+// A changed Report's write: the observations that changed, the VMs whose
+// presence or owner changed, tags from metadata, and the host record when
+// HostRecordDue.
 absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& request,
                          bool tag_from_metadata, ReportWrite& out) {
   out = ReportWrite();
@@ -190,29 +214,33 @@ absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& reque
   RETURN_IF_ERROR(ValidateStatsCores(request.stats(), host->topology()));
   out.cores = host->topology().cores_size();
 
-  std::vector<v1::VMObservation> observations(request.vms().begin(), request.vms().end());
-  auto now = TimeUtil::GetCurrentTime();
-  for (auto& o : observations) *o.mutable_enforcement()->mutable_report_time() = now;
-  RETURN_IF_ERROR(txn.ReplaceObservations(host_id, observations));
+  // Only the VMs whose observation changed are written, stamped with
+  // csd's time; an unchanged one keeps the time it was last written at
+  // (what reads show is lifted to the host's last Report: vms.cc).
+  const auto now = TimeUtil::GetCurrentTime();
+  RETURN_IF_ERROR(store::ReplaceObservations(txn, host_id, request.vms(), &now).status());
   std::map<std::string, v1::VM> vms;
   std::map<std::string, const v1::VMObservation*> seen;
-  RETURN_IF_ERROR(ReadReportedVms(txn, host_id, observations, tag_from_metadata, out, vms, seen));
+  RETURN_IF_ERROR(ReadReportedVms(txn, host_id, request.vms(), tag_from_metadata, out, vms, seen));
   out.delta.removed_vms = out.from_metadata.untagged_vms;
   RETURN_IF_ERROR(WritePresence(txn, host_id, now, tag_from_metadata, vms, seen, out));
-  *host->mutable_last_seen_time() = now;
-  host->set_applied_revision(request.applied_revision());
-  host->set_vm_count(request.vms_size());
+
+  v1::Host updated = *host;
+  *updated.mutable_last_seen_time() = now;
+  updated.set_applied_revision(request.applied_revision());
+  updated.set_vm_count(request.vms_size());
   if (request.has_preflight() &&
       !google::protobuf::util::MessageDifferencer::Equals(host->capabilities().preflight(),
                                                           request.preflight())) {
     // A hazard came or went: Place must see it at once.
-    *host->mutable_capabilities()->mutable_preflight() = request.preflight();
-    out.delta.hosts.push_back(*host);
+    *updated.mutable_capabilities()->mutable_preflight() = request.preflight();
+    out.delta.hosts.push_back(updated);
   }
   // What the host says of processes posing as VMs: shown, never acted on.
-  host->mutable_impostors()->CopyFrom(request.impostors());
-  host->set_impostor_count(request.impostor_count());
-  return txn.PutHost(*host);
+  updated.mutable_impostors()->CopyFrom(request.impostors());
+  updated.set_impostor_count(request.impostor_count());
+  if (!HostRecordDue(*host, updated)) return absl::OkStatus();
+  return txn.PutHost(updated);
 }
 
 }  // namespace

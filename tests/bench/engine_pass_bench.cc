@@ -140,7 +140,9 @@ absl::Status WriteFleet(store::Store& store, const FleetShape& shape, int hosts_
           o.mutable_enforcement()->set_vcpus(shape.vcpus);
           reported.push_back(std::move(o));
         }
-        if (absl::Status put = txn.ReplaceObservations(host.host_id(), reported); !put.ok()) {
+        if (absl::Status put =
+                store::ReplaceObservations(txn, host.host_id(), reported).status();
+            !put.ok()) {
           return put;
         }
       }

@@ -75,7 +75,8 @@ void WriteFleet(const std::string& data_dir) {
       reported[h].push_back(std::move(o));
     }
     for (int h = 0; h < kHosts; ++h) {
-      absl::Status s = txn.ReplaceObservations("host-" + std::to_string(h), reported[h]);
+      absl::Status s =
+          store::ReplaceObservations(txn, "host-" + std::to_string(h), reported[h]).status();
       if (!s.ok()) return s;
     }
     return absl::OkStatus();

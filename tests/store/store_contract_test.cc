@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_contract_fixture.h"
 #include "tests/testing/status_matchers.h"
@@ -18,6 +19,7 @@
 namespace cosched::store {
 namespace {
 
+using ::cosched::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
@@ -159,7 +161,7 @@ TEST_P(StoreContractTest, DataSurvivesReopen) {
     std::vector<v1::VMObservation> vms = {MakeObservation("vm-1", "u-1", "g1")};
     ASSERT_TRUE(store
                     ->WriteSync([&](Transaction& txn) {
-                      return txn.ReplaceObservations("h1", vms);
+                      return store::ReplaceObservations(txn, "h1", vms).status();
                     })
                     .ok());
   }
@@ -204,7 +206,7 @@ TEST_P(StoreContractTest, ObservationsFoundByIdAndUuidLatestHostWins) {
   auto report = [&](const std::string& host,
                     std::vector<v1::VMObservation> vms) {
     absl::Status status = store->WriteSync(
-        [&](Transaction& txn) { return txn.ReplaceObservations(host, vms); });
+        [&](Transaction& txn) { return store::ReplaceObservations(txn, host, vms).status(); });
     ASSERT_OK(status);
   };
 
@@ -235,6 +237,99 @@ TEST_P(StoreContractTest, ObservationsFoundByIdAndUuidLatestHostWins) {
   report("h2", {});
   EXPECT_FALSE(FindObservation(*store, "vm-a").has_value());
   EXPECT_FALSE(FindObservation(*store, "uuid-a").has_value());
+}
+
+TEST_P(StoreContractTest, ObservationsAreWrittenOneVmAtATime) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto host_vms = [&](const std::string& host) {
+    std::vector<std::string> ids;
+    EXPECT_OK(store->Read([&](Transaction& txn) -> absl::Status {
+      ids.clear();
+      ASSIGN_OR_RETURN(std::vector<v1::VMObservation> vms, txn.ListHostObservations(host));
+      for (const v1::VMObservation& vm : vms) ids.push_back(vm.vm_id());
+      return absl::OkStatus();
+    }));
+    return ids;
+  };
+  ASSERT_OK(store->WriteSync([](Transaction& txn) -> absl::Status {
+    RETURN_IF_ERROR(txn.PutObservation("h1", MakeObservation("vm-b", "", "g-b")));
+    RETURN_IF_ERROR(txn.PutObservation("h1", MakeObservation("vm-a", "uuid-a", "g-a")));
+    // Seen by the function that wrote it.
+    ASSIGN_OR_RETURN(std::optional<Observation> found, txn.FindObservation("uuid-a"));
+    if (!found || found->host_id != "h1") return absl::InternalError("own put not found");
+    return txn.PutObservation("h2", MakeObservation("vm-a", "uuid-a", "g-a2"));
+  }));
+  EXPECT_EQ(host_vms("h1"), (std::vector<std::string>{"vm-a", "vm-b"}));
+  EXPECT_EQ(host_vms("h2"), (std::vector<std::string>{"vm-a"}));
+  EXPECT_TRUE(host_vms("h3").empty());
+
+  // A new UUID replaces the one the VM was found by.
+  ASSERT_OK(store->WriteSync([](Transaction& txn) {
+    return txn.PutObservation("h1", MakeObservation("vm-a", "uuid-a1", "g-a"));
+  }));
+  EXPECT_EQ(FindObservation(*store, "uuid-a1")->host_id, "h1");
+  std::vector<Observation> by_old_uuid;
+  ASSERT_OK(store->Read([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(by_old_uuid, txn.ListObservations("uuid-a"));
+    return absl::OkStatus();
+  }));
+  ASSERT_EQ(by_old_uuid.size(), 1u);
+  EXPECT_EQ(by_old_uuid[0].host_id, "h2");
+
+  ASSERT_OK(store->WriteSync([](Transaction& txn) { return txn.DeleteObservation("h1", "vm-b"); }));
+  EXPECT_EQ(host_vms("h1"), (std::vector<std::string>{"vm-a"}));
+  EXPECT_FALSE(FindObservation(*store, "vm-b").has_value());
+  EXPECT_THAT(store->WriteSync(
+                  [](Transaction& txn) { return txn.DeleteObservation("h1", "vm-b"); }),
+              StatusIs(absl::StatusCode::kNotFound, "vm-b"));
+  EXPECT_THAT(store->WriteSync([](Transaction& txn) {
+                return txn.PutObservation("h1", MakeObservation("", "", ""));
+              }),
+              StatusIs(absl::StatusCode::kInvalidArgument, "vm_id"));
+}
+
+TEST_P(StoreContractTest, ReplaceObservationsWritesOnlyWhatChanged) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto replace = [&](std::vector<v1::VMObservation> vms, int64_t stamp_ns) {
+    int written = -1;
+    const google::protobuf::Timestamp stamp =
+        google::protobuf::util::TimeUtil::NanosecondsToTimestamp(stamp_ns);
+    google::protobuf::RepeatedPtrField<v1::VMObservation> field(vms.begin(), vms.end());
+    EXPECT_OK(store->WriteSync([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(written, ReplaceObservations(txn, "h1", field, &stamp));
+      return absl::OkStatus();
+    }));
+    return written;
+  };
+  EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g"), MakeObservation("vm-b", "", "g")},
+                    1000),
+            2);
+  // Only the stamp differs: nothing is written, and the stored stamp stays.
+  EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g"), MakeObservation("vm-b", "", "g")},
+                    2000),
+            0);
+  EXPECT_EQ(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+                FindObservation(*store, "vm-b")->vm.enforcement().report_time()),
+            1000);
+  // vm-a changed, vm-b went, vm-c came: three writes.
+  EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g2"), MakeObservation("vm-c", "", "g")},
+                    3000),
+            3);
+  EXPECT_EQ(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+                FindObservation(*store, "uuid-a")->vm.enforcement().report_time()),
+            3000);
+  EXPECT_FALSE(FindObservation(*store, "vm-b").has_value());
+
+  absl::Status twice = store->WriteSync([](Transaction& txn) {
+    return ReplaceObservations(txn, "h1",
+                               std::vector<v1::VMObservation>{MakeObservation("vm-d", "", "g"),
+                                                              MakeObservation("vm-d", "", "g")})
+        .status();
+  });
+  EXPECT_THAT(twice, StatusIs(absl::StatusCode::kInvalidArgument, "vm-d twice"));
+  EXPECT_FALSE(FindObservation(*store, "vm-d").has_value());
 }
 
 TEST_P(StoreContractTest, TrustGroupMustBelongToTheVmsTenant) {
@@ -435,7 +530,8 @@ TEST_P(StoreContractTest, ReadOnlyTransactionRefusesWrites) {
                     results.push_back(txn.DeleteVm("vm-1"));
                     results.push_back(txn.PutTenantPolicy(v1::TenantPolicy()));
                     results.push_back(txn.PutHost(v1::Host()));
-                    results.push_back(txn.ReplaceObservations("h1", {}));
+                    results.push_back(txn.PutObservation("h1", MakeObservation("vm-1", "", "")));
+                    results.push_back(txn.DeleteObservation("h1", "vm-1"));
                     results.push_back(txn.RecordChange("h1", "vm-1"));
                     return absl::OkStatus();
                   })

@@ -133,11 +133,14 @@ void Fill(Store& store, int vms = 12) {
   // h2 reports vm-0 after h1 does: the newest observation wins, and must
   // still win after the copy.
   ASSERT_OK(store.WriteSync([](Transaction& txn) {
-    return txn.ReplaceObservations("h1", {MakeObservation("vm-0", "uuid-of-a", "t2/g0"),
-                                          MakeObservation("unplaced-vm", "", "")});
+    return store::ReplaceObservations(txn, "h1",
+                                      {MakeObservation("vm-0", "uuid-of-a", "t2/g0"),
+                                       MakeObservation("unplaced-vm", "", "")})
+        .status();
   }));
   ASSERT_OK(store.WriteSync([](Transaction& txn) {
-    return txn.ReplaceObservations("h2", {MakeObservation("vm-0", "uuid-of-a", "")});
+    return store::ReplaceObservations(txn, "h2", {MakeObservation("vm-0", "uuid-of-a", "")})
+        .status();
   }));
   for (int i = 0; i < 7; ++i) {
     ASSERT_OK(store.WriteSync([&](Transaction& txn) {
@@ -489,7 +492,7 @@ TEST_F(StoreToolsEtcdTest, MigrationThatStopsHalfWayLeavesThePrefixRefused) {
       many.push_back(MakeObservation(absl::StrCat("big-", i), absl::StrCat("uuid-", i), ""));
     }
     ASSERT_OK(source->WriteSync([&](Transaction& txn) {
-      return txn.ReplaceObservations("h-big", many);
+      return store::ReplaceObservations(txn, "h-big", many).status();
     }));
   }
   auto failed = MigrateStore(Sqlite(dir_.Sub("a")), Etcd("/cosched"), {});

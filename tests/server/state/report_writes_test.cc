@@ -13,6 +13,7 @@
 #include "store/instrumented_store.h"
 #include "store/sqlite_store.h"
 #include "tests/server/state_testing.h"
+#include "tests/store/recording_store.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -44,8 +45,10 @@ class ReportWritesTest : public ::testing::Test {
     options.data_dir = dir_.Sub("data");
     auto sqlite = store::SqliteStore::Open(options);
     ASSERT_OK(sqlite);
+    auto recording = std::make_unique<cosched::testing::RecordingStore>(std::move(*sqlite));
+    recording_ = recording.get();
     store_ = std::make_unique<store::InstrumentedStore>(
-        std::move(*sqlite), [this](absl::StatusCode code, double) {
+        std::move(recording), [this](absl::StatusCode code, double) {
           if (code == absl::StatusCode::kOk) ++writes_;
         });
     state_ = std::make_unique<TestState>(*store_);
@@ -56,6 +59,15 @@ class ReportWritesTest : public ::testing::Test {
   // with trust group `group`, at `applied` revision.
   absl::Status Report(v1::EnforcementState state, const std::string& group, int64_t applied,
                       const std::string& extra = "") {
+    return Apply(Request(state, group, applied, extra));
+  }
+  absl::Status Apply(const v1::ReportRequest& request) {
+    return Wait<v1::ReportResponse>([&](auto done) {
+             state_->reports.ApplyReport(request, std::move(done));
+           }).status();
+  }
+  v1::ReportRequest Request(v1::EnforcementState state, const std::string& group,
+                            int64_t applied, const std::string& extra = "") {
     v1::ReportRequest request;
     request.set_host_id("hv-1");
     request.set_applied_revision(applied);
@@ -68,9 +80,7 @@ class ReportWritesTest : public ::testing::Test {
       o->mutable_enforcement()->set_applied_trust_group(id == "vm-1" ? group : "default/vm/" + id);
       o->mutable_enforcement()->set_vcpus(2);
     }
-    return Wait<v1::ReportResponse>([&](auto done) {
-             state_->reports.ApplyReport(request, std::move(done));
-           }).status();
+    return request;
   }
 
   v1::VMEnforcement Shown(const std::string& vm) {
@@ -104,6 +114,7 @@ class ReportWritesTest : public ::testing::Test {
 
   cosched::testing::TempDir dir_;
   std::atomic<int> writes_{0};
+  cosched::testing::RecordingStore* recording_ = nullptr;  // inside store_
   std::unique_ptr<store::InstrumentedStore> store_;
   std::unique_ptr<TestState> state_;
 };
@@ -230,6 +241,56 @@ TEST_F(ReportWritesTest, ATagOfAReportedVmIsOneWriteAndSoIsAnUntag) {
   ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1",
                    tagged->vm().assignment().revision() + 1, "vm-3"));
   EXPECT_EQ(writes_.load(), before + 2);
+}
+
+// Issue #36: a Report that changes one VM writes that VM's records (its
+// observation, and its presence when it is tagged) and nothing else: not
+// the host's other observations, not the host record, whose liveness
+// every replica has from memory.
+TEST_F(ReportWritesTest, AReportThatChangesOneVmWritesThatVmsRecordsAndNothingElse) {
+  recording_->TakeWrites();  // the registration and tags
+  ASSERT_OK(Report(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 2, "vm-3"));
+  std::vector<std::vector<std::string>> first = recording_->TakeWrites();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_THAT(first[0], ::testing::IsSupersetOf({"PutObservation hv-1/vm-1",
+                                                 "PutObservation hv-1/vm-2",
+                                                 "PutObservation hv-1/vm-3", "PutHost hv-1"}));
+
+  // vm-3, untagged, pauses.
+  v1::ReportRequest paused = Request(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 3, "vm-3");
+  paused.mutable_vms(2)->set_run_state(v1::VM_RUN_STATE_PAUSED);
+  ASSERT_OK(Apply(paused));
+  EXPECT_EQ(recording_->TakeWrites(),
+            (std::vector<std::vector<std::string>>{{"PutObservation hv-1/vm-3"}}));
+
+  // vm-2, tagged, pauses: its presence changes too.
+  paused.mutable_vms(1)->set_run_state(v1::VM_RUN_STATE_PAUSED);
+  ASSERT_OK(Apply(paused));
+  EXPECT_EQ(recording_->TakeWrites(),
+            (std::vector<std::vector<std::string>>{{"PutObservation hv-1/vm-2", "PutVm vm-2"}}));
+
+  // vm-3 goes.
+  paused.mutable_vms()->RemoveLast();
+  ASSERT_OK(Apply(paused));
+  EXPECT_EQ(recording_->TakeWrites(),
+            (std::vector<std::vector<std::string>>{
+                {"DeleteObservation hv-1/vm-3", "PutHost hv-1"}}))
+      << "the host record counts its VMs";
+
+  // The same Report again writes nothing.
+  ASSERT_OK(Apply(paused));
+  EXPECT_TRUE(recording_->TakeWrites().empty());
+
+  // A restarted csd shows the host's liveness and applied revision as of
+  // its last written record until the agent reports again.
+  Open();
+  EXPECT_EQ(AppliedShown(), 3);
+  v1::GetHostRequest get;
+  get.set_host_id("hv-1");
+  absl::StatusOr<v1::Host> host = state_->hosts.GetHost(get);
+  ASSERT_OK(host);
+  EXPECT_LT(absl::Now() - absl::FromUnixSeconds(host->last_seen_time().seconds()),
+            absl::Minutes(1));
 }
 
 // What was held dies with csd; the host's first Report to the restarted
