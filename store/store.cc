@@ -49,7 +49,7 @@ bool SameObservation(const v1::VMObservation& stored, const v1::VMObservation& n
 }
 
 template <typename Vms>
-absl::StatusOr<int> ReplaceObservationsOf(Transaction& txn, absl::string_view host_id,
+absl::StatusOr<std::vector<std::string>> ReplaceObservationsOf(Transaction& txn, absl::string_view host_id,
                                           const Vms& vms,
                                           const google::protobuf::Timestamp* report_time) {
   absl::flat_hash_map<absl::string_view, const v1::VMObservation*> given;
@@ -65,11 +65,11 @@ absl::StatusOr<int> ReplaceObservationsOf(Transaction& txn, absl::string_view ho
     }
   }
   ASSIGN_OR_RETURN(std::vector<v1::VMObservation> stored, txn.ListHostObservations(host_id));
-  int written = 0;
+  std::vector<std::string> written;
   for (const v1::VMObservation& old : stored) {
     if (given.contains(old.vm_id())) continue;
     RETURN_IF_ERROR(txn.DeleteObservation(host_id, old.vm_id()));
-    ++written;
+    written.push_back(old.vm_id());
   }
   absl::flat_hash_map<absl::string_view, const v1::VMObservation*> before;
   before.reserve(stored.size());
@@ -84,22 +84,22 @@ absl::StatusOr<int> ReplaceObservationsOf(Transaction& txn, absl::string_view ho
       *stamped.mutable_enforcement()->mutable_report_time() = *report_time;
       RETURN_IF_ERROR(txn.PutObservation(host_id, stamped));
     }
-    ++written;
+    written.push_back(vm.vm_id());
   }
   return written;
 }
 
 }  // namespace
 
-absl::StatusOr<int> ReplaceObservations(
+absl::StatusOr<std::vector<std::string>> ReplaceObservations(
     Transaction& txn, absl::string_view host_id,
     const google::protobuf::RepeatedPtrField<v1::VMObservation>& vms,
     const google::protobuf::Timestamp* report_time) {
   return ReplaceObservationsOf(txn, host_id, vms, report_time);
 }
 
-absl::StatusOr<int> ReplaceObservations(Transaction& txn, absl::string_view host_id,
-                                        const std::vector<v1::VMObservation>& vms) {
+absl::StatusOr<std::vector<std::string>> ReplaceObservations(
+    Transaction& txn, absl::string_view host_id, const std::vector<v1::VMObservation>& vms) {
   return ReplaceObservationsOf(txn, host_id, vms, nullptr);
 }
 

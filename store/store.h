@@ -243,14 +243,14 @@ absl::StatusOr<std::vector<v1::VM>> ListAllVms(Transaction& txn, const VmFilter&
 // enforcement.report_time (csd's stamp of when it heard it) is put, with
 // `report_time` as its stamp when given; each stored VM not in `vms` is
 // deleted. INVALID_ARGUMENT naming the VM when a vm_id is empty or given
-// twice, before anything is written. Returns how many observations were
-// put or deleted.
-absl::StatusOr<int> ReplaceObservations(
+// twice, before anything is written. Returns the vm_ids whose observations
+// were put or deleted.
+absl::StatusOr<std::vector<std::string>> ReplaceObservations(
     Transaction& txn, absl::string_view host_id,
     const google::protobuf::RepeatedPtrField<v1::VMObservation>& vms,
     const google::protobuf::Timestamp* report_time = nullptr);
-absl::StatusOr<int> ReplaceObservations(Transaction& txn, absl::string_view host_id,
-                                        const std::vector<v1::VMObservation>& vms);
+absl::StatusOr<std::vector<std::string>> ReplaceObservations(
+    Transaction& txn, absl::string_view host_id, const std::vector<v1::VMObservation>& vms);
 
 // Thread-safe. Write functions run one at a time on the store's writer, in
 // submission order; concurrent writes are committed together (group commit)

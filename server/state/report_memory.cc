@@ -50,20 +50,29 @@ ReportMemory::Judged ReportMemory::Judge(const v1::ReportRequest& report,
       h.vms.shrink_to_fit();  // the stream grew it by doubling
     }
   }
-  if (judged.verdict != Verdict::kWrite) {
+  if (written != reports_.end()) {
+    judged.version = written->second.version;
     judged.cores = written->second.cores;
     judged.tagged_id = written->second.tagged_id;
   }
   return judged;
 }
 
-void ReportMemory::Remember(const std::string& host_id, Seen seen) {
+void ReportMemory::Remember(const std::string& host_id, Seen seen, uint64_t judged_version) {
   std::lock_guard<std::mutex> lock(mu_);
   // What is held went with this write, unless a later Report's state was
   // held meanwhile.
   if (auto held = held_.find(host_id); held != held_.end() && held->second.state == seen.state) {
     held_.erase(held);
   }
+  if (judged_version != 0) {
+    auto it = reports_.find(host_id);
+    if (it == reports_.end() || it->second.version != judged_version) {
+      if (it != reports_.end()) reports_.erase(it);
+      return;
+    }
+  }
+  seen.version = ++versions_;
   reports_[host_id] = std::move(seen);
 }
 
@@ -77,6 +86,7 @@ void ReportMemory::Tagged(absl::string_view host_id, const std::string& reported
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reports_.find(host_id);
   if (it == reports_.end()) return;  // its next Report is written whole anyway
+  it->second.version = ++versions_;
   if (reported_id == tagged_id) {
     it->second.tagged_id.erase(reported_id);
   } else {
@@ -88,6 +98,7 @@ void ReportMemory::Untagged(absl::string_view host_id, const std::string& tagged
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reports_.find(host_id);
   if (it == reports_.end()) return;
+  it->second.version = ++versions_;
   auto& ids = it->second.tagged_id;
   for (auto entry = ids.begin(); entry != ids.end();) {
     if (entry->second == tagged_id) {

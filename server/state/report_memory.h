@@ -36,6 +36,8 @@ class ReportMemory {
     // Reported vm_id -> the id it is tagged under, where they differ: where
     // an unchanged Report's stats windows go.
     absl::flat_hash_map<std::string, std::string> tagged_id;
+    // Set by ReportMemory: changes with every change of this entry.
+    uint64_t version = 0;
   };
 
   // What to do with a Report (Judge).
@@ -46,7 +48,10 @@ class ReportMemory {
   };
   struct Judged {
     Verdict verdict = Verdict::kWrite;
-    // With kUnchanged and kHold: as remembered of the last written Report.
+    // As remembered of the last written Report, when one is (any verdict):
+    // its Seen's version (0: none is, and a write must look at every VM of
+    // the host), cores and tagged ids.
+    uint64_t version = 0;
     int cores = 0;
     absl::flat_hash_map<std::string, std::string> tagged_id;
   };
@@ -61,8 +66,12 @@ class ReportMemory {
   Judged Judge(const v1::ReportRequest& report, const ReportDigest& content,
                const ReportDigest& state, absl::Time now, absl::Duration hold);
   // A Report of the host was written: its content and state; what was held
-  // is in it.
-  void Remember(const std::string& host_id, Seen seen);
+  // is in it. `judged_version`, when not 0, is the Judged::version the
+  // write started from (it looked only at the VMs whose observations
+  // changed, and `seen.tagged_id` is that Seen's updated): when that entry
+  // changed or went meanwhile (a tag, an untag, Forget), nothing is
+  // remembered, so that the host's next Report is written whole.
+  void Remember(const std::string& host_id, Seen seen, uint64_t judged_version = 0);
   // The host's next Report is written whole: its topology changed, or
   // another replica tagged or untagged a VM it reports. What is held
   // stays to be shown until then.
@@ -101,6 +110,7 @@ class ReportMemory {
   };
 
   mutable std::mutex mu_;
+  uint64_t versions_ = 0;                            // guarded by mu_
   absl::flat_hash_map<std::string, Seen> reports_;  // guarded by mu_
   absl::flat_hash_map<std::string, Held> held_;     // guarded by mu_
 };

@@ -100,21 +100,57 @@ struct ReportWrite {
   MetadataWrites from_metadata;
 };
 
-// Every VM the host owned or reported before, and every tagged VM it
-// reports now (tagged from its metadata when `tag_from_metadata`), with
-// what it reports of each (`seen`, pointing into `observations`).
+// Which of a host's VMs a Report's write looks at.
+struct ReportScope {
+  // Null: every VM of the host, as the store has them (nothing is
+  // remembered of its last Report: csd started, or the host's VMs were
+  // tagged or untagged elsewhere). Else only the VMs whose observations
+  // these reported ids are (written or deleted by this Report), and the
+  // VMs they were tagged under before (`tagged_before`: the remembered
+  // Report's tagged ids); the host's other VMs are as the last written
+  // Report left them.
+  const std::vector<std::string>* changed = nullptr;
+  const absl::flat_hash_map<std::string, std::string>* tagged_before = nullptr;
+};
+
+bool OnHost(const v1::VM& vm, const std::string& host_id) {
+  if (vm.host_id() == host_id) return true;
+  for (const v1::VMPresence& p : vm.presence()) {
+    if (p.host_id() == host_id) return true;
+  }
+  return false;
+}
+
+// The VMs of `scope` on the host and every tagged VM among its
+// observations in scope (tagged from its metadata when
+// `tag_from_metadata`), with what it reports of each (`seen`, pointing
+// into `observations`); the host's tagged ids in `out`.
 absl::Status ReadReportedVms(
     store::Transaction& txn, const std::string& host_id,
     const google::protobuf::RepeatedPtrField<v1::VMObservation>& observations,
-                             bool tag_from_metadata, ReportWrite& out,
-                             std::map<std::string, v1::VM>& vms,
-                             std::map<std::string, const v1::VMObservation*>& seen) {
-  for (const store::VmFilter& filter :
-       {store::VmFilter::OwnedBy(host_id), store::VmFilter::ReportedOn(host_id)}) {
-    ASSIGN_OR_RETURN(auto listed, ListAllVms(txn, filter));
-    for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
+    bool tag_from_metadata, const ReportScope& scope, ReportWrite& out,
+    std::map<std::string, v1::VM>& vms,
+    std::map<std::string, const v1::VMObservation*>& seen) {
+  absl::flat_hash_set<absl::string_view> changed;
+  if (scope.changed == nullptr) {
+    for (const store::VmFilter& filter :
+         {store::VmFilter::OwnedBy(host_id), store::VmFilter::ReportedOn(host_id)}) {
+      ASSIGN_OR_RETURN(auto listed, ListAllVms(txn, filter));
+      for (v1::VM& vm : listed) vms.emplace(vm.vm_id(), std::move(vm));
+    }
+  } else {
+    out.tagged_id = *scope.tagged_before;
+    for (const std::string& id : *scope.changed) {
+      changed.insert(id);
+      auto before = scope.tagged_before->find(id);
+      const std::string& tagged = before == scope.tagged_before->end() ? id : before->second;
+      out.tagged_id.erase(id);
+      ASSIGN_OR_RETURN(std::optional<v1::VM> vm, txn.GetVm(tagged));
+      if (vm && OnHost(*vm, host_id)) vms.emplace(vm->vm_id(), *std::move(vm));
+    }
   }
   for (const auto& o : observations) {
+    if (scope.changed != nullptr && !changed.contains(o.vm_id())) continue;
     ASSIGN_OR_RETURN(std::optional<v1::VM> vm, TaggedVmOf(txn, host_id, o));
     if (tag_from_metadata) {
       const std::string before = vm ? vm->vm_id() : "";
@@ -202,8 +238,12 @@ bool HostRecordDue(const v1::Host& stored, const v1::Host& updated) {
 // A changed Report's write: the observations that changed, the VMs whose
 // presence or owner changed, tags from metadata, and the host record when
 // HostRecordDue.
+// `tagged_before`: the remembered Report's tagged ids, null when none is
+// remembered (then the write looks at every VM of the host).
 absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& request,
-                         bool tag_from_metadata, ReportWrite& out) {
+                         bool tag_from_metadata,
+                         const absl::flat_hash_map<std::string, std::string>* tagged_before,
+                         ReportWrite& out) {
   out = ReportWrite();
   const std::string& host_id = request.host_id();
   ASSIGN_OR_RETURN(auto host, txn.GetHost(host_id));
@@ -218,10 +258,14 @@ absl::Status WriteReport(store::Transaction& txn, const v1::ReportRequest& reque
   // csd's time; an unchanged one keeps the time it was last written at
   // (what reads show is lifted to the host's last Report: vms.cc).
   const auto now = TimeUtil::GetCurrentTime();
-  RETURN_IF_ERROR(store::ReplaceObservations(txn, host_id, request.vms(), &now).status());
+  ASSIGN_OR_RETURN(const std::vector<std::string> changed,
+                   store::ReplaceObservations(txn, host_id, request.vms(), &now));
   std::map<std::string, v1::VM> vms;
   std::map<std::string, const v1::VMObservation*> seen;
-  RETURN_IF_ERROR(ReadReportedVms(txn, host_id, request.vms(), tag_from_metadata, out, vms, seen));
+  ReportScope scope;
+  if (tagged_before != nullptr) scope = ReportScope{&changed, tagged_before};
+  RETURN_IF_ERROR(
+      ReadReportedVms(txn, host_id, request.vms(), tag_from_metadata, scope, out, vms, seen));
   out.delta.removed_vms = out.from_metadata.untagged_vms;
   RETURN_IF_ERROR(WritePresence(txn, host_id, now, tag_from_metadata, vms, seen, out));
 
@@ -304,13 +348,20 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
   }
 
   auto write = std::make_shared<ReportWrite>();
+  // What is remembered of the host's last written Report: the write then
+  // looks only at the VMs whose observations changed.
+  const uint64_t judged_version = judged.version;
+  auto tagged_before = judged_version == 0
+                           ? nullptr
+                           : std::make_shared<const absl::flat_hash_map<std::string, std::string>>(
+                                 std::move(judged.tagged_id));
   internal::WriteAndAnswer<v1::ReportResponse>(
       &store_,
-      [report, write, tag_from_metadata = settings_.tag_from_metadata()](
+      [report, write, tagged_before, tag_from_metadata = settings_.tag_from_metadata()](
           store::Transaction& txn, v1::ReportResponse&) {
-        return WriteReport(txn, *report, tag_from_metadata, *write);
+        return WriteReport(txn, *report, tag_from_metadata, tagged_before.get(), *write);
       },
-      [this, report, content, state, write, done = std::move(done)](
+      [this, report, content, state, write, judged_version, done = std::move(done)](
           absl::StatusOr<v1::ReportResponse> r) mutable {
         if (!r.ok()) return done(r.status());
         effects_.placement().Apply(write->delta);
@@ -324,7 +375,8 @@ void Reports::ApplyReport(std::shared_ptr<v1::ReportRequest> own,
           LOG(INFO) << "host " << report->host_id() << ": owner of vm " << move;
         }
         effects_.reports().Remember(
-            report->host_id(), ReportMemory::Seen{content, state, write->cores, write->tagged_id});
+            report->host_id(), ReportMemory::Seen{content, state, write->cores, write->tagged_id},
+            judged_version);
         effects_.NotifyLayout(report->host_id());
         AddReportStats(report, std::move(write->tagged_id), std::move(done));
       });

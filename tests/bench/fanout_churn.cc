@@ -122,6 +122,7 @@ bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
   std::vector<Minute> minutes;
   const int agents = fleet.options().agents;
   Mark last = TakeMark(csd_pids, fleet, metrics);
+  const Mark first = last;
   auto print_minute = [&] {
     Mark now = TakeMark(csd_pids, fleet, metrics);
     const double s = Seconds(now.at - last.at).count();
@@ -160,6 +161,9 @@ bool RunChurn(v1::ControlPlane::Stub* stub, Fleet& fleet, double per_minute,
   while (!counters.Answered() && Clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(100));
   }
+  // CPU by thread (the store writer's is what churn's writes cost) and the
+  // store's writes over the whole phase.
+  PrintPhase("churn", first, TakeMark(csd_pids, fleet, metrics));
   std::printf("churn: %lld VMs replaced; TagVM %lld ok, %lld failed; UntagVM %lld ok, %lld "
               "not tagged, %lld failed\n",
               static_cast<long long>(counters.churned.load()),

@@ -293,30 +293,32 @@ TEST_P(StoreContractTest, ReplaceObservationsWritesOnlyWhatChanged) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   auto replace = [&](std::vector<v1::VMObservation> vms, int64_t stamp_ns) {
-    int written = -1;
+    size_t written = 99;
     const google::protobuf::Timestamp stamp =
         google::protobuf::util::TimeUtil::NanosecondsToTimestamp(stamp_ns);
     google::protobuf::RepeatedPtrField<v1::VMObservation> field(vms.begin(), vms.end());
     EXPECT_OK(store->WriteSync([&](Transaction& txn) -> absl::Status {
-      ASSIGN_OR_RETURN(written, ReplaceObservations(txn, "h1", field, &stamp));
+      ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                       ReplaceObservations(txn, "h1", field, &stamp));
+      written = ids.size();
       return absl::OkStatus();
     }));
     return written;
   };
   EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g"), MakeObservation("vm-b", "", "g")},
                     1000),
-            2);
+            2u);
   // Only the stamp differs: nothing is written, and the stored stamp stays.
   EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g"), MakeObservation("vm-b", "", "g")},
                     2000),
-            0);
+            0u);
   EXPECT_EQ(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
                 FindObservation(*store, "vm-b")->vm.enforcement().report_time()),
             1000);
   // vm-a changed, vm-b went, vm-c came: three writes.
   EXPECT_EQ(replace({MakeObservation("vm-a", "uuid-a", "g2"), MakeObservation("vm-c", "", "g")},
                     3000),
-            3);
+            3u);
   EXPECT_EQ(google::protobuf::util::TimeUtil::TimestampToNanoseconds(
                 FindObservation(*store, "uuid-a")->vm.enforcement().report_time()),
             3000);

@@ -193,6 +193,35 @@ TEST(ReportMemoryTest, HeldEnforcementIsFoundByIdOrUuidWithTheReportsTime) {
   EXPECT_FALSE(memory.HeldEnforcement("hv-1", "").has_value());
 }
 
+// A write that looked only at the VMs whose observations changed
+// remembers its result only if the entry it started from is unchanged: a
+// tag or an untag committed meanwhile makes the host's next Report a
+// whole write instead.
+TEST(ReportMemoryTest, AWriteOfTheChangesIsRememberedOnlyOverTheEntryItStartedFrom) {
+  ReportMemory memory;
+  v1::ReportRequest report;
+  report.set_host_id("hv-1");
+  const ReportDigest a{1}, b{2}, c{3}, state{9};
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  EXPECT_EQ(memory.Judge(report, a, state, now, absl::ZeroDuration()).version, 0u);
+  memory.Remember("hv-1", ReportMemory::Seen{a, state, 4, {{"vm-x", "uuid-x"}}});
+  ReportMemory::Judged judged = memory.Judge(report, b, state, now, absl::ZeroDuration());
+  ASSERT_EQ(judged.verdict, ReportMemory::Verdict::kWrite);
+  ASSERT_NE(judged.version, 0u);
+  EXPECT_EQ(judged.tagged_id.at("vm-x"), "uuid-x");
+  memory.Remember("hv-1", ReportMemory::Seen{b, state, 4, judged.tagged_id}, judged.version);
+  EXPECT_EQ(memory.Judge(report, b, state, now, absl::ZeroDuration()).verdict,
+            ReportMemory::Verdict::kUnchanged);
+
+  // A tag lands between the judgement and the write's end.
+  judged = memory.Judge(report, c, state, now, absl::ZeroDuration());
+  memory.Tagged("hv-1", "vm-y", "uuid-y");
+  memory.Remember("hv-1", ReportMemory::Seen{c, state, 4, judged.tagged_id}, judged.version);
+  judged = memory.Judge(report, c, state, now, absl::ZeroDuration());
+  EXPECT_EQ(judged.verdict, ReportMemory::Verdict::kWrite);
+  EXPECT_EQ(judged.version, 0u) << "nothing remembered: the next write is whole";
+}
+
 TEST_F(ReportWritesTest, AChangeOfWhatTheHostRunsIsWrittenAtOnceWithWhatWasHeld) {
   state_->settings.set_enforcement_write_interval(absl::Hours(1));
   ASSERT_OK(Report(v1::ENFORCEMENT_STATE_PENDING, "", 2));
@@ -291,6 +320,38 @@ TEST_F(ReportWritesTest, AReportThatChangesOneVmWritesThatVmsRecordsAndNothingEl
   ASSERT_OK(host);
   EXPECT_LT(absl::Now() - absl::FromUnixSeconds(host->last_seen_time().seconds()),
             absl::Minutes(1));
+}
+
+// The write of a Report that changes one VM looks at that VM only, and at
+// the VM it was tagged under before: a VM tagged by its UUID whose host
+// now reports another UUID under the same name leaves the host.
+TEST_F(ReportWritesTest, AVmWhoseReportedUuidChangesLeavesTheVmTaggedUnderTheOld) {
+  v1::TagVMRequest tag;
+  tag.set_vm_id("5e1f0000-0000-4000-8000-000000000005");
+  ASSERT_OK(Wait<v1::TagVMResponse>(
+      [&](auto done) { state_->vms.TagVm(tag, kTester, std::move(done)); }));
+  v1::ReportRequest request = Request(v1::ENFORCEMENT_STATE_ENFORCED, "default/vm/vm-1", 2, "vm-5");
+  request.mutable_vms(2)->set_uuid("5e1f0000-0000-4000-8000-000000000005");
+  ASSERT_OK(Apply(request));
+  v1::GetVMRequest get;
+  get.set_vm_id("5e1f0000-0000-4000-8000-000000000005");
+  absl::StatusOr<v1::VM> tagged = state_->vms.GetVm(get);
+  ASSERT_OK(tagged);
+  EXPECT_EQ(tagged->host_id(), "hv-1");
+  recording_->TakeWrites();
+
+  request.mutable_vms(2)->set_uuid("5e1f0000-0000-4000-8000-000000000006");
+  ASSERT_OK(Apply(request));
+  EXPECT_EQ(recording_->TakeWrites(),
+            (std::vector<std::vector<std::string>>{
+                {"PutObservation hv-1/vm-5",
+                 // The host no longer receives its assignment.
+                 "RecordChange hv-1/5e1f0000-0000-4000-8000-000000000005",
+                 "PutVm 5e1f0000-0000-4000-8000-000000000005"}}));
+  tagged = state_->vms.GetVm(get);
+  ASSERT_OK(tagged);
+  EXPECT_EQ(tagged->host_id(), "");
+  EXPECT_EQ(tagged->presence_size(), 0);
 }
 
 // What was held dies with csd; the host's first Report to the restarted
