@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "cosched/store/etcd_records.pb.h"
 #include "etcd/client.h"
@@ -26,6 +27,20 @@ namespace cosched::store {
 // The id of audit record `sequence` in its key (<prefix>/audit/<id>): newest
 // first in key order, the key of sequence s sorts before s - 1's.
 std::string EtcdAuditId(int64_t sequence);
+
+// A record's value.
+template <typename Message>
+std::string Serialized(const Message& message) {
+  std::string out;
+  message.SerializeToString(&out);
+  return out;
+}
+// The last path component of a key: the id it is for.
+absl::string_view LastPart(absl::string_view key);
+// OK unless `id` contains '/', where a range over a parent would then take
+// in another id's keys (ids never do: common/validation.h); the error names
+// `what`.
+absl::Status CheckComponent(absl::string_view what, absl::string_view id);
 
 // The layout of the keys under the prefix this code writes: 2 adds the
 // vm_by/ index of VMs by owner host, reporting host and tenant (store/
@@ -169,6 +184,17 @@ class EtcdTransaction final : public Transaction {
   EtcdWriteState* write_;
   std::map<std::string, OpenReport, std::less<>> open_reports_;
 };
+
+template <typename Message>
+absl::StatusOr<Message> EtcdTransaction::Parse(const std::string& key, const std::string& value,
+                                               absl::string_view kind) const {
+  Message message;
+  if (!message.ParseFromString(value)) {
+    return absl::DataLossError(absl::StrCat("etcd store: value of key ", key,
+                                            " does not parse as a ", kind, " record"));
+  }
+  return message;
+}
 
 }  // namespace cosched::store
 
