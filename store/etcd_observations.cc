@@ -154,12 +154,17 @@ absl::StatusOr<std::vector<Observation>> EtcdTransaction::ListObservations(
     const int64_t sequence = open_reports_.contains(host_id)
                                  ? std::numeric_limits<int64_t>::max()
                                  : report->sequence();
+    // The VM of that name, else the one of that UUID: a VM whose UUID is
+    // another's name does not hide it.
+    const v1::VMObservation* match = nullptr;
     for (const v1::VMObservation& vm : report->vms()) {
-      if (vm.vm_id() == key || vm.uuid() == key) {
-        found.push_back({sequence, Observation{host_id, vm}});
+      if (vm.vm_id() == key) {
+        match = &vm;
         break;
       }
+      if (match == nullptr && vm.uuid() == key) match = &vm;
     }
+    if (match != nullptr) found.push_back({sequence, Observation{host_id, *match}});
   }
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });

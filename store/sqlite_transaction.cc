@@ -401,8 +401,16 @@ absl::Status SqliteTransaction::PutObservation(absl::string_view host_id,
     RETURN_IF_ERROR(q.Run());
   }
   ASSIGN_OR_RETURN(std::string record, Serialize(vm, "observation"));
+  // A VM whose UUID is another VM's name on the host is found by the UUID
+  // only where it does not take that VM's row: the name wins.
+  bool uuid_row = !vm.uuid().empty() && vm.uuid() != vm.vm_id();
+  if (uuid_row) {
+    ASSIGN_OR_RETURN(std::optional<StoredObservation> named,
+                     ReadObservation(db_, host_id, vm.uuid()));
+    uuid_row = !named.has_value();
+  }
   for (const std::string* key : {&vm.vm_id(), &vm.uuid()}) {
-    if (key->empty()) continue;
+    if (key->empty() || (key == &vm.uuid() && !uuid_row)) continue;
     ASSIGN_OR_RETURN(SqliteQuery q,
                      db_.Query("INSERT OR REPLACE INTO observations "
                                "(key, host_id, seq, observation) "

@@ -289,6 +289,45 @@ TEST_P(StoreContractTest, ObservationsAreWrittenOneVmAtATime) {
               StatusIs(absl::StatusCode::kInvalidArgument, "vm_id"));
 }
 
+// A host's agent could report a VM whose UUID is another VM's name (a
+// process posing as a VM can say anything of itself): the name wins, and
+// the VM of that name stays what the host reports under it.
+TEST_P(StoreContractTest, AVmWhoseUuidIsAnothersNameDoesNotHideIt) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_OK(store->WriteSync([&](Transaction& txn) {
+      return ReplaceObservations(txn, "h1",
+                                 std::vector<v1::VMObservation>{
+                                     MakeObservation("vm-a", "", "g-a"),
+                                     MakeObservation("vm-b", "vm-a", "g-b")})
+          .status();
+    }));
+    std::optional<Observation> found = FindObservation(*store, "vm-a");
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->vm.vm_id(), "vm-a") << "round " << round;
+    std::vector<std::string> ids;
+    ASSERT_OK(store->Read([&](Transaction& txn) -> absl::Status {
+      ASSIGN_OR_RETURN(std::vector<v1::VMObservation> vms, txn.ListHostObservations("h1"));
+      for (const v1::VMObservation& vm : vms) ids.push_back(vm.vm_id());
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(ids, (std::vector<std::string>{"vm-a", "vm-b"}));
+  }
+  // And the second Report wrote nothing: neither overwrote the other.
+  size_t written = 99;
+  ASSERT_OK(store->WriteSync([&](Transaction& txn) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                     ReplaceObservations(txn, "h1",
+                                         std::vector<v1::VMObservation>{
+                                             MakeObservation("vm-a", "", "g-a"),
+                                             MakeObservation("vm-b", "vm-a", "g-b")}));
+    written = ids.size();
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(written, 0u);
+}
+
 TEST_P(StoreContractTest, ReplaceObservationsWritesOnlyWhatChanged) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
